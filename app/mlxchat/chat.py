@@ -1,0 +1,133 @@
+"""Plain data shared by the engine, the store, the commands and the UI (stdlib only)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant"]
+CacheSource = Literal["warm", "snapshot", "cold"]
+ContextPolicy = Literal["drop_oldest", "stop"]
+CONTEXT_POLICIES: tuple[str, ...] = ("drop_oldest", "stop")
+
+
+@dataclass
+class Message:
+    """One message of a conversation, as the engine and the store see it."""
+
+    role: Role
+    content: str
+    id: int | None = None
+    """Row id in the session store; None until stored."""
+    parent_id: int | None = None
+    """The message this one answers or follows; edits and retries branch here."""
+    token_count: int | None = None
+    """Tokens of this message in the rendered prompt, when measured."""
+    stats: "TurnStats | None" = None
+    """For an assistant reply: the measured figures of the turn that produced it."""
+    cancelled: bool = False
+    """An assistant reply stopped by the user: the text is what was shown."""
+    created: float | None = None
+    """Unix time the message was stored."""
+
+
+@dataclass
+class GenerationSettings:
+    """Sampling and cache options of a turn; each is settable with ``/set``."""
+
+    temperature: float = 0.7
+    """0 means greedy decoding."""
+    top_p: float = 1.0
+    """Nucleus sampling; 1.0 keeps every token."""
+    min_p: float = 0.0
+    """Drop tokens below this fraction of the top token's probability; 0 disables."""
+    max_tokens: int = 1024
+    """Upper bound on the reply length in tokens."""
+    seed: int | None = None
+    """Random seed for sampling; None draws a fresh one each turn."""
+    repetition_penalty: float = 1.0
+    """1.0 disables; 1.1 is a mild penalty on recently generated tokens."""
+    kv_bits: int | None = None
+    """Quantize the KV cache to 8 or 4 bits; None keeps the model's dtype."""
+    context_policy: ContextPolicy = "drop_oldest"
+    """What to do when the conversation outgrows the window: drop the oldest
+    turns (keeping the system prompt and the newest message) or stop with an error."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "GenerationSettings":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+
+@dataclass
+class TurnStats:
+    """Measured figures of one turn; every number is read, none estimated."""
+
+    ttft_s: float = 0.0
+    """Seconds from the start of the turn to the first generated token."""
+    prefill_tps: float = 0.0
+    """Prompt tokens processed per second (prefilled tokens only)."""
+    decode_tps: float = 0.0
+    """Generated tokens per second after the first."""
+    prompt_tokens: int = 0
+    """Tokens of the rendered conversation sent to the model this turn."""
+    generated_tokens: int = 0
+    finish_reason: str = "stop"
+    """'stop' (end-of-turn token), 'length' (max_tokens), 'cancelled', 'error'."""
+    context_used: int = 0
+    """Tokens in the KV cache after the turn."""
+    context_window: int = 0
+    kv_bytes: int = 0
+    """Bytes the KV cache holds for its used length, summed from its arrays."""
+    kv_bits: int | None = None
+    """KV cache bit width; None for the model's own dtype (16 or 32 bit)."""
+    weights_bytes: int = 0
+    peak_memory_bytes: int = 0
+    cache_source: CacheSource = "cold"
+    """Where the reused prefix came from: the live cache, a snapshot file, or nowhere."""
+    reused_tokens: int = 0
+    prefilled_tokens: int = 0
+    miss_reason: str | None = None
+    """Why fewer tokens were reused than the conversation shares with the cache."""
+    dropped_messages: int = 0
+    """Oldest messages left out to fit the context window."""
+    total_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> "TurnStats":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+
+@dataclass
+class Session:
+    """A saved conversation: settings plus the messages of its current branch."""
+
+    id: int | None = None
+    title: str = "New chat"
+    model: str = ""
+    system_prompt: str | None = None
+    settings: GenerationSettings = field(default_factory=GenerationSettings)
+    messages: list[Message] = field(default_factory=list)
+    """The current branch, root first."""
+    leaf_id: int | None = None
+    created: float | None = None
+    updated: float | None = None
+    title_locked: bool = False
+    """True once the user renamed it; titles no longer follow the first message."""
+
+
+def human_bytes(n: int | float) -> str:
+    """1536 -> '1.5 KB' (decimal units, as memory gauges show)."""
+    n = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"

@@ -1,0 +1,151 @@
+"""What a loaded model is: the arrays, the tokenizer, and measured facts about them."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten, tree_map
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    """Display name (catalog alias or folder name)."""
+    spec: str
+    """What the user asked for; resolves back to the same model."""
+    path: str
+    """The MLX model folder the weights were read from."""
+    architecture: str
+    parameter_count: int
+    bits_per_weight: float
+    """Bytes of all parameters * 8 / parameter count (scales and biases included)."""
+    weights_bytes: int
+    """Bytes the parameters take in memory, summed from the arrays."""
+    context_window: int
+    chat_template_hash: str
+    fingerprint: str
+    """Identifies these exact weights in this precision; KV snapshots are keyed by it."""
+    quantization: str
+    """e.g. 'int4 (g32)', 'int8 (g64)', 'bfloat16'."""
+    scales_dtype: str
+    """dtype of quantization scales/biases in memory (float32 on the CPU path)."""
+    device: str
+    """'cpu' or 'gpu'."""
+    num_layers: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+
+
+@dataclass
+class LoadedModel:
+    model: nn.Module
+    tokenizer: Any
+    """An mlx-lm ``TokenizerWrapper``."""
+    info: ModelInfo
+
+
+def on_cpu() -> bool:
+    return mx.default_device().type == mx.cpu
+
+
+def use_cpu_precision(model: nn.Module) -> None:
+    """On the CPU device keep every float parameter in float32.
+
+    Quantized matmul with half-precision scales is ~30x slower on the Linux CPU
+    backend than with float32 scales (measured; see DESIGN.md).
+    """
+    halves = (mx.float16, mx.bfloat16)
+    model.update(tree_map(lambda x: x.astype(mx.float32) if x.dtype in halves else x,
+                          model.parameters()))
+    mx.eval(model.parameters())
+
+
+def weights_bytes(model: nn.Module) -> int:
+    return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+
+
+def quantization_label(model: nn.Module) -> tuple[str, str]:
+    """('int4 (g32)', 'float32') from the model's quantized layers, or its dtype."""
+    bits: dict[tuple[int, int], int] = {}
+    scales = None
+    for _, module in model.named_modules():
+        if hasattr(module, "bits") and hasattr(module, "scales"):
+            key = (module.bits, module.group_size)
+            bits[key] = bits.get(key, 0) + module.weight.size
+            scales = scales or str(module.scales.dtype).replace("mlx.core.", "")
+    if not bits:
+        dtypes = {str(v.dtype) for _, v in tree_flatten(model.parameters())}
+        label = sorted(dtypes)[0].replace("mlx.core.", "") if dtypes else "unknown"
+        return label, "-"
+    (b, g), _ = max(bits.items(), key=lambda kv: kv[1])
+    return f"int{b} (g{g})", scales or "-"
+
+
+def template_hash(tokenizer: Any) -> str:
+    template = getattr(tokenizer, "chat_template", None) or ""
+    if not isinstance(template, str):
+        template = json.dumps(template, sort_keys=True, default=str)
+    return hashlib.sha256(template.encode("utf-8")).hexdigest()[:16]
+
+
+def folder_fingerprint(folder: Path, precision: str) -> str:
+    """A cheap identity of the weights in ``folder``: config, the safetensors
+    headers (names, dtypes, shapes, offsets) and sampled bytes of each file.
+
+    Hashing gigabytes on every start is too slow; a header plus 16 spread
+    samples changes whenever the weights do in practice.
+    """
+    h = hashlib.sha256(precision.encode())
+    config = folder / "config.json"
+    if config.exists():
+        h.update(config.read_bytes())
+    for f in sorted(folder.glob("*.safetensors")):
+        size = f.stat().st_size
+        h.update(f.name.encode() + str(size).encode())
+        with f.open("rb") as fh:
+            head_len = int.from_bytes(fh.read(8), "little")
+            h.update(fh.read(min(head_len, 64 << 20)))
+            for i in range(16):
+                fh.seek(size * i // 16)
+                h.update(fh.read(4096))
+    return h.hexdigest()[:24]
+
+
+def describe(model: nn.Module, tokenizer: Any, config: dict, *, name: str, spec: str,
+             path: Path) -> ModelInfo:
+    """Build the ModelInfo of a model already loaded (and cast for this device)."""
+    from mlx_lm.utils import get_total_parameters
+
+    params = get_total_parameters(model)
+    nbytes = weights_bytes(model)
+    quant, scales = quantization_label(model)
+    device = "cpu" if on_cpu() else "gpu"
+    text_cfg = config.get("text_config", config)
+    heads = text_cfg.get("num_attention_heads", 0)
+    hidden = text_cfg.get("hidden_size", 0)
+    context = (config.get("max_position_embeddings")
+               or text_cfg.get("max_position_embeddings") or 4096)
+    return ModelInfo(
+        name=name,
+        spec=spec,
+        path=str(path),
+        architecture=config.get("model_type", "unknown"),
+        parameter_count=params,
+        bits_per_weight=nbytes * 8 / max(params, 1),
+        weights_bytes=nbytes,
+        context_window=int(context),
+        chat_template_hash=template_hash(tokenizer),
+        fingerprint=folder_fingerprint(path, f"{device}:{scales}:{quant}"),
+        quantization=quant,
+        scales_dtype=scales,
+        device=device,
+        num_layers=len(getattr(model, "layers", [])),
+        kv_heads=text_cfg.get("num_key_value_heads", heads) or 0,
+        head_dim=text_cfg.get("head_dim") or (hidden // heads if heads else 0),
+    )

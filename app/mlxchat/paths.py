@@ -1,0 +1,70 @@
+"""Where mlxchat keeps its files. Functions, never values fixed at import time.
+
+``MLXCHAT_HOME`` puts everything (config, data, cache) under one folder; it is
+what the tests use. Otherwise the XDG locations (or ``~/Library`` on macOS).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def _home() -> Path | None:
+    value = os.environ.get("MLXCHAT_HOME")
+    return Path(value).expanduser() if value else None
+
+
+def _base(kind: str, xdg_var: str, xdg_default: str, mac: str) -> Path:
+    home = _home()
+    if home is not None:
+        return home / kind
+    if sys.platform == "darwin":
+        return Path.home() / mac / "mlxchat"
+    root = os.environ.get(xdg_var) or str(Path.home() / xdg_default)
+    return Path(root) / "mlxchat"
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) readable by the owner only: chats are private."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        path.chmod(0o700)
+    except OSError:
+        pass
+    return path
+
+
+def config_dir() -> Path:
+    return _base("config", "XDG_CONFIG_HOME", ".config", "Library/Application Support")
+
+
+def data_dir() -> Path:
+    return _base("data", "XDG_DATA_HOME", ".local/share", "Library/Application Support")
+
+
+def cache_dir() -> Path:
+    return _base("cache", "XDG_CACHE_HOME", ".cache", "Library/Caches")
+
+
+def config_file() -> Path:
+    return config_dir() / "config.toml"
+
+
+def user_catalog_file() -> Path:
+    """Local model aliases registered by ``mlxchat import --name``."""
+    return config_dir() / "models.toml"
+
+
+def database_file() -> Path:
+    return data_dir() / "sessions.db"
+
+
+def snapshots_dir() -> Path:
+    return data_dir() / "snapshots"
+
+
+def models_cache_dir() -> Path:
+    """Converted models, one folder per source file hash and converter version."""
+    return cache_dir() / "models"
