@@ -131,3 +131,19 @@ def human_bytes(n: int | float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+@dataclass
+class SessionSummary:
+    """One row of the sessions browser / ``mlxchat sessions list``."""
+
+    id: int
+    title: str
+    model: str
+    created: float
+    updated: float
+    message_count: int = 0
+    snapshot_bytes: int = 0
+    """Size of the session's KV snapshot file on disk, 0 if none."""
+    snippet: str = ""
+    """For a search result: the matching text with the match in [brackets]."""

@@ -1,0 +1,84 @@
+"""What a turn reports while it runs; plain data, consumed by the CLI and the UI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mlxchat.chat import TurnStats
+
+
+class EngineError(Exception):
+    """A turn was refused before it started; the message is one line for the user."""
+
+
+class ContextOverflowError(EngineError):
+    """The conversation does not fit the context window under the chosen policy."""
+
+
+@dataclass
+class PrefillProgress:
+    """Prompt processing: ``done`` of ``total`` new tokens, at ``tps`` tokens/s."""
+
+    done: int
+    total: int
+    tps: float = 0.0
+
+
+@dataclass
+class TextDelta:
+    """New reply text; ``generated_tokens`` so far at ``decode_tps``."""
+
+    text: str
+    generated_tokens: int
+    decode_tps: float = 0.0
+
+
+@dataclass
+class TurnDone:
+    """The last event of a turn (also after a cancel): the whole reply and its stats."""
+
+    reply: str
+    stats: TurnStats
+    dropped_messages: int = 0
+    """Oldest messages the drop_oldest policy left out of this turn's prompt."""
+
+
+Event = PrefillProgress | TextDelta | TurnDone
+
+
+@dataclass
+class SnapshotInfo:
+    """A KV snapshot written to disk."""
+
+    path: str
+    bytes: int
+    checksum: str
+    """sha256 of the file."""
+    tokens: int
+    mlx_lm_version: str
+    kv_bits: int | None = None
+
+
+@dataclass
+class SnapshotLoad:
+    """Outcome of loading a snapshot: ``ok`` or a ``reason`` it was rejected."""
+
+    ok: bool
+    tokens: int = 0
+    reason: str | None = None
+
+
+@dataclass
+class EngineState:
+    """Live figures for the gauges, read from the cache arrays and MLX."""
+
+    model_name: str = ""
+    cached_tokens: int = 0
+    context_window: int = 0
+    kv_bytes: int = 0
+    kv_bits: int | None = None
+    weights_bytes: int = 0
+    bits_per_weight: float = 0.0
+    peak_memory_bytes: int = 0
+    busy: bool = False
+    last_stats: TurnStats | None = field(default=None)
