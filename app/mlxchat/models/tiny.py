@@ -34,6 +34,11 @@ def _byte_chars() -> list[str]:
     return [chr(c) for _, c in sorted(zip(bs, cs))]
 
 
+def _byte_order() -> list[int]:
+    """The byte each non-special token stands for, in vocabulary order."""
+    return list(range(256))
+
+
 def write_tiny_model(
     folder: Path,
     *,
@@ -64,14 +69,17 @@ def write_tiny_model(
         "rms_norm_eps": 1e-5,
         "rope_theta": 10000.0,
         "max_position_embeddings": context_window,
-        "tie_word_embeddings": True,
+        "tie_word_embeddings": False,
         "bos_token_id": 1,
         "eos_token_id": 2,
     }
     mx.random.seed(seed)
     model = llama.Model(llama.ModelArgs.from_dict(config))
-    # Larger-than-default logits so greedy decoding is not a flat tie.
-    model.update(tree_map(lambda x: x * 2.0 if x.ndim == 2 else x, model.parameters()))
+    # Only printable ASCII can win, so replies are text that re-tokenizes to
+    # the same ids (random bytes >127 would not round-trip through UTF-8).
+    printable = mx.array([b in range(32, 127) or b == 10 for b in _byte_order()])
+    mask = mx.concatenate([mx.zeros((len(SPECIALS),)), printable.astype(mx.float32)])
+    model.lm_head.weight = model.lm_head.weight * 4.0 * mask[:, None]
     if quantize_bits:
         nn.quantize(model, group_size=32, bits=quantize_bits)
         config["quantization"] = {"group_size": 32, "bits": quantize_bits}

@@ -1,0 +1,95 @@
+"""KV cache accounting and reshaping on top of mlx-lm's cache classes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import mlx.core as mx
+from mlx.utils import tree_flatten
+from mlx_lm.models.cache import KVCache, QuantizedKVCache
+
+
+def offset(cache: list[Any]) -> int:
+    """Tokens held (all layers hold the same number)."""
+    return int(cache[0].offset) if cache else 0
+
+
+def _used_fraction(arr: mx.array, used: int) -> int:
+    """Bytes of the first ``used`` positions of a (B, H, T, D) array."""
+    return arr.nbytes * used // arr.shape[-2] if arr.shape[-2] else 0
+
+
+def kv_bytes(cache: list[Any]) -> int:
+    """Bytes the cache holds for its used length, summed from its arrays.
+
+    mlx-lm allocates in 256-slot steps; the unused tail is not counted.
+    """
+    total = 0
+    for c in cache:
+        keys = getattr(c, "keys", None)
+        if keys is None:
+            total += c.nbytes if not isinstance(c, (KVCache, QuantizedKVCache)) else 0
+            continue
+        used = min(int(c.offset), _seq_len(c))
+        for _, arr in tree_flatten((c.keys, c.values)):
+            total += _used_fraction(arr, used)
+    return total
+
+
+def _seq_len(c: Any) -> int:
+    keys = c.keys[0] if isinstance(c.keys, (tuple, list)) else c.keys
+    return keys.shape[-2]
+
+
+def bits(cache: list[Any]) -> int | None:
+    """The KV bit width when quantized, else None (the model's dtype)."""
+    for c in cache:
+        if isinstance(c, QuantizedKVCache):
+            return c.bits
+    return None
+
+
+def dtype_label(cache: list[Any]) -> str:
+    b = bits(cache)
+    if b:
+        return f"{b}-bit"
+    for c in cache:
+        if getattr(c, "keys", None) is not None:
+            return {mx.float16: "fp16", mx.bfloat16: "bf16", mx.float32: "fp32"}.get(
+                c.keys.dtype, str(c.keys.dtype))
+    return "-"
+
+
+def group_size_for(head_dim: int) -> int:
+    """mx.quantize wants the last axis divisible by the group size."""
+    return 64 if head_dim % 64 == 0 else 32
+
+
+def quantize(cache: list[Any], kv_bits: int, head_dim: int) -> list[Any]:
+    """Plain KVCache layers -> QuantizedKVCache at ``kv_bits`` (others kept)."""
+    group = group_size_for(head_dim)
+    return [c.to_quantized(group_size=group, bits=kv_bits) if isinstance(c, KVCache) else c
+            for c in cache]
+
+
+def trimmed_copy(cache: list[Any]) -> list[Any]:
+    """Cache objects whose arrays stop at the used length, for saving to disk."""
+    out = []
+    for c in cache:
+        n = int(c.offset)
+        if isinstance(c, QuantizedKVCache):
+            q = QuantizedKVCache(group_size=c.group_size, bits=c.bits)
+            if c.keys is not None:
+                q.keys = tuple(a[..., :n, :] for a in c.keys)
+                q.values = tuple(a[..., :n, :] for a in c.values)
+            q.offset = n
+            out.append(q)
+        elif isinstance(c, KVCache):
+            k = KVCache()
+            if c.keys is not None:
+                k.keys, k.values = c.keys[..., :n, :], c.values[..., :n, :]
+            k.offset = n
+            out.append(k)
+        else:
+            out.append(c)
+    return out

@@ -1,0 +1,114 @@
+"""Turning a conversation into prompt tokens: rendering, fitting the window,
+and explaining why the cache could not be reused."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from mlxchat.chat import Message
+from mlxchat.engine.events import ContextOverflowError
+
+
+def as_dicts(messages: Sequence[Message]) -> list[dict[str, str]]:
+    return [{"role": m.role, "content": m.content} for m in messages]
+
+
+def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bool = True
+           ) -> list[int]:
+    """Token ids of the conversation through the model's chat template."""
+    ids = tokenizer.apply_chat_template(as_dicts(messages),
+                                        add_generation_prompt=generation_prompt)
+    return list(ids)
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@dataclass
+class FittedPrompt:
+    tokens: list[int]
+    messages: list[Message]
+    dropped: int
+
+
+def reply_reserve(max_tokens: int, window: int) -> int:
+    """Tokens kept free for the reply when deciding what fits (at most half the window)."""
+    return max(1, min(max_tokens, window // 2))
+
+
+def fit(tokenizer: Any, messages: Sequence[Message], *, window: int, max_tokens: int,
+        policy: str) -> FittedPrompt:
+    """Render ``messages``; when they overflow the window apply ``policy``.
+
+    ``drop_oldest`` removes the oldest non-system messages (keeping the newest
+    one) until the prompt plus the reply reserve fits; ``stop`` refuses.
+    """
+    messages = list(messages)
+    reserve = reply_reserve(max_tokens, window)
+    tokens = render(tokenizer, messages)
+    if len(tokens) + reserve <= window:
+        return FittedPrompt(tokens, messages, 0)
+    system = [m for m in messages[:1] if m.role == "system"]
+    rest = messages[len(system):]
+    minimal = render(tokenizer, system + rest[-1:])
+    if len(minimal) >= window:
+        size = len(render(tokenizer, rest[-1:], generation_prompt=False)) if rest else 0
+        raise ContextOverflowError(
+            f"This message is {size:,} tokens (the prompt with it {len(minimal):,}); "
+            f"the context window is {window:,} tokens. Shorten it or attach less.")
+    if policy == "stop":
+        raise ContextOverflowError(
+            f"The conversation needs {len(tokens):,} tokens plus {reserve:,} for the reply; "
+            f"the context window is {window:,}. Start a /new session, "
+            "`/set context_policy drop_oldest`, or lower max_tokens.")
+    dropped = 0
+    while len(rest) > 1 and len(tokens) + reserve > window:
+        # Drop whole exchanges so the history never starts with a reply.
+        cut = 2 if len(rest) > 2 and rest[0].role == "user" and rest[1].role == "assistant" else 1
+        rest = rest[cut:]
+        dropped += cut
+        tokens = render(tokenizer, system + rest)
+    return FittedPrompt(tokens, system + rest, dropped)
+
+
+def message_token_counts(tokenizer: Any, messages: Sequence[Message]) -> list[int]:
+    """Tokens each message adds to the rendered prompt (template overhead included).
+
+    Renders every prefix; the differences are what each message costs.
+    """
+    counts, prev = [], 0
+    for i in range(1, len(messages) + 1):
+        n = len(render(tokenizer, messages[:i], generation_prompt=False))
+        counts.append(max(0, n - prev))
+        prev = n
+    return counts
+
+
+def first_difference(old: Sequence[tuple[str, str]], new: Sequence[Message]) -> int:
+    """Index of the first message that differs between two conversations."""
+    i = 0
+    while i < min(len(old), len(new)) and old[i] == (new[i].role, new[i].content):
+        i += 1
+    return i
+
+
+def miss_reason(previous: Sequence[tuple[str, str]], fitted: FittedPrompt,
+                original: Sequence[Message]) -> str:
+    """Words for why the cache held tokens this turn could not reuse."""
+    if fitted.dropped:
+        return f"context overflow: dropped {fitted.dropped} oldest messages"
+    k = first_difference(previous, original)
+    if k == len(previous):
+        return "template re-rendered an earlier turn"
+    changed = previous[k]
+    if changed[0] == "system" or (k < len(original) and original[k].role == "system"):
+        return "system prompt changed"
+    if k == len(original) and changed[0] == "assistant":
+        return "reply retried: trimmed back to the branch point"
+    return f"history edited at message {k + 1}: trimmed back to the branch point"

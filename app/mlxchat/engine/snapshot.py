@@ -1,0 +1,121 @@
+"""KV snapshots: the live cache on disk, validated before it is trusted again.
+
+A safetensors file written by mlx-lm's ``save_prompt_cache`` (trimmed to the
+used length), with metadata naming everything the cache depends on. Any
+mismatch or damage is a ``SnapshotRejected`` with a reason, never a crash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx.utils import tree_flatten
+from mlx_lm import __version__ as MLX_LM_VERSION
+from mlx_lm.models.cache import load_prompt_cache, save_prompt_cache
+
+from mlxchat.engine import kv
+from mlxchat.engine.events import SnapshotInfo
+
+FORMAT = "mlxchat-kv-1"
+
+
+class SnapshotRejected(Exception):
+    """The snapshot cannot be used; str(exc) says why, in a few words."""
+
+
+@dataclass
+class Snapshot:
+    cache: list[Any]
+    tokens: list[int]
+    kv_bits: int | None
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _tensor_digest(cache: list[Any]) -> str:
+    """sha256 over every array's bytes, so damage inside the data is caught."""
+    h = hashlib.sha256()
+    for name, arr in tree_flatten([c.state for c in cache]):
+        if isinstance(arr, mx.array):
+            h.update(name.encode())
+            h.update(memoryview(np.ascontiguousarray(arr.view(mx.uint8) if arr.dtype == mx.bfloat16
+                                           else arr)).cast("B"))
+    return h.hexdigest()
+
+
+def save(path: Path, cache: list[Any], tokens: list[int], *, fingerprint: str,
+         template_hash: str) -> SnapshotInfo:
+    """Write the cache atomically: temp file, fsync, rename."""
+    if kv.offset(cache) != len(tokens):
+        raise ValueError("cache and token list disagree")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    trimmed = kv.trimmed_copy(cache)
+    mx.eval([c.state for c in trimmed])
+    bits = kv.bits(cache)
+    metadata = {
+        "format": FORMAT,
+        "mlx_lm_version": MLX_LM_VERSION,
+        "model_fingerprint": fingerprint,
+        "template_hash": template_hash,
+        "kv_bits": str(bits or 0),
+        "tokens": json.dumps(tokens),
+        "tensor_sha256": _tensor_digest(trimmed),
+    }
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.safetensors")
+    try:
+        save_prompt_cache(str(tmp), trimmed, metadata)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return SnapshotInfo(path=str(path), bytes=path.stat().st_size, checksum=file_sha256(path),
+                        tokens=len(tokens), mlx_lm_version=MLX_LM_VERSION, kv_bits=bits)
+
+
+def load(path: Path, *, fingerprint: str, template_hash: str, num_layers: int,
+         expected_checksum: str | None = None) -> Snapshot:
+    """Load and validate a snapshot, or raise SnapshotRejected with the reason."""
+    path = Path(path)
+    if not path.is_file():
+        raise SnapshotRejected(f"file missing ({path.name})")
+    if expected_checksum and file_sha256(path) != expected_checksum:
+        raise SnapshotRejected("checksum mismatch (file changed or damaged)")
+    try:
+        cache, meta = load_prompt_cache(str(path), return_metadata=True)
+    except Exception as exc:  # mx.load raises bare RuntimeError/ValueError on damage
+        raise SnapshotRejected(f"unreadable file ({type(exc).__name__})") from None
+    if meta.get("format") != FORMAT:
+        raise SnapshotRejected("not an mlxchat snapshot")
+    if meta.get("mlx_lm_version") != MLX_LM_VERSION:
+        raise SnapshotRejected(
+            f"written by mlx-lm {meta.get('mlx_lm_version')}, running {MLX_LM_VERSION}")
+    if meta.get("model_fingerprint") != fingerprint:
+        raise SnapshotRejected("made with other model weights")
+    if meta.get("template_hash") != template_hash:
+        raise SnapshotRejected("made with another chat template")
+    try:
+        tokens = [int(t) for t in json.loads(meta["tokens"])]
+        bits = int(meta["kv_bits"]) or None
+    except (KeyError, ValueError, TypeError):
+        raise SnapshotRejected("damaged metadata") from None
+    if len(cache) != num_layers or kv.offset(cache) != len(tokens):
+        raise SnapshotRejected("layer count or length does not match")
+    if meta.get("tensor_sha256") != _tensor_digest(cache):
+        raise SnapshotRejected("data damaged (tensor checksum mismatch)")
+    return Snapshot(cache=cache, tokens=tokens, kv_bits=bits)
