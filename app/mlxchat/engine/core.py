@@ -44,10 +44,9 @@ class _Cancelled(Exception):
 class ChatEngine:
     """Drive one loaded model; every public method is safe from any thread."""
 
-    #: Prefill chunks aim at this many seconds, so a cancel lands quickly.
-    chunk_seconds = 0.25
-
-    def __init__(self, loaded: LoadedModel):
+    def __init__(self, loaded: LoadedModel, *, chunk_seconds: float = 0.25):
+        # Prefill chunks aim at chunk_seconds each, so a cancel lands quickly.
+        self.chunk_seconds = chunk_seconds
         self._loaded = loaded
         self._jobs: queue.Queue = queue.Queue()
         self._cancel = threading.Event()  # the running turn's; read on the engine thread
@@ -210,7 +209,7 @@ class ChatEngine:
             bits_per_weight=info.bits_per_weight, peak_memory_bytes=mx.get_peak_memory(),
             busy=busy, last_stats=stats or self._state.last_stats)
 
-    def _reuse(self, tokens: list[int], settings: GenerationSettings,
+    def _reuse(self, tokens: list[int], settings: GenerationSettings, tail: int,
                fitted: prompt.FittedPrompt, messages: list[Message]) -> tuple[int, str | None]:
         """Trim the cache to the longest prefix it shares with ``tokens``."""
         reason = self._pending_reason
@@ -222,15 +221,16 @@ class ChatEngine:
             else:
                 self._reset_cache()
                 return 0, "KV bit width changed"
-        common = prompt.common_prefix(self._tokens, tokens)
-        common = min(common, len(tokens) - 1)  # the last token is always fed for logits
+        shared = prompt.common_prefix(self._tokens, tokens)
+        common = min(shared, len(tokens) - tail)  # the tail is always fed for logits
         if common < len(self._tokens):
             if not can_trim_prompt_cache(self._cache):
                 self._reset_cache()
                 return 0, "cache not trimmable"
             trim_prompt_cache(self._cache, len(self._tokens) - common)
+            if shared < len(self._tokens):
+                reason = reason or prompt.miss_reason(self._conversation, fitted, messages)
             del self._tokens[common:]
-            reason = reason or prompt.miss_reason(self._conversation, fitted, messages)
         return common, reason
 
     def _prefill(self, tokens: list[int], emit: Callable[[Event], None]) -> float:
@@ -262,7 +262,10 @@ class ChatEngine:
         tokens = fitted.tokens
         source = self._source if self._tokens else "cold"
         mx.reset_peak_memory()
-        reused, reason = self._reuse(tokens, settings, fitted, messages)
+        # generate_step gets the tail: its logits processors (repetition
+        # penalty) then see the same recent context whatever was reused.
+        tail = 1 if settings.repetition_penalty == 1.0 else min(20, len(tokens))
+        reused, reason = self._reuse(tokens, settings, tail, fitted, messages)
         if reused == 0:
             source = "cold"
         if settings.kv_bits and kv.bits(self._cache) is None:
@@ -270,9 +273,6 @@ class ChatEngine:
         if settings.seed is not None:
             mx.random.seed(settings.seed)
         self._refresh_state(busy=True)
-        # Everything but the tail is prefilled here (cancellable); generate_step
-        # gets the tail so its logits processors see recent context.
-        tail = 1 if settings.repetition_penalty == 1.0 else min(20, len(tokens) - reused)
         body = tokens[reused:len(tokens) - tail]
         stats = TurnStats(prompt_tokens=len(tokens), reused_tokens=reused,
                           prefilled_tokens=len(tokens) - reused, miss_reason=reason,

@@ -1,0 +1,150 @@
+"""Cancellation, context overflow and KV cache quantization."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlxchat.chat import GenerationSettings, Message
+from mlxchat.engine import ChatEngine, ContextOverflowError, PrefillProgress, TextDelta, TurnDone
+
+from .conftest import GREEDY, run
+
+
+def test_cancel_mid_decode_keeps_partial_reply_and_consistent_cache(engine):
+    msgs = [Message("user", "Write a long essay.")]
+    long = GenerationSettings(temperature=0.0, max_tokens=400)
+    events = engine.turn(msgs, long)
+    deltas = []
+    done = None
+    for ev in events:
+        if isinstance(ev, TextDelta):
+            deltas.append(ev.text)
+            if len(deltas) == 3:
+                engine.cancel()
+        elif isinstance(ev, TurnDone):
+            done = ev
+    assert done.stats.finish_reason == "cancelled"
+    assert done.reply == "".join(deltas)
+    assert 3 <= done.stats.generated_tokens <= 5  # stops within about one token
+    assert engine.state().cached_tokens == done.stats.context_used
+    assert len(engine.cached_tokens) == done.stats.context_used
+    # The partial reply continues the conversation with full reuse.
+    nxt = run(engine, msgs + [Message("assistant", done.reply), Message("user", "Go on.")])
+    assert nxt.stats.reused_tokens == done.stats.context_used
+    assert nxt.stats.miss_reason is None
+
+
+def test_cancel_mid_prefill_keeps_the_chunks_done(tiny):
+    engine = ChatEngine(tiny, chunk_seconds=0.0)  # smallest chunks: 16 tokens
+    try:
+        msgs = [Message("user", "word " * 300)]
+        done = None
+        seen = []
+        for ev in engine.turn(msgs, GREEDY):
+            if isinstance(ev, PrefillProgress):
+                seen.append(ev)
+                if ev.done > 0:
+                    engine.cancel()
+            if isinstance(ev, TurnDone):
+                done = ev
+        assert done.stats.finish_reason == "cancelled"
+        assert done.reply == "" and done.stats.generated_tokens == 0
+        held = done.stats.context_used
+        assert 0 < held < done.stats.prompt_tokens
+        # The cancel lands within one chunk of the progress event that asked.
+        assert len(seen) <= 3 and held <= 64 + 16
+        assert engine.state().cached_tokens == held
+        again = run(engine, msgs)
+        assert again.stats.reused_tokens == held and again.stats.miss_reason is None
+    finally:
+        engine.close()
+
+
+def test_closing_the_event_iterator_cancels(engine):
+    it = engine.turn([Message("user", "Talk.")], GenerationSettings(temperature=0, max_tokens=500))
+    for ev in it:
+        if isinstance(ev, TextDelta):
+            break
+    it.close()
+    # The engine is free again and consistent.
+    done = run(engine, [Message("user", "Talk.")])
+    assert done.stats.finish_reason == "length"
+
+
+def _long_history(turns: int) -> list[Message]:
+    msgs = [Message("system", "Sys.")]
+    for i in range(turns):
+        msgs += [Message("user", f"user message {i} " + "x" * 40),
+                 Message("assistant", f"reply {i} " + "y" * 40)]
+    return msgs + [Message("user", "the newest question")]
+
+
+def test_drop_oldest_keeps_system_and_newest(tiny_small_window):
+    engine = ChatEngine(tiny_small_window)
+    try:
+        msgs = _long_history(6)
+        done = run(engine, msgs, GenerationSettings(temperature=0, max_tokens=20))
+        assert done.dropped_messages > 0 and done.dropped_messages % 2 == 0
+        assert done.stats.dropped_messages == done.dropped_messages
+        assert done.stats.prompt_tokens + 20 <= 256
+        kept = [msgs[0]] + msgs[1 + done.dropped_messages:]
+        assert done.stats.prompt_tokens == engine.count_tokens(kept)
+        # A follow-up that overflows again explains the cache miss.
+        more = kept + [Message("assistant", done.reply), Message("user", "z" * 60)]
+        nxt = run(engine, [msgs[0]] + msgs[1:] + more[len(kept):],
+                  GenerationSettings(temperature=0, max_tokens=20))
+        assert nxt.stats.miss_reason.startswith("context overflow: dropped")
+    finally:
+        engine.close()
+
+
+def test_stop_policy_refuses_with_sizes(tiny_small_window):
+    engine = ChatEngine(tiny_small_window)
+    try:
+        stop = GenerationSettings(max_tokens=20, context_policy="stop")
+        with pytest.raises(ContextOverflowError, match="context window is 256"):
+            list(engine.turn(_long_history(6), stop))
+        assert engine.state().cached_tokens == 0  # nothing changed
+    finally:
+        engine.close()
+
+
+def test_message_larger_than_window_is_refused(tiny_small_window):
+    engine = ChatEngine(tiny_small_window)
+    try:
+        with pytest.raises(ContextOverflowError) as err:
+            list(engine.turn([Message("user", "q" * 400)], GREEDY))
+        assert "400 tokens" in str(err.value) or "tokens" in str(err.value)
+        assert "256" in str(err.value)
+        # The engine still works afterwards.
+        assert run(engine, [Message("user", "short")]).stats.generated_tokens > 0
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("bits,limit", [(8, 0.35), (4, 0.2)])
+def test_quantized_kv_cache_saves_bytes_and_survives_snapshots(tiny64, tmp_path, bits, limit):
+    msgs = [Message("user", "A question with some words in it. " * 6)]
+    plain, quant = ChatEngine(tiny64), ChatEngine(tiny64)
+    try:
+        a = run(plain, msgs)
+        b = run(quant, msgs, GenerationSettings(temperature=0, max_tokens=12, kv_bits=bits))
+        assert a.stats.context_used == b.stats.context_used
+        assert b.stats.kv_bits == bits and quant.state().kv_bits == bits
+        assert b.stats.kv_bytes / a.stats.kv_bytes <= limit
+        info = quant.save_snapshot(tmp_path / "q.safetensors")
+        assert info.kv_bits == bits
+        fresh = ChatEngine(tiny64)
+        assert fresh.load_snapshot(info.path, expected_checksum=info.checksum,
+                                   conversation=msgs).ok
+        assert fresh.state().kv_bits == bits
+        follow = msgs + [Message("assistant", b.reply), Message("user", "More?")]
+        c = run(fresh, follow, GenerationSettings(temperature=0, max_tokens=12, kv_bits=bits))
+        assert c.stats.cache_source == "snapshot" and c.stats.reused_tokens == b.stats.context_used
+        fresh.close()
+        # Turning quantization off cannot reuse a quantized cache.
+        d = run(quant, follow)
+        assert d.stats.miss_reason == "KV bit width changed" and d.stats.kv_bits is None
+    finally:
+        plain.close()
+        quant.close()
