@@ -1,0 +1,49 @@
+"""Shared pieces of the benchmarks: model choice and decode timing."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from mlxchat.models.info import LoadedModel
+
+
+def small_llama() -> LoadedModel:
+    """A random llama big enough that compute dominates (head_dim 64)."""
+    from mlxchat.models.loader import load_folder
+    from mlxchat.models.tiny import write_tiny_model
+
+    folder = Path(tempfile.mkdtemp(prefix="mlxchat-bench-"))
+    return load_folder(write_tiny_model(folder, hidden_size=256, num_layers=4, num_heads=4,
+                                        num_kv_heads=2, intermediate_size=688,
+                                        context_window=4096))
+
+
+def pick_model(name: str) -> LoadedModel:
+    if name == "small-llama":
+        return small_llama()
+    from mlxchat.models import load_model
+
+    return load_model(name)
+
+
+def raw_decode_tps(loaded: LoadedModel, prompt_ids: list[int], max_tokens: int) -> tuple[float, float]:
+    """(prefill tok/s, decode tok/s) of plain mlx_lm.stream_generate, timed like the engine:
+    decode = (tokens - 1) / (last token time - first token time)."""
+    from mlx_lm import stream_generate
+
+    start = time.perf_counter()
+    first = last = None
+    n = 0
+    for _ in stream_generate(loaded.model, loaded.tokenizer, prompt_ids, max_tokens=max_tokens):
+        last = time.perf_counter()
+        first = first or last
+        n += 1
+    prefill = len(prompt_ids) / (first - start)
+    return prefill, (n - 1) / max(last - first, 1e-9)
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
