@@ -142,6 +142,14 @@ class ChatEngine:
                 fut.exception()
             self._cancels.discard(cancel)
 
+    def check_fits(self, messages: Sequence[Message], settings: GenerationSettings) -> int:
+        """Raise ContextOverflowError if a turn would be refused; else the
+        number of messages the drop_oldest policy would leave out."""
+        return prompt.fit(self._loaded.tokenizer, messages,
+                          window=self._loaded.info.context_window,
+                          max_tokens=settings.max_tokens,
+                          policy=settings.context_policy).dropped
+
     def count_tokens(self, messages: Sequence[Message]) -> int:
         return len(prompt.render(self._loaded.tokenizer, messages))
 

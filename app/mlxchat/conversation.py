@@ -1,0 +1,255 @@
+"""Conversation: one open session driving one engine, shared by the CLI, the
+slash commands and the UI (which only renders what this reports).
+
+Durability order: a user message is committed before generation starts; the
+reply is committed when it finishes or is cancelled; then the KV snapshot is
+written and recorded, and only then are older snapshot files deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from mlxchat import paths
+from mlxchat.chat import GenerationSettings, Message, Session, TurnStats
+from mlxchat.config import Settings
+from mlxchat.engine import ChatEngine, EngineError, EngineState, Event, SnapshotLoad, TurnDone
+from mlxchat.models.info import LoadedModel
+from mlxchat.store import SessionStore, StoreError
+
+log = logging.getLogger(__name__)
+
+ModelLoader = Callable[[str], LoadedModel]
+
+
+class ConversationError(Exception):
+    """A request that cannot be carried out; one line for the user."""
+
+
+@dataclass
+class Attachment:
+    """A text file waiting to go into the next message."""
+
+    path: Path
+    text: str
+    tokens: int
+
+
+class Conversation:
+    def __init__(self, *, settings: Settings, store: SessionStore, engine: ChatEngine,
+                 model_spec: str, load_model: ModelLoader | None = None):
+        self.settings = settings
+        self.store = store
+        self.engine = engine
+        self.model_spec = model_spec
+        self._load_model = load_model
+        self.attachments: list[Attachment] = []
+        self.last_stats: TurnStats | None = None
+        self.last_snapshot: SnapshotLoad | None = None
+        self.session: Session = self._new_session()
+
+    # -- sessions ----------------------------------------------------------
+    def _new_session(self) -> Session:
+        return self.store.create_session(self.model_spec, self.settings.system_prompt,
+                                         GenerationSettings.from_dict(
+                                             self.settings.generation.to_dict()))
+
+    def new_session(self) -> Session:
+        """Start an empty session; the engine cache stays until the next turn trims it."""
+        self.session = self._new_session()
+        self.attachments.clear()
+        self.last_stats = None
+        return self.session
+
+    def open_session(self, id_or_title: str | int) -> Session:
+        """Open a saved session and restore its KV snapshot when one is usable."""
+        session = (self.store.get_session(id_or_title) if isinstance(id_or_title, int)
+                   else self.store.find_session(id_or_title))
+        if session.model and session.model != self.model_spec:
+            self.switch_model(session.model)
+        self.session = session
+        self.attachments.clear()
+        self.last_stats = None
+        self.restore_snapshot()
+        return session
+
+    def reload(self) -> Session:
+        self.session = self.store.get_session(self.session.id)
+        return self.session
+
+    def restore_snapshot(self) -> SnapshotLoad | None:
+        """Load the session's newest snapshot into the engine (a rejection is
+        reported by the next turn as its miss reason)."""
+        record = self.store.latest_snapshot(self.session.id)
+        if record is None:
+            self.last_snapshot = None
+            return None
+        covered: list[Message] = []
+        if record.leaf_id is not None:
+            try:
+                covered = self.store.branch_path(record.leaf_id)
+            except StoreError:
+                covered = []
+        self.last_snapshot = self.engine.load_snapshot(
+            record.path, expected_checksum=record.sha256,
+            conversation=self._with_system(covered))
+        return self.last_snapshot
+
+    # -- what the engine sees ------------------------------------------------
+    @property
+    def messages(self) -> list[Message]:
+        """The current branch (user and assistant messages), root first."""
+        return list(self.session.messages)
+
+    @property
+    def generation(self) -> GenerationSettings:
+        return self.session.settings
+
+    def _with_system(self, messages: list[Message]) -> list[Message]:
+        system = self.session.system_prompt
+        return ([Message("system", system)] if system else []) + list(messages)
+
+    def engine_messages(self, extra: list[Message] | None = None) -> list[Message]:
+        return self._with_system(self.messages + (extra or []))
+
+    def state(self) -> EngineState:
+        return self.engine.state()
+
+    # -- turns ---------------------------------------------------------------
+    def compose(self, text: str) -> str:
+        """The user's text with any pending attachments in front."""
+        parts = [f'<file name="{a.path.name}">\n{a.text}\n</file>' for a in self.attachments]
+        return "\n\n".join(parts + [text]) if parts else text
+
+    def send(self, text: str) -> Iterator[Event]:
+        """Commit the user message, then run the turn; yields the engine's events."""
+        if not text.strip():
+            raise ConversationError("Nothing to send.")
+        content = self.compose(text)
+        self.engine.check_fits(self.engine_messages([Message("user", content)]), self.generation)
+        self.store.add_message(self.session.id, "user", content)
+        self.attachments.clear()
+        self.reload()
+        return self._run_turn()
+
+    def retry(self) -> Iterator[Event]:
+        """Answer the last user message again, as a new branch beside the old reply."""
+        msgs = self.messages
+        if not msgs:
+            raise ConversationError("Nothing to retry yet.")
+        if msgs[-1].role == "assistant":
+            self.store.set_leaf(self.session.id, msgs[-1].parent_id)
+            self.reload()
+        return self._run_turn()
+
+    def edit_last(self, text: str) -> Iterator[Event]:
+        """Replace the last user message with ``text`` on a new branch and answer it."""
+        last = self.last_user_message()
+        if last is None:
+            raise ConversationError("There is no message to edit yet.")
+        if not text.strip():
+            raise ConversationError("The edited message is empty.")
+        self.store.set_leaf(self.session.id, last.parent_id)
+        self.store.add_message(self.session.id, "user", text)
+        self.reload()
+        return self._run_turn()
+
+    def undo(self) -> int:
+        """Step back before the last user message (kept on its branch); returns
+        how many messages left the current branch."""
+        last = self.last_user_message()
+        if last is None:
+            raise ConversationError("Nothing to undo.")
+        before = len(self.messages)
+        self.store.set_leaf(self.session.id, last.parent_id)
+        return before - len(self.reload().messages)
+
+    def last_user_message(self) -> Message | None:
+        return next((m for m in reversed(self.messages) if m.role == "user"), None)
+
+    def cancel(self) -> None:
+        self.engine.cancel()
+
+    def _run_turn(self) -> Iterator[Event]:
+        if not self.messages or self.messages[-1].role != "user":
+            raise ConversationError("The conversation does not end with a message to answer.")
+        done: TurnDone | None = None
+        try:
+            for event in self.engine.turn(self.engine_messages(), self.generation):
+                if isinstance(event, TurnDone):
+                    done = event
+                yield event
+        finally:
+            if done is not None:
+                self._finish(done)
+
+    def _finish(self, done: TurnDone) -> None:
+        stats = done.stats
+        self.last_stats = stats
+        cancelled = stats.finish_reason == "cancelled"
+        if done.reply or not cancelled:
+            self.store.add_message(self.session.id, "assistant", done.reply, stats=stats,
+                                   token_count=stats.generated_tokens, cancelled=cancelled)
+        self.reload()
+        self.save_snapshot()
+
+    def save_snapshot(self) -> Path | None:
+        """Write the live cache for the session's leaf; never raises (disk full,
+        permissions): the conversation is already committed."""
+        if not self.engine.state().cached_tokens or self.session.id is None:
+            return None
+        leaf = self.session.leaf_id
+        path = paths.snapshots_dir() / f"session-{self.session.id}-{leaf}.safetensors"
+        try:
+            paths.ensure_private_dir(path.parent)
+            info = self.engine.save_snapshot(path)
+            old = self.store.record_snapshot(
+                self.session.id, leaf, path, sha256=info.checksum, token_count=info.tokens,
+                file_bytes=info.bytes, mlx_lm_version=info.mlx_lm_version, kv_bits=info.kv_bits)
+        except (OSError, ValueError, StoreError) as exc:
+            log.warning("snapshot not saved: %s", exc)
+            return None
+        for stale in old:
+            if Path(stale) != path:
+                Path(stale).unlink(missing_ok=True)
+        return path
+
+    def drop_snapshot(self) -> int:
+        """Forget the live cache and delete the session's snapshot files."""
+        self.engine.drop_cache("cache dropped by /cache drop")
+        files = self.store.drop_snapshots(self.session.id)
+        for f in files:
+            Path(f).unlink(missing_ok=True)
+        return len(files)
+
+    # -- settings and model --------------------------------------------------
+    def set_system_prompt(self, text: str | None) -> None:
+        self.session = self.store.update_system_prompt(self.session.id, text or None)
+
+    def update_generation(self, settings: GenerationSettings) -> None:
+        self.session = self.store.update_session_settings(self.session.id, settings)
+
+    def switch_model(self, spec: str) -> LoadedModel:
+        if self._load_model is None:
+            raise ConversationError("Switching models is not available here.")
+        loaded = self._load_model(spec)
+        self.engine.switch_model(loaded)
+        self.model_spec = spec
+        if self.session.id is not None:
+            self.session = self.store.update_model(self.session.id, spec)
+        return loaded
+
+    def window_left(self) -> int:
+        """Tokens still free in the context window for the next message."""
+        window = self.engine.loaded.info.context_window
+        used = self.engine.count_tokens(self.engine_messages()) if self.messages else 0
+        return window - used
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+__all__ = ["Attachment", "Conversation", "ConversationError", "EngineError"]
