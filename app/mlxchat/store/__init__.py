@@ -1,0 +1,24 @@
+"""The session store: sessions, branching messages, search, snapshots bookkeeping.
+
+Stdlib only (sqlite3, json); never imports textual or mlx.
+"""
+
+from mlxchat.store.base import CURRENT_LEAF, title_from
+from mlxchat.store.database import open_store
+from mlxchat.store.errors import StoreError
+from mlxchat.store.records import BranchInfo, SnapshotRecord
+from mlxchat.store.schema import SCHEMA_VERSION
+from mlxchat.store.search import fts_query
+from mlxchat.store.sessions import SessionStore
+
+__all__ = [
+    "CURRENT_LEAF",
+    "SCHEMA_VERSION",
+    "BranchInfo",
+    "SessionStore",
+    "SnapshotRecord",
+    "StoreError",
+    "fts_query",
+    "open_store",
+    "title_from",
+]

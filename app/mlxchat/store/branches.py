@@ -1,0 +1,124 @@
+"""Branch navigation, forks and bulk copies of message trees."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+import time
+from collections.abc import Sequence
+
+from mlxchat.chat import Message, Session
+from mlxchat.store.base import StoreBase, title_from
+from mlxchat.store.errors import StoreError
+from mlxchat.store.records import BranchInfo
+
+PREVIEW_LENGTH = 50
+
+_NEWEST_LEAF_BELOW = """
+    WITH RECURSIVE below(id) AS (
+        SELECT ?
+        UNION ALL
+        SELECT m.id FROM messages AS m JOIN below ON m.parent_id = below.id
+    )
+    SELECT max(b.id) FROM below AS b
+    WHERE NOT EXISTS (SELECT 1 FROM messages AS c WHERE c.parent_id = b.id)
+"""
+
+
+class BranchOps(StoreBase):
+    def branches(self, session_id: int) -> list[BranchInfo]:
+        """Every branch of the session, oldest first, with the current one marked."""
+        with self._reading() as cur:
+            current = self._session_row(cur, session_id)["leaf_id"]
+            rows = cur.execute(
+                "SELECT id, parent_id, role, substr(content, 1, 400) AS head, created"
+                " FROM messages WHERE session_id = ? ORDER BY id",
+                (session_id,),
+            ).fetchall()
+        nodes = {row["id"]: row for row in rows}
+        parents = {row["parent_id"] for row in rows if row["parent_id"] is not None}
+        ends = [i for i in nodes if i not in parents]
+        if current is not None and current in parents:
+            ends.append(current)
+        out = []
+        for end in sorted(ends):
+            count, preview, node = 0, "", end
+            while node is not None:
+                row = nodes[node]
+                count += 1
+                if not preview and row["role"] == "user":
+                    preview = title_from(row["head"], PREVIEW_LENGTH)
+                node = row["parent_id"]
+            out.append(BranchInfo(end, count, preview, nodes[end]["created"], end == current))
+        return out
+
+    def switch_branch(self, session_id: int, message_id: int) -> Session:
+        """Make the newest branch through ``message_id`` current (a leaf picks that branch)."""
+        with self._writing() as cur:
+            self._session_row(cur, session_id)
+            self._check_message(cur, session_id, message_id)
+            leaf = cur.execute(_NEWEST_LEAF_BELOW, (message_id,)).fetchone()[0]
+            return self._move_leaf(cur, session_id, leaf)
+
+    def set_leaf(self, session_id: int, message_id: int | None) -> Session:
+        """Move the current position to ``message_id`` (None: before the first message).
+
+        For /undo and /edit: the next message branches from there; nothing is deleted.
+        """
+        with self._writing() as cur:
+            self._session_row(cur, session_id)
+            if message_id is not None:
+                self._check_message(cur, session_id, message_id)
+            return self._move_leaf(cur, session_id, message_id)
+
+    def fork_session(self, session_id: int, at_message_id: int | None = None) -> Session:
+        """A new session with copies of the branch up to ``at_message_id`` (default: the leaf).
+
+        The copies get new ids; the original session is untouched. Snapshots are not copied.
+        """
+        with self._writing() as cur:
+            source = self._session(cur, session_id)
+            end = source.leaf_id
+            if at_message_id is not None:
+                self._check_message(cur, session_id, at_message_id)
+                end = at_message_id
+            path = self._path(cur, end)
+            meta = dataclasses.replace(
+                source, title=f"{source.title} (fork)", leaf_id=end, created=None
+            )
+            return self._copy_in(cur, meta, path)
+
+    def import_session(self, session: Session, messages: Sequence[Message]) -> Session:
+        """Store a new session with copies of ``messages`` (parents before children).
+
+        Message ids and ``session.leaf_id`` are the source's; they are remapped to new ids.
+        """
+        with self._writing() as cur:
+            return self._copy_in(cur, session, messages)
+
+    def _move_leaf(self, cur: sqlite3.Cursor, session_id: int, leaf_id: int | None) -> Session:
+        cur.execute(
+            "UPDATE sessions SET leaf_id = ?, updated = ? WHERE id = ?",
+            (leaf_id, time.time(), session_id),
+        )
+        return self._session(cur, session_id)
+
+    def _copy_in(self, cur: sqlite3.Cursor, meta: Session, messages: Sequence[Message]) -> Session:
+        session_id = self._new_session(cur, dataclasses.replace(meta, updated=None))
+        new_ids: dict[int, int] = {}
+        for message in messages:
+            if message.parent_id is not None and message.parent_id not in new_ids:
+                raise StoreError(
+                    f"Message {message.id} comes before its parent {message.parent_id}."
+                )
+            parent = None if message.parent_id is None else new_ids[message.parent_id]
+            new_id = self._insert_message(cur, session_id, parent, message)
+            if message.id is not None:
+                new_ids[message.id] = new_id
+        if meta.leaf_id is not None:
+            if meta.leaf_id not in new_ids:
+                raise StoreError(f"The current message {meta.leaf_id} is not among the messages.")
+            cur.execute(
+                "UPDATE sessions SET leaf_id = ? WHERE id = ?", (new_ids[meta.leaf_id], session_id)
+            )
+        return self._session(cur, session_id)

@@ -1,0 +1,43 @@
+"""Records the store returns besides the shared ones in ``mlxchat.chat``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class SnapshotRecord:
+    """A KV-cache snapshot file of a session, as recorded in the database."""
+
+    id: int
+    session_id: int
+    leaf_id: int | None
+    """The message the cached conversation ends at; None if that message was deleted."""
+    path: Path
+    sha256: str
+    """Hex digest of the file, checked before loading it."""
+    token_count: int
+    """Tokens held in the cache."""
+    file_bytes: int
+    """Size of the file."""
+    mlx_lm_version: str
+    """mlx-lm version that wrote it; another version recomputes instead of loading."""
+    kv_bits: int | None
+    created: float
+
+
+@dataclass(frozen=True)
+class BranchInfo:
+    """One branch of a session: the path from a root message to ``leaf_id``."""
+
+    leaf_id: int
+    message_count: int
+    """Messages from the root to the leaf, both included."""
+    preview: str
+    """First line of the last user message on the branch, shortened."""
+    updated: float
+    """When the leaf was stored."""
+    current: bool
+    """This is the session's current position. After /undo or /edit that position
+    is an inner message; it is then listed as an entry of its own."""

@@ -1,0 +1,150 @@
+"""Schema of the session database: an ordered list of migrations by ``PRAGMA user_version``.
+
+Migration N takes a database at version N-1 to version N. Each runs once, in its
+own transaction, together with the ``user_version`` bump, so a crash mid-way
+leaves the previous version intact. Append new migrations; never edit old ones.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from mlxchat.store.errors import StoreError, sqlite_errors
+
+V1_SESSIONS_AND_MESSAGES = (
+    """
+    CREATE TABLE sessions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        title TEXT NOT NULL DEFAULT 'New chat',
+        title_locked INTEGER NOT NULL DEFAULT 0,
+        model TEXT NOT NULL DEFAULT '',
+        system_prompt TEXT,
+        settings TEXT NOT NULL DEFAULT '{}',
+        created REAL NOT NULL,
+        updated REAL NOT NULL,
+        leaf_id INTEGER REFERENCES messages(id) ON DELETE SET NULL
+    )
+    """,
+    """
+    CREATE TABLE messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+        role TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant')),
+        content TEXT NOT NULL,
+        token_count INTEGER,
+        stats TEXT,
+        created REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX messages_by_session ON messages(session_id, id)",
+    "CREATE INDEX messages_by_parent ON messages(parent_id)",
+    "CREATE INDEX sessions_by_updated ON sessions(updated)",
+)
+
+V2_CANCELLED_AND_SNAPSHOTS = (
+    "ALTER TABLE messages ADD COLUMN cancelled INTEGER NOT NULL DEFAULT 0",
+    """
+    CREATE TABLE snapshots (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        leaf_id INTEGER REFERENCES messages(id) ON DELETE SET NULL,
+        path TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        token_count INTEGER NOT NULL,
+        file_bytes INTEGER NOT NULL,
+        mlx_lm_version TEXT NOT NULL,
+        kv_bits INTEGER,
+        created REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX snapshots_by_session ON snapshots(session_id, id)",
+)
+
+# External-content FTS5 index over messages.content, kept in sync by triggers;
+# 'rebuild' indexes the rows that existed before this migration.
+V3_FULL_TEXT_SEARCH = (
+    """
+    CREATE VIRTUAL TABLE messages_fts USING fts5(
+        content, content='messages', content_rowid='id',
+        tokenize='unicode61 remove_diacritics 2'
+    )
+    """,
+    """
+    CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
+        INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+    END
+    """,
+    """
+    CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', old.id, old.content);
+    END
+    """,
+    """
+    CREATE TRIGGER messages_fts_update AFTER UPDATE OF content ON messages BEGIN
+        INSERT INTO messages_fts(messages_fts, rowid, content)
+            VALUES ('delete', old.id, old.content);
+        INSERT INTO messages_fts(rowid, content) VALUES (new.id, new.content);
+    END
+    """,
+    "INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    V1_SESSIONS_AND_MESSAGES,
+    V2_CANCELLED_AND_SNAPSHOTS,
+    V3_FULL_TEXT_SEARCH,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def user_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def check_fts5(conn: sqlite3.Connection) -> None:
+    """Refuse early, and clearly, on a Python whose SQLite lacks FTS5."""
+    options = {row[0] for row in conn.execute("PRAGMA compile_options")}
+    if "ENABLE_FTS5" not in options:
+        try:
+            conn.execute("CREATE VIRTUAL TABLE temp.fts5_probe USING fts5(x)")
+            conn.execute("DROP TABLE temp.fts5_probe")
+        except sqlite3.OperationalError:
+            raise StoreError(
+                f"This Python's SQLite {sqlite3.sqlite_version} lacks FTS5 full-text search, "
+                "which mlxchat needs; use a Python built with a standard SQLite."
+            ) from None
+
+
+def migrate(conn: sqlite3.Connection, path: str = "") -> int:
+    """Bring the database up to SCHEMA_VERSION; return the version it was at.
+
+    The connection must be in autocommit mode (``isolation_level=None``).
+    """
+    with sqlite_errors(path):
+        found = user_version(conn)
+        if found > SCHEMA_VERSION:
+            raise StoreError(
+                f"The session database{f' {path}' if path else ''} was written by a newer mlxchat "
+                f"(schema {found}; this one reads up to {SCHEMA_VERSION}); "
+                "upgrade mlxchat to open it."
+            )
+        if found == SCHEMA_VERSION:
+            return found
+        check_fts5(conn)
+        for version in range(found + 1, SCHEMA_VERSION + 1):
+            # Re-read under the write lock: another process may have migrated meanwhile.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if user_version(conn) < version:
+                    for statement in MIGRATIONS[version - 1]:
+                        conn.execute(statement)
+                    # PRAGMA takes no parameters; version is our own int.
+                    conn.execute(f"PRAGMA user_version = {int(version)}")
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        return found

@@ -1,0 +1,244 @@
+"""SessionStore: sessions and their message trees in one SQLite database.
+
+Messages are never rewritten: an edit or a retry adds a message whose parent is
+an earlier one, which starts a branch; the old branch stays. The only updates
+are session metadata (current leaf, title, model, system prompt, settings).
+Every write is one ``BEGIN IMMEDIATE`` transaction, committed before it returns.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from mlxchat.chat import GenerationSettings, Message, Role, Session, SessionSummary, TurnStats
+from mlxchat.store.base import (
+    CURRENT_LEAF,
+    DEFAULT_TITLE,
+    PATH_UP,
+    Position,
+    message_from_row,
+    title_from,
+)
+from mlxchat.store.branches import BranchOps
+from mlxchat.store.errors import StoreError
+from mlxchat.store.search import matching_sessions
+from mlxchat.store.snapshots import SnapshotOps
+
+
+class SessionStore(BranchOps, SnapshotOps):
+    """Sessions, branching messages and KV-snapshot bookkeeping over one connection.
+
+    ``SessionStore(conn)`` puts the connection in autocommit mode (the store runs
+    its own transactions), turns on WAL, foreign keys and a busy timeout, and
+    migrates the schema. It may be shared between threads when the connection
+    was opened with ``check_same_thread=False``, as ``open_store`` does.
+    """
+
+    # -- sessions --------------------------------------------------------------
+
+    def create_session(
+        self,
+        model: str,
+        system_prompt: str | None = None,
+        settings: GenerationSettings | None = None,
+        *,
+        title: str | None = None,
+    ) -> Session:
+        """An empty session. A given ``title`` is locked; else the first user message sets it."""
+        clean = title_from(title or "", 200)
+        draft = Session(
+            title=clean or DEFAULT_TITLE,
+            model=model,
+            system_prompt=system_prompt,
+            settings=settings or GenerationSettings(),
+            title_locked=bool(clean),
+        )
+        with self._writing() as cur:
+            return self._session(cur, self._new_session(cur, draft))
+
+    def get_session(self, session_id: int) -> Session:
+        """The session with ``messages`` set to its current branch, root first."""
+        with self._reading() as cur:
+            return self._session(cur, session_id)
+
+    def find_session(self, id_or_title: str) -> Session:
+        """By id (``12`` or ``#12``), exact title, or unique title prefix (case-insensitive)."""
+        wanted = id_or_title.strip()
+        with self._reading() as cur:
+            number = wanted.removeprefix("#")
+            if number.isdigit() and number.isascii() and len(number) < 19:
+                row = cur.execute("SELECT id FROM sessions WHERE id = ?", (int(number),)).fetchone()
+                if row is not None:
+                    return self._session(cur, row[0])
+            rows = cur.execute(
+                "SELECT id, title FROM sessions ORDER BY updated DESC, id DESC"
+            ).fetchall()
+            key = wanted.casefold()
+            exact = [(r[0], r[1]) for r in rows if r[1] == wanted]
+            folded = [(r[0], r[1]) for r in rows if r[1].casefold() == key]
+            prefixed = [(r[0], r[1]) for r in rows if r[1].casefold().startswith(key)]
+            for hits in (exact, folded, prefixed) if key else ():
+                if len(hits) == 1:
+                    return self._session(cur, hits[0][0])
+                if len(hits) > 1:
+                    shown = ", ".join(f"#{i} {t!r}" for i, t in hits[:8])
+                    more = f" and {len(hits) - 8} more" if len(hits) > 8 else ""
+                    raise StoreError(
+                        f"{wanted!r} matches {len(hits)} sessions: {shown}{more}; give its id."
+                    )
+        raise StoreError(f"No session matches {wanted!r}; `mlxchat sessions` lists them.")
+
+    def most_recent_session(self) -> Session | None:
+        """The session updated last, or None when there is none."""
+        with self._reading() as cur:
+            row = cur.execute(
+                "SELECT id FROM sessions ORDER BY updated DESC, id DESC LIMIT 1"
+            ).fetchone()
+            return None if row is None else self._session(cur, row[0])
+
+    def list_sessions(
+        self, limit: int | None = 50, search: str | None = None
+    ) -> list[SessionSummary]:
+        """Newest first; with ``search``, only matching sessions, best match first, with a snippet.
+
+        ``message_count`` counts the current branch. Any search text is safe.
+        """
+        if limit is not None and limit < 0:
+            limit = None
+        with self._reading() as cur:
+            snippets: dict[int, str] = {}
+            if search is not None and search.strip():
+                snippets = matching_sessions(cur.connection, search)
+                ids = list(snippets)[:limit]
+            else:
+                sql = "SELECT id FROM sessions ORDER BY updated DESC, id DESC LIMIT ?"
+                ids = [r[0] for r in cur.execute(sql, (-1 if limit is None else limit,))]
+            out = []
+            for session_id in ids:
+                row = self._session_row(cur, session_id)
+                snap = cur.execute(
+                    "SELECT file_bytes FROM snapshots WHERE session_id = ?"
+                    " ORDER BY id DESC LIMIT 1",
+                    (session_id,),
+                ).fetchone()
+                count = 0
+                if row["leaf_id"] is not None:
+                    count = cur.execute(
+                        PATH_UP + "SELECT count(*) FROM path", (row["leaf_id"],)
+                    ).fetchone()[0]
+                out.append(
+                    SessionSummary(
+                        id=session_id,
+                        title=row["title"],
+                        model=row["model"],
+                        created=row["created"],
+                        updated=row["updated"],
+                        message_count=count,
+                        snapshot_bytes=snap[0] if snap else 0,
+                        snippet=snippets.get(session_id, ""),
+                    )
+                )
+            return out
+
+    def rename_session(self, session_id: int, title: str) -> Session:
+        """Set the title and lock it: it no longer follows the first message."""
+        clean = title_from(title, 200)
+        if not clean:
+            raise StoreError("A session title cannot be empty.")
+        with self._writing() as cur:
+            self._session_row(cur, session_id)
+            cur.execute(
+                "UPDATE sessions SET title = ?, title_locked = 1, updated = ? WHERE id = ?",
+                (clean, time.time(), session_id),
+            )
+            return self._session(cur, session_id)
+
+    def update_model(self, session_id: int, model: str) -> Session:
+        """Change the session's model spec."""
+        return self._update(session_id, "model", model)
+
+    def update_system_prompt(self, session_id: int, system_prompt: str | None) -> Session:
+        """Change (or clear, with None) the session's system prompt."""
+        return self._update(session_id, "system_prompt", system_prompt)
+
+    def update_session_settings(self, session_id: int, settings: GenerationSettings) -> Session:
+        """Replace the session's generation settings."""
+        return self._update(session_id, "settings", json.dumps(settings.to_dict()))
+
+    def delete_session(self, session_id: int) -> list[Path]:
+        """Delete the session, its messages and snapshot rows; return the files to delete."""
+        with self._writing() as cur:
+            self._session_row(cur, session_id)
+            files = self._drop_rows(cur, session_id, keep_id=None)
+            cur.execute("UPDATE sessions SET leaf_id = NULL WHERE id = ?", (session_id,))
+            cur.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
+            cur.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+        return files
+
+    # -- messages --------------------------------------------------------------
+
+    def add_message(
+        self,
+        session_id: int,
+        role: Role,
+        content: str,
+        parent_id: int | None | Position = CURRENT_LEAF,
+        *,
+        token_count: int | None = None,
+        stats: TurnStats | None = None,
+        cancelled: bool = False,
+    ) -> Message:
+        """Store a message after ``parent_id`` (default: the current leaf; None: a new root),
+        make it the current leaf and commit, all in one call.
+
+        A user message that is the first of its branch names an unlocked session.
+        """
+        draft = Message(
+            role=role, content=content, token_count=token_count, stats=stats, cancelled=cancelled
+        )
+        with self._writing() as cur:
+            row = self._session_row(cur, session_id)
+            parent = row["leaf_id"] if parent_id is CURRENT_LEAF else parent_id
+            assert not isinstance(parent, Position)
+            if parent is not None:
+                self._check_message(cur, session_id, parent)
+            draft.parent_id = parent
+            draft.created = time.time()
+            draft.id = self._insert_message(cur, session_id, parent, draft)
+            cur.execute(
+                "UPDATE sessions SET leaf_id = ?, updated = ? WHERE id = ?",
+                (draft.id, draft.created, session_id),
+            )
+            if role == "user" and not row["title_locked"] and title_from(content):
+                earlier = 0
+                if parent is not None:
+                    sql = (
+                        PATH_UP
+                        + "SELECT count(*) FROM path JOIN messages USING (id) WHERE role = 'user'"
+                    )
+                    earlier = cur.execute(sql, (parent,)).fetchone()[0]
+                if not earlier:
+                    cur.execute(
+                        "UPDATE sessions SET title = ? WHERE id = ?",
+                        (title_from(content), session_id),
+                    )
+        return draft
+
+    def branch_path(self, leaf_id: int) -> list[Message]:
+        """The messages from the root down to ``leaf_id``, root first."""
+        with self._reading() as cur:
+            path = self._path(cur, leaf_id)
+        if not path:
+            raise StoreError(f"There is no message {leaf_id}.")
+        return path
+
+    def all_messages(self, session_id: int) -> list[Message]:
+        """Every message of the session, on every branch, in the order stored."""
+        with self._reading() as cur:
+            self._session_row(cur, session_id)
+            rows = cur.execute(
+                "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)
+            )
+            return [message_from_row(row) for row in rows]

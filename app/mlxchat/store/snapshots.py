@@ -1,0 +1,104 @@
+"""Bookkeeping of KV-cache snapshot files: the rows, never the files themselves.
+
+Ordering that keeps a snapshot on disk for every committed row: the caller
+writes the new file (temp + rename), then ``record_snapshot`` commits its row
+and returns the files it superseded, and only then does the caller delete
+those. A crash in between leaves an orphan file, never a row without a file;
+``referenced_snapshot_paths`` lets a cleanup find orphans.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+from mlxchat.store.base import StoreBase
+from mlxchat.store.records import SnapshotRecord
+
+
+class SnapshotOps(StoreBase):
+    def record_snapshot(
+        self,
+        session_id: int,
+        leaf_id: int | None,
+        path: Path | str,
+        *,
+        sha256: str,
+        token_count: int,
+        file_bytes: int,
+        mlx_lm_version: str,
+        kv_bits: int | None = None,
+    ) -> list[Path]:
+        """Commit the row of a new snapshot file and return the older files it makes obsolete.
+
+        Delete the returned files only after this returns: the new row is committed by then.
+        """
+        new_path = str(Path(path))
+        with self._writing() as cur:
+            self._session_row(cur, session_id)
+            if leaf_id is not None:
+                self._check_message(cur, session_id, leaf_id)
+            cur.execute(
+                "INSERT INTO snapshots (session_id, leaf_id, path, sha256, token_count, file_bytes,"
+                " mlx_lm_version, kv_bits, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    session_id,
+                    leaf_id,
+                    new_path,
+                    sha256,
+                    token_count,
+                    file_bytes,
+                    mlx_lm_version,
+                    kv_bits,
+                    time.time(),
+                ),
+            )
+            return self._drop_rows(cur, session_id, keep_id=cur.lastrowid)
+
+    def latest_snapshot(self, session_id: int) -> SnapshotRecord | None:
+        """The newest snapshot row of the session, or None."""
+        with self._reading() as cur:
+            row = cur.execute(
+                "SELECT * FROM snapshots WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        return SnapshotRecord(
+            id=row["id"],
+            session_id=row["session_id"],
+            leaf_id=row["leaf_id"],
+            path=Path(row["path"]),
+            sha256=row["sha256"],
+            token_count=row["token_count"],
+            file_bytes=row["file_bytes"],
+            mlx_lm_version=row["mlx_lm_version"],
+            kv_bits=row["kv_bits"],
+            created=row["created"],
+        )
+
+    def drop_snapshots(self, session_id: int) -> list[Path]:
+        """Forget every snapshot of the session; return the files for the caller to delete."""
+        with self._writing() as cur:
+            return self._drop_rows(cur, session_id, keep_id=None)
+
+    def referenced_snapshot_paths(self) -> set[Path]:
+        """Every file a snapshot row points to; other files in the snapshots folder are orphans."""
+        with self._reading() as cur:
+            return {Path(row[0]) for row in cur.execute("SELECT path FROM snapshots")}
+
+    def _drop_rows(self, cur: sqlite3.Cursor, session_id: int, keep_id: int | None) -> list[Path]:
+        keep = -1 if keep_id is None else keep_id
+        rows = cur.execute(
+            "SELECT path FROM snapshots WHERE session_id = ? AND id != ?", (session_id, keep)
+        )
+        paths = list(dict.fromkeys(row[0] for row in rows))
+        cur.execute("DELETE FROM snapshots WHERE session_id = ? AND id != ?", (session_id, keep))
+        # A file some remaining row still names (the new one, say) is not obsolete.
+        still_used = {
+            p
+            for p in paths
+            if cur.execute("SELECT 1 FROM snapshots WHERE path = ?", (p,)).fetchone()
+        }
+        return [Path(p) for p in paths if p not in still_used]
