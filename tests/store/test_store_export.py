@@ -1,0 +1,298 @@
+"""Export to Markdown and JSON, import JSON back, and file names that stay in their folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mlxchat.chat import GenerationSettings, TurnStats
+from mlxchat.store import SessionStore, StoreError, open_store, title_from
+from mlxchat.store.export import (
+    export_session,
+    import_json,
+    render_session,
+    safe_filename,
+    session_document,
+    stats_line,
+)
+
+STATS = TurnStats(
+    ttft_s=0.12,
+    decode_tps=45.1,
+    generated_tokens=132,
+    prompt_tokens=1250,
+    reused_tokens=1200,
+    cache_source="warm",
+)
+
+
+@pytest.fixture
+def branched(store: SessionStore) -> int:
+    s = store.create_session(
+        "smollm2-135m", "You are terse.\nVery.", GenerationSettings(temperature=0.3, seed=1)
+    )
+    q = store.add_message(s.id, "user", "What is MLX?", token_count=5)
+    store.add_message(s.id, "assistant", "An array framework.", stats=STATS)
+    store.add_message(
+        s.id,
+        "assistant",
+        "A framework",
+        parent_id=q.id,
+        cancelled=True,
+        stats=TurnStats(finish_reason="cancelled"),
+    )
+    return s.id  # type: ignore[return-value]
+
+
+def test_stats_line() -> None:
+    assert stats_line(STATS) == "_ttft 0.12 s · 45.1 tok/s · 132 tokens · reused 1200/1250 · warm_"
+    assert stats_line(TurnStats(kv_bits=4, finish_reason="length")).endswith(
+        "· cold · kv 4-bit · length_"
+    )
+
+
+def test_markdown_has_header_and_current_branch(store: SessionStore, branched: int) -> None:
+    store.switch_branch(branched, store.branches(branched)[0].leaf_id)
+    text = render_session(store, branched, "md")
+    assert text.startswith("# What is MLX?\n")
+    for part in (
+        "**Model:** smollm2-135m",
+        "temperature 0.3",
+        "seed 1",
+        "> You are terse.\n> Very.",
+        "### User\n\nWhat is MLX?",
+        "### Assistant\n\nAn array framework.",
+        "_ttft 0.12 s · 45.1 tok/s · 132 tokens · reused 1200/1250 · warm_",
+    ):
+        assert part in text
+    assert "A framework\n" not in text  # the other branch is JSON-only
+
+
+def test_json_round_trip_keeps_every_branch(
+    store: SessionStore, branched: int, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    path = export_session(store, branched, "json", base_dir=out)
+    assert path == out / f"What is MLX-{branched}.json"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert [p.name for p in out.iterdir()] == [path.name]  # no temp file left behind
+    copy = import_json(store, path)
+    original = store.get_session(branched)
+    assert copy.id != branched
+    for field in ("title", "model", "system_prompt", "settings", "title_locked", "created"):
+        assert getattr(copy, field) == getattr(original, field)
+
+    def shape(sid: int) -> list[tuple]:
+        msgs = store.all_messages(sid)
+        index = {m.id: i for i, m in enumerate(msgs)}
+        return [
+            (
+                index.get(m.parent_id),
+                m.role,
+                m.content,
+                m.token_count,
+                m.stats,
+                m.cancelled,
+                m.created,
+            )
+            for m in msgs
+        ]
+
+    assert shape(copy.id) == shape(branched)
+    assert [m.content for m in copy.messages] == [m.content for m in original.messages]
+    assert {m.id for m in store.all_messages(copy.id)}.isdisjoint(
+        {m.id for m in store.all_messages(branched)}
+    )
+    assert len(store.branches(copy.id)) == 2
+
+
+def _doc(store: SessionStore, sid: int) -> dict:
+    return json.loads(json.dumps(session_document(store, sid)))
+
+
+def _break(doc: dict, how: str) -> object:
+    msgs = doc["messages"]
+    if how == "format":
+        doc["format"] = "something-else"
+    elif how == "newer":
+        doc["version"] = 99
+    elif how == "version-type":
+        doc["version"] = "1"
+    elif how == "no-session":
+        del doc["session"]
+    elif how == "no-content":
+        del msgs[1]["content"]
+    elif how == "no-parent-key":
+        del msgs[1]["parent_id"]
+    elif how == "role":
+        msgs[0]["role"] = "robot"
+    elif how == "content-type":
+        msgs[0]["content"] = ["not", "text"]
+    elif how == "bool-id":
+        msgs[0]["id"] = True
+    elif how == "huge-int":
+        msgs[0]["token_count"] = 10**30
+    elif how == "stats-type":
+        msgs[1]["stats"]["ttft_s"] = "fast"
+    elif how == "settings-type":
+        doc["session"]["settings"]["context_policy"] = "explode"
+    elif how == "cycle":
+        msgs[0]["parent_id"] = msgs[2]["id"]
+    elif how == "self-parent":
+        msgs[0]["parent_id"] = msgs[0]["id"]
+    elif how == "dangling":
+        msgs[1]["parent_id"] = 424242
+    elif how == "duplicate-id":
+        msgs[2]["id"] = msgs[1]["id"]
+    elif how == "leaf":
+        doc["session"]["leaf_id"] = 424242
+    elif how == "messages-type":
+        doc["messages"] = {"a": 1}
+    elif how == "top-level-list":
+        return [doc]
+    return doc
+
+
+BREAKS = [
+    "format",
+    "newer",
+    "version-type",
+    "no-session",
+    "no-content",
+    "no-parent-key",
+    "role",
+    "content-type",
+    "bool-id",
+    "huge-int",
+    "stats-type",
+    "settings-type",
+    "cycle",
+    "self-parent",
+    "dangling",
+    "duplicate-id",
+    "leaf",
+    "messages-type",
+    "top-level-list",
+]
+
+
+@pytest.mark.parametrize("how", BREAKS)
+def test_import_rejects_bad_files_with_one_line(
+    store: SessionStore, branched: int, how: str
+) -> None:
+    before = len(store.list_sessions(limit=None))
+    bad = _break(_doc(store, branched), how)
+    with pytest.raises(StoreError) as err:
+        import_json(store, json.dumps(bad))
+    assert "\n" not in str(err.value)
+    if how == "newer":
+        assert "newer mlxchat" in str(err.value)
+    assert len(store.list_sessions(limit=None)) == before
+
+
+@pytest.mark.parametrize("text", ["", "{", "not json", "\xff", b"\xff\xfe", "[" * 100000, "NaN"])
+def test_import_rejects_non_json(store: SessionStore, text: str | bytes) -> None:
+    with pytest.raises(StoreError):
+        import_json(store, text)
+
+
+def test_import_a_missing_file(store: SessionStore, tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="Cannot read"):
+        import_json(store, tmp_path / "nope.json")
+
+
+def test_import_lone_surrogates_is_a_store_error(store: SessionStore, branched: int) -> None:
+    doc = _doc(store, branched)
+    doc["messages"][1]["content"] = "\ud800"
+    with pytest.raises(StoreError, match="not valid Unicode"):
+        import_json(store, json.dumps(doc))
+
+
+def test_export_names_and_folders(store: SessionStore, branched: int, tmp_path: Path) -> None:
+    store.rename_session(branched, "../../etc/passwd / evil\\name")
+    default = export_session(store, branched, "md", base_dir=tmp_path)
+    assert default.parent == tmp_path and default.name == f"etc-passwd - evil-name-{branched}.md"
+    assert export_session(store, branched, "md", ".", base_dir=tmp_path) == default
+    (tmp_path / "sub").mkdir()
+    assert (
+        export_session(store, branched, "md", "sub", base_dir=tmp_path).parent == tmp_path / "sub"
+    )
+    assert (
+        export_session(store, branched, "md", "new/", base_dir=tmp_path).parent == tmp_path / "new"
+    )
+    assert (
+        export_session(store, branched, "json", "notes", base_dir=tmp_path)
+        == tmp_path / "notes.json"
+    )
+    assert (
+        export_session(store, branched, "md", tmp_path / "abs.md", base_dir=tmp_path)
+        == tmp_path / "abs.md"
+    )
+    again = export_session(store, branched, "md", "notes.txt", base_dir=tmp_path)
+    assert again.read_text().startswith("# ../../etc/passwd")
+
+
+@pytest.mark.parametrize(
+    "dest", ["../../etc/x", "..", "../x.md", "/etc/x", "sub/../../x", "~/x.md", "out", "out/x.md"]
+)
+def test_export_outside_the_folder_is_refused(
+    store: SessionStore, branched: int, tmp_path: Path, dest: str
+) -> None:
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / "out").symlink_to(tmp_path)  # a symlink pointing outside counts as outside
+    with pytest.raises(StoreError, match="outside"):
+        export_session(store, branched, "md", dest, base_dir=base)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "base",
+        "sessions.db",
+        "sessions.db-shm",
+        "sessions.db-wal",
+    ]
+
+
+def test_unknown_format(store: SessionStore, branched: int, tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="Unknown export format"):
+        export_session(store, branched, "pdf", base_dir=tmp_path)  # type: ignore[arg-type]
+
+
+_PARTS = st.sampled_from(
+    ["..", ".", "/", "a", "b.md", "~", "\\", " ", "\x00", "é", ":", "*", "//", "-"]
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(title=st.text(max_size=120), dest=st.none() | st.lists(_PARTS, max_size=8).map("".join))
+def test_fuzzed_titles_and_destinations_never_write_outside(title: str, dest: str | None) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        outer = Path(tmp)
+        base = outer / "base"
+        base.mkdir()
+        store = open_store(":memory:")
+        sid = store.create_session("m").id
+        if title_from(title):
+            store.rename_session(sid, title)
+        store.add_message(sid, "user", title or "x")
+        try:
+            path = export_session(store, sid, "md", dest, base_dir=base)
+        except StoreError as exc:
+            assert "\n" not in str(exc)
+        else:
+            assert path.is_relative_to(base) and path.is_file()
+        assert [p.name for p in outer.iterdir()] == ["base"]
+        for root, _dirs, files in os.walk(base):
+            assert not [f for f in files if f.endswith(".tmp")], root
+
+
+@given(st.text())
+def test_safe_filename_is_one_plain_component(title: str) -> None:
+    name = safe_filename(title)
+    assert name and "/" not in name and "\\" not in name and "\x00" not in name
+    assert not name.startswith((".", "-", " ")) and len(name.encode()) <= 100
