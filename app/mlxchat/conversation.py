@@ -40,7 +40,8 @@ class Attachment:
 
 class Conversation:
     def __init__(self, *, settings: Settings, store: SessionStore, engine: ChatEngine,
-                 model_spec: str, load_model: ModelLoader | None = None):
+                 model_spec: str, load_model: ModelLoader | None = None,
+                 session: Session | None = None):
         self.settings = settings
         self.store = store
         self.engine = engine
@@ -49,7 +50,7 @@ class Conversation:
         self.attachments: list[Attachment] = []
         self.last_stats: TurnStats | None = None
         self.last_snapshot: SnapshotLoad | None = None
-        self.session: Session = self._new_session()
+        self.session: Session = session or self._new_session()
 
     # -- sessions ----------------------------------------------------------
     def _new_session(self) -> Session:

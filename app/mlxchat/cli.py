@@ -1,0 +1,176 @@
+"""Command line: parse arguments and wire settings, models, engine, store and UI.
+
+The only module that imports both the engine side and the TUI (lazily).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Callable, Sequence
+
+from mlxchat import __version__
+
+
+class UserError(Exception):
+    """Bad input from the user: printed as one line, exit status 1."""
+
+
+def progress_printer(stream=None) -> Callable[[str, int, int], None]:
+    """A progress callback that draws one updating line on a terminal's stderr."""
+    stream = stream or sys.stderr
+    labels = {"hash": "checking", "convert": "converting", "write": "writing",
+              "download": "downloading", "load": "loading"}
+    tty = stream.isatty()
+    last: dict[str, int] = {}
+
+    def report(stage: str, done: int, total: int) -> None:
+        pct = int(100 * done / total) if total else 0
+        if not tty or last.get(stage) == pct:
+            return
+        last[stage] = pct
+        stream.write(f"\r{labels.get(stage, stage)} model… {pct:3d}%")
+        if done >= total:
+            stream.write("\r\033[K")
+        stream.flush()
+    return report
+
+
+def _add_generation_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", "-m", help="catalog alias, HF repo id, MLX folder or .gguf file")
+    p.add_argument("--system", help="system prompt")
+    p.add_argument("--max-tokens", type=int, help="longest reply in tokens")
+    p.add_argument("--temp", type=float, help="sampling temperature (0 = greedy)")
+    p.add_argument("--top-p", type=float, help="nucleus sampling threshold (0-1]")
+    p.add_argument("--min-p", type=float, help="drop tokens below this share of the top one")
+    p.add_argument("--seed", type=int, help="random seed for reproducible sampling")
+    p.add_argument("--repetition-penalty", type=float, help="1.0 disables")
+    p.add_argument("--kv-bits", type=int, choices=(4, 8), help="quantize the KV cache")
+    p.add_argument("--context-policy", choices=("drop_oldest", "stop"),
+                   help="what to do when the conversation outgrows the window")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mlxchat",
+        description="A private chat app for the terminal on local MLX models. "
+                    "With no command, opens the chat UI.")
+    parser.add_argument("--version", action="version", version=f"mlxchat {__version__}")
+    parser.add_argument("--model", "-m", help="model for new sessions (default: config)")
+    parser.add_argument("--continue", "-c", dest="continue_last", action="store_true",
+                        help="reopen the most recent session")
+    parser.add_argument("--session", "-s", help="open a saved session by id or title")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    ask = sub.add_parser("ask", help="answer one prompt, streaming to stdout",
+                         description="Answer PROMPT ('-' reads stdin) and stream the reply.")
+    ask.add_argument("prompt", help="the question; '-' reads it from stdin")
+    _add_generation_args(ask)
+    ask.add_argument("--session", "-s", help="continue a named session across runs")
+    ask.add_argument("--json", action="store_true", help="print one JSON object with the stats")
+
+    sub.add_parser("models", help="list catalog and local models",
+                   description="List catalog and local models and whether they work offline."
+                   ).add_argument("--json", action="store_true")
+
+    imp = sub.add_parser("import", help="import a GGUF file (kept INT4/INT8)",
+                         description="Convert a llama GGUF (Q4_0, Q4_1, Q8_0, F16, F32) once.")
+    imp.add_argument("path", nargs="?", help="the .gguf file")
+    imp.add_argument("--name", help="register it under this alias")
+    imp.add_argument("--bundled", action="store_true", help="import the bundled default model")
+
+    conv = sub.add_parser("convert", help="quantize a dense HF checkpoint with mlx-lm",
+                          description="Quantize a Hugging Face checkpoint (folder or repo).")
+    conv.add_argument("source", help="HF folder or repo id")
+    conv.add_argument("--bits", type=int, default=4, help="weight bits (default 4)")
+    conv.add_argument("--out", help="output folder (default: the models cache)")
+
+    from mlxchat.cli_sessions import add_sessions_parser
+
+    add_sessions_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=os.environ.get("MLXCHAT_LOG", "WARNING").upper(),
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return _dispatch(args)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - everything the user can cause is one line
+        from mlxchat.errors import user_message
+
+        text = user_message(exc)
+        if text is None:
+            raise
+        print(f"mlxchat: error: {text}", file=sys.stderr)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from mlxchat.config import load_settings
+
+    settings = load_settings()
+    if args.command == "ask":
+        from mlxchat.cli_ask import run_ask
+
+        return run_ask(args, settings)
+    if args.command == "models":
+        return _models(args)
+    if args.command == "import":
+        return _import(args)
+    if args.command == "convert":
+        from mlxchat.models import convert_checkpoint
+
+        out = convert_checkpoint(args.source, args.out and os.path.expanduser(args.out),
+                                 bits=args.bits, progress=progress_printer())
+        print(out)
+        return 0
+    if args.command == "sessions":
+        from mlxchat.cli_sessions import run_sessions
+
+        return run_sessions(args)
+    from mlxchat.tui.app import run_app
+
+    return run_app(settings, model=args.model, continue_last=args.continue_last,
+                   session=args.session)
+
+
+def _import(args: argparse.Namespace) -> int:
+    from mlxchat.models import bundled_gguf, import_gguf
+
+    if not args.bundled and not args.path:
+        raise UserError("give a .gguf file to import, or --bundled")
+    path = bundled_gguf() if args.bundled else args.path
+    folder = import_gguf(path, args.name, progress=progress_printer())
+    print(f"imported {path} -> {folder}" + (f" as '{args.name}'" if args.name else ""))
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    import json
+
+    from mlxchat.chat import human_bytes
+    from mlxchat.models import list_models
+
+    entries = list_models()
+    if args.json:
+        print(json.dumps([e.__dict__ for e in entries], indent=2))
+        return 0
+    rows = [("ALIAS", "SOURCE", "BITS", "CONTEXT", "SIZE", "OFFLINE")]
+    for e in entries:
+        size = "-" if e.size_bytes is None else (
+            human_bytes(e.size_bytes) + ("" if e.size_on_disk else " (download)"))
+        rows.append((e.alias, e.source, str(e.bits or "-"),
+                     f"{e.context_window:,}" if e.context_window else "-", size,
+                     "yes" if e.available_offline else "no"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    return 0

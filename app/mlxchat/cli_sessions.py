@@ -1,0 +1,90 @@
+"""`mlxchat sessions ...`: list, show, export, import, rename and delete saved chats."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def add_sessions_parser(sub) -> None:
+    p = sub.add_parser("sessions", help="list, show, export, rename or delete saved sessions",
+                       description="Manage saved sessions.")
+    ss = p.add_subparsers(dest="action", metavar="ACTION")
+    ls = ss.add_parser("list", help="newest first; --search finds what was said")
+    ls.add_argument("--search", help="full-text search over messages")
+    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--json", action="store_true")
+    show = ss.add_parser("show", help="print a session's current branch as Markdown")
+    show.add_argument("session", help="id or title")
+    exp = ss.add_parser("export", help="write a session as Markdown or JSON")
+    exp.add_argument("session", help="id or title")
+    exp.add_argument("--format", "-f", choices=("md", "json"), default="md")
+    exp.add_argument("--out", "-o", help="file or folder (inside the current folder)")
+    imp = ss.add_parser("import", help="import a session exported as JSON")
+    imp.add_argument("file")
+    ren = ss.add_parser("rename", help="rename a session")
+    ren.add_argument("session", help="id or title")
+    ren.add_argument("title")
+    rm = ss.add_parser("delete", help="delete a session and its KV snapshot")
+    rm.add_argument("session", help="id or title")
+    rm.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+
+
+def _ago(ts: float) -> str:
+    d = max(0, time.time() - ts)
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if d >= size:
+            return f"{int(d // size)}{unit} ago"
+    return "just now"
+
+
+def run_sessions(args: argparse.Namespace) -> int:
+    from mlxchat.chat import human_bytes
+    from mlxchat.cli import UserError
+    from mlxchat.store import open_store
+    from mlxchat.store.export import export_session, import_json, render_session
+
+    store = open_store()
+    action = args.action or "list"
+    if action == "list":
+        rows = store.list_sessions(limit=getattr(args, "limit", 50),
+                                   search=getattr(args, "search", None))
+        if getattr(args, "json", False):
+            print(json.dumps([r.__dict__ for r in rows], indent=2))
+            return 0
+        if not rows:
+            print("no sessions" if not getattr(args, "search", None) else "no matches")
+            return 0
+        for r in rows:
+            snap = f"  kv {human_bytes(r.snapshot_bytes)}" if r.snapshot_bytes else ""
+            print(f"#{r.id:<4} {r.title[:50]:<50}  {r.model:<16} {r.message_count:>3} msgs  "
+                  f"{_ago(r.updated)}{snap}")
+            if r.snippet:
+                print(f"       {r.snippet}")
+        return 0
+    if action == "import":
+        session = import_json(store, Path(args.file).expanduser())
+        print(f"imported as #{session.id} {session.title!r}")
+        return 0
+    session = store.find_session(args.session)
+    if action == "show":
+        sys.stdout.write(render_session(store, session.id, "md"))
+    elif action == "export":
+        print(export_session(store, session.id, args.format, args.out))
+    elif action == "rename":
+        print(f"#{session.id} is now {store.rename_session(session.id, args.title).title!r}")
+    elif action == "delete":
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise UserError(f"deleting #{session.id} needs --yes when not at a terminal")
+            answer = input(f"Delete #{session.id} {session.title!r}? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("kept")
+                return 1
+        for f in store.delete_session(session.id):
+            Path(f).unlink(missing_ok=True)
+        print(f"deleted #{session.id} {session.title!r}")
+    return 0
