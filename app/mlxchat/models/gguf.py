@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from mlxchat.models.loader import ModelError
+from mlxchat.models.errors import ModelError
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -34,6 +34,9 @@ GGML_TYPES: dict[int, tuple[str, int, int]] = {
 SUPPORTED_TYPES = ("F32", "F16", "Q4_0", "Q4_1", "Q8_0")
 QUANTIZED_BITS = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8}
 SUPPORTED_HINT = "use a Q4_0, Q4_1, Q8_0, F16 or F32 GGUF"
+REQUIRED_KEYS = ("llama.block_count", "llama.embedding_length", "llama.feed_forward_length",
+                 "llama.attention.head_count", "tokenizer.ggml.tokens",
+                 "tokenizer.ggml.eos_token_id")
 
 # GGUF metadata value types -> struct format (arrays and strings handled apart)
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
@@ -197,3 +200,7 @@ def check_importable(header: GGUFHeader) -> None:
     if header.file_size < need:
         raise ModelError(f"truncated GGUF: {header.path} has {header.file_size} bytes, "
                          f"its tensors need {need}")
+    missing = [k for k in REQUIRED_KEYS if k not in header.metadata]
+    if missing:
+        raise ModelError(f"{header.path} lacks metadata {', '.join(missing)}: "
+                         "not a complete llama GGUF")

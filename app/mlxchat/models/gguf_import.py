@@ -25,7 +25,7 @@ import mlx.core as mx
 
 from mlxchat import paths
 from mlxchat.models.gguf import QUANTIZED_BITS, GGUFHeader, check_importable, read_header
-from mlxchat.models.loader import ModelError
+from mlxchat.models.errors import ModelError
 from mlxchat.models.tokenizer import CHATML_TEMPLATE, write_bpe_tokenizer
 
 Progress = Callable[[str, int, int], None]
@@ -191,6 +191,8 @@ def convert_gguf(path: Path, out: Path, *, progress: Progress | None = None,
     """Write the MLX folder for GGUF ``path`` into ``out`` (created). No caching."""
     header = read_header(Path(path))
     check_importable(header)
+    for t in header.tensors:
+        _mlx_name(t.name.removesuffix(".weight"))  # unknown tensors fail before any work
     quant = _quantization(header)
     weights = _weights(header, progress)
     out.mkdir(parents=True, exist_ok=True)

@@ -6,11 +6,10 @@ from pathlib import Path
 
 from mlx_lm.utils import load_model, load_tokenizer
 
+from mlxchat.models.errors import ModelError
 from mlxchat.models.info import LoadedModel, describe, on_cpu, use_cpu_precision
 
-
-class ModelError(Exception):
-    """A model could not be resolved, fetched, converted or loaded (one-line message)."""
+__all__ = ["ModelError", "load_folder"]
 
 
 def load_folder(folder: Path, *, name: str | None = None, spec: str | None = None,
