@@ -1,0 +1,70 @@
+"""Fixtures shared by every test folder.
+
+Each test gets its own empty MLXCHAT_HOME and no network. The bundled model is
+converted once per session; later tests find it in their own models cache
+(a link), so `load_model("smollm2-135m")` there is a cache hit too.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+_bundled: dict[str, Path] = {}
+
+
+def _seed_models_cache(home: Path) -> None:
+    if not _bundled:
+        return
+    models = home / "cache" / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    folder = _bundled["folder"]
+    (models / folder.name).symlink_to(folder, target_is_directory=True)
+    shutil.copy(_bundled["hashes"], models / "hashes.json")
+
+
+@pytest.fixture(autouse=True)
+def mlxchat_home(tmp_path_factory: pytest.TempPathFactory,
+                 monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh MLXCHAT_HOME per test, and the Hugging Face Hub kept offline."""
+    home = tmp_path_factory.mktemp("mlxchat-home")
+    monkeypatch.setenv("MLXCHAT_HOME", str(home))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _seed_models_cache(home)
+    return home
+
+
+@pytest.fixture(scope="session")
+def bundled_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bundled SmolLM2 GGUF converted to an MLX folder, once per session."""
+    from mlxchat.models import ModelError, resolve_folder
+
+    home = tmp_path_factory.mktemp("bundled-home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLXCHAT_HOME", str(home))
+        try:
+            folder = resolve_folder("smollm2-135m")
+        except ModelError as exc:
+            pytest.skip(str(exc))
+    _bundled.update(folder=folder, hashes=home / "cache" / "models" / "hashes.json")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def bundled_model(bundled_model_dir: Path):
+    """The bundled model loaded once via load_model("smollm2-135m") (a LoadedModel)."""
+    from mlxchat.models import load_model
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLXCHAT_HOME", str(bundled_model_dir.parents[2]))
+        return load_model("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random float32 llama folder with a byte-level tokenizer (loads in ms)."""
+    from mlxchat.models.tiny import write_tiny_model
+
+    return write_tiny_model(tmp_path_factory.mktemp("tiny-model"))
