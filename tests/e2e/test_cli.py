@@ -1,0 +1,81 @@
+"""End-to-end: the real `mlxchat` command on the bundled INT4 model."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.bundled
+
+
+def mlxchat(*args: str, stdin: str | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mlxchat", *args], input=stdin,
+                          capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+
+
+def is_english_prose(text: str) -> bool:
+    letters = sum(c.isascii() and (c.isalpha() or c in " .,'!?-\n") for c in text)
+    words = re.findall(r"[A-Za-z]{2,}", text)
+    return len(text) > 10 and letters / len(text) > 0.9 and len(words) >= 3
+
+
+def test_ask_answers_in_english_and_stops_at_end_of_turn(bundled_model_dir):
+    proc = mlxchat("ask", "--max-tokens", "24", "--temp", "0", "--json",
+                   "What is the capital of France?")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert is_english_prose(data["reply"]), data["reply"]
+    for key in ("model", "prompt_tokens", "generated_tokens", "ttft_s", "prefill_tps",
+                "decode_tps", "kv_bytes", "context_used", "context_window",
+                "peak_memory_bytes", "finish_reason"):
+        assert key in data
+    assert data["context_window"] == 8192
+    if data["generated_tokens"] < 24:
+        assert data["finish_reason"] == "stop"
+    assert data["context_used"] == data["prompt_tokens"] + data["generated_tokens"]
+
+
+def test_ask_streams_plain_text_from_stdin(bundled_model_dir):
+    proc = mlxchat("ask", "--max-tokens", "8", "--temp", "0", "-", stdin="Say hello.")
+    assert proc.returncode == 0, proc.stderr
+    assert is_english_prose(proc.stdout)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("ask", "--model", "does-not-exist", "x"), "unknown model 'does-not-exist'"),
+    (("import", "/etc/hostname"), "not a GGUF file"),
+    (("ask", "--model", "some-org/not-downloaded", "x"), "some-org/not-downloaded"),
+    (("sessions", "show", "nope"), "No session matches"),
+])
+def test_bad_input_is_one_clear_line(args, needle):
+    proc = mlxchat(*args)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("mlxchat: error: ") and needle in lines[0]
+
+
+def test_session_resumes_from_snapshot_in_a_new_process(bundled_model_dir):
+    first = mlxchat("ask", "--session", "demo", "--max-tokens", "12", "--temp", "0", "--json",
+                    "Name three fruits.")
+    assert first.returncode == 0, first.stderr
+    one = json.loads(first.stdout)
+    assert one["cache_source"] == "cold" and one["session"]["title"] == "demo"
+    second = mlxchat("ask", "--session", "demo", "--max-tokens", "12", "--temp", "0", "--json",
+                     "And three vegetables?")
+    assert second.returncode == 0, second.stderr
+    two = json.loads(second.stdout)
+    assert two["snapshot"] == {"ok": True, "reason": None}
+    assert two["cache_source"] == "snapshot" and two["miss_reason"] is None
+    # Only the new message (and its template tokens) is prefilled.
+    assert two["reused_tokens"] == one["context_used"]
+    assert two["prefilled_tokens"] == two["prompt_tokens"] - one["context_used"]
+    assert two["prefilled_tokens"] < 20
+    listing = mlxchat("sessions", "list", "--json")
+    rows = json.loads(listing.stdout)
+    assert [r["title"] for r in rows] == ["demo"] and rows[0]["message_count"] == 4
