@@ -1,0 +1,150 @@
+"""How the UI writes numbers: pure functions, no Textual, one place to test.
+
+Every figure on screen goes through one of these, so a test can compare the
+screen with ``fmt_*(value)`` of the value it passed in.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+from mlxchat.chat import TurnStats, human_bytes
+
+Level = Literal["ok", "warning", "error"]
+
+WARNING_PERCENT = 80
+ERROR_PERCENT = 95
+
+CACHE_SOURCE_LABELS = {
+    "warm": "warm cache",
+    "snapshot": "from snapshot",
+    "cold": "cold start",
+}
+
+
+def fmt_int(n: int) -> str:
+    """1234567 -> '1,234,567'."""
+    return f"{n:,}"
+
+
+def fmt_seconds(s: float) -> str:
+    """0.0421 -> '42 ms', 1.5 -> '1.50 s', 75 -> '1 min 15 s'."""
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 60:
+        return f"{s:.2f} s"
+    minutes, seconds = divmod(round(s), 60)
+    return f"{minutes} min {seconds} s"
+
+
+def fmt_tps(tps: float) -> str:
+    """1234.56 -> '1,234.6 tok/s'."""
+    return f"{tps:,.1f} tok/s"
+
+
+def fmt_bytes(n: float) -> str:
+    """Decimal units, as the memory gauges show (1536 -> '1.5 KB')."""
+    return human_bytes(n)
+
+
+def fmt_bits_per_weight(bpw: float) -> str:
+    return f"{bpw:.2f} bits/weight"
+
+
+def percent(part: int, whole: int) -> int | None:
+    """Whole percent, rounded down so the figure never shows a level it has not reached."""
+    if whole <= 0:
+        return None
+    return part * 100 // whole
+
+
+def fmt_percent(part: int, whole: int) -> str:
+    p = percent(part, whole)
+    return "–" if p is None else f"{p}%"
+
+
+def usage_level(part: int, whole: int) -> Level:
+    """'warning' from 80% of ``whole``, 'error' from 95% (integer maths, no float edge)."""
+    if whole <= 0:
+        return "ok"
+    if part * 100 >= ERROR_PERCENT * whole:
+        return "error"
+    if part * 100 >= WARNING_PERCENT * whole:
+        return "warning"
+    return "ok"
+
+
+def kv_bits_label(kv_bits: int | None, dtype: str | None = None) -> str:
+    """8 -> '8-bit'; None with dtype 'float16' -> 'fp16'; None alone -> 'native'."""
+    if kv_bits is not None:
+        return {16: "fp16", 32: "fp32"}.get(kv_bits, f"{kv_bits}-bit")
+    if dtype:
+        short = dtype.replace("mlx.core.", "")
+        return {"float16": "fp16", "float32": "fp32", "bfloat16": "bf16"}.get(short, short)
+    return "native"
+
+
+def cache_source_label(source: str) -> str:
+    return CACHE_SOURCE_LABELS.get(source, source)
+
+
+@dataclass(frozen=True)
+class KvRoom:
+    """How many more tokens fit: by the memory budget at the current bytes/token,
+    and by what is left of the context window."""
+
+    by_memory: int | None
+    """None until the cache holds a token (no rate to extrapolate from)."""
+    by_window: int
+    limit: Literal["memory", "window"]
+
+    @property
+    def tokens(self) -> int:
+        return self.by_window if self.by_memory is None else min(self.by_memory, self.by_window)
+
+
+def kv_room(*, kv_bytes: int, cached_tokens: int, budget_bytes: int,
+            context_window: int) -> KvRoom:
+    """(budget - kv) / (kv_bytes / cached_tokens), capped by the window remaining."""
+    by_window = max(context_window - cached_tokens, 0)
+    if kv_bytes <= 0 or cached_tokens <= 0:
+        return KvRoom(None, by_window, "window")
+    # Integer form of the same quotient, floored: no float rounding in the figure.
+    by_memory = max(budget_bytes - kv_bytes, 0) * cached_tokens // kv_bytes
+    return KvRoom(by_memory, by_window, "memory" if by_memory < by_window else "window")
+
+
+def stats_line(stats: TurnStats) -> str:
+    """The compact line under an assistant reply."""
+    parts = [
+        f"ttft {fmt_seconds(stats.ttft_s)}",
+        fmt_tps(stats.decode_tps),
+        f"{fmt_int(stats.generated_tokens)} tokens",
+        f"reused {fmt_int(stats.reused_tokens)} / prefilled {fmt_int(stats.prefilled_tokens)}",
+        cache_source_label(stats.cache_source),
+    ]
+    if stats.miss_reason:
+        parts.append(f"miss: {stats.miss_reason}")
+    if stats.dropped_messages:
+        parts.append(f"{fmt_int(stats.dropped_messages)} oldest messages left out")
+    return " · ".join(parts)
+
+
+def relative_time(ts: float, now: float | None = None) -> str:
+    """A past Unix time as 'just now', '5 min ago', '3 h ago', 'yesterday', '4 days ago'
+    or a date; ``now`` is injectable so tests and snapshots are stable."""
+    now = time.time() if now is None else now
+    delta = now - ts
+    if delta < 60:
+        return "just now"
+    if delta < 3600:
+        return f"{int(delta // 60)} min ago"
+    if delta < 86400:
+        return f"{int(delta // 3600)} h ago"
+    if delta < 2 * 86400:
+        return "yesterday"
+    if delta < 7 * 86400:
+        return f"{int(delta // 86400)} days ago"
+    return time.strftime("%Y-%m-%d", time.localtime(ts))

@@ -1,0 +1,74 @@
+import time
+
+from mlxchat.chat import TurnStats
+from mlxchat.tui.formatting import (
+    fmt_bits_per_weight,
+    fmt_int,
+    fmt_percent,
+    fmt_seconds,
+    fmt_tps,
+    kv_bits_label,
+    kv_room,
+    relative_time,
+    stats_line,
+    usage_level,
+)
+
+
+def test_numbers():
+    assert fmt_int(1234567) == "1,234,567"
+    assert fmt_seconds(0.0421) == "42 ms"
+    assert fmt_seconds(1.5) == "1.50 s"
+    assert fmt_seconds(75) == "1 min 15 s"
+    assert fmt_tps(1234.56) == "1,234.6 tok/s"
+    assert fmt_bits_per_weight(4.5) == "4.50 bits/weight"
+
+
+def test_percent_rounds_down_and_levels_switch_at_80_and_95():
+    assert fmt_percent(799, 1000) == "79%"
+    assert fmt_percent(1, 0) == "–"
+    assert usage_level(799, 1000) == "ok"
+    assert usage_level(800, 1000) == "warning"
+    assert usage_level(949, 1000) == "warning"
+    assert usage_level(950, 1000) == "error"
+    assert usage_level(5, 0) == "ok"
+
+
+def test_kv_bits_label():
+    assert kv_bits_label(8) == "8-bit"
+    assert kv_bits_label(4) == "4-bit"
+    assert kv_bits_label(None, "float16") == "fp16"
+    assert kv_bits_label(None, "mlx.core.float32") == "fp32"
+    assert kv_bits_label(None) == "native"
+
+
+def test_kv_room_is_the_budget_formula_capped_by_the_window():
+    # 1000 tokens in 1 MB -> 1000 bytes/token; 9 MB left -> 9000 tokens by memory.
+    room = kv_room(kv_bytes=1_000_000, cached_tokens=1000, budget_bytes=10_000_000,
+                   context_window=4096)
+    assert (room.by_memory, room.by_window, room.limit, room.tokens) == (9000, 3096, "window", 3096)
+    tight = kv_room(kv_bytes=1_000_000, cached_tokens=1000, budget_bytes=2_000_000,
+                    context_window=100_000)
+    assert (tight.by_memory, tight.limit, tight.tokens) == (1000, "memory", 1000)
+    empty = kv_room(kv_bytes=0, cached_tokens=0, budget_bytes=1, context_window=2048)
+    assert (empty.by_memory, empty.tokens) == (None, 2048)
+
+
+def test_stats_line():
+    stats = TurnStats(ttft_s=0.25, decode_tps=40.0, generated_tokens=12, reused_tokens=100,
+                      prefilled_tokens=5, cache_source="warm")
+    assert stats_line(stats) == (
+        "ttft 250 ms · 40.0 tok/s · 12 tokens · reused 100 / prefilled 5 · warm cache")
+    stats.miss_reason = "edited message"
+    assert stats_line(stats).endswith("· miss: edited message")
+
+
+def test_relative_time():
+    now = 1_700_000_000.0
+    assert relative_time(now - 5, now) == "just now"
+    assert relative_time(now - 300, now) == "5 min ago"
+    assert relative_time(now - 3 * 3600, now) == "3 h ago"
+    assert relative_time(now - 30 * 3600, now) == "yesterday"
+    assert relative_time(now - 4 * 86400, now) == "4 days ago"
+    old = now - 40 * 86400
+    assert relative_time(old, now) == time.strftime("%Y-%m-%d", time.localtime(old))
