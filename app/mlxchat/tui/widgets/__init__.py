@@ -1,0 +1,26 @@
+"""Widgets that render plain data; each is tested alone in a small host App."""
+
+from mlxchat.tui.widgets.gauges import GaugesPanel
+from mlxchat.tui.widgets.meter import Meter
+from mlxchat.tui.widgets.prompt import CompletionList, PromptInput
+from mlxchat.tui.widgets.transcript import (
+    AssistantMessage,
+    NoticeMessage,
+    ReplyHandle,
+    SystemMessage,
+    Transcript,
+    UserMessage,
+)
+
+__all__ = [
+    "AssistantMessage",
+    "CompletionList",
+    "GaugesPanel",
+    "Meter",
+    "NoticeMessage",
+    "PromptInput",
+    "ReplyHandle",
+    "SystemMessage",
+    "Transcript",
+    "UserMessage",
+]

@@ -1,0 +1,212 @@
+"""Context window, KV cache, weights and last-turn gauges, plus live progress.
+
+A sidebar at wide sizes and a two-line bar when narrow: both views are always
+composed and the stylesheet shows one, on the screen's breakpoint class.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.markup import escape
+from textual.widgets import Static
+
+from mlxchat.chat import TurnStats
+from mlxchat.engine.events import EngineState, PrefillProgress
+from mlxchat.tui.formatting import (
+    cache_source_label,
+    fmt_bits_per_weight,
+    fmt_bytes,
+    fmt_int,
+    fmt_percent,
+    fmt_seconds,
+    fmt_tps,
+    kv_bits_label,
+    kv_room,
+    usage_level,
+)
+from mlxchat.tui.widgets.meter import Meter
+
+SOURCE_STYLES = {"warm": "$success", "snapshot": "$accent", "cold": "$warning"}
+
+
+def source_badge(source: str) -> str:
+    style = SOURCE_STYLES.get(source, "$foreground")
+    return f"[b {style}]{escape(cache_source_label(source))}[/]"
+
+
+class GaugesPanel(Vertical):
+    """Shows exactly the figures it is given; it never measures anything itself.
+
+    Feed it ``update_state`` after each turn (and on load), ``update_stats`` with a
+    turn's stats, and ``prefill`` / ``decoding`` / ``idle`` while a turn runs.
+    """
+
+    DEFAULT_CSS = """
+    GaugesPanel { height: auto; }
+    GaugesPanel > #gauges-compact { display: none; height: auto; }
+    GaugesPanel > #gauges-full { height: auto; }
+    GaugesPanel .gauge { height: auto; }
+    GaugesPanel .gauge Static { height: auto; }
+    GaugesPanel #compact-row { height: 1; }
+    GaugesPanel #compact-context-meter { width: 12; margin: 0 1; }
+    GaugesPanel #compact-context, GaugesPanel #compact-live {
+        width: 1fr; height: 1; text-wrap: nowrap; text-overflow: ellipsis;
+    }
+    """
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.state: EngineState | None = None
+        self.budget_bytes: int = 0
+        self.stats: TurnStats | None = None
+        self._live: str = "idle"
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="gauges-full"):
+            yield Static("no model loaded", id="gauge-model", markup=False)
+            with Vertical(id="gauge-context", classes="gauge") as box:
+                box.border_title = "Context"
+                yield Meter(id="context-meter")
+                yield Static(id="context-text")
+            with Vertical(id="gauge-kv", classes="gauge") as box:
+                box.border_title = "KV cache"
+                yield Meter(id="kv-meter")
+                yield Static(id="kv-text")
+            with Vertical(id="gauge-weights", classes="gauge") as box:
+                box.border_title = "Weights"
+                yield Static(id="weights-text")
+            with Vertical(id="gauge-turn", classes="gauge") as box:
+                box.border_title = "Last turn"
+                yield Static("no turn yet", id="turn-text")
+            with Vertical(id="gauge-live", classes="gauge") as box:
+                box.border_title = "Now"
+                yield Meter(id="live-meter")
+                yield Static("idle", id="live-text")
+        with Vertical(id="gauges-compact"):
+            with Horizontal(id="compact-row"):
+                yield Static("ctx", id="compact-label")
+                yield Meter(id="compact-context-meter")
+                yield Static(id="compact-context")
+            yield Static("idle", id="compact-live")
+
+    def on_mount(self) -> None:
+        self.query_one("#live-meter", Meter).display = False
+        self._render_state()
+        stats = self.stats or (self.state.last_stats if self.state else None)
+        if stats is not None:
+            self._show_stats(stats)
+
+    # -- inputs -----------------------------------------------------------------
+
+    def update_state(self, state: EngineState, budget_bytes: int) -> None:
+        """Engine figures after a turn or a load; ``budget_bytes`` is the KV memory budget."""
+        self.state = state
+        self.budget_bytes = budget_bytes
+        if not self.is_mounted:
+            return  # on_mount renders what was stored
+        self._render_state()
+        if state.last_stats is not None:
+            self.update_stats(state.last_stats)
+
+    def update_stats(self, stats: TurnStats) -> None:
+        self.stats = stats
+        if self.is_mounted:
+            self._show_stats(stats)
+
+    def _show_stats(self, stats: TurnStats) -> None:
+        self._text("#turn-text", self._turn_text(stats))
+        if self._live == "idle":
+            self._text("#compact-live", self._compact_turn_text(stats))
+
+    def prefill(self, progress: PrefillProgress) -> None:
+        self._live = "prefill"
+        meter = self.query_one("#live-meter", Meter)
+        meter.display = True
+        meter.set_value(progress.done / progress.total if progress.total else 0.0)
+        counts = f"{fmt_int(progress.done)} / {fmt_int(progress.total)} tokens"
+        self._text("#live-text", f"prefill {counts}\n{fmt_tps(progress.tps)}")
+        self._text("#compact-live", f"[b]prefill[/] {counts} · {fmt_tps(progress.tps)}")
+
+    def decoding(self, generated_tokens: int, tps: float) -> None:
+        self._live = "decode"
+        self.query_one("#live-meter", Meter).display = False
+        tokens = f"{fmt_int(generated_tokens)} tokens"
+        self._text("#live-text", f"decoding {tokens}\n{fmt_tps(tps)}")
+        self._text("#compact-live", f"[b]decoding[/] {tokens} · {fmt_tps(tps)}")
+
+    def idle(self) -> None:
+        self._live = "idle"
+        self.query_one("#live-meter", Meter).display = False
+        self._text("#live-text", "idle")
+        compact = self._compact_turn_text(self.stats) if self.stats else "idle"
+        self._text("#compact-live", compact)
+
+    # -- rendering ---------------------------------------------------------------
+
+    def _text(self, selector: str, markup: str) -> None:
+        self.query_one(selector, Static).update(markup)
+
+    def _render_state(self) -> None:
+        state = self.state
+        if state is None:
+            return
+        used, window = state.cached_tokens, state.context_window
+        level = usage_level(used, window)
+        ctx_fraction = used / window if window else 0.0
+        for meter_id in ("#context-meter", "#compact-context-meter"):
+            self.query_one(meter_id, Meter).set_value(ctx_fraction, level)
+        self.query_one("#gauge-model", Static).update(state.model_name or "no model loaded")
+        self._text("#context-text",
+                   f"{fmt_int(used)} / {fmt_int(window)} tokens  [b]{fmt_percent(used, window)}[/]")
+
+        bits = kv_bits_label(state.kv_bits, getattr(state, "kv_dtype", None))
+        self.query_one("#gauge-kv").border_title = f"KV cache · {bits}"
+        budget = self.budget_bytes
+        self.query_one("#kv-meter", Meter).set_value(
+            state.kv_bytes / budget if budget else 0.0, usage_level(state.kv_bytes, budget))
+        room = kv_room(kv_bytes=state.kv_bytes, cached_tokens=used,
+                       budget_bytes=budget, context_window=window)
+        lines = [
+            (f"{fmt_bytes(state.kv_bytes)} · {fmt_percent(state.kv_bytes, budget)}"
+             f" of {fmt_bytes(budget)} budget"),
+            f"room [b]{fmt_int(room.tokens)}[/] tokens ({room.limit} limit)",
+        ]
+        if room.by_memory is None:
+            lines.append("memory rate: after the first turn")
+        elif room.limit == "window":
+            lines.append(f"memory would fit {fmt_int(room.by_memory)}")
+        else:
+            lines.append(f"window has {fmt_int(room.by_window)} left")
+        self._text("#kv-text", "\n".join(lines))
+
+        self._text("#weights-text",
+                   f"{fmt_bytes(state.weights_bytes)} · {fmt_bits_per_weight(state.bits_per_weight)}\n"
+                   f"peak memory {fmt_bytes(state.peak_memory_bytes)}")
+        self._text("#compact-context",
+                   f"{fmt_percent(used, window)} {fmt_int(used)}/{fmt_int(window)}"
+                   f" · KV {fmt_bytes(state.kv_bytes)} {bits} {fmt_percent(state.kv_bytes, budget)}"
+                   f" · room {fmt_int(room.tokens)} tok")
+
+    @staticmethod
+    def _turn_text(stats: TurnStats) -> str:
+        lines = [
+            source_badge(stats.cache_source),
+            f"first token  {fmt_seconds(stats.ttft_s)}",
+            f"prefill      {fmt_tps(stats.prefill_tps)}",
+            f"decode       {fmt_tps(stats.decode_tps)}",
+            f"reused {fmt_int(stats.reused_tokens)} · prefilled {fmt_int(stats.prefilled_tokens)}",
+        ]
+        if stats.miss_reason:
+            lines.append(f"[$warning]miss: {escape(stats.miss_reason)}[/]")
+        return "\n".join(lines)
+
+    @staticmethod
+    def _compact_turn_text(stats: TurnStats) -> str:
+        # Most telling first: the line is cut with an ellipsis when narrow.
+        text = (f"{source_badge(stats.cache_source)} · ttft {fmt_seconds(stats.ttft_s)}"
+                f" · decode {fmt_tps(stats.decode_tps)}"
+                f" · reused {fmt_int(stats.reused_tokens)} / new {fmt_int(stats.prefilled_tokens)}")
+        if stats.miss_reason:
+            text += f" · [$warning]miss: {escape(stats.miss_reason)}[/]"
+        return text + f" · prefill {fmt_tps(stats.prefill_tps)}"

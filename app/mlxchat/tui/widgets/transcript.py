@@ -1,0 +1,168 @@
+"""The conversation: user, assistant, system and notice messages in a scroll view.
+
+Assistant replies stream into a Markdown widget through ``MarkdownStream``, so
+each token appends a fragment instead of re-rendering the whole message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.widgets import Markdown, Static
+
+from mlxchat.chat import Message, TurnStats
+from mlxchat.tui.formatting import stats_line
+
+NoticeLevel = Literal["info", "warning", "error"]
+
+
+class PlainMessage(Vertical):
+    """A label and a text shown verbatim (no markup, no Markdown)."""
+
+    LABEL = ""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(classes="message")
+        self.text = text
+
+    def compose(self) -> ComposeResult:
+        yield Static(self.LABEL, classes="message-label", markup=False)
+        yield Static(self.text, classes="message-body", markup=False)
+
+
+class UserMessage(PlainMessage):
+    LABEL = "you"
+
+
+class SystemMessage(PlainMessage):
+    LABEL = "system prompt"
+
+
+class AssistantMessage(Vertical):
+    """A reply: Markdown body, then a footer with '(stopped)' and the turn's stats."""
+
+    def __init__(self, text: str = "", *, label: str = "assistant",
+                 stats: TurnStats | None = None, cancelled: bool = False) -> None:
+        super().__init__(classes="message")
+        self.text = text
+        self.label = label
+        self.stats = stats
+        self.cancelled = cancelled
+
+    def compose(self) -> ComposeResult:
+        yield Static(self.label, classes="message-label", markup=False)
+        yield Markdown(self.text, classes="message-body")
+        yield Static(self._footer(), classes="message-footer")
+
+    @property
+    def markdown(self) -> Markdown:
+        return self.query_one(Markdown)
+
+    def set_footer(self, stats: TurnStats | None, cancelled: bool) -> None:
+        self.stats, self.cancelled = stats, cancelled
+        footer = self.query_one(".message-footer", Static)
+        footer.update(self._footer())
+        footer.display = bool(stats or cancelled)
+
+    def on_mount(self) -> None:
+        self.query_one(".message-footer").display = bool(self.stats or self.cancelled)
+
+    def _footer(self) -> Content:
+        parts: list[tuple[str, str] | str] = []
+        if self.cancelled:
+            parts.append(("(stopped)", "$warning italic"))
+        if self.stats is not None:
+            if parts:
+                parts.append("  ")
+            parts.append(stats_line(self.stats))
+        return Content.assemble(*parts)
+
+
+class NoticeMessage(Static):
+    """A command result or an error: one short, plain text block."""
+
+    def __init__(self, text: str | BaseException, level: NoticeLevel = "info") -> None:
+        if isinstance(text, BaseException):
+            # A user sees what went wrong, never a traceback.
+            text = str(text) or type(text).__name__
+        super().__init__(text, markup=False, classes=f"notice -{level}")
+        self.level = level
+
+
+class ReplyHandle:
+    """Streams one assistant reply: ``append`` fragments, then ``finish`` once."""
+
+    def __init__(self, transcript: Transcript, message: AssistantMessage) -> None:
+        self.transcript = transcript
+        self.message = message
+        self.text = message.text
+        self.finished = False
+        self._stream = Markdown.get_stream(message.markdown)
+
+    async def append(self, fragment: str) -> None:
+        if self.finished:
+            raise RuntimeError("append() after finish()")
+        self.text += fragment
+        await self._stream.write(fragment)
+
+    async def finish(self, stats: TurnStats | None = None, *, cancelled: bool = False) -> None:
+        """End the stream; a cancelled reply keeps the text written so far."""
+        if self.finished:
+            return
+        self.finished = True
+        await self._stream.stop()
+        self.message.text = self.text
+        self.message.set_footer(stats, cancelled)
+
+
+class Transcript(VerticalScroll):
+    """The current branch of a conversation. Stays scrolled to the bottom while
+    replies stream, until the user scrolls up (Textual's anchor)."""
+
+    def __init__(self, *, assistant_label: str = "assistant", id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.assistant_label = assistant_label
+        """Label over assistant replies; the app sets it to the model's name."""
+
+    def on_mount(self) -> None:
+        self.anchor()
+
+    def _message_widget(self, message: Message) -> Vertical:
+        if message.role == "user":
+            return UserMessage(message.content)
+        if message.role == "system":
+            return SystemMessage(message.content)
+        return AssistantMessage(message.content, label=self.assistant_label,
+                                stats=message.stats, cancelled=message.cancelled)
+
+    async def load(self, messages: Iterable[Message]) -> None:
+        """Replace everything with ``messages`` (root first)."""
+        await self.clear()
+        await self.mount_all([self._message_widget(m) for m in messages])
+        self.anchor()
+
+    async def clear(self) -> None:
+        await self.remove_children()
+
+    async def add_user(self, text: str) -> UserMessage:
+        widget = UserMessage(text)
+        await self.mount(widget)
+        self.anchor()  # sending a message brings the view back to the bottom
+        return widget
+
+    async def start_reply(self, label: str | None = None) -> ReplyHandle:
+        widget = AssistantMessage(label=label or self.assistant_label)
+        await self.mount(widget)
+        self.anchor()
+        return ReplyHandle(self, widget)
+
+    async def add_notice(self, text: str | BaseException, level: NoticeLevel = "info") -> NoticeMessage:
+        widget = NoticeMessage(text, level)
+        await self.mount(widget)
+        self.anchor()
+        return widget

@@ -1,0 +1,107 @@
+from mlxchat.chat import Message, TurnStats
+from mlxchat.tui.formatting import stats_line
+from mlxchat.tui.widgets import AssistantMessage, NoticeMessage, Transcript, UserMessage
+from textual.widgets import Static
+
+from .tui_hosts import HostApp
+
+
+def host() -> HostApp:
+    return HostApp(lambda: Transcript(assistant_label="smollm2"))
+
+
+def footer_text(message: AssistantMessage) -> str:
+    return str(message.query_one(".message-footer", Static).render())
+
+
+async def test_streaming_appends_fragments_and_finish_shows_stats():
+    app = host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        transcript = app.query_one(Transcript)
+        await transcript.add_user("Write *code*")
+        reply = await transcript.start_reply()
+        for fragment in ["Here:\n\n", "```python\n", "print(1)\n", "```\n"]:
+            await reply.append(fragment)
+        stats = TurnStats(ttft_s=0.12, decode_tps=30.0, generated_tokens=9, reused_tokens=10,
+                          prefilled_tokens=4, cache_source="warm")
+        await reply.finish(stats)
+        await pilot.pause()
+        message = transcript.query_one(AssistantMessage)
+        assert reply.text == "Here:\n\n```python\nprint(1)\n```\n"
+        assert message.markdown.source == reply.text
+        assert message.query_one(".message-label", Static).render().plain == "smollm2"
+        assert footer_text(message) == stats_line(stats)
+        assert "(stopped)" not in footer_text(message)
+        user = transcript.query_one(UserMessage)
+        assert user.query_one(".message-body", Static).render().plain == "Write *code*"
+
+
+async def test_cancelled_reply_keeps_partial_text_and_marks_stopped():
+    app = host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        transcript = app.query_one(Transcript)
+        reply = await transcript.start_reply()
+        await reply.append("The answer is")
+        await reply.append(" forty")
+        await reply.finish(None, cancelled=True)
+        await pilot.pause()
+        message = transcript.query_one(AssistantMessage)
+        assert message.markdown.source == "The answer is forty"
+        assert message.text == "The answer is forty"
+        assert footer_text(message) == "(stopped)"
+        assert message.query_one(".message-footer").display
+
+
+async def test_load_renders_branch_and_notices_have_levels():
+    stats = TurnStats(ttft_s=0.5, decode_tps=12.0, generated_tokens=3, cache_source="cold")
+    app = host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        transcript = app.query_one(Transcript)
+        await transcript.load([
+            Message("system", "Be brief."),
+            Message("user", "hi [b]there[/b]"),
+            Message("assistant", "Hello!", stats=stats),
+            Message("user", "and?"),
+            Message("assistant", "Well", cancelled=True),
+        ])
+        await transcript.add_notice("Saved.")
+        await transcript.add_notice(ValueError("no such model 'x'; try /models"), "error")
+        await pilot.pause()
+        kinds = [type(w).__name__ for w in transcript.children]
+        assert kinds == ["SystemMessage", "UserMessage", "AssistantMessage", "UserMessage",
+                         "AssistantMessage", "NoticeMessage", "NoticeMessage"]
+        # user text is shown verbatim, not as markup
+        assert transcript.query(UserMessage)[0].query_one(
+            ".message-body", Static).render().plain == "hi [b]there[/b]"
+        first, second = transcript.query(AssistantMessage)
+        assert footer_text(first) == stats_line(stats)
+        assert footer_text(second) == "(stopped)"
+        info, error = transcript.query(NoticeMessage)
+        assert info.has_class("-info") and error.has_class("-error")
+        assert error.render().plain == "no such model 'x'; try /models"
+        await transcript.clear()
+        assert not transcript.children
+
+
+async def test_follows_the_stream_unless_scrolled_up():
+    app = host()
+    async with app.run_test(size=(80, 20)) as pilot:
+        transcript = app.query_one(Transcript)
+        for i in range(12):
+            await transcript.add_user(f"message {i}")
+        reply = await transcript.start_reply()
+        await reply.append("line\n\n" * 10)
+        await pilot.pause()
+        assert transcript.max_scroll_y > 0
+        assert transcript.scroll_y == transcript.max_scroll_y
+
+        transcript.scroll_to(y=0, animate=False)  # the user scrolls up
+        await pilot.pause()
+        await reply.append("more\n\n" * 10)
+        await pilot.pause()
+        assert transcript.scroll_y == 0
+
+        await reply.finish(None)
+        await transcript.add_user("next")  # sending brings the view back down
+        await pilot.pause()
+        assert transcript.scroll_y == transcript.max_scroll_y
