@@ -1,0 +1,8 @@
+"""Modal screens; each takes its data and actions as arguments (no app globals)."""
+
+from mlxchat.tui.screens.confirm import ConfirmScreen
+from mlxchat.tui.screens.help import HelpScreen
+from mlxchat.tui.screens.model_picker import ModelEntry, ModelPickerScreen
+from mlxchat.tui.screens.sessions import SessionsScreen
+
+__all__ = ["ConfirmScreen", "HelpScreen", "ModelEntry", "ModelPickerScreen", "SessionsScreen"]

@@ -1,0 +1,166 @@
+"""Pick a model; one not on disk can be downloaded (or imported) with progress."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.text import Text
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, ProgressBar, Static
+
+from mlxchat.tui.formatting import fmt_bytes, fmt_int
+
+ProgressCallback = Callable[[int, "int | None"], None]
+"""``progress(done_bytes, total_bytes_or_None)``; safe to call from any thread."""
+StartDownload = Callable[[str, ProgressCallback], object]
+"""``start_download(alias, progress)`` blocks until done; it runs in a thread and
+stops early (returning or raising) once the picker's cancel event is set."""
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One row; the catalog may pass its own objects with these attributes."""
+
+    alias: str
+    source: str
+    bits: int | None
+    context_window: int
+    size_bytes: int
+    available: bool
+    """On disk already: usable offline."""
+
+
+class ModelPickerScreen(ModalScreen[str | None]):
+    """Dismisses with the chosen alias, or None. Choosing a model that is not on
+    disk starts ``start_download`` in a thread; escape cancels it."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Close / cancel download", show=False)]
+
+    def __init__(self, entries: Sequence[ModelEntry], *,
+                 start_download: StartDownload | None = None,
+                 cancel_event: threading.Event | None = None,
+                 current: str | None = None) -> None:
+        super().__init__(classes="dialog-screen")
+        self.entries = list(entries)
+        self._start_download = start_download
+        self.cancel_event = cancel_event or threading.Event()
+        """Set on cancel; give the same event to ``start_download`` when wiring it."""
+        self.current = current
+        self.downloading: str | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="models-dialog") as dialog:
+            dialog.border_title = "Models"
+            yield DataTable(id="models-table", cursor_type="row", zebra_stripes=True)
+            with Vertical(id="models-download"):
+                yield Static("", id="models-status", markup=False)
+                yield ProgressBar(id="models-progress", show_eta=False)
+            yield Static("enter choose (downloads if needed) · esc close or cancel download",
+                         classes="dialog-hint")
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("Model", "Source", "Bits", "Context", "Size", "Offline")
+        for entry in self.entries:
+            mark = "● " if entry.alias == self.current else "  "
+            table.add_row(
+                Text(mark + entry.alias, style="bold"),
+                Text(entry.source, style="dim"),
+                Text(f"{entry.bits}" if entry.bits else "–"),
+                Text(fmt_int(entry.context_window)),
+                Text(fmt_bytes(entry.size_bytes)),
+                Text("yes", style="green") if entry.available else Text("download", style="yellow"),
+                key=entry.alias)
+        self.query_one("#models-download").display = False
+        table.focus()
+
+    def _entry(self, alias: str) -> ModelEntry:
+        return next(e for e in self.entries if e.alias == alias)
+
+    @on(DataTable.RowSelected)
+    def _choose(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        alias = str(event.row_key.value)
+        self.choose(alias)
+
+    def choose(self, alias: str) -> None:
+        if self.downloading:
+            return
+        entry = self._entry(alias)
+        if entry.available:
+            self.dismiss(alias)
+        elif self._start_download is None:
+            self._status(f"{alias} is not on disk and downloads are off.")
+        else:
+            self.download(alias)
+
+    # -- download ----------------------------------------------------------------
+
+    def _status(self, text: str) -> None:
+        self.query_one("#models-download").display = True
+        self.query_one("#models-status", Static).update(text)
+
+    def download(self, alias: str) -> None:
+        self.cancel_event.clear()
+        self.downloading = alias
+        self._status(f"Downloading {alias}…  esc cancels")
+        bar = self.query_one(ProgressBar)
+        bar.update(total=None, progress=0)
+        self._download_worker(alias)
+
+    def _progress(self, done: int, total: int | None) -> None:
+        if not self.is_attached:
+            return
+        bar = self.query_one(ProgressBar)
+        bar.update(total=total, progress=done)
+        of = f" / {fmt_bytes(total)}" if total else ""
+        self._status(f"Downloading {self.downloading}…  {fmt_bytes(done)}{of}  esc cancels")
+
+    @work(thread=True, exclusive=True, group="model-download")
+    def _download_worker(self, alias: str) -> None:
+        app = self.app
+
+        def report(fn: Callable[..., None], *args: object) -> None:
+            try:
+                app.call_from_thread(fn, *args)
+            except RuntimeError:
+                pass  # the app closed while downloading; nothing left to show
+
+        def progress(done: int, total: int | None) -> None:
+            report(self._progress, done, total)
+
+        try:
+            assert self._start_download is not None
+            self._start_download(alias, progress)
+        except Exception as exc:  # noqa: BLE001 - shown to the user, never a traceback
+            report(self._download_ended, alias, str(exc) or type(exc).__name__)
+            return
+        report(self._download_ended, alias, None)
+
+    def _download_ended(self, alias: str, error: str | None) -> None:
+        self.downloading = None
+        if not self.is_attached:
+            return
+        if self.cancel_event.is_set():
+            self._status(f"Download of {alias} cancelled.")
+        elif error is not None:
+            self._status(f"Download of {alias} failed: {error}")
+        else:
+            self.dismiss(alias)
+
+    def on_unmount(self) -> None:
+        self.cancel_event.set()  # leaving the app stops a download in flight
+
+    def action_cancel(self) -> None:
+        if self.downloading:
+            self.cancel_event.set()
+            self._status(f"Cancelling {self.downloading}…")
+        else:
+            self.dismiss(None)

@@ -1,0 +1,186 @@
+"""Browse saved sessions: search as you type, open, rename, delete."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import ClassVar
+
+from rich.text import Text
+from textual import events, on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Input, Static
+
+from mlxchat.chat import SessionSummary
+from mlxchat.tui.formatting import fmt_bytes, fmt_int, relative_time
+from mlxchat.tui.screens.confirm import ConfirmScreen
+
+SearchFn = Callable[[str], "list[SessionSummary] | Awaitable[list[SessionSummary]]"]
+
+
+class SessionTable(DataTable):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("r", "screen.rename", "Rename"),
+        Binding("d,delete", "screen.delete", "Delete"),
+    ]
+
+
+class SessionsScreen(ModalScreen[int | None]):
+    """Dismisses with the chosen session id, or None on escape.
+
+    ``search(text)`` returns the sessions to list ('' means all, newest first);
+    it may be sync or async. ``rename(id, title)`` and ``delete(id)`` act on the
+    store; ``now()`` is the clock the 'last used' column is measured against.
+    """
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "close", "Close", show=False)]
+
+    def __init__(self, *, search: SearchFn,
+                 rename: Callable[[int, str], object] | None = None,
+                 delete: Callable[[int], object] | None = None,
+                 now: Callable[[], float] = time.time) -> None:
+        super().__init__(classes="dialog-screen")
+        self._search = search
+        self._rename = rename
+        self._delete = delete
+        self._now = now
+        self.results: list[SessionSummary] = []
+        self._renaming: SessionSummary | None = None
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="sessions-dialog") as dialog:
+            dialog.border_title = "Sessions"
+            yield Input(placeholder="Search titles and messages", id="sessions-search")
+            yield SessionTable(id="sessions-table", cursor_type="row", zebra_stripes=True)
+            yield Static("", id="sessions-snippet", markup=False)
+            yield Input(id="sessions-rename", placeholder="New title, enter saves, esc cancels")
+            yield Static("enter open · ↓ list · r rename · d delete · esc close",
+                         classes="dialog-hint")
+
+    def on_mount(self) -> None:
+        table = self.query_one(SessionTable)
+        table.add_columns("Title", "Model", "Msgs", "Cache", "Last used")
+        self.query_one("#sessions-rename").display = False
+        self.query_one("#sessions-search").focus()
+        self.run_search("")
+
+    # -- search ------------------------------------------------------------------
+
+    @on(Input.Changed, "#sessions-search")
+    def _search_changed(self, event: Input.Changed) -> None:
+        self.run_search(event.value)
+
+    @work(exclusive=True, group="sessions-search")
+    async def run_search(self, text: str) -> None:
+        """Newer keystrokes cancel older searches (exclusive worker)."""
+        try:
+            found = self._search(text)
+            if inspect.isawaitable(found):
+                found = await found
+        except Exception as exc:  # noqa: BLE001 - a store error is shown, not raised
+            self.notify(f"Search failed: {exc}", severity="error")
+            return
+        self.show_results(list(found))
+
+    def show_results(self, results: list[SessionSummary]) -> None:
+        previous = self.selected()
+        row = self.query_one(SessionTable).cursor_row
+        self.results = results
+        table = self.query_one(SessionTable)
+        table.clear()
+        now = self._now()
+        for s in results:
+            table.add_row(Text(s.title), Text(s.model, style="dim"),
+                          Text(fmt_int(s.message_count)),
+                          Text(fmt_bytes(s.snapshot_bytes) if s.snapshot_bytes else "–"),
+                          Text(relative_time(s.updated, now)),
+                          key=str(s.id))
+        # A refresh after rename or delete keeps the cursor on the same session.
+        ids = [s.id for s in results]
+        if previous is not None and previous.id in ids:
+            row = ids.index(previous.id)
+        if results:
+            table.move_cursor(row=min(row, len(results) - 1), animate=False)
+        self._show_snippet()
+
+    def selected(self) -> SessionSummary | None:
+        table = self.query_one(SessionTable)
+        if not self.results or table.cursor_row is None:
+            return None
+        return self.results[min(table.cursor_row, len(self.results) - 1)]
+
+    @on(DataTable.RowHighlighted)
+    def _show_snippet(self) -> None:
+        chosen = self.selected()
+        self.query_one("#sessions-snippet", Static).update(chosen.snippet if chosen else "")
+
+    # -- keys --------------------------------------------------------------------
+
+    def on_key(self, event: events.Key) -> None:
+        # From the search box, down moves into the list.
+        if event.key == "down" and self.focused is self.query_one("#sessions-search"):
+            event.stop()
+            self.query_one(SessionTable).focus()
+
+    @on(Input.Submitted, "#sessions-search")
+    @on(DataTable.RowSelected)
+    def action_open(self) -> None:
+        chosen = self.selected()
+        if chosen is not None:
+            self.dismiss(chosen.id)
+
+    def action_close(self) -> None:
+        if self._renaming is not None:
+            self._end_rename()
+        else:
+            self.dismiss(None)
+
+    def action_rename(self) -> None:
+        chosen = self.selected()
+        if chosen is None or self._rename is None:
+            return
+        self._renaming = chosen
+        box = self.query_one("#sessions-rename", Input)
+        box.value = chosen.title
+        box.display = True
+        box.focus()
+
+    @on(Input.Submitted, "#sessions-rename")
+    def _rename_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        target, title = self._renaming, event.value.strip()
+        self._end_rename()
+        if target is None or not title or self._rename is None:
+            return
+        if self._call(self._rename, target.id, title):
+            self.run_search(self.query_one("#sessions-search", Input).value)
+
+    def _end_rename(self) -> None:
+        self._renaming = None
+        self.query_one("#sessions-rename").display = False
+        self.query_one(SessionTable).focus()
+
+    def action_delete(self) -> None:
+        chosen = self.selected()
+        if chosen is None or self._delete is None:
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes and self._call(self._delete, chosen.id):
+                self.run_search(self.query_one("#sessions-search", Input).value)
+
+        self.app.push_screen(
+            ConfirmScreen(f"Delete “{chosen.title}” and its cache? This cannot be undone.",
+                          yes="Delete", destructive=True), answered)
+
+    def _call(self, fn: Callable[..., object] | None, *args: object) -> bool:
+        try:
+            fn(*args)  # type: ignore[misc]
+        except Exception as exc:  # noqa: BLE001 - shown to the user, never a traceback
+            self.notify(str(exc) or type(exc).__name__, severity="error")
+            return False
+        return True
