@@ -137,7 +137,8 @@ def test_quantized_kv_cache_saves_bytes_and_survives_snapshots(tiny64, tmp_path,
         fresh = ChatEngine(tiny64)
         assert fresh.load_snapshot(info.path, expected_checksum=info.checksum,
                                    conversation=msgs).ok
-        assert fresh.state().kv_bits == bits
+        assert fresh.state().kv_bits == bits and fresh.state().kv_dtype == f"{bits}-bit"
+        assert fresh.state().cache_source == "snapshot"
         follow = msgs + [Message("assistant", b.reply), Message("user", "More?")]
         c = run(fresh, follow, GenerationSettings(temperature=0, max_tokens=12, kv_bits=bits))
         assert c.stats.cache_source == "snapshot" and c.stats.reused_tokens == b.stats.context_used

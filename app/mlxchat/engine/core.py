@@ -213,7 +213,9 @@ class ChatEngine:
         self._state = EngineState(
             model_name=info.name, cached_tokens=len(self._tokens),
             context_window=info.context_window, kv_bytes=kv.kv_bytes(self._cache),
-            kv_bits=kv.bits(self._cache), weights_bytes=info.weights_bytes,
+            kv_bits=kv.bits(self._cache), kv_dtype=kv.dtype_label(self._cache),
+            cache_source=self._source if self._tokens else "cold",
+            weights_bytes=info.weights_bytes,
             bits_per_weight=info.bits_per_weight, peak_memory_bytes=mx.get_peak_memory(),
             busy=busy, last_stats=stats or self._state.last_stats)
 

@@ -77,6 +77,10 @@ class EngineState:
     context_window: int = 0
     kv_bytes: int = 0
     kv_bits: int | None = None
+    kv_dtype: str = "-"
+    """'fp16', 'bf16', 'fp32', or '8-bit' / '4-bit' when quantized."""
+    cache_source: str = "cold"
+    """Where the cached tokens came from: 'warm' (this process), 'snapshot' or 'cold'."""
     weights_bytes: int = 0
     bits_per_weight: float = 0.0
     peak_memory_bytes: int = 0
