@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -236,7 +237,7 @@ def file_sha256(path: Path, *, progress: Progress | None = None) -> str:
     digest = h.hexdigest()
     known[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
     cache_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.tmp")
+    tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.{threading.get_ident()}")
     tmp.write_text(json.dumps(known, indent=1))
     os.replace(tmp, cache_file)
     return digest
