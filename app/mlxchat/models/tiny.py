@@ -12,7 +12,7 @@ from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten, tree_map
+from mlx.utils import tree_flatten
 
 from mlxchat.models.tokenizer import CHATML_TEMPLATE, write_bpe_tokenizer
 
