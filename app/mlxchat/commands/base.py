@@ -1,0 +1,275 @@
+"""The types every slash command shares: what a command is, what it gets, what it returns.
+
+Stdlib only at import time; nothing here imports Textual or MLX.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import itertools
+import textwrap
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from mlxchat.chat import TurnStats
+    from mlxchat.conversation import Conversation
+    from mlxchat.engine import Event
+
+ResultKind = Literal["info", "error", "markdown", "table", "confirm"]
+Screen = Literal["sessions", "models", "help"]
+
+ERROR_CHARS = 300
+
+
+class CommandError(Exception):
+    """Bad input or a refused request; the message is one line for the user."""
+
+
+def one_line(text: str, limit: int = ERROR_CHARS) -> str:
+    """Whitespace (newlines included) collapsed and cut to ``limit`` characters."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+@dataclass
+class Confirmation:
+    """A question to ask before something irreversible; ``accept()`` does it."""
+
+    question: str
+    accept: Callable[[], CommandResult]
+    """Run after the user says yes; never raises (the registry guards it)."""
+    yes: str = "Yes"
+    """Label of the button that accepts, e.g. 'Delete'."""
+    destructive: bool = True
+
+
+@dataclass
+class CommandResult:
+    """What a command reports. A UI renders ``kind``/``text``/``rows`` generically,
+    then acts on whichever action fields are set (several may be)."""
+
+    kind: ResultKind = "info"
+    """'info' and 'error': ``text`` is plain (an error is one line); 'markdown':
+    ``text`` is Markdown; 'table': ``text`` is a caption over ``columns``/``rows``;
+    'confirm': ``text`` is ``confirm.question``."""
+    text: str = ""
+    columns: tuple[str, ...] = ()
+    rows: list[tuple[str, ...]] = field(default_factory=list)
+    """Table cells, already formatted as text, one tuple per row."""
+    turn: Iterator[Event] | None = None
+    """A started turn (/retry, /edit): consume it exactly like ``Conversation.send``."""
+    confirm: Confirmation | None = None
+    """Ask ``confirm.question``; on yes, render ``confirm.accept()``."""
+    open_screen: Screen | None = None
+    """Interactive UIs open this screen; the rows hold the same content for others."""
+    quit: bool = False
+    session_changed: bool = False
+    """The session, its branch or its model changed: reload the transcript and gauges."""
+    clear_input: bool = False
+    prefill_input: str | None = None
+    """Put this text into the input line for the user to edit and send."""
+
+    @classmethod
+    def info(cls, text: str, **actions: Any) -> CommandResult:
+        return cls("info", text, **actions)
+
+    @classmethod
+    def error(cls, text: str) -> CommandResult:
+        return cls("error", one_line(text))
+
+    @classmethod
+    def markdown(cls, text: str, **actions: Any) -> CommandResult:
+        return cls("markdown", text, **actions)
+
+    @classmethod
+    def table(cls, caption: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+              **actions: Any) -> CommandResult:
+        return cls("table", caption, tuple(columns),
+                   [tuple(str(cell) for cell in row) for row in rows], **actions)
+
+    @property
+    def ok(self) -> bool:
+        return self.kind != "error"
+
+    def plain(self) -> str:
+        """The result as plain text, for a terminal without a UI (and for tests)."""
+        if self.kind != "table":
+            return self.text
+        widths = [len(c) for c in self.columns]
+        for row in self.rows:
+            widths = [max(w, len(cell)) for w, cell in zip(widths, row)]
+        lines = [self.text] if self.text else []
+        header = [self.columns] if any(self.columns) else []
+        for row in [*header, *self.rows]:
+            lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One completion of the input line (same fields as ``mlxchat.tui.completion``)."""
+
+    value: str
+    """The full replacement text of the input line, e.g. '/model llama3.2-3b'."""
+    display: str
+    """What the list shows, e.g. 'llama3.2-3b'."""
+    help: str = ""
+    """One line shown dimmed next to ``display``."""
+
+
+def _default_cwd() -> Path:
+    return Path.cwd()
+
+
+@dataclass
+class CommandContext:
+    """What a command acts on: the conversation plus what the UI or CLI provides."""
+
+    conversation: Conversation
+    clipboard: Callable[[str], None] | None = None
+    """Copies text to the clipboard (e.g. Textual's OSC 52); None tries the system tools."""
+    config_path: Path | None = None
+    """Settings file that ``/set --default`` writes; None: ``paths.config_file()``."""
+    now: Callable[[], float] = time.time
+    cwd: Callable[[], Path] = _default_cwd
+    """Folder relative paths of /attach and /import start from."""
+    exports_dir: Path | None = None
+    """Folder /export writes under; None: ``cwd()``."""
+    interactive: bool = True
+    """A UI that can open screens (``open_screen``); False for the CLI."""
+    assume_yes: bool = False
+    """Accept confirmations without asking (``--yes`` on the command line)."""
+    list_models: Callable[[], Sequence[Any]] | None = None
+    """Rows for /models (``mlxchat.models.list_models`` when None)."""
+
+
+@dataclass(frozen=True)
+class Args:
+    """A parsed argument list."""
+
+    words: tuple[str, ...] = ()
+    """Positional arguments; a free-text command gets its whole text as one word."""
+    flags: frozenset[str] = frozenset()
+
+    def get(self, index: int, default: str | None = None) -> str | None:
+        return self.words[index] if index < len(self.words) else default
+
+
+Handler = Callable[[CommandContext, Args], CommandResult]
+Candidates = list[tuple[str, str]]
+"""(value of the argument being typed, help) pairs."""
+Completer = Callable[[CommandContext, "tuple[str, ...]", str], Candidates]
+"""``completer(ctx, earlier_words, prefix)`` -> candidates for the word being typed."""
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    handler: Handler
+    help: str
+    """One line for /help and the completion list."""
+    usage: str = ""
+    """e.g. '/open ID_OR_TITLE'; '/name' when empty."""
+    aliases: tuple[str, ...] = ()
+    min_args: int = 0
+    max_args: int | None = 0
+    """None: any number of words."""
+    text: bool = False
+    """One free-text argument, the rest of the line as typed (quotes are text)."""
+    unquote: bool = False
+    """For a text command: a single quoted token loses its quotes ('"My chat"')."""
+    flags: tuple[str, ...] = ()
+    complete: Completer | None = None
+    while_busy: bool = False
+    """Safe to run while a reply is being generated."""
+    details: str = ""
+    """More text for ``/help NAME``."""
+
+    @property
+    def usage_line(self) -> str:
+        return self.usage or f"/{self.name}"
+
+    @property
+    def takes_arguments(self) -> bool:
+        return self.text or self.max_args != 0 or bool(self.flags)
+
+
+def current_id(ctx: CommandContext) -> int:
+    """The open session's id (every open session is stored, so it has one)."""
+    session_id = ctx.conversation.session.id
+    if session_id is None:
+        raise CommandError("No session is open.")
+    return session_id
+
+
+def stored_id(session_id: int | None) -> int:
+    if session_id is None:
+        raise CommandError("That session is not stored.")
+    return session_id
+
+
+def last_stats(ctx: CommandContext) -> TurnStats | None:
+    """The stats of the last turn, or of the last reply on the branch after a reopen."""
+    conv = ctx.conversation
+    if conv.last_stats is not None:
+        return conv.last_stats
+    return next((m.stats for m in reversed(conv.messages)
+                 if m.role == "assistant" and m.stats is not None), None)
+
+
+# -- formatting shared by the command modules ---------------------------------
+
+
+def fmt_int(n: float) -> str:
+    return f"{int(n):,}"
+
+
+def plural(n: int, word: str) -> str:
+    """'1 message', '3 messages'."""
+    return f"{n:,} {word}" + ("" if n == 1 else "s")
+
+
+def percent(part: float, whole: float) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def ago(timestamp: float | None, now: float) -> str:
+    """'just now', '5 min ago', '3 h ago', '2 days ago'."""
+    if not timestamp:
+        return "?"
+    seconds = max(0.0, now - timestamp)
+    if seconds < 60:
+        return "just now"
+    for size, unit in ((86400, "days"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            n = int(seconds // size)
+            return f"{n} {'day' if unit == 'days' and n == 1 else unit} ago"
+    return "just now"
+
+
+def first_words(text: str, limit: int = 40) -> str:
+    line = one_line(text, limit)
+    return line or "(empty)"
+
+
+@lru_cache(maxsize=8)
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each dataclass field, read from the source ({} without it)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError, SyntaxError):
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for node, after in itertools.pairwise(body):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)):
+            docs[node.target.id] = one_line(after.value.value, 200)
+    return docs

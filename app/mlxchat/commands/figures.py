@@ -1,0 +1,146 @@
+"""Commands that report measured figures: /stats /cache /context."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlxchat.chat import human_bytes
+from mlxchat.commands.base import (
+    Args,
+    Candidates,
+    Command,
+    CommandContext,
+    CommandError,
+    CommandResult,
+    ago,
+    current_id,
+    first_words,
+    fmt_int,
+    last_stats,
+    percent,
+    plural,
+)
+
+
+def _bits(kv_bits: int | None) -> str:
+    return f"{kv_bits}-bit" if kv_bits else "full precision"
+
+
+def stats(ctx: CommandContext, args: Args) -> CommandResult:
+    s = last_stats(ctx)
+    if s is None:
+        return CommandResult.info("No turn yet in this session; /stats reports the last one.")
+    live = ctx.conversation.last_stats is s
+    rows = [
+        ("time to first token", f"{s.ttft_s:.2f} s"),
+        ("prompt", (f"{fmt_int(s.prompt_tokens)} tokens: {fmt_int(s.reused_tokens)} reused "
+                    f"({s.cache_source} cache), {fmt_int(s.prefilled_tokens)} prefilled")),
+        ("prefill speed", f"{s.prefill_tps:,.0f} tok/s"),
+        ("reply", (f"{fmt_int(s.generated_tokens)} tokens at {s.decode_tps:.1f} tok/s, "
+                   f"finished by {s.finish_reason}")),
+        ("total time", f"{s.total_s:.2f} s"),
+        ("context", (f"{fmt_int(s.context_used)} of {fmt_int(s.context_window)} tokens "
+                     f"({percent(s.context_used, s.context_window)})")),
+        ("KV cache", f"{human_bytes(s.kv_bytes)}, {_bits(s.kv_bits)}"),
+        ("weights", human_bytes(s.weights_bytes)),
+        ("peak memory", human_bytes(s.peak_memory_bytes)),
+    ]
+    if s.miss_reason:
+        rows.insert(2, ("cache miss", s.miss_reason))
+    if s.dropped_messages:
+        rows.append(("dropped to fit", f"{plural(s.dropped_messages, 'oldest message')}"))
+    caption = "Last turn" if live else "Last reply on this branch (as stored)"
+    return CommandResult.table(caption, ("", ""), rows)
+
+
+def _snapshot_row(ctx: CommandContext) -> tuple[str, str]:
+    conv = ctx.conversation
+    record = conv.store.latest_snapshot(current_id(ctx))
+    if record is None:
+        return ("snapshot file", "none saved yet (one is written after each turn)")
+    missing = "" if Path(record.path).exists() else " — FILE MISSING"
+    return ("snapshot file", (f"{record.path} ({human_bytes(record.file_bytes)}, "
+                              f"{fmt_int(record.token_count)} tokens, {_bits(record.kv_bits)}, "
+                              f"saved {ago(record.created, ctx.now())}){missing}"))
+
+
+def cache(ctx: CommandContext, args: Args) -> CommandResult:
+    conv = ctx.conversation
+    state = conv.state()
+    action = (args.get(0) or "").lower()
+    if action == "save":
+        if not state.cached_tokens:
+            raise CommandError("The KV cache is empty; nothing to save.")
+        path = conv.save_snapshot()
+        if path is None:
+            raise CommandError("The snapshot could not be written; the log says why.")
+        return CommandResult.info(f"Saved {fmt_int(state.cached_tokens)} tokens to {path} "
+                                  f"({human_bytes(path.stat().st_size)}).", clear_input=True)
+    if action == "drop":
+        files = conv.drop_snapshot()
+        return CommandResult.info(
+            f"Dropped the live cache ({plural(state.cached_tokens, 'token')}) and "
+            f"{plural(files, 'snapshot file')}; the next turn prefills from scratch.",
+            session_changed=True, clear_input=True)
+    if action:
+        raise CommandError("Usage: /cache [save|drop]")
+    dtype = state.kv_dtype if state.kv_dtype != "-" else _bits(state.kv_bits)
+    cached = (f"{fmt_int(state.cached_tokens)} of {fmt_int(state.context_window)} "
+              f"({percent(state.cached_tokens, state.context_window)}), {state.cache_source}")
+    rows = [("cached tokens", cached),
+            ("KV cache", f"{human_bytes(state.kv_bytes)}, {dtype}")]
+    if state.cached_tokens:
+        rows.append(("per token", human_bytes(state.kv_bytes / state.cached_tokens)))
+    s = last_stats(ctx)
+    if s is not None:
+        rows.append(("last turn", (f"{fmt_int(s.reused_tokens)} reused ({s.cache_source}), "
+                                   f"{fmt_int(s.prefilled_tokens)} prefilled")))
+        rows.append(("miss reason", s.miss_reason or "none"))
+    rows.append(_snapshot_row(ctx))
+    snap = conv.last_snapshot
+    if snap is not None:
+        rows.append(("snapshot on open", f"restored {fmt_int(snap.tokens)} tokens" if snap.ok
+                     else f"not used: {snap.reason}"))
+    return CommandResult.table("KV cache (/cache save writes a snapshot now; /cache drop "
+                               "forgets it)", ("", ""), rows)
+
+
+def complete_cache(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
+    return [("save", "write the live cache to the session's snapshot file now"),
+            ("drop", "forget the live cache and delete the snapshot files")]
+
+
+def context(ctx: CommandContext, args: Args) -> CommandResult:
+    conv = ctx.conversation
+    window = conv.engine.loaded.info.context_window
+    messages = conv.engine_messages()
+    pending = conv.attachments
+    if not messages and not pending:
+        return CommandResult.info(f"The conversation is empty: 0 of {fmt_int(window)} tokens.")
+    counts = conv.engine.message_tokens(messages) if messages else []
+    total = conv.engine.count_tokens(messages) if messages else 0
+    rows: list[tuple[str, ...]] = [
+        (str(i), m.role, first_words(m.content), fmt_int(n), percent(n, window))
+        for i, (m, n) in enumerate(zip(messages, counts, strict=True), 1)]
+    overhead = total - sum(counts)
+    if overhead > 0:
+        rows.append(("", "template", "start of the reply", fmt_int(overhead),
+                     percent(overhead, window)))
+    for a in pending:
+        rows.append(("+", "attached", a.path.name, fmt_int(a.tokens), percent(a.tokens, window)))
+    used = total + sum(a.tokens for a in pending)
+    caption = (f"{fmt_int(used)} of {fmt_int(window)} tokens ({percent(used, window)}) · "
+               f"{fmt_int(window - used)} free · replies up to "
+               f"{fmt_int(conv.generation.max_tokens)} tokens")
+    return CommandResult.table(caption, ("#", "role", "starts with", "tokens", "of window"),
+                               rows)
+
+
+COMMANDS = (
+    Command("stats", stats, "Figures of the last turn: speed, cache reuse, memory",
+            while_busy=True),
+    Command("cache", cache, "What the KV cache holds and its snapshot; save or drop it",
+            usage="/cache [save|drop]", max_args=1, complete=complete_cache),
+    Command("context", context, "What fills the context window, message by message",
+            while_busy=True),
+)

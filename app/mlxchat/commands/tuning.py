@@ -1,0 +1,260 @@
+"""Settings and model commands: /set /get /model /models."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mlxchat.chat import CONTEXT_POLICIES, GenerationSettings, human_bytes
+from mlxchat.commands.base import (
+    Args,
+    Candidates,
+    Command,
+    CommandContext,
+    CommandError,
+    CommandResult,
+    field_docs,
+    fmt_int,
+    one_line,
+)
+from mlxchat.config import save_settings
+from mlxchat.paths import config_file
+
+_INT64 = 2**63
+
+
+def _number(name: str, raw: str, kind: type) -> Any:
+    try:
+        value = kind(raw)
+    except (ValueError, OverflowError):
+        raise CommandError(f"{name} takes {'a whole number' if kind is int else 'a number'}; "
+                           f"got {one_line(raw, 30)!r}.") from None
+    if kind is float and not math.isfinite(value):
+        raise CommandError(f"{name} must be a finite number; got {one_line(raw, 30)!r}.")
+    return value
+
+
+def _ranged(kind: type, check: Callable[[Any], bool], rule: str) -> Callable[[str, str], Any]:
+    def parse(name: str, raw: str) -> Any:
+        value = _number(name, raw, kind)
+        if not check(value):
+            raise CommandError(f"{name} must be {rule}; got {one_line(raw, 30)}.")
+        return value
+    return parse
+
+
+def _optional_int(choices: tuple[int, ...] | None, rule: str) -> Callable[[str, str], Any]:
+    def parse(name: str, raw: str) -> Any:
+        if raw.lower() in ("none", "off", "random"):
+            return None
+        value = _number(name, raw, int)
+        ok = value in choices if choices else 0 <= value < _INT64
+        if not ok:
+            raise CommandError(f"{name} must be {rule}; got {one_line(raw, 30)}.")
+        return value
+    return parse
+
+
+def _policy(name: str, raw: str) -> str:
+    if raw.lower() not in CONTEXT_POLICIES:
+        raise CommandError(f"{name} must be {' or '.join(CONTEXT_POLICIES)}; "
+                           f"got {one_line(raw, 30)!r}.")
+    return raw.lower()
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    parse: Callable[[str, str], Any]
+    rule: str
+    """What values are allowed, in words."""
+    choices: tuple[str, ...] = ()
+
+
+SETTINGS: dict[str, Setting] = {s.name: s for s in (
+    Setting("temperature", _ranged(float, lambda v: v >= 0, ">= 0"), ">= 0 (0 is greedy)"),
+    Setting("top_p", _ranged(float, lambda v: 0 < v <= 1, "> 0 and <= 1"), "> 0 and <= 1"),
+    Setting("min_p", _ranged(float, lambda v: 0 <= v < 1, ">= 0 and < 1"), ">= 0 and < 1"),
+    Setting("max_tokens", _ranged(int, lambda v: 1 <= v < _INT64, ">= 1"), ">= 1"),
+    Setting("seed", _optional_int(None, "none or a whole number >= 0"),
+            "none or a whole number >= 0", ("none",)),
+    Setting("repetition_penalty", _ranged(float, lambda v: v > 0, "> 0"), "> 0 (1 is off)"),
+    Setting("kv_bits", _optional_int((4, 8), "none, 4 or 8"), "none, 4 or 8",
+            ("none", "4", "8")),
+    Setting("context_policy", _policy, " or ".join(CONTEXT_POLICIES), CONTEXT_POLICIES),
+)}
+
+
+def show(value: Any) -> str:
+    return "none" if value is None else str(value)
+
+
+def _setting(raw: str) -> Setting:
+    key = raw.lower().replace("-", "_")
+    if key in SETTINGS:
+        return SETTINGS[key]
+    close = difflib.get_close_matches(key, list(SETTINGS), n=1, cutoff=0.6)
+    hint = f" Did you mean {close[0]}?" if close else f" Settings: {', '.join(SETTINGS)}."
+    raise CommandError(f"Unknown setting {one_line(raw, 30)!r}.{hint}")
+
+
+def _check_kv_bits(ctx: CommandContext, value: int | None) -> None:
+    head_dim = ctx.conversation.engine.loaded.info.head_dim
+    if value and head_dim and head_dim % 32:
+        raise CommandError(f"kv_bits needs a head size that is a multiple of 32; this model's "
+                           f"is {head_dim}, so its KV cache cannot be quantized.")
+
+
+def set_(ctx: CommandContext, args: Args) -> CommandResult:
+    setting = _setting(args.words[0])
+    value = setting.parse(setting.name, args.words[1])
+    if setting.name == "kv_bits":
+        _check_kv_bits(ctx, value)
+    conv = ctx.conversation
+    conv.update_generation(dataclasses.replace(conv.generation, **{setting.name: value}))
+    where = "for this session"
+    if "--default" in args.flags:
+        conv.settings.generation = dataclasses.replace(conv.settings.generation,
+                                                       **{setting.name: value})
+        path = save_settings(conv.settings, ctx.config_path)
+        where += f" and as the default for new sessions (saved to {path})"
+    note = ""
+    if setting.name == "kv_bits":
+        note = (" The next turn quantizes the cache." if value else
+                " The next turn recomputes the cache at full precision.")
+    return CommandResult.info(f"{setting.name} = {show(value)} {where}.{note}",
+                              clear_input=True)
+
+
+def get(ctx: CommandContext, args: Args) -> CommandResult:
+    conv = ctx.conversation
+    current, defaults = conv.generation, conv.settings.generation
+    docs = field_docs(GenerationSettings)
+    if args.words:
+        s = _setting(args.words[0])
+        return CommandResult.info(
+            f"{s.name} = {show(getattr(current, s.name))} (default "
+            f"{show(getattr(defaults, s.name))}; allowed: {s.rule}). {docs.get(s.name, '')}"
+            .rstrip())
+    rows = [(s.name, show(getattr(current, s.name)), show(getattr(defaults, s.name)), s.rule,
+             docs.get(s.name, "")) for s in SETTINGS.values()]
+    return CommandResult.table(
+        "Generation settings of this session (/set NAME VALUE; --default also saves it "
+        f"for new sessions in {ctx.config_path or config_file()})",
+        ("setting", "value", "default", "allowed", "meaning"), rows)
+
+
+def complete_settings(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
+    docs = field_docs(GenerationSettings)
+    if not words:
+        return [(s.name, docs.get(s.name, s.rule)) for s in SETTINGS.values()]
+    setting = SETTINGS.get(words[0].lower())
+    if setting is None or len(words) > 1:
+        return []
+    if setting.choices:
+        return [(c, setting.rule) for c in setting.choices]
+    current = show(getattr(ctx.conversation.generation, setting.name))
+    default = show(getattr(GenerationSettings(), setting.name))
+    out = [(current, f"current · {setting.rule}")]
+    return out + ([(default, f"built-in default · {setting.rule}")] if default != current
+                  else [])
+
+
+def complete_setting_names(ctx: CommandContext, words: tuple[str, ...],
+                           prefix: str) -> Candidates:
+    return complete_settings(ctx, (), prefix)
+
+
+# -- /model /models -------------------------------------------------------------------
+
+
+def _params(n: int) -> str:
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= size:
+            return f"{n / size:.1f}{unit}".replace(".0", "")
+    return str(n)
+
+
+def model(ctx: CommandContext, args: Args) -> CommandResult:
+    conv = ctx.conversation
+    if args.words:
+        spec = args.words[0]
+        if spec == conv.model_spec:
+            return CommandResult.info(f"Already using {spec}.")
+        info = conv.switch_model(spec).info
+        return CommandResult.info(
+            f"Switched to {info.name} ({info.quantization}, {_params(info.parameter_count)} "
+            f"parameters, {fmt_int(info.context_window)}-token window); the KV cache starts "
+            "cold.", session_changed=True, clear_input=True)
+    info = conv.engine.loaded.info
+    rows = [("name", info.name), ("spec", info.spec), ("architecture", info.architecture),
+            ("parameters", _params(info.parameter_count)),
+            ("quantization", info.quantization + (f", scales {info.scales_dtype}"
+                                                  if info.scales_dtype not in ("", "-") else "")),
+            ("bits per weight", f"{info.bits_per_weight:.2f}"),
+            ("weights in memory", human_bytes(info.weights_bytes)),
+            ("context window", f"{fmt_int(info.context_window)} tokens"),
+            ("layers · kv heads · head dim",
+             f"{info.num_layers} · {info.kv_heads} · {info.head_dim}"),
+            ("device", info.device), ("folder", info.path)]
+    return CommandResult.table("Current model (/model SPEC switches; /models lists them)",
+                               ("", ""), rows)
+
+
+def complete_models(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
+    from mlxchat.models import catalog
+
+    return [(e.alias, one_line(getattr(e, "description", "") or e.source, 60))
+            for e in catalog.list_entries()]
+
+
+def models(ctx: CommandContext, args: Args) -> CommandResult:
+    if ctx.list_models is not None:
+        entries = list(ctx.list_models())
+    else:
+        from mlxchat.models import list_models
+        entries = list(list_models())
+    current = ctx.conversation.model_spec
+    rows = []
+    for e in entries:
+        size = getattr(e, "size_bytes", None)
+        on_disk = getattr(e, "size_on_disk", True)
+        context = getattr(e, "context_window", None)
+        bits = getattr(e, "bits", None)
+        rows.append((e.alias + (" *" if e.alias == current else ""),
+                     f"{bits}-bit" if bits else "-",
+                     (human_bytes(size) + ("" if on_disk else " download")) if size else "?",
+                     fmt_int(context) if context else "?",
+                     "yes" if getattr(e, "available_offline", False) else "no",
+                     one_line(getattr(e, "description", ""), 60)))
+    if current not in {e.alias for e in entries}:
+        info = ctx.conversation.engine.loaded.info
+        rows.append((f"{info.name} *", f"{info.bits_per_weight:.1f} b/w",
+                     human_bytes(info.weights_bytes), fmt_int(info.context_window),
+                     "yes", f"loaded from {one_line(current, 50)}"))
+    return CommandResult.table(
+        "Models (* is loaded; /model ALIAS switches)",
+        ("alias", "bits", "size", "context", "offline", "description"), rows,
+        open_screen="models" if ctx.interactive else None)
+
+
+COMMANDS = (
+    Command("set", set_, "Change a generation setting of this session",
+            usage="/set [--default] NAME VALUE", min_args=2, max_args=2,
+            flags=("--default",), complete=complete_settings,
+            details="Settings: " + "; ".join(f"{s.name} ({s.rule})" for s in SETTINGS.values())
+            + ". --default also saves it as the default for new sessions."),
+    Command("get", get, "Show the generation settings, or one of them", usage="/get [NAME]",
+            max_args=1, complete=complete_setting_names, while_busy=True),
+    Command("model", model, "Show the loaded model, or switch to another",
+            usage="/model [SPEC]", text=True, unquote=True, max_args=1,
+            complete=complete_models,
+            details="SPEC is a catalog alias (/models), a Hugging Face repo id, a local MLX "
+                    "folder or a .gguf file."),
+    Command("models", models, "List the catalog and local models, and which work offline",
+            while_busy=True),
+)

@@ -1,0 +1,308 @@
+"""Commands on the turns of the conversation: /retry /edit /undo /system /attach /copy."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from mlxchat.chat import Message, human_bytes
+from mlxchat.commands.base import (
+    Args,
+    Candidates,
+    Command,
+    CommandContext,
+    CommandError,
+    CommandResult,
+    fmt_int,
+    last_stats,
+    one_line,
+    percent,
+    plural,
+)
+from mlxchat.commands.completers import complete_files, user_path
+
+ATTACH_LIMIT_BYTES = 8 << 20
+MAX_BYTES_PER_TOKEN = 24
+"""No tokenizer we ship packs more bytes than this into one token on real text;
+a file larger than the free window times this cannot fit, so it is not tokenized."""
+_CLIPBOARD_TOOLS: tuple[tuple[str, ...], ...] = (
+    ("pbcopy",), ("wl-copy",), ("xclip", "-selection", "clipboard"),
+    ("xsel", "--clipboard", "--input"))
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)[^`]*$")
+
+
+# -- /retry /edit /undo ---------------------------------------------------------
+
+
+def retry(ctx: CommandContext, args: Args) -> CommandResult:
+    turn = ctx.conversation.retry()
+    return CommandResult.info("Answering the last message again; the old reply stays on "
+                              "its branch (/branch).", turn=turn, session_changed=True,
+                              clear_input=True)
+
+
+def edit(ctx: CommandContext, args: Args) -> CommandResult:
+    conv = ctx.conversation
+    last = conv.last_user_message()
+    if last is None:
+        raise CommandError("There is no message to edit yet.")
+    if not args.words:
+        hint = ("Edit the message and press enter" if ctx.interactive
+                else "Run /edit NEW TEXT to replace it")
+        return CommandResult.info(f"{hint}; the old version stays on its branch.",
+                                  prefill_input=f"/edit {last.content}")
+    text = args.words[0]
+    before = conv.messages[:conv.messages.index(last)]
+    system = conv.session.system_prompt
+    # Check the edited conversation fits before committing it, as send() does.
+    conv.engine.check_fits(([Message("system", system)] if system else []) + before
+                           + [Message("user", text)], conv.generation)
+    turn = conv.edit_last(text)
+    return CommandResult.info("Answering the edited message; the old version stays on its "
+                              "branch (/branch).", turn=turn, session_changed=True,
+                              clear_input=True)
+
+
+def undo(ctx: CommandContext, args: Args) -> CommandResult:
+    removed = ctx.conversation.undo()
+    return CommandResult.info(f"Stepped back {plural(removed, 'message')}; they stay on their "
+                              "branch (/branch lists it).", session_changed=True,
+                              clear_input=True)
+
+
+# -- /system ------------------------------------------------------------------------
+
+
+def system(ctx: CommandContext, args: Args) -> CommandResult:
+    conv = ctx.conversation
+    current = conv.session.system_prompt
+    if "--clear" in args.flags:
+        if args.words:
+            raise CommandError("Usage: /system [TEXT] or /system --clear")
+        conv.set_system_prompt(None)
+        return CommandResult.info("System prompt cleared; the next turn prefills the "
+                                  "conversation again.", session_changed=True, clear_input=True)
+    if not args.words:
+        if not current:
+            return CommandResult.info("No system prompt (the model's template default "
+                                      "applies). /system TEXT sets one.")
+        tokens = conv.engine.message_tokens([Message("system", current)])[0]
+        return CommandResult.info(f"System prompt ({fmt_int(tokens)} tokens):\n{current}")
+    text = args.words[0]
+    conv.set_system_prompt(text)
+    tokens = conv.engine.message_tokens([Message("system", text)])[0]
+    cost = (" The next turn prefills the conversation again (the cache starts with the "
+            "old prompt)." if text != current and conv.messages else "")
+    return CommandResult.info(f"System prompt set ({fmt_int(tokens)} tokens).{cost}",
+                              session_changed=True, clear_input=True)
+
+
+def complete_system(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
+    current = ctx.conversation.session.system_prompt
+    return [(current, "the current system prompt")] if current else []
+
+
+# -- /attach --------------------------------------------------------------------------
+
+
+def _dtype_bytes(ctx: CommandContext) -> int:
+    info = ctx.conversation.engine.loaded.info
+    dtype = info.scales_dtype if info.scales_dtype not in ("", "-") else info.quantization
+    return {"float32": 4, "float16": 2, "bfloat16": 2}.get(dtype, 2)
+
+
+def kv_bytes_per_token(ctx: CommandContext) -> tuple[float, str]:
+    """Bytes one token takes in the KV cache, and how that was found."""
+    conv = ctx.conversation
+    state = conv.state()
+    if state.cached_tokens and state.kv_bytes:
+        return state.kv_bytes / state.cached_tokens, "measured from the live cache"
+    info = conv.engine.loaded.info
+    element: float = _dtype_bytes(ctx)
+    bits = conv.generation.kv_bits
+    if bits:
+        group = 64 if info.head_dim % 64 == 0 else 32
+        element = bits / 8 + 2 * element / group  # packed values + a scale and bias per group
+    per_token = info.num_layers * 2 * info.kv_heads * info.head_dim * element
+    return per_token, "from the model's dimensions (the cache is empty)"
+
+
+def _read_text_file(ctx: CommandContext, raw: str, free: int) -> tuple[Path, str]:
+    path = user_path(ctx, raw)
+    name = path.name or str(path)
+    if not path.exists():
+        raise CommandError(f"No such file: {path}")
+    if path.is_dir():
+        raise CommandError(f"{path} is a folder; attach a text file.")
+    if not path.is_file():
+        raise CommandError(f"{path} is not a regular file; attach a text file.")
+    size = path.stat().st_size
+    if size == 0:
+        raise CommandError(f"{name} is empty; nothing to attach.")
+    if size > min(ATTACH_LIMIT_BYTES, max(free, 0) * MAX_BYTES_PER_TOKEN):
+        raise CommandError(f"{name} is {human_bytes(size)}, too large for the "
+                           f"{fmt_int(max(free, 0))} tokens left in the context window.")
+    data = path.read_bytes()
+    if b"\0" in data:
+        raise CommandError(f"{name} looks binary (it has NUL bytes); only text files can be "
+                           "attached.")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise CommandError(f"{name} is not UTF-8 text; only text files can be attached.") \
+            from None
+    return path, text
+
+
+def attach(ctx: CommandContext, args: Args) -> CommandResult:
+    from mlxchat.conversation import Attachment
+
+    conv = ctx.conversation
+    pending = conv.attachments
+    if "--clear" in args.flags:
+        count = len(pending)
+        pending.clear()
+        return CommandResult.info(f"Dropped {plural(count, 'pending attachment')}.",
+                                  clear_input=True)
+    if not args.words:
+        if not pending:
+            return CommandResult.info("No pending attachments. Usage: /attach PATH")
+        names = ", ".join(f"{a.path.name} ({fmt_int(a.tokens)} tokens)" for a in pending)
+        return CommandResult.info(f"Going with your next message: {names}.")
+    window = conv.engine.loaded.info.context_window
+    free = conv.window_left() - sum(a.tokens for a in pending)
+    path, text = _read_text_file(ctx, args.words[0], free)
+    resolved = path.resolve()
+    if any(a.path.resolve() == resolved for a in pending):
+        raise CommandError(f"{path.name} is attached already; /attach --clear drops it.")
+    messages = conv.engine_messages()
+    block = conv.compose("")  # the wrapping of the files already pending
+    with_file = f'<file name="{path.name}">\n{text}\n</file>'
+    tokens = (conv.engine.count_tokens(messages + [Message("user", f"{block}{with_file}")])
+              - conv.engine.count_tokens(messages + [Message("user", block)]))
+    if tokens > free:
+        raise CommandError(f"{path.name} is {fmt_int(tokens)} tokens; only {fmt_int(free)} "
+                           f"are left in the {fmt_int(window)}-token window.")
+    per_token, how = kv_bytes_per_token(ctx)
+    stats = last_stats(ctx)
+    if stats is not None and stats.prefill_tps > 0 and stats.prefilled_tokens > 0:
+        prefill = (f"~{tokens / stats.prefill_tps:.1f} s to prefill at "
+                   f"{stats.prefill_tps:,.0f} tok/s (last turn)")
+    else:
+        prefill = "prefill time unknown until the first turn"
+    pending.append(Attachment(path, text, tokens))
+    return CommandResult.info(
+        f"Attached {path.name}: {fmt_int(tokens)} tokens ({percent(tokens, window)} of the "
+        f"{fmt_int(window)}-token window; {fmt_int(free - tokens)} left after it) · "
+        f"~{human_bytes(tokens * per_token)} of KV cache ({human_bytes(per_token)}/token, "
+        f"{how}) · {prefill}. It goes in front of your next message.", clear_input=True)
+
+
+# -- /copy ----------------------------------------------------------------------------
+
+
+def code_blocks(markdown: str) -> list[tuple[str, str]]:
+    """(language, code) of each fenced block; an unclosed last block runs to the end."""
+    blocks: list[tuple[str, str]] = []
+    fence, lang = "", ""
+    body: list[str] = []
+    for line in markdown.splitlines():
+        match = _FENCE.match(line)
+        if not fence:
+            if match:
+                fence, lang, body = match.group(1), match.group(2), []
+        elif (match and match.group(1)[0] == fence[0] and len(match.group(1)) >= len(fence)
+              and not match.group(2) and line.strip() == match.group(1)):
+            blocks.append((lang, "\n".join(body)))
+            fence = ""
+        else:
+            body.append(line)
+    if fence:
+        blocks.append((lang, "\n".join(body)))
+    return blocks
+
+
+def system_clipboard() -> Callable[[str], None] | None:
+    """A function that copies with pbcopy, wl-copy, xclip or xsel; None if none works here."""
+    for tool in _CLIPBOARD_TOOLS:
+        exe = shutil.which(tool[0])
+        if exe is None:
+            continue
+        if tool[0] == "wl-copy" and not os.environ.get("WAYLAND_DISPLAY"):
+            continue
+        if tool[0] in ("xclip", "xsel") and not os.environ.get("DISPLAY"):
+            continue
+
+        def copy(text: str, argv: tuple[str, ...] = (exe, *tool[1:])) -> None:
+            try:
+                subprocess.run(argv, input=text.encode("utf-8"), check=True, timeout=5,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            except (subprocess.SubprocessError, OSError) as exc:
+                raise CommandError(f"{os.path.basename(argv[0])} could not copy "
+                                   f"({one_line(str(exc), 80)}); nothing was copied.") from None
+        return copy
+    return None
+
+
+def _last_reply(ctx: CommandContext) -> Message:
+    reply = next((m for m in reversed(ctx.conversation.messages) if m.role == "assistant"), None)
+    if reply is None or not reply.content:
+        raise CommandError("There is no reply to copy yet.")
+    return reply
+
+
+def copy(ctx: CommandContext, args: Args) -> CommandResult:
+    reply = _last_reply(ctx)
+    text, what = reply.content, "the last reply"
+    if args.words:
+        raw = args.words[0]
+        if not (raw.isdigit() and raw.isascii() and 0 < len(raw) < 6 and int(raw) > 0):
+            raise CommandError(f"{one_line(raw, 20)!r} is not a code block number. "
+                               "Usage: /copy [N]")
+        blocks = code_blocks(reply.content)
+        n = int(raw)
+        if not blocks:
+            raise CommandError("The last reply has no code blocks; /copy copies all of it.")
+        if n > len(blocks):
+            raise CommandError(f"The last reply has {plural(len(blocks), 'code block')}; "
+                               f"choose 1 to {len(blocks)}.")
+        lang, text = blocks[n - 1]
+        what = f"code block {n} of {len(blocks)}" + (f" ({lang})" if lang else "")
+    clipboard = ctx.clipboard or system_clipboard()
+    if clipboard is None:
+        raise CommandError("No clipboard here (none of pbcopy, wl-copy, xclip, xsel works); "
+                           "select the text with the mouse instead.")
+    clipboard(text)
+    return CommandResult.info(f"Copied {what} ({fmt_int(len(text))} characters).",
+                              clear_input=True)
+
+
+def complete_copy(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
+    reply = next((m for m in reversed(ctx.conversation.messages) if m.role == "assistant"),
+                 None)
+    blocks = code_blocks(reply.content) if reply else []
+    return [(str(i), f"{lang or 'code'} · {one_line(code, 40)}")
+            for i, (lang, code) in enumerate(blocks, 1)]
+
+
+COMMANDS = (
+    Command("retry", retry, "Answer the last message again (the old reply is kept)"),
+    Command("edit", edit, "Edit the last message and answer it (the old version is kept)",
+            usage="/edit [TEXT]", text=True, max_args=1),
+    Command("undo", undo, "Step back before the last message (kept on its branch)"),
+    Command("system", system, "Show or set the system prompt of this session",
+            usage="/system [TEXT | --clear]", text=True, max_args=1, flags=("--clear",),
+            complete=complete_system),
+    Command("attach", attach, "Put a text file into the next message, after showing its cost",
+            usage="/attach PATH | --clear", text=True, unquote=True, max_args=1,
+            flags=("--clear",), complete=complete_files, while_busy=True,
+            details="Shows the file's tokens, its share of the window, the KV cache it "
+                    "will take and its prefill time before you send. Binary files, files "
+                    "that do not fit the window and folders are refused."),
+    Command("copy", copy, "Copy the last reply, or its Nth code block, to the clipboard",
+            usage="/copy [N]", max_args=1, complete=complete_copy, while_busy=True),
+)
