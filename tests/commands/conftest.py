@@ -1,0 +1,101 @@
+"""A real Conversation on a tiny random model, a temp store and a temp MLXCHAT_HOME."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mlxchat.chat import GenerationSettings
+from mlxchat.commands import CommandContext, CommandResult, Registry, default_registry
+from mlxchat.config import Settings
+from mlxchat.conversation import Conversation
+from mlxchat.engine import ChatEngine, TurnDone
+from mlxchat.models.errors import ModelError
+from mlxchat.models.info import LoadedModel
+from mlxchat.models.loader import load_folder
+from mlxchat.models.tiny import write_tiny_model
+from mlxchat.store import open_store
+
+NOW = 1_750_000_000.0
+SYSTEM = "You are terse."
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> LoadedModel:
+    return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny")), name="tiny",
+                       spec="tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny_b(tmp_path_factory) -> LoadedModel:
+    """A second model, to switch to (head_dim 64, so its KV cache can be quantized)."""
+    return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny-b"), hidden_size=128,
+                                        num_heads=2, num_kv_heads=1, intermediate_size=128,
+                                        context_window=1024), name="tiny-b", spec="tiny-b")
+
+
+@pytest.fixture(scope="session")
+def registry() -> Registry:
+    return default_registry()
+
+
+def make_loader(*models: LoadedModel):
+    by_spec = {m.info.spec: m for m in models}
+
+    def load(spec: str) -> LoadedModel:
+        if spec not in by_spec:
+            raise ModelError(f"unknown model '{spec[:40]}' (tests know {', '.join(by_spec)})")
+        return by_spec[spec]
+    return load
+
+
+def make_conversation(tmp: Path, tiny: LoadedModel, *extra: LoadedModel) -> Conversation:
+    settings = Settings(model="tiny", system_prompt=SYSTEM,
+                        generation=GenerationSettings(temperature=0.0, max_tokens=8))
+    return Conversation(settings=settings, store=open_store(tmp / "s.db"),
+                        engine=ChatEngine(tiny), model_spec="tiny",
+                        load_model=make_loader(tiny, *extra))
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path / "home"))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def conv(home: Path, tmp_path: Path, tiny, tiny_b) -> Iterator[Conversation]:
+    conversation = make_conversation(tmp_path, tiny, tiny_b)
+    yield conversation
+    conversation.close()
+    conversation.store.close()
+
+
+@pytest.fixture
+def copied() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def ctx(conv: Conversation, tmp_path: Path, copied: list[str]) -> CommandContext:
+    return CommandContext(conv, clipboard=copied.append, config_path=tmp_path / "config.toml",
+                          now=lambda: NOW, cwd=lambda: tmp_path / "work",
+                          exports_dir=tmp_path / "exports", interactive=False)
+
+
+def finish(result: CommandResult) -> TurnDone:
+    """Consume a result's turn as a UI would; returns its TurnDone."""
+    assert result.turn is not None, result.text
+    done = [e for e in result.turn if isinstance(e, TurnDone)]
+    assert len(done) == 1
+    return done[0]
+
+
+def send(conv: Conversation, text: str) -> TurnDone:
+    done = [e for e in conv.send(text) if isinstance(e, TurnDone)]
+    assert len(done) == 1
+    return done[0]

@@ -1,0 +1,73 @@
+"""/stats /cache /context."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.commands.conftest import send
+
+
+def test_stats(registry, ctx, conv):
+    assert registry.run("/stats", ctx).text.startswith("No turn yet")
+    done = send(conv, "Measure this")
+    result = registry.run("/stats", ctx)
+    assert result.kind == "table" and result.text == "Last turn"
+    rows = dict(result.rows)
+    assert rows["prompt"].startswith(f"{done.stats.prompt_tokens} tokens: 0 reused (cold cache)")
+    assert rows["reply"].startswith(f"{done.stats.generated_tokens} tokens at")
+    assert "tok/s" in rows["prefill speed"] and rows["KV cache"].endswith("full precision")
+
+
+def test_stats_after_reopening_come_from_the_stored_reply(registry, ctx, conv):
+    send(conv, "Remember my stats")
+    first = conv.session.id
+    registry.run("/new", ctx)
+    registry.run(f"/open {first}", ctx)
+    result = registry.run("/stats", ctx)
+    assert result.kind == "table" and "as stored" in result.text
+
+
+def test_cache_report_save_and_drop(registry, ctx, conv, home):
+    empty = dict(registry.run("/cache", ctx).rows)
+    assert empty["cached tokens"].startswith("0 of 2,048")
+    assert empty["snapshot file"].startswith("none saved yet")
+    assert registry.run("/cache save", ctx).text == "The KV cache is empty; nothing to save."
+    send(conv, "Cache me")
+    send(conv, "And again")
+    rows = dict(registry.run("/cache", ctx).rows)
+    state = conv.state()
+    assert rows["cached tokens"].startswith(f"{state.cached_tokens} of 2,048")
+    assert rows["KV cache"].endswith("fp32")
+    assert rows["last turn"].endswith("prefilled") and "(warm)" in rows["last turn"]
+    assert rows["miss reason"] == "none"
+    assert str(home) in rows["snapshot file"] and "FILE MISSING" not in rows["snapshot file"]
+    saved = registry.run("/cache save", ctx)
+    assert saved.ok and saved.text.startswith(f"Saved {state.cached_tokens} tokens to")
+    snapshot = conv.store.latest_snapshot(conv.session.id)
+    assert snapshot is not None and Path(snapshot.path).exists()
+    dropped = registry.run("/cache drop", ctx)
+    assert dropped.ok and dropped.session_changed
+    assert conv.state().cached_tokens == 0 and not Path(snapshot.path).exists()
+    assert conv.store.latest_snapshot(conv.session.id) is None
+    assert registry.run("/cache flush", ctx).text == "Usage: /cache [save|drop]"
+
+
+def test_context_per_message(registry, ctx, conv, tmp_path):
+    send(conv, "What fills the window?")
+    result = registry.run("/context", ctx)
+    assert result.kind == "table"
+    roles = [row[1] for row in result.rows]
+    assert roles == ["system", "user", "assistant", "template"]
+    total = sum(int(row[3].replace(",", "")) for row in result.rows)
+    assert total == conv.engine.count_tokens(conv.engine_messages())
+    assert result.text.startswith(f"{total} of 2,048 tokens")
+    assert result.rows[1][2] == "What fills the window?"
+    (tmp_path / "work" / "a.txt").write_text("attached text")
+    registry.run("/attach a.txt", ctx)
+    with_file = registry.run("/context", ctx)
+    assert with_file.rows[-1][:3] == ("+", "attached", "a.txt")
+
+
+def test_context_of_an_empty_conversation(registry, ctx, conv):
+    registry.run("/system --clear", ctx)
+    assert registry.run("/context", ctx).text == "The conversation is empty: 0 of 2,048 tokens."

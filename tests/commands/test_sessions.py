@@ -1,0 +1,158 @@
+"""/new /sessions /open /rename /delete /fork /branch /export /import /quit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.commands.conftest import finish, send
+
+
+def test_new(registry, ctx, conv):
+    first = conv.session.id
+    result = registry.run("/new", ctx)
+    assert result.ok and result.session_changed
+    assert conv.session.id != first and conv.messages == []
+
+
+def test_sessions_list_and_search(registry, ctx, conv):
+    send(conv, "Tell me about penguins")
+    registry.run("/new", ctx)
+    send(conv, "Tell me about volcanoes")
+    listing = registry.run("/sessions", ctx)
+    assert listing.kind == "table" and listing.open_screen is None
+    titles = [row[1] for row in listing.rows]
+    assert titles == ["Tell me about volcanoes", "Tell me about penguins"]
+    assert listing.rows[0][0].endswith("*")  # the open one
+    found = registry.run("/sessions penguins", ctx)
+    assert [row[1] for row in found.rows] == ["Tell me about penguins"]
+    assert "[penguins]" in found.rows[0][-1].lower()
+    assert registry.run("/sessions zebras", ctx).text == "No session matches 'zebras'."
+    ctx.interactive = True
+    assert registry.run("/sessions", ctx).open_screen == "sessions"
+
+
+def test_open_by_title_and_id_restores_the_snapshot(registry, ctx, conv):
+    send(conv, "First chat")
+    first = conv.session.id
+    registry.run("/new", ctx)
+    result = registry.run("/open first chat", ctx)
+    assert result.ok and result.session_changed, result.text
+    assert conv.session.id == first and len(conv.messages) == 2
+    assert "KV snapshot restored" in result.text
+    registry.run("/new", ctx)
+    assert registry.run(f"/open #{first}", ctx).ok and conv.session.id == first
+
+
+def test_open_errors(registry, ctx):
+    assert registry.run("/open nothing like it", ctx).text.startswith("No session matches")
+    assert registry.run("/open", ctx).text == "Usage: /open ID_OR_TITLE"
+    ctx.interactive = True
+    assert registry.run("/open", ctx).open_screen == "sessions"
+
+
+def test_rename(registry, ctx, conv):
+    result = registry.run("/rename Trip planning", ctx)
+    assert result.ok and result.session_changed
+    assert conv.store.get_session(conv.session.id).title == "Trip planning"
+
+
+def test_delete_asks_then_deletes_rows_and_snapshot_files(registry, ctx, conv, home):
+    send(conv, "Something private")
+    doomed = conv.session.id
+    files = list((home / "data" / "snapshots").glob("*.safetensors"))
+    assert files
+    result = registry.run("/delete", ctx)
+    assert result.kind == "confirm" and result.confirm is not None
+    assert "Something private" in result.confirm.question
+    assert conv.store.get_session(doomed)  # nothing happens before the answer
+    done = result.confirm.accept()
+    assert done.ok and done.session_changed, done.text
+    assert not any(f.exists() for f in files)
+    assert doomed not in {s.id for s in conv.store.list_sessions()}
+    assert conv.session.id != doomed and conv.state().cached_tokens == 0
+
+
+def test_delete_another_session_by_title_and_with_yes(registry, ctx, conv):
+    send(conv, "Keep me")
+    registry.run("/new", ctx)
+    send(conv, "Drop me")
+    current = conv.session.id
+    registry.run("/new", ctx)
+    ctx.assume_yes = True
+    result = registry.run("/delete keep me", ctx)
+    assert result.kind == "info" and "Deleted" in result.text
+    assert {s.title for s in conv.store.list_sessions()} == {"Drop me", "New chat"}
+    assert registry.run("/delete nope", ctx).kind == "error"
+    assert conv.store.get_session(current)
+
+
+def test_fork(registry, ctx, conv):
+    send(conv, "Original")
+    source = conv.session.id
+    result = registry.run("/fork", ctx)
+    assert result.ok and result.session_changed
+    assert conv.session.id != source
+    assert [m.content for m in conv.messages] == [
+        m.content for m in conv.store.get_session(source).messages]
+    assert conv.session.title == "Original (fork)"
+
+
+def test_branch_list_and_switch(registry, ctx, conv):
+    send(conv, "Version one")
+    old_leaf = conv.session.leaf_id
+    finish(registry.run("/edit Version two", ctx))
+    listing = registry.run("/branch", ctx)
+    assert next(row[0] for row in listing.rows) == f"#{old_leaf}"
+    assert [row[-1] for row in listing.rows] == ["", "current"]
+    result = registry.run(f"/branch {old_leaf}", ctx)
+    assert result.ok and result.session_changed
+    assert conv.session.leaf_id == old_leaf and conv.messages[0].content == "Version one"
+    assert "not a message id" in registry.run("/branch abc", ctx).text
+    assert registry.run("/branch 99999", ctx).kind == "error"
+
+
+def test_export_md_and_json(registry, ctx, conv, tmp_path):
+    send(conv, "Export me")
+    result = registry.run("/export md", ctx)
+    assert result.ok, result.text
+    md = next((tmp_path / "exports").glob("*.md"))
+    assert "Export me" in md.read_text()
+    assert registry.run("/export json sub/", ctx).ok
+    data = json.loads(next((tmp_path / "exports" / "sub").glob("*.json")).read_text())
+    assert data["format"] == "mlxchat-session"
+    assert registry.run("/export pdf", ctx).text.startswith("Unknown format 'pdf'")
+    refused = registry.run("/export md ../../escape", ctx)
+    assert refused.kind == "error" and "outside" in refused.text
+    assert not (tmp_path.parent / "escape.md").exists()
+
+
+def test_import_round_trip(registry, ctx, conv, tmp_path):
+    send(conv, "Round trip")
+    registry.run("/export json saved.json", ctx)
+    registry.run("/new", ctx)
+    result = registry.run(f"/import {tmp_path / 'exports' / 'saved.json'}", ctx)
+    assert result.ok and result.session_changed, result.text
+    assert conv.messages[0].content == "Round trip"
+
+
+def test_import_errors(registry, ctx, tmp_path):
+    work = tmp_path / "work"
+    (work / "bad.json").write_text("{not json")
+    (work / "other.json").write_text('{"hello": 1}')
+    assert registry.run("/import missing.json", ctx).text.startswith("No such file")
+    assert "is not a file" in registry.run("/import .", ctx).text
+    assert "not JSON" in registry.run("/import bad.json", ctx).text
+    assert "Not an mlxchat session export" in registry.run("/import other.json", ctx).text
+
+
+def test_quit(registry, ctx):
+    result = registry.run("/quit", ctx)
+    assert result.quit and result.ok
+
+
+def test_every_error_is_one_line(registry, ctx):
+    for line in ("/open x\ny", "/branch 1\n2", "/import /nonexistent/dir/x.json"):
+        result = registry.run(line, ctx)
+        assert result.kind == "error" and "\n" not in result.text, result.text
+    assert Path("/nonexistent").exists() is False

@@ -1,0 +1,103 @@
+"""/set /get /model /models."""
+
+from __future__ import annotations
+
+import pytest
+from mlxchat.chat import GenerationSettings
+from mlxchat.config import load_settings
+
+from tests.commands.conftest import send
+
+
+@pytest.mark.parametrize("name, raw, value", [
+    ("temperature", "0", 0.0), ("temperature", "1.3", 1.3), ("top_p", "1", 1.0),
+    ("top_p", "0.9", 0.9), ("min_p", "0", 0.0), ("min_p", "0.05", 0.05),
+    ("max_tokens", "1", 1), ("max_tokens", "4096", 4096), ("seed", "42", 42),
+    ("seed", "none", None), ("repetition_penalty", "1.1", 1.1), ("kv_bits", "none", None),
+    ("context_policy", "stop", "stop"), ("context_policy", "DROP_OLDEST", "drop_oldest"),
+    ("TOP-P", "0.5", 0.5),
+])
+def test_set_valid_values(registry, ctx, conv, name, raw, value):
+    result = registry.run(f"/set {name} {raw}", ctx)
+    assert result.ok, result.text
+    key = name.lower().replace("-", "_")
+    assert getattr(conv.generation, key) == value
+    assert getattr(conv.store.get_session(conv.session.id).settings, key) == value
+
+
+@pytest.mark.parametrize("name, raw, words", [
+    ("temperature", "-0.1", "must be >= 0"), ("temperature", "nan", "finite"),
+    ("temperature", "inf", "finite"), ("temperature", "warm", "takes a number"),
+    ("top_p", "0", "> 0 and <= 1"), ("top_p", "1.5", "> 0 and <= 1"),
+    ("min_p", "1", ">= 0 and < 1"), ("min_p", "-0.1", ">= 0 and < 1"),
+    ("max_tokens", "0", ">= 1"), ("max_tokens", "1.5", "whole number"),
+    ("seed", "-1", "none or a whole number"), ("seed", "x", "whole number"),
+    ("seed", "99999999999999999999", "none or a whole number"),
+    ("repetition_penalty", "0", "> 0"), ("kv_bits", "3", "none, 4 or 8"),
+    ("context_policy", "rotate", "drop_oldest or stop"),
+])
+def test_set_invalid_values_change_nothing(registry, ctx, conv, name, raw, words):
+    before = conv.generation.to_dict()
+    result = registry.run(f"/set {name} {raw}", ctx)
+    assert result.kind == "error" and words in result.text and "\n" not in result.text
+    assert result.text.startswith(name)
+    assert conv.generation.to_dict() == before
+
+
+def test_set_unknown_setting_suggests(registry, ctx):
+    assert registry.run("/set temprature 1", ctx).text == (
+        "Unknown setting 'temprature'. Did you mean temperature?")
+
+
+def test_set_default_saves_the_config_file(registry, ctx, conv, tmp_path):
+    result = registry.run("/set --default temperature 0.25", ctx)
+    assert result.ok and "saved to" in result.text
+    assert load_settings(tmp_path / "config.toml").generation.temperature == 0.25
+    assert conv.settings.generation.temperature == 0.25
+    registry.run("/new", ctx)
+    assert conv.generation.temperature == 0.25
+    registry.run("/set temperature 0.5", ctx)  # this session only
+    assert load_settings(tmp_path / "config.toml").generation.temperature == 0.25
+
+
+def test_kv_bits_needs_a_quantizable_model(registry, ctx, conv):
+    refused = registry.run("/set kv_bits 4", ctx)
+    assert refused.kind == "error" and "head size" in refused.text
+    assert registry.run("/model tiny-b", ctx).ok
+    assert registry.run("/set kv_bits 8", ctx).ok
+    done = send(conv, "Quantize me")
+    assert done.stats.kv_bits == 8 and conv.state().kv_bits == 8
+
+
+def test_get(registry, ctx, conv):
+    table = registry.run("/get", ctx)
+    assert table.kind == "table"
+    assert [row[0] for row in table.rows] == list(GenerationSettings().to_dict())
+    meanings = {row[0]: row[-1] for row in table.rows}
+    assert meanings["temperature"] == "0 means greedy decoding."  # the field's docstring
+    one = registry.run("/get max_tokens", ctx)
+    assert one.text.startswith("max_tokens = 8 (default 8; allowed: >= 1).")
+    assert "Did you mean seed?" in registry.run("/get sed", ctx).text
+
+
+def test_model_show_and_switch(registry, ctx, conv):
+    shown = registry.run("/model", ctx)
+    assert shown.kind == "table" and dict(shown.rows)["name"] == "tiny"
+    assert registry.run("/model tiny", ctx).text == "Already using tiny."
+    switched = registry.run("/model tiny-b", ctx)
+    assert switched.ok and switched.session_changed and "tiny-b" in switched.text
+    assert conv.engine.loaded.info.name == "tiny-b"
+    assert conv.store.get_session(conv.session.id).model == "tiny-b"
+    failed = registry.run("/model no-such-model", ctx)
+    assert failed.kind == "error" and "unknown model" in failed.text
+    assert conv.engine.loaded.info.name == "tiny-b"
+
+
+def test_models_lists_catalog_and_the_loaded_model(registry, ctx):
+    result = registry.run("/models", ctx)
+    assert result.kind == "table" and result.open_screen is None
+    aliases = [row[0] for row in result.rows]
+    assert "smollm2-135m" in aliases and "tiny *" in aliases
+    assert result.columns == ("alias", "bits", "size", "context", "offline", "description")
+    ctx.interactive = True
+    assert registry.run("/models", ctx).open_screen == "models"
