@@ -9,6 +9,7 @@ written and recorded, and only then are older snapshot files deleted.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -16,7 +17,8 @@ from typing import Callable, Iterator
 from mlxchat import paths
 from mlxchat.chat import GenerationSettings, Message, Session, TurnStats
 from mlxchat.config import Settings
-from mlxchat.engine import ChatEngine, EngineError, EngineState, Event, SnapshotLoad, TurnDone
+from mlxchat.engine import (ChatEngine, EngineError, EngineState, Event, SnapshotLoad,
+                            TextDelta, TurnDone)
 from mlxchat.models.info import LoadedModel
 from mlxchat.store import SessionStore, StoreError
 
@@ -38,6 +40,10 @@ class Attachment:
     tokens: int
 
 
+#: Seconds between checkpoints of a streaming reply (what a kill can lose at most).
+DRAFT_INTERVAL_S = 1.0
+
+
 class Conversation:
     def __init__(self, *, settings: Settings, store: SessionStore, engine: ChatEngine,
                  model_spec: str, load_model: ModelLoader | None = None,
@@ -51,6 +57,7 @@ class Conversation:
         self.last_stats: TurnStats | None = None
         self.last_snapshot: SnapshotLoad | None = None
         self.session: Session = session or self._new_session()
+        self.recover()
 
     # -- sessions ----------------------------------------------------------
     def _new_session(self) -> Session:
@@ -74,8 +81,16 @@ class Conversation:
         self.session = session
         self.attachments.clear()
         self.last_stats = None
+        self.recover()
         self.restore_snapshot()
-        return session
+        return self.session
+
+    def recover(self) -> Message | None:
+        """Store a reply left half-written by a crash or kill, marked stopped."""
+        message = self.store.recover_draft(self.session.id)
+        if message is not None:
+            self.reload()
+        return message
 
     def reload(self) -> Session:
         self.session = self.store.get_session(self.session.id)
@@ -178,14 +193,33 @@ class Conversation:
         if not self.messages or self.messages[-1].role != "user":
             raise ConversationError("The conversation does not end with a message to answer.")
         done: TurnDone | None = None
+        parent = self.session.leaf_id
+        pieces: list[str] = []
+        saved_at = time.monotonic()
         try:
             for event in self.engine.turn(self.engine_messages(), self.generation):
                 if isinstance(event, TurnDone):
                     done = event
+                elif isinstance(event, TextDelta):
+                    pieces.append(event.text)
+                    if time.monotonic() - saved_at >= DRAFT_INTERVAL_S:
+                        saved_at = time.monotonic()
+                        self._checkpoint(parent, "".join(pieces))
                 yield event
         finally:
             if done is not None:
                 self._finish(done)
+            elif pieces:
+                # The engine failed mid-reply: keep what was shown, marked stopped.
+                self.store.add_message(self.session.id, "assistant", "".join(pieces),
+                                       cancelled=True)
+                self.reload()
+
+    def _checkpoint(self, parent: int | None, text: str) -> None:
+        try:
+            self.store.save_draft(self.session.id, parent, text)
+        except StoreError as exc:  # a full disk must not stop the reply
+            log.warning("reply checkpoint not saved: %s", exc)
 
     def _finish(self, done: TurnDone) -> None:
         stats = done.stats

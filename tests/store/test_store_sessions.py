@@ -164,3 +164,33 @@ def test_store_is_usable_from_another_thread(store: SessionStore) -> None:
     t.start()
     t.join()
     assert not errors and store.get_session(s.id).messages[0].content == "from a thread"
+
+
+def test_a_leftover_draft_becomes_a_stopped_reply(tmp_path: Path) -> None:
+    from mlxchat.store import open_store
+
+    store = open_store(tmp_path / "d.db")
+    session = store.create_session("m")
+    user = store.add_message(session.id, "user", "tell me a story")
+    store.save_draft(session.id, user.id, "Once upon")
+    store.save_draft(session.id, user.id, "Once upon a time")
+    store.close()
+    store = open_store(tmp_path / "d.db")
+    recovered = store.recover_draft(session.id)
+    assert recovered is not None and recovered.cancelled and recovered.parent_id == user.id
+    msgs = store.get_session(session.id).messages
+    assert [(m.role, m.content, m.cancelled) for m in msgs] == [
+        ("user", "tell me a story", False), ("assistant", "Once upon a time", True)]
+    assert store.recover_draft(session.id) is None  # recovered once
+
+
+def test_a_finished_reply_clears_its_draft(tmp_path: Path) -> None:
+    from mlxchat.store import open_store
+
+    store = open_store(tmp_path / "d.db")
+    session = store.create_session("m")
+    user = store.add_message(session.id, "user", "q")
+    store.save_draft(session.id, user.id, "partial")
+    store.add_message(session.id, "assistant", "the whole reply")
+    assert store.recover_draft(session.id) is None
+    assert [m.content for m in store.get_session(session.id).messages] == ["q", "the whole reply"]

@@ -91,10 +91,24 @@ V3_FULL_TEXT_SEARCH = (
     "INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')",
 )
 
+V4_REPLY_DRAFTS = (
+    # The reply being generated, checkpointed while it streams, so a crash or
+    # a kill keeps what the user already saw; one row per session at most.
+    """
+    CREATE TABLE drafts (
+        session_id INTEGER PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+        parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE,
+        content TEXT NOT NULL,
+        updated REAL NOT NULL
+    )
+    """,
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     V1_SESSIONS_AND_MESSAGES,
     V2_CANCELLED_AND_SNAPSHOTS,
     V3_FULL_TEXT_SEARCH,
+    V4_REPLY_DRAFTS,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -22,12 +22,13 @@ from mlxchat.store.base import (
     title_from,
 )
 from mlxchat.store.branches import BranchOps
+from mlxchat.store.drafts import DraftOps
 from mlxchat.store.errors import StoreError
 from mlxchat.store.search import matching_sessions
 from mlxchat.store.snapshots import SnapshotOps
 
 
-class SessionStore(BranchOps, SnapshotOps):
+class SessionStore(BranchOps, SnapshotOps, DraftOps):
     """Sessions, branching messages and KV-snapshot bookkeeping over one connection.
 
     ``SessionStore(conn)`` puts the connection in autocommit mode (the store runs
@@ -207,6 +208,8 @@ class SessionStore(BranchOps, SnapshotOps):
             draft.parent_id = parent
             draft.created = time.time()
             draft.id = self._insert_message(cur, session_id, parent, draft)
+            if role == "assistant":
+                cur.execute("DELETE FROM drafts WHERE session_id = ?", (session_id,))
             cur.execute(
                 "UPDATE sessions SET leaf_id = ?, updated = ? WHERE id = ?",
                 (draft.id, draft.created, session_id),

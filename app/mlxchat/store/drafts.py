@@ -1,0 +1,49 @@
+"""Reply drafts: a streaming reply checkpointed so that a crash never loses it.
+
+While a reply streams, the caller saves its text every second or so; when the
+reply finishes, ``add_message`` of the assistant message removes the draft in
+the same transaction. A draft still there on the next open is a reply whose
+process died: ``recover_draft`` stores it as a stopped assistant message.
+"""
+
+from __future__ import annotations
+
+import time
+
+from mlxchat.chat import Message
+from mlxchat.store.base import StoreBase
+
+
+class DraftOps(StoreBase):
+    def save_draft(self, session_id: int, parent_id: int | None, content: str) -> None:
+        """Checkpoint the reply being generated after ``parent_id``."""
+        with self._writing() as cur:
+            self._session_row(cur, session_id)
+            cur.execute(
+                "INSERT INTO drafts (session_id, parent_id, content, updated) VALUES (?, ?, ?, ?)"
+                " ON CONFLICT (session_id) DO UPDATE SET parent_id = excluded.parent_id,"
+                " content = excluded.content, updated = excluded.updated",
+                (session_id, parent_id, content, time.time()),
+            )
+
+    def discard_draft(self, session_id: int) -> None:
+        with self._writing() as cur:
+            cur.execute("DELETE FROM drafts WHERE session_id = ?", (session_id,))
+
+    def recover_draft(self, session_id: int) -> Message | None:
+        """Turn a leftover draft into a stopped assistant message (and the leaf,
+        if the leaf is still its parent); None when there is no draft."""
+        with self._writing() as cur:
+            row = self._session_row(cur, session_id)
+            draft = cur.execute("SELECT * FROM drafts WHERE session_id = ?", (session_id,)).fetchone()
+            if draft is None:
+                return None
+            cur.execute("DELETE FROM drafts WHERE session_id = ?", (session_id,))
+            if not draft["content"]:
+                return None
+            message = Message(role="assistant", content=draft["content"], parent_id=draft["parent_id"],
+                              cancelled=True, created=draft["updated"])
+            message.id = self._insert_message(cur, session_id, draft["parent_id"], message)
+            if row["leaf_id"] == draft["parent_id"]:
+                cur.execute("UPDATE sessions SET leaf_id = ? WHERE id = ?", (message.id, session_id))
+            return message

@@ -1,0 +1,78 @@
+"""Conversation: durable turn order and snapshot resume over a real store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mlxchat.config import Settings
+from mlxchat.conversation import Conversation
+from mlxchat.engine import ChatEngine, TurnDone
+from mlxchat.store import open_store
+
+
+def make(tiny, db: Path, session=None) -> Conversation:
+    settings = Settings()
+    settings.system_prompt = "Be brief."
+    settings.generation.temperature = 0.0
+    settings.generation.max_tokens = 8
+    return Conversation(settings=settings, store=open_store(db), engine=ChatEngine(tiny),
+                        model_spec="tiny", session=session)
+
+
+def last(events) -> TurnDone:
+    return [e for e in events if isinstance(e, TurnDone)][-1]
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt"])
+def test_damaged_snapshot_still_opens_the_session(tiny, tmp_path, damage):
+    conv = make(tiny, tmp_path / "s.db")
+    first = last(conv.send("Hello there."))
+    sid = conv.session.id
+    record = conv.store.latest_snapshot(sid)
+    assert record is not None and record.token_count == first.stats.context_used
+    conv.close()
+    path = Path(record.path)
+    if damage == "missing":
+        path.unlink()
+    else:
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+    again = make(tiny, tmp_path / "s.db")
+    again.open_session(sid)
+    assert [m.role for m in again.messages] == ["user", "assistant"]
+    assert again.last_snapshot is not None and not again.last_snapshot.ok
+    nxt = last(again.send("Still there?"))
+    assert nxt.stats.cache_source == "cold" and nxt.stats.reused_tokens == 0
+    assert nxt.stats.miss_reason.startswith("snapshot rejected: ")
+    again.close()
+
+
+def test_user_message_is_committed_before_the_reply(tiny, tmp_path):
+    conv = make(tiny, tmp_path / "s.db")
+    events = conv.send("A question")
+    reader = open_store(tmp_path / "s.db")
+    stored = reader.get_session(conv.session.id).messages
+    assert [(m.role, m.content) for m in stored] == [("user", "A question")]
+    done = last(events)
+    stored = reader.get_session(conv.session.id).messages
+    assert [m.role for m in stored] == ["user", "assistant"]
+    assert stored[1].content == done.reply and stored[1].stats.generated_tokens == 8
+    conv.close()
+
+
+def test_resume_reuses_the_snapshot_in_a_new_conversation(tiny, tmp_path):
+    conv = make(tiny, tmp_path / "s.db")
+    one = last(conv.send("First."))
+    sid = conv.session.id
+    conv.close()
+    again = make(tiny, tmp_path / "s.db")
+    again.open_session(sid)
+    assert again.state().cache_source == "snapshot"
+    two = last(again.send("Second."))
+    assert two.stats.cache_source == "snapshot"
+    assert two.stats.reused_tokens == one.stats.context_used
+    again.close()
