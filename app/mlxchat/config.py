@@ -51,8 +51,9 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
         raise ConfigError(f"setting {name!r}: {value!r} is not a {type(default).__name__}")
 
 
-def load_settings(path: Path | None = None) -> Settings:
-    """Settings from the TOML file (if any), then ``MLXCHAT_*`` variables on top."""
+def load_settings(path: Path | None = None, *, env: bool = True) -> Settings:
+    """Settings from the TOML file (if any), then ``MLXCHAT_*`` variables on top
+    (unless ``env`` is False: what the file alone says)."""
     path = path or paths.config_file()
     data: dict[str, Any] = {}
     if path.exists():
@@ -70,7 +71,7 @@ def load_settings(path: Path | None = None) -> Settings:
     for f in fields(Settings):
         if f.name != "generation" and f.name in data:
             setattr(settings, f.name, _coerce(f.name, data[f.name], getattr(settings, f.name)))
-    for var, name in _ENV_FIELDS.items():
+    for var, name in _ENV_FIELDS.items() if env else ():
         if os.environ.get(var):
             raw = os.environ[var]
             try:
@@ -107,3 +108,17 @@ def save_settings(settings: Settings, path: Path | None = None) -> Path:
     tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
     os.replace(tmp, path)
     return path
+
+
+def remember(key: str, value: Any, path: Path | None = None) -> Path:
+    """Change one setting in the file ('theme' or 'generation.temperature'),
+    leaving the rest of the file as it is and environment overrides out of it."""
+    saved = load_settings(path, env=False)
+    target: Any = saved
+    name = key
+    if key.startswith("generation."):
+        target, name = saved.generation, key.split(".", 1)[1]
+    if not hasattr(target, name):
+        raise ConfigError(f"unknown setting {key!r}")
+    setattr(target, name, value)
+    return save_settings(saved, path)

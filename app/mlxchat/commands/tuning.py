@@ -21,7 +21,7 @@ from mlxchat.commands.base import (
     fmt_int,
     one_line,
 )
-from mlxchat.config import save_settings
+from mlxchat.config import remember
 from mlxchat.paths import config_file
 
 _INT64 = 2**63
@@ -120,7 +120,7 @@ def set_(ctx: CommandContext, args: Args) -> CommandResult:
     if "--default" in args.flags:
         conv.settings.generation = dataclasses.replace(conv.settings.generation,
                                                        **{setting.name: value})
-        path = save_settings(conv.settings, ctx.config_path)
+        path = remember(f"generation.{setting.name}", value, ctx.config_path)
         where += f" and as the default for new sessions (saved to {path})"
     note = ""
     if setting.name == "kv_bits":

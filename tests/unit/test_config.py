@@ -1,0 +1,29 @@
+"""Settings: file + environment, and remembering one value without the environment."""
+
+from mlxchat.config import load_settings, remember, save_settings, Settings
+
+
+def test_environment_overrides_the_file_but_is_never_saved(tmp_path, monkeypatch):
+    path = tmp_path / "config.toml"
+    s = Settings()
+    s.generation.temperature = 0.3
+    save_settings(s, path)
+    monkeypatch.setenv("MLXCHAT_MODEL", "from-env")
+    assert load_settings(path).model == "from-env"
+    remember("generation.max_tokens", 77, path)
+    remember("theme", "nord", path)
+    file_only = load_settings(path, env=False)
+    assert file_only.model == "smollm2-135m"
+    assert (file_only.generation.max_tokens, file_only.generation.temperature,
+            file_only.theme) == (77, 0.3, "nord")
+
+
+def test_bad_toml_is_one_clear_error(tmp_path):
+    import pytest
+
+    from mlxchat.config import ConfigError
+
+    path = tmp_path / "config.toml"
+    path.write_text("model = [unclosed")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(path)
