@@ -43,6 +43,7 @@ async def test_shows_exactly_the_given_figures():
         assert kv[1] == f"room {fmt_int(room.tokens)} tokens (window limit)"
         assert kv[2] == f"memory would fit {fmt_int(room.by_memory)}"
         assert panel.query_one("#gauge-kv").border_title == "KV cache · native"
+        assert text(panel, "#kv-source") == f"from snapshot · {fmt_int(s.cached_tokens)} tokens"
         assert text(panel, "#weights-text") == (
             f"{fmt_bytes(s.weights_bytes)} · {fmt_bits_per_weight(s.bits_per_weight)}\n"
             f"peak memory {fmt_bytes(s.peak_memory_bytes)}")
@@ -135,3 +136,21 @@ async def test_figures_given_before_mount_are_shown_on_mount():
     async with app.run_test(size=(200, 50)):
         assert text(panel, "#gauge-model") == "smollm2-135m"
         assert text(panel, "#turn-text").startswith("from snapshot")
+
+
+async def test_resumed_cache_shows_its_source_before_any_turn():
+    app = host()
+    async with app.run_test(size=(80, 24)):
+        panel = app.query_one(GaugesPanel)
+        panel.update_state(replace(SAMPLE_STATE, last_stats=None), 48 * GB)
+        assert text(panel, "#kv-source") == "from snapshot · 1,184 tokens"
+        assert text(panel, "#compact-live") == "from snapshot · 1,184 tokens"
+        assert text(panel, "#turn-text") == "no turn yet"
+        panel.update_stats(SAMPLE_STATS)
+        panel.update_stats(None)  # another session, without a turn yet
+        assert text(panel, "#turn-text") == "no turn yet"
+        assert text(panel, "#compact-live") == "from snapshot · 1,184 tokens"
+        panel.update_state(replace(SAMPLE_STATE, cached_tokens=0, kv_bytes=0,
+                                   cache_source="cold"), 48 * GB)
+        assert text(panel, "#kv-source") == "empty"
+        assert text(panel, "#compact-live") == "idle"

@@ -72,6 +72,7 @@ class GaugesPanel(Vertical):
             with Vertical(id="gauge-kv", classes="gauge") as box:
                 box.border_title = "KV cache"
                 yield Meter(id="kv-meter")
+                yield Static("empty", id="kv-source")
                 yield Static(id="kv-text")
             with Vertical(id="gauge-weights", classes="gauge") as box:
                 box.border_title = "Weights"
@@ -108,16 +109,33 @@ class GaugesPanel(Vertical):
         self._render_state()
         if state.last_stats is not None:
             self.update_stats(state.last_stats)
+        elif self._live == "idle":
+            self._text("#compact-live", self._compact_idle_text())
 
-    def update_stats(self, stats: TurnStats) -> None:
+    def update_stats(self, stats: TurnStats | None) -> None:
+        """A turn's figures; None (a session without a turn yet) shows 'no turn yet'."""
         self.stats = stats
         if self.is_mounted:
             self._show_stats(stats)
 
-    def _show_stats(self, stats: TurnStats) -> None:
-        self._text("#turn-text", self._turn_text(stats))
+    def _show_stats(self, stats: TurnStats | None) -> None:
+        self._text("#turn-text", "no turn yet" if stats is None else self._turn_text(stats))
         if self._live == "idle":
-            self._text("#compact-live", self._compact_turn_text(stats))
+            self._text("#compact-live", self._compact_idle_text())
+
+    def _compact_idle_text(self) -> str:
+        if self.stats is not None:
+            return self._compact_turn_text(self.stats)
+        if self.state is not None and self.state.cached_tokens:
+            return self._source_text(self.state)
+        return "idle"
+
+    @staticmethod
+    def _source_text(state: EngineState) -> str:
+        """Where the cached tokens came from: after a resume, 'from snapshot'."""
+        if not state.cached_tokens:
+            return "empty"
+        return f"{source_badge(state.cache_source)} · {fmt_int(state.cached_tokens)} tokens"
 
     def prefill(self, progress: PrefillProgress) -> None:
         self._live = "prefill"
@@ -139,8 +157,7 @@ class GaugesPanel(Vertical):
         self._live = "idle"
         self.query_one("#live-meter", Meter).display = False
         self._text("#live-text", "idle")
-        compact = self._compact_turn_text(self.stats) if self.stats else "idle"
-        self._text("#compact-live", compact)
+        self._text("#compact-live", self._compact_idle_text())
 
     # -- rendering ---------------------------------------------------------------
 
@@ -162,6 +179,7 @@ class GaugesPanel(Vertical):
 
         bits = kv_bits_label(state.kv_bits, getattr(state, "kv_dtype", None))
         self.query_one("#gauge-kv").border_title = f"KV cache · {bits}"
+        self._text("#kv-source", self._source_text(state))
         budget = self.budget_bytes
         self.query_one("#kv-meter", Meter).set_value(
             state.kv_bytes / budget if budget else 0.0, usage_level(state.kv_bytes, budget))
