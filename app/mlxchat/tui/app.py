@@ -1,0 +1,429 @@
+"""The mlxchat application: transcript, prompt and gauges over one Conversation.
+
+``create_app`` builds it (``run_app`` and the tests use the same factory).
+The window appears at once; the model loads in a thread with a progress line.
+Every turn and command runs in a thread worker; streamed text reaches the
+screen in batches (``streaming.pump_turn``), so typing never stalls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.reactive import var
+from textual.widgets import Footer, Header
+
+from mlxchat.chat import TurnStats
+from mlxchat.commands import CommandContext, Registry, default_registry
+from mlxchat.config import Settings, save_settings
+from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
+from mlxchat.tui.app_commands import CommandsMixin, SlashCommandsProvider, error_text
+from mlxchat.tui.startup import (ConversationFactory, Opened, discard_if_empty, memory_budget,
+                                 open_conversation)
+from mlxchat.tui.streaming import Batch, pump_turn
+from mlxchat.tui.widgets import GaugesPanel, PromptInput, ReplyHandle, Transcript
+from mlxchat.tui.widgets.activity import STAGE_LABELS, ActivityBar
+
+if TYPE_CHECKING:
+    from mlxchat.conversation import Conversation
+    from mlxchat.engine import Event, PrefillProgress, TurnDone
+
+log = logging.getLogger(__name__)
+
+QUIT_WAIT_SECONDS = 10.0
+"""On quit, how long a stopped reply gets to be committed before the app exits."""
+EDIT_HINT = "editing your last message · enter answers it on a new branch · esc cancels"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def branch_stats(conv: "Conversation") -> TurnStats | None:
+    """The live turn's stats, else those stored with the branch's last reply."""
+    if conv.last_stats is not None:
+        return conv.last_stats
+    return next((m.stats for m in reversed(conv.messages)
+                 if m.role == "assistant" and m.stats is not None), None)
+
+
+class MlxChatApp(CommandsMixin, App[int]):
+    CSS_PATH = str(STYLESHEET)
+    HORIZONTAL_BREAKPOINTS = HORIZONTAL_BREAKPOINTS
+    COMMANDS = App.COMMANDS | {SlashCommandsProvider}
+    TITLE = "mlxchat"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        # Priority, so they win over the prompt's own keys (ctrl+c copy, ctrl+y
+        # redo); check_action lets a key through when its action does not apply.
+        Binding("escape", "stop", "Stop", priority=True),
+        Binding("ctrl+c", "stop", "Stop", priority=True, show=False),
+        Binding("escape", "leave_edit", "Cancel edit"),
+        Binding("ctrl+n", "new_session", "New", priority=True),
+        Binding("ctrl+o", "sessions", "Sessions", priority=True),
+        Binding("ctrl+y", "copy_reply", "Copy reply", priority=True),
+        Binding("f1", "help", "Help", priority=True),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+    ]
+    MAIN_SCREEN_ACTIONS = frozenset({"stop", "leave_edit", "new_session", "sessions",
+                                     "copy_reply", "help"})
+
+    generating: var[bool] = var(False, bindings=True)
+    """A reply is being generated (escape stops it)."""
+    editing: var[bool] = var(False, bindings=True)
+    """Enter answers the edited last message on a new branch."""
+    running: var[str | None] = var(None, bindings=True)
+    """The slash command running in a thread, e.g. '/model'."""
+
+    def __init__(self, settings: Settings, *, model_spec: str | None,
+                 conversation_factory: ConversationFactory, continue_last: bool,
+                 session: str | None, now: Callable[[], float],
+                 registry: Registry | None = None, cursor_blink: bool = True) -> None:
+        super().__init__()
+        self.settings = settings
+        self.model_spec = model_spec
+        self.budget_bytes = memory_budget(settings)
+        self._factory = conversation_factory
+        self._continue_last = continue_last
+        self._session_ref = session
+        self._now = now
+        self._cursor_blink = cursor_blink
+        self.registry = registry or default_registry()
+        self.conversation: Conversation | None = None
+        self.ctx: CommandContext | None = None
+        self.start_error: str | None = None
+
+    # -- layout ----------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Header(show_clock=False)
+        yield GaugesPanel(id="gauges")
+        yield Transcript(id="transcript")
+        yield ActivityBar(id="activity")
+        yield PromptInput(self._complete, cursor_blink=self._cursor_blink, id="prompt")
+        yield Footer()
+
+    @property
+    def transcript(self) -> Transcript:
+        return self.query_one("#transcript", Transcript)
+
+    @property
+    def prompt(self) -> PromptInput:
+        return self.query_one("#prompt", PromptInput)
+
+    @property
+    def gauges(self) -> GaugesPanel:
+        return self.query_one("#gauges", GaugesPanel)
+
+    @property
+    def activity(self) -> ActivityBar:
+        return self.query_one("#activity", ActivityBar)
+
+    def _complete(self, text: str) -> list:
+        return self.registry.complete(text, self.ctx) if self.ctx is not None else []
+
+    def _ui(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn`` on the UI thread from a worker thread and return its result."""
+        return self.call_from_thread(fn, *args)
+
+    # -- start-up --------------------------------------------------------------------
+
+    def on_mount(self) -> None:
+        if self.settings.theme in self.available_themes:
+            self.theme = self.settings.theme
+        self.prompt.focus()
+        self.activity.show("loading model…")
+        self._start_worker()
+
+    @work(thread=True, group="startup", exit_on_error=False)
+    def _start_worker(self) -> None:
+        shown: dict[str, int] = {}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            percent = done * 100 // total if total else -1
+            if shown.get(stage) != percent:  # at most 100 updates a stage
+                shown[stage] = percent
+                self._ui(self.activity.show,
+                         f"{STAGE_LABELS.get(stage, stage)} model…", done, total)
+        try:
+            opened = self._factory(self.settings, model_spec=self.model_spec,
+                                   session=self._session_ref,
+                                   continue_last=self._continue_last, progress=progress)
+        except Exception as exc:  # noqa: BLE001 - shown in the transcript
+            self._ui(self._start_failed, error_text(exc))
+            return
+        self._ui(self._started, opened)
+
+    async def _started(self, opened: Opened) -> None:
+        conv = opened.conversation
+        self.conversation = conv
+        self.ctx = CommandContext(conv, clipboard=self._clipboard, now=self._now,
+                                  interactive=True)
+        self.activity.hide()
+        await self.reload_session()
+        for text, level in opened.notices:
+            await self.transcript.add_notice(text, level)
+
+    async def _start_failed(self, text: str) -> None:
+        self.start_error = text
+        self.activity.hide()
+        await self.transcript.add_notice(f"Could not load the model: {text}", "error")
+
+    async def reload_session(self) -> None:
+        """Show the conversation's current branch, figures and title."""
+        conv = self.conversation
+        if conv is None:
+            return
+        self.transcript.assistant_label = conv.engine.loaded.info.name
+        await self.transcript.load(conv.messages)
+        self.refresh_gauges()
+        self.set_titles()
+
+    def refresh_gauges(self) -> None:
+        conv = self.conversation
+        if conv is None:
+            return
+        self.gauges.update_state(conv.state(), self.budget_bytes)
+        self.gauges.update_stats(branch_stats(conv))
+
+    def set_titles(self) -> None:
+        conv = self.conversation
+        if conv is None:
+            return
+        self.title = conv.session.title
+        self.sub_title = conv.engine.loaded.info.name
+        if self._driver is not None and not self.is_headless:
+            # The terminal's own window title (OSC 2).
+            self._driver.write(f"\x1b]2;{_CONTROL.sub(' ', self.title)} · mlxchat\x07")
+
+    # -- sending -----------------------------------------------------------------------
+
+    async def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
+        message.stop()
+        self.submit(message.text)
+
+    def submit(self, text: str) -> None:
+        """What Enter does with ``text``: a /command, an edit, or a message."""
+        if self.conversation is None:
+            why = self.start_error or "The model is still loading"
+            return self._refuse(text, f"{why}. Nothing was sent.")
+        if self.running:
+            return self._refuse(text, f"Wait for {self.running} to finish.")
+        if self.editing:
+            if self.generating:
+                return self._refuse(text, "A reply is being generated; stop it first.",
+                                    editing=True)
+            self.editing = False
+            return self.run_command(f"/edit {text}", restore=text, restore_editing=True)
+        if Registry.is_command(text):
+            return self.run_command(text.strip(), restore=text)
+        if self.generating:
+            return self._refuse(text, "A reply is being generated: wait for it, or press "
+                                      "escape to stop it.")
+        if text.lstrip().startswith("//"):  # '//x' sends the literal '/x'
+            text = text.replace("//", "/", 1)
+        self.generating = True
+        self._send_worker(text)
+
+    def _refuse(self, text: str, why: str, *, editing: bool = False) -> None:
+        if not self.prompt.text:
+            self.prompt.text = text
+            self.editing = editing
+        self.notify(why, severity="warning")
+
+    @work(thread=True, group="turn", exit_on_error=False)
+    def _send_worker(self, text: str) -> None:
+        conv = self.conversation
+        assert conv is not None
+        try:
+            events = conv.send(text)  # checks the window and commits the message
+        except Exception as exc:  # noqa: BLE001 - EngineError, StoreError, ...
+            self._ui(self._send_failed, text, error_text(exc))
+            return
+        self._ui(self._show_sent, conv.messages[-1].content)
+        self._stream_turn(events)
+
+    async def _send_failed(self, text: str, error: str) -> None:
+        self.generating = False
+        await self.transcript.add_notice(error, "error")
+        if not self.prompt.text:
+            self.prompt.text = text
+
+    async def _show_sent(self, content: str) -> None:
+        await self.transcript.add_user(content)
+        self.set_titles()
+
+    def _stream_turn(self, events: Iterator["Event"]) -> None:
+        """Consume a started turn on this worker thread, batching onto the UI."""
+        reply: ReplyHandle = self._ui(self.transcript.start_reply)
+        try:
+            done = pump_turn(events, on_text=partial(self._ui, self._show_batch, reply),
+                             on_prefill=partial(self._ui, self.gauges.prefill))
+        except Exception as exc:  # noqa: BLE001 - an engine failure mid-turn
+            self._ui(self._turn_finished, reply, None, error_text(exc))
+            return
+        self._ui(self._turn_finished, reply, done, None)
+
+    async def _show_batch(self, reply: ReplyHandle, batch: Batch) -> None:
+        await reply.append(batch.text)
+        self.gauges.decoding(batch.generated_tokens, batch.decode_tps)
+
+    async def _turn_finished(self, reply: ReplyHandle, done: "TurnDone | None",
+                             error: str | None) -> None:
+        stats = done.stats if done is not None else None
+        await reply.finish(stats, cancelled=stats is None or stats.finish_reason == "cancelled")
+        self.generating = False
+        self.gauges.idle()
+        self.refresh_gauges()
+        self.set_titles()
+        if error is not None:
+            await self.transcript.add_notice(error, "error")
+        elif done is not None and done.dropped_messages:
+            await self.transcript.add_notice(
+                f"The {done.dropped_messages:,} oldest messages were left out to fit the "
+                "context window.", "warning")
+
+    # -- keys ----------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in self.MAIN_SCREEN_ACTIONS and len(self.screen_stack) > 1:
+            return False  # a dialog is open: its own keys apply
+        if action == "stop":
+            return self.generating
+        if action == "leave_edit":
+            return self.editing
+        if action in ("new_session", "sessions"):
+            return None if self.generating or self.running or not self.conversation else True
+        return True
+
+    def action_stop(self) -> None:
+        if self.conversation is not None:
+            self.conversation.cancel()
+
+    def action_leave_edit(self) -> None:
+        self.editing = False
+        self.prompt.clear()
+
+    def watch_editing(self, editing: bool) -> None:
+        prompt = self.prompt
+        prompt.set_class(editing, "-editing")
+        prompt.area.border_title = EDIT_HINT if editing else None
+
+    def on_prompt_input_edit_last(self, message: PromptInput.EditLast) -> None:
+        message.stop()
+        conv = self.conversation
+        if conv is None or self.generating or self.running:
+            return
+        last = conv.last_user_message()
+        if last is None:
+            self.notify("There is no message to edit yet.")
+            return
+        self.editing = True
+        message.prompt.text = last.content
+
+    def action_new_session(self) -> None:
+        self.submit("/new")
+
+    def action_sessions(self) -> None:
+        self.open_screen("sessions")
+
+    def action_help(self) -> None:
+        self.open_screen("help")
+
+    def action_copy_reply(self) -> None:
+        conv = self.conversation
+        reply = next((m for m in reversed(conv.messages) if m.role == "assistant"),
+                     None) if conv else None
+        if reply is None or not reply.content:
+            self.notify("There is no reply to copy yet.", severity="warning")
+            return
+        self.copy_to_clipboard(reply.content)
+        self.notify(f"Copied the last reply ({len(reply.content):,} characters).")
+
+    def _clipboard(self, text: str) -> None:
+        """For /copy, which runs in a worker thread."""
+        self._ui(self.copy_to_clipboard, text)
+
+    def watch_theme(self, theme: str) -> None:
+        if theme == self.settings.theme:
+            return
+        self.settings.theme = theme
+        try:
+            save_settings(self.settings)
+        except OSError as exc:
+            self.notify(f"Theme not saved: {exc}", severity="warning")
+
+    async def action_quit(self) -> None:
+        """Stop a reply, let it be committed (partial text included), then exit."""
+        if self.generating and self.conversation is not None:
+            self.conversation.cancel()
+            deadline = time.monotonic() + QUIT_WAIT_SECONDS
+            while self.generating and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        self.exit(0)
+
+    async def on_unmount(self) -> None:
+        conv, self.conversation = self.conversation, None
+        if conv is not None:
+            await asyncio.to_thread(_close, conv)
+
+
+def _close(conv: "Conversation") -> None:
+    conv.cancel()
+    discard_if_empty(conv)
+    conv.close()
+    conv.store.close()
+
+
+def create_app(settings: Settings, *, model_spec: str | None = None,
+               conversation_factory: ConversationFactory | None = None,
+               continue_last: bool = False, session: str | None = None,
+               now: Callable[[], float] = time.time, cursor_blink: bool = True) -> MlxChatApp:
+    """The app, for ``run_app`` and for tests. ``conversation_factory`` defaults to
+    ``startup.open_conversation`` (the real store and ``load_model``); it runs in
+    a thread and gets a ``progress(stage, done, total)`` callback."""
+    return MlxChatApp(settings, model_spec=model_spec,
+                      conversation_factory=conversation_factory or open_conversation,
+                      continue_last=continue_last, session=session, now=now,
+                      cursor_blink=cursor_blink)
+
+
+@contextmanager
+def _log_to_file() -> Iterator[None]:
+    """While the UI owns the terminal, log records go to a file, not stderr."""
+    from mlxchat import paths
+
+    root = logging.getLogger()
+    streams = [h for h in root.handlers if type(h) is logging.StreamHandler]
+    handler: logging.Handler | None = None
+    try:
+        folder = paths.ensure_private_dir(paths.cache_dir())
+        handler = logging.FileHandler(folder / "mlxchat.log", encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    except OSError:
+        handler = logging.NullHandler()
+    for h in streams:
+        root.removeHandler(h)
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        for h in streams:
+            root.addHandler(h)
+
+
+def run_app(settings: Settings, *, model: str | None = None, continue_last: bool = False,
+            session: str | None = None) -> int:
+    """Run the chat UI until the user quits; returns the exit status."""
+    app = create_app(settings, model_spec=model, continue_last=continue_last, session=session)
+    with _log_to_file():
+        result = app.run()
+    return result if isinstance(result, int) else (app.return_code or 0)

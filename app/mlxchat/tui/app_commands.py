@@ -1,0 +1,267 @@
+"""Slash commands inside the app: run them off the UI thread, render any
+CommandResult generically, then act on its fields (turn, confirm, screens,
+quit, session changes, input). Also the command-palette provider.
+
+A mixin of ``MlxChatApp``; it uses the app's ``conversation``, ``ctx``,
+``registry``, ``transcript``, ``prompt``, ``activity`` and ``_ui``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from textual import work
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from mlxchat.commands import CommandResult
+from mlxchat.tui.screens import ConfirmScreen, HelpScreen, ModelEntry, ModelPickerScreen, SessionsScreen
+from mlxchat.tui.widgets.notices import MarkdownNotice, TableNotice
+
+if TYPE_CHECKING:
+    from mlxchat.tui.app import MlxChatApp
+
+log = logging.getLogger(__name__)
+
+SLOW_COMMAND_SECONDS = 0.3
+"""A command still running after this long shows the activity line."""
+
+KEY_HELP = [
+    ("enter", "send the message, or run the /command"),
+    ("ctrl+j / alt+enter", "new line in the message"),
+    ("tab / ↑ ↓", "accept / move in the completion list"),
+    ("↑ in an empty prompt", "edit your last message (answered on a new branch)"),
+    ("escape / ctrl+c", "stop the reply; the text so far is kept"),
+    ("ctrl+n", "new session"),
+    ("ctrl+o", "browse, search, rename and delete sessions"),
+    ("ctrl+y", "copy the last reply (OSC 52)"),
+    ("ctrl+p", "command palette: commands and themes"),
+    ("f1", "this help"),
+    ("ctrl+q", "quit; the session and its KV cache are saved"),
+]
+
+
+def error_text(exc: BaseException) -> str:
+    """One line for the user; a bug is logged with its traceback, never shown."""
+    from mlxchat.errors import user_message
+
+    text = user_message(exc)
+    if text is None:
+        log.error("unexpected error", exc_info=exc)
+        text = f"Unexpected error: {type(exc).__name__}: {exc}. Details are in the log."
+    return text
+
+
+def command_name(line: str) -> str:
+    """'/model qwen3-4b' -> '/model'."""
+    return line.strip().split(maxsplit=1)[0] if line.strip() else line
+
+
+class CommandsMixin:
+    """Running commands and acting on their results (see the module docstring)."""
+
+    def run_command(self: "MlxChatApp", line: str, *, restore: str | None = None,
+                    restore_editing: bool = False) -> None:
+        """Run ``line`` (a slash command) in a thread; ``restore`` goes back into the
+        input if the command fails, so nothing typed is lost."""
+        self._start_command(command_name(line), partial(self.registry.run, line, self.ctx),
+                            restore, restore_editing)
+
+    def _start_command(self: "MlxChatApp", label: str, call: Callable[[], CommandResult],
+                       restore: str | None = None, restore_editing: bool = False) -> None:
+        self.running = label
+
+        def slow() -> None:
+            if self.running == label:
+                self.activity.show(f"running {label}…")
+        self.set_timer(SLOW_COMMAND_SECONDS, slow)
+        self._command_worker(call, restore, restore_editing)
+
+    @work(thread=True, group="command", exit_on_error=False)
+    def _command_worker(self: "MlxChatApp", call: Callable[[], CommandResult],
+                        restore: str | None, restore_editing: bool) -> None:
+        try:
+            result = call()
+        except Exception as exc:  # noqa: BLE001 - run() never raises; this is a guard
+            result = CommandResult.error(error_text(exc))
+        self._ui(self._apply_result, result, restore, restore_editing)
+        if result.turn is not None:
+            self._stream_turn(result.turn)
+
+    async def _apply_result(self: "MlxChatApp", result: CommandResult, restore: str | None,
+                            restore_editing: bool) -> None:
+        self.running = None
+        self.activity.hide()
+        if result.turn is not None:
+            self.generating = True
+        if result.session_changed:
+            await self.reload_session()
+        await self.render_result(result)
+        prompt = self.prompt
+        if result.kind == "error" and restore is not None and not prompt.text:
+            prompt.text = restore
+            self.editing = restore_editing
+        if result.prefill_input is not None:
+            prompt.text = result.prefill_input
+        elif result.clear_input and restore is not None and prompt.text == restore:
+            prompt.clear()
+        if result.confirm is not None:
+            self._ask(result)
+        if result.open_screen is not None:
+            self.open_screen(result.open_screen)
+        if result.quit:
+            await self.action_quit()
+
+    async def render_result(self: "MlxChatApp", result: CommandResult) -> None:
+        """Show a result in the transcript: error/info as notices, Markdown, tables."""
+        if result.kind == "confirm":
+            return  # asked in a dialog
+        if result.open_screen is not None and result.kind in ("info", "table"):
+            return  # the screen shows the same content
+        if result.turn is not None and result.kind == "info":
+            self.notify(result.text)  # the transcript shows the turn itself
+            return
+        transcript = self.transcript
+        if result.kind == "error":
+            await transcript.add_notice(result.text, "error")
+        elif result.kind == "markdown":
+            await self._mount_notice(MarkdownNotice(result.text))
+        elif result.kind == "table":
+            await self._mount_notice(TableNotice(result.text, result.columns, result.rows))
+        elif result.text:
+            await transcript.add_notice(result.text, "info")
+
+    async def _mount_notice(self: "MlxChatApp", widget: Any) -> None:
+        await self.transcript.mount(widget)
+        self.transcript.anchor()
+
+    def _ask(self: "MlxChatApp", result: CommandResult) -> None:
+        confirm = result.confirm
+        assert confirm is not None
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._start_command("confirmed", confirm.accept)
+        self.push_screen(ConfirmScreen(confirm.question, yes=confirm.yes,
+                                       destructive=confirm.destructive), answered)
+
+    # -- screens ---------------------------------------------------------------------
+
+    def open_screen(self: "MlxChatApp", name: str) -> None:
+        if name == "help":
+            self.push_screen(HelpScreen(self.registry.help_rows(), KEY_HELP))
+        elif self.conversation is None:
+            self.notify("The model is still loading.", severity="warning")
+        elif name == "sessions":
+            self._open_sessions()
+        elif name == "models":
+            self._models_worker()
+
+    def _open_sessions(self: "MlxChatApp") -> None:
+        conv = self.conversation
+        assert conv is not None
+        store = conv.store
+        changed = False
+
+        def search(text: str) -> list:
+            return store.list_sessions(limit=200, search=text.strip() or None)
+
+        def rename(session_id: int, title: str) -> None:
+            nonlocal changed
+            store.rename_session(session_id, title)
+            if session_id == conv.session.id:
+                conv.reload()
+                changed = True
+
+        def delete(session_id: int) -> None:
+            nonlocal changed
+            for path in store.delete_session(session_id):
+                Path(path).unlink(missing_ok=True)
+            if session_id == conv.session.id:  # the open one: start afresh
+                conv.engine.drop_cache("session deleted")
+                conv.new_session()
+                changed = True
+
+        async def chosen(session_id: int | None) -> None:
+            if session_id is not None and session_id != conv.session.id:
+                self.run_command(f"/open #{session_id}")
+            elif changed:
+                await self.reload_session()
+
+        self.push_screen(SessionsScreen(search=search, rename=rename, delete=delete,
+                                        now=self._now), chosen)
+
+    @work(thread=True, group="command", exit_on_error=False)
+    def _models_worker(self: "MlxChatApp") -> None:
+        try:
+            if self.ctx.list_models is not None:
+                found = list(self.ctx.list_models())
+            else:
+                from mlxchat.models import list_models
+                found = list_models()
+        except Exception as exc:  # noqa: BLE001 - shown, never a traceback
+            self._ui(self.transcript.add_notice, error_text(exc), "error")
+            return
+        entries = [ModelEntry(e.alias, e.source, e.bits, e.context_window or 0,
+                              e.size_bytes or 0, e.available_offline) for e in found]
+        self._ui(self._push_models, entries)
+
+    def _push_models(self: "MlxChatApp", entries: list[ModelEntry]) -> None:
+        cancel = threading.Event()
+
+        def download(alias: str, progress: Callable[[int, int | None], None]) -> None:
+            from mlxchat.models import ModelError, resolve_folder
+
+            def report(stage: str, done: int, total: int) -> None:
+                if cancel.is_set():
+                    raise ModelError("download cancelled")  # unwinds resolve_folder
+                progress(done, total or None)
+            resolve_folder(alias, progress=report)
+
+        def chosen(alias: str | None) -> None:
+            if alias is not None:
+                self.run_command(f"/model {alias}")
+
+        current = self.conversation.model_spec if self.conversation else None
+        self.push_screen(ModelPickerScreen(entries, start_download=download, cancel_event=cancel,
+                                           current=current), chosen)
+
+    def palette_command(self: "MlxChatApp", name: str) -> None:
+        """From the palette: run a command that needs no argument, else start typing it."""
+        command = self.registry.get(name)
+        if command is None:
+            return
+        if command.min_args > 0:
+            self.prompt.text = f"/{command.name} "
+            self.prompt.focus()
+        else:
+            self.submit(f"/{command.name}")
+
+
+class SlashCommandsProvider(Provider):
+    """The registry's commands in the command palette (ctrl+p)."""
+
+    def _commands(self) -> list:
+        registry = getattr(self.app, "registry", None)
+        return registry.commands if registry is not None else []
+
+    def _run(self, name: str) -> None:
+        self.app.palette_command(name)  # type: ignore[attr-defined]
+
+    async def discover(self) -> Hits:
+        for command in self._commands():
+            yield DiscoveryHit(f"/{command.name}", partial(self._run, command.name),
+                               help=command.help)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query.lstrip("/") if query.strip() != "/" else query)
+        for command in self._commands():
+            score = matcher.match(command.name)
+            if score > 0:
+                yield Hit(score, matcher.highlight(f"/{command.name}"),
+                          partial(self._run, command.name), text=f"/{command.name}",
+                          help=command.help)

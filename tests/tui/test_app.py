@@ -1,0 +1,342 @@
+"""The whole app on a tiny random model: turns, commands, keys, sessions, resume."""
+
+from __future__ import annotations
+
+import asyncio
+
+from mlxchat.config import load_settings
+from mlxchat.store import open_store
+from mlxchat.tui.formatting import (cache_source_label, fmt_bits_per_weight, fmt_bytes,
+                                    fmt_int, fmt_percent, fmt_seconds, fmt_tps, kv_room)
+from mlxchat.tui.screens import ConfirmScreen, HelpScreen
+from mlxchat.tui.widgets import AssistantMessage, NoticeMessage, UserMessage
+from mlxchat.tui.widgets.notices import TableNotice
+from textual.widgets import Static
+
+from .app_support import GB, first_text, ready, settle, tiny_app, tiny_settings, until
+
+
+def plain(widget) -> str:
+    return widget.render().plain
+
+
+def gauge(app, selector: str) -> str:
+    return plain(app.gauges.query_one(selector, Static))
+
+
+def rows(app) -> list[tuple[str, str]]:
+    """(kind, text) of each transcript entry."""
+    out = []
+    for w in app.transcript.children:
+        if isinstance(w, UserMessage):
+            out.append(("user", w.text))
+        elif isinstance(w, AssistantMessage):
+            out.append(("assistant", w.text))
+        elif isinstance(w, NoticeMessage):
+            out.append((w.level, plain(w)))
+        else:
+            out.append((type(w).__name__, ""))
+    return out
+
+
+async def send(pilot, text: str) -> None:
+    pilot.app.prompt.text = text
+    await pilot.press("enter")
+    await settle(pilot)
+
+
+async def test_send_shows_the_reply_and_the_engine_figures(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await ready(pilot)
+        assert app.sub_title == "tiny"
+        await send(pilot, "Hello there")
+        conv = app.conversation
+        stored = conv.messages
+        assert [m.role for m in stored] == ["user", "assistant"]
+        assert rows(app) == [("user", "Hello there"), ("assistant", stored[1].content)]
+        assert app.title == conv.session.title == "Hello there"
+        reply = app.transcript.query_one(AssistantMessage)
+        assert reply.stats is conv.last_stats and not reply.cancelled
+
+        # The gauges show exactly the engine's figures.
+        st, state = conv.last_stats, conv.state()
+        assert gauge(app, "#turn-text").splitlines() == [
+            cache_source_label(st.cache_source),
+            f"first token  {fmt_seconds(st.ttft_s)}",
+            f"prefill      {fmt_tps(st.prefill_tps)}",
+            f"decode       {fmt_tps(st.decode_tps)}",
+            f"reused {fmt_int(st.reused_tokens)} · prefilled {fmt_int(st.prefilled_tokens)}",
+        ]
+        assert gauge(app, "#context-text") == (
+            f"{fmt_int(state.cached_tokens)} / {fmt_int(state.context_window)} tokens  "
+            f"{fmt_percent(state.cached_tokens, state.context_window)}")
+        room = kv_room(kv_bytes=state.kv_bytes, cached_tokens=state.cached_tokens,
+                       budget_bytes=16 * GB, context_window=state.context_window)
+        assert gauge(app, "#kv-text").splitlines()[:2] == [
+            f"{fmt_bytes(state.kv_bytes)} · {fmt_percent(state.kv_bytes, 16 * GB)} of "
+            f"{fmt_bytes(16 * GB)} budget",
+            f"room {fmt_int(room.tokens)} tokens ({room.limit} limit)"]
+        assert gauge(app, "#kv-source") == f"warm cache · {fmt_int(state.cached_tokens)} tokens"
+        assert gauge(app, "#weights-text") == (
+            f"{fmt_bytes(state.weights_bytes)} · {fmt_bits_per_weight(state.bits_per_weight)}\n"
+            f"peak memory {fmt_bytes(state.peak_memory_bytes)}")
+        assert gauge(app, "#live-text") == "idle"
+        assert state.cached_tokens == st.context_used and state.kv_bytes == st.kv_bytes
+
+
+async def test_slash_commands_from_the_input(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await send(pilot, "/get temperature")
+        kind, text = rows(app)[-1]
+        assert kind == "info" and text.startswith("temperature = 0.0 (default 0.0;")
+        assert app.prompt.text == ""
+        await send(pilot, "/stats")
+        assert rows(app)[-1] == ("info", "No turn yet in this session; /stats reports the "
+                                         "last one.")
+        await send(pilot, "Hi")
+        await send(pilot, "/stats")
+        table = app.transcript.children[-1]
+        assert isinstance(table, TableNotice) and table.caption == "Last turn"
+        st = app.conversation.last_stats
+        assert ("prompt", f"{fmt_int(st.prompt_tokens)} tokens: 0 reused (cold cache), "
+                          f"{fmt_int(st.prefilled_tokens)} prefilled") in table.rows
+
+
+async def test_completion_list_appears_on_slash(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("/")
+        shown = [c.display for c in app.prompt.completions]
+        assert {"/help", "/stats", "/new", "/sessions", "/model"} <= set(shown)
+        await pilot.press("s", "t")
+        assert [c.display for c in app.prompt.completions] == ["/stats"]
+        await pilot.press("tab")
+        assert app.prompt.text == "/stats"
+
+
+async def test_bad_command_is_an_error_notice_and_the_text_comes_back(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await send(pilot, "/stast")
+        assert rows(app) == [("error", "Unknown command /stast. Did you mean /stats?")]
+        assert app.prompt.text == "/stast"
+
+
+async def test_too_large_message_is_refused_and_changes_nothing(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        conv = app.conversation
+        huge = "x" * 5000  # one token a byte: more than the 2,048-token window
+        await send(pilot, huge)
+        [(kind, text)] = rows(app)
+        assert kind == "error" and "context window" in text, text
+        assert app.prompt.text == huge
+        assert conv.messages == [] and conv.store.all_messages(conv.session.id) == []
+        assert not app.generating and conv.state().cached_tokens == 0
+
+
+async def test_escape_stops_a_long_reply_and_keeps_the_partial_text(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny, settings=tiny_settings(max_tokens=2000))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        arrived = first_text(app)
+        app.prompt.text = "Tell me everything"
+        app.simulate_key("enter")
+        await asyncio.wait_for(arrived.wait(), 30)
+        assert app.generating
+        # A second Enter while generating is refused and keeps its text.
+        app.prompt.text = "and more"
+        app.simulate_key("enter")
+        await until(lambda: any("being generated" in n.message for n in app._notifications))
+        assert app.prompt.text == "and more"
+        app.simulate_key("escape")
+        await settle(pilot)
+        assert app.is_running and not app.generating
+        conv = app.conversation
+        stats = conv.last_stats
+        assert stats.finish_reason == "cancelled" and 0 < stats.generated_tokens < 2000
+        reply = app.transcript.query_one(AssistantMessage)
+        assert reply.cancelled and plain(reply.query_one(".message-footer")).startswith(
+            "(stopped)")
+        stored = conv.store.all_messages(conv.session.id)[-1]
+        assert stored.role == "assistant" and stored.cancelled
+        assert stored.content == reply.text != ""
+        assert gauge(app, "#live-text") == "idle"
+
+
+async def test_escape_and_ctrl_c_never_quit(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("escape", "ctrl+c", "escape")
+        await pilot.pause()
+        assert app.is_running and app.return_code is None
+
+
+async def test_up_arrow_edits_the_last_message_on_a_new_branch(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await send(pilot, "First question")
+        await pilot.press("up")
+        assert app.editing and app.prompt.text == "First question"
+        await pilot.press("escape")
+        assert not app.editing and app.prompt.text == ""
+        await pilot.press("up")
+        app.prompt.text = "Better question"
+        await pilot.press("enter")
+        await settle(pilot)
+        conv = app.conversation
+        assert [m.content for m in conv.messages][0] == "Better question"
+        assert rows(app)[0] == ("user", "Better question")
+        assert len(conv.store.branches(conv.session.id)) == 2
+        assert not app.editing
+
+
+async def test_new_open_and_the_sessions_browser_swap_transcript_and_gauges(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await send(pilot, "About apples")
+        first = app.conversation.session
+        first_turn = gauge(app, "#turn-text")
+        await send(pilot, "/new")
+        assert rows(app)[-1][1].startswith("New session #")
+        assert [k for k, _ in rows(app)] == ["info"]
+        assert gauge(app, "#turn-text") == "no turn yet"
+        await send(pilot, "About pears")
+        second = app.conversation.session
+        assert app.title == "About pears"
+
+        await send(pilot, "/open About apples")
+        assert app.conversation.session.id == first.id
+        assert rows(app)[0] == ("user", "About apples") and rows(app)[-1][0] == "info"
+        assert gauge(app, "#turn-text") == first_turn  # the stored stats of its reply
+        assert app.title == "About apples"
+
+        await pilot.press("ctrl+o")
+        await settle(pilot)
+        screen = app.screen
+        assert [s.title for s in screen.results] == ["About pears", "About apples"]
+        await pilot.press("down", "enter")  # into the list (newest first), open
+        await settle(pilot)
+        assert app.conversation.session.id == second.id
+        assert rows(app)[0] == ("user", "About pears")
+        assert app.conversation.state().cache_source in ("snapshot", "warm")
+
+
+async def test_deleting_the_open_session_after_confirming_starts_a_new_one(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await send(pilot, "Delete me")
+        old = app.conversation.session.id
+        await send(pilot, "/delete")
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("y")
+        await settle(pilot)
+        conv = app.conversation
+        assert conv.session.id != old and conv.messages == []
+        assert [s.id for s in conv.store.list_sessions()] == [conv.session.id]
+        assert rows(app)[-1][1].startswith(f"Deleted #{old}")
+
+
+async def test_continue_restores_the_snapshot_and_prefills_only_the_new_message(tmp_path, tiny):
+    db = tmp_path / "s.db"
+    app = tiny_app(db, tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await send(pilot, "Remember the number seven")
+        session_id = app.conversation.session.id
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+    store = open_store(db)
+    assert store.latest_snapshot(session_id) is not None
+    store.close()
+
+    app = tiny_app(db, tiny, continue_last=True)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        conv = app.conversation
+        state = conv.state()
+        assert conv.session.id == session_id
+        assert state.cache_source == "snapshot" and state.cached_tokens > 0
+        assert gauge(app, "#kv-source") == f"from snapshot · {fmt_int(state.cached_tokens)} tokens"
+        assert [k for k, _ in rows(app)] == ["user", "assistant", "info"]
+        assert "KV cache restored from its snapshot" in rows(app)[-1][1]
+        await send(pilot, "Which number?")
+        st = conv.last_stats
+        assert st.cache_source == "snapshot" and st.miss_reason is None
+        # The whole restored history is reused; only the new message is prefilled.
+        assert st.reused_tokens == state.cached_tokens
+        assert st.prefilled_tokens == st.prompt_tokens - state.cached_tokens < 40
+        assert gauge(app, "#turn-text").splitlines()[0] == "from snapshot"
+
+
+async def test_unknown_session_argument_starts_a_new_one_with_a_warning(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny, session="no such chat")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        [(kind, text)] = rows(app)
+        assert kind == "warning" and "No session matches 'no such chat'" in text
+
+
+async def test_quitting_an_unused_window_leaves_no_empty_session(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("ctrl+q")
+        await pilot.pause()
+    store = open_store(tmp_path / "s.db")
+    assert store.list_sessions() == []
+    store.close()
+
+
+async def test_help_copy_and_palette(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await pilot.press("f1")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        assert ("/stats", app.registry.get("stats").help) in app.screen.commands
+        await pilot.press("escape")
+        await pilot.pause()
+        await send(pilot, "Hello")
+        await pilot.press("ctrl+y")
+        assert app.clipboard == app.conversation.messages[-1].content
+
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"stats")
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert isinstance(app.transcript.children[-1], TableNotice)
+
+
+async def test_theme_change_is_remembered(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        app.theme = "nord"
+        await pilot.pause()
+    assert load_settings().theme == "nord"
+
+
+async def test_model_load_failure_is_shown_and_sending_is_refused(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny, model_spec="qwen9")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+        [(kind, text)] = rows(app)
+        assert kind == "error" and text.startswith("Could not load the model: unknown model")
+        app.prompt.text = "hello?"
+        await pilot.press("enter")
+        assert app.prompt.text == "hello?"

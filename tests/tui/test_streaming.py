@@ -1,0 +1,50 @@
+"""Batching of a turn's events (no Textual, no model)."""
+
+from mlxchat.chat import TurnStats
+from mlxchat.engine.events import PrefillProgress, TextDelta, TurnDone
+from mlxchat.tui.streaming import pump_turn
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def events(clock: Clock, closed: list[bool]):
+    try:
+        yield PrefillProgress(0, 100)
+        clock.now += 0.01
+        yield PrefillProgress(50, 100, 5000.0)
+        yield PrefillProgress(100, 100, 5000.0)
+        for i in range(10):
+            clock.now += 0.02  # a token every 20 ms
+            yield TextDelta(f"t{i} ", i + 1, 50.0)
+        yield TurnDone("reply", TurnStats(generated_tokens=10))
+    finally:
+        closed.append(True)
+
+
+def test_text_is_batched_and_progress_throttled():
+    clock, closed = Clock(), []
+    texts, prefills = [], []
+    done = pump_turn(events(clock, closed), on_text=texts.append, on_prefill=prefills.append,
+                     interval=0.05, clock=clock)
+    assert done is not None and done.reply == "reply"
+    assert "".join(b.text for b in texts) == "".join(f"t{i} " for i in range(10))
+    assert len(texts) == 4  # at 20 ms a token and a 50 ms interval: ~3 tokens a batch
+    assert texts[-1].generated_tokens == 10 and texts[-1].decode_tps == 50.0
+    # The first update and the last (100%) always show; the ones between are throttled.
+    assert [(p.done, p.total) for p in prefills] == [(0, 100), (100, 100)]
+    assert closed == [True]
+
+
+def test_stop_closes_the_events_which_cancels_the_turn():
+    clock, closed = Clock(), []
+    seen = []
+    done = pump_turn(events(clock, closed), on_text=seen.append, on_prefill=lambda p: None,
+                     stop=lambda: len(seen) > 0, interval=0.0, clock=clock)
+    assert done is None and closed == [True]
+    assert [b.text for b in seen] == ["t0 "]
