@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 from functools import partial
 from pathlib import Path
+from typing import ClassVar
 
 from mlxchat.chat import GenerationSettings
 from mlxchat.config import Settings
@@ -101,7 +102,8 @@ async def until(condition, timeout: float = 30.0) -> None:
 class SteadyEngine(ChatEngine):
     """A real engine whose clock-dependent figures are fixed, for snapshots."""
 
-    FIXED = dict(ttft_s=0.042, prefill_tps=1234.5, decode_tps=87.6, total_s=0.5)
+    FIXED: ClassVar[dict[str, float]] = {"ttft_s": 0.042, "prefill_tps": 1234.5,
+                                         "decode_tps": 87.6, "total_s": 0.5}
     PEAK = 123_456_789
 
     def turn(self, messages, settings):

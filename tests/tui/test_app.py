@@ -6,8 +6,16 @@ import asyncio
 
 from mlxchat.config import load_settings
 from mlxchat.store import open_store
-from mlxchat.tui.formatting import (cache_source_label, fmt_bits_per_weight, fmt_bytes,
-                                    fmt_int, fmt_percent, fmt_seconds, fmt_tps, kv_room)
+from mlxchat.tui.formatting import (
+    cache_source_label,
+    fmt_bits_per_weight,
+    fmt_bytes,
+    fmt_int,
+    fmt_percent,
+    fmt_seconds,
+    fmt_tps,
+    kv_room,
+)
 from mlxchat.tui.screens import ConfirmScreen, HelpScreen
 from mlxchat.tui.widgets import AssistantMessage, NoticeMessage, UserMessage
 from mlxchat.tui.widgets.notices import TableNotice
@@ -73,10 +81,10 @@ async def test_send_shows_the_reply_and_the_engine_figures(tmp_path, tiny):
             f"{fmt_percent(state.cached_tokens, state.context_window)}")
         room = kv_room(kv_bytes=state.kv_bytes, cached_tokens=state.cached_tokens,
                        budget_bytes=16 * GB, context_window=state.context_window)
+        budget_line = (f"{fmt_bytes(state.kv_bytes)} · {fmt_percent(state.kv_bytes, 16 * GB)}"
+                       f" of {fmt_bytes(16 * GB)} budget")
         assert gauge(app, "#kv-text").splitlines()[:2] == [
-            f"{fmt_bytes(state.kv_bytes)} · {fmt_percent(state.kv_bytes, 16 * GB)} of "
-            f"{fmt_bytes(16 * GB)} budget",
-            f"room {fmt_int(room.tokens)} tokens ({room.limit} limit)"]
+            budget_line, f"room {fmt_int(room.tokens)} tokens ({room.limit} limit)"]
         assert gauge(app, "#kv-source") == f"warm cache · {fmt_int(state.cached_tokens)} tokens"
         assert gauge(app, "#weights-text") == (
             f"{fmt_bytes(state.weights_bytes)} · {fmt_bits_per_weight(state.bits_per_weight)}\n"
@@ -94,15 +102,16 @@ async def test_slash_commands_from_the_input(tmp_path, tiny):
         assert kind == "info" and text.startswith("temperature = 0.0 (default 0.0;")
         assert app.prompt.text == ""
         await send(pilot, "/stats")
-        assert rows(app)[-1] == ("info", "No turn yet in this session; /stats reports the "
-                                         "last one.")
+        no_turn = "No turn yet in this session; /stats reports the last one."
+        assert rows(app)[-1] == ("info", no_turn)
         await send(pilot, "Hi")
         await send(pilot, "/stats")
         table = app.transcript.children[-1]
         assert isinstance(table, TableNotice) and table.caption == "Last turn"
         st = app.conversation.last_stats
-        assert ("prompt", f"{fmt_int(st.prompt_tokens)} tokens: 0 reused (cold cache), "
-                          f"{fmt_int(st.prefilled_tokens)} prefilled") in table.rows
+        prompt_row = (f"{fmt_int(st.prompt_tokens)} tokens: 0 reused (cold cache), "
+                      f"{fmt_int(st.prefilled_tokens)} prefilled")
+        assert ("prompt", prompt_row) in table.rows
 
 
 async def test_completion_list_appears_on_slash(tmp_path, tiny):
@@ -193,7 +202,7 @@ async def test_up_arrow_edits_the_last_message_on_a_new_branch(tmp_path, tiny):
         await pilot.press("enter")
         await settle(pilot)
         conv = app.conversation
-        assert [m.content for m in conv.messages][0] == "Better question"
+        assert conv.messages[0].content == "Better question"
         assert rows(app)[0] == ("user", "Better question")
         assert len(conv.store.branches(conv.session.id)) == 2
         assert not app.editing
@@ -309,8 +318,13 @@ async def test_help_copy_and_palette(tmp_path, tiny):
         await pilot.press("escape")
         await pilot.pause()
         await send(pilot, "Hello")
+        reply = app.conversation.messages[-1].content
         await pilot.press("ctrl+y")
-        assert app.clipboard == app.conversation.messages[-1].content
+        assert app.clipboard == reply
+        app.copy_to_clipboard("")
+        await send(pilot, "/copy")  # the command copies from its worker thread
+        assert app.clipboard == reply
+        assert rows(app)[-1] == ("info", f"Copied the last reply ({len(reply)} characters).")
 
         await pilot.press("ctrl+p")
         await pilot.pause()

@@ -13,7 +13,6 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -28,15 +27,21 @@ from mlxchat.commands import CommandContext, Registry, default_registry
 from mlxchat.config import Settings, save_settings
 from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
 from mlxchat.tui.app_commands import CommandsMixin, SlashCommandsProvider, error_text
-from mlxchat.tui.startup import (ConversationFactory, Opened, discard_if_empty, memory_budget,
-                                 open_conversation)
+from mlxchat.tui.startup import (
+    ConversationFactory,
+    Opened,
+    discard_if_empty,
+    log_to_file,
+    memory_budget,
+    open_conversation,
+)
 from mlxchat.tui.streaming import Batch, pump_turn
 from mlxchat.tui.widgets import GaugesPanel, PromptInput, ReplyHandle, Transcript
 from mlxchat.tui.widgets.activity import STAGE_LABELS, ActivityBar
 
 if TYPE_CHECKING:
     from mlxchat.conversation import Conversation
-    from mlxchat.engine import Event, PrefillProgress, TurnDone
+    from mlxchat.engine import Event, TurnDone
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +51,7 @@ EDIT_HINT = "editing your last message · enter answers it on a new branch · es
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def branch_stats(conv: "Conversation") -> TurnStats | None:
+def branch_stats(conv: Conversation) -> TurnStats | None:
     """The live turn's stats, else those stored with the branch's last reply."""
     if conv.last_stats is not None:
         return conv.last_stats
@@ -163,7 +168,7 @@ class MlxChatApp(CommandsMixin, App[int]):
     async def _started(self, opened: Opened) -> None:
         conv = opened.conversation
         self.conversation = conv
-        self.ctx = CommandContext(conv, clipboard=self._clipboard, now=self._now,
+        self.ctx = CommandContext(conv, clipboard=self._copy_from_worker, now=self._now,
                                   interactive=True)
         self.activity.hide()
         await self.reload_session()
@@ -259,7 +264,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         await self.transcript.add_user(content)
         self.set_titles()
 
-    def _stream_turn(self, events: Iterator["Event"]) -> None:
+    def _stream_turn(self, events: Iterator[Event]) -> None:
         """Consume a started turn on this worker thread, batching onto the UI."""
         reply: ReplyHandle = self._ui(self.transcript.start_reply)
         try:
@@ -274,7 +279,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         await reply.append(batch.text)
         self.gauges.decoding(batch.generated_tokens, batch.decode_tps)
 
-    async def _turn_finished(self, reply: ReplyHandle, done: "TurnDone | None",
+    async def _turn_finished(self, reply: ReplyHandle, done: TurnDone | None,
                              error: str | None) -> None:
         stats = done.stats if done is not None else None
         await reply.finish(stats, cancelled=stats is None or stats.finish_reason == "cancelled")
@@ -346,7 +351,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         self.copy_to_clipboard(reply.content)
         self.notify(f"Copied the last reply ({len(reply.content):,} characters).")
 
-    def _clipboard(self, text: str) -> None:
+    def _copy_from_worker(self, text: str) -> None:
         """For /copy, which runs in a worker thread."""
         self._ui(self.copy_to_clipboard, text)
 
@@ -374,7 +379,7 @@ class MlxChatApp(CommandsMixin, App[int]):
             await asyncio.to_thread(_close, conv)
 
 
-def _close(conv: "Conversation") -> None:
+def _close(conv: Conversation) -> None:
     conv.cancel()
     discard_if_empty(conv)
     conv.close()
@@ -394,36 +399,10 @@ def create_app(settings: Settings, *, model_spec: str | None = None,
                       cursor_blink=cursor_blink)
 
 
-@contextmanager
-def _log_to_file() -> Iterator[None]:
-    """While the UI owns the terminal, log records go to a file, not stderr."""
-    from mlxchat import paths
-
-    root = logging.getLogger()
-    streams = [h for h in root.handlers if type(h) is logging.StreamHandler]
-    handler: logging.Handler | None = None
-    try:
-        folder = paths.ensure_private_dir(paths.cache_dir())
-        handler = logging.FileHandler(folder / "mlxchat.log", encoding="utf-8")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    except OSError:
-        handler = logging.NullHandler()
-    for h in streams:
-        root.removeHandler(h)
-    root.addHandler(handler)
-    try:
-        yield
-    finally:
-        root.removeHandler(handler)
-        handler.close()
-        for h in streams:
-            root.addHandler(h)
-
-
 def run_app(settings: Settings, *, model: str | None = None, continue_last: bool = False,
             session: str | None = None) -> int:
     """Run the chat UI until the user quits; returns the exit status."""
     app = create_app(settings, model_spec=model, continue_last=continue_last, session=session)
-    with _log_to_file():
+    with log_to_file():
         result = app.run()
     return result if isinstance(result, int) else (app.return_code or 0)

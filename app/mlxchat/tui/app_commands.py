@@ -2,8 +2,7 @@
 CommandResult generically, then act on its fields (turn, confirm, screens,
 quit, session changes, input). Also the command-palette provider.
 
-A mixin of ``MlxChatApp``; it uses the app's ``conversation``, ``ctx``,
-``registry``, ``transcript``, ``prompt``, ``activity`` and ``_ui``.
+A mixin of ``MlxChatApp``; ``_Host`` lists what it uses of the app.
 """
 
 from __future__ import annotations
@@ -19,11 +18,49 @@ from textual import work
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from mlxchat.commands import CommandResult
-from mlxchat.tui.screens import ConfirmScreen, HelpScreen, ModelEntry, ModelPickerScreen, SessionsScreen
+from mlxchat.tui.screens import (
+    ConfirmScreen,
+    HelpScreen,
+    ModelEntry,
+    ModelPickerScreen,
+    SessionsScreen,
+)
 from mlxchat.tui.widgets.notices import MarkdownNotice, TableNotice
 
 if TYPE_CHECKING:
-    from mlxchat.tui.app import MlxChatApp
+    from collections.abc import Iterator
+
+    from textual.app import App
+
+    from mlxchat.commands import CommandContext, Registry
+    from mlxchat.conversation import Conversation
+    from mlxchat.engine import Event
+    from mlxchat.tui.widgets import PromptInput, Transcript
+    from mlxchat.tui.widgets.activity import ActivityBar
+
+    class _Host(App[int]):
+        """What the mixin needs from MlxChatApp (for the type checker only)."""
+
+        conversation: Conversation | None
+        ctx: CommandContext | None
+        registry: Registry
+        running: str | None
+        generating: bool
+        editing: bool
+        _now: Callable[[], float]
+
+        @property
+        def transcript(self) -> Transcript: ...
+        @property
+        def prompt(self) -> PromptInput: ...
+        @property
+        def activity(self) -> ActivityBar: ...
+        def _ui(self, fn: Callable[..., Any], *args: Any) -> Any: ...
+        def _stream_turn(self, events: Iterator[Event]) -> None: ...
+        async def reload_session(self) -> None: ...
+        def submit(self, text: str) -> None: ...
+else:
+    _Host = object
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +98,18 @@ def command_name(line: str) -> str:
     return line.strip().split(maxsplit=1)[0] if line.strip() else line
 
 
-class CommandsMixin:
+class CommandsMixin(_Host):
     """Running commands and acting on their results (see the module docstring)."""
 
-    def run_command(self: "MlxChatApp", line: str, *, restore: str | None = None,
+    def run_command(self, line: str, *, restore: str | None = None,
                     restore_editing: bool = False) -> None:
         """Run ``line`` (a slash command) in a thread; ``restore`` goes back into the
         input if the command fails, so nothing typed is lost."""
+        assert self.ctx is not None
         self._start_command(command_name(line), partial(self.registry.run, line, self.ctx),
                             restore, restore_editing)
 
-    def _start_command(self: "MlxChatApp", label: str, call: Callable[[], CommandResult],
+    def _start_command(self, label: str, call: Callable[[], CommandResult],
                        restore: str | None = None, restore_editing: bool = False) -> None:
         self.running = label
 
@@ -82,7 +120,7 @@ class CommandsMixin:
         self._command_worker(call, restore, restore_editing)
 
     @work(thread=True, group="command", exit_on_error=False)
-    def _command_worker(self: "MlxChatApp", call: Callable[[], CommandResult],
+    def _command_worker(self, call: Callable[[], CommandResult],
                         restore: str | None, restore_editing: bool) -> None:
         try:
             result = call()
@@ -92,7 +130,7 @@ class CommandsMixin:
         if result.turn is not None:
             self._stream_turn(result.turn)
 
-    async def _apply_result(self: "MlxChatApp", result: CommandResult, restore: str | None,
+    async def _apply_result(self, result: CommandResult, restore: str | None,
                             restore_editing: bool) -> None:
         self.running = None
         self.activity.hide()
@@ -116,7 +154,7 @@ class CommandsMixin:
         if result.quit:
             await self.action_quit()
 
-    async def render_result(self: "MlxChatApp", result: CommandResult) -> None:
+    async def render_result(self, result: CommandResult) -> None:
         """Show a result in the transcript: error/info as notices, Markdown, tables."""
         if result.kind == "confirm":
             return  # asked in a dialog
@@ -135,11 +173,11 @@ class CommandsMixin:
         elif result.text:
             await transcript.add_notice(result.text, "info")
 
-    async def _mount_notice(self: "MlxChatApp", widget: Any) -> None:
+    async def _mount_notice(self, widget: Any) -> None:
         await self.transcript.mount(widget)
         self.transcript.anchor()
 
-    def _ask(self: "MlxChatApp", result: CommandResult) -> None:
+    def _ask(self, result: CommandResult) -> None:
         confirm = result.confirm
         assert confirm is not None
 
@@ -151,7 +189,7 @@ class CommandsMixin:
 
     # -- screens ---------------------------------------------------------------------
 
-    def open_screen(self: "MlxChatApp", name: str) -> None:
+    def open_screen(self, name: str) -> None:
         if name == "help":
             self.push_screen(HelpScreen(self.registry.help_rows(), KEY_HELP))
         elif self.conversation is None:
@@ -161,7 +199,7 @@ class CommandsMixin:
         elif name == "models":
             self._models_worker()
 
-    def _open_sessions(self: "MlxChatApp") -> None:
+    def _open_sessions(self) -> None:
         conv = self.conversation
         assert conv is not None
         store = conv.store
@@ -196,9 +234,9 @@ class CommandsMixin:
                                         now=self._now), chosen)
 
     @work(thread=True, group="command", exit_on_error=False)
-    def _models_worker(self: "MlxChatApp") -> None:
+    def _models_worker(self) -> None:
         try:
-            if self.ctx.list_models is not None:
+            if self.ctx is not None and self.ctx.list_models is not None:
                 found = list(self.ctx.list_models())
             else:
                 from mlxchat.models import list_models
@@ -210,7 +248,7 @@ class CommandsMixin:
                               e.size_bytes or 0, e.available_offline) for e in found]
         self._ui(self._push_models, entries)
 
-    def _push_models(self: "MlxChatApp", entries: list[ModelEntry]) -> None:
+    def _push_models(self, entries: list[ModelEntry]) -> None:
         cancel = threading.Event()
 
         def download(alias: str, progress: Callable[[int, int | None], None]) -> None:
@@ -230,7 +268,7 @@ class CommandsMixin:
         self.push_screen(ModelPickerScreen(entries, start_download=download, cancel_event=cancel,
                                            current=current), chosen)
 
-    def palette_command(self: "MlxChatApp", name: str) -> None:
+    def palette_command(self, name: str) -> None:
         """From the palette: run a command that needs no argument, else start typing it."""
         command = self.registry.get(name)
         if command is None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -44,7 +45,7 @@ def memory_budget(settings: Settings) -> int:
 class Opened:
     """A ready conversation and what the user should be told about getting there."""
 
-    conversation: "Conversation"
+    conversation: Conversation
     notices: list[tuple[str, NoticeLevel]] = field(default_factory=list)
 
 
@@ -53,25 +54,25 @@ class ConversationFactory(Protocol):
                  continue_last: bool, progress: Progress | None) -> Opened: ...
 
 
-def _default_store() -> "SessionStore":
+def _default_store() -> SessionStore:
     from mlxchat.store import open_store
 
     return open_store()
 
 
-def _default_loader(spec: str, progress: Progress | None = None) -> "LoadedModel":
+def _default_loader(spec: str, progress: Progress | None = None) -> LoadedModel:
     from mlxchat.models import load_model
 
     return load_model(spec, progress=progress)
 
 
-def _default_engine(loaded: "LoadedModel") -> "ChatEngine":
+def _default_engine(loaded: LoadedModel) -> ChatEngine:
     from mlxchat.engine import ChatEngine
 
     return ChatEngine(loaded)
 
 
-def _find_session(store: "SessionStore", ref: str | None, continue_last: bool,
+def _find_session(store: SessionStore, ref: str | None, continue_last: bool,
                   notices: list[tuple[str, NoticeLevel]]) -> Session | None:
     from mlxchat.store import StoreError
 
@@ -89,7 +90,7 @@ def _find_session(store: "SessionStore", ref: str | None, continue_last: bool,
     return None
 
 
-def snapshot_words(conv: "Conversation") -> str:
+def snapshot_words(conv: Conversation) -> str:
     snap = conv.last_snapshot
     if snap is None:
         return "no KV snapshot: the next turn prefills the history"
@@ -101,9 +102,9 @@ def snapshot_words(conv: "Conversation") -> str:
 def open_conversation(settings: Settings, *, model_spec: str | None = None,
                       session: str | None = None, continue_last: bool = False,
                       progress: Progress | None = None,
-                      store_factory: Callable[[], "SessionStore"] = _default_store,
-                      load_model: Callable[..., "LoadedModel"] = _default_loader,
-                      engine_factory: Callable[["LoadedModel"], "ChatEngine"] = _default_engine,
+                      store_factory: Callable[[], SessionStore] = _default_store,
+                      load_model: Callable[..., LoadedModel] = _default_loader,
+                      engine_factory: Callable[[LoadedModel], ChatEngine] = _default_engine,
                       ) -> Opened:
     """Open the store, pick the session (``session`` id/title, or the most recent
     one with ``continue_last``), load the model once (``model_spec``, else the
@@ -126,16 +127,17 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
     conv = Conversation(settings=settings, store=store, engine=engine, model_spec=spec,
                         load_model=lambda s: load_model(s, progress=None), session=resumed)
     if resumed is not None:
-        if resumed.model != spec:
+        if resumed.model != spec and resumed.id is not None:
             conv.session = store.update_model(resumed.id, spec)
         conv.restore_snapshot()
         n = len(conv.messages)
-        notices.append((f"Resumed #{resumed.id} “{resumed.title}” ({n:,} messages; "
-                        f"{snapshot_words(conv)}).", "info"))
+        text = (f"Resumed #{resumed.id} “{resumed.title}” ({n:,} messages; "
+                f"{snapshot_words(conv)}).")
+        notices.append((text, "info"))
     return Opened(conv, notices)
 
 
-def discard_if_empty(conv: "Conversation") -> bool:
+def discard_if_empty(conv: Conversation) -> bool:
     """Delete the open session when nothing was ever written to it, so quitting
     an unused window leaves no 'New chat' behind (and --continue skips it)."""
     session_id = conv.session.id
@@ -150,3 +152,29 @@ def discard_if_empty(conv: "Conversation") -> bool:
         log.warning("empty session #%s not removed: %s", session_id, exc)
         return False
     return True
+
+
+@contextmanager
+def log_to_file() -> Iterator[None]:
+    """While the UI owns the terminal, log records go to a file, not stderr."""
+    from mlxchat import paths
+
+    root = logging.getLogger()
+    streams = [h for h in root.handlers if type(h) is logging.StreamHandler]
+    handler: logging.Handler | None = None
+    try:
+        folder = paths.ensure_private_dir(paths.cache_dir())
+        handler = logging.FileHandler(folder / "mlxchat.log", encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    except OSError:
+        handler = logging.NullHandler()
+    for h in streams:
+        root.removeHandler(h)
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        for h in streams:
+            root.addHandler(h)
