@@ -81,8 +81,9 @@ def first_text(app: MlxChatApp) -> asyncio.Event:
     show = app._show_batch
 
     async def showing(reply, batch):
-        await show(reply, batch)
+        cpu = await show(reply, batch)
         arrived.set()
+        return cpu
     app._show_batch = showing
     return arrived
 

@@ -2,7 +2,7 @@
 
 from mlxchat.chat import TurnStats
 from mlxchat.engine.events import PrefillProgress, TextDelta, TurnDone
-from mlxchat.tui.streaming import pump_turn
+from mlxchat.tui.streaming import Pacer, pump_turn
 
 
 class Clock:
@@ -48,3 +48,25 @@ def test_stop_closes_the_events_which_cancels_the_turn():
                      stop=lambda: len(seen) > 0, interval=0.0, clock=clock)
     assert done is None and closed == [True]
     assert [b.text for b in seen] == ["t0 "]
+
+
+def test_pacer_keeps_drawing_near_its_share_of_the_ui_thread():
+    clock = Clock()
+    pacer = Pacer(share=0.05, floor=0.05, ceiling=0.25, clock=clock)
+    assert pacer() == 0.05
+    cpu = 0.0
+    for _ in range(20):  # each update costs 10 ms of the UI thread
+        clock.now += pacer()
+        cpu += 0.010
+        pacer.record(cpu)
+    assert abs(pacer() - 0.2) < 0.01  # 10 ms every 200 ms is 5%
+    for _ in range(20):  # cheap updates: back to the floor
+        clock.now += pacer()
+        cpu += 0.001
+        pacer.record(cpu)
+    assert pacer() < 0.051
+    for _ in range(20):  # very costly ones: never slower than the ceiling
+        clock.now += pacer()
+        cpu += 0.1
+        pacer.record(cpu)
+    assert pacer() <= 0.25

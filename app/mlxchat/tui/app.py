@@ -35,7 +35,7 @@ from mlxchat.tui.startup import (
     memory_budget,
     open_conversation,
 )
-from mlxchat.tui.streaming import Batch, pump_turn
+from mlxchat.tui.streaming import Batch, Pacer, pump_turn
 from mlxchat.tui.widgets import GaugesPanel, PromptInput, ReplyHandle, Transcript
 from mlxchat.tui.widgets.activity import STAGE_LABELS, ActivityBar
 
@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 
 QUIT_WAIT_SECONDS = 10.0
 """On quit, how long a stopped reply gets to be committed before the app exits."""
+LIVE_GAUGE_SECONDS = 0.5
+"""How often the 'decoding N tokens' figures refresh while text streams."""
 EDIT_HINT = "editing your last message · enter answers it on a new branch · esc cancels"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -103,6 +105,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         self.conversation: Conversation | None = None
         self.ctx: CommandContext | None = None
         self.start_error: str | None = None
+        self._next_gauge = 0.0
 
     # -- layout ----------------------------------------------------------------------
 
@@ -267,17 +270,26 @@ class MlxChatApp(CommandsMixin, App[int]):
     def _stream_turn(self, events: Iterator[Event]) -> None:
         """Consume a started turn on this worker thread, batching onto the UI."""
         reply: ReplyHandle = self._ui(self.transcript.start_reply)
+        pacer = Pacer()
+
+        def show(batch: Batch) -> None:
+            pacer.record(self._ui(self._show_batch, reply, batch))
         try:
-            done = pump_turn(events, on_text=partial(self._ui, self._show_batch, reply),
+            done = pump_turn(events, on_text=show, interval=pacer,
                              on_prefill=partial(self._ui, self.gauges.prefill))
         except Exception as exc:  # noqa: BLE001 - an engine failure mid-turn
             self._ui(self._turn_finished, reply, None, error_text(exc))
             return
         self._ui(self._turn_finished, reply, done, None)
 
-    async def _show_batch(self, reply: ReplyHandle, batch: Batch) -> None:
+    async def _show_batch(self, reply: ReplyHandle, batch: Batch) -> float:
+        """Returns this thread's CPU time, from which the pacer learns what drawing costs."""
         await reply.append(batch.text)
-        self.gauges.decoding(batch.generated_tokens, batch.decode_tps)
+        now = time.monotonic()
+        if now >= self._next_gauge:  # the live figures need not move with every batch
+            self._next_gauge = now + LIVE_GAUGE_SECONDS
+            self.gauges.decoding(batch.generated_tokens, batch.decode_tps)
+        return time.thread_time()
 
     async def _turn_finished(self, reply: ReplyHandle, done: TurnDone | None,
                              error: str | None) -> None:

@@ -3,7 +3,8 @@
 Tokens arrive far faster than a terminal needs to redraw; re-rendering
 Markdown per token would steal the CPU the model decodes on. So text is
 collected and delivered every ``interval`` seconds (and at the end), and
-progress figures at most as often. No Textual here: the app passes callbacks
+progress figures at most as often. A ``Pacer`` stretches the interval when
+drawing an update is expensive. No Textual here: the app passes callbacks
 that marshal onto its thread.
 """
 
@@ -16,7 +17,38 @@ from dataclasses import dataclass
 from mlxchat.engine.events import Event, PrefillProgress, TextDelta, TurnDone
 
 FLUSH_SECONDS = 0.05
-"""How often streamed text reaches the screen (20 updates a second)."""
+"""How often streamed text reaches the screen at most (20 updates a second)."""
+UI_SHARE = 0.05
+"""The share of the UI thread's time that drawing streamed text may take."""
+MAX_FLUSH_SECONDS = 0.25
+"""However costly drawing is, text still moves 4 times a second."""
+
+
+class Pacer:
+    """The interval between screen updates that keeps drawing them near ``share``
+    of the UI thread's time. Measured, not guessed: a layout pass of a busy
+    screen costs from ~1 ms to tens of ms, and it competes with the model's
+    own Python for the CPU and the GIL (bench/tui.py)."""
+
+    def __init__(self, *, share: float = UI_SHARE, floor: float = FLUSH_SECONDS,
+                 ceiling: float = MAX_FLUSH_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.share, self.floor, self.ceiling, self.clock = share, floor, ceiling, clock
+        self.interval = floor
+        self._last: tuple[float, float] | None = None
+
+    def record(self, ui_cpu: float) -> None:
+        """``ui_cpu``: the UI thread's CPU seconds (``time.thread_time()`` read
+        there) at an update; the growth since the last one is what drawing cost."""
+        now = self.clock()
+        if self._last is not None:
+            cost = max(ui_cpu - self._last[0], 0.0)
+            wanted = min(self.ceiling, max(self.floor, cost / self.share))
+            self.interval = 0.5 * (self.interval + wanted)  # smoothed: one slow frame is noise
+        self._last = (ui_cpu, now)
+
+    def __call__(self) -> float:
+        return self.interval
 
 
 @dataclass
@@ -30,11 +62,13 @@ class Batch:
 
 def pump_turn(events: Iterable[Event], *, on_text: Callable[[Batch], None],
               on_prefill: Callable[[PrefillProgress], None],
-              interval: float = FLUSH_SECONDS,
+              interval: float | Callable[[], float] = FLUSH_SECONDS,
               stop: Callable[[], bool] = lambda: False,
               clock: Callable[[], float] = time.monotonic) -> TurnDone | None:
     """Iterate ``events`` to the end; returns the TurnDone (None if ``stop()``
-    turned true first: the iterator is then closed, which cancels the turn)."""
+    turned true first: the iterator is then closed, which cancels the turn).
+    ``interval`` may be a callable (a ``Pacer``), read after each update."""
+    pace = interval if callable(interval) else (lambda: interval)
     pending: list[str] = []
     last: TextDelta | None = None
     done: TurnDone | None = None
@@ -55,11 +89,11 @@ def pump_turn(events: Iterable[Event], *, on_text: Callable[[Batch], None],
                 last = event
                 if now >= next_text:
                     flush()
-                    next_text = now + interval
+                    next_text = now + pace()
             elif isinstance(event, PrefillProgress):
                 if now >= next_prefill or event.done >= event.total:
                     on_prefill(event)
-                    next_prefill = now + interval
+                    next_prefill = now + pace()
             elif isinstance(event, TurnDone):
                 done = event
             if stop():

@@ -162,7 +162,13 @@ class GaugesPanel(Vertical):
     # -- rendering ---------------------------------------------------------------
 
     def _text(self, selector: str, markup: str) -> None:
-        self.query_one(selector, Static).update(markup)
+        widget = self.query_one(selector, Static)
+        # Same number of lines: a repaint will do. A layout pass of the whole
+        # screen costs ~10 ms, and live figures change many times a second.
+        lines = markup.count("\n")
+        same = getattr(widget, "_gauge_lines", None) == lines
+        widget._gauge_lines = lines  # type: ignore[attr-defined]
+        widget.update(markup, layout=not same)
 
     def _render_state(self) -> None:
         state = self.state
