@@ -16,7 +16,7 @@ from mlxchat.tui.formatting import (
     fmt_tps,
     kv_room,
 )
-from mlxchat.tui.screens import ConfirmScreen, HelpScreen
+from mlxchat.tui.screens import ConfirmScreen, HelpScreen, ModelPickerScreen
 from mlxchat.tui.widgets import AssistantMessage, NoticeMessage, UserMessage
 from mlxchat.tui.widgets.notices import TableNotice
 from textual.widgets import Static
@@ -342,6 +342,31 @@ async def test_theme_change_is_remembered(tmp_path, tiny):
         app.theme = "nord"
         await pilot.pause()
     assert load_settings().theme == "nord"
+    app = tiny_app(tmp_path / "s.db", tiny, settings=tiny_settings(theme="nord"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        assert app.theme == "nord"
+
+
+async def test_model_picker_switches_the_model(tmp_path, tiny, tiny_b):
+    from mlxchat.models.resolve import ModelEntry
+
+    entries = [ModelEntry("tiny", "test", "folder", None, 2048, 400_000, True, True),
+               ModelEntry("tiny-b", "test", "folder", None, 1024, 400_000, True, True)]
+    app = tiny_app(tmp_path / "s.db", tiny, tiny_b)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        app.ctx.list_models = lambda: entries
+        await send(pilot, "/models")
+        assert isinstance(app.screen, ModelPickerScreen) and app.screen.current == "tiny"
+        await pilot.press("down", "enter")
+        await settle(pilot)
+        assert app.conversation.model_spec == "tiny-b" and app.sub_title == "tiny-b"
+        assert gauge(app, "#gauge-model") == "tiny-b"
+        assert rows(app)[-1][1].startswith("Switched to tiny-b")
+        # The palette starts a command that needs an argument in the input.
+        app.palette_command("rename")
+        assert app.prompt.text == "/rename "
 
 
 async def test_model_load_failure_is_shown_and_sending_is_refused(tmp_path, tiny):

@@ -71,10 +71,10 @@ class MlxChatApp(CommandsMixin, App[int]):
         # redo); check_action lets a key through when its action does not apply.
         Binding("escape", "stop", "Stop", priority=True),
         Binding("ctrl+c", "stop", "Stop", priority=True, show=False),
-        Binding("escape", "leave_edit", "Cancel edit"),
+        Binding("escape", "leave_edit", "Cancel"),
         Binding("ctrl+n", "new_session", "New", priority=True),
         Binding("ctrl+o", "sessions", "Sessions", priority=True),
-        Binding("ctrl+y", "copy_reply", "Copy reply", priority=True),
+        Binding("ctrl+y", "copy_reply", "Copy", priority=True),
         Binding("f1", "help", "Help", priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
