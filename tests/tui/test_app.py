@@ -379,3 +379,20 @@ async def test_model_load_failure_is_shown_and_sending_is_refused(tmp_path, tiny
         app.prompt.text = "hello?"
         await pilot.press("enter")
         assert app.prompt.text == "hello?"
+
+
+async def test_retry_edit_prefill_and_quit_commands(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny, settings=tiny_settings(system_prompt="Be brief."))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await send(pilot, "Question")
+        conv = app.conversation
+        await send(pilot, "/retry")  # a turn result: streamed like a send, on a new branch
+        assert [k for k, _ in rows(app)] == ["user", "assistant"]
+        assert len(conv.store.branches(conv.session.id)) == 2
+        assert conv.last_stats.finish_reason in ("length", "stop")
+        await send(pilot, "/edit")  # no text: the last message comes back to edit
+        assert app.prompt.text == "/edit Question"
+        app.prompt.text = ""
+        await send(pilot, "/quit")
+        assert app.return_code == 0
