@@ -9,7 +9,6 @@ screen in batches (``streaming.pump_turn``), so typing never stalls.
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +21,6 @@ from textual.binding import Binding, BindingType
 from textual.reactive import var
 from textual.widgets import Footer, Header
 
-from mlxchat.chat import TurnStats
 from mlxchat.commands import CommandContext, Registry, default_registry
 from mlxchat.config import Settings, save_settings
 from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
@@ -30,7 +28,8 @@ from mlxchat.tui.app_commands import CommandsMixin, SlashCommandsProvider, error
 from mlxchat.tui.startup import (
     ConversationFactory,
     Opened,
-    discard_if_empty,
+    branch_stats,
+    close_conversation,
     log_to_file,
     memory_budget,
     open_conversation,
@@ -43,22 +42,12 @@ if TYPE_CHECKING:
     from mlxchat.conversation import Conversation
     from mlxchat.engine import Event, TurnDone
 
-log = logging.getLogger(__name__)
-
 QUIT_WAIT_SECONDS = 10.0
 """On quit, how long a stopped reply gets to be committed before the app exits."""
 LIVE_GAUGE_SECONDS = 0.5
 """How often the 'decoding N tokens' figures refresh while text streams."""
 EDIT_HINT = "editing your last message · enter answers it on a new branch · esc cancels"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def branch_stats(conv: Conversation) -> TurnStats | None:
-    """The live turn's stats, else those stored with the branch's last reply."""
-    if conv.last_stats is not None:
-        return conv.last_stats
-    return next((m.stats for m in reversed(conv.messages)
-                 if m.role == "assistant" and m.stats is not None), None)
 
 
 class MlxChatApp(CommandsMixin, App[int]):
@@ -388,14 +377,7 @@ class MlxChatApp(CommandsMixin, App[int]):
     async def on_unmount(self) -> None:
         conv, self.conversation = self.conversation, None
         if conv is not None:
-            await asyncio.to_thread(_close, conv)
-
-
-def _close(conv: Conversation) -> None:
-    conv.cancel()
-    discard_if_empty(conv)
-    conv.close()
-    conv.store.close()
+            await asyncio.to_thread(close_conversation, conv)
 
 
 def create_app(settings: Settings, *, model_spec: str | None = None,

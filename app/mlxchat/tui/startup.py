@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from mlxchat.chat import Session
+from mlxchat.chat import Session, TurnStats
 from mlxchat.config import Settings
 
 if TYPE_CHECKING:
@@ -152,6 +152,22 @@ def discard_if_empty(conv: Conversation) -> bool:
         log.warning("empty session #%s not removed: %s", session_id, exc)
         return False
     return True
+
+
+def branch_stats(conv: Conversation) -> TurnStats | None:
+    """The live turn's stats, else those stored with the branch's last reply."""
+    if conv.last_stats is not None:
+        return conv.last_stats
+    return next((m.stats for m in reversed(conv.messages)
+                 if m.role == "assistant" and m.stats is not None), None)
+
+
+def close_conversation(conv: Conversation) -> None:
+    """On exit: stop any turn, drop an unused session, stop the engine, close the store."""
+    conv.cancel()
+    discard_if_empty(conv)
+    conv.close()
+    conv.store.close()
 
 
 @contextmanager

@@ -72,7 +72,8 @@ class ResultTable:
         return grid
 
     def records(self) -> Group:
-        parts: list[Text] = [self._title()] if self.caption else []
+        title = self._title()
+        parts: list[Text] = [title] if title is not None else []
         for row in self.rows:
             block = Text()
             block.append(row[0] if row else "", style="bold")
