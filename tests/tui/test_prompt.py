@@ -92,3 +92,18 @@ async def test_escape_closes_until_text_changes_and_plain_text_has_none():
         assert prompt.completions == []
 
 
+
+
+async def test_enter_sends_what_was_typed_even_when_typed_faster_than_the_list():
+    """A pasted or fast-typed command must not be replaced by a stale completion."""
+    app = host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        prompt = app.query_one(PromptInput)
+        prompt.focus()
+        await pilot.press("/", "s")
+        assert [c.display for c in prompt.completions] == ["/sessions", "/set"]
+        # The rest arrives in one burst: enter is handled before the list catches up.
+        prompt.area.insert("et max_tokens 12")
+        assert prompt.process_key("enter")
+        await pilot.pause()
+        assert [m.text for m in app.received] == ["/set max_tokens 12"]

@@ -2,8 +2,8 @@
 
 Keys: Enter sends; ctrl+j (every terminal), alt+enter and shift+enter (terminals
 with the kitty keyboard protocol) insert a newline; up in an empty prompt asks
-to edit the last message. While completions show: up/down move, tab or enter
-accept, escape closes.
+to edit the last message. While completions show: up/down move, tab accepts
+(enter too, once up/down picked an item), escape closes.
 """
 
 from __future__ import annotations
@@ -78,6 +78,8 @@ class PromptInput(Vertical):
         self._cursor_blink = cursor_blink
         self._completions: list[Completion] = []
         self._dismissed_for: str | None = None  # text on which escape closed the list
+        self._completed_for: str | None = None  # text the list was computed for
+        self._navigated = False  # up/down moved in the list since it was computed
 
     def compose(self) -> ComposeResult:
         yield CompletionList()
@@ -119,7 +121,8 @@ class PromptInput(Vertical):
         self.refresh_completions()
 
     def refresh_completions(self) -> None:
-        text = self.text
+        self._navigated = False
+        text = self._completed_for = self.text
         if self._dismissed_for is not None and text != self._dismissed_for:
             self._dismissed_for = None
         items: list[Completion] = []
@@ -163,13 +166,18 @@ class PromptInput(Vertical):
 
     def process_key(self, key: str) -> bool:
         """True when the prompt consumed ``key``."""
+        if key == "enter" and self._completed_for != self.text:
+            # Keys typed or pasted fast can outrun the Changed messages that
+            # refresh the list: decide on the list for the text as it is now.
+            self.refresh_completions()
         if self.completions:
             option_list = self.query_one(CompletionList)
-            if key == "down":
-                option_list.action_cursor_down()
-                return True
-            if key == "up":
-                option_list.action_cursor_up()
+            if key in ("down", "up"):
+                if key == "down":
+                    option_list.action_cursor_down()
+                else:
+                    option_list.action_cursor_up()
+                self._navigated = True
                 return True
             if key == "escape":
                 self.close_completions()
@@ -178,7 +186,10 @@ class PromptInput(Vertical):
                 self.accept_completion()
                 return True
             chosen = self._highlighted()
-            if key == "enter" and chosen and chosen.value.strip() != self.text.strip():
+            # Enter takes a completion only once the user moved in the list;
+            # otherwise it sends what was typed.
+            if (key == "enter" and self._navigated and chosen
+                    and chosen.value.strip() != self.text.strip()):
                 self.accept_completion()
                 return True
         if key == "enter":
