@@ -114,3 +114,9 @@ def test_seed_makes_sampling_reproducible(engine):
     assert one == two
     assert one != other
     assert run(engine, msgs, GREEDY).stats.finish_reason == "length"
+
+
+def test_an_unrelated_conversation_says_so(engine):
+    run(engine, [Message("user", "First chat.")])
+    other = run(engine, [Message("user", "A different chat entirely.")])
+    assert other.stats.miss_reason == "another conversation: nothing in common with the cache"

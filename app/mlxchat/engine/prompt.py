@@ -109,6 +109,8 @@ def miss_reason(previous: Sequence[tuple[str, str]], fitted: FittedPrompt,
     changed = previous[k]
     if changed[0] == "system" or (k < len(original) and original[k].role == "system"):
         return "system prompt changed"
+    if k == 0:
+        return "another conversation: nothing in common with the cache"
     if k == len(original) and changed[0] == "assistant":
         return "reply retried: trimmed back to the branch point"
     return f"history edited at message {k + 1}: trimmed back to the branch point"

@@ -22,7 +22,7 @@ from textual.reactive import var
 from textual.widgets import Footer, Header
 
 from mlxchat.commands import CommandContext, Registry, default_registry
-from mlxchat.config import Settings, save_settings
+from mlxchat.config import ConfigError, Settings, remember
 from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
 from mlxchat.tui.app_commands import CommandsMixin, SlashCommandsProvider, error_text
 from mlxchat.tui.startup import (
@@ -361,8 +361,8 @@ class MlxChatApp(CommandsMixin, App[int]):
             return
         self.settings.theme = theme
         try:
-            save_settings(self.settings)
-        except OSError as exc:
+            remember("theme", theme)
+        except (OSError, ConfigError) as exc:
             self.notify(f"Theme not saved: {exc}", severity="warning")
 
     async def action_quit(self) -> None:
