@@ -21,12 +21,15 @@ run: model
 	$(VENV)/bin/mlxchat
 
 test: model
+	# The TUI end-to-end test drives the real app in tmux.
+	command -v tmux >/dev/null || (apt-get update -qq && apt-get install -y -qq tmux)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider tests
 
+# BENCH_FLAGS=--quick runs the engine and TUI benchmarks on a random small llama.
 bench: model
 	HF_HUB_OFFLINE=1 $(PY) bench/model.py
-	HF_HUB_OFFLINE=1 $(PY) bench/engine.py
-	HF_HUB_OFFLINE=1 $(PY) bench/tui.py
+	HF_HUB_OFFLINE=1 $(PY) bench/engine.py $(BENCH_FLAGS)
+	HF_HUB_OFFLINE=1 $(PY) bench/tui.py $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(VENV) build app/*.egg-info
