@@ -76,3 +76,19 @@ def test_resume_reuses_the_snapshot_in_a_new_conversation(tiny, tmp_path):
     assert two.stats.cache_source == "snapshot"
     assert two.stats.reused_tokens == one.stats.context_used
     again.close()
+
+
+def test_a_snapshot_that_cannot_be_written_loses_nothing(tiny, tmp_path, mlxchat_home):
+    # The snapshots folder cannot be created (a file is in the way), as on a
+    # full or read-only disk: the reply is still committed and shown.
+    (mlxchat_home / "data").mkdir(parents=True, exist_ok=True)
+    (mlxchat_home / "data" / "snapshots").write_text("not a folder")
+    conv = make(tiny, tmp_path / "s.db")
+    done = last(conv.send("Hello?"))
+    assert done.stats.generated_tokens > 0
+    stored = conv.store.get_session(conv.session.id).messages
+    assert [m.content for m in stored] == ["Hello?", done.reply]
+    assert conv.store.latest_snapshot(conv.session.id) is None
+    follow = last(conv.send("Again?"))  # the live cache is still warm
+    assert follow.stats.cache_source == "warm" and follow.stats.miss_reason is None
+    conv.close()
