@@ -125,7 +125,8 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
         store.close()
         raise
     conv = Conversation(settings=settings, store=store, engine=engine, model_spec=spec,
-                        load_model=lambda s: load_model(s, progress=None), session=resumed)
+                        # /model later reports its import or download the same way.
+                        load_model=lambda s: load_model(s, progress=progress), session=resumed)
     if resumed is not None:
         if resumed.model != spec and resumed.id is not None:
             conv.session = store.update_model(resumed.id, spec)
