@@ -79,3 +79,19 @@ def test_session_resumes_from_snapshot_in_a_new_process(bundled_model_dir):
     listing = mlxchat("sessions", "list", "--json")
     rows = json.loads(listing.stdout)
     assert [r["title"] for r in rows] == ["demo"] and rows[0]["message_count"] == 4
+
+
+def test_sessions_export_writes_where_asked(tmp_path, tiny_model_dir):
+    ask = mlxchat("ask", "--session", "x/../y", "--model", str(tiny_model_dir),
+                  "--max-tokens", "4", "hello")
+    assert ask.returncode == 0, ask.stderr
+    out = tmp_path / "exports" / "chat.md"
+    proc = mlxchat("sessions", "export", "x/../y", "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(out) and "hello" in out.read_text()
+    folder = tmp_path / "jsons"
+    folder.mkdir()
+    proc = mlxchat("sessions", "export", "x/../y", "-f", "json", "-o", str(folder))
+    written = list(folder.iterdir())
+    assert proc.returncode == 0 and len(written) == 1
+    assert written[0].name.endswith(".json") and "/" not in written[0].name[:-5]
