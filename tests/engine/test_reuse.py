@@ -120,3 +120,27 @@ def test_an_unrelated_conversation_says_so(engine):
     run(engine, [Message("user", "First chat.")])
     other = run(engine, [Message("user", "A different chat entirely.")])
     assert other.stats.miss_reason == "another conversation: nothing in common with the cache"
+
+
+def test_template_that_rewrites_earlier_turns_is_named(tmp_path):
+    """Like reasoning models that drop earlier thinking: an earlier reply renders
+    shorter in the next prompt than the tokens the cache holds for it."""
+    from mlxchat.models.loader import load_folder
+    from mlxchat.models.tiny import write_tiny_model
+
+    template = (
+        "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+        "{% if m['role'] == 'assistant' and not loop.last %}{{ m['content'][:2] }}"
+        "{% else %}{{ m['content'] }}{% endif %}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    loaded = load_folder(write_tiny_model(tmp_path / "t", chat_template=template))
+    engine = ChatEngine(loaded)
+    try:
+        msgs = [Message("user", "Hello there.")]
+        first = run(engine, msgs)
+        assert len(first.reply) > 2
+        follow = run(engine, msgs + [Message("assistant", first.reply), Message("user", "More.")])
+        assert follow.stats.miss_reason == "template re-rendered an earlier turn"
+        assert 0 < follow.stats.reused_tokens < first.stats.context_used
+    finally:
+        engine.close()
