@@ -51,6 +51,7 @@ def write_tiny_model(
     seed: int = 0,
     quantize_bits: int | None = None,
     chat_template: str = CHATML_TEMPLATE,
+    sliding_window: int | None = None,
 ) -> Path:
     """Write a random llama with a 259-token byte-level vocabulary to ``folder``."""
     from mlx_lm.models import llama
@@ -73,6 +74,11 @@ def write_tiny_model(
         "bos_token_id": 1,
         "eos_token_id": 2,
     }
+    if sliding_window:
+        # Alternate sliding-window and full layers: the first get RotatingKVCache.
+        config["sliding_window"] = sliding_window
+        config["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention"
+                                 for i in range(num_layers)]
     mx.random.seed(seed)
     model = llama.Model(llama.ModelArgs.from_dict(config))
     # Only printable ASCII can win, so replies are text that re-tokenizes to
