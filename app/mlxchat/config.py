@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -9,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxchat import paths
+from mlxchat.files import write_private_text
 from mlxchat.chat import GenerationSettings
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -87,8 +89,8 @@ def _toml_value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{text}"'
+    # A JSON string is a valid TOML basic string (same escapes, control characters too).
+    return json.dumps(str(value), ensure_ascii=False)
 
 
 def save_settings(settings: Settings, path: Path | None = None) -> Path:
@@ -104,10 +106,7 @@ def save_settings(settings: Settings, path: Path | None = None) -> Path:
     for name, value in settings.generation.to_dict().items():
         if value is not None:
             lines.append(f"{name} = {_toml_value(value)}")
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
-    return path
+    return write_private_text(path, "\n".join(lines) + "\n")
 
 
 def remember(key: str, value: Any, path: Path | None = None) -> Path:

@@ -21,6 +21,7 @@ from mlx_lm import __version__ as MLX_LM_VERSION
 from mlx_lm.models.cache import load_prompt_cache, save_prompt_cache
 
 from mlxchat.engine import kv
+from mlxchat.files import sha256_file
 from mlxchat.engine.events import SnapshotInfo
 
 FORMAT = "mlxchat-kv-1"
@@ -35,14 +36,6 @@ class Snapshot:
     cache: list[Any]
     tokens: list[int]
     kv_bits: int | None
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _tensor_digest(cache: list[Any]) -> str:
@@ -84,7 +77,7 @@ def save(path: Path, cache: list[Any], tokens: list[int], *, fingerprint: str,
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    return SnapshotInfo(path=str(path), bytes=path.stat().st_size, checksum=file_sha256(path),
+    return SnapshotInfo(path=str(path), bytes=path.stat().st_size, checksum=sha256_file(path),
                         tokens=len(tokens), mlx_lm_version=MLX_LM_VERSION, kv_bits=bits)
 
 
@@ -94,7 +87,7 @@ def load(path: Path, *, fingerprint: str, template_hash: str, num_layers: int,
     path = Path(path)
     if not path.is_file():
         raise SnapshotRejected(f"file missing ({path.name})")
-    if expected_checksum and file_sha256(path) != expected_checksum:
+    if expected_checksum and sha256_file(path) != expected_checksum:
         raise SnapshotRejected("checksum mismatch (file changed or damaged)")
     try:
         cache, meta = load_prompt_cache(str(path), return_metadata=True)

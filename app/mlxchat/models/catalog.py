@@ -8,14 +8,13 @@ spec: Hugging Face repo, folder, .gguf file or ``bundled:...``) and optional
 from __future__ import annotations
 
 import json
-import os
 import re
 import tomllib
 from dataclasses import dataclass
 from importlib import resources
-from pathlib import Path
 
 from mlxchat import paths
+from mlxchat.files import write_private_text
 from mlxchat.models.errors import ModelError
 
 _ALIAS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -109,9 +108,7 @@ def add_user_alias(alias: str, source: str, *, context_window: int | None = None
     entries = [e for e in user_entries() if e.alias != alias] + [entry]
     path = paths.user_catalog_file()
     paths.ensure_private_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(_render(entries), encoding="utf-8")
-    os.replace(tmp, path)
+    write_private_text(path, _render(entries))
     return entry
 
 
@@ -121,8 +118,5 @@ def remove_user_alias(alias: str) -> bool:
     kept = [e for e in entries if e.alias != alias]
     if len(kept) == len(entries):
         return False
-    path: Path = paths.user_catalog_file()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(_render(kept), encoding="utf-8")
-    os.replace(tmp, path)
+    write_private_text(paths.user_catalog_file(), _render(kept))
     return True

@@ -9,14 +9,12 @@ plain ``mlx_lm.load`` read. Conversions are cached by file hash.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
 import re
 import shutil
 import tempfile
-import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Callable
 import mlx.core as mx
 
 from mlxchat import paths
+from mlxchat.files import sha256_file, write_private_text
 from mlxchat.models.gguf import QUANTIZED_BITS, GGUFHeader, check_importable, read_header
 from mlxchat.models.errors import ModelError
 from mlxchat.models.tokenizer import CHATML_TEMPLATE, write_bpe_tokenizer
@@ -226,20 +225,10 @@ def file_sha256(path: Path, *, progress: Progress | None = None) -> str:
     entry = known.get(key)
     if entry and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns:
         return entry["sha256"]
-    h = hashlib.sha256()
-    done = 0
-    with path.open("rb") as fh:
-        while chunk := fh.read(8 << 20):
-            h.update(chunk)
-            done += len(chunk)
-            if progress:
-                progress("hash", done, st.st_size)
-    digest = h.hexdigest()
+    digest = sha256_file(path, on_progress=(lambda done, total: progress("hash", done, total))
+                         if progress else None)
     known[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
-    cache_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache_file.with_name(f".{cache_file.name}.{os.getpid()}.{threading.get_ident()}")
-    tmp.write_text(json.dumps(known, indent=1))
-    os.replace(tmp, cache_file)
+    write_private_text(cache_file, json.dumps(known, indent=1))
     return digest
 
 

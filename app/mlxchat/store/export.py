@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 import time
 import types
 from datetime import datetime
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from mlxchat import __version__
+from mlxchat.files import write_private_text
 from mlxchat.chat import GenerationSettings, Message, Session, TurnStats
 from mlxchat.store.base import ROLES
 from mlxchat.store.errors import StoreError
@@ -317,22 +317,9 @@ def export_target(dest: Path | str | None, base_dir: Path, default_name: str, ex
 
 def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (temp file + rename), readable by the owner only."""
-    tmp = ""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".export-", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
+        write_private_text(path, text)
     except OSError as exc:
-        if tmp:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
         raise StoreError(f"Cannot write {path}: {exc.strerror or exc}.") from exc
 
 

@@ -1,0 +1,32 @@
+"""Private atomic writes and file hashing."""
+
+import hashlib
+import stat
+
+from mlxchat.config import Settings, load_settings, save_settings
+from mlxchat.files import sha256_file, write_private_text
+
+
+def test_write_is_private_atomic_and_leaves_no_temp_files(tmp_path):
+    target = tmp_path / "sub" / "f.txt"
+    write_private_text(target, "one")
+    write_private_text(target, "two")
+    assert target.read_text() == "two"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert [p.name for p in target.parent.iterdir()] == ["f.txt"]
+
+
+def test_sha256_reports_progress_to_the_end(tmp_path):
+    f = tmp_path / "b.bin"
+    f.write_bytes(b"x" * (9 << 20))
+    seen = []
+    assert sha256_file(f, on_progress=lambda d, t: seen.append((d, t))) == \
+        hashlib.sha256(f.read_bytes()).hexdigest()
+    assert seen[-1] == (9 << 20, 9 << 20) and len(seen) == 2
+
+
+def test_config_strings_with_control_characters_round_trip(tmp_path):
+    s = Settings()
+    s.system_prompt = 'Tabs\there, "quotes", a\\backslash\nand a bell \x07'
+    save_settings(s, tmp_path / "c.toml")
+    assert load_settings(tmp_path / "c.toml", env=False).system_prompt == s.system_prompt
