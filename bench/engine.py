@@ -22,14 +22,14 @@ from common import median, pick_model, raw_decode_tps  # noqa: E402
 
 from mlxchat.chat import GenerationSettings, Message  # noqa: E402
 from mlxchat.engine import ChatEngine, TurnDone  # noqa: E402
+from mlxchat.engine.prompt import render  # noqa: E402
 
 FILLER = ("The history of the region is long and varied, shaped by rivers, trade routes, "
           "harvests and the people who settled along the coast over many centuries. ")
 
 
 def rendered_len(tokenizer, msgs: list[Message]) -> int:
-    return len(tokenizer.apply_chat_template(
-        [{"role": m.role, "content": m.content} for m in msgs], add_generation_prompt=True))
+    return len(render(tokenizer, msgs))
 
 
 def history(tokenizer, target: int) -> list[Message]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
@@ -147,3 +148,21 @@ class SessionSummary:
     """Size of the session's KV snapshot file on disk, 0 if none."""
     snippet: str = ""
     """For a search result: the matching text with the match in [brackets]."""
+
+
+def relative_time(ts: float, now: float | None = None) -> str:
+    """A past Unix time as 'just now', '5 min ago', '3 h ago', 'yesterday', '4 days ago'
+    or a date; ``now`` is injectable so tests and snapshots are stable."""
+    now = time.time() if now is None else now
+    delta = now - ts
+    if delta < 60:
+        return "just now"
+    if delta < 3600:
+        return f"{int(delta // 60)} min ago"
+    if delta < 86400:
+        return f"{int(delta // 3600)} h ago"
+    if delta < 2 * 86400:
+        return "yesterday"
+    if delta < 7 * 86400:
+        return f"{int(delta // 86400)} days ago"
+    return time.strftime("%Y-%m-%d", time.localtime(ts))

@@ -20,9 +20,9 @@ class UserError(Exception):
 
 def progress_printer(stream=None) -> Callable[[str, int, int], None]:
     """A progress callback that draws one updating line on a terminal's stderr."""
+    from mlxchat.models import STAGE_LABELS
+
     stream = stream or sys.stderr
-    labels = {"hash": "checking", "convert": "converting", "write": "writing",
-              "download": "downloading", "load": "loading"}
     tty = stream.isatty()
     last: dict[str, int] = {}
 
@@ -31,7 +31,7 @@ def progress_printer(stream=None) -> Callable[[str, int, int], None]:
         if not tty or last.get(stage) == pct:
             return
         last[stage] = pct
-        stream.write(f"\r{labels.get(stage, stage)} model… {pct:3d}%")
+        stream.write(f"\r{STAGE_LABELS.get(stage, stage)} model… {pct:3d}%")
         if done >= total:
             stream.write("\r\033[K")
         stream.flush()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 
@@ -33,16 +32,8 @@ def add_sessions_parser(sub) -> None:
     rm.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
 
-def _ago(ts: float) -> str:
-    d = max(0, time.time() - ts)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if d >= size:
-            return f"{int(d // size)}{unit} ago"
-    return "just now"
-
-
 def run_sessions(args: argparse.Namespace) -> int:
-    from mlxchat.chat import human_bytes
+    from mlxchat.chat import human_bytes, relative_time
     from mlxchat.cli import UserError
     from mlxchat.store import open_store
     from mlxchat.store.export import export_session, import_json, render_session
@@ -61,7 +52,7 @@ def run_sessions(args: argparse.Namespace) -> int:
         for r in rows:
             snap = f"  kv {human_bytes(r.snapshot_bytes)}" if r.snapshot_bytes else ""
             print(f"#{r.id:<4} {r.title[:50]:<50}  {r.model:<16} {r.message_count:>3} msgs  "
-                  f"{_ago(r.updated)}{snap}")
+                  f"{relative_time(r.updated)}{snap}")
             if r.snippet:
                 print(f"       {r.snippet}")
         return 0

@@ -30,3 +30,11 @@ def test_config_strings_with_control_characters_round_trip(tmp_path):
     s.system_prompt = 'Tabs\there, "quotes", a\\backslash\nand a bell \x07'
     save_settings(s, tmp_path / "c.toml")
     assert load_settings(tmp_path / "c.toml", env=False).system_prompt == s.system_prompt
+
+
+def test_relative_time_is_shared_by_the_cli_and_the_ui():
+    from mlxchat.chat import relative_time
+    from mlxchat.tui import formatting
+
+    assert formatting.relative_time is relative_time
+    assert relative_time(1000.0, 1000.0 + 7200) == "2 h ago"

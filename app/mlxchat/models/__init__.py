@@ -29,6 +29,10 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
+STAGE_LABELS = {"hash": "checking", "convert": "converting", "write": "writing",
+                "download": "downloading", "load": "loading"}
+"""Words for the ``progress(stage, done, total)`` stages of load_model and friends."""
+
 
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:

@@ -23,6 +23,7 @@ from textual.widgets import Footer, Header
 
 from mlxchat.commands import CommandContext, Registry, default_registry
 from mlxchat.config import ConfigError, Settings, remember
+from mlxchat.models import STAGE_LABELS
 from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
 from mlxchat.tui.app_commands import CommandsMixin, SlashCommandsProvider, error_text
 from mlxchat.tui.startup import (
@@ -36,7 +37,7 @@ from mlxchat.tui.startup import (
 )
 from mlxchat.tui.streaming import Batch, Pacer, pump_turn
 from mlxchat.tui.widgets import GaugesPanel, PromptInput, ReplyHandle, Transcript
-from mlxchat.tui.widgets.activity import STAGE_LABELS, ActivityBar
+from mlxchat.tui.widgets.activity import ActivityBar
 
 if TYPE_CHECKING:
     from mlxchat.conversation import Conversation

@@ -6,11 +6,10 @@ screen with ``fmt_*(value)`` of the value it passed in.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Literal
 
-from mlxchat.chat import TurnStats, human_bytes
+from mlxchat.chat import TurnStats, human_bytes, relative_time  # noqa: F401 - re-exported
 
 Level = Literal["ok", "warning", "error"]
 
@@ -131,21 +130,3 @@ def stats_line(stats: TurnStats) -> str:
     if stats.dropped_messages:
         parts.append(f"{fmt_int(stats.dropped_messages)} oldest messages left out")
     return " · ".join(parts)
-
-
-def relative_time(ts: float, now: float | None = None) -> str:
-    """A past Unix time as 'just now', '5 min ago', '3 h ago', 'yesterday', '4 days ago'
-    or a date; ``now`` is injectable so tests and snapshots are stable."""
-    now = time.time() if now is None else now
-    delta = now - ts
-    if delta < 60:
-        return "just now"
-    if delta < 3600:
-        return f"{int(delta // 60)} min ago"
-    if delta < 86400:
-        return f"{int(delta // 3600)} h ago"
-    if delta < 2 * 86400:
-        return "yesterday"
-    if delta < 7 * 86400:
-        return f"{int(delta // 86400)} days ago"
-    return time.strftime("%Y-%m-%d", time.localtime(ts))

@@ -7,9 +7,6 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widgets import ProgressBar, Static
 
-STAGE_LABELS = {"hash": "checking", "convert": "converting", "write": "writing",
-                "download": "downloading", "load": "loading"}
-
 
 class ActivityBar(Horizontal):
     """Hidden until ``show``; ``total=None`` shows an indeterminate bar."""
