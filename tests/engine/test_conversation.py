@@ -92,3 +92,17 @@ def test_a_snapshot_that_cannot_be_written_loses_nothing(tiny, tmp_path, mlxchat
     follow = last(conv.send("Again?"))  # the live cache is still warm
     assert follow.stats.cache_source == "warm" and follow.stats.miss_reason is None
     conv.close()
+
+
+def test_a_send_renders_the_history_once(tiny, tmp_path, monkeypatch):
+    from mlxchat.engine import prompt
+
+    conv = make(tiny, tmp_path / "s.db")
+    last(conv.send("First."))
+    calls = []
+    real = prompt.render
+    monkeypatch.setattr(prompt, "render", lambda *a, **k: calls.append(1) or real(*a, **k))
+    done = last(conv.send("Second."))
+    assert len(calls) == 1  # the fit check before storing and the turn share one render
+    assert done.stats.reused_tokens > 0 and done.stats.miss_reason is None
+    conv.close()

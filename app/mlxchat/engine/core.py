@@ -58,6 +58,7 @@ class ChatEngine:
         self._pending_reason: str | None = None
         self._state = EngineState()
         self._chunk = 64
+        self._fit_memo: tuple[tuple, prompt.FittedPrompt] | None = None
         self._thread = threading.Thread(target=self._run, name="mlxchat-engine", daemon=True)
         self._thread.start()
         _LIVE.add(self)
@@ -145,10 +146,22 @@ class ChatEngine:
     def check_fits(self, messages: Sequence[Message], settings: GenerationSettings) -> int:
         """Raise ContextOverflowError if a turn would be refused; else the
         number of messages the drop_oldest policy would leave out."""
-        return prompt.fit(self._loaded.tokenizer, messages,
-                          window=self._loaded.info.context_window,
-                          max_tokens=settings.max_tokens,
-                          policy=settings.context_policy).dropped
+        return self._fit(messages, settings).dropped
+
+    def _fit(self, messages: Sequence[Message], settings: GenerationSettings
+             ) -> prompt.FittedPrompt:
+        """Render and fit the conversation; the last result is kept, so the
+        check before a send and the turn itself tokenize the history once."""
+        loaded = self._loaded
+        key = (id(loaded), tuple((m.role, m.content) for m in messages),
+               settings.max_tokens, settings.context_policy)
+        memo = self._fit_memo
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        fitted = prompt.fit(loaded.tokenizer, messages, window=loaded.info.context_window,
+                            max_tokens=settings.max_tokens, policy=settings.context_policy)
+        self._fit_memo = (key, fitted)
+        return fitted
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         return len(prompt.render(self._loaded.tokenizer, messages))
@@ -265,10 +278,9 @@ class ChatEngine:
 
     def _turn(self, messages: list[Message], settings: GenerationSettings,
               emit: Callable[[Event], None]) -> None:
-        info, tokenizer = self._loaded.info, self._loaded.tokenizer
+        info = self._loaded.info
         start = time.perf_counter()
-        fitted = prompt.fit(tokenizer, messages, window=info.context_window,
-                            max_tokens=settings.max_tokens, policy=settings.context_policy)
+        fitted = self._fit(messages, settings)
         tokens = fitted.tokens
         source = self._source if self._tokens else "cold"
         mx.reset_peak_memory()
