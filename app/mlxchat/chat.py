@@ -4,12 +4,45 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Literal
+import math
+from typing import Any, Callable, Literal
 
 Role = Literal["system", "user", "assistant"]
 CacheSource = Literal["warm", "snapshot", "cold"]
 ContextPolicy = Literal["drop_oldest", "stop"]
 CONTEXT_POLICIES: tuple[str, ...] = ("drop_oldest", "stop")
+
+_INT64 = 2**63
+
+GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "temperature": (lambda v: v >= 0, ">= 0"),
+    "top_p": (lambda v: 0 < v <= 1, "> 0 and <= 1"),
+    "min_p": (lambda v: 0 <= v < 1, ">= 0 and < 1"),
+    "max_tokens": (lambda v: 1 <= v < _INT64, ">= 1"),
+    "seed": (lambda v: v is None or 0 <= v < _INT64, "none or a whole number >= 0"),
+    "repetition_penalty": (lambda v: v > 0, "> 0"),
+    "kv_bits": (lambda v: v in (None, 4, 8), "none, 4 or 8"),
+    "context_policy": (lambda v: v in CONTEXT_POLICIES, " or ".join(CONTEXT_POLICIES)),
+}
+"""What each generation setting allows (a check and the rule in words): the one
+place the /set command, `mlxchat ask` flags and the config file are checked against."""
+
+_WHOLE = ("max_tokens", "seed", "kv_bits")
+
+
+def generation_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is not allowed for setting ``name``, or None when it is."""
+    check, rule = GENERATION_RULES[name]
+    if value is not None and name != "context_policy":
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        number = whole or (isinstance(value, float) and math.isfinite(value))
+        if not (whole if name in _WHOLE else number):
+            return f"{name} must be {rule}; got {value!r}"
+    try:
+        ok = check(value)
+    except TypeError:
+        ok = False
+    return None if ok else f"{name} must be {rule}; got {value!r}"
 
 
 @dataclass
@@ -61,6 +94,13 @@ class GenerationSettings:
     def from_dict(cls, data: dict[str, Any] | None) -> "GenerationSettings":
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+    def check(self) -> None:
+        """Raise ValueError (one line) for the first setting out of its range."""
+        for name in GENERATION_RULES:
+            problem = generation_problem(name, getattr(self, name))
+            if problem:
+                raise ValueError(problem)
 
 
 @dataclass

@@ -22,10 +22,10 @@ def _settings_from(args: argparse.Namespace, base: GenerationSettings) -> Genera
     given = {field: getattr(args, flag) for flag, field in _FLAGS.items()
              if getattr(args, flag) is not None}
     gen = replace(base, **given)
-    if gen.max_tokens < 1:
-        raise UserError("--max-tokens must be at least 1")
-    if gen.temperature < 0 or not 0 < gen.top_p <= 1 or not 0 <= gen.min_p < 1:
-        raise UserError("--temp must be >= 0, --top-p in (0, 1], --min-p in [0, 1)")
+    try:
+        gen.check()
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     return gen
 
 

@@ -69,6 +69,10 @@ def load_settings(path: Path | None = None, *, env: bool = True) -> Settings:
         if f.name in data.get("generation", {}):
             value = data["generation"][f.name]
             setattr(gen, f.name, _coerce(f.name, value, getattr(gen, f.name)))
+    try:
+        gen.check()
+    except ValueError as exc:
+        raise ConfigError(f"{path}: [generation] {exc}") from None
     settings.generation = gen
     for f in fields(Settings):
         if f.name != "generation" and f.name in data:

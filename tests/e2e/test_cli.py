@@ -51,6 +51,7 @@ def test_ask_streams_plain_text_from_stdin(bundled_model_dir):
     (("import", "/etc/hostname"), "not a GGUF file"),
     (("ask", "--model", "some-org/not-downloaded", "x"), "some-org/not-downloaded"),
     (("sessions", "show", "nope"), "No session matches"),
+    (("ask", "--top-p", "0", "x"), "top_p must be > 0 and <= 1"),
 ])
 def test_bad_input_is_one_clear_line(args, needle):
     proc = mlxchat(*args)

@@ -27,3 +27,22 @@ def test_bad_toml_is_one_clear_error(tmp_path):
     path.write_text("model = [unclosed")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_settings(path)
+
+
+def test_generation_rules_are_checked_in_one_place(tmp_path):
+    import pytest
+
+    from mlxchat.chat import GenerationSettings
+    from mlxchat.config import ConfigError
+
+    GenerationSettings().check()  # the defaults are allowed
+    for field, bad in [("temperature", -1.0), ("top_p", 0.0), ("min_p", 1.0), ("max_tokens", 0),
+                       ("seed", -3), ("seed", "x"), ("repetition_penalty", 0.0),
+                       ("kv_bits", 3), ("context_policy", "rotate"), ("temperature", float("nan")),
+                       ("max_tokens", 2.5), ("temperature", True)]:
+        with pytest.raises(ValueError, match=f"^{field} must be"):
+            GenerationSettings(**{field: bad}).check()
+    path = tmp_path / "config.toml"
+    path.write_text("[generation]\ntop_p = 1.5\n")
+    with pytest.raises(ConfigError, match=r"\[generation\] top_p must be > 0 and <= 1"):
+        load_settings(path)

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mlxchat.chat import CONTEXT_POLICIES, GenerationSettings, human_bytes
+from mlxchat.chat import (CONTEXT_POLICIES, GENERATION_RULES, GenerationSettings,
+                          generation_problem, human_bytes)
 from mlxchat.commands.base import (
     Args,
     Candidates,
@@ -24,7 +25,6 @@ from mlxchat.commands.base import (
 from mlxchat.config import remember
 from mlxchat.paths import config_file
 
-_INT64 = 2**63
 
 
 def _number(name: str, raw: str, kind: type) -> Any:
@@ -38,32 +38,28 @@ def _number(name: str, raw: str, kind: type) -> Any:
     return value
 
 
-def _ranged(kind: type, check: Callable[[Any], bool], rule: str) -> Callable[[str, str], Any]:
+def _allowed(name: str, value: Any, raw: str) -> Any:
+    """Check against the one rule table in ``mlxchat.chat``."""
+    if generation_problem(name, value):
+        raise CommandError(f"{name} must be {GENERATION_RULES[name][1]}; "
+                           f"got {one_line(raw, 30)!r}.")
+    return value
+
+
+def _ranged(kind: type) -> Callable[[str, str], Any]:
     def parse(name: str, raw: str) -> Any:
-        value = _number(name, raw, kind)
-        if not check(value):
-            raise CommandError(f"{name} must be {rule}; got {one_line(raw, 30)}.")
-        return value
+        return _allowed(name, _number(name, raw, kind), raw)
     return parse
 
 
-def _optional_int(choices: tuple[int, ...] | None, rule: str) -> Callable[[str, str], Any]:
-    def parse(name: str, raw: str) -> Any:
-        if raw.lower() in ("none", "off", "random"):
-            return None
-        value = _number(name, raw, int)
-        ok = value in choices if choices else 0 <= value < _INT64
-        if not ok:
-            raise CommandError(f"{name} must be {rule}; got {one_line(raw, 30)}.")
-        return value
-    return parse
+def _optional_int(name: str, raw: str) -> Any:
+    if raw.lower() in ("none", "off", "random"):
+        return None
+    return _allowed(name, _number(name, raw, int), raw)
 
 
 def _policy(name: str, raw: str) -> str:
-    if raw.lower() not in CONTEXT_POLICIES:
-        raise CommandError(f"{name} must be {' or '.join(CONTEXT_POLICIES)}; "
-                           f"got {one_line(raw, 30)!r}.")
-    return raw.lower()
+    return _allowed(name, raw.lower(), raw)
 
 
 @dataclass(frozen=True)
@@ -76,15 +72,13 @@ class Setting:
 
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
-    Setting("temperature", _ranged(float, lambda v: v >= 0, ">= 0"), ">= 0 (0 is greedy)"),
-    Setting("top_p", _ranged(float, lambda v: 0 < v <= 1, "> 0 and <= 1"), "> 0 and <= 1"),
-    Setting("min_p", _ranged(float, lambda v: 0 <= v < 1, ">= 0 and < 1"), ">= 0 and < 1"),
-    Setting("max_tokens", _ranged(int, lambda v: 1 <= v < _INT64, ">= 1"), ">= 1"),
-    Setting("seed", _optional_int(None, "none or a whole number >= 0"),
-            "none or a whole number >= 0", ("none",)),
-    Setting("repetition_penalty", _ranged(float, lambda v: v > 0, "> 0"), "> 0 (1 is off)"),
-    Setting("kv_bits", _optional_int((4, 8), "none, 4 or 8"), "none, 4 or 8",
-            ("none", "4", "8")),
+    Setting("temperature", _ranged(float), ">= 0 (0 is greedy)"),
+    Setting("top_p", _ranged(float), "> 0 and <= 1"),
+    Setting("min_p", _ranged(float), ">= 0 and < 1"),
+    Setting("max_tokens", _ranged(int), ">= 1"),
+    Setting("seed", _optional_int, "none or a whole number >= 0", ("none",)),
+    Setting("repetition_penalty", _ranged(float), "> 0 (1 is off)"),
+    Setting("kv_bits", _optional_int, "none, 4 or 8", ("none", "4", "8")),
     Setting("context_policy", _policy, " or ".join(CONTEXT_POLICIES), CONTEXT_POLICIES),
 )}
 
