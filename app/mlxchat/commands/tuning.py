@@ -26,7 +26,6 @@ from mlxchat.config import remember
 from mlxchat.paths import config_file
 
 
-
 def _number(name: str, raw: str, kind: type) -> Any:
     try:
         value = kind(raw)
