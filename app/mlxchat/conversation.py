@@ -8,6 +8,7 @@ written and recorded, and only then are older snapshot files deleted.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -62,8 +63,7 @@ class Conversation:
     # -- sessions ----------------------------------------------------------
     def _new_session(self) -> Session:
         return self.store.create_session(self.model_spec, self.settings.system_prompt,
-                                         GenerationSettings.from_dict(
-                                             self.settings.generation.to_dict()))
+                                         dataclasses.replace(self.settings.generation))
 
     def new_session(self) -> Session:
         """Start an empty session; the engine cache stays until the next turn trims it."""
