@@ -12,10 +12,7 @@ import sys
 from typing import Callable, Sequence
 
 from mlxchat import __version__
-
-
-class UserError(Exception):
-    """Bad input from the user: printed as one line, exit status 1."""
+from mlxchat.errors import UserError, user_message
 
 
 def progress_printer(stream=None) -> Callable[[str, int, int], None]:
@@ -104,8 +101,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\ninterrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - everything the user can cause is one line
-        from mlxchat.errors import user_message
-
         text = user_message(exc)
         if text is None:
             raise

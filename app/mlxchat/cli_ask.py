@@ -9,7 +9,8 @@ import sys
 from dataclasses import replace
 
 from mlxchat.chat import GenerationSettings, Message, TurnStats
-from mlxchat.cli import UserError, progress_printer
+from mlxchat.cli import progress_printer
+from mlxchat.errors import UserError
 from mlxchat.config import Settings
 from mlxchat.engine import ChatEngine, TextDelta, TurnDone
 

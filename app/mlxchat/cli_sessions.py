@@ -34,7 +34,7 @@ def add_sessions_parser(sub) -> None:
 
 def run_sessions(args: argparse.Namespace) -> int:
     from mlxchat.chat import human_bytes, relative_time
-    from mlxchat.cli import UserError
+    from mlxchat.errors import UserError
     from mlxchat.store import open_store
     from mlxchat.store.export import export_session, import_json, render_session
 

@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from mlxchat import paths
+from mlxchat.errors import MlxchatError
 from mlxchat.files import write_private_text
 from mlxchat.chat import GenerationSettings
 
 DEFAULT_MODEL = "smollm2-135m"
 
 
-class ConfigError(ValueError):
+class ConfigError(MlxchatError, ValueError):
     """The config file or an environment variable holds a bad value."""
 
 

@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 from mlxchat import paths
 from mlxchat.chat import GenerationSettings, Message, Session, TurnStats
 from mlxchat.config import Settings
+from mlxchat.errors import MlxchatError
 from mlxchat.engine import (ChatEngine, EngineError, EngineState, Event, SnapshotLoad,
                             TextDelta, TurnDone)
 from mlxchat.models.info import LoadedModel
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 ModelLoader = Callable[[str], LoadedModel]
 
 
-class ConversationError(Exception):
+class ConversationError(MlxchatError):
     """A request that cannot be carried out; one line for the user."""
 
 

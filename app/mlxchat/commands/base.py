@@ -16,6 +16,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from mlxchat.errors import MlxchatError
+
 if TYPE_CHECKING:
     from mlxchat.chat import TurnStats
     from mlxchat.conversation import Conversation
@@ -27,7 +29,7 @@ Screen = Literal["sessions", "models", "help"]
 ERROR_CHARS = 300
 
 
-class CommandError(Exception):
+class CommandError(MlxchatError):
     """Bad input or a refused request; the message is one line for the user."""
 
 

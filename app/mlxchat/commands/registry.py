@@ -6,7 +6,6 @@ import difflib
 import logging
 import re
 import shlex
-import sys
 from collections.abc import Iterable
 
 from mlxchat.commands.base import (
@@ -19,34 +18,12 @@ from mlxchat.commands.base import (
     Completion,
     one_line,
 )
-from mlxchat.config import ConfigError
-from mlxchat.models.errors import ModelError
-from mlxchat.store.errors import StoreError
+from mlxchat.errors import user_message
 
 log = logging.getLogger(__name__)
 
 MAX_COMPLETIONS = 50
 _LINE = re.compile(r"\s*/(\S*)(\s*)(.*)", re.DOTALL)
-
-
-def _user_error_types() -> tuple[type[BaseException], ...]:
-    """Errors whose message is meant for the user. The engine and conversation
-    modules are looked up, not imported: if they raised, they are loaded."""
-    types: list[type[BaseException]] = [CommandError, StoreError, ModelError, ConfigError,
-                                        OSError]
-    conversation = sys.modules.get("mlxchat.conversation")
-    if conversation is not None:
-        types.append(conversation.ConversationError)
-    events = sys.modules.get("mlxchat.engine.events")
-    if events is not None:
-        types.append(events.EngineError)
-    return tuple(types)
-
-
-def _os_error_text(exc: OSError) -> str:
-    if exc.strerror and exc.filename:
-        return f"{exc.strerror}: {exc.filename}"
-    return exc.strerror or str(exc) or type(exc).__name__
 
 
 def _lenient_split(text: str) -> list[str]:
@@ -205,10 +182,10 @@ class Registry:
 
     @staticmethod
     def _failure(exc: Exception, name: str) -> CommandResult:
-        if isinstance(exc, _user_error_types()):
+        text = user_message(exc)
+        if text is not None:
             log.debug("/%s refused: %s", name, exc, exc_info=exc)
-            text = _os_error_text(exc) if isinstance(exc, OSError) else str(exc)
-            return CommandResult.error(text or type(exc).__name__)
+            return CommandResult.error(text)
         log.error("/%s failed", name, exc_info=exc)
         return CommandResult.error(f"/{name} failed: {type(exc).__name__}: {exc}. "
                                    "Details are in the log.")

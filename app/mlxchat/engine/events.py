@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mlxchat.chat import TurnStats
+from mlxchat.errors import MlxchatError
 
 
-class EngineError(Exception):
+class EngineError(MlxchatError):
     """A turn was refused before it started; the message is one line for the user."""
 
 

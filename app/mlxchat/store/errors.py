@@ -6,8 +6,10 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from mlxchat.errors import MlxchatError
 
-class StoreError(Exception):
+
+class StoreError(MlxchatError):
     """A session-store failure, with a one-line message fit to show the user."""
 
 
