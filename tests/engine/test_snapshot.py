@@ -35,7 +35,7 @@ def next_logits(model, cache, token: int) -> mx.array:
 
 def test_round_trip_gives_same_next_token_logits(tiny, saved):
     engine, _, info = saved
-    live = kv.trimmed_copy(engine._cache)  # noqa: SLF001 - the test reads the live cache
+    live = kv.trimmed_copy(engine._live.layers)  # noqa: SLF001 - the test reads the live cache
     loaded = snapshot.load(info.path, fingerprint=tiny.info.fingerprint,
                            template_hash=tiny.info.chat_template_hash,
                            num_layers=len(live), expected_checksum=info.checksum)

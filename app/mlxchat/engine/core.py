@@ -13,19 +13,21 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 from mlx_lm.generate import generate_step
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from mlxchat.chat import GenerationSettings, Message, TurnStats
-from mlxchat.engine import kv, prompt, snapshot
+from mlxchat.engine import prompt, snapshot
 from mlxchat.engine.events import (EngineState, Event, PrefillProgress, SnapshotInfo,
                                    SnapshotLoad, TextDelta, TurnDone)
-from mlxchat.models.info import LoadedModel
+from mlxchat.engine.live import LiveCache
+from mlxchat.models.info import LoadedModel, ModelInfo
 
 _DONE = object()
 _LIVE: "weakref.WeakSet[ChatEngine]" = weakref.WeakSet()
@@ -41,6 +43,32 @@ class _Cancelled(Exception):
     pass
 
 
+@dataclass
+class Prefill:
+    """What feeding the prompt cost."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class Decode:
+    """What sampling produced: the reply and its timing."""
+
+    pieces: list[str] = field(default_factory=list)
+    generated: int = 0
+    """Tokens sampled, the end token included."""
+    finish_reason: str = "stop"
+    ttft_s: float = 0.0
+    first_pass_s: float = 0.0
+    """Seconds of the first forward pass (the tail of the prompt)."""
+    decode_tps: float = 0.0
+
+    @property
+    def reply(self) -> str:
+        return "".join(self.pieces)
+
+
 class ChatEngine:
     """Drive one loaded model; every public method is safe from any thread."""
 
@@ -51,18 +79,14 @@ class ChatEngine:
         self._jobs: queue.Queue = queue.Queue()
         self._cancel = threading.Event()  # the running turn's; read on the engine thread
         self._cancels: set[threading.Event] = set()
-        self._cache: list[Any] = []
-        self._tokens: list[int] = []
-        self._conversation: list[tuple[str, str]] = []
-        self._source = "cold"
-        self._pending_reason: str | None = None
+        self._live: LiveCache
         self._state = EngineState()
         self._chunk = 64
         self._fit_memo: tuple[tuple, prompt.FittedPrompt] | None = None
         self._thread = threading.Thread(target=self._run, name="mlxchat-engine", daemon=True)
         self._thread.start()
         _LIVE.add(self)
-        self._call(self._reset_cache)
+        self._call(self._start_cold)
 
     # -- thread plumbing -------------------------------------------------
     def _run(self) -> None:
@@ -101,8 +125,12 @@ class ChatEngine:
         return self._loaded
 
     @property
+    def info(self) -> ModelInfo:
+        return self._loaded.info
+
+    @property
     def cached_tokens(self) -> list[int]:
-        return list(self._tokens)
+        return list(self._live.tokens)
 
     def state(self) -> EngineState:
         return self._state
@@ -173,9 +201,9 @@ class ChatEngine:
         info = self._loaded.info
 
         def job() -> SnapshotInfo:
-            if not self._tokens:
+            if not self._live.tokens:
                 raise ValueError("the KV cache is empty: nothing to save")
-            return snapshot.save(path, self._cache, self._tokens,
+            return snapshot.save(path, self._live.layers, self._live.tokens,
                                  fingerprint=info.fingerprint,
                                  template_hash=info.chat_template_hash)
         return self._call(job)
@@ -194,181 +222,153 @@ class ChatEngine:
                                      num_layers=len(make_prompt_cache(self._loaded.model)),
                                      expected_checksum=expected_checksum)
             except snapshot.SnapshotRejected as exc:
-                self._reset_cache(f"snapshot rejected: {exc}")
+                self._live.reset(f"snapshot rejected: {exc}", report=True)
+                self._refresh_state()
                 return SnapshotLoad(ok=False, reason=str(exc))
-            self._cache, self._tokens = snap.cache, snap.tokens
-            self._conversation = [(m.role, m.content) for m in conversation]
-            self._source, self._pending_reason = "snapshot", None
+            self._live.adopt(snap.cache, snap.tokens, conversation, "snapshot")
             self._refresh_state()
             return SnapshotLoad(ok=True, tokens=len(snap.tokens))
         return self._call(job)
 
     def drop_cache(self, reason: str = "cache dropped") -> None:
-        self._call(lambda: self._reset_cache(reason))
+        def job() -> None:
+            self._live.reset(reason)
+            self._refresh_state()
+        self._call(job)
 
     def switch_model(self, loaded: LoadedModel) -> None:
         def job() -> None:
+            had = bool(self._live.tokens)
             self._loaded = loaded
-            self._reset_cache("model changed")
+            self._start_cold()
+            if had:
+                self._live.reset("model changed", report=True)
+                self._refresh_state()
         self._call(job)
 
-    # -- engine-thread internals -----------------------------------------
-    def _reset_cache(self, reason: str | None = None) -> None:
-        self._cache = make_prompt_cache(self._loaded.model)
-        had = bool(self._tokens)
-        self._tokens, self._conversation, self._source = [], [], "cold"
-        self._pending_reason = reason if (had or reason and reason.startswith("snapshot")) else None
-        mx.clear_cache()
+    def _start_cold(self) -> None:
+        self._live = LiveCache(self._loaded.model)
         self._refresh_state()
 
+    # -- engine-thread internals -----------------------------------------
     def _refresh_state(self, stats: TurnStats | None = None, busy: bool = False) -> None:
-        info = self._loaded.info
+        info, live = self._loaded.info, self._live
         self._state = EngineState(
-            model_name=info.name, cached_tokens=len(self._tokens),
-            context_window=info.context_window, kv_bytes=kv.kv_bytes(self._cache),
-            kv_bits=kv.bits(self._cache), kv_dtype=kv.dtype_label(self._cache),
-            cache_source=self._source if self._tokens else "cold",
+            model_name=info.name, cached_tokens=len(live.tokens),
+            context_window=info.context_window, kv_bytes=live.nbytes,
+            kv_bits=live.bits, kv_dtype=live.dtype_label,
+            cache_source=live.source if live.tokens else "cold",
             weights_bytes=info.weights_bytes,
             bits_per_weight=info.bits_per_weight, peak_memory_bytes=mx.get_peak_memory(),
             busy=busy, last_stats=stats or self._state.last_stats)
 
-    def _reuse(self, tokens: list[int], settings: GenerationSettings, tail: int,
-               fitted: prompt.FittedPrompt, messages: list[Message]) -> tuple[int, str | None]:
-        """Trim the cache to the longest prefix it shares with ``tokens``."""
-        reason = self._pending_reason
-        self._pending_reason = None
-        if kv.bits(self._cache) != settings.kv_bits and self._tokens:
-            if settings.kv_bits and kv.bits(self._cache) is None:
-                self._cache = kv.quantize(self._cache, settings.kv_bits,
-                                          self._loaded.info.head_dim)
-            else:
-                self._reset_cache()
-                return 0, "KV bit width changed"
-        shared = prompt.common_prefix(self._tokens, tokens)
-        common = min(shared, len(tokens) - tail)  # the tail is always fed for logits
-        if common < len(self._tokens):
-            if not can_trim_prompt_cache(self._cache):
-                self._reset_cache()
-                return 0, "cache not trimmable"
-            trim_prompt_cache(self._cache, len(self._tokens) - common)
-            if shared < len(self._tokens):
-                reason = reason or prompt.miss_reason(self._conversation, fitted, messages)
-            del self._tokens[common:]
-        return common, reason
-
-    def _prefill(self, tokens: list[int], emit: Callable[[Event], None]) -> float:
-        """Feed ``tokens`` in chunks sized to ~chunk_seconds; returns seconds spent."""
-        model, total, done, start = self._loaded.model, len(tokens), 0, time.perf_counter()
+    def _prefill(self, tokens: list[int], emit: Callable[[Event], None]) -> Prefill:
+        """Feed ``tokens`` in chunks sized to ~chunk_seconds."""
+        model, live = self._loaded.model, self._live
+        total, done, start = len(tokens), 0, time.perf_counter()
         emit(PrefillProgress(0, total))
         while done < total:
             if self._cancel.is_set():
                 raise _Cancelled
             n = min(self._chunk, total - done)
             t0 = time.perf_counter()
-            model(mx.array(tokens[done:done + n])[None], cache=self._cache)
-            mx.eval([c.state for c in self._cache])
+            model(mx.array(tokens[done:done + n])[None], cache=live.layers)
+            mx.eval([c.state for c in live.layers])
             dt = time.perf_counter() - t0
-            self._tokens.extend(tokens[done:done + n])
+            live.tokens.extend(tokens[done:done + n])
             done += n
             if n == self._chunk:
                 self._chunk = max(16, min(2048, int(n * self.chunk_seconds / max(dt, 1e-4))))
             elapsed = time.perf_counter() - start
             emit(PrefillProgress(done, total, done / max(elapsed, 1e-9)))
-        return time.perf_counter() - start
+        return Prefill(tokens=total, seconds=time.perf_counter() - start)
 
     def _turn(self, messages: list[Message], settings: GenerationSettings,
               emit: Callable[[Event], None]) -> None:
-        info = self._loaded.info
+        info, live = self._loaded.info, self._live
         start = time.perf_counter()
         fitted = self._fit(messages, settings)
         tokens = fitted.tokens
-        source = self._source if self._tokens else "cold"
         mx.reset_peak_memory()
         # generate_step gets the tail: its logits processors (repetition
         # penalty) then see the same recent context whatever was reused.
         tail = 1 if settings.repetition_penalty == 1.0 else min(20, len(tokens))
-        reused, reason = self._reuse(tokens, settings, tail, fitted, messages)
-        if reused == 0:
-            source = "cold"
-        if settings.kv_bits and kv.bits(self._cache) is None:
-            self._cache = kv.quantize(self._cache, settings.kv_bits, info.head_dim)
+        reuse = live.reuse(fitted, messages, tail=tail, kv_bits=settings.kv_bits,
+                           head_dim=info.head_dim)
         if settings.seed is not None:
             mx.random.seed(settings.seed)
         self._refresh_state(busy=True)
-        body = tokens[reused:len(tokens) - tail]
-        stats = TurnStats(prompt_tokens=len(tokens), reused_tokens=reused,
-                          prefilled_tokens=len(tokens) - reused, miss_reason=reason,
-                          cache_source=source, dropped_messages=fitted.dropped,
-                          context_window=info.context_window, kv_bits=settings.kv_bits,
-                          weights_bytes=info.weights_bytes)
-        pieces: list[str] = []
+        prefill, decode = Prefill(), Decode()
         try:
-            prefill_s = self._prefill(body, emit)
-            self._decode(tokens[len(tokens) - tail:], settings, stats, pieces, emit,
-                         start, prefill_s)
+            prefill = self._prefill(tokens[reuse.tokens:len(tokens) - tail], emit)
+            decode = self._decode(tokens[len(tokens) - tail:], settings, emit=emit,
+                                  turn_start=start)
         except _Cancelled:
-            stats.finish_reason = "cancelled"
+            decode.finish_reason = "cancelled"
         finally:
-            mx.eval([c.state for c in self._cache])
-            self._tokens = self._tokens[:kv.offset(self._cache)]
-            self._conversation = [(m.role, m.content) for m in fitted.messages]
-        reply = "".join(pieces)
-        self._conversation.append(("assistant", reply))
-        self._source = "warm"
-        stats.total_s = time.perf_counter() - start
-        stats.context_used = len(self._tokens)
-        stats.kv_bytes = kv.kv_bytes(self._cache)
-        stats.peak_memory_bytes = mx.get_peak_memory()
+            live.settle(fitted.messages)
+        live.conversation.append(("assistant", decode.reply))
+        live.source = "warm"
+        stats = TurnStats(
+            prompt_tokens=len(tokens), reused_tokens=reuse.tokens,
+            prefilled_tokens=len(tokens) - reuse.tokens, miss_reason=reuse.reason,
+            cache_source=reuse.source, dropped_messages=fitted.dropped,
+            context_window=info.context_window, kv_bits=settings.kv_bits,
+            weights_bytes=info.weights_bytes, finish_reason=decode.finish_reason,
+            generated_tokens=decode.generated, ttft_s=decode.ttft_s,
+            decode_tps=decode.decode_tps,
+            prefill_tps=(len(tokens) - reuse.tokens)
+            / max(prefill.seconds + decode.first_pass_s, 1e-9) if decode.generated else 0.0,
+            total_s=time.perf_counter() - start, context_used=len(live.tokens),
+            kv_bytes=live.nbytes, peak_memory_bytes=mx.get_peak_memory())
         self._refresh_state(stats)
-        emit(TurnDone(reply=reply, stats=stats, dropped_messages=fitted.dropped))
+        emit(TurnDone(reply=decode.reply, stats=stats, dropped_messages=fitted.dropped))
 
-    def _decode(self, tail: list[int], settings: GenerationSettings, stats: TurnStats,
-                pieces: list[str], emit: Callable[[Event], None], start: float,
-                prefill_s: float) -> None:
-        tokenizer, window = self._loaded.tokenizer, self._loaded.info.context_window
+    def _decode(self, tail: list[int], settings: GenerationSettings, *,
+                emit: Callable[[Event], None], turn_start: float) -> Decode:
+        """Feed the tail and sample until an end token, the budget or a cancel."""
+        tokenizer, live = self._loaded.tokenizer, self._live
+        window = self._loaded.info.context_window
         sampler = make_sampler(settings.temperature, settings.top_p, settings.min_p)
         processors = make_logits_processors(
             repetition_penalty=settings.repetition_penalty
             if settings.repetition_penalty != 1.0 else None)
-        budget = max(1, min(settings.max_tokens, window - len(self._tokens) - len(tail) + 1))
+        budget = max(1, min(settings.max_tokens, window - len(live.tokens) - len(tail) + 1))
         detok = tokenizer.detokenizer
         detok.reset()
-        stats.finish_reason = "length"
+        out = Decode(finish_reason="length")
         t_prompt = time.perf_counter()
-        gen = generate_step(mx.array(tail), self._loaded.model, prompt_cache=self._cache,
+        gen = generate_step(mx.array(tail), self._loaded.model, prompt_cache=live.layers,
                             max_tokens=budget, sampler=sampler, logits_processors=processors)
-        self._tokens.extend(tail)
+        live.tokens.extend(tail)
         first_at = None
-        n = 0
+
+        def flush() -> None:
+            segment = detok.last_segment
+            if segment:
+                out.pieces.append(segment)
+                emit(TextDelta(segment, out.generated, out.decode_tps))
         try:
             for token, _ in gen:
-                n += 1
-                self._tokens.append(token)
+                live.tokens.append(token)
                 now = time.perf_counter()
                 if first_at is None:
                     first_at = now
-                    stats.ttft_s = now - start
-                    fed = stats.prefilled_tokens
-                    stats.prefill_tps = fed / max(prefill_s + (now - t_prompt), 1e-9)
+                    out.ttft_s, out.first_pass_s = now - turn_start, now - t_prompt
                 if token in tokenizer.eos_token_ids:
-                    stats.finish_reason = "stop"
+                    out.finish_reason = "stop"
+                    out.generated += 1
                     break
                 detok.add_token(token)
-                stats.generated_tokens = n
-                if n > 1:
-                    stats.decode_tps = (n - 1) / max(now - first_at, 1e-9)
-                segment = detok.last_segment
-                if segment:
-                    pieces.append(segment)
-                    emit(TextDelta(segment, n, stats.decode_tps))
+                out.generated += 1
+                if out.generated > 1:
+                    out.decode_tps = (out.generated - 1) / max(now - first_at, 1e-9)
+                flush()
                 if self._cancel.is_set():
-                    stats.finish_reason = "cancelled"
+                    out.finish_reason = "cancelled"
                     break
         finally:
             gen.close()
             detok.finalize()
-            segment = detok.last_segment
-            if segment:
-                pieces.append(segment)
-                emit(TextDelta(segment, n, stats.decode_tps))
-        stats.generated_tokens = n
+            flush()
+        return out

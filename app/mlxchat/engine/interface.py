@@ -1,0 +1,43 @@
+"""What a conversation needs from an engine. ``ChatEngine`` is the one in this
+process; a distributed engine can stand in for it by meeting this protocol."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator, Protocol, Sequence
+
+from mlxchat.chat import GenerationSettings, Message
+from mlxchat.engine.events import EngineState, Event, SnapshotInfo, SnapshotLoad
+from mlxchat.models.info import LoadedModel, ModelInfo
+
+
+class Engine(Protocol):
+    @property
+    def loaded(self) -> LoadedModel: ...
+
+    @property
+    def info(self) -> ModelInfo: ...
+
+    def state(self) -> EngineState: ...
+
+    def turn(self, messages: Sequence[Message], settings: GenerationSettings
+             ) -> Iterator[Event]: ...
+
+    def cancel(self) -> None: ...
+
+    def check_fits(self, messages: Sequence[Message], settings: GenerationSettings) -> int: ...
+
+    def count_tokens(self, messages: Sequence[Message]) -> int: ...
+
+    def message_tokens(self, messages: Sequence[Message]) -> list[int]: ...
+
+    def save_snapshot(self, path: Path) -> SnapshotInfo: ...
+
+    def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,
+                      conversation: Sequence[Message] = ()) -> SnapshotLoad: ...
+
+    def drop_cache(self, reason: str = "cache dropped") -> None: ...
+
+    def switch_model(self, loaded: LoadedModel) -> None: ...
+
+    def close(self) -> None: ...

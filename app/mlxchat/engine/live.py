@@ -1,0 +1,116 @@
+"""The live KV cache: mlx-lm's cache objects plus what they hold and why.
+
+Used only on the engine thread. Owns the rules for reusing, trimming and
+quantizing the cache, so the turn never touches a cache object directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import mlx.core as mx
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+
+from mlxchat.chat import CacheSource, Message
+from mlxchat.engine import kv, prompt
+
+
+@dataclass
+class Reuse:
+    """What a turn may keep of the live cache."""
+
+    tokens: int
+    """Leading prompt tokens already in the cache (never the fed tail)."""
+    reason: str | None
+    """Why fewer tokens were kept than the cache held, or why it was reset."""
+    source: CacheSource
+    """Where the kept tokens came from ('cold' when none were kept)."""
+
+
+class LiveCache:
+    """The cache arrays, the token ids they hold, the conversation those tokens
+    render, and where they came from (this process, a snapshot, nowhere)."""
+
+    def __init__(self, model: Any):
+        self.model = model
+        self.layers: list[Any] = []
+        self.tokens: list[int] = []
+        self.conversation: list[tuple[str, str]] = []
+        self.source: CacheSource = "cold"
+        self._pending_reason: str | None = None
+        self.reset()
+
+    # -- state -------------------------------------------------------------------
+    @property
+    def bits(self) -> int | None:
+        return kv.bits(self.layers)
+
+    @property
+    def nbytes(self) -> int:
+        return kv.kv_bytes(self.layers)
+
+    @property
+    def dtype_label(self) -> str:
+        return kv.dtype_label(self.layers)
+
+    def reset(self, reason: str | None = None, *, report: bool = False) -> None:
+        """Start cold. ``reason`` is reported by the next turn when tokens were
+        lost, or always with ``report`` (a rejected snapshot held none yet)."""
+        had = bool(self.tokens)
+        self.layers = make_prompt_cache(self.model)
+        self.tokens, self.conversation, self.source = [], [], "cold"
+        self._pending_reason = reason if (had or report) else None
+        mx.clear_cache()
+
+    def adopt(self, layers: list[Any], tokens: list[int], conversation: Sequence[Message],
+              source: CacheSource) -> None:
+        """Make restored cache objects the live ones."""
+        self.layers, self.tokens = layers, list(tokens)
+        self.conversation = [(m.role, m.content) for m in conversation]
+        self.source, self._pending_reason = source, None
+
+    def take_reason(self) -> str | None:
+        reason, self._pending_reason = self._pending_reason, None
+        return reason
+
+    # -- a turn's use of it ----------------------------------------------------------
+    def match_bits(self, kv_bits: int | None, head_dim: int) -> str | None:
+        """Bring the cache to ``kv_bits``: quantize a full-precision cache in place;
+        going back to full precision (or between widths) starts cold."""
+        current = self.bits
+        if current == kv_bits:
+            return None
+        if kv_bits and current is None:
+            self.layers = kv.quantize(self.layers, kv_bits, head_dim)
+            return None
+        had = bool(self.tokens)
+        self.reset()
+        return "KV bit width changed" if had else None
+
+    def reuse(self, fitted: prompt.FittedPrompt, messages: Sequence[Message], *, tail: int,
+              kv_bits: int | None, head_dim: int) -> Reuse:
+        """Trim the cache to the longest prefix it shares with the prompt, keeping
+        the last ``tail`` tokens out (they are always fed, for the logits)."""
+        reason = self.take_reason()
+        source = self.source if self.tokens else "cold"
+        reason = self.match_bits(kv_bits, head_dim) or reason
+        tokens = fitted.tokens
+        shared = prompt.common_prefix(self.tokens, tokens)
+        common = min(shared, len(tokens) - tail)
+        if common < len(self.tokens):
+            if not can_trim_prompt_cache(self.layers):
+                self.reset()
+                return Reuse(0, "cache not trimmable", "cold")
+            trim_prompt_cache(self.layers, len(self.tokens) - common)
+            if shared < len(self.tokens):
+                reason = reason or prompt.miss_reason(self.conversation, fitted, messages)
+            del self.tokens[common:]
+        return Reuse(common, reason, source if common else "cold")
+
+    def settle(self, conversation: Sequence[Message]) -> None:
+        """After a turn (finished, cancelled or failed): evaluate the arrays, keep
+        the token list to what the cache really holds, note what it renders."""
+        mx.eval([c.state for c in self.layers])
+        del self.tokens[kv.offset(self.layers):]
+        self.conversation = [(m.role, m.content) for m in conversation]
