@@ -65,7 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Answer PROMPT ('-' reads stdin) and stream the reply.")
     ask.add_argument("prompt", help="the question; '-' reads it from stdin")
     _add_generation_args(ask)
-    ask.add_argument("--session", "-s", help="continue a named session across runs")
+    ask.add_argument("--session", "-s",
+                     help="continue the session with this id or exact title across runs "
+                          "(created when there is none)")
+    ask.add_argument("--new", action="store_true",
+                     help="start a new session titled by --session even if one has that title")
     ask.add_argument("--json", action="store_true", help="print one JSON object with the stats")
 
     sub.add_parser("models", help="list catalog and local models",

@@ -64,57 +64,40 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
 
 
 def run_ask(args: argparse.Namespace, settings: Settings) -> int:
-    from mlxchat.models import load_model
+    """One prompt through ``Conversation.send``: in the named session (created
+    when missing or with ``--new``), else in a throwaway in-memory session."""
+    from mlxchat.app_root import default_store, open_conversation, throwaway_store
 
     text = _read_prompt(args.prompt)
-    store = session = None
-    if args.session:
-        from mlxchat.store import StoreError, open_store
-
-        store = open_store()
-        try:
-            session = store.find_session(args.session)
-        except StoreError:
-            session = None
-    spec = args.model or (session.model if session else None) or settings.model
-    loaded = load_model(spec, progress=progress_printer())
-    engine = ChatEngine(loaded)
-    previous = signal.signal(signal.SIGINT, lambda *_: engine.cancel())
+    named = args.session is not None
+    if args.new and not named:
+        raise UserError("--new needs --session NAME (the title of the new session)")
+    opened = open_conversation(
+        settings, model_spec=args.model, session=None if args.new else args.session,
+        lookup="exact", new_title=args.session, progress=progress_printer(),
+        store_factory=default_store if named else throwaway_store, keep_snapshots=named)
+    conv = opened.conversation
+    previous = signal.signal(signal.SIGINT, lambda *_: conv.cancel())
     try:
-        if store is None:
-            gen = _settings_from(args, settings.generation)
-            system = args.system if args.system is not None else settings.system_prompt
-            msgs = ([Message("system", system)] if system else []) + [Message("user", text)]
-            done = _stream(engine.turn(msgs, gen), quiet=args.json)
-            extra: dict = {}
+        if args.system is not None and args.system != conv.session.system_prompt:
+            conv.set_system_prompt(args.system)
+        gen = _settings_from(args, conv.generation)
+        if conv.messages:
+            conv.use_settings(gen)  # flags apply to this call; the session keeps its own
         else:
-            done, extra = _ask_in_session(args, settings, store, session, engine, spec, text)
+            conv.update_generation(gen)
+        done = _stream(conv.send(text), quiet=args.json)
+        extra: dict = {}
+        if named:
+            snap = conv.last_snapshot
+            extra = {"session": {"id": conv.session.id, "title": conv.session.title},
+                     "snapshot": None if snap is None else {"ok": snap.ok,
+                                                            "reason": snap.reason}}
+        name = conv.model_info.name
     finally:
         signal.signal(signal.SIGINT, previous)
-        engine.close()
+        conv.shutdown()  # a session a refused prompt left empty is removed
     if args.json:
-        print(json.dumps(report(done.stats, done.reply, loaded.info.name, extra)))
+        print(json.dumps(report(done.stats, done.reply, name, extra)))
     return 130 if done.stats.finish_reason == "cancelled" else 0
 
-
-def _ask_in_session(args, settings, store, session, engine, spec, text
-                    ) -> tuple[TurnDone, dict]:
-    from mlxchat.conversation import Conversation
-
-    if session is None:
-        gen = _settings_from(args, settings.generation)
-        session = store.create_session(spec, args.system or settings.system_prompt, gen,
-                                       title=args.session)
-    conv = Conversation(settings=settings, store=store, engine=engine, model_spec=spec,
-                        session=session)
-    if session.model != spec:
-        conv.session = store.update_model(session.id, spec)
-    if args.system is not None and args.system != conv.session.system_prompt:
-        conv.set_system_prompt(args.system)
-    # Flags apply to this call; the session keeps its stored settings.
-    conv.session.settings = _settings_from(args, conv.session.settings)
-    snap = conv.restore_snapshot()
-    done = _stream(conv.send(text), quiet=args.json)
-    extra = {"session": {"id": conv.session.id, "title": conv.session.title},
-             "snapshot": None if snap is None else {"ok": snap.ok, "reason": snap.reason}}
-    return done, extra

@@ -1,5 +1,6 @@
 """Conversation: one open session driving one engine, shared by the CLI, the
-slash commands and the UI (which only renders what this reports).
+slash commands and the UI (which only render what this reports). It owns the
+session's life (``SessionLife``) and exposes the engine only as read-only views.
 
 Durability order: a user message is committed before generation starts; the
 reply is committed when it finishes or is cancelled; then the KV snapshot is
@@ -18,10 +19,12 @@ from typing import Callable, Iterator
 from mlxchat import paths
 from mlxchat.chat import GenerationSettings, Message, Session, TurnStats
 from mlxchat.config import Settings
-from mlxchat.errors import MlxchatError
-from mlxchat.engine import (ChatEngine, EngineError, EngineState, Event, SnapshotLoad,
+from mlxchat.engine import (EngineError, EngineState, Event, PrefillProgress, SnapshotLoad,
                             TextDelta, TurnDone)
-from mlxchat.models.info import LoadedModel
+from mlxchat.engine.interface import Engine
+from mlxchat.errors import MlxchatError
+from mlxchat.models.info import LoadedModel, ModelInfo
+from mlxchat.session_life import SessionLife, remove_files
 from mlxchat.store import SessionStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -46,15 +49,17 @@ class Attachment:
 DRAFT_INTERVAL_S = 1.0
 
 
-class Conversation:
-    def __init__(self, *, settings: Settings, store: SessionStore, engine: ChatEngine,
+class Conversation(SessionLife):
+    def __init__(self, *, settings: Settings, store: SessionStore, engine: Engine,
                  model_spec: str, load_model: ModelLoader | None = None,
-                 session: Session | None = None):
+                 session: Session | None = None, keep_snapshots: bool = True):
         self.settings = settings
         self.store = store
         self.engine = engine
         self.model_spec = model_spec
         self._load_model = load_model
+        self._keep_snapshots = keep_snapshots
+        self._call_settings: GenerationSettings | None = None
         self.attachments: list[Attachment] = []
         self.last_stats: TurnStats | None = None
         self.last_snapshot: SnapshotLoad | None = None
@@ -69,9 +74,14 @@ class Conversation:
     def new_session(self) -> Session:
         """Start an empty session; the engine cache stays until the next turn trims it."""
         self.session = self._new_session()
+        self._forget_session_state()
+        return self.session
+
+    def _forget_session_state(self) -> None:
         self.attachments.clear()
         self.last_stats = None
-        return self.session
+        self.last_snapshot = None
+        self._call_settings = None
 
     def open_session(self, id_or_title: str | int) -> Session:
         """Open a saved session and restore its KV snapshot when one is usable."""
@@ -80,8 +90,7 @@ class Conversation:
         if session.model and session.model != self.model_spec:
             self.switch_model(session.model)
         self.session = session
-        self.attachments.clear()
-        self.last_stats = None
+        self._forget_session_state()
         self.recover()
         self.restore_snapshot()
         return self.session
@@ -97,10 +106,19 @@ class Conversation:
         self.session = self.store.get_session(self.session.id)
         return self.session
 
+    def snapshot_words(self) -> str:
+        """What happened to the session's KV snapshot when it was opened."""
+        snap = self.last_snapshot
+        if snap is None:
+            return "no KV snapshot: the next turn prefills the history"
+        if snap.ok:
+            return f"KV cache restored from its snapshot ({snap.tokens:,} tokens)"
+        return f"KV snapshot not used ({snap.reason}); the next turn recomputes the history"
+
     def restore_snapshot(self) -> SnapshotLoad | None:
         """Load the session's newest snapshot into the engine (a rejection is
         reported by the next turn as its miss reason)."""
-        record = self.store.latest_snapshot(self.session.id)
+        record = self.store.latest_snapshot(self.session.id) if self.session.id else None
         if record is None:
             self.last_snapshot = None
             return None
@@ -123,7 +141,13 @@ class Conversation:
 
     @property
     def generation(self) -> GenerationSettings:
-        return self.session.settings
+        """This call's settings when ``use_settings`` set them, else the session's."""
+        return self._call_settings or self.session.settings
+
+    def use_settings(self, settings: GenerationSettings) -> None:
+        """Generation settings for the turns of this call only (not stored)."""
+        settings.check()
+        self._call_settings = settings
 
     def _with_system(self, messages: list[Message]) -> list[Message]:
         system = self.session.system_prompt
@@ -132,8 +156,30 @@ class Conversation:
     def engine_messages(self, extra: list[Message] | None = None) -> list[Message]:
         return self._with_system(self.messages + (extra or []))
 
+    # -- read-only views of the engine ------------------------------------------------
+    @property
+    def model_info(self) -> ModelInfo:
+        return self.engine.info
+
     def state(self) -> EngineState:
         return self.engine.state()
+
+    def branch_stats(self) -> TurnStats | None:
+        """The live turn's stats, else those stored with the branch's last reply."""
+        if self.last_stats is not None:
+            return self.last_stats
+        return next((m.stats for m in reversed(self.messages)
+                     if m.role == "assistant" and m.stats is not None), None)
+
+    def count_tokens(self, messages: list[Message]) -> int:
+        return self.engine.count_tokens(messages)
+
+    def message_tokens(self, messages: list[Message]) -> list[int]:
+        return self.engine.message_tokens(messages)
+
+    def check_fits(self, messages: list[Message]) -> int:
+        """Raise ContextOverflowError unless ``messages`` (system included) fit."""
+        return self.engine.check_fits(messages, self.generation)
 
     # -- turns ---------------------------------------------------------------
     def compose(self, text: str) -> str:
@@ -146,7 +192,7 @@ class Conversation:
         if not text.strip():
             raise ConversationError("Nothing to send.")
         content = self.compose(text)
-        self.engine.check_fits(self.engine_messages([Message("user", content)]), self.generation)
+        self.check_fits(self.engine_messages([Message("user", content)]))
         self.store.add_message(self.session.id, "user", content)
         self.attachments.clear()
         self.reload()
@@ -169,6 +215,9 @@ class Conversation:
             raise ConversationError("There is no message to edit yet.")
         if not text.strip():
             raise ConversationError("The edited message is empty.")
+        before = self.messages[:self.messages.index(last)]
+        # Check the edited conversation fits before committing it, as send() does.
+        self.check_fits(self._with_system(before + [Message("user", text)]))
         self.store.set_leaf(self.session.id, last.parent_id)
         self.store.add_message(self.session.id, "user", text)
         self.reload()
@@ -235,7 +284,8 @@ class Conversation:
     def save_snapshot(self) -> Path | None:
         """Write the live cache for the session's leaf; never raises (disk full,
         permissions): the conversation is already committed."""
-        if not self.engine.state().cached_tokens or self.session.id is None:
+        if (not self._keep_snapshots or not self.engine.state().cached_tokens
+                or self.session.id is None):
             return None
         leaf = self.session.leaf_id
         path = paths.snapshots_dir() / f"session-{self.session.id}-{leaf}.safetensors"
@@ -248,17 +298,14 @@ class Conversation:
         except (OSError, ValueError, StoreError) as exc:
             log.warning("snapshot not saved: %s", exc)
             return None
-        for stale in old:
-            if Path(stale) != path:
-                Path(stale).unlink(missing_ok=True)
+        remove_files(stale for stale in old if Path(stale) != path)
         return path
 
     def drop_snapshot(self) -> int:
         """Forget the live cache and delete the session's snapshot files."""
         self.engine.drop_cache("cache dropped by /cache drop")
         files = self.store.drop_snapshots(self.session.id)
-        for f in files:
-            Path(f).unlink(missing_ok=True)
+        remove_files(files)
         return len(files)
 
     # -- settings and model --------------------------------------------------
@@ -280,12 +327,22 @@ class Conversation:
 
     def window_left(self) -> int:
         """Tokens still free in the context window for the next message."""
-        window = self.engine.loaded.info.context_window
+        window = self.engine.info.context_window
         used = self.engine.count_tokens(self.engine_messages()) if self.messages else 0
         return window - used
 
     def close(self) -> None:
         self.engine.close()
 
+    def shutdown(self) -> None:
+        """On exit: stop any turn, drop an unused session, stop the engine, close the store."""
+        self.cancel()
+        self.discard_if_empty()
+        self.close()
+        self.store.close()
 
-__all__ = ["Attachment", "Conversation", "ConversationError", "EngineError"]
+
+# The engine's events and state are what a conversation reports: the UI takes
+# them from here and never imports the engine.
+__all__ = ["Attachment", "Conversation", "ConversationError", "EngineError", "EngineState",
+           "Event", "PrefillProgress", "SnapshotLoad", "TextDelta", "TurnDone"]

@@ -39,7 +39,7 @@ def test_open_by_title_and_id_restores_the_snapshot(registry, ctx, conv):
     result = registry.run("/open first chat", ctx)
     assert result.ok and result.session_changed, result.text
     assert conv.session.id == first and len(conv.messages) == 2
-    assert "KV snapshot restored" in result.text
+    assert "KV cache restored from its snapshot" in result.text
     registry.run("/new", ctx)
     assert registry.run(f"/open #{first}", ctx).ok and conv.session.id == first
 

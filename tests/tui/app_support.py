@@ -1,6 +1,6 @@
 """The real app on a tiny random model: a conversation factory for tests.
 
-``tiny_factory(tmp_path, loaded)`` is ``startup.open_conversation`` with a store
+``tiny_factory(tmp_path, loaded)`` is ``app_root.open_conversation`` with a store
 on ``tmp_path`` and the tiny model as every model, so the app's start-up logic
 (--continue, --session, snapshot restore) is the one under test.
 """
@@ -20,7 +20,7 @@ from mlxchat.models.errors import ModelError
 from mlxchat.models.info import LoadedModel
 from mlxchat.store import open_store
 from mlxchat.tui.app import MlxChatApp, create_app
-from mlxchat.tui.startup import open_conversation
+from mlxchat.app_root import open_conversation
 
 GB = 1_000_000_000
 NOW = 1_750_000_000.0

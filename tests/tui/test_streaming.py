@@ -76,6 +76,6 @@ def test_start_up_and_streaming_leave_textual_out():
     import subprocess
     import sys
 
-    code = ("import sys, mlxchat.tui.startup, mlxchat.tui.streaming; "
+    code = ("import sys, mlxchat.tui.streaming; "
             "sys.exit('textual' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -21,7 +21,7 @@ from mlxchat.errors import MlxchatError
 if TYPE_CHECKING:
     from mlxchat.chat import TurnStats
     from mlxchat.conversation import Conversation
-    from mlxchat.engine import Event
+    from mlxchat.conversation import Event
 
 ResultKind = Literal["info", "error", "markdown", "table", "confirm"]
 Screen = Literal["sessions", "models", "help"]
@@ -218,11 +218,7 @@ def stored_id(session_id: int | None) -> int:
 
 def last_stats(ctx: CommandContext) -> TurnStats | None:
     """The stats of the last turn, or of the last reply on the branch after a reopen."""
-    conv = ctx.conversation
-    if conv.last_stats is not None:
-        return conv.last_stats
-    return next((m.stats for m in reversed(conv.messages)
-                 if m.role == "assistant" and m.stats is not None), None)
+    return ctx.conversation.branch_stats()
 
 
 # -- formatting shared by the command modules ---------------------------------

@@ -13,7 +13,6 @@ from mlxchat.commands.base import (
     CommandError,
     CommandResult,
     ago,
-    current_id,
     first_words,
     fmt_int,
     last_stats,
@@ -55,7 +54,7 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
 
 def _snapshot_row(ctx: CommandContext) -> tuple[str, str]:
     conv = ctx.conversation
-    record = conv.store.latest_snapshot(current_id(ctx))
+    record = conv.snapshot_record()
     if record is None:
         return ("snapshot file", "none saved yet (one is written after each turn)")
     missing = "" if Path(record.path).exists() else " — FILE MISSING"
@@ -112,13 +111,13 @@ def complete_cache(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> 
 
 def context(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
-    window = conv.engine.loaded.info.context_window
+    window = conv.model_info.context_window
     messages = conv.engine_messages()
     pending = conv.attachments
     if not messages and not pending:
         return CommandResult.info(f"The conversation is empty: 0 of {fmt_int(window)} tokens.")
-    counts = conv.engine.message_tokens(messages) if messages else []
-    total = conv.engine.count_tokens(messages) if messages else 0
+    counts = conv.message_tokens(messages) if messages else []
+    total = conv.count_tokens(messages) if messages else 0
     rows: list[tuple[str, ...]] = [
         (str(i), m.role, first_words(m.content), fmt_int(n), percent(n, window))
         for i, (m, n) in enumerate(zip(messages, counts, strict=True), 1)]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import cast
 
 from mlxchat.chat import human_bytes
@@ -16,7 +15,6 @@ from mlxchat.commands.base import (
     CommandResult,
     Confirmation,
     ago,
-    current_id,
     fmt_int,
     one_line,
     plural,
@@ -29,7 +27,7 @@ from mlxchat.commands.completers import (
     complete_sessions,
     user_path,
 )
-from mlxchat.store.export import FORMATS, ExportFormat, export_session, import_json
+from mlxchat.session_life import FORMATS, ExportFormat
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +38,6 @@ def _title(title: str) -> str:
     return f"“{one_line(title, 60)}”"
 
 
-def _snapshot_words(ctx: CommandContext) -> str:
-    snap = ctx.conversation.last_snapshot
-    if snap is None:
-        return "no KV snapshot: the next turn prefills the history"
-    if snap.ok:
-        return f"KV snapshot restored ({fmt_int(snap.tokens)} tokens)"
-    return f"KV snapshot not used ({snap.reason}); the next turn recomputes the history"
-
-
 def new(ctx: CommandContext, args: Args) -> CommandResult:
     session = ctx.conversation.new_session()
     return CommandResult.info(f"New session #{session.id}.", session_changed=True,
@@ -57,7 +46,7 @@ def new(ctx: CommandContext, args: Args) -> CommandResult:
 
 def sessions(ctx: CommandContext, args: Args) -> CommandResult:
     search = args.get(0)
-    rows = ctx.conversation.store.list_sessions(limit=100, search=search)
+    rows = ctx.conversation.list_sessions(limit=100, search=search)
     screen = "sessions" if ctx.interactive and not search else None
     if not rows:
         text = f"No session matches {search!r}." if search else "No saved sessions yet."
@@ -88,22 +77,20 @@ def open_(ctx: CommandContext, args: Args) -> CommandResult:
     n = len(session.messages)
     return CommandResult.info(
         f"Opened #{session.id} {_title(session.title)} ({plural(n, 'message')} on this branch; "
-        f"{_snapshot_words(ctx)}).", session_changed=True, clear_input=True)
+        f"{ctx.conversation.snapshot_words()}).", session_changed=True, clear_input=True)
 
 
 def rename(ctx: CommandContext, args: Args) -> CommandResult:
-    conv = ctx.conversation
-    conv.store.rename_session(current_id(ctx), args.words[0])
-    session = conv.reload()
+    session = ctx.conversation.rename(args.words[0])
     return CommandResult.info(f"Renamed #{session.id} to {_title(session.title)}.",
                               session_changed=True, clear_input=True)
 
 
 def delete(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
-    target = conv.store.find_session(args.words[0]) if args.words else conv.session
+    target = conv.find_session(args.words[0]) if args.words else conv.session
     session_id = stored_id(target.id)
-    snap = conv.store.latest_snapshot(session_id)
+    snap = conv.snapshot_record(session_id)
     extra = f" and its {human_bytes(snap.file_bytes)} KV snapshot" if snap else ""
     which = "this session" if session_id == conv.session.id else "session"
     question = (f"Delete {which} #{session_id} {_title(target.title)} "
@@ -111,37 +98,25 @@ def delete(ctx: CommandContext, args: Args) -> CommandResult:
                 f"included{extra})? This cannot be undone.")
 
     def accept() -> CommandResult:
-        return _delete(ctx, session_id, target.title)
+        return _delete(ctx, session_id)
     return CommandResult("confirm", question,
                          confirm=Confirmation(question, accept, yes="Delete"))
 
 
-def _delete(ctx: CommandContext, session_id: int, title: str) -> CommandResult:
-    conv = ctx.conversation
-    files = conv.store.delete_session(session_id)
-    left = []
-    for path in files:
-        try:
-            Path(path).unlink(missing_ok=True)
-        except OSError as exc:
-            log.warning("snapshot %s not deleted: %s", path, exc)
-            left.append(str(path))
-    text = f"Deleted #{session_id} {_title(title)} and {plural(len(files), 'snapshot file')}."
-    if left:
-        text += f" Could not delete {', '.join(left)}; remove it by hand."
-    if session_id != conv.session.id:
+def _delete(ctx: CommandContext, session_id: int) -> CommandResult:
+    done = ctx.conversation.delete_session(session_id)
+    text = (f"Deleted #{session_id} {_title(done.title)} and "
+            f"{plural(done.files, 'snapshot file')}.")
+    if done.left:
+        text += f" Could not delete {', '.join(done.left)}; remove it by hand."
+    if done.replacement is None:
         return CommandResult.info(text)
-    conv.engine.drop_cache("session deleted")
-    new_session = conv.new_session()
-    return CommandResult.info(f"{text} New session #{new_session.id}.", session_changed=True,
-                              clear_input=True)
+    return CommandResult.info(f"{text} New session #{done.replacement.id}.",
+                              session_changed=True, clear_input=True)
 
 
 def fork(ctx: CommandContext, args: Args) -> CommandResult:
-    conv = ctx.conversation
-    source = conv.session
-    copy = conv.store.fork_session(current_id(ctx))
-    conv.open_session(stored_id(copy.id))
+    source, copy = ctx.conversation.fork()
     return CommandResult.info(
         f"Forked #{source.id} into #{copy.id} {_title(copy.title)} with "
         f"{plural(len(copy.messages), 'message')}; you are in the fork now.",
@@ -158,7 +133,7 @@ def _leaf_id(text: str) -> int:
 
 def branch(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
-    found = conv.store.branches(current_id(ctx))
+    found = conv.branches()
     if not args.words:
         if not found:
             return CommandResult.info("This session has no messages yet.")
@@ -167,22 +142,16 @@ def branch(ctx: CommandContext, args: Args) -> CommandResult:
         return CommandResult.table(
             f"{len(found)} branches of #{conv.session.id} (/branch LEAF switches)",
             ("leaf", "messages", "first message", "updated", ""), rows)
-    leaf = _leaf_id(args.words[0])
-    if leaf in {b.leaf_id for b in found}:
-        conv.store.set_leaf(current_id(ctx), leaf)
-    else:
-        conv.store.switch_branch(current_id(ctx), leaf)
-    session = conv.reload()
+    session = conv.switch_branch(_leaf_id(args.words[0]))
     return CommandResult.info(
         f"On the branch ending at #{session.leaf_id} ({plural(len(session.messages), 'message')}).",
         session_changed=True, clear_input=True)
 
 
 def complete_branches(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
-    conv = ctx.conversation
     return [(str(b.leaf_id), f"{plural(b.message_count, 'message')} · {one_line(b.preview, 40)}"
              + (" · current" if b.current else ""))
-            for b in conv.store.branches(current_id(ctx))]
+            for b in ctx.conversation.branches()]
 
 
 def export(ctx: CommandContext, args: Args) -> CommandResult:
@@ -192,8 +161,7 @@ def export(ctx: CommandContext, args: Args) -> CommandResult:
                            "Usage: /export md|json [PATH]")
     base = ctx.exports_dir or ctx.cwd()
     conv = ctx.conversation
-    path = export_session(conv.store, current_id(ctx), cast(ExportFormat, fmt), args.get(1),
-                          base_dir=base)
+    path = conv.export(cast(ExportFormat, fmt), args.get(1), base_dir=base)
     size = human_bytes(path.stat().st_size)
     what = "the current branch" if fmt == "md" else "every branch"
     return CommandResult.info(f"Exported #{conv.session.id} ({what}) to {path} ({size}).",
@@ -217,7 +185,7 @@ def import_(ctx: CommandContext, args: Args) -> CommandResult:
         raise CommandError(f"{path} is {human_bytes(path.stat().st_size)}; too large to be "
                            "a session export.")
     conv = ctx.conversation
-    session = import_json(conv.store, path)
+    session = conv.import_file(path)
     text = (f"Imported {path.name} as #{session.id} {_title(session.title)} "
             f"({plural(len(session.messages), 'message')} on its current branch)")
     if session.model and session.model != conv.model_spec:

@@ -96,7 +96,7 @@ def _setting(raw: str) -> Setting:
 
 
 def _check_kv_bits(ctx: CommandContext, value: int | None) -> None:
-    head_dim = ctx.conversation.engine.loaded.info.head_dim
+    head_dim = ctx.conversation.model_info.head_dim
     if value and head_dim and head_dim % 32:
         raise CommandError(f"kv_bits needs a head size that is a multiple of 32; this model's "
                            f"is {head_dim}, so its KV cache cannot be quantized.")
@@ -183,7 +183,7 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
             f"Switched to {info.name} ({info.quantization}, {_params(info.parameter_count)} "
             f"parameters, {fmt_int(info.context_window)}-token window); the KV cache starts "
             "cold.", session_changed=True, clear_input=True)
-    info = conv.engine.loaded.info
+    info = conv.model_info
     rows = [("name", info.name), ("spec", info.spec), ("architecture", info.architecture),
             ("parameters", _params(info.parameter_count)),
             ("quantization", info.quantization + (f", scales {info.scales_dtype}"
@@ -225,7 +225,7 @@ def models(ctx: CommandContext, args: Args) -> CommandResult:
                      "yes" if getattr(e, "available_offline", False) else "no",
                      one_line(getattr(e, "description", ""), 60)))
     if current not in {e.alias for e in entries}:
-        info = ctx.conversation.engine.loaded.info
+        info = ctx.conversation.model_info
         rows.append((f"{info.name} *", f"{info.bits_per_weight:.1f} b/w",
                      human_bytes(info.weights_bytes), fmt_int(info.context_window),
                      "yes", f"loaded from {one_line(current, 50)}"))

@@ -55,13 +55,7 @@ def edit(ctx: CommandContext, args: Args) -> CommandResult:
                 else "Run /edit NEW TEXT to replace it")
         return CommandResult.info(f"{hint}; the old version stays on its branch.",
                                   prefill_input=f"/edit {last.content}")
-    text = args.words[0]
-    before = conv.messages[:conv.messages.index(last)]
-    system = conv.session.system_prompt
-    # Check the edited conversation fits before committing it, as send() does.
-    conv.engine.check_fits(([Message("system", system)] if system else []) + before
-                           + [Message("user", text)], conv.generation)
-    turn = conv.edit_last(text)
+    turn = conv.edit_last(args.words[0])
     return CommandResult.info("Answering the edited message; the old version stays on its "
                               "branch (/branch).", turn=turn, session_changed=True,
                               clear_input=True)
@@ -90,11 +84,11 @@ def system(ctx: CommandContext, args: Args) -> CommandResult:
         if not current:
             return CommandResult.info("No system prompt (the model's template default "
                                       "applies). /system TEXT sets one.")
-        tokens = conv.engine.message_tokens([Message("system", current)])[0]
+        tokens = conv.message_tokens([Message("system", current)])[0]
         return CommandResult.info(f"System prompt ({fmt_int(tokens)} tokens):\n{current}")
     text = args.words[0]
     conv.set_system_prompt(text)
-    tokens = conv.engine.message_tokens([Message("system", text)])[0]
+    tokens = conv.message_tokens([Message("system", text)])[0]
     cost = (" The next turn prefills the conversation again (the cache starts with the "
             "old prompt)." if text != current and conv.messages else "")
     return CommandResult.info(f"System prompt set ({fmt_int(tokens)} tokens).{cost}",
@@ -110,7 +104,7 @@ def complete_system(ctx: CommandContext, words: tuple[str, ...], prefix: str) ->
 
 
 def _dtype_bytes(ctx: CommandContext) -> int:
-    info = ctx.conversation.engine.loaded.info
+    info = ctx.conversation.model_info
     dtype = info.scales_dtype if info.scales_dtype not in ("", "-") else info.quantization
     return {"float32": 4, "float16": 2, "bfloat16": 2}.get(dtype, 2)
 
@@ -121,7 +115,7 @@ def kv_bytes_per_token(ctx: CommandContext) -> tuple[float, str]:
     state = conv.state()
     if state.cached_tokens and state.kv_bytes:
         return state.kv_bytes / state.cached_tokens, "measured from the live cache"
-    info = conv.engine.loaded.info
+    info = conv.model_info
     element: float = _dtype_bytes(ctx)
     bits = conv.generation.kv_bits
     if bits:
@@ -173,7 +167,7 @@ def attach(ctx: CommandContext, args: Args) -> CommandResult:
             return CommandResult.info("No pending attachments. Usage: /attach PATH")
         names = ", ".join(f"{a.path.name} ({fmt_int(a.tokens)} tokens)" for a in pending)
         return CommandResult.info(f"Going with your next message: {names}.")
-    window = conv.engine.loaded.info.context_window
+    window = conv.model_info.context_window
     free = conv.window_left() - sum(a.tokens for a in pending)
     path, text = _read_text_file(ctx, args.words[0], free)
     resolved = path.resolve()
@@ -182,8 +176,8 @@ def attach(ctx: CommandContext, args: Args) -> CommandResult:
     messages = conv.engine_messages()
     block = conv.compose("")  # the wrapping of the files already pending
     with_file = f'<file name="{path.name}">\n{text}\n</file>'
-    tokens = (conv.engine.count_tokens(messages + [Message("user", f"{block}{with_file}")])
-              - conv.engine.count_tokens(messages + [Message("user", block)]))
+    tokens = (conv.count_tokens(messages + [Message("user", f"{block}{with_file}")])
+              - conv.count_tokens(messages + [Message("user", block)]))
     if tokens > free:
         raise CommandError(f"{path.name} is {fmt_int(tokens)} tokens; only {fmt_int(free)} "
                            f"are left in the {fmt_int(window)}-token window.")

@@ -13,6 +13,10 @@ class StoreError(MlxchatError):
     """A session-store failure, with a one-line message fit to show the user."""
 
 
+class SessionNotFound(StoreError):
+    """No session has that id or title."""
+
+
 def _where(path: str) -> str:
     return f" ({path})" if path else ""
 

@@ -23,7 +23,7 @@ from mlxchat.store.base import (
 )
 from mlxchat.store.branches import BranchOps
 from mlxchat.store.drafts import DraftOps
-from mlxchat.store.errors import StoreError
+from mlxchat.store.errors import SessionNotFound, StoreError
 from mlxchat.store.search import matching_sessions
 from mlxchat.store.snapshots import SnapshotOps
 
@@ -64,8 +64,10 @@ class SessionStore(BranchOps, SnapshotOps, DraftOps):
         with self._reading() as cur:
             return self._session(cur, session_id)
 
-    def find_session(self, id_or_title: str) -> Session:
-        """By id (``12`` or ``#12``), exact title, or unique title prefix (case-insensitive)."""
+    def find_session(self, id_or_title: str, *, prefix: bool = True) -> Session:
+        """By id (``12`` or ``#12``), exact title, then (with ``prefix``) the title
+        case-insensitively or a unique title prefix. Several matches at the first
+        level that has any is an error listing them; none is ``SessionNotFound``."""
         wanted = id_or_title.strip()
         with self._reading() as cur:
             number = wanted.removeprefix("#")
@@ -77,10 +79,11 @@ class SessionStore(BranchOps, SnapshotOps, DraftOps):
                 "SELECT id, title FROM sessions ORDER BY updated DESC, id DESC"
             ).fetchall()
             key = wanted.casefold()
-            exact = [(r[0], r[1]) for r in rows if r[1] == wanted]
-            folded = [(r[0], r[1]) for r in rows if r[1].casefold() == key]
-            prefixed = [(r[0], r[1]) for r in rows if r[1].casefold().startswith(key)]
-            for hits in (exact, folded, prefixed) if key else ():
+            levels = [[(r[0], r[1]) for r in rows if r[1] == wanted]]
+            if prefix:
+                levels.append([(r[0], r[1]) for r in rows if r[1].casefold() == key])
+                levels.append([(r[0], r[1]) for r in rows if r[1].casefold().startswith(key)])
+            for hits in levels if key else ():
                 if len(hits) == 1:
                     return self._session(cur, hits[0][0])
                 if len(hits) > 1:
@@ -89,7 +92,7 @@ class SessionStore(BranchOps, SnapshotOps, DraftOps):
                     raise StoreError(
                         f"{wanted!r} matches {len(hits)} sessions: {shown}{more}; give its id."
                     )
-        raise StoreError(f"No session matches {wanted!r}; `mlxchat sessions` lists them.")
+        raise SessionNotFound(f"No session matches {wanted!r}; `mlxchat sessions` lists them.")
 
     def most_recent_session(self) -> Session | None:
         """The session updated last, or None when there is none."""

@@ -21,27 +21,20 @@ from textual.binding import Binding, BindingType
 from textual.reactive import var
 from textual.widgets import Footer, Header
 
+from mlxchat.app_root import (ConversationFactory, Opened, log_to_file, memory_budget,
+                              open_conversation)
 from mlxchat.commands import CommandContext, Registry, default_registry
 from mlxchat.config import ConfigError, Settings, remember
 from mlxchat.models import STAGE_LABELS
 from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
 from mlxchat.tui.app_commands import CommandsMixin, SlashCommandsProvider, error_text
-from mlxchat.tui.startup import (
-    ConversationFactory,
-    Opened,
-    branch_stats,
-    close_conversation,
-    log_to_file,
-    memory_budget,
-    open_conversation,
-)
 from mlxchat.tui.streaming import Batch, Pacer, pump_turn
 from mlxchat.tui.widgets import GaugesPanel, PromptInput, ReplyHandle, Transcript
 from mlxchat.tui.widgets.activity import ActivityBar
 
 if TYPE_CHECKING:
     from mlxchat.conversation import Conversation
-    from mlxchat.engine import Event, TurnDone
+    from mlxchat.conversation import Event, TurnDone
 
 QUIT_WAIT_SECONDS = 10.0
 """On quit, how long a stopped reply gets to be committed before the app exits."""
@@ -178,7 +171,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         conv = self.conversation
         if conv is None:
             return
-        self.transcript.assistant_label = conv.engine.loaded.info.name
+        self.transcript.assistant_label = conv.model_info.name
         await self.transcript.load(conv.messages)
         self.refresh_gauges()
         self.set_titles()
@@ -188,14 +181,14 @@ class MlxChatApp(CommandsMixin, App[int]):
         if conv is None:
             return
         self.gauges.update_state(conv.state(), self.budget_bytes)
-        self.gauges.update_stats(branch_stats(conv))
+        self.gauges.update_stats(conv.branch_stats())
 
     def set_titles(self) -> None:
         conv = self.conversation
         if conv is None:
             return
         self.title = conv.session.title
-        self.sub_title = conv.engine.loaded.info.name
+        self.sub_title = conv.model_info.name
         if self._driver is not None and not self.is_headless:
             # The terminal's own window title (OSC 2).
             self._driver.write(f"\x1b]2;{_CONTROL.sub(' ', self.title)} · mlxchat\x07")
@@ -378,7 +371,7 @@ class MlxChatApp(CommandsMixin, App[int]):
     async def on_unmount(self) -> None:
         conv, self.conversation = self.conversation, None
         if conv is not None:
-            await asyncio.to_thread(close_conversation, conv)
+            await asyncio.to_thread(conv.shutdown)
 
 
 def create_app(settings: Settings, *, model_spec: str | None = None,
@@ -386,7 +379,7 @@ def create_app(settings: Settings, *, model_spec: str | None = None,
                continue_last: bool = False, session: str | None = None,
                now: Callable[[], float] = time.time, cursor_blink: bool = True) -> MlxChatApp:
     """The app, for ``run_app`` and for tests. ``conversation_factory`` defaults to
-    ``startup.open_conversation`` (the real store and ``load_model``); it runs in
+    ``app_root.open_conversation`` (the real store and ``load_model``); it runs in
     a thread and gets a ``progress(stage, done, total)`` callback."""
     return MlxChatApp(settings, model_spec=model_spec,
                       conversation_factory=conversation_factory or open_conversation,

@@ -11,13 +11,13 @@ import logging
 import threading
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from textual import work
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from mlxchat.commands import CommandResult
+from mlxchat.errors import user_message
 from mlxchat.tui.screens import (
     ConfirmScreen,
     HelpScreen,
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from mlxchat.commands import CommandContext, Registry
     from mlxchat.conversation import Conversation
-    from mlxchat.engine import Event
+    from mlxchat.conversation import Event
     from mlxchat.tui.widgets import PromptInput, Transcript
     from mlxchat.tui.widgets.activity import ActivityBar
 
@@ -84,8 +84,6 @@ KEY_HELP = [
 
 def error_text(exc: BaseException) -> str:
     """One line for the user; a bug is logged with its traceback, never shown."""
-    from mlxchat.errors import user_message
-
     text = user_message(exc)
     if text is None:
         log.error("unexpected error", exc_info=exc)
@@ -202,27 +200,20 @@ class CommandsMixin(_Host):
     def _open_sessions(self) -> None:
         conv = self.conversation
         assert conv is not None
-        store = conv.store
         changed = False
 
         def search(text: str) -> list:
-            return store.list_sessions(limit=200, search=text.strip() or None)
+            return conv.list_sessions(limit=200, search=text.strip() or None)
 
         def rename(session_id: int, title: str) -> None:
             nonlocal changed
-            store.rename_session(session_id, title)
-            if session_id == conv.session.id:
-                conv.reload()
-                changed = True
+            conv.rename(title, session_id)
+            changed = changed or session_id == conv.session.id
 
         def delete(session_id: int) -> None:
             nonlocal changed
-            for path in store.delete_session(session_id):
-                Path(path).unlink(missing_ok=True)
-            if session_id == conv.session.id:  # the open one: start afresh
-                conv.engine.drop_cache("session deleted")
-                conv.new_session()
-                changed = True
+            # Deleting the open session opens a new empty one.
+            changed = conv.delete_session(session_id).replacement is not None or changed
 
         async def chosen(session_id: int | None) -> None:
             if session_id is not None and session_id != conv.session.id:

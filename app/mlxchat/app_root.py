@@ -1,6 +1,5 @@
-"""What the app does before it can chat: open the store, find the session to
-resume, load its model, start the engine. No Textual here; the app runs this
-in a thread and shows ``progress`` (stage, done, total) as it arrives.
+"""The composition root: the one place that builds store + model + engine +
+Conversation. The TUI, `mlxchat ask` and the benchmarks all open through it.
 """
 
 from __future__ import annotations
@@ -9,23 +8,25 @@ import logging
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from mlxchat.chat import Session, TurnStats
+from mlxchat.chat import Session
 from mlxchat.config import Settings
+from mlxchat.conversation import Conversation
+from mlxchat.store import SessionNotFound, SessionStore, StoreError
 
 if TYPE_CHECKING:
-    from mlxchat.conversation import Conversation
-    from mlxchat.engine import ChatEngine
+    from mlxchat.engine.interface import Engine
     from mlxchat.models.info import LoadedModel
-    from mlxchat.store import SessionStore
-
-log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``, from the loading thread (see ``load_model``)."""
 NoticeLevel = Literal["info", "warning", "error"]
+SessionLookup = Literal["lenient", "exact"]
+"""How a session name is matched: 'lenient' (the UI: case-insensitive, unique
+prefix; a miss opens a new session with a notice) or 'exact' (scripts: id or
+exact title; a miss creates a session with that title)."""
 
 BUDGET_SHARE_OF_RAM = 0.75
 
@@ -47,6 +48,8 @@ class Opened:
 
     conversation: Conversation
     notices: list[tuple[str, NoticeLevel]] = field(default_factory=list)
+    resumed: bool = False
+    """An existing session was opened (not a new one)."""
 
 
 class ConversationFactory(Protocol):
@@ -54,32 +57,44 @@ class ConversationFactory(Protocol):
                  continue_last: bool, progress: Progress | None) -> Opened: ...
 
 
-def _default_store() -> SessionStore:
+def default_store() -> SessionStore:
     from mlxchat.store import open_store
 
     return open_store()
 
 
-def _default_loader(spec: str, progress: Progress | None = None) -> LoadedModel:
+def throwaway_store() -> SessionStore:
+    """An in-memory store: one-off questions go through the same turn path."""
+    from mlxchat.store import open_store
+
+    return open_store(":memory:")
+
+
+def default_loader(spec: str, progress: Progress | None = None) -> LoadedModel:
     from mlxchat.models import load_model
 
     return load_model(spec, progress=progress)
 
 
-def _default_engine(loaded: LoadedModel) -> ChatEngine:
+def default_engine(loaded: LoadedModel) -> Engine:
     from mlxchat.engine import ChatEngine
 
     return ChatEngine(loaded)
 
 
 def _find_session(store: SessionStore, ref: str | None, continue_last: bool,
-                  notices: list[tuple[str, NoticeLevel]]) -> Session | None:
-    from mlxchat.store import StoreError
-
+                  lookup: SessionLookup, notices: list[tuple[str, NoticeLevel]]
+                  ) -> Session | None:
     if ref:
         try:
-            return store.find_session(ref)
+            return store.find_session(ref, prefix=lookup == "lenient")
+        except SessionNotFound as exc:
+            if lookup == "lenient":
+                notices.append((f"{exc} Started a new session instead.", "warning"))
+            return None
         except StoreError as exc:
+            if lookup == "exact":
+                raise  # several sessions match: the user must pick one
             notices.append((f"{exc} Started a new session instead.", "warning"))
             return None
     if continue_last:
@@ -90,90 +105,53 @@ def _find_session(store: SessionStore, ref: str | None, continue_last: bool,
     return None
 
 
-def snapshot_words(conv: Conversation) -> str:
-    snap = conv.last_snapshot
-    if snap is None:
-        return "no KV snapshot: the next turn prefills the history"
-    if snap.ok:
-        return f"KV cache restored from its snapshot ({snap.tokens:,} tokens)"
-    return f"KV snapshot not used ({snap.reason}); the next turn recomputes the history"
-
-
 def open_conversation(settings: Settings, *, model_spec: str | None = None,
                       session: str | None = None, continue_last: bool = False,
+                      lookup: SessionLookup = "lenient", new_title: str | None = None,
                       progress: Progress | None = None,
-                      store_factory: Callable[[], SessionStore] = _default_store,
-                      load_model: Callable[..., LoadedModel] = _default_loader,
-                      engine_factory: Callable[[LoadedModel], ChatEngine] = _default_engine,
-                      ) -> Opened:
+                      store_factory: Callable[[], SessionStore] = default_store,
+                      load_model: Callable[..., LoadedModel] = default_loader,
+                      engine_factory: Callable[[LoadedModel], Engine] = default_engine,
+                      keep_snapshots: bool = True) -> Opened:
     """Open the store, pick the session (``session`` id/title, or the most recent
     one with ``continue_last``), load the model once (``model_spec``, else the
     session's, else the settings'), and restore the session's KV snapshot.
 
+    A new session gets ``new_title`` (else it is named by its first message).
     Tests pass their own store, loader and engine; the logic is the same.
     """
-    from mlxchat.conversation import Conversation
-
     notices: list[tuple[str, NoticeLevel]] = []
     store = store_factory()
     try:
-        resumed = _find_session(store, session, continue_last, notices)
+        resumed = _find_session(store, session, continue_last, lookup, notices)
         spec = model_spec or (resumed.model if resumed else None) or settings.model
         loaded = load_model(spec, progress=progress)
         engine = engine_factory(loaded)
+        if resumed is None:
+            resumed_or_new = store.create_session(spec, settings.system_prompt,
+                                                  replace(settings.generation), title=new_title)
+        else:
+            resumed_or_new = resumed
     except BaseException:
         store.close()
         raise
     conv = Conversation(settings=settings, store=store, engine=engine, model_spec=spec,
                         # /model later reports its import or download the same way.
-                        load_model=lambda s: load_model(s, progress=progress), session=resumed)
+                        load_model=lambda s: load_model(s, progress=progress),
+                        session=resumed_or_new, keep_snapshots=keep_snapshots)
     if resumed is not None:
         if resumed.model != spec and resumed.id is not None:
             conv.session = store.update_model(resumed.id, spec)
         conv.restore_snapshot()
-        n = len(conv.messages)
-        text = (f"Resumed #{resumed.id} “{resumed.title}” ({n:,} messages; "
-                f"{snapshot_words(conv)}).")
+        text = (f"Resumed #{resumed.id} “{resumed.title}” ({len(conv.messages):,} messages; "
+                f"{conv.snapshot_words()}).")
         notices.append((text, "info"))
-    return Opened(conv, notices)
-
-
-def discard_if_empty(conv: Conversation) -> bool:
-    """Delete the open session when nothing was ever written to it, so quitting
-    an unused window leaves no 'New chat' behind (and --continue skips it)."""
-    session_id = conv.session.id
-    if session_id is None:
-        return False
-    try:
-        if conv.store.all_messages(session_id):
-            return False
-        for path in conv.store.delete_session(session_id):
-            path.unlink(missing_ok=True)
-    except Exception as exc:  # noqa: BLE001 - cleanup on exit must not fail the exit
-        log.warning("empty session #%s not removed: %s", session_id, exc)
-        return False
-    return True
-
-
-def branch_stats(conv: Conversation) -> TurnStats | None:
-    """The live turn's stats, else those stored with the branch's last reply."""
-    if conv.last_stats is not None:
-        return conv.last_stats
-    return next((m.stats for m in reversed(conv.messages)
-                 if m.role == "assistant" and m.stats is not None), None)
-
-
-def close_conversation(conv: Conversation) -> None:
-    """On exit: stop any turn, drop an unused session, stop the engine, close the store."""
-    conv.cancel()
-    discard_if_empty(conv)
-    conv.close()
-    conv.store.close()
+    return Opened(conv, notices, resumed=resumed is not None)
 
 
 @contextmanager
 def log_to_file() -> Iterator[None]:
-    """While the UI owns the terminal, log records go to a file, not stderr."""
+    """While a UI owns the terminal, log records go to a file, not stderr."""
     from mlxchat import paths
 
     root = logging.getLogger()
