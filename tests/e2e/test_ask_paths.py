@@ -1,0 +1,85 @@
+"""`mlxchat ask` in-process on a tiny model: one turn path, session lookup, flags."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mlxchat import cli
+from mlxchat.conversation import Conversation
+from mlxchat.store import open_store
+
+
+def ask(capsys, model_dir, *args: str) -> tuple[int, dict | None, str]:
+    code = cli.main(["ask", "--model", str(model_dir), "--temp", "0", "--json", *args])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 else None), err
+
+
+def titles() -> list[str]:
+    with open_store() as store:
+        return sorted(s.title for s in store.list_sessions(limit=100))
+
+
+def test_ask_with_and_without_a_session_go_through_conversation_send(
+        capsys, monkeypatch, tiny_model_dir):
+    calls: list[str] = []
+    real_send = Conversation.send
+
+    def counting_send(self, text):
+        calls.append(text)
+        return real_send(self, text)
+    monkeypatch.setattr(Conversation, "send", counting_send)
+    code, one_off, _ = ask(capsys, tiny_model_dir, "--max-tokens", "3", "one-off")
+    assert code == 0 and one_off["generated_tokens"] >= 1
+    code, named, _ = ask(capsys, tiny_model_dir, "--max-tokens", "3", "--session", "kept", "hi")
+    assert code == 0 and named["session"]["title"] == "kept"
+    assert calls == ["one-off", "hi"]
+    # The one-off question used a throwaway session: nothing was stored for it.
+    assert titles() == ["kept"]
+
+
+def test_flags_apply_to_the_call_on_an_existing_session(capsys, tiny_model_dir):
+    code, _, _ = ask(capsys, tiny_model_dir, "--max-tokens", "16", "--session", "A", "first")
+    assert code == 0
+    code, second, _ = ask(capsys, tiny_model_dir, "--max-tokens", "3", "--session", "A",
+                          "again")
+    assert code == 0
+    assert second["generated_tokens"] <= 3 and second["finish_reason"] in ("length", "stop")
+    with open_store() as store:
+        stored = store.find_session("A")
+    # The session keeps its own setting; the flag was for that call only.
+    assert stored.settings.max_tokens == 16 and len(stored.messages) == 4
+
+
+def test_session_name_is_an_exact_title_or_id(capsys, tiny_model_dir):
+    assert ask(capsys, tiny_model_dir, "--max-tokens", "2", "--session", "alpha trip", "a")[0] == 0
+    # A prefix of another title is a new session, not a silent continuation.
+    code, data, _ = ask(capsys, tiny_model_dir, "--max-tokens", "2", "--session", "alpha", "b")
+    assert code == 0 and data["session"]["title"] == "alpha"
+    assert titles() == ["alpha", "alpha trip"]
+    # --new makes a second session with the same title; then the name is ambiguous.
+    code, data, _ = ask(capsys, tiny_model_dir, "--max-tokens", "2", "--session", "alpha",
+                        "--new", "c")
+    assert code == 0 and titles() == ["alpha", "alpha", "alpha trip"]
+    code, _, err = ask(capsys, tiny_model_dir, "--max-tokens", "2", "--session", "alpha", "d")
+    assert code == 1 and "matches 2 sessions" in err and err.count("\n") == 1
+    assert titles() == ["alpha", "alpha", "alpha trip"]  # nothing created on the error
+    # The id always works.
+    code, data, _ = ask(capsys, tiny_model_dir, "--max-tokens", "2", "--session",
+                        f"#{data['session']['id']}", "e")
+    assert code == 0 and data["session"]["title"] == "alpha"
+
+
+def test_a_refused_prompt_leaves_no_empty_session(capsys, tiny_model_dir):
+    huge = "word " * 5000  # far over the tiny model's window
+    code, _, err = ask(capsys, tiny_model_dir, "--session", "too big", huge)
+    assert code == 1 and "context window" in err
+    assert titles() == []
+
+
+@pytest.mark.parametrize("flags", [("--new",)])
+def test_new_needs_a_session_name(capsys, tiny_model_dir, flags):
+    code, _, err = ask(capsys, tiny_model_dir, *flags, "x")
+    assert code == 1 and "--new needs --session" in err
