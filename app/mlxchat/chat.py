@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, fields
 import math
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Literal, Self
 
 Role = Literal["system", "user", "assistant"]
 CacheSource = Literal["warm", "snapshot", "cold"]
@@ -65,8 +65,20 @@ class Message:
     """Unix time the message was stored."""
 
 
+class Record:
+    """A dataclass stored as JSON: unknown keys (from newer versions) are ignored."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Self:
+        known = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+
 @dataclass
-class GenerationSettings:
+class GenerationSettings(Record):
     """Sampling and cache options of a turn; each is settable with ``/set``."""
 
     temperature: float = 0.7
@@ -87,14 +99,6 @@ class GenerationSettings:
     """What to do when the conversation outgrows the window: drop the oldest
     turns (keeping the system prompt and the newest message) or stop with an error."""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "GenerationSettings":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (data or {}).items() if k in known})
-
     def check(self) -> None:
         """Raise ValueError (one line) for the first setting out of its range."""
         for name in GENERATION_RULES:
@@ -104,7 +108,7 @@ class GenerationSettings:
 
 
 @dataclass
-class TurnStats:
+class TurnStats(Record):
     """Measured figures of one turn; every number is read, none estimated."""
 
     ttft_s: float = 0.0
@@ -136,14 +140,6 @@ class TurnStats:
     dropped_messages: int = 0
     """Oldest messages left out to fit the context window."""
     total_s: float = 0.0
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> "TurnStats":
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in (data or {}).items() if k in known})
 
 
 @dataclass
