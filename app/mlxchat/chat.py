@@ -11,6 +11,8 @@ Role = Literal["system", "user", "assistant"]
 CacheSource = Literal["warm", "snapshot", "cold"]
 ContextPolicy = Literal["drop_oldest", "stop"]
 CONTEXT_POLICIES: tuple[str, ...] = ("drop_oldest", "stop")
+HistoryMode = Literal["ledger", "template"]
+HISTORY_MODES: tuple[str, ...] = ("ledger", "template")
 
 _INT64 = 2**63
 
@@ -23,17 +25,19 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "repetition_penalty": (lambda v: v > 0, "> 0"),
     "kv_bits": (lambda v: v in (None, 4, 8), "none, 4 or 8"),
     "context_policy": (lambda v: v in CONTEXT_POLICIES, " or ".join(CONTEXT_POLICIES)),
+    "history": (lambda v: v in HISTORY_MODES, " or ".join(HISTORY_MODES)),
 }
 """What each generation setting allows (a check and the rule in words): the one
 place the /set command, `mlxchat ask` flags and the config file are checked against."""
 
 _WHOLE = ("max_tokens", "seed", "kv_bits")
+_WORDS = ("context_policy", "history")
 
 
 def generation_problem(name: str, value: Any) -> str | None:
     """Why ``value`` is not allowed for setting ``name``, or None when it is."""
     check, rule = GENERATION_RULES[name]
-    if value is not None and name != "context_policy":
+    if value is not None and name not in _WORDS:
         whole = isinstance(value, int) and not isinstance(value, bool)
         number = whole or (isinstance(value, float) and math.isfinite(value))
         if not (whole if name in _WHOLE else number):
@@ -63,6 +67,14 @@ class Message:
     """An assistant reply stopped by the user: the text is what was shown."""
     created: float | None = None
     """Unix time the message was stored."""
+    token_ids: list[int] | None = None
+    """What this message added to the conversation's token sequence (its token
+    ledger): for a user message what the template rendered for it after the
+    history, for a reply the tokens sampled. None when not recorded."""
+    ledger_key: str | None = None
+    """Identifies the template, model and system prompt ``token_ids`` were made with."""
+    ledger_start: bool = False
+    """``token_ids`` hold the whole prompt up to here: earlier ids are not used."""
 
 
 class Record:
@@ -98,6 +110,10 @@ class GenerationSettings(Record):
     context_policy: ContextPolicy = "drop_oldest"
     """What to do when the conversation outgrows the window: drop the oldest
     turns (keeping the system prompt and the newest message) or stop with an error."""
+    history: HistoryMode = "ledger"
+    """'ledger': earlier messages keep the tokens they were sent with, so a
+    follow-up prefills only itself; 'template': re-render the whole conversation
+    as the chat template would today (re-prefills what the template changes)."""
 
     def check(self) -> None:
         """Raise ValueError (one line) for the first setting out of its range."""

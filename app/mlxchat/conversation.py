@@ -23,6 +23,7 @@ from mlxchat.engine import (EngineError, EngineState, Event, PrefillProgress, Sn
                             TextDelta, TurnDone)
 from mlxchat.engine.interface import Engine
 from mlxchat.errors import MlxchatError
+from mlxchat.ledger import Ledger, Plan
 from mlxchat.models.info import LoadedModel, ModelInfo
 from mlxchat.session_life import SessionLife, remove_files
 from mlxchat.store import SessionStore, StoreError
@@ -192,11 +193,10 @@ class Conversation(SessionLife):
         if not text.strip():
             raise ConversationError("Nothing to send.")
         content = self.compose(text)
-        self.check_fits(self.engine_messages([Message("user", content)]))
-        self.store.add_message(self.session.id, "user", content)
+        plan = self._ledger().plan_message(self.messages, content)  # refuses what cannot fit
+        self._add_user(content, plan)
         self.attachments.clear()
-        self.reload()
-        return self._run_turn()
+        return self._run_turn(plan)
 
     def retry(self) -> Iterator[Event]:
         """Answer the last user message again, as a new branch beside the old reply."""
@@ -206,7 +206,14 @@ class Conversation(SessionLife):
         if msgs[-1].role == "assistant":
             self.store.set_leaf(self.session.id, msgs[-1].parent_id)
             self.reload()
-        return self._run_turn()
+        if not self.messages or self.messages[-1].role != "user":
+            raise ConversationError("The conversation does not end with a message to answer.")
+        plan = self._ledger().plan_existing(self.messages)
+        last = self.messages[-1]
+        if plan.user_ids is not None and last.id is not None and plan.key is not None:
+            self.store.set_message_ledger(last.id, plan.user_ids, plan.key, start=plan.start)
+            self.reload()
+        return self._run_turn(plan)
 
     def edit_last(self, text: str) -> Iterator[Event]:
         """Replace the last user message with ``text`` on a new branch and answer it."""
@@ -216,12 +223,19 @@ class Conversation(SessionLife):
         if not text.strip():
             raise ConversationError("The edited message is empty.")
         before = self.messages[:self.messages.index(last)]
-        # Check the edited conversation fits before committing it, as send() does.
-        self.check_fits(self._with_system(before + [Message("user", text)]))
+        # Planned (and refused when it cannot fit) before anything is committed.
+        plan = self._ledger().plan_message(before, text)
         self.store.set_leaf(self.session.id, last.parent_id)
-        self.store.add_message(self.session.id, "user", text)
+        self._add_user(text, plan)
+        return self._run_turn(plan)
+
+    def _ledger(self) -> Ledger:
+        return Ledger(self.engine, self.session, self.generation)
+
+    def _add_user(self, content: str, plan: Plan) -> None:
+        self.store.add_message(self.session.id, "user", content, token_ids=plan.user_ids,
+                               ledger_key=plan.key, ledger_start=plan.start)
         self.reload()
-        return self._run_turn()
 
     def undo(self) -> int:
         """Step back before the last user message (kept on its branch); returns
@@ -239,15 +253,13 @@ class Conversation(SessionLife):
     def cancel(self) -> None:
         self.engine.cancel()
 
-    def _run_turn(self) -> Iterator[Event]:
-        if not self.messages or self.messages[-1].role != "user":
-            raise ConversationError("The conversation does not end with a message to answer.")
+    def _run_turn(self, plan: Plan) -> Iterator[Event]:
         done: TurnDone | None = None
         parent = self.session.leaf_id
         pieces: list[str] = []
         saved_at = time.monotonic()
         try:
-            for event in self.engine.turn(self.engine_messages(), self.generation):
+            for event in self.engine.turn(plan.prompt, self.generation):
                 if isinstance(event, TurnDone):
                     done = event
                 elif isinstance(event, TextDelta):
@@ -258,7 +270,7 @@ class Conversation(SessionLife):
                 yield event
         finally:
             if done is not None:
-                self._finish(done)
+                self._finish(done, plan.key)
             elif pieces:
                 # The engine failed mid-reply: keep what was shown, marked stopped.
                 self.store.add_message(self.session.id, "assistant", "".join(pieces),
@@ -271,13 +283,15 @@ class Conversation(SessionLife):
         except StoreError as exc:  # a full disk must not stop the reply
             log.warning("reply checkpoint not saved: %s", exc)
 
-    def _finish(self, done: TurnDone) -> None:
+    def _finish(self, done: TurnDone, key: str | None) -> None:
         stats = done.stats
         self.last_stats = stats
         cancelled = stats.finish_reason == "cancelled"
         if done.reply or not cancelled:
+            # The reply's ledger entry is what was sampled, reasoning and end token included.
             self.store.add_message(self.session.id, "assistant", done.reply, stats=stats,
-                                   token_count=stats.generated_tokens, cancelled=cancelled)
+                                   token_count=stats.generated_tokens, cancelled=cancelled,
+                                   token_ids=done.token_ids if key else None, ledger_key=key)
         self.reload()
         self.save_snapshot()
 

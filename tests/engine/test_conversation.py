@@ -94,15 +94,22 @@ def test_a_snapshot_that_cannot_be_written_loses_nothing(tiny, tmp_path, mlxchat
     conv.close()
 
 
-def test_a_send_renders_the_history_once(tiny, tmp_path, monkeypatch):
+def test_a_send_renders_only_the_new_message(tiny, tmp_path, monkeypatch):
     from mlxchat.engine import prompt
 
     conv = make(tiny, tmp_path / "s.db")
     last(conv.send("First."))
-    calls = []
+    last(conv.send("Second."))
+    calls: list[list[str]] = []
     real = prompt.render
-    monkeypatch.setattr(prompt, "render", lambda *a, **k: calls.append(1) or real(*a, **k))
-    done = last(conv.send("Second."))
-    assert len(calls) == 1  # the fit check before storing and the turn share one render
+
+    def counting(tokenizer, messages, **kw):
+        calls.append([m.content for m in messages])
+        return real(tokenizer, messages, **kw)
+    monkeypatch.setattr(prompt, "render", counting)
+    done = last(conv.send("Third."))
+    # One render, of the new message after a fixed stub: the history is never re-rendered.
+    assert len(calls) == 1 and calls[0][-1] == "Third."
+    assert not {"First.", "Second."} & set(calls[0])
     assert done.stats.reused_tokens > 0 and done.stats.miss_reason is None
     conv.close()

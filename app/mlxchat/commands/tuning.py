@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mlxchat.chat import (CONTEXT_POLICIES, GENERATION_RULES, GenerationSettings,
+from mlxchat.chat import (CONTEXT_POLICIES, GENERATION_RULES, HISTORY_MODES, GenerationSettings,
                           generation_problem, human_bytes)
 from mlxchat.commands.base import (
     Args,
@@ -79,6 +79,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("repetition_penalty", _ranged(float), "> 0 (1 is off)"),
     Setting("kv_bits", _optional_int, "none, 4 or 8", ("none", "4", "8")),
     Setting("context_policy", _policy, " or ".join(CONTEXT_POLICIES), CONTEXT_POLICIES),
+    Setting("history", _policy, " or ".join(HISTORY_MODES), HISTORY_MODES),
 )}
 
 

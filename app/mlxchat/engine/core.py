@@ -23,10 +23,11 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from mlxchat.chat import GenerationSettings, Message, TurnStats
-from mlxchat.engine import prompt, snapshot
+from mlxchat.engine import prompt, snapshot, template_delta
 from mlxchat.engine.events import (EngineState, Event, PrefillProgress, SnapshotInfo,
                                    SnapshotLoad, TextDelta, TurnDone)
 from mlxchat.engine.live import LiveCache
+from mlxchat.engine.template_delta import TemplateOptions
 from mlxchat.models.info import LoadedModel, ModelInfo
 
 _DONE = object()
@@ -56,6 +57,8 @@ class Decode:
     """What sampling produced: the reply and its timing."""
 
     pieces: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    """Every sampled token, the end token included."""
     generated: int = 0
     """Tokens sampled, the end token included."""
     finish_reason: str = "stop"
@@ -140,10 +143,12 @@ class ChatEngine:
         for ev in list(self._cancels):
             ev.set()
 
-    def turn(self, messages: Sequence[Message], settings: GenerationSettings
-             ) -> Iterator[Event]:
+    def turn(self, conversation: Sequence[Message] | prompt.FittedPrompt,
+             settings: GenerationSettings) -> Iterator[Event]:
         """Run one turn; yields PrefillProgress, TextDelta and finally TurnDone.
 
+        ``conversation`` is either messages to render whole through the template,
+        or the prompt's tokens already laid out (a conversation's token ledger).
         Raises EngineError (ContextOverflowError) before any event when refused.
         Closing the iterator early cancels the turn.
         """
@@ -151,11 +156,12 @@ class ChatEngine:
         cancel = threading.Event()
         self._cancels.add(cancel)
         fut: Future = Future()
-        messages = list(messages)
+        planned = (conversation if isinstance(conversation, prompt.FittedPrompt)
+                   else list(conversation))
 
         def job() -> None:
             self._cancel = cancel
-            self._turn(messages, settings, events.put)
+            self._turn(planned, settings, events.put)
         self._jobs.put((job, fut))
         fut.add_done_callback(lambda _: events.put(_DONE))
         try:
@@ -174,22 +180,38 @@ class ChatEngine:
     def check_fits(self, messages: Sequence[Message], settings: GenerationSettings) -> int:
         """Raise ContextOverflowError if a turn would be refused; else the
         number of messages the drop_oldest policy would leave out."""
-        return self._fit(messages, settings).dropped
+        return self.fit(messages, settings).dropped
 
-    def _fit(self, messages: Sequence[Message], settings: GenerationSettings
-             ) -> prompt.FittedPrompt:
-        """Render and fit the conversation; the last result is kept, so the
-        check before a send and the turn itself tokenize the history once."""
+    def fit(self, messages: Sequence[Message], settings: GenerationSettings, *,
+            options: TemplateOptions = TemplateOptions()) -> prompt.FittedPrompt:
+        """Render the whole conversation and fit it to the window under the
+        settings' policy; the last result is kept, so the check before a send
+        and the turn itself tokenize the history once."""
         loaded = self._loaded
         key = (id(loaded), tuple((m.role, m.content) for m in messages),
-               settings.max_tokens, settings.context_policy)
+               settings.max_tokens, settings.context_policy, options)
         memo = self._fit_memo
         if memo is not None and memo[0] == key:
             return memo[1]
         fitted = prompt.fit(loaded.tokenizer, messages, window=loaded.info.context_window,
-                            max_tokens=settings.max_tokens, policy=settings.context_policy)
+                            max_tokens=settings.max_tokens, policy=settings.context_policy,
+                            template_kwargs=options.kwargs())
         self._fit_memo = (key, fitted)
         return fitted
+
+    def message_ids(self, text: str, *, system: str | None, previous: Sequence[int] | None,
+                    options: TemplateOptions = TemplateOptions()) -> list[int]:
+        """The token ids a user message adds: after ``previous`` (the ids of the
+        reply it follows), or as the first message of a conversation (None).
+        Raises TemplateNotIncremental when the template cannot be split so."""
+        tokenizer = self._loaded.tokenizer
+        if previous is None:
+            return template_delta.head(tokenizer, system, text, options)
+        return template_delta.follow_up(tokenizer, text, previous=previous, options=options)
+
+    def reply_reserve(self, settings: GenerationSettings) -> int:
+        """Tokens kept free for the reply when deciding whether a prompt fits."""
+        return prompt.reply_reserve(settings.max_tokens, self._loaded.info.context_window)
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         return len(prompt.render(self._loaded.tokenizer, messages))
@@ -283,11 +305,14 @@ class ChatEngine:
             emit(PrefillProgress(done, total, done / max(elapsed, 1e-9)))
         return Prefill(tokens=total, seconds=time.perf_counter() - start)
 
-    def _turn(self, messages: list[Message], settings: GenerationSettings,
-              emit: Callable[[Event], None]) -> None:
+    def _turn(self, planned: list[Message] | prompt.FittedPrompt,
+              settings: GenerationSettings, emit: Callable[[Event], None]) -> None:
         info, live = self._loaded.info, self._live
         start = time.perf_counter()
-        fitted = self._fit(messages, settings)
+        if isinstance(planned, prompt.FittedPrompt):
+            fitted, messages = planned, planned.messages
+        else:
+            fitted, messages = self.fit(planned, settings), planned
         tokens = fitted.tokens
         mx.reset_peak_memory()
         # generate_step gets the tail: its logits processors (repetition
@@ -322,7 +347,8 @@ class ChatEngine:
             total_s=time.perf_counter() - start, context_used=len(live.tokens),
             kv_bytes=live.nbytes, peak_memory_bytes=mx.get_peak_memory())
         self._refresh_state(stats)
-        emit(TurnDone(reply=decode.reply, stats=stats, dropped_messages=fitted.dropped))
+        emit(TurnDone(reply=decode.reply, stats=stats, dropped_messages=fitted.dropped,
+                      token_ids=decode.token_ids))
 
     def _decode(self, tail: list[int], settings: GenerationSettings, *,
                 emit: Callable[[Event], None], turn_start: float) -> Decode:
@@ -351,6 +377,7 @@ class ChatEngine:
         try:
             for token, _ in gen:
                 live.tokens.append(token)
+                out.token_ids.append(token)
                 now = time.perf_counter()
                 if first_at is None:
                     first_at = now

@@ -42,6 +42,9 @@ class TurnDone:
     stats: TurnStats
     dropped_messages: int = 0
     """Oldest messages the drop_oldest policy left out of this turn's prompt."""
+    token_ids: list[int] = field(default_factory=list)
+    """The reply's token ids as sampled (reasoning and the end token included):
+    what it adds to the conversation's token ledger."""
 
 
 Event = PrefillProgress | TextDelta | TurnDone

@@ -8,6 +8,8 @@ from typing import Iterator, Protocol, Sequence
 
 from mlxchat.chat import GenerationSettings, Message
 from mlxchat.engine.events import EngineState, Event, SnapshotInfo, SnapshotLoad
+from mlxchat.engine.prompt import FittedPrompt
+from mlxchat.engine.template_delta import TemplateOptions
 from mlxchat.models.info import LoadedModel, ModelInfo
 
 
@@ -20,8 +22,16 @@ class Engine(Protocol):
 
     def state(self) -> EngineState: ...
 
-    def turn(self, messages: Sequence[Message], settings: GenerationSettings
-             ) -> Iterator[Event]: ...
+    def turn(self, conversation: Sequence[Message] | FittedPrompt,
+             settings: GenerationSettings) -> Iterator[Event]: ...
+
+    def fit(self, messages: Sequence[Message], settings: GenerationSettings, *,
+            options: TemplateOptions = TemplateOptions()) -> FittedPrompt: ...
+
+    def message_ids(self, text: str, *, system: str | None, previous: Sequence[int] | None,
+                    options: TemplateOptions = TemplateOptions()) -> list[int]: ...
+
+    def reply_reserve(self, settings: GenerationSettings) -> int: ...
 
     def cancel(self) -> None: ...
 

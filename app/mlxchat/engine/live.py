@@ -104,7 +104,8 @@ class LiveCache:
                 return Reuse(0, "cache not trimmable", "cold")
             trim_prompt_cache(self.layers, len(self.tokens) - common)
             if shared < len(self.tokens):
-                reason = reason or prompt.miss_reason(self.conversation, fitted, messages)
+                reason = (reason or fitted.reason
+                          or prompt.miss_reason(self.conversation, fitted, messages))
             del self.tokens[common:]
         return Reuse(common, reason, source if common else "cold")
 

@@ -14,11 +14,13 @@ def as_dicts(messages: Sequence[Message]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in messages]
 
 
-def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bool = True
-           ) -> list[int]:
-    """Token ids of the conversation through the model's chat template."""
+def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bool = True,
+           **template_kwargs: Any) -> list[int]:
+    """Token ids of the conversation through the model's chat template;
+    ``template_kwargs`` reach the template (``date_string``, ``enable_thinking``)."""
     ids = tokenizer.apply_chat_template(as_dicts(messages),
-                                        add_generation_prompt=generation_prompt)
+                                        add_generation_prompt=generation_prompt,
+                                        **template_kwargs)
     return list(ids)
 
 
@@ -32,9 +34,14 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 @dataclass
 class FittedPrompt:
+    """The tokens of a turn's prompt and the conversation they hold."""
+
     tokens: list[int]
     messages: list[Message]
     dropped: int
+    reason: str | None = None
+    """Why the prompt does not extend the cached tokens, when the caller knows
+    (a new token ledger); reported as the miss reason if the cache had more."""
 
 
 def reply_reserve(max_tokens: int, window: int) -> int:
@@ -43,22 +50,23 @@ def reply_reserve(max_tokens: int, window: int) -> int:
 
 
 def fit(tokenizer: Any, messages: Sequence[Message], *, window: int, max_tokens: int,
-        policy: str) -> FittedPrompt:
+        policy: str, template_kwargs: dict[str, Any] | None = None) -> FittedPrompt:
     """Render ``messages``; when they overflow the window apply ``policy``.
 
     ``drop_oldest`` removes the oldest non-system messages (keeping the newest
     one) until the prompt plus the reply reserve fits; ``stop`` refuses.
     """
     messages = list(messages)
+    kw = template_kwargs or {}
     reserve = reply_reserve(max_tokens, window)
-    tokens = render(tokenizer, messages)
+    tokens = render(tokenizer, messages, **kw)
     if len(tokens) + reserve <= window:
         return FittedPrompt(tokens, messages, 0)
     system = [m for m in messages[:1] if m.role == "system"]
     rest = messages[len(system):]
-    minimal = render(tokenizer, system + rest[-1:])
+    minimal = render(tokenizer, system + rest[-1:], **kw)
     if len(minimal) >= window:
-        size = len(render(tokenizer, rest[-1:], generation_prompt=False)) if rest else 0
+        size = len(render(tokenizer, rest[-1:], generation_prompt=False, **kw)) if rest else 0
         raise ContextOverflowError(
             f"This message is {size:,} tokens (the prompt with it {len(minimal):,}); "
             f"the context window is {window:,} tokens. Shorten it or attach less.")
@@ -73,7 +81,7 @@ def fit(tokenizer: Any, messages: Sequence[Message], *, window: int, max_tokens:
         cut = 2 if len(rest) > 2 and rest[0].role == "user" and rest[1].role == "assistant" else 1
         rest = rest[cut:]
         dropped += cut
-        tokens = render(tokenizer, system + rest)
+        tokens = render(tokenizer, system + rest, **kw)
     return FittedPrompt(tokens, system + rest, dropped)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import sys
+from array import array
 import json
 import sqlite3
 import threading
@@ -58,7 +60,30 @@ def message_from_row(row: sqlite3.Row) -> Message:
         stats=stats,
         cancelled=bool(row["cancelled"]),
         created=row["created"],
+        token_ids=ids_from_blob(row["token_ids"]),
+        ledger_key=row["ledger_key"],
+        ledger_start=bool(row["ledger_start"]),
     )
+
+
+def ids_to_blob(ids: list[int] | None) -> bytes | None:
+    """Token ids as little-endian int32 (4 bytes a token)."""
+    if ids is None:
+        return None
+    arr = array("i", ids)
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def ids_from_blob(blob: bytes | None) -> list[int] | None:
+    if blob is None or len(blob) % 4:
+        return None
+    arr = array("i")
+    arr.frombytes(blob)
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return arr.tolist()
 
 
 def settings_from_json(text: str | None) -> GenerationSettings:
@@ -189,7 +214,8 @@ class StoreBase:
         stats = json.dumps(message.stats.to_dict()) if message.stats is not None else None
         cur.execute(
             "INSERT INTO messages (session_id, parent_id, role, content, token_count, stats,"
-            " cancelled, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            " cancelled, created, token_ids, ledger_key, ledger_start)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 session_id,
                 parent_id,
@@ -199,6 +225,9 @@ class StoreBase:
                 stats,
                 int(message.cancelled),
                 message.created if message.created is not None else time.time(),
+                ids_to_blob(message.token_ids),
+                message.ledger_key,
+                int(message.ledger_start),
             ),
         )
         assert cur.lastrowid is not None

@@ -104,11 +104,21 @@ V4_REPLY_DRAFTS = (
     """,
 )
 
+V5_TOKEN_LEDGER = (
+    # Each message keeps the token ids it added when it was sent, so earlier
+    # turns are never re-rendered. Older rows stay NULL: the next message
+    # starts a ledger by rendering the conversation once.
+    "ALTER TABLE messages ADD COLUMN token_ids BLOB",
+    "ALTER TABLE messages ADD COLUMN ledger_key TEXT",
+    "ALTER TABLE messages ADD COLUMN ledger_start INTEGER NOT NULL DEFAULT 0",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     V1_SESSIONS_AND_MESSAGES,
     V2_CANCELLED_AND_SNAPSHOTS,
     V3_FULL_TEXT_SEARCH,
     V4_REPLY_DRAFTS,
+    V5_TOKEN_LEDGER,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -18,6 +18,7 @@ from mlxchat.store.base import (
     DEFAULT_TITLE,
     PATH_UP,
     Position,
+    ids_to_blob,
     message_from_row,
     title_from,
 )
@@ -193,6 +194,9 @@ class SessionStore(BranchOps, SnapshotOps, DraftOps):
         token_count: int | None = None,
         stats: TurnStats | None = None,
         cancelled: bool = False,
+        token_ids: list[int] | None = None,
+        ledger_key: str | None = None,
+        ledger_start: bool = False,
     ) -> Message:
         """Store a message after ``parent_id`` (default: the current leaf; None: a new root),
         make it the current leaf and commit, all in one call.
@@ -200,7 +204,8 @@ class SessionStore(BranchOps, SnapshotOps, DraftOps):
         A user message that is the first of its branch names an unlocked session.
         """
         draft = Message(
-            role=role, content=content, token_count=token_count, stats=stats, cancelled=cancelled
+            role=role, content=content, token_count=token_count, stats=stats, cancelled=cancelled,
+            token_ids=token_ids, ledger_key=ledger_key, ledger_start=ledger_start,
         )
         with self._writing() as cur:
             row = self._session_row(cur, session_id)
@@ -231,6 +236,16 @@ class SessionStore(BranchOps, SnapshotOps, DraftOps):
                         (title_from(content), session_id),
                     )
         return draft
+
+    def set_message_ledger(self, message_id: int, token_ids: list[int], key: str, *,
+                           start: bool) -> None:
+        """Record the token ids a stored message adds (an older message that now
+        starts a token ledger)."""
+        with self._writing() as cur:
+            cur.execute(
+                "UPDATE messages SET token_ids = ?, ledger_key = ?, ledger_start = ? WHERE id = ?",
+                (ids_to_blob(token_ids), key, int(start), message_id),
+            )
 
     def branch_path(self, leaf_id: int) -> list[Message]:
         """The messages from the root down to ``leaf_id``, root first."""

@@ -1,0 +1,137 @@
+"""The token ledger: a branch's token sequence is the ids each message added
+when it was sent. A turn's prompt is the ledger plus the new message's ids;
+earlier messages are never re-rendered, so the model sees exactly what it saw
+before and the cache always matches. Warm, resumed and cold turns therefore
+give the same reply by construction.
+
+A new ledger starts (the whole conversation rendered once, with the reason)
+when there is none yet, when the model, template or system prompt changed, or
+when the context policy had to drop messages to fit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Sequence
+
+from mlxchat.chat import GenerationSettings, Message, Session
+from mlxchat.engine.prompt import FittedPrompt
+from mlxchat.engine.template_delta import TemplateNotIncremental, TemplateOptions
+
+if TYPE_CHECKING:
+    from mlxchat.engine.interface import Engine
+
+
+@dataclass
+class Plan:
+    """A turn's prompt and what the new user message adds to the ledger."""
+
+    prompt: FittedPrompt
+    user_ids: list[int] | None = None
+    """Ids to store with the new user message; None outside the ledger."""
+    start: bool = False
+    """The new message starts a ledger (its ids are the whole prompt)."""
+    key: str | None = None
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+
+def options_for(session: Session) -> TemplateOptions:
+    """What the session fixes for its template: the date it started."""
+    return TemplateOptions(date=session.created)
+
+
+def key_for(engine: Engine, session: Session, options: TemplateOptions) -> str:
+    """model+template · system prompt · template options."""
+    info = engine.info
+    return ":".join((_short_hash(info.fingerprint + info.chat_template_hash),
+                     _short_hash(session.system_prompt or ""), _short_hash(repr(options))))
+
+
+def _key_change(old: str | None, new: str) -> str:
+    if old is None:
+        return "no token ledger yet: the conversation was rendered once"
+    parts = old.split(":"), new.split(":")
+    if len(parts[0]) != 3 or parts[0][0] != parts[1][0]:
+        return "model or chat template changed: new token ledger"
+    if parts[0][1] != parts[1][1]:
+        return "system prompt changed"
+    return "template options changed: new token ledger"
+
+
+def branch_ids(messages: Sequence[Message], key: str) -> tuple[list[int] | None, str | None]:
+    """The branch's ledger, or None and why it cannot be used."""
+    start = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].ledger_start),
+                 None)
+    if start is None:
+        return None, _key_change(None, key)
+    ids: list[int] = []
+    for m in messages[start:]:
+        if m.token_ids is None:
+            return None, _key_change(None, key)
+        if m.ledger_key != key:
+            return None, _key_change(m.ledger_key, key)
+        ids.extend(m.token_ids)
+    return ids, None
+
+
+class Ledger:
+    """Plans turns over one session's ledger with one engine."""
+
+    def __init__(self, engine: Engine, session: Session, settings: GenerationSettings):
+        self.engine = engine
+        self.session = session
+        self.settings = settings
+        self.options = options_for(session)
+        self.key = key_for(engine, session, self.options)
+
+    def _with_system(self, messages: Sequence[Message]) -> list[Message]:
+        system = self.session.system_prompt
+        return ([Message("system", system)] if system else []) + list(messages)
+
+    def _rendered(self, messages: Sequence[Message], reason: str | None) -> FittedPrompt:
+        fitted = self.engine.fit(self._with_system(messages), self.settings,
+                                 options=self.options)
+        # A copy: the engine keeps the fit it returned for the turn that follows.
+        return replace(fitted, tokens=list(fitted.tokens),
+                       reason=fitted.reason or (None if fitted.dropped else reason))
+
+    def _fits(self, n: int) -> bool:
+        return n + self.engine.reply_reserve(self.settings) <= self.engine.info.context_window
+
+    def plan_message(self, history: Sequence[Message], text: str) -> Plan:
+        """The prompt for a new user message ``text`` after ``history``."""
+        new = Message("user", text)
+        if self.settings.history == "template":
+            return Plan(self._rendered([*history, new], None))
+        ids, reason = branch_ids(history, self.key) if history else ([], None)
+        if ids is not None and (not history or history[-1].role == "assistant"):
+            try:
+                user_ids = self.engine.message_ids(
+                    text, system=self.session.system_prompt,
+                    previous=history[-1].token_ids if history else None, options=self.options)
+            except TemplateNotIncremental as exc:
+                reason = f"{exc}: new token ledger"
+            else:
+                tokens = ids + user_ids
+                if self._fits(len(tokens)):
+                    prompt = FittedPrompt(tokens, self._with_system([*history, new]), 0)
+                    return Plan(prompt, user_ids, start=not history, key=self.key)
+                reason = "context overflow: history re-rendered to fit"
+        elif ids is not None:
+            reason = "the previous message has no reply: new token ledger"
+        fitted = self._rendered([*history, new], reason)
+        return Plan(fitted, list(fitted.tokens), start=True, key=self.key)
+
+    def plan_existing(self, branch: Sequence[Message]) -> Plan:
+        """The prompt to answer the branch's last (user) message again."""
+        if self.settings.history == "template":
+            return Plan(self._rendered(branch, None))
+        ids, reason = branch_ids(branch, self.key)
+        if ids is not None and self._fits(len(ids)):
+            return Plan(FittedPrompt(ids, self._with_system(branch), 0))
+        fitted = self._rendered(branch, reason or "context overflow: history re-rendered to fit")
+        return Plan(fitted, list(fitted.tokens), start=True, key=self.key)
