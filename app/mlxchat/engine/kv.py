@@ -6,12 +6,16 @@ from typing import Any
 
 import mlx.core as mx
 from mlx.utils import tree_flatten
-from mlx_lm.models.cache import KVCache, QuantizedKVCache
+from mlx_lm.models.cache import ArraysCache, KVCache, QuantizedKVCache
 
 
 def offset(cache: list[Any]) -> int:
-    """Tokens held (all layers hold the same number)."""
-    return int(cache[0].offset) if cache else 0
+    """Tokens held: every attention layer holds the same number (recurrent
+    ``ArraysCache`` layers of hybrid models keep a state, not positions)."""
+    for c in cache:
+        if hasattr(c, "offset"):
+            return int(c.offset)
+    return 0
 
 
 def _used_fraction(arr: mx.array, used: int) -> int:
@@ -26,9 +30,11 @@ def kv_bytes(cache: list[Any]) -> int:
     """
     total = 0
     for c in cache:
+        if isinstance(c, ArraysCache):
+            total += sum(a.nbytes for a in c.cache if a is not None)
+            continue
         keys = getattr(c, "keys", None)
         if keys is None:
-            total += c.nbytes if not isinstance(c, (KVCache, QuantizedKVCache)) else 0
             continue
         used = min(int(c.offset), _seq_len(c))
         for _, arr in tree_flatten((c.keys, c.values)):
@@ -50,9 +56,13 @@ def bits(cache: list[Any]) -> int | None:
 
 
 def dtype_label(cache: list[Any]) -> str:
+    """'fp16', '4-bit', or '4-bit (3 of 4 layers)' when some layers (sliding
+    windows, recurrent states) cannot be quantized."""
     b = bits(cache)
     if b:
-        return f"{b}-bit"
+        quantized = sum(isinstance(c, QuantizedKVCache) for c in cache)
+        return f"{b}-bit" if quantized == len(cache) else \
+            f"{b}-bit ({quantized} of {len(cache)} layers)"
     for c in cache:
         if getattr(c, "keys", None) is not None:
             return {mx.float16: "fp16", mx.bfloat16: "bf16", mx.float32: "fp32"}.get(
@@ -76,7 +86,7 @@ def trimmed_copy(cache: list[Any]) -> list[Any]:
     """Cache objects whose arrays stop at the used length, for saving to disk."""
     out = []
     for c in cache:
-        n = int(c.offset)
+        n = int(getattr(c, "offset", 0))
         if isinstance(c, QuantizedKVCache):
             q = QuantizedKVCache(group_size=c.group_size, bits=c.bits)
             if c.keys is not None:

@@ -1,0 +1,156 @@
+"""The model-family conformance matrix: on each family's architecture and a
+template that behaves like its real one, five turns where every follow-up
+prefills only its new message, replies token-identical warm / resumed in a
+new engine / cold, an edit of turn 2 and a retry; nothing crashes."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import pytest
+from mlx_lm.models.cache import can_trim_prompt_cache
+
+from mlxchat.app_root import open_conversation
+from mlxchat.chat import GenerationSettings
+from mlxchat.config import Settings
+from mlxchat.conversation import Conversation, TurnDone
+from mlxchat.engine import ChatEngine
+from mlxchat.models.loader import load_folder
+from mlxchat.store import open_store
+
+from .builders import FAMILIES, Family, write_family_model
+
+QUESTIONS = ("Hello there, here is my first question.", "And a second one?",
+             "Third: tell me more.", "Fourth, please.", "Fifth and last question.")
+GREEDY = GenerationSettings(temperature=0.0, max_tokens=6)
+
+
+@pytest.fixture(scope="module", params=FAMILIES, ids=lambda f: f.name)
+def family(request, tmp_path_factory):
+    fam: Family = request.param
+    return fam, load_folder(write_family_model(fam, tmp_path_factory.mktemp(fam.name)))
+
+
+def opener(loaded, db, fam: Family, **kw):
+    settings = Settings(model="tiny", system_prompt=fam.system, generation=GREEDY)
+    return partial(open_conversation, settings, store_factory=lambda: open_store(db),
+                   load_model=lambda spec, progress=None: loaded, **kw)
+
+
+def ask(conv: Conversation, text: str) -> TurnDone:
+    done = [e for e in conv.send(text) if isinstance(e, TurnDone)]
+    return done[0]
+
+
+def answer_again(events) -> TurnDone:
+    return [e for e in events if isinstance(e, TurnDone)][0]
+
+
+def new_ids(conv: Conversation) -> int:
+    """Tokens the last user message added to the ledger."""
+    user = [m for m in conv.messages if m.role == "user"][-1]
+    assert user.token_ids is not None
+    return len(user.token_ids)
+
+
+def test_five_turns_warm_resumed_and_cold_agree(family, tmp_path):
+    fam, loaded = family
+    warm = opener(loaded, tmp_path / "warm.db", fam)().conversation
+    replies = []
+    for k, q in enumerate(QUESTIONS):
+        done = ask(warm, q)
+        replies.append(done.token_ids)
+        assert done.stats.finish_reason in ("stop", "length")
+        if k:
+            # A follow-up pays only for its own message (and the template's few tokens).
+            assert done.stats.cache_source == "warm" and done.stats.miss_reason is None
+            assert done.stats.prefilled_tokens == new_ids(warm), (k, done.stats)
+    warm.shutdown()
+
+    # Each turn in a new engine that resumes the session from its snapshot.
+    db = tmp_path / "resumed.db"
+    for k, q in enumerate(QUESTIONS):
+        conv = opener(loaded, db, fam, continue_last=True)().conversation
+        done = ask(conv, q)
+        assert done.token_ids == replies[k], f"turn {k + 1} differs after a resume"
+        if k:
+            assert done.stats.cache_source == "snapshot" and done.stats.miss_reason is None
+            assert done.stats.prefilled_tokens == new_ids(conv)
+        conv.shutdown()
+
+    # Each turn cold: a new engine and no snapshot, so the whole ledger is prefilled.
+    db = tmp_path / "cold.db"
+    for k, q in enumerate(QUESTIONS):
+        conv = opener(loaded, db, fam, continue_last=True, keep_snapshots=False)().conversation
+        done = ask(conv, q)
+        assert done.stats.reused_tokens == 0
+        assert done.token_ids == replies[k], f"turn {k + 1} differs when cold"
+        conv.shutdown()
+
+
+def test_edit_of_turn_two_and_a_retry(family, tmp_path):
+    fam, loaded = family
+    conv = opener(loaded, tmp_path / "s.db", fam)().conversation
+    for q in QUESTIONS:
+        ask(conv, q)
+    first_reply = conv.messages[1]
+    assert first_reply.role == "assistant"
+    trimmable = can_trim_prompt_cache(conv.engine._live.layers)  # noqa: SLF001
+    conv.store.set_leaf(conv.session.id, first_reply.id)  # step back to after turn 1
+    conv.reload()
+    edited = ask(conv, "A different second question.")
+    if trimmable:
+        # Trimmed back to the end of turn 1: at most the new message is prefilled.
+        assert edited.stats.reused_tokens >= edited.stats.prompt_tokens - new_ids(conv)
+        assert edited.stats.miss_reason.startswith("history edited at message")
+    else:  # a wrapped sliding window or a recurrent state cannot be trimmed
+        assert edited.stats.miss_reason == "cache not trimmable"
+    retried = answer_again(conv.retry())
+    assert retried.token_ids == edited.token_ids  # greedy: the same answer again
+    conv.shutdown()
+    # The same branch answered by a fresh engine from nothing agrees.
+    cold = Conversation(settings=Settings(system_prompt=fam.system, generation=GREEDY),
+                        store=open_store(tmp_path / "s.db"), engine=ChatEngine(loaded),
+                        model_spec="tiny", session=None, keep_snapshots=False)
+    cold.open_session(conv.session.id)
+    cold.engine.drop_cache()
+    again = answer_again(cold.retry())
+    assert again.token_ids == edited.token_ids
+    cold.shutdown()
+
+
+RERENDERING = ("mistral", "qwen3_moe-r1", "gpt_oss")
+"""Families whose template renders history differently from what was sent."""
+
+
+@pytest.fixture(scope="module")
+def models_by_name(tmp_path_factory):
+    made: dict[str, tuple[Family, object]] = {}
+
+    def get(name: str):
+        if name not in made:
+            fam = next(f for f in FAMILIES if f.name == name)
+            made[name] = fam, load_folder(write_family_model(fam, tmp_path_factory.mktemp(name)))
+        return made[name]
+    return get
+
+
+@pytest.mark.parametrize("mode", ["template", "ledger"])
+@pytest.mark.parametrize("name", RERENDERING)
+def test_rerendering_history_misses_where_the_ledger_does_not(models_by_name, tmp_path,
+                                                               name, mode):
+    fam, loaded = models_by_name(name)
+    settings = Settings(system_prompt=fam.system,
+                        generation=GenerationSettings(temperature=0.0, max_tokens=6,
+                                                      history=mode))
+    conv = open_conversation(settings, store_factory=lambda: open_store(tmp_path / "s.db"),
+                             load_model=lambda spec, progress=None: loaded).conversation
+    first = ask(conv, QUESTIONS[0])
+    second = ask(conv, QUESTIONS[1])
+    if mode == "ledger":
+        assert second.stats.miss_reason is None
+        assert second.stats.reused_tokens == first.stats.context_used
+    else:  # the old way: the cache no longer matches the re-rendered history
+        assert second.stats.miss_reason is not None
+        assert second.stats.reused_tokens < first.stats.prompt_tokens
+    conv.shutdown()
