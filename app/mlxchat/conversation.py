@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from mlxchat import paths
 from mlxchat.chat import GenerationSettings, Message, Session, TurnStats
 from mlxchat.config import Settings
 from mlxchat.engine import (EngineError, EngineState, Event, PrefillProgress, SnapshotLoad,
@@ -25,7 +24,8 @@ from mlxchat.engine.interface import Engine
 from mlxchat.errors import MlxchatError
 from mlxchat.ledger import Ledger, Plan
 from mlxchat.models.info import LoadedModel, ModelInfo
-from mlxchat.session_life import SessionLife, remove_files
+from mlxchat.session_cache import SessionCache
+from mlxchat.session_life import SessionLife
 from mlxchat.store import SessionStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ class Attachment:
 DRAFT_INTERVAL_S = 1.0
 
 
-class Conversation(SessionLife):
+class Conversation(SessionLife, SessionCache):
     def __init__(self, *, settings: Settings, store: SessionStore, engine: Engine,
                  model_spec: str, load_model: ModelLoader | None = None,
                  session: Session | None = None, keep_snapshots: bool = True):
@@ -106,33 +106,6 @@ class Conversation(SessionLife):
     def reload(self) -> Session:
         self.session = self.store.get_session(self.session.id)
         return self.session
-
-    def snapshot_words(self) -> str:
-        """What happened to the session's KV snapshot when it was opened."""
-        snap = self.last_snapshot
-        if snap is None:
-            return "no KV snapshot: the next turn prefills the history"
-        if snap.ok:
-            return f"KV cache restored from its snapshot ({snap.tokens:,} tokens)"
-        return f"KV snapshot not used ({snap.reason}); the next turn recomputes the history"
-
-    def restore_snapshot(self) -> SnapshotLoad | None:
-        """Load the session's newest snapshot into the engine (a rejection is
-        reported by the next turn as its miss reason)."""
-        record = self.store.latest_snapshot(self.session.id) if self.session.id else None
-        if record is None:
-            self.last_snapshot = None
-            return None
-        covered: list[Message] = []
-        if record.leaf_id is not None:
-            try:
-                covered = self.store.branch_path(record.leaf_id)
-            except StoreError:
-                covered = []
-        self.last_snapshot = self.engine.load_snapshot(
-            record.path, expected_checksum=record.sha256,
-            conversation=self._with_system(covered))
-        return self.last_snapshot
 
     # -- what the engine sees ------------------------------------------------
     @property
@@ -259,6 +232,10 @@ class Conversation(SessionLife):
         pieces: list[str] = []
         saved_at = time.monotonic()
         try:
+            if self.engine.needs_restore(plan.prompt.tokens):
+                # A wrapped window or recurrent state cannot be trimmed back: take
+                # the branch's state at its last saved turn from disk instead.
+                self.restore_snapshot()
             for event in self.engine.turn(plan.prompt, self.generation):
                 if isinstance(event, TurnDone):
                     done = event
@@ -294,33 +271,6 @@ class Conversation(SessionLife):
                                    token_ids=done.token_ids if key else None, ledger_key=key)
         self.reload()
         self.save_snapshot()
-
-    def save_snapshot(self) -> Path | None:
-        """Write the live cache for the session's leaf; never raises (disk full,
-        permissions): the conversation is already committed."""
-        if (not self._keep_snapshots or not self.engine.state().cached_tokens
-                or self.session.id is None):
-            return None
-        leaf = self.session.leaf_id
-        path = paths.snapshots_dir() / f"session-{self.session.id}-{leaf}.safetensors"
-        try:
-            paths.ensure_private_dir(path.parent)
-            info = self.engine.save_snapshot(path)
-            old = self.store.record_snapshot(
-                self.session.id, leaf, path, sha256=info.checksum, token_count=info.tokens,
-                file_bytes=info.bytes, mlx_lm_version=info.mlx_lm_version, kv_bits=info.kv_bits)
-        except (OSError, ValueError, StoreError) as exc:
-            log.warning("snapshot not saved: %s", exc)
-            return None
-        remove_files(stale for stale in old if Path(stale) != path)
-        return path
-
-    def drop_snapshot(self) -> int:
-        """Forget the live cache and delete the session's snapshot files."""
-        self.engine.drop_cache("cache dropped by /cache drop")
-        files = self.store.drop_snapshots(self.session.id)
-        remove_files(files)
-        return len(files)
 
     # -- settings and model --------------------------------------------------
     def set_system_prompt(self, text: str | None) -> None:

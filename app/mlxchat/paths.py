@@ -62,7 +62,19 @@ def database_file() -> Path:
 
 
 def snapshots_dir() -> Path:
+    """KV snapshots and segments of saved sessions."""
     return data_dir() / "snapshots"
+
+
+def inside_snapshots(relative: str) -> Path | None:
+    """A stored snapshot path resolved in the current data folder, or None when
+    it would lead anywhere but a file directly in the snapshots folder."""
+    folder = snapshots_dir().resolve()
+    try:
+        path = (data_dir() / relative).resolve()
+    except (OSError, ValueError):
+        return None
+    return path if path.parent == folder else None
 
 
 def models_cache_dir() -> Path:

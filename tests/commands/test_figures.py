@@ -28,9 +28,11 @@ def test_stats_after_reopening_come_from_the_stored_reply(registry, ctx, conv):
 
 
 def test_cache_report_save_and_drop(registry, ctx, conv, home):
+    from mlxchat import paths
+
     empty = dict(registry.run("/cache", ctx).rows)
     assert empty["cached tokens"].startswith("0 of 2,048")
-    assert empty["snapshot file"].startswith("none saved yet")
+    assert empty["on disk"].startswith("nothing saved yet")
     assert registry.run("/cache save", ctx).text == "The KV cache is empty; nothing to save."
     send(conv, "Cache me")
     send(conv, "And again")
@@ -40,15 +42,18 @@ def test_cache_report_save_and_drop(registry, ctx, conv, home):
     assert rows["KV cache"].endswith("fp32")
     assert rows["last turn"].endswith("prefilled") and "(warm)" in rows["last turn"]
     assert rows["miss reason"] == "none"
-    assert str(home) in rows["snapshot file"] and "FILE MISSING" not in rows["snapshot file"]
+    assert rows["on disk"].startswith("2 KV segments of this branch")
+    assert str(home) in rows["on disk"] and "FILE MISSING" not in rows["on disk"]
     saved = registry.run("/cache save", ctx)
-    assert saved.ok and saved.text.startswith(f"Saved {state.cached_tokens} tokens to")
-    snapshot = conv.store.latest_snapshot(conv.session.id)
-    assert snapshot is not None and Path(snapshot.path).exists()
+    assert saved.ok and saved.text == (f"All {state.cached_tokens} tokens are on disk "
+                                       "already (2 KV segments).")
+    files = [paths.inside_snapshots(r.path)
+             for r in conv.store.branch_segments(conv.session.leaf_id)]
+    assert len(files) == 2 and all(f is not None and f.exists() for f in files)
     dropped = registry.run("/cache drop", ctx)
     assert dropped.ok and dropped.session_changed
-    assert conv.state().cached_tokens == 0 and not Path(snapshot.path).exists()
-    assert conv.store.latest_snapshot(conv.session.id) is None
+    assert conv.state().cached_tokens == 0 and not any(f.exists() for f in files)
+    assert conv.store.branch_segments(conv.session.leaf_id) == []
     assert registry.run("/cache flush", ctx).text == "Usage: /cache [save|drop]"
 
 

@@ -69,7 +69,7 @@ def _make_v1(path: Path) -> None:
 
 
 def test_migrations_are_ordered_and_versioned() -> None:
-    assert SCHEMA_VERSION == len(MIGRATIONS) == 5
+    assert SCHEMA_VERSION == len(MIGRATIONS) == 6
 
 
 def test_fts5_is_available_in_this_python() -> None:

@@ -52,15 +52,21 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
     return CommandResult.table(caption, ("", ""), rows)
 
 
-def _snapshot_row(ctx: CommandContext) -> tuple[str, str]:
+def _disk_row(ctx: CommandContext) -> tuple[str, str]:
     conv = ctx.conversation
+    disk = conv.cache_on_disk()
+    if disk.segments:
+        missing = "" if disk.newest and disk.newest.exists() else " — FILE MISSING"
+        return ("on disk", (f"{plural(disk.segments, 'KV segment')} of this branch, "
+                            f"{human_bytes(disk.file_bytes)}, tokens 0–{fmt_int(disk.tokens)}; "
+                            f"newest {disk.newest}{missing}"))
     record = conv.snapshot_record()
     if record is None:
-        return ("snapshot file", "none saved yet (one is written after each turn)")
+        return ("on disk", "nothing saved yet (each turn writes the tokens it added)")
     missing = "" if Path(record.path).exists() else " — FILE MISSING"
-    return ("snapshot file", (f"{record.path} ({human_bytes(record.file_bytes)}, "
-                              f"{fmt_int(record.token_count)} tokens, {_bits(record.kv_bits)}, "
-                              f"saved {ago(record.created, ctx.now())}){missing}"))
+    return ("on disk", (f"{record.path} ({human_bytes(record.file_bytes)}, "
+                        f"{fmt_int(record.token_count)} tokens, {_bits(record.kv_bits)}, "
+                        f"saved {ago(record.created, ctx.now())}){missing}"))
 
 
 def cache(ctx: CommandContext, args: Args) -> CommandResult:
@@ -71,10 +77,16 @@ def cache(ctx: CommandContext, args: Args) -> CommandResult:
         if not state.cached_tokens:
             raise CommandError("The KV cache is empty; nothing to save.")
         path = conv.save_snapshot()
+        disk = conv.cache_on_disk()
+        if path is None and disk.tokens >= state.cached_tokens:
+            return CommandResult.info(f"All {fmt_int(state.cached_tokens)} tokens are on disk "
+                                      f"already ({plural(disk.segments, 'KV segment')}).",
+                                      clear_input=True)
         if path is None:
-            raise CommandError("The snapshot could not be written; the log says why.")
-        return CommandResult.info(f"Saved {fmt_int(state.cached_tokens)} tokens to {path} "
-                                  f"({human_bytes(path.stat().st_size)}).", clear_input=True)
+            raise CommandError("The KV cache could not be written; the log says why.")
+        return CommandResult.info(f"Saved {fmt_int(state.cached_tokens)} tokens: the new ones "
+                                  f"to {path} ({human_bytes(path.stat().st_size)}).",
+                                  clear_input=True)
     if action == "drop":
         files = conv.drop_snapshot()
         return CommandResult.info(
@@ -95,7 +107,7 @@ def cache(ctx: CommandContext, args: Args) -> CommandResult:
         rows.append(("last turn", (f"{fmt_int(s.reused_tokens)} reused ({s.cache_source}), "
                                    f"{fmt_int(s.prefilled_tokens)} prefilled")))
         rows.append(("miss reason", s.miss_reason or "none"))
-    rows.append(_snapshot_row(ctx))
+    rows.append(_disk_row(ctx))
     snap = conv.last_snapshot
     if snap is not None:
         rows.append(("snapshot on open", f"restored {fmt_int(snap.tokens)} tokens" if snap.ok

@@ -70,6 +70,7 @@ class SnapshotLoad:
     ok: bool
     tokens: int = 0
     reason: str | None = None
+    """Why it was rejected; with ``ok``, why only the first ``tokens`` were restored."""
 
 
 @dataclass

@@ -9,6 +9,7 @@ from typing import Iterator, Protocol, Sequence
 from mlxchat.chat import GenerationSettings, Message
 from mlxchat.engine.events import EngineState, Event, SnapshotInfo, SnapshotLoad
 from mlxchat.engine.prompt import FittedPrompt
+from mlxchat.engine.segments import SegmentInfo, SegmentRef
 from mlxchat.engine.template_delta import TemplateOptions
 from mlxchat.models.info import LoadedModel, ModelInfo
 
@@ -45,6 +46,16 @@ class Engine(Protocol):
 
     def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,
                       conversation: Sequence[Message] = ()) -> SnapshotLoad: ...
+
+    def save_segment(self, path: Path, start: int) -> SegmentInfo: ...
+
+    def load_segments(self, refs: Sequence[SegmentRef], *,
+                      conversation: Sequence[Message] = ()) -> SnapshotLoad: ...
+
+    def needs_restore(self, tokens: Sequence[int]) -> bool: ...
+
+    @property
+    def cached_tokens(self) -> list[int]: ...
 
     def drop_cache(self, reason: str = "cache dropped") -> None: ...
 

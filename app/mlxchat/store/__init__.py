@@ -6,7 +6,7 @@ Stdlib only (sqlite3, json); never imports textual or mlx.
 from mlxchat.store.base import CURRENT_LEAF, title_from
 from mlxchat.store.database import open_store
 from mlxchat.store.errors import SessionNotFound, StoreError
-from mlxchat.store.records import BranchInfo, SnapshotRecord
+from mlxchat.store.records import BranchInfo, SegmentRecord, SnapshotRecord
 from mlxchat.store.schema import SCHEMA_VERSION
 from mlxchat.store.search import fts_query
 from mlxchat.store.sessions import SessionStore
@@ -15,6 +15,7 @@ __all__ = [
     "CURRENT_LEAF",
     "SCHEMA_VERSION",
     "BranchInfo",
+    "SegmentRecord",
     "SessionNotFound",
     "SessionStore",
     "SnapshotRecord",

@@ -74,7 +74,8 @@ class BranchOps(StoreBase):
     def fork_session(self, session_id: int, at_message_id: int | None = None) -> Session:
         """A new session with copies of the branch up to ``at_message_id`` (default: the leaf).
 
-        The copies get new ids; the original session is untouched. Snapshots are not copied.
+        The copies get new ids; the original session is untouched. They share the
+        originals' KV segment files (rows are copied, files are not).
         """
         with self._writing() as cur:
             source = self._session(cur, session_id)
@@ -86,7 +87,7 @@ class BranchOps(StoreBase):
             meta = dataclasses.replace(
                 source, title=f"{source.title} (fork)", leaf_id=end, created=None
             )
-            return self._copy_in(cur, meta, path)
+            return self._copy_in(cur, meta, path, share_segments=True)
 
     def import_session(self, session: Session, messages: Sequence[Message]) -> Session:
         """Store a new session with copies of ``messages`` (parents before children).
@@ -103,7 +104,8 @@ class BranchOps(StoreBase):
         )
         return self._session(cur, session_id)
 
-    def _copy_in(self, cur: sqlite3.Cursor, meta: Session, messages: Sequence[Message]) -> Session:
+    def _copy_in(self, cur: sqlite3.Cursor, meta: Session, messages: Sequence[Message], *,
+                 share_segments: bool = False) -> Session:
         session_id = self._new_session(cur, dataclasses.replace(meta, updated=None))
         new_ids: dict[int, int] = {}
         for message in messages:
@@ -115,6 +117,8 @@ class BranchOps(StoreBase):
             new_id = self._insert_message(cur, session_id, parent, message)
             if message.id is not None:
                 new_ids[message.id] = new_id
+        if share_segments:
+            self._copy_segment_rows(cur, new_ids, session_id)  # type: ignore[attr-defined]
         if meta.leaf_id is not None:
             if meta.leaf_id not in new_ids:
                 raise StoreError(f"The current message {meta.leaf_id} is not among the messages.")

@@ -28,6 +28,27 @@ class SnapshotRecord:
 
 
 @dataclass(frozen=True)
+class SegmentRecord:
+    """The KV of one turn's tokens ``[start, end)`` in a file, as recorded."""
+
+    id: int
+    session_id: int
+    message_id: int
+    """The reply whose turn wrote it; the segment belongs to every branch through it."""
+    start: int
+    end: int
+    path: str
+    """Relative to the data folder."""
+    checksum: str
+    """CRC-32 of the file, computed while writing it."""
+    file_bytes: int
+    kv_bits: int | None
+    token_ids: list[int]
+    """The ledger tokens it holds: checked against the conversation before use."""
+    created: float
+
+
+@dataclass(frozen=True)
 class BranchInfo:
     """One branch of a session: the path from a root message to ``leaf_id``."""
 

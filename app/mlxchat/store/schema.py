@@ -113,12 +113,35 @@ V5_TOKEN_LEDGER = (
     "ALTER TABLE messages ADD COLUMN ledger_start INTEGER NOT NULL DEFAULT 0",
 )
 
+V6_KV_SEGMENTS = (
+    # The KV cache on disk one turn at a time, keyed by the reply that ends it.
+    """
+    CREATE TABLE kv_segments (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
+        start_token INTEGER NOT NULL,
+        end_token INTEGER NOT NULL,
+        path TEXT NOT NULL,
+        checksum TEXT NOT NULL,
+        file_bytes INTEGER NOT NULL,
+        kv_bits INTEGER,
+        token_ids BLOB NOT NULL,
+        created REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX kv_segments_by_message ON kv_segments(message_id)",
+    "CREATE INDEX kv_segments_by_session ON kv_segments(session_id)",
+    "CREATE INDEX kv_segments_by_path ON kv_segments(path)",
+)
+
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     V1_SESSIONS_AND_MESSAGES,
     V2_CANCELLED_AND_SNAPSHOTS,
     V3_FULL_TEXT_SEARCH,
     V4_REPLY_DRAFTS,
     V5_TOKEN_LEDGER,
+    V6_KV_SEGMENTS,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

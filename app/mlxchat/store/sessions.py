@@ -26,10 +26,11 @@ from mlxchat.store.branches import BranchOps
 from mlxchat.store.drafts import DraftOps
 from mlxchat.store.errors import SessionNotFound, StoreError
 from mlxchat.store.search import matching_sessions
+from mlxchat.store.segments import SegmentOps
 from mlxchat.store.snapshots import SnapshotOps
 
 
-class SessionStore(BranchOps, SnapshotOps, DraftOps):
+class SessionStore(BranchOps, SnapshotOps, SegmentOps, DraftOps):
     """Sessions, branching messages and KV-snapshot bookkeeping over one connection.
 
     ``SessionStore(conn)`` puts the connection in autocommit mode (the store runs

@@ -1,0 +1,239 @@
+"""KV segments: the cache on disk one turn at a time.
+
+A segment holds the keys and values of the positions ``[start, end)`` for the
+layers that grow with the sequence (``KVCache``, ``QuantizedKVCache``), plus a
+checkpoint at ``end`` of the layers that cannot be sliced (sliding-window
+``RotatingKVCache`` windows, recurrent ``ArraysCache`` states: small, fixed
+size). A branch's segments laid end to end restore its cache; a turn writes
+only what it added. Files are safetensors written here, so the CRC-32 checksum
+is computed while writing and the file is never read back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Sequence
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm import __version__ as MLX_LM_VERSION
+from mlx_lm.models.cache import (ArraysCache, KVCache, QuantizedKVCache, RotatingKVCache,
+                                 make_prompt_cache)
+
+FORMAT = "mlxchat-kv-segment-1"
+_DTYPES = {mx.float16: "F16", mx.bfloat16: "BF16", mx.float32: "F32", mx.uint32: "U32",
+           mx.int32: "I32", mx.uint8: "U8"}
+_CHUNK = 8 << 20
+
+
+class SegmentRejected(Exception):
+    """A segment cannot be used; str(exc) says why, in a few words."""
+
+
+@dataclass
+class SegmentInfo:
+    """A segment written to disk."""
+
+    path: str
+    start: int
+    end: int
+    bytes: int
+    checksum: str
+    """CRC-32 of the file, as 8 hex digits."""
+    kv_bits: int | None
+    mlx_lm_version: str = MLX_LM_VERSION
+
+
+@dataclass
+class SegmentRef:
+    """What the store knows of a segment: enough to check it before use."""
+
+    path: Path
+    start: int
+    end: int
+    checksum: str
+    token_ids: list[int]
+
+
+# -- writing ------------------------------------------------------------------------
+
+
+def _host(arr: mx.array) -> np.ndarray:
+    if arr.dtype == mx.bfloat16:
+        arr = arr.view(mx.uint16)
+    return np.ascontiguousarray(np.array(arr, copy=False))
+
+
+def _layer_tensors(i: int, c: Any, start: int, end: int) -> dict[str, mx.array]:
+    """The arrays a segment keeps of layer ``i``."""
+    if isinstance(c, (KVCache, QuantizedKVCache)) and not isinstance(c, RotatingKVCache):
+        if c.keys is None:
+            return {}
+        out = {}
+        for name, part in (("k", c.keys), ("v", c.values)):
+            parts = part if isinstance(part, (tuple, list)) else (part,)
+            for j, a in enumerate(parts):
+                out[f"{i}.{name}.{j}"] = a[..., start:end, :]
+        return out
+    # A checkpoint of a layer that cannot be sliced: its whole state at ``end``.
+    if isinstance(c, RotatingKVCache):
+        flat = [c.keys, c.values] if c.keys is not None else []
+    elif isinstance(c, ArraysCache):
+        flat = [a for a in c.cache if a is not None]
+    else:
+        raise ValueError(f"cannot save a {type(c).__name__} layer")
+    return {f"{i}.s.{j}": a for j, a in enumerate(flat)}
+
+
+def _layer_meta(c: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"type": type(c).__name__}
+    if isinstance(c, QuantizedKVCache):
+        meta.update(bits=c.bits, group=c.group_size)
+    elif isinstance(c, RotatingKVCache):
+        meta["meta"] = [int(c.offset), int(c.keep), int(c.max_size), int(c._idx)]
+    elif isinstance(c, ArraysCache):
+        meta["slots"] = [a is not None for a in c.cache]
+    return meta
+
+
+def write(path: Path, layers: Sequence[Any], start: int, end: int, tokens: Sequence[int], *,
+          fingerprint: str, template_hash: str) -> SegmentInfo:
+    """Write positions ``[start, end)`` (and the checkpoints at ``end``) atomically."""
+    tensors: dict[str, mx.array] = {}
+    for i, c in enumerate(layers):
+        tensors.update(_layer_tensors(i, c, start, end))
+    mx.eval(list(tensors.values()))
+    metadata = {"format": FORMAT, "mlx_lm_version": MLX_LM_VERSION,
+                "model_fingerprint": fingerprint, "template_hash": template_hash,
+                "start": str(start), "end": str(end), "tokens": json.dumps(list(tokens)),
+                "layers": json.dumps([_layer_meta(c) for c in layers])}
+    path = Path(path)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            crc, size = _write_safetensors(fh, tensors, metadata)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    bits = next((c.bits for c in layers if isinstance(c, QuantizedKVCache)), None)
+    return SegmentInfo(path=str(path), start=start, end=end, bytes=size,
+                       checksum=f"{crc:08x}", kv_bits=bits)
+
+
+def _write_safetensors(fh: BinaryIO, tensors: dict[str, mx.array],
+                       metadata: dict[str, str]) -> tuple[int, int]:
+    header: dict[str, Any] = {"__metadata__": metadata}
+    hosts, offset = [], 0
+    for name, arr in tensors.items():
+        host = _host(arr)
+        header[name] = {"dtype": _DTYPES[arr.dtype], "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + host.nbytes]}
+        offset += host.nbytes
+        hosts.append(host)
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    crc = 0
+    for piece in (struct.pack("<Q", len(raw)), raw):
+        fh.write(piece)
+        crc = zlib.crc32(piece, crc)
+    for host in hosts:
+        view = memoryview(host).cast("B")
+        for i in range(0, len(view), _CHUNK):
+            chunk = view[i:i + _CHUNK]
+            fh.write(chunk)
+            crc = zlib.crc32(chunk, crc)
+    return crc, 8 + len(raw) + offset
+
+
+# -- reading --------------------------------------------------------------------------
+
+
+def file_crc(path: Path) -> str:
+    crc = 0
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            crc = zlib.crc32(chunk, crc)
+    return f"{crc:08x}"
+
+
+def read(ref: SegmentRef, *, fingerprint: str, template_hash: str
+         ) -> tuple[dict[str, mx.array], list[dict[str, Any]]]:
+    """The arrays of one segment and its layer descriptions, or SegmentRejected."""
+    if not ref.path.is_file():
+        raise SegmentRejected(f"file missing ({ref.path.name})")
+    if file_crc(ref.path) != ref.checksum:
+        raise SegmentRejected("checksum mismatch (file changed or damaged)")
+    try:
+        arrays, meta = mx.load(str(ref.path), return_metadata=True)
+    except Exception as exc:  # mx.load raises bare RuntimeError/ValueError on damage
+        raise SegmentRejected(f"unreadable file ({type(exc).__name__})") from None
+    if meta.get("format") != FORMAT:
+        raise SegmentRejected("not an mlxchat KV segment")
+    if meta.get("mlx_lm_version") != MLX_LM_VERSION:
+        raise SegmentRejected(
+            f"written by mlx-lm {meta.get('mlx_lm_version')}, running {MLX_LM_VERSION}")
+    if meta.get("model_fingerprint") != fingerprint:
+        raise SegmentRejected("made with other model weights")
+    if meta.get("template_hash") != template_hash:
+        raise SegmentRejected("made with another chat template")
+    try:
+        span = int(meta["start"]), int(meta["end"])
+        tokens = [int(t) for t in json.loads(meta["tokens"])]
+        layers = json.loads(meta["layers"])
+    except (KeyError, ValueError, TypeError):
+        raise SegmentRejected("damaged metadata") from None
+    if span != (ref.start, ref.end) or tokens != ref.token_ids:
+        raise SegmentRejected("holds other tokens than the conversation")
+    return arrays, layers
+
+
+def layout(piece: tuple[dict[str, mx.array], list[dict[str, Any]]]) -> list[tuple]:
+    """Layer types and bit widths of a segment: consecutive segments must agree."""
+    return [(m["type"], m.get("bits"), m.get("group")) for m in piece[1]]
+
+
+def assemble(model: Any, pieces: Sequence[tuple[dict[str, mx.array], list[dict[str, Any]]]],
+             length: int) -> list[Any]:
+    """A live cache from consecutive segments (the first starts at 0)."""
+    cache = make_prompt_cache(model)
+    last_arrays, last_layers = pieces[-1]
+    if len(last_layers) != len(cache):
+        raise SegmentRejected("layer count does not match the model")
+    for i, (c, meta) in enumerate(zip(cache, last_layers)):
+        if meta["type"] in ("KVCache", "QuantizedKVCache"):
+            cache[i] = _concat_layer(i, meta, pieces, length)
+        elif meta["type"] == "RotatingKVCache" and isinstance(c, RotatingKVCache):
+            offset, keep, max_size, idx = meta["meta"]
+            keys, values = (last_arrays.get(f"{i}.s.0"), last_arrays.get(f"{i}.s.1"))
+            c.state = (keys, values, offset, keep, max_size, idx)
+        elif meta["type"] == "ArraysCache" and isinstance(c, ArraysCache):
+            arrays = iter(last_arrays[f"{i}.s.{j}"] for j in range(sum(meta["slots"])))
+            c.cache = [next(arrays) if present else None for present in meta["slots"]]
+        else:
+            raise SegmentRejected("cache types do not match the model")
+    return cache
+
+
+def _concat_layer(i: int, meta: dict[str, Any], pieces: Sequence[tuple[dict, list]],
+                  length: int) -> Any:
+    quantized = meta["type"] == "QuantizedKVCache"
+    layer = (QuantizedKVCache(group_size=meta["group"], bits=meta["bits"]) if quantized
+             else KVCache())
+    parts = 3 if quantized else 1
+    for name in ("k", "v"):
+        joined = []
+        for j in range(parts):
+            runs = [arrays[f"{i}.{name}.{j}"] for arrays, _ in pieces]
+            joined.append(mx.concatenate(runs, axis=-2) if len(runs) > 1 else runs[0])
+        value = tuple(joined) if quantized else joined[0]
+        setattr(layer, "keys" if name == "k" else "values", value)
+    layer.offset = length
+    return layer

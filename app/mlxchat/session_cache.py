@@ -1,0 +1,155 @@
+"""The open session's KV cache on disk: one segment per turn, restored along
+the branch's path. Sessions saved before segments existed restore from their
+whole-cache snapshot; their next save writes a first segment from token 0 and
+the old file is removed.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from mlxchat import paths
+from mlxchat.chat import Message, Session
+from mlxchat.engine import SnapshotLoad
+from mlxchat.engine.segments import SegmentRef
+from mlxchat.session_life import remove_files
+from mlxchat.store import SegmentRecord, SessionStore, StoreError
+
+if TYPE_CHECKING:
+    from mlxchat.engine.interface import Engine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CacheOnDisk:
+    """What the open branch has on disk."""
+
+    segments: int
+    tokens: int
+    """Positions the branch's consecutive segments cover from the start."""
+    file_bytes: int
+    newest: Path | None
+
+
+def segment_refs(rows: Sequence[SegmentRecord]) -> list[SegmentRef]:
+    """Rows as references the engine can check; a path that leads outside the
+    snapshots folder is treated as a missing file, never opened."""
+    out = []
+    for r in rows:
+        path = paths.inside_snapshots(r.path) or paths.snapshots_dir() / "missing"
+        out.append(SegmentRef(path, r.start, r.end, r.checksum, r.token_ids))
+    return out
+
+
+class SessionCache:
+    """Snapshot and segment persistence of ``Conversation``."""
+
+    store: SessionStore
+    engine: Engine
+    session: Session
+    last_snapshot: SnapshotLoad | None
+    _keep_snapshots: bool
+
+    if TYPE_CHECKING:  # defined by Conversation
+        def _with_system(self, messages: list[Message]) -> list[Message]: ...
+
+    def snapshot_words(self) -> str:
+        """What happened to the session's KV cache on disk when it was opened."""
+        snap = self.last_snapshot
+        if snap is None:
+            return "no KV snapshot: the next turn prefills the history"
+        if snap.ok and snap.reason:
+            return (f"KV cache restored for its first {snap.tokens:,} tokens ({snap.reason}); "
+                    "the next turn recomputes the rest")
+        if snap.ok:
+            return f"KV cache restored from its snapshot ({snap.tokens:,} tokens)"
+        return f"KV snapshot not used ({snap.reason}); the next turn recomputes the history"
+
+    def restore_snapshot(self) -> SnapshotLoad | None:
+        """Load the branch's KV from disk into the engine (a rejection is reported
+        by the next turn as its miss reason)."""
+        leaf = self.session.leaf_id
+        rows = self.store.branch_segments(leaf) if self.session.id else []
+        if rows:
+            covered = self._path_to(rows[-1].message_id)
+            self.last_snapshot = self.engine.load_segments(
+                segment_refs(rows), conversation=self._with_system(covered))
+            return self.last_snapshot
+        return self._restore_whole_snapshot()
+
+    def _path_to(self, message_id: int) -> list[Message]:
+        try:
+            return self.store.branch_path(message_id)
+        except StoreError:
+            return []
+
+    def _restore_whole_snapshot(self) -> SnapshotLoad | None:
+        record = self.store.latest_snapshot(self.session.id) if self.session.id else None
+        if record is None:
+            self.last_snapshot = None
+            return None
+        covered = self._path_to(record.leaf_id) if record.leaf_id is not None else []
+        self.last_snapshot = self.engine.load_snapshot(
+            record.path, expected_checksum=record.sha256,
+            conversation=self._with_system(covered))
+        return self.last_snapshot
+
+    def save_snapshot(self) -> Path | None:
+        """Write what the last turn added to the cache as a segment of the leaf;
+        never raises (disk full, permissions): the conversation is already committed."""
+        session_id, leaf = self.session.id, self.session.leaf_id
+        if not self._keep_snapshots or session_id is None or leaf is None:
+            return None
+        live = self.engine.cached_tokens
+        start = 0
+        for row in self.store.branch_segments(leaf):
+            if row.start != start or live[row.start:row.end] != row.token_ids:
+                break
+            start = row.end
+        if start >= len(live):
+            return None  # everything is on disk already
+        name = f"seg-{session_id}-{leaf}-{start}-{len(live)}.safetensors"
+        path = paths.snapshots_dir() / name
+        try:
+            paths.ensure_private_dir(path.parent)
+            info = self.engine.save_segment(path, start)
+            self.store.record_segment(
+                session_id, leaf, start=start, end=info.end, path=f"snapshots/{name}",
+                checksum=info.checksum, file_bytes=info.bytes, kv_bits=info.kv_bits,
+                token_ids=live[start:info.end])
+        except (OSError, ValueError, StoreError) as exc:
+            log.warning("KV segment not saved: %s", exc)
+            return None
+        if start == 0:  # a whole-cache snapshot from before segments is superseded
+            remove_files(self.store.drop_snapshots(session_id))
+        return path
+
+    def drop_snapshot(self) -> int:
+        """Forget the live cache and delete the session's snapshot and segment files."""
+        self.engine.drop_cache("cache dropped by /cache drop")
+        return len(self.remove_cache_files(self.session.id))
+
+    def remove_cache_files(self, session_id: int | None) -> list[Path]:
+        """Drop the session's rows of cache files; delete the files nothing else names."""
+        if session_id is None:
+            return []
+        files = self.store.drop_snapshots(session_id)
+        segments = [paths.inside_snapshots(str(p))
+                    for p in self.store.drop_segments(session_id)]
+        files += [p for p in segments if p is not None]
+        remove_files(files)
+        return files
+
+    def cache_on_disk(self) -> CacheOnDisk:
+        rows = self.store.branch_segments(self.session.leaf_id) if self.session.id else []
+        covered = 0
+        for r in rows:
+            if r.start != covered:
+                break
+            covered = r.end
+        newest = paths.inside_snapshots(rows[-1].path) if rows else None
+        return CacheOnDisk(len(rows), covered, sum(r.file_bytes for r in rows), newest)

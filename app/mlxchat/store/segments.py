@@ -1,0 +1,99 @@
+"""Bookkeeping of KV segment files: one row per turn's segment, keyed by the
+reply that ends it. A branch's segments are those of the messages on its path;
+forks and branches share rows' files, and a file is deleted only when no row
+names it any more. Paths are stored relative to the data folder.
+
+Ordering that keeps a file for every committed row: the caller writes the file
+(temp + rename), then ``record_segment`` commits its row; files are returned
+for deletion only after the rows naming them are gone.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+from mlxchat.store.base import PATH_UP, StoreBase, ids_from_blob, ids_to_blob
+from mlxchat.store.records import SegmentRecord
+
+
+def _record(row: sqlite3.Row) -> SegmentRecord:
+    return SegmentRecord(id=row["id"], session_id=row["session_id"],
+                         message_id=row["message_id"], start=row["start_token"],
+                         end=row["end_token"], path=row["path"], checksum=row["checksum"],
+                         file_bytes=row["file_bytes"], kv_bits=row["kv_bits"],
+                         token_ids=ids_from_blob(row["token_ids"]) or [],
+                         created=row["created"])
+
+
+class SegmentOps(StoreBase):
+    def record_segment(self, session_id: int, message_id: int, *, start: int, end: int,
+                       path: str, checksum: str, file_bytes: int, kv_bits: int | None,
+                       token_ids: list[int]) -> SegmentRecord:
+        """Commit the row of a segment file already written (``path`` relative)."""
+        with self._writing() as cur:
+            self._check_message(cur, session_id, message_id)
+            cur.execute(
+                "INSERT INTO kv_segments (session_id, message_id, start_token, end_token, path,"
+                " checksum, file_bytes, kv_bits, token_ids, created)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, message_id, start, end, path, checksum, file_bytes, kv_bits,
+                 ids_to_blob(token_ids), time.time()))
+            row = cur.execute("SELECT * FROM kv_segments WHERE id = ?",
+                              (cur.lastrowid,)).fetchone()
+        return _record(row)
+
+    def branch_segments(self, leaf_id: int | None) -> list[SegmentRecord]:
+        """Segments of the messages from the root to ``leaf_id``, in token order
+        (for a span saved twice, the newest row)."""
+        if leaf_id is None:
+            return []
+        with self._reading() as cur:
+            rows = cur.execute(
+                PATH_UP + "SELECT s.* FROM path JOIN kv_segments AS s ON s.message_id = path.id"
+                " ORDER BY s.start_token, s.id DESC", (leaf_id,)).fetchall()
+        out: list[SegmentRecord] = []
+        for row in rows:
+            if not out or row["start_token"] != out[-1].start:
+                out.append(_record(row))
+        return out
+
+    def session_segment_bytes(self, session_id: int) -> int:
+        """Bytes of the distinct segment files the session's rows name."""
+        with self._reading() as cur:
+            row = cur.execute(
+                "SELECT coalesce(sum(file_bytes), 0) FROM (SELECT DISTINCT path, file_bytes"
+                " FROM kv_segments WHERE session_id = ?)", (session_id,)).fetchone()
+        return int(row[0])
+
+    def drop_segments(self, session_id: int) -> list[Path]:
+        """Forget the session's segments; return the files no row names any more."""
+        with self._writing() as cur:
+            return self._drop_segment_rows(cur, session_id)
+
+    def copy_segments(self, mapping: dict[int, int], session_id: int) -> None:
+        """Let copied messages (``old id -> new id``) share the originals' segment files."""
+        with self._writing() as cur:
+            self._copy_segment_rows(cur, mapping, session_id)
+
+    def referenced_segment_paths(self) -> set[str]:
+        with self._reading() as cur:
+            return {row[0] for row in cur.execute("SELECT DISTINCT path FROM kv_segments")}
+
+    def _copy_segment_rows(self, cur: sqlite3.Cursor, mapping: dict[int, int],
+                           session_id: int) -> None:
+        for old, new in mapping.items():
+            cur.execute(
+                "INSERT INTO kv_segments (session_id, message_id, start_token, end_token, path,"
+                " checksum, file_bytes, kv_bits, token_ids, created)"
+                " SELECT ?, ?, start_token, end_token, path, checksum, file_bytes, kv_bits,"
+                " token_ids, created FROM kv_segments WHERE message_id = ?",
+                (session_id, new, old))
+
+    def _drop_segment_rows(self, cur: sqlite3.Cursor, session_id: int) -> list[Path]:
+        paths = [row[0] for row in cur.execute(
+            "SELECT DISTINCT path FROM kv_segments WHERE session_id = ?", (session_id,))]
+        cur.execute("DELETE FROM kv_segments WHERE session_id = ?", (session_id,))
+        return [Path(p) for p in paths if not cur.execute(
+            "SELECT 1 FROM kv_segments WHERE path = ?", (p,)).fetchone()]

@@ -1,0 +1,130 @@
+"""KV segments: each turn writes only what it added; branches and forks share
+their parents' files; damage in one segment recomputes from there on."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlxchat import paths
+from mlxchat.config import Settings
+from mlxchat.conversation import Conversation
+from mlxchat.engine import ChatEngine, TurnDone
+from mlxchat.store import open_store
+
+
+def make(tiny, db: Path) -> Conversation:
+    settings = Settings(system_prompt="Be brief.")
+    settings.generation.temperature = 0.0
+    settings.generation.max_tokens = 8
+    return Conversation(settings=settings, store=open_store(db), engine=ChatEngine(tiny),
+                        model_spec="tiny")
+
+
+def last(events) -> TurnDone:
+    return [e for e in events if isinstance(e, TurnDone)][-1]
+
+
+def files_of(conv: Conversation) -> list[Path]:
+    return [paths.inside_snapshots(r.path) for r in conv.store.branch_segments(conv.session.leaf_id)]
+
+
+def test_each_turn_writes_only_its_new_tokens(tiny, tmp_path):
+    conv = make(tiny, tmp_path / "s.db")
+    for q in ("One.", "Two?", "Three!"):
+        last(conv.send(q))
+    rows = conv.store.branch_segments(conv.session.leaf_id)
+    assert [r.start for r in rows] == [0, rows[0].end, rows[1].end]
+    assert rows[-1].end == conv.state().cached_tokens
+    per_token = conv.state().kv_bytes / conv.state().cached_tokens
+    for r in rows:  # the KV of its own tokens plus a small header, nothing more
+        kv = (r.end - r.start) * per_token
+        assert kv <= r.file_bytes <= kv + 8192
+    conv.close()
+
+
+def test_damage_in_one_segment_recomputes_from_that_segment_on(tiny, tmp_path):
+    conv = make(tiny, tmp_path / "s.db")
+    replies = [last(conv.send(q)) for q in ("One.", "Two?", "Three!")]
+    sid, rows = conv.session.id, conv.store.branch_segments(conv.session.leaf_id)
+    conv.close()
+    second = paths.inside_snapshots(rows[1].path)
+    data = bytearray(second.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    second.write_bytes(bytes(data))
+    again = make(tiny, tmp_path / "s.db")
+    again.open_session(sid)
+    snap = again.last_snapshot
+    assert snap.ok and snap.tokens == rows[0].end and "segment 2 of 3" in snap.reason
+    assert "first" in again.snapshot_words()
+    nxt = last(again.send("Four."))
+    assert nxt.stats.reused_tokens == rows[0].end and nxt.stats.cache_source == "snapshot"
+    # The same as a warm turn would have answered.
+    warm = make(tiny, tmp_path / "w.db")
+    for q in ("One.", "Two?", "Three!"):
+        last(warm.send(q))
+    assert last(warm.send("Four.")).token_ids == nxt.token_ids
+    assert replies[0].token_ids  # the first turn produced a ledger entry
+    again.close()
+    warm.close()
+
+
+def test_branches_and_forks_share_their_parents_files(tiny, tmp_path):
+    conv = make(tiny, tmp_path / "s.db")
+    for q in ("One.", "Two?"):
+        last(conv.send(q))
+    trunk = files_of(conv)
+    for n in range(3):  # three retries: three branches off the same history
+        last(conv.retry())
+        assert files_of(conv)[:-1] == trunk[:-1]
+    distinct = {p for p in (paths.snapshots_dir()).iterdir() if p.name.startswith("seg-")}
+    assert len(distinct) == len(trunk) + 3  # one new file per branch, the trunk shared
+    source = conv.session.id
+    _, copy = conv.fork()
+    assert files_of(conv) == files_of(conv) and conv.session.id == copy.id
+    assert len({p for p in paths.snapshots_dir().iterdir()}) == len(distinct)  # no copies
+    nxt = last(conv.send("In the fork."))
+    assert nxt.stats.reused_tokens > 0
+    conv.delete_session(source)  # the fork still needs the shared files
+    assert all(p.exists() for p in files_of(conv))
+    conv.close()
+
+
+def test_a_crafted_segment_path_is_never_read(tiny, tmp_path):
+    conv = make(tiny, tmp_path / "s.db")
+    last(conv.send("One."))
+    sid, leaf = conv.session.id, conv.session.leaf_id
+    secret = tmp_path / "secret.safetensors"
+    secret.write_bytes(paths.inside_snapshots(
+        conv.store.branch_segments(leaf)[0].path).read_bytes())
+    with conv.store._writing() as cur:  # noqa: SLF001 - a crafted row
+        cur.execute("UPDATE kv_segments SET path = ?", (str(secret),))
+    conv.close()
+    again = make(tiny, tmp_path / "s.db")
+    again.open_session(sid)
+    assert not again.last_snapshot.ok and "file missing" in again.last_snapshot.reason
+    again.delete_session(sid)
+    assert secret.exists()
+    again.close()
+
+
+def test_a_whole_cache_snapshot_from_before_segments_still_resumes(tiny, tmp_path):
+    conv = make(tiny, tmp_path / "s.db")
+    conv._keep_snapshots = False  # noqa: SLF001 - lay out an old session by hand
+    one = last(conv.send("One."))
+    old = paths.snapshots_dir() / "session-old.safetensors"
+    paths.ensure_private_dir(old.parent)
+    info = conv.engine.save_snapshot(old)
+    conv.store.record_snapshot(conv.session.id, conv.session.leaf_id, old,
+                               sha256=info.checksum, token_count=info.tokens,
+                               file_bytes=info.bytes, mlx_lm_version=info.mlx_lm_version)
+    sid = conv.session.id
+    conv.close()
+    again = make(tiny, tmp_path / "s.db")
+    again.open_session(sid)
+    assert again.last_snapshot.ok and again.last_snapshot.tokens == one.stats.context_used
+    two = last(again.send("Two?"))
+    assert two.stats.reused_tokens == one.stats.context_used
+    # Its first segment starts at 0 and the old file is gone.
+    assert again.store.branch_segments(again.session.leaf_id)[0].start == 0
+    assert not old.exists() and again.store.latest_snapshot(sid) is None
+    again.close()
