@@ -9,30 +9,11 @@ import argparse
 import logging
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Sequence
 
 from mlxchat import __version__
+from mlxchat.cli_progress import progress_printer
 from mlxchat.errors import UserError, user_message
-
-
-def progress_printer(stream=None) -> Callable[[str, int, int], None]:
-    """A progress callback that draws one updating line on a terminal's stderr."""
-    from mlxchat.models import STAGE_LABELS
-
-    stream = stream or sys.stderr
-    tty = stream.isatty()
-    last: dict[str, int] = {}
-
-    def report(stage: str, done: int, total: int) -> None:
-        pct = int(100 * done / total) if total else 0
-        if not tty or last.get(stage) == pct:
-            return
-        last[stage] = pct
-        stream.write(f"\r{STAGE_LABELS.get(stage, stage)} model… {pct:3d}%")
-        if done >= total:
-            stream.write("\r\033[K")
-        stream.flush()
-    return report
 
 
 def _add_generation_args(p: argparse.ArgumentParser) -> None:

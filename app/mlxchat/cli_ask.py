@@ -8,11 +8,11 @@ import signal
 import sys
 from dataclasses import replace
 
-from mlxchat.chat import GenerationSettings, Message, TurnStats
-from mlxchat.cli import progress_printer
-from mlxchat.errors import UserError
+from mlxchat.chat import GenerationSettings, TurnStats
+from mlxchat.cli_progress import progress_printer
 from mlxchat.config import Settings
-from mlxchat.engine import ChatEngine, TextDelta, TurnDone
+from mlxchat.conversation import TextDelta, TurnDone
+from mlxchat.errors import UserError
 
 _FLAGS = {"max_tokens": "max_tokens", "temp": "temperature", "top_p": "top_p",
           "min_p": "min_p", "seed": "seed", "repetition_penalty": "repetition_penalty",
