@@ -69,3 +69,14 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from mlxchat.models.tiny import write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny model loaded once, a LoadedModel named and specified "tiny": float32,
+    head_dim 16, a turn in milliseconds. Engine, command and app tests share it."""
+    from mlxchat.models.loader import load_folder
+    from mlxchat.models.tiny import write_tiny_model
+
+    return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny")), name="tiny",
+                       spec="tiny")

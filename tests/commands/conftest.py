@@ -22,12 +22,6 @@ SYSTEM = "You are terse."
 
 
 @pytest.fixture(scope="session")
-def tiny(tmp_path_factory) -> LoadedModel:
-    return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny")), name="tiny",
-                       spec="tiny")
-
-
-@pytest.fixture(scope="session")
 def tiny_b(tmp_path_factory) -> LoadedModel:
     """A second model, to switch to (head_dim 64, so its KV cache can be quantized)."""
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny-b"), hidden_size=128,

@@ -11,12 +11,6 @@ from mlxchat.models.tiny import write_tiny_model
 
 
 @pytest.fixture(scope="session")
-def tiny(tmp_path_factory):
-    """A float32 tiny llama (head_dim 16), loaded once."""
-    return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny")))
-
-
-@pytest.fixture(scope="session")
 def tiny64(tmp_path_factory):
     """A tiny llama with head_dim 64, so the KV cache can be quantized."""
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny64"), hidden_size=128,

@@ -6,8 +6,6 @@ import json
 import os
 import sqlite3
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -70,11 +68,6 @@ def _make_v1(path: Path) -> None:
 
 def test_migrations_are_ordered_and_versioned() -> None:
     assert SCHEMA_VERSION == len(MIGRATIONS) == 6
-
-
-def test_fts5_is_available_in_this_python() -> None:
-    conn = sqlite3.connect(":memory:")
-    conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
 
 
 def test_a_v1_database_migrates_and_keeps_its_data(db_path: Path) -> None:
@@ -197,13 +190,3 @@ def test_default_location_is_private(home: Path) -> None:
         store.close()
     finally:
         os.umask(old)
-
-
-def test_store_imports_neither_textual_nor_mlx() -> None:
-    code = (
-        "import sys, mlxchat.store, mlxchat.store.export\n"
-        "banned = ('textual', 'mlx', 'mlx_lm', 'numpy')\n"
-        "bad = [m for m in sys.modules if m.split('.')[0] in banned]\n"
-        "assert not bad, bad\n"
-    )
-    subprocess.run([sys.executable, "-c", code], check=True)

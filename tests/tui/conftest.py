@@ -1,17 +1,8 @@
-"""Tiny random models for the app tests (loaded once; a turn takes milliseconds)."""
+"""A second tiny model for the app tests (`tiny` itself is in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import pytest
-
-
-@pytest.fixture(scope="session")
-def tiny(tmp_path_factory):
-    from mlxchat.models.loader import load_folder
-    from mlxchat.models.tiny import write_tiny_model
-
-    return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny")), name="tiny",
-                       spec="tiny")
 
 
 @pytest.fixture(scope="session")

@@ -1,16 +1,10 @@
+"""The gauges panel: figures the test works out itself, levels, live and compact views."""
+
 from dataclasses import replace
 
+from mlxchat.chat import GenerationSettings, Message
+from mlxchat.engine import ChatEngine, TurnDone
 from mlxchat.engine.events import PrefillProgress
-from mlxchat.tui.formatting import (
-    cache_source_label,
-    fmt_bits_per_weight,
-    fmt_bytes,
-    fmt_int,
-    fmt_percent,
-    fmt_seconds,
-    fmt_tps,
-    kv_room,
-)
 from mlxchat.tui.widgets import GaugesPanel, Meter
 from textual.widgets import Static
 
@@ -29,36 +23,76 @@ async def test_shows_exactly_the_given_figures():
     app = host()
     async with app.run_test(size=(200, 50)):
         panel = app.query_one(GaugesPanel)
-        panel.update_state(SAMPLE_STATE, 48 * GB)
+        budget = 48 * GB
+        panel.update_state(SAMPLE_STATE, budget)
         panel.update_stats(SAMPLE_STATS)
-        s, st = SAMPLE_STATE, SAMPLE_STATS
+        s = SAMPLE_STATE
+        # The figures are worked out here from the sample numbers, not with the
+        # widget's own helpers: a wrong formula there cannot agree with them.
+        assert (s.cached_tokens, s.context_window, s.kv_bytes) == (1184, 8192, 24_248_320)
+        per_token = s.kv_bytes // s.cached_tokens
+        assert per_token * s.cached_tokens == s.kv_bytes  # 20,480 bytes a token, exactly
+        memory_fits = (budget - s.kv_bytes) // per_token
+        window_left = s.context_window - s.cached_tokens
+        assert (memory_fits, window_left) == (2_342_566, 7008)
         assert text(panel, "#gauge-model") == "smollm2-135m"
-        assert text(panel, "#context-text") == (
-            f"{fmt_int(s.cached_tokens)} / {fmt_int(s.context_window)} tokens  "
-            f"{fmt_percent(s.cached_tokens, s.context_window)}")
-        room = kv_room(kv_bytes=s.kv_bytes, cached_tokens=s.cached_tokens,
-                       budget_bytes=48 * GB, context_window=s.context_window)
+        # 1184 / 8192 is 14.45%: the gauge floors it.
+        assert text(panel, "#context-text") == "1,184 / 8,192 tokens  14%"
         kv = text(panel, "#kv-text").splitlines()
-        assert kv[0] == f"{fmt_bytes(s.kv_bytes)} · {fmt_percent(s.kv_bytes, 48 * GB)} of 48.0 GB budget"
-        assert kv[1] == f"room {fmt_int(room.tokens)} tokens (window limit)"
-        assert kv[2] == f"memory would fit {fmt_int(room.by_memory)}"
+        assert kv == ["24.2 MB · 0% of 48.0 GB budget",  # 24 MB of 48 GB is 0.05%
+                      "room 7,008 tokens (window limit)",
+                      "memory would fit 2,342,566"]
         assert panel.query_one("#gauge-kv").border_title == "KV cache · native"
-        assert text(panel, "#kv-source") == f"from snapshot · {fmt_int(s.cached_tokens)} tokens"
+        assert text(panel, "#kv-source") == "from snapshot · 1,184 tokens"
         assert text(panel, "#weights-text") == (
-            f"{fmt_bytes(s.weights_bytes)} · {fmt_bits_per_weight(s.bits_per_weight)}\n"
-            f"peak memory {fmt_bytes(s.peak_memory_bytes)}")
+            "77.5 MB · 4.52 bits/weight\npeak memory 120.3 MB")
         assert text(panel, "#turn-text").splitlines() == [
-            cache_source_label("snapshot"),
-            f"first token  {fmt_seconds(st.ttft_s)}",
-            f"prefill      {fmt_tps(st.prefill_tps)}",
-            f"decode       {fmt_tps(st.decode_tps)}",
-            f"reused {fmt_int(st.reused_tokens)} · prefilled {fmt_int(st.prefilled_tokens)}",
+            "from snapshot",
+            "first token  123 ms",  # 0.1234 s
+            "prefill      1,234.6 tok/s",
+            "decode       35.2 tok/s",
+            "reused 1,024 · prefilled 32",
             "miss: system prompt changed",
         ]
-        # and the literal strings, so a formatting change is a visible decision
-        assert "first token  123 ms" in text(panel, "#turn-text")
-        assert "decode       35.2 tok/s" in text(panel, "#turn-text")
-        assert kv[0] == "24.2 MB · 0% of 48.0 GB budget"
+
+
+async def test_a_real_turn_shows_figures_counted_from_the_cache_and_the_tokenizer(tiny):
+    messages = [Message("user", "Tell me about pelicans.")]
+    engine = ChatEngine(tiny)
+    try:
+        done = [ev for ev in engine.turn(messages, GenerationSettings(temperature=0.0,
+                                                                      max_tokens=12))
+                if isinstance(ev, TurnDone)]
+        assert len(done) == 1
+        state = engine.state()
+        cache = engine._live.layers  # noqa: SLF001 - the test counts the live arrays itself
+    finally:
+        engine.close()
+    # Counted here: tokens held from each layer's offset, bytes from the used
+    # part of each key/value array, the prompt from the tokenizer's template.
+    (tokens,) = {int(c.offset) for c in cache}
+    kv_bytes = sum(c.keys[..., :tokens, :].nbytes + c.values[..., :tokens, :].nbytes
+                   for c in cache)
+    prompt = len(tiny.tokenizer.apply_chat_template(
+        [{"role": "user", "content": messages[0].content}], add_generation_prompt=True))
+    window = tiny.info.context_window
+    dtype = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}[
+        str(cache[0].keys.dtype).removeprefix("mlx.core.")]
+    budget = 10 * kv_bytes + 1  # just under 10%
+    assert 1000 <= kv_bytes < 1_000_000 and 0 < tokens < window
+    app = host()
+    async with app.run_test(size=(200, 50)):
+        panel = app.query_one(GaugesPanel)
+        panel.update_state(state, budget)
+        context = text(panel, "#context-text")
+        assert context == f"{tokens:,} / {window:,} tokens  {100 * tokens // window}%"
+        room = min(window - tokens, (budget - kv_bytes) * tokens // kv_bytes)
+        kv = text(panel, "#kv-text").splitlines()
+        assert kv[0] == f"{kv_bytes / 1000:.1f} KB · 9% of {budget / 1000:.1f} KB budget"
+        assert kv[1].startswith(f"room {room:,} tokens (")
+        assert panel.query_one("#gauge-kv").border_title == f"KV cache · {dtype}"
+        turn = text(panel, "#turn-text")
+        assert f"reused 0 · prefilled {prompt:,}" in turn
 
 
 async def test_kv_bits_and_memory_bound_room():
@@ -71,7 +105,7 @@ async def test_kv_bits_and_memory_bound_room():
         assert panel.query_one("#gauge-kv").border_title == "KV cache · 4-bit"
         kv = text(panel, "#kv-text").splitlines()
         assert kv[1] == "room 5 tokens (memory limit)"
-        assert kv[2] == f"window has {fmt_int(8192 - 1184)} left"
+        assert kv[2] == "window has 7,008 left"  # 8192 - 1184
         assert panel.query_one("#kv-meter", Meter).level == "error"
 
 

@@ -70,12 +70,3 @@ def test_pacer_keeps_drawing_near_its_share_of_the_ui_thread():
         cpu += 0.1
         pacer.record(cpu)
     assert pacer() <= 0.25
-
-
-def test_start_up_and_streaming_leave_textual_out():
-    import subprocess
-    import sys
-
-    code = ("import sys, mlxchat.tui.streaming; "
-            "sys.exit('textual' in sys.modules)")
-    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -1,15 +1,60 @@
-"""The engine, store, commands and chat modules never import Textual."""
+"""No module outside the UI imports Textual; the store and the command registry
+also keep MLX out.
+
+Every module of app/mlxchat is imported in a fresh interpreter, except the UI:
+mlxchat.tui.* (but for its start-up and streaming helpers, which the UI runs
+outside Textual), the command line mlxchat.cli* and mlxchat.__main__ (which runs
+the app when imported).
+"""
+
+from __future__ import annotations
 
 import subprocess
 import sys
+from fnmatch import fnmatchcase
+from pathlib import Path
 
 import pytest
 
+PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "app" / "mlxchat"
+UI = ("mlxchat.tui", "mlxchat.tui.*", "mlxchat.cli*", "mlxchat.__main__")
+UI_FREE = ("mlxchat.tui.streaming",)
+# Beyond Textual: the store never needs MLX or numpy, and building the command
+# registry never needs MLX (the engine loads it when a model is used).
+ALSO_BANNED = {"mlxchat.store*": ("mlx", "mlx_lm", "numpy"), "mlxchat.commands*": ("mlx.core",)}
+EXERCISE = {"mlxchat.commands": "module.default_registry()"}
 
-@pytest.mark.parametrize("module", ["mlxchat.chat", "mlxchat.engine", "mlxchat.store",
-                                    "mlxchat.commands", "mlxchat.models", "mlxchat.conversation"])
-def test_core_modules_leave_textual_out(module):
-    code = (f"import importlib, sys; importlib.import_module({module!r}); "
-            "sys.exit(1 if 'textual' in sys.modules else 0)")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr or f"{module} imported textual"
+
+def non_ui_modules() -> list[str]:
+    names = []
+    for path in sorted(PACKAGE_ROOT.rglob("*.py")):
+        parts = path.relative_to(PACKAGE_ROOT.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if name in UI_FREE or not any(fnmatchcase(name, p) for p in UI):
+            names.append(name)
+    return names
+
+
+def test_the_module_list_is_the_whole_package_but_the_ui():
+    modules = non_ui_modules()
+    assert {"mlxchat", "mlxchat.errors", "mlxchat.chat", "mlxchat.config", "mlxchat.conversation",
+            "mlxchat.engine", "mlxchat.engine.core", "mlxchat.store", "mlxchat.store.export",
+            "mlxchat.commands", "mlxchat.commands.registry", "mlxchat.models",
+            "mlxchat.tui.streaming"} <= set(modules)
+    assert not any(m.startswith(("mlxchat.cli", "mlxchat.__main__", "mlxchat.tui.widgets",
+                                 "mlxchat.tui.app")) for m in modules)
+
+
+@pytest.mark.parametrize("module", non_ui_modules())
+def test_non_ui_modules_leave_textual_out(module):
+    banned = ["textual"]
+    banned += [b for pattern, names in ALSO_BANNED.items() if fnmatchcase(module, pattern)
+               for b in names]
+    code = (f"import importlib, sys\nmodule = importlib.import_module({module!r})\n"
+            f"{EXERCISE.get(module, '')}\nbanned = {tuple(banned)!r}\n"
+            "print(' '.join(sorted(m for m in sys.modules\n"
+            "                      if any(m == b or m.startswith(b + '.') for b in banned))))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False, stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "", f"{module} imported {proc.stdout.strip()}"
