@@ -65,6 +65,35 @@ def snapshots_dir() -> Path:
     return data_dir() / "snapshots"
 
 
+def snapshot_name(path: Path | str) -> str | None:
+    """How a snapshot file is recorded: its path relative to the data folder
+    ('snapshots/NAME'), or None when it does not lie inside the snapshots folder."""
+    resolved = inside_snapshots(Path(path))
+    if resolved is None:
+        return None
+    return str(Path("snapshots") / resolved.relative_to(snapshots_dir().resolve()))
+
+
+def snapshot_file(recorded: str) -> Path | None:
+    """The file a recorded snapshot name stands for in this home, or None when the
+    name (absolute, '..', a link) leads anywhere but into the snapshots folder."""
+    if not recorded or Path(recorded).is_absolute():
+        return None
+    return inside_snapshots(data_dir() / recorded)
+
+
+def inside_snapshots(path: Path) -> Path | None:
+    """``path`` resolved, if it is a file name inside this home's snapshots folder."""
+    try:
+        folder = snapshots_dir().resolve()
+        resolved = path.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+    if resolved == folder or not resolved.is_relative_to(folder):
+        return None
+    return resolved
+
+
 def models_cache_dir() -> Path:
     """Converted models, one folder per source file hash and converter version."""
     return cache_dir() / "models"
