@@ -21,6 +21,7 @@ from mlxchat.config import Settings
 from mlxchat.errors import MlxchatError
 from mlxchat.engine import (ChatEngine, EngineError, EngineState, Event, SnapshotLoad,
                             TextDelta, TurnDone)
+from mlxchat.engine.snapshot import failure_words
 from mlxchat.models.info import LoadedModel
 from mlxchat.store import SessionStore, StoreError
 
@@ -246,7 +247,10 @@ class Conversation:
                 self.session.id, leaf, path, sha256=info.checksum, token_count=info.tokens,
                 file_bytes=info.bytes, mlx_lm_version=info.mlx_lm_version, kv_bits=info.kv_bits)
         except (OSError, ValueError, StoreError) as exc:
-            log.warning("snapshot not saved: %s", exc)
+            warning = f"snapshot not saved: {failure_words(exc)}"
+            log.warning(warning)
+            if self.last_stats is not None:
+                self.last_stats.snapshot_warning = warning
             return None
         for stale in old:
             if Path(stale) != path:
