@@ -8,12 +8,14 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from mlxchat.paths import ensure_private_dir
+
 
 def write_private_text(path: Path, text: str) -> Path:
     """Write ``text`` atomically (temp file in the same folder, fsync, rename),
     readable by the owner only. A failure leaves the old file and no temp file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ensure_private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

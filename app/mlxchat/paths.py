@@ -6,7 +6,9 @@ what the tests use. Otherwise the XDG locations (or ``~/Library`` on macOS).
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -27,13 +29,29 @@ def _base(kind: str, xdg_var: str, xdg_default: str, mac: str) -> Path:
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) readable by the owner only: chats are private."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Create ``path`` readable by the owner only, and every missing folder above
+    it too (``mkdir(parents=True)`` would give those the umask's mode): chats are
+    private. Folders that already existed above ``path`` are left as they are."""
+    path = Path(path)
+    missing = [p for p in (path, *path.parents) if not p.exists()][::-1]
+    for folder in missing:
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            if not folder.is_dir():
+                raise
+        _chmod_private(folder)
+    if not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(path))
+    _chmod_private(path)
+    return path
+
+
+def _chmod_private(folder: Path) -> None:
     try:
-        path.chmod(0o700)
+        folder.chmod(0o700)
     except OSError:
         pass
-    return path
 
 
 def config_dir() -> Path:
@@ -92,6 +110,15 @@ def inside_snapshots(path: Path) -> Path | None:
     if resolved == folder or not resolved.is_relative_to(folder):
         return None
     return resolved
+
+
+SNAPSHOT_TEMP = re.compile(r"^\..+\.(\d+)\.tmp\.safetensors$")
+"""A snapshot being written: '.NAME.PID.tmp.safetensors' (renamed when complete)."""
+
+
+def snapshot_temp_file(path: Path, pid: int) -> Path:
+    """Where the snapshot ``path`` is written before its rename."""
+    return path.with_name(f".{path.stem}.{pid}.tmp.safetensors")
 
 
 def models_cache_dir() -> Path:

@@ -23,6 +23,7 @@ from mlx_lm import __version__ as MLX_LM_VERSION
 from mlx_lm.models.cache import load_prompt_cache, save_prompt_cache
 
 from mlxchat.engine import kv
+from mlxchat.paths import ensure_private_dir, snapshot_temp_file
 from mlxchat.files import sha256_file
 from mlxchat.engine.events import SnapshotInfo
 
@@ -88,7 +89,7 @@ def save(path: Path, cache: list[Any], tokens: list[int], *, fingerprint: str,
     if kv.offset(cache) != len(tokens):
         raise ValueError("cache and token list disagree")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(path.parent)
     trimmed = kv.trimmed_copy(cache)
     mx.eval([c.state for c in trimmed])
     bits = kv.bits(cache)
@@ -101,8 +102,10 @@ def save(path: Path, cache: list[Any], tokens: list[int], *, fingerprint: str,
         "tokens": json.dumps(tokens),
         "tensor_sha256": _tensor_digest(trimmed),
     }
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.safetensors")
+    tmp = snapshot_temp_file(path, os.getpid())
     try:
+        # Private from the first byte: MLX writes into the file made here.
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         try:
             save_prompt_cache(str(tmp), trimmed, metadata)
         except RuntimeError as exc:  # MLX: "Unable to write" (disk full, no permission)

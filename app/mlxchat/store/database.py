@@ -10,6 +10,7 @@ from mlxchat import paths
 from mlxchat.store.base import DEFAULT_BUSY_TIMEOUT_S
 from mlxchat.store.errors import StoreError, sqlite_errors
 from mlxchat.store.sessions import SessionStore
+from mlxchat.store.snapshots import remove_stale_temp_files
 
 
 def _make_private_file(path: Path) -> None:
@@ -55,6 +56,7 @@ def open_store(
                         f"Cannot create the folder {file.parent}: {exc.strerror or exc}."
                     ) from exc
         _make_private_file(file)
+        remove_stale_temp_files(paths.snapshots_dir())
         target = str(file)
     else:
         target = ":memory:"

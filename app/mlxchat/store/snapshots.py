@@ -14,6 +14,7 @@ a link out) is treated as missing, never read, never handed back for deletion.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
@@ -116,3 +117,45 @@ class SnapshotOps(StoreBase):
         }
         files = (paths.snapshot_file(p) for p in recorded if p not in still_used)
         return [file for file in files if file is not None]
+
+
+STALE_TEMP_S = 10 * 60
+"""A temp snapshot file this old is left over even if its PID is alive (reused)."""
+
+
+def remove_stale_temp_files(folder: Path, *, now: float | None = None) -> list[Path]:
+    """Delete the temp files of snapshot writes that were killed: those whose
+    writer is no longer running, or older than STALE_TEMP_S. Returns them."""
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        found = paths.SNAPSHOT_TEMP.match(entry.name)
+        if found is None:
+            continue
+        try:
+            info = entry.lstat()
+            if _running(int(found.group(1))) and now - info.st_mtime < STALE_TEMP_S:
+                continue
+            entry.unlink()
+        except OSError:
+            continue
+        removed.append(entry)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # another user's process
+    except (ProcessLookupError, OverflowError):
+        return False
+    return True
