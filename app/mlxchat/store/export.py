@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from mlxchat import __version__
-from mlxchat.files import write_private_text
+from mlxchat.files import FileRefused, read_limited, write_private_text
 from mlxchat.chat import GenerationSettings, Message, Session, TurnStats
 from mlxchat.store.base import ROLES
 from mlxchat.store.errors import StoreError
@@ -29,6 +29,8 @@ FORMATS: tuple[str, ...] = ("md", "json")
 FORMAT_NAME = "mlxchat-session"
 FORMAT_VERSION = 1
 FILENAME_BYTES = 100
+IMPORT_LIMIT_BYTES = 256 << 20
+"""Largest file ``import_json`` reads; a session export is far smaller."""
 _INT64 = 2**63
 
 
@@ -251,9 +253,9 @@ def import_json(store: SessionStore, source: Path | str | bytes) -> Session:
     if isinstance(source, Path):
         label = source.name
         try:
-            text: str | bytes = source.read_bytes()
-        except OSError as exc:
-            raise StoreError(f"Cannot read {source}: {exc.strerror or exc}.") from exc
+            text: str | bytes = read_limited(source, IMPORT_LIMIT_BYTES)
+        except FileRefused as exc:
+            raise StoreError(str(exc)) from None
     else:
         label, text = "The import", source
     try:
