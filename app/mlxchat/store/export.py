@@ -214,6 +214,10 @@ def parse_document(data: Any) -> tuple[Session, list[Message]]:
         created=_field(raw, "created", float | None, "session", None),
         title_locked=_field(raw, "title_locked", bool, "session", False),
     )
+    try:
+        session.settings.check()  # the rule table /set, ask flags and the config use
+    except ValueError as exc:
+        raise StoreError(f"Not an importable session: session.settings: {exc}.") from None
     rows = data.get("messages")
     if not isinstance(rows, list):
         raise StoreError("Not an importable session: 'messages' is missing or not a list.")
@@ -238,6 +242,12 @@ def parse_document(data: Any) -> tuple[Session, list[Message]]:
                 created=_field(row, "created", float | None, where, None),
             )
         )
+    for index, message in enumerate(messages):
+        if message.role == "system" and message.parent_id is not None:
+            raise StoreError(
+                f"Not an importable session: messages[{index}] is a system message inside the "
+                "conversation; the system prompt belongs in session.system_prompt."
+            )
     ids = [m.id for m in messages]
     if len(set(ids)) != len(ids):
         raise StoreError("Not an importable session: two messages share an id.")
