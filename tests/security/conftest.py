@@ -52,3 +52,24 @@ def llama3_tokenizer(tmp_path_factory):
 def mistral_tokenizer(tmp_path_factory):
     return load_tokenizer(write_tokenizer(tmp_path_factory.mktemp("mistral-tok"),
                                           MISTRAL_TEMPLATE))
+
+
+def write_metaspace_tokenizer(folder: Path, template: str) -> Path:
+    """Like ``write_tokenizer`` but SentencePiece-style: spaces become '▁' and the
+    start of the text gets one (Metaspace, prepend 'first'), as Mistral and Llama 2."""
+    write_tokenizer(folder, template)
+    spec = json.loads((folder / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    vocab["▁"] = len(vocab)
+    spec["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁",
+                             "prepend_scheme": "first", "split": False}
+    spec["decoder"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first",
+                       "split": False}
+    (folder / "tokenizer.json").write_text(json.dumps(spec))
+    return folder
+
+
+@pytest.fixture(scope="session")
+def metaspace_tokenizer(tmp_path_factory):
+    return load_tokenizer(write_metaspace_tokenizer(tmp_path_factory.mktemp("spm-tok"),
+                                                    MISTRAL_TEMPLATE))

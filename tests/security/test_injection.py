@@ -115,3 +115,23 @@ def test_an_imported_session_cannot_inject_turns(conv):
     # The template's default system turn, the user turn and the reply's header.
     assert conv.engine.cached_tokens[:done.stats.prompt_tokens].count(IM_START) == 3
 
+
+
+@pytest.mark.parametrize("name", ["llama3_tokenizer", "mistral_tokenizer",
+                                  "metaspace_tokenizer"])
+def test_other_tokenizers_render_ordinary_conversations_unchanged(request, name):
+    tokenizer = request.getfixturevalue(name)
+    for messages in ORDINARY:
+        dicts = prompt.as_dicts(messages)
+        assert template.render_ids(tokenizer, dicts) == list(
+            tokenizer.apply_chat_template(dicts, add_generation_prompt=True))
+
+
+def test_sentencepiece_style_control_tokens_are_plain_text(metaspace_tokenizer):
+    specials = set(range(len(LLAMA3_SPECIALS)))
+    for messages in conversations(OTHER_ATTACK):
+        ids = prompt.render(metaspace_tokenizer, messages)
+        benign = [Message(m.role, BENIGN if m.content == OTHER_ATTACK else m.content)
+                  for m in messages]
+        assert special_counts(ids, specials) == special_counts(
+            prompt.render(metaspace_tokenizer, benign), specials)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import weakref
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -47,11 +48,17 @@ def _added_pattern(tokens: tuple[str, ...]) -> re.Pattern[str] | None:
     return re.compile("|".join(re.escape(t) for t in sorted(tokens, key=len, reverse=True)))
 
 
+_PREPENDS: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+
+
 def _prepends_space(backend: Any) -> bool:
-    """SentencePiece-style tokenizers mark the start of a string with '▁'."""
-    spec = json.loads(backend.to_str())
-    return "Metaspace" in json.dumps(spec.get("pre_tokenizer")) \
-        or "Prepend" in json.dumps(spec.get("normalizer"))
+    """SentencePiece-style tokenizers mark the start of a string with '▁' (the
+    answer is kept per tokenizer: reading it serializes the whole vocabulary)."""
+    if backend not in _PREPENDS:
+        spec = json.loads(backend.to_str())
+        _PREPENDS[backend] = "Metaspace" in json.dumps(spec.get("pre_tokenizer")) \
+            or "Prepend" in json.dumps(spec.get("normalizer"))
+    return _PREPENDS[backend]
 
 
 def encode_plain(tokenizer: Any, text: str, *, at_start: bool = True) -> list[int]:
@@ -62,7 +69,7 @@ def encode_plain(tokenizer: Any, text: str, *, at_start: bool = True) -> list[in
     backend = hf_tokenizer(tokenizer).backend_tokenizer
     if not text:
         return []
-    lead = "" if at_start or not _prepends_space_cached(backend) else "\n"
+    lead = "" if at_start or not _prepends_space(backend) else "\n"
     full = lead + text
     if backend.normalizer is not None:
         full = backend.normalizer.normalize_str(full)
@@ -75,16 +82,6 @@ def encode_plain(tokenizer: Any, text: str, *, at_start: bool = True) -> list[in
         if ids[:len(newline)] == newline:
             ids = ids[len(newline):]
     return ids
-
-
-_SPACE_MEMO: dict[int, bool] = {}
-
-
-def _prepends_space_cached(backend: Any) -> bool:
-    key = id(backend)
-    if key not in _SPACE_MEMO:
-        _SPACE_MEMO[key] = _prepends_space(backend)
-    return _SPACE_MEMO[key]
 
 
 def _render_text(tokenizer: Any, messages: list[dict[str, str]], generation_prompt: bool
