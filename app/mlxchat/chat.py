@@ -156,6 +156,9 @@ class TurnStats(Record):
     dropped_messages: int = 0
     """Oldest messages left out to fit the context window."""
     total_s: float = 0.0
+    snapshot_warning: str | None = None
+    """Why the KV snapshot after this turn was not saved ('snapshot not saved: disk
+    full'); the reply is stored either way, the next open recomputes the cache."""
 
 
 @dataclass

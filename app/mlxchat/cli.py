@@ -77,11 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except BrokenPipeError:  # `mlxchat --help | head -1`
+        return _stdout_closed()
     logging.basicConfig(level=os.environ.get("MLXCHAT_LOG", "WARNING").upper(),
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        return _dispatch(args)
+        code = _dispatch(args)
+        sys.stdout.flush()  # a broken pipe shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return 130
@@ -91,6 +98,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"mlxchat: error: {text}", file=sys.stderr)
         return 1
+
+
+def _stdout_closed() -> int:
+    """The reader of our output went away (`mlxchat sessions list | head -3`): stop
+    quietly with 128 + SIGPIPE, as Unix tools do. Later writes (the final flush at
+    exit) go to /dev/null instead of printing a second error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return 141
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -56,7 +56,7 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
     keys = ("prompt_tokens", "generated_tokens", "ttft_s", "prefill_tps", "decode_tps",
             "kv_bytes", "kv_bits", "context_used", "context_window", "weights_bytes",
             "peak_memory_bytes", "finish_reason", "reused_tokens", "prefilled_tokens",
-            "cache_source", "miss_reason", "dropped_messages")
+            "cache_source", "miss_reason", "dropped_messages", "snapshot_warning")
     data = {"reply": reply, "model": model}
     data.update({k: getattr(stats, k) for k in keys})
     data.update(extra or {})

@@ -1,19 +1,74 @@
-"""Writing and hashing files: private atomic writes and streamed sha256."""
+"""Reading, writing and hashing files: bounded reads of what the user names,
+private atomic writes and streamed sha256."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable
+
+from mlxchat.errors import MlxchatError
+from mlxchat.paths import ensure_private_dir
+
+
+class FileRefused(MlxchatError):
+    """A file the user named that is not read: missing, not a regular file, too large."""
+
+
+class FileTooLarge(FileRefused):
+    def __init__(self, message: str, size: int):
+        super().__init__(message)
+        self.size = size
+        """Bytes the file has at least (more than the limit)."""
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def read_limited(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, or FileRefused.
+
+    Never blocks on a FIFO (opened non-blocking, then refused) and never reads
+    more than ``limit + 1`` bytes, so /dev/zero or a growing file cannot fill
+    memory. The size on disk is not trusted: /proc files say 0 and have text."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except IsADirectoryError:
+        raise FileRefused(f"{path} is a folder, not a file.") from None
+    except OSError as exc:
+        raise FileRefused(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise FileRefused(f"{path} is a folder, not a file.")
+        if not stat.S_ISREG(info.st_mode):
+            raise FileRefused(f"{path} is not a regular file (a device, pipe or socket).")
+        if info.st_size > limit:
+            raise FileTooLarge(f"{path} is {_size(info.st_size)}, over the {_size(limit)} "
+                               "limit.", info.st_size)
+        try:
+            data = handle.read(limit + 1)
+        except OSError as exc:
+            raise FileRefused(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    if len(data) > limit:
+        raise FileTooLarge(f"{path} is over the {_size(limit)} limit.", len(data))
+    return data
 
 
 def write_private_text(path: Path, text: str) -> Path:
     """Write ``text`` atomically (temp file in the same folder, fsync, rename),
     readable by the owner only. A failure leaves the old file and no temp file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ensure_private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -6,7 +6,9 @@ what the tests use. Otherwise the XDG locations (or ``~/Library`` on macOS).
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -27,13 +29,29 @@ def _base(kind: str, xdg_var: str, xdg_default: str, mac: str) -> Path:
 
 
 def ensure_private_dir(path: Path) -> Path:
-    """Create ``path`` (and parents) readable by the owner only: chats are private."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Create ``path`` readable by the owner only, and every missing folder above
+    it too (``mkdir(parents=True)`` would give those the umask's mode): chats are
+    private. Folders that already existed above ``path`` are left as they are."""
+    path = Path(path)
+    missing = [p for p in (path, *path.parents) if not p.exists()][::-1]
+    for folder in missing:
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            if not folder.is_dir():
+                raise
+        _chmod_private(folder)
+    if not path.is_dir():
+        raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(path))
+    _chmod_private(path)
+    return path
+
+
+def _chmod_private(folder: Path) -> None:
     try:
-        path.chmod(0o700)
+        folder.chmod(0o700)
     except OSError:
         pass
-    return path
 
 
 def config_dir() -> Path:
@@ -66,15 +84,42 @@ def snapshots_dir() -> Path:
     return data_dir() / "snapshots"
 
 
-def inside_snapshots(relative: str) -> Path | None:
-    """A stored snapshot path resolved in the current data folder, or None when
-    it would lead anywhere but a file directly in the snapshots folder."""
-    folder = snapshots_dir().resolve()
-    try:
-        path = (data_dir() / relative).resolve()
-    except (OSError, ValueError):
+def snapshot_name(path: Path | str) -> str | None:
+    """How a snapshot file is recorded: its path relative to the data folder
+    ('snapshots/NAME'), or None when it does not lie inside the snapshots folder."""
+    resolved = inside_snapshots(Path(path))
+    if resolved is None:
         return None
-    return path if path.parent == folder else None
+    return str(Path("snapshots") / resolved.relative_to(snapshots_dir().resolve()))
+
+
+def snapshot_file(recorded: str) -> Path | None:
+    """The file a recorded snapshot name stands for in this home, or None when the
+    name (absolute, '..', a link) leads anywhere but into the snapshots folder."""
+    if not recorded or Path(recorded).is_absolute():
+        return None
+    return inside_snapshots(data_dir() / recorded)
+
+
+def inside_snapshots(path: Path) -> Path | None:
+    """``path`` resolved, if it is a file name inside this home's snapshots folder."""
+    try:
+        folder = snapshots_dir().resolve()
+        resolved = path.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+    if resolved == folder or not resolved.is_relative_to(folder):
+        return None
+    return resolved
+
+
+SNAPSHOT_TEMP = re.compile(r"^\..+\.(\d+)\.tmp\.safetensors$")
+"""A snapshot being written: '.NAME.PID.tmp.safetensors' (renamed when complete)."""
+
+
+def snapshot_temp_file(path: Path, pid: int) -> Path:
+    """Where the snapshot ``path`` is written before its rename."""
+    return path.with_name(f".{path.stem}.{pid}.tmp.safetensors")
 
 
 def models_cache_dir() -> Path:

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from mlxchat import paths
-from mlxchat.chat import Message, Session
+from mlxchat.chat import Message, Session, TurnStats
 from mlxchat.engine import SnapshotLoad
 from mlxchat.engine.segments import SegmentRef
+from mlxchat.engine.snapshot import failure_words
 from mlxchat.session_life import remove_files
 from mlxchat.store import SegmentRecord, SessionStore, StoreError
 
@@ -40,7 +41,7 @@ def segment_refs(rows: Sequence[SegmentRecord]) -> list[SegmentRef]:
     snapshots folder is treated as a missing file, never opened."""
     out = []
     for r in rows:
-        path = paths.inside_snapshots(r.path) or paths.snapshots_dir() / "missing"
+        path = paths.snapshot_file(r.path) or paths.snapshots_dir() / "missing"
         out.append(SegmentRef(path, r.start, r.end, r.checksum, r.token_ids))
     return out
 
@@ -52,6 +53,7 @@ class SessionCache:
     engine: Engine
     session: Session
     last_snapshot: SnapshotLoad | None
+    last_stats: TurnStats | None
     _keep_snapshots: bool
 
     if TYPE_CHECKING:  # defined by Conversation
@@ -107,8 +109,10 @@ class SessionCache:
         live = self.engine.cached_tokens
         start = 0
         for row in self.store.branch_segments(leaf):
-            if row.start != start or live[row.start:row.end] != row.token_ids:
-                break
+            file = paths.snapshot_file(row.path)
+            if (row.start != start or live[row.start:row.end] != row.token_ids
+                    or file is None or not file.is_file()):
+                break  # rewrite from here: what follows cannot be restored
             start = row.end
         if start >= len(live):
             return None  # everything is on disk already
@@ -121,8 +125,11 @@ class SessionCache:
                 session_id, leaf, start=start, end=info.end, path=f"snapshots/{name}",
                 checksum=info.checksum, file_bytes=info.bytes, kv_bits=info.kv_bits,
                 token_ids=live[start:info.end])
-        except (OSError, ValueError, StoreError) as exc:
-            log.warning("KV segment not saved: %s", exc)
+        except (OSError, RuntimeError, ValueError, StoreError) as exc:
+            warning = f"snapshot not saved: {failure_words(exc)}"
+            log.warning(warning)
+            if self.last_stats is not None:
+                self.last_stats.snapshot_warning = warning
             return None
         if start == 0:  # a whole-cache snapshot from before segments is superseded
             remove_files(self.store.drop_snapshots(session_id))
@@ -138,7 +145,7 @@ class SessionCache:
         if session_id is None:
             return []
         files = self.store.drop_snapshots(session_id)
-        segments = [paths.inside_snapshots(str(p))
+        segments = [paths.snapshot_file(str(p))
                     for p in self.store.drop_segments(session_id)]
         files += [p for p in segments if p is not None]
         remove_files(files)
@@ -151,5 +158,5 @@ class SessionCache:
             if r.start != covered:
                 break
             covered = r.end
-        newest = paths.inside_snapshots(rows[-1].path) if rows else None
+        newest = paths.snapshot_file(rows[-1].path) if rows else None
         return CacheOnDisk(len(rows), covered, sum(r.file_bytes for r in rows), newest)

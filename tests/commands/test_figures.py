@@ -47,7 +47,7 @@ def test_cache_report_save_and_drop(registry, ctx, conv, home):
     saved = registry.run("/cache save", ctx)
     assert saved.ok and saved.text == (f"All {state.cached_tokens} tokens are on disk "
                                        "already (2 KV segments).")
-    files = [paths.inside_snapshots(r.path)
+    files = [paths.snapshot_file(r.path)
              for r in conv.store.branch_segments(conv.session.leaf_id)]
     assert len(files) == 2 and all(f is not None and f.exists() for f in files)
     dropped = registry.run("/cache drop", ctx)

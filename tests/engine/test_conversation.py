@@ -34,7 +34,7 @@ def test_damaged_snapshot_still_opens_the_session(tiny, tmp_path, damage):
     [record] = conv.store.branch_segments(conv.session.leaf_id)
     assert record.start == 0 and record.end == first.stats.context_used
     conv.close()
-    path = paths.inside_snapshots(record.path)
+    path = paths.snapshot_file(record.path)
     if damage == "missing":
         path.unlink()
     else:

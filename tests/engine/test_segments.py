@@ -25,7 +25,7 @@ def last(events) -> TurnDone:
 
 
 def files_of(conv: Conversation) -> list[Path]:
-    return [paths.inside_snapshots(r.path) for r in conv.store.branch_segments(conv.session.leaf_id)]
+    return [paths.snapshot_file(r.path) for r in conv.store.branch_segments(conv.session.leaf_id)]
 
 
 def test_each_turn_writes_only_its_new_tokens(tiny, tmp_path):
@@ -47,7 +47,7 @@ def test_damage_in_one_segment_recomputes_from_that_segment_on(tiny, tmp_path):
     replies = [last(conv.send(q)) for q in ("One.", "Two?", "Three!")]
     sid, rows = conv.session.id, conv.store.branch_segments(conv.session.leaf_id)
     conv.close()
-    second = paths.inside_snapshots(rows[1].path)
+    second = paths.snapshot_file(rows[1].path)
     data = bytearray(second.read_bytes())
     data[len(data) // 2] ^= 0xFF
     second.write_bytes(bytes(data))
@@ -94,7 +94,7 @@ def test_a_crafted_segment_path_is_never_read(tiny, tmp_path):
     last(conv.send("One."))
     sid, leaf = conv.session.id, conv.session.leaf_id
     secret = tmp_path / "secret.safetensors"
-    secret.write_bytes(paths.inside_snapshots(
+    secret.write_bytes(paths.snapshot_file(
         conv.store.branch_segments(leaf)[0].path).read_bytes())
     with conv.store._writing() as cur:  # noqa: SLF001 - a crafted row
         cur.execute("UPDATE kv_segments SET path = ?", (str(secret),))

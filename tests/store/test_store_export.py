@@ -143,6 +143,12 @@ def _break(doc: dict, how: str) -> object:
         msgs[1]["stats"]["ttft_s"] = "fast"
     elif how == "settings-type":
         doc["session"]["settings"]["context_policy"] = "explode"
+    elif how == "kv-bits":
+        doc["session"]["settings"]["kv_bits"] = 3
+    elif how == "temperature":
+        doc["session"]["settings"]["temperature"] = -1.0
+    elif how == "system-inside":
+        msgs[1]["role"] = "system"
     elif how == "cycle":
         msgs[0]["parent_id"] = msgs[2]["id"]
     elif how == "self-parent":
@@ -173,6 +179,9 @@ BREAKS = [
     "huge-int",
     "stats-type",
     "settings-type",
+    "kv-bits",
+    "temperature",
+    "system-inside",
     "cycle",
     "self-parent",
     "dangling",
@@ -194,6 +203,8 @@ def test_import_rejects_bad_files_with_one_line(
     assert "\n" not in str(err.value)
     if how == "newer":
         assert "newer mlxchat" in str(err.value)
+    if how == "kv-bits":  # the words of the rule table /set uses
+        assert "kv_bits must be none, 4 or 8; got 3" in str(err.value)
     assert len(store.list_sessions(limit=None)) == before
 
 
@@ -296,3 +307,18 @@ def test_safe_filename_is_one_plain_component(title: str) -> None:
     name = safe_filename(title)
     assert name and "/" not in name and "\\" not in name and "\x00" not in name
     assert not name.startswith((".", "-", " ")) and len(name.encode()) <= 100
+
+
+def test_settings_stored_out_of_range_fall_back_to_defaults(store: SessionStore,
+                                                             db_path: Path) -> None:
+    import sqlite3
+
+    s = store.create_session("m", settings=GenerationSettings(temperature=0.2))
+    bad = {**GenerationSettings(temperature=0.2).to_dict(), "kv_bits": 3, "top_p": 0}
+    with sqlite3.connect(db_path) as conn:  # as an unchecked import of old stored them
+        conn.execute("UPDATE sessions SET settings = ? WHERE id = ?", (json.dumps(bad), s.id))
+    loaded = store.get_session(s.id).settings
+    default = GenerationSettings()
+    assert (loaded.kv_bits, loaded.top_p) == (default.kv_bits, default.top_p)
+    assert loaded.temperature == 0.2
+    loaded.check()

@@ -67,7 +67,7 @@ def _make_v1(path: Path) -> None:
 
 
 def test_migrations_are_ordered_and_versioned() -> None:
-    assert SCHEMA_VERSION == len(MIGRATIONS) == 6
+    assert SCHEMA_VERSION == len(MIGRATIONS) == 7
 
 
 def test_a_v1_database_migrates_and_keeps_its_data(db_path: Path) -> None:
@@ -89,7 +89,7 @@ def test_a_v1_database_migrates_and_keeps_its_data(db_path: Path) -> None:
         store.record_snapshot(
             1,
             new.id,
-            "/x.safetensors",
+            paths.snapshots_dir() / "x.safetensors",
             sha256="ab",
             token_count=9,
             file_bytes=5,
@@ -111,7 +111,7 @@ def test_every_intermediate_version_opens(tmp_path: Path) -> None:
         conn = sqlite3.connect(path, isolation_level=None)
         for statements in MIGRATIONS[:version]:
             for statement in statements:
-                conn.execute(statement)
+                statement(conn) if callable(statement) else conn.execute(statement)
         conn.execute(f"PRAGMA user_version = {version}")
         conn.close()
         store = open_store(path)

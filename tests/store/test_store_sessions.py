@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from mlxchat import paths
 from mlxchat.chat import GenerationSettings, TurnStats
 from mlxchat.store import SessionStore, StoreError, title_from
 
@@ -132,13 +133,13 @@ def test_delete_session_removes_everything(store: SessionStore, tmp_path) -> Non
     store.record_snapshot(
         s.id,
         u.id,
-        tmp_path / "a.safetensors",
+        paths.snapshots_dir() / "a.safetensors",
         sha256="x",
         token_count=5,
         file_bytes=10,
         mlx_lm_version="0.32.0",
     )
-    assert store.delete_session(s.id) == [tmp_path / "a.safetensors"]
+    assert store.delete_session(s.id) == [paths.snapshots_dir().resolve() / "a.safetensors"]
     with pytest.raises(StoreError):
         store.get_session(s.id)
     assert store.list_sessions(search="secret") == []

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from mlxchat import paths
 from mlxchat.store import SessionStore, StoreError
+
+
+@pytest.fixture
+def snaps() -> Path:
+    """This home's snapshots folder: the only place a snapshot row may point."""
+    return paths.snapshots_dir().resolve()
 
 
 def _record(
@@ -26,23 +33,23 @@ def _record(
 
 
 def test_record_returns_obsolete_files_and_latest_is_the_new_one(
-    store: SessionStore, tmp_path: Path, db_path: Path
+    store: SessionStore, snaps: Path, db_path: Path
 ) -> None:
     s = store.create_session("m")
     m1 = store.add_message(s.id, "user", "hi")
     assert store.latest_snapshot(s.id) is None
-    assert _record(store, s.id, m1.id, tmp_path / "one.safetensors") == []
+    assert _record(store, s.id, m1.id, snaps / "one.safetensors") == []
     m2 = store.add_message(s.id, "assistant", "hello")
-    obsolete = _record(store, s.id, m2.id, tmp_path / "two.safetensors", tokens=20)
-    assert obsolete == [tmp_path / "one.safetensors"]
+    obsolete = _record(store, s.id, m2.id, snaps / "two.safetensors", tokens=20)
+    assert obsolete == [snaps / "one.safetensors"]
     # By the time the caller sees the list, the new row is committed: another connection sees it.
     row = sqlite3.connect(db_path).execute("SELECT path FROM snapshots").fetchall()
-    assert row == [(str(tmp_path / "two.safetensors"),)]
+    assert row == [("snapshots/two.safetensors",)]  # relative to the data folder
     latest = store.latest_snapshot(s.id)
     assert latest is not None
     assert (latest.leaf_id, latest.path, latest.token_count, latest.file_bytes, latest.kv_bits) == (
         m2.id,
-        tmp_path / "two.safetensors",
+        snaps / "two.safetensors",
         20,
         2000,
         8,
@@ -51,23 +58,23 @@ def test_record_returns_obsolete_files_and_latest_is_the_new_one(
     assert store.list_sessions()[0].snapshot_bytes == 2000
 
 
-def test_rewriting_the_same_file_name_never_returns_it(store: SessionStore, tmp_path: Path) -> None:
+def test_rewriting_the_same_file_name_never_returns_it(store: SessionStore, snaps: Path) -> None:
     s = store.create_session("m")
-    path = tmp_path / "session-1.safetensors"
+    path = snaps / "session-1.safetensors"
     _record(store, s.id, None, path)
     assert _record(store, s.id, None, path) == []
     assert store.referenced_snapshot_paths() == {path}
 
 
-def test_drop_snapshots_and_leaf_checks(store: SessionStore, tmp_path: Path) -> None:
+def test_drop_snapshots_and_leaf_checks(store: SessionStore, snaps: Path) -> None:
     s, other = store.create_session("m"), store.create_session("m")
     foreign = store.add_message(other.id, "user", "x")
     with pytest.raises(StoreError):
-        _record(store, s.id, foreign.id, tmp_path / "x")
+        _record(store, s.id, foreign.id, snaps / "x")
     with pytest.raises(StoreError):
-        _record(store, 999, None, tmp_path / "x")
-    _record(store, s.id, None, tmp_path / "a")
-    _record(store, other.id, None, tmp_path / "b")
-    assert store.drop_snapshots(s.id) == [tmp_path / "a"]
+        _record(store, 999, None, snaps / "x")
+    _record(store, s.id, None, snaps / "a")
+    _record(store, other.id, None, snaps / "b")
+    assert store.drop_snapshots(s.id) == [snaps / "a"]
     assert store.latest_snapshot(s.id) is None and store.latest_snapshot(other.id) is not None
     assert store.drop_snapshots(s.id) == []

@@ -24,6 +24,7 @@ from mlxchat.commands.base import (
     plural,
 )
 from mlxchat.commands.completers import complete_files, user_path
+from mlxchat.files import FileRefused, FileTooLarge, read_limited
 
 ATTACH_LIMIT_BYTES = 8 << 20
 MAX_BYTES_PER_TOKEN = 24
@@ -128,19 +129,18 @@ def kv_bytes_per_token(ctx: CommandContext) -> tuple[float, str]:
 def _read_text_file(ctx: CommandContext, raw: str, free: int) -> tuple[Path, str]:
     path = user_path(ctx, raw)
     name = path.name or str(path)
-    if not path.exists():
-        raise CommandError(f"No such file: {path}")
     if path.is_dir():
         raise CommandError(f"{path} is a folder; attach a text file.")
-    if not path.is_file():
-        raise CommandError(f"{path} is not a regular file; attach a text file.")
-    size = path.stat().st_size
-    if size == 0:
+    try:
+        data = read_limited(path, min(ATTACH_LIMIT_BYTES, max(free, 0) * MAX_BYTES_PER_TOKEN))
+    except FileTooLarge as exc:
+        raise CommandError(f"{name} is {human_bytes(exc.size)}, too large for the "
+                           f"{fmt_int(max(free, 0))} tokens left in the context window.") \
+            from None
+    except FileRefused as exc:
+        raise CommandError(f"{exc} Attach a text file.") from None
+    if not data:
         raise CommandError(f"{name} is empty; nothing to attach.")
-    if size > min(ATTACH_LIMIT_BYTES, max(free, 0) * MAX_BYTES_PER_TOKEN):
-        raise CommandError(f"{name} is {human_bytes(size)}, too large for the "
-                           f"{fmt_int(max(free, 0))} tokens left in the context window.")
-    data = path.read_bytes()
     if b"\0" in data:
         raise CommandError(f"{name} looks binary (it has NUL bytes); only text files can be "
                            "attached.")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mlxchat.chat import Message
+from mlxchat.engine import template
 from mlxchat.engine.events import ContextOverflowError
 
 
@@ -17,9 +18,16 @@ def as_dicts(messages: Sequence[Message]) -> list[dict[str, str]]:
 def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bool = True,
            **template_kwargs: Any) -> list[int]:
     """Token ids of the conversation through the model's chat template;
-    ``template_kwargs`` reach the template (``date_string``, ``enable_thinking``)."""
-    ids = tokenizer.apply_chat_template(as_dicts(messages),
-                                        add_generation_prompt=generation_prompt,
+    ``template_kwargs`` reach the template (``date_string``, ``enable_thinking``).
+
+    Message text is always plain text: when some message spells one of the
+    tokenizer's control tokens, the template is rendered around the messages
+    instead (engine/template.py), so only the template makes control tokens."""
+    dicts = as_dicts(messages)
+    if template.has_control_text(tokenizer, [m["content"] for m in dicts]):
+        return template.render_ids(tokenizer, dicts, generation_prompt=generation_prompt,
+                                   **template_kwargs)
+    ids = tokenizer.apply_chat_template(dicts, add_generation_prompt=generation_prompt,
                                         **template_kwargs)
     return list(ids)
 

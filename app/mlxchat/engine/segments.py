@@ -22,6 +22,7 @@ from typing import Any, BinaryIO, Sequence
 import mlx.core as mx
 import numpy as np
 from mlx_lm import __version__ as MLX_LM_VERSION
+from mlxchat.engine.snapshot import write_failed
 from mlx_lm.models.cache import (ArraysCache, KVCache, QuantizedKVCache, RotatingKVCache,
                                  make_prompt_cache)
 
@@ -113,13 +114,16 @@ def write(path: Path, layers: Sequence[Any], start: int, end: int, tokens: Seque
                 "start": str(start), "end": str(end), "tokens": json.dumps(list(tokens)),
                 "layers": json.dumps([_layer_meta(c) for c in layers])}
     path = Path(path)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.safetensors")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
-            crc, size = _write_safetensors(fh, tensors, metadata)
-            fh.flush()
-            os.fsync(fh.fileno())
+            try:
+                crc, size = _write_safetensors(fh, tensors, metadata)
+                fh.flush()
+                os.fsync(fh.fileno())
+            except RuntimeError as exc:  # a failed write below Python, as MLX reports it
+                raise write_failed(exc, path.parent, sum(a.nbytes for a in tensors.values()))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -7,9 +7,11 @@ mismatch or damage is a ``SnapshotRejected`` with a reason, never a crash.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from mlx_lm import __version__ as MLX_LM_VERSION
 from mlx_lm.models.cache import load_prompt_cache, save_prompt_cache
 
 from mlxchat.engine import kv
+from mlxchat.paths import ensure_private_dir, snapshot_temp_file
 from mlxchat.files import sha256_file
 from mlxchat.engine.events import SnapshotInfo
 
@@ -29,6 +32,37 @@ FORMAT = "mlxchat-kv-1"
 
 class SnapshotRejected(Exception):
     """The snapshot cannot be used; str(exc) says why, in a few words."""
+
+
+class SnapshotWriteError(OSError):
+    """MLX could not write the file (it raises a bare RuntimeError): an OSError
+    like any other failed write, with the reason in ``strerror``."""
+
+
+def failure_words(exc: BaseException) -> str:
+    """Why a snapshot was not saved, in a few words for the stats line."""
+    if isinstance(exc, OSError):
+        if exc.errno == errno.ENOSPC:
+            return "disk full"
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return f"{exc.filename or 'the snapshot folder'} is read-only"
+        if exc.errno in (errno.EEXIST, errno.ENOTDIR):
+            return f"{exc.filename or 'the snapshot folder'} is not a folder"
+        if exc.strerror:
+            return exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def write_failed(exc: RuntimeError, folder: Path, needed: int) -> SnapshotWriteError:
+    try:
+        full = shutil.disk_usage(folder).free < max(needed, 1 << 20)
+    except OSError:
+        full = False
+    if full:
+        return SnapshotWriteError(errno.ENOSPC, "disk full", str(folder))
+    if not os.access(folder, os.W_OK):
+        return SnapshotWriteError(errno.EACCES, "read-only", str(folder))
+    return SnapshotWriteError(errno.EIO, f"cannot write the snapshot ({exc})", str(folder))
 
 
 @dataclass
@@ -55,7 +89,7 @@ def save(path: Path, cache: list[Any], tokens: list[int], *, fingerprint: str,
     if kv.offset(cache) != len(tokens):
         raise ValueError("cache and token list disagree")
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(path.parent)
     trimmed = kv.trimmed_copy(cache)
     mx.eval([c.state for c in trimmed])
     bits = kv.bits(cache)
@@ -68,9 +102,14 @@ def save(path: Path, cache: list[Any], tokens: list[int], *, fingerprint: str,
         "tokens": json.dumps(tokens),
         "tensor_sha256": _tensor_digest(trimmed),
     }
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.safetensors")
+    tmp = snapshot_temp_file(path, os.getpid())
     try:
-        save_prompt_cache(str(tmp), trimmed, metadata)
+        # Private from the first byte: MLX writes into the file made here.
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        try:
+            save_prompt_cache(str(tmp), trimmed, metadata)
+        except RuntimeError as exc:  # MLX: "Unable to write" (disk full, no permission)
+            raise write_failed(exc, path.parent, kv.kv_bytes(trimmed)) from exc
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.chmod(tmp, 0o600)

@@ -247,7 +247,7 @@ def import_gguf_cached(path: Path, *, progress: Progress | None = None) -> Path:
     final = cached_folder(digest)
     if (final / "config.json").is_file() and (final / "model.safetensors").is_file():
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
+    paths.ensure_private_dir(final.parent)
     tmp = Path(tempfile.mkdtemp(prefix=".import-", dir=final.parent))
     try:
         started = time.perf_counter()

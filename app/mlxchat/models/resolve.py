@@ -209,7 +209,7 @@ def convert_checkpoint(src: str, out: Path | None = None, bits: int = 4, *,
         if out is None and (target / "config.json").is_file():
             return target
         raise ModelError(f"{target} already exists; choose another output folder")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    paths.ensure_private_dir(target.parent)
     tmp = target.parent / f".convert-{uuid.uuid4().hex[:8]}"
     if progress:
         progress("convert", 0, 1)
@@ -218,6 +218,7 @@ def convert_checkpoint(src: str, out: Path | None = None, bits: int = 4, *,
     try:
         convert(hf_path=str(source), mlx_path=str(tmp), quantize=True, q_bits=bits,
                 q_group_size=group_size)
+        tmp.chmod(0o700)
         os.rename(tmp, target)
     except (ValueError, KeyError, OSError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Self
 
-from mlxchat.chat import GenerationSettings, Message, Session, TurnStats
+from mlxchat.chat import (GENERATION_RULES, GenerationSettings, Message, Session, TurnStats,
+                          generation_problem)
 from mlxchat.store.errors import StoreError, sqlite_errors
 from mlxchat.store.schema import migrate
 
@@ -87,10 +88,17 @@ def ids_from_blob(blob: bytes | None) -> list[int] | None:
 
 
 def settings_from_json(text: str | None) -> GenerationSettings:
+    """Stored settings; a value the rule table refuses (an import from before it
+    was checked, a hand edit) falls back to its default, so the session stays usable."""
     try:
-        return GenerationSettings.from_dict(json.loads(text or "{}"))
+        settings = GenerationSettings.from_dict(json.loads(text or "{}"))
     except (ValueError, TypeError):
         return GenerationSettings()
+    default = GenerationSettings()
+    for name in GENERATION_RULES:
+        if generation_problem(name, getattr(settings, name)):
+            setattr(settings, name, getattr(default, name))
+    return settings
 
 
 PATH_UP = """

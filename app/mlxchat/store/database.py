@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sqlite3
 from pathlib import Path
@@ -10,6 +11,7 @@ from mlxchat import paths
 from mlxchat.store.base import DEFAULT_BUSY_TIMEOUT_S
 from mlxchat.store.errors import StoreError, sqlite_errors
 from mlxchat.store.sessions import SessionStore
+from mlxchat.store.snapshots import remove_stale_temp_files
 
 
 def _make_private_file(path: Path) -> None:
@@ -22,8 +24,14 @@ def _make_private_file(path: Path) -> None:
             if name.exists():
                 name.chmod(0o600)
     except OSError as exc:
+        if path.exists() and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise StoreError(
+                f"The session database {path} is read-only ({exc.strerror or exc}); "
+                "mlxchat needs to write it: make it writable or set MLXCHAT_HOME elsewhere."
+            ) from exc
+        verb = "open" if path.exists() else "create"
         raise StoreError(
-            f"Cannot create the session database {path}: {exc.strerror or exc}."
+            f"Cannot {verb} the session database {path}: {exc.strerror or exc}."
         ) from exc
 
 
@@ -55,6 +63,7 @@ def open_store(
                         f"Cannot create the folder {file.parent}: {exc.strerror or exc}."
                     ) from exc
         _make_private_file(file)
+        remove_stale_temp_files(paths.snapshots_dir())
         target = str(file)
     else:
         target = ":memory:"

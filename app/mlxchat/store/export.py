@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from mlxchat import __version__
-from mlxchat.files import write_private_text
+from mlxchat.files import FileRefused, read_limited, write_private_text
 from mlxchat.chat import GenerationSettings, Message, Session, TurnStats
 from mlxchat.store.base import ROLES
 from mlxchat.store.errors import StoreError
@@ -29,6 +29,8 @@ FORMATS: tuple[str, ...] = ("md", "json")
 FORMAT_NAME = "mlxchat-session"
 FORMAT_VERSION = 1
 FILENAME_BYTES = 100
+IMPORT_LIMIT_BYTES = 256 << 20
+"""Largest file ``import_json`` reads; a session export is far smaller."""
 _INT64 = 2**63
 
 
@@ -212,6 +214,10 @@ def parse_document(data: Any) -> tuple[Session, list[Message]]:
         created=_field(raw, "created", float | None, "session", None),
         title_locked=_field(raw, "title_locked", bool, "session", False),
     )
+    try:
+        session.settings.check()  # the rule table /set, ask flags and the config use
+    except ValueError as exc:
+        raise StoreError(f"Not an importable session: session.settings: {exc}.") from None
     rows = data.get("messages")
     if not isinstance(rows, list):
         raise StoreError("Not an importable session: 'messages' is missing or not a list.")
@@ -236,6 +242,12 @@ def parse_document(data: Any) -> tuple[Session, list[Message]]:
                 created=_field(row, "created", float | None, where, None),
             )
         )
+    for index, message in enumerate(messages):
+        if message.role == "system" and message.parent_id is not None:
+            raise StoreError(
+                f"Not an importable session: messages[{index}] is a system message inside the "
+                "conversation; the system prompt belongs in session.system_prompt."
+            )
     ids = [m.id for m in messages]
     if len(set(ids)) != len(ids):
         raise StoreError("Not an importable session: two messages share an id.")
@@ -251,9 +263,9 @@ def import_json(store: SessionStore, source: Path | str | bytes) -> Session:
     if isinstance(source, Path):
         label = source.name
         try:
-            text: str | bytes = source.read_bytes()
-        except OSError as exc:
-            raise StoreError(f"Cannot read {source}: {exc.strerror or exc}.") from exc
+            text: str | bytes = read_limited(source, IMPORT_LIMIT_BYTES)
+        except FileRefused as exc:
+            raise StoreError(str(exc)) from None
     else:
         label, text = "The import", source
     try:

@@ -8,7 +8,10 @@ leaves the previous version intact. Append new migrations; never edit old ones.
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
+from typing import Callable, Union
 
+from mlxchat import paths
 from mlxchat.store.errors import StoreError, sqlite_errors
 
 V1_SESSIONS_AND_MESSAGES = (
@@ -104,7 +107,29 @@ V4_REPLY_DRAFTS = (
     """,
 )
 
-V5_TOKEN_LEDGER = (
+
+def relative_snapshot_paths(conn: sqlite3.Connection) -> None:
+    """Snapshot rows recorded absolute become relative to the data folder when
+    they lie in its snapshots folder; any other row is dropped (its file is
+    treated as missing and left alone)."""
+    folder = paths.snapshots_dir()
+    for row_id, recorded in conn.execute("SELECT id, path FROM snapshots").fetchall():
+        name = None
+        absolute = Path(recorded)
+        if absolute.is_absolute() and absolute.parent in (folder, folder.resolve()):
+            name = paths.snapshot_name(folder / absolute.name)
+        if name is None:
+            conn.execute("DELETE FROM snapshots WHERE id = ?", (row_id,))
+        else:
+            conn.execute("UPDATE snapshots SET path = ? WHERE id = ?", (name, row_id))
+
+
+V5_RELATIVE_SNAPSHOT_PATHS = (relative_snapshot_paths,)
+
+Step = Union[str, Callable[[sqlite3.Connection], None]]
+
+
+V6_TOKEN_LEDGER = (
     # Each message keeps the token ids it added when it was sent, so earlier
     # turns are never re-rendered. Older rows stay NULL: the next message
     # starts a ledger by rendering the conversation once.
@@ -113,7 +138,7 @@ V5_TOKEN_LEDGER = (
     "ALTER TABLE messages ADD COLUMN ledger_start INTEGER NOT NULL DEFAULT 0",
 )
 
-V6_KV_SEGMENTS = (
+V7_KV_SEGMENTS = (
     # The KV cache on disk one turn at a time, keyed by the reply that ends it.
     """
     CREATE TABLE kv_segments (
@@ -135,13 +160,14 @@ V6_KV_SEGMENTS = (
     "CREATE INDEX kv_segments_by_path ON kv_segments(path)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
+MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V1_SESSIONS_AND_MESSAGES,
     V2_CANCELLED_AND_SNAPSHOTS,
     V3_FULL_TEXT_SEARCH,
     V4_REPLY_DRAFTS,
-    V5_TOKEN_LEDGER,
-    V6_KV_SEGMENTS,
+    V5_RELATIVE_SNAPSHOT_PATHS,
+    V6_TOKEN_LEDGER,
+    V7_KV_SEGMENTS,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -185,8 +211,11 @@ def migrate(conn: sqlite3.Connection, path: str = "") -> int:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 if user_version(conn) < version:
-                    for statement in MIGRATIONS[version - 1]:
-                        conn.execute(statement)
+                    for step in MIGRATIONS[version - 1]:
+                        if callable(step):
+                            step(conn)
+                        else:
+                            conn.execute(step)
                     # PRAGMA takes no parameters; version is our own int.
                     conn.execute(f"PRAGMA user_version = {int(version)}")
                 conn.execute("COMMIT")

@@ -5,15 +5,23 @@ writes the new file (temp + rename), then ``record_snapshot`` commits its row
 and returns the files it superseded, and only then does the caller delete
 those. A crash in between leaves an orphan file, never a row without a file;
 ``referenced_snapshot_paths`` lets a cleanup find orphans.
+
+Rows hold the file's path relative to the data folder ('snapshots/NAME'), so a
+moved or copied home uses its own files. A row is only ever resolved inside
+this home's snapshots folder: one that leads elsewhere (an absolute path, '..',
+a link out) is treated as missing, never read, never handed back for deletion.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from pathlib import Path
 
+from mlxchat import paths
 from mlxchat.store.base import StoreBase
+from mlxchat.store.errors import StoreError
 from mlxchat.store.records import SnapshotRecord
 
 
@@ -34,7 +42,10 @@ class SnapshotOps(StoreBase):
 
         Delete the returned files only after this returns: the new row is committed by then.
         """
-        new_path = str(Path(path))
+        new_path = paths.snapshot_name(path)
+        if new_path is None:
+            raise StoreError(f"Refusing to record a snapshot outside {paths.snapshots_dir()}: "
+                             f"{path}")
         with self._writing() as cur:
             self._session_row(cur, session_id)
             if leaf_id is not None:
@@ -57,19 +68,21 @@ class SnapshotOps(StoreBase):
             return self._drop_rows(cur, session_id, keep_id=cur.lastrowid)
 
     def latest_snapshot(self, session_id: int) -> SnapshotRecord | None:
-        """The newest snapshot row of the session, or None."""
+        """The newest snapshot row of the session, or None (also when its path
+        leads outside the snapshots folder)."""
         with self._reading() as cur:
             row = cur.execute(
                 "SELECT * FROM snapshots WHERE session_id = ? ORDER BY id DESC LIMIT 1",
                 (session_id,),
             ).fetchone()
-        if row is None:
+        file = None if row is None else paths.snapshot_file(row["path"])
+        if row is None or file is None:
             return None
         return SnapshotRecord(
             id=row["id"],
             session_id=row["session_id"],
             leaf_id=row["leaf_id"],
-            path=Path(row["path"]),
+            path=file,
             sha256=row["sha256"],
             token_count=row["token_count"],
             file_bytes=row["file_bytes"],
@@ -86,19 +99,63 @@ class SnapshotOps(StoreBase):
     def referenced_snapshot_paths(self) -> set[Path]:
         """Every file a snapshot row points to; other files in the snapshots folder are orphans."""
         with self._reading() as cur:
-            return {Path(row[0]) for row in cur.execute("SELECT path FROM snapshots")}
+            rows = [row[0] for row in cur.execute("SELECT path FROM snapshots")]
+        return {file for file in map(paths.snapshot_file, rows) if file is not None}
 
     def _drop_rows(self, cur: sqlite3.Cursor, session_id: int, keep_id: int | None) -> list[Path]:
         keep = -1 if keep_id is None else keep_id
         rows = cur.execute(
             "SELECT path FROM snapshots WHERE session_id = ? AND id != ?", (session_id, keep)
         )
-        paths = list(dict.fromkeys(row[0] for row in rows))
+        recorded = list(dict.fromkeys(row[0] for row in rows))
         cur.execute("DELETE FROM snapshots WHERE session_id = ? AND id != ?", (session_id, keep))
         # A file some remaining row still names (the new one, say) is not obsolete.
         still_used = {
             p
-            for p in paths
+            for p in recorded
             if cur.execute("SELECT 1 FROM snapshots WHERE path = ?", (p,)).fetchone()
         }
-        return [Path(p) for p in paths if p not in still_used]
+        files = (paths.snapshot_file(p) for p in recorded if p not in still_used)
+        return [file for file in files if file is not None]
+
+
+STALE_TEMP_S = 10 * 60
+"""A temp snapshot file this old is left over even if its PID is alive (reused)."""
+
+
+def remove_stale_temp_files(folder: Path, *, now: float | None = None) -> list[Path]:
+    """Delete the temp files of snapshot writes that were killed: those whose
+    writer is no longer running, or older than STALE_TEMP_S. Returns them."""
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        found = paths.SNAPSHOT_TEMP.match(entry.name)
+        if found is None:
+            continue
+        try:
+            info = entry.lstat()
+            if _running(int(found.group(1))) and now - info.st_mtime < STALE_TEMP_S:
+                continue
+            entry.unlink()
+        except OSError:
+            continue
+        removed.append(entry)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # another user's process
+    except (ProcessLookupError, OverflowError):
+        return False
+    return True

@@ -129,4 +129,6 @@ def stats_line(stats: TurnStats) -> str:
         parts.append(f"miss: {stats.miss_reason}")
     if stats.dropped_messages:
         parts.append(f"{fmt_int(stats.dropped_messages)} oldest messages left out")
+    if stats.snapshot_warning:
+        parts.append(stats.snapshot_warning)
     return " · ".join(parts)
