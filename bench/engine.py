@@ -4,7 +4,8 @@ snapshot size and 4-bit KV savings, all measured in one run.
     .venv/bin/python bench/engine.py [--quick] [--model small-llama|SPEC]
 
 The last line is: ratios: overhead=X followup_speedup=X resume_speedup=X
-snapshot_size_ratio=X kv4_bytes_ratio=X
+snapshot_size_ratio=X kv4_bytes_ratio=X save_growth=X save_bytes_ratio=X
+resume_read_ratio=X branch_storage_ratio=X (the last four on an 8B-shaped cache)
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import median, pick_model, raw_decode_tps  # noqa: E402
+import kv_disk  # noqa: E402
 
 from mlxchat.chat import GenerationSettings, Message  # noqa: E402
 from mlxchat.engine import ChatEngine, TurnDone  # noqa: E402
 from mlxchat.engine.prompt import render  # noqa: E402
+from mlxchat.engine.segments import SegmentRef  # noqa: E402
 
 FILLER = ("The history of the region is long and varied, shaped by rivers, trade routes, "
           "harvests and the people who settled along the coast over many centuries. ")
@@ -99,7 +102,10 @@ def main() -> int:
     first = turn(warm_eng, hist, short)
     base = hist + [Message("assistant", first.reply)]
     snap_dir = Path(tempfile.mkdtemp(prefix="mlxchat-bench-"))
-    snap = warm_eng.save_snapshot(snap_dir / "hist.safetensors")
+    # The resume path of a saved session: its KV segments, read back and joined.
+    snap = warm_eng.save_segment(snap_dir / "hist.safetensors", 0)
+    snap_refs = [SegmentRef(Path(snap.path), 0, snap.end, snap.checksum,
+                            warm_eng.cached_tokens)]
     live_kv = warm_eng.state().kv_bytes
 
     leads = ["Now", "Please", "Also", "Then", "Next"]
@@ -118,8 +124,7 @@ def main() -> int:
         warm.append(w.ttft_s)
         eng = ChatEngine(loaded)
         t0 = time.perf_counter()
-        assert eng.load_snapshot(snap.path, expected_checksum=snap.checksum,
-                                 conversation=base).ok
+        assert eng.load_segments(snap_refs, conversation=base).ok
         loads.append(time.perf_counter() - t0)
         r = turn(eng, follow_up(k), short).stats
         assert r.cache_source == "snapshot", r
@@ -142,10 +147,15 @@ def main() -> int:
     for f in snap_dir.iterdir():
         os.unlink(f)
 
+    # 5. The KV cache on disk at 8B scale.
+    long, short, branch = (4096, 256, 1024) if args.quick else (16384, 1024, 4096)
+    disk = kv_disk.measure(long=long, short=short, branch_history=branch)
+
     print(f"ratios: overhead={overhead:.3f} followup_speedup={median(cold) / median(warm):.1f} "
           f"resume_speedup={median(cold) / median(resumed):.1f} "
           f"snapshot_size_ratio={snap.bytes / live_kv:.3f} "
-          f"kv4_bytes_ratio={q.stats.kv_bytes / plain_bytes:.3f}")
+          f"kv4_bytes_ratio={q.stats.kv_bytes / plain_bytes:.3f} "
+          + " ".join(f"{k}={v:.3f}" for k, v in disk.items()))
     return 0
 
 

@@ -9,11 +9,13 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from mlxchat.chat import Session
 from mlxchat.config import Settings
 from mlxchat.conversation import Conversation
+from mlxchat.session_lock import SessionBusy
 from mlxchat.store import SessionNotFound, SessionStore, StoreError
 
 if TYPE_CHECKING:
@@ -112,12 +114,14 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
                       store_factory: Callable[[], SessionStore] = default_store,
                       load_model: Callable[..., LoadedModel] = default_loader,
                       engine_factory: Callable[[LoadedModel], Engine] = default_engine,
-                      keep_snapshots: bool = True) -> Opened:
+                      keep_snapshots: bool = True, lock_wait_s: float = 0.0) -> Opened:
     """Open the store, pick the session (``session`` id/title, or the most recent
     one with ``continue_last``), load the model once (``model_spec``, else the
     session's, else the settings'), and restore the session's KV snapshot.
 
     A new session gets ``new_title`` (else it is named by its first message).
+    A session open in another process is waited for ``lock_wait_s``; then the
+    lenient lookup opens a new session with a notice, the exact one refuses.
     Tests pass their own store, loader and engine; the logic is the same.
     """
     notices: list[tuple[str, NoticeLevel]] = []
@@ -135,10 +139,22 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
     except BaseException:
         store.close()
         raise
-    conv = Conversation(settings=settings, store=store, engine=engine, model_spec=spec,
-                        # /model later reports its import or download the same way.
-                        load_model=lambda s: load_model(s, progress=progress),
-                        session=resumed_or_new, keep_snapshots=keep_snapshots)
+    build = partial(Conversation, settings=settings, store=store, engine=engine,
+                    model_spec=spec, keep_snapshots=keep_snapshots, lock_wait_s=lock_wait_s,
+                    # /model later reports its import or download the same way.
+                    load_model=lambda s: load_model(s, progress=progress))
+    try:
+        try:
+            conv = build(session=resumed_or_new)
+        except SessionBusy as exc:
+            if lookup == "exact":
+                raise
+            notices.append((f"{exc} Started a new session instead.", "warning"))
+            resumed, conv = None, build(session=None)
+    except BaseException:
+        engine.close()
+        store.close()
+        raise
     if resumed is not None:
         if resumed.model != spec and resumed.id is not None:
             conv.session = store.update_model(resumed.id, spec)

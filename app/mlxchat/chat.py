@@ -157,6 +157,8 @@ class TurnStats(Record):
     """Oldest messages left out to fit the context window."""
     total_s: float = 0.0
     snapshot_warning: str | None = None
+    save_warning: str | None = None
+    """Set when the reply could not be stored at once (the database was locked)."""
     """Why the KV snapshot after this turn was not saved ('snapshot not saved: disk
     full'); the reply is stored either way, the next open recomputes the cache."""
 

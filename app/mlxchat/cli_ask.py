@@ -14,6 +14,9 @@ from mlxchat.config import Settings
 from mlxchat.conversation import TextDelta, TurnDone
 from mlxchat.errors import UserError
 
+SESSION_WAIT_S = 10.0
+"""How long `ask --session` waits for another mlxchat to let go of the session."""
+
 _FLAGS = {"max_tokens": "max_tokens", "temp": "temperature", "top_p": "top_p",
           "min_p": "min_p", "seed": "seed", "repetition_penalty": "repetition_penalty",
           "kv_bits": "kv_bits", "context_policy": "context_policy"}
@@ -56,7 +59,7 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
     keys = ("prompt_tokens", "generated_tokens", "ttft_s", "prefill_tps", "decode_tps",
             "kv_bytes", "kv_bits", "context_used", "context_window", "weights_bytes",
             "peak_memory_bytes", "finish_reason", "reused_tokens", "prefilled_tokens",
-            "cache_source", "miss_reason", "dropped_messages", "snapshot_warning")
+            "cache_source", "miss_reason", "dropped_messages", "snapshot_warning", "save_warning")
     data = {"reply": reply, "model": model}
     data.update({k: getattr(stats, k) for k in keys})
     data.update(extra or {})
@@ -75,7 +78,8 @@ def run_ask(args: argparse.Namespace, settings: Settings) -> int:
     opened = open_conversation(
         settings, model_spec=args.model, session=None if args.new else args.session,
         lookup="exact", new_title=args.session, progress=progress_printer(),
-        store_factory=default_store if named else throwaway_store, keep_snapshots=named)
+        store_factory=default_store if named else throwaway_store, keep_snapshots=named,
+        lock_wait_s=SESSION_WAIT_S)
     conv = opened.conversation
     previous = signal.signal(signal.SIGINT, lambda *_: conv.cancel())
     try:

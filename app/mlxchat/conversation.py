@@ -26,7 +26,9 @@ from mlxchat.ledger import Ledger, Plan
 from mlxchat.models.info import LoadedModel, ModelInfo
 from mlxchat.session_cache import SessionCache
 from mlxchat.session_life import SessionLife
-from mlxchat.store import SessionStore, StoreError
+from mlxchat.pending_reply import PendingReply, ReplyKeeper, store_unsaved
+from mlxchat.session_lock import SessionLock
+from mlxchat.store import SessionStore, StoreError, StoreLocked
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +50,21 @@ class Attachment:
 
 #: Seconds between checkpoints of a streaming reply (what a kill can lose at most).
 DRAFT_INTERVAL_S = 1.0
+#: A checkpoint waits at most this long for another process's lock: never stalls the stream.
+DRAFT_WAIT_S = 0.05
+#: How long the finished reply waits for the lock before it is retried in the background.
+FIRST_SAVE_WAIT_S = 0.5
+#: How long a new action waits for a pending reply to be stored before refusing.
+PENDING_WAIT_S = 2.0
+#: On quit, how long a pending reply may take before it is kept in a file instead.
+QUIT_SAVE_WAIT_S = 10.0
 
 
 class Conversation(SessionLife, SessionCache):
     def __init__(self, *, settings: Settings, store: SessionStore, engine: Engine,
                  model_spec: str, load_model: ModelLoader | None = None,
-                 session: Session | None = None, keep_snapshots: bool = True):
+                 session: Session | None = None, keep_snapshots: bool = True,
+                 lock_wait_s: float = 0.0):
         self.settings = settings
         self.store = store
         self.engine = engine
@@ -64,7 +75,12 @@ class Conversation(SessionLife, SessionCache):
         self.attachments: list[Attachment] = []
         self.last_stats: TurnStats | None = None
         self.last_snapshot: SnapshotLoad | None = None
+        self._lock_wait_s = lock_wait_s
+        self._pending: ReplyKeeper | None = None
         self.session: Session = session or self._new_session()
+        self._session_lock = self._take_lock(self.session)
+        if session is not None and session.id is not None and self._session_lock is not None:
+            self.reload()  # another process may have written to it while we waited
         self.recover()
 
     # -- sessions ----------------------------------------------------------
@@ -74,9 +90,25 @@ class Conversation(SessionLife, SessionCache):
 
     def new_session(self) -> Session:
         """Start an empty session; the engine cache stays until the next turn trims it."""
-        self.session = self._new_session()
+        self._require_saved()
+        session = self._new_session()
+        self._switch_lock(session)
+        self.session = session
         self._forget_session_state()
         return self.session
+
+    def _take_lock(self, session: Session) -> SessionLock | None:
+        if not self.store.path or session.id is None:
+            return None  # a throwaway in-memory session: no other process can see it
+        return SessionLock(self.store.path, session.id, wait_s=self._lock_wait_s,
+                           title=session.title)
+
+    def _switch_lock(self, session: Session) -> None:
+        """Hold ``session``'s lock instead of the current one (SessionBusy changes nothing)."""
+        new = self._take_lock(session)
+        if self._session_lock is not None:
+            self._session_lock.release()
+        self._session_lock = new
 
     def _forget_session_state(self) -> None:
         self.attachments.clear()
@@ -86,10 +118,22 @@ class Conversation(SessionLife, SessionCache):
 
     def open_session(self, id_or_title: str | int) -> Session:
         """Open a saved session and restore its KV snapshot when one is usable."""
+        self._require_saved()
         session = (self.store.get_session(id_or_title) if isinstance(id_or_title, int)
                    else self.store.find_session(id_or_title))
-        if session.model and session.model != self.model_spec:
-            self.switch_model(session.model)
+        previous = self._session_lock
+        self._session_lock = self._take_lock(session) if session.id != self.session.id \
+            else previous
+        try:
+            if session.model and session.model != self.model_spec:
+                self.switch_model(session.model)
+        except BaseException:
+            if self._session_lock is not previous and self._session_lock is not None:
+                self._session_lock.release()
+            self._session_lock = previous
+            raise
+        if previous is not None and previous is not self._session_lock:
+            previous.release()
         self.session = session
         self._forget_session_state()
         self.recover()
@@ -97,11 +141,27 @@ class Conversation(SessionLife, SessionCache):
         return self.session
 
     def recover(self) -> Message | None:
-        """Store a reply left half-written by a crash or kill, marked stopped."""
+        """Store a reply a previous run could not (the database was locked), and
+        one left half-written by a crash or kill, marked stopped."""
+        if self.session.id is not None and store_unsaved(self.store, self.session.id):
+            self.reload()
         message = self.store.recover_draft(self.session.id)
         if message is not None:
             self.reload()
         return message
+
+    def _require_saved(self) -> None:
+        """Nothing may follow a reply the database has not taken yet."""
+        keeper = self._pending
+        if keeper is None:
+            return
+        if not keeper.wait(PENDING_WAIT_S):
+            raise ConversationError(
+                "Your last reply is not saved yet: the session database is locked by another "
+                "process. It is kept and retried; try again in a moment.")
+        self._pending = None
+        self.reload()
+        self.save_snapshot()
 
     def reload(self) -> Session:
         self.session = self.store.get_session(self.session.id)
@@ -151,6 +211,10 @@ class Conversation(SessionLife, SessionCache):
     def message_tokens(self, messages: list[Message]) -> list[int]:
         return self.engine.message_tokens(messages)
 
+    def ledger_note(self) -> str | None:
+        """Where the cached token ledger differs from today's template rendering."""
+        return self._ledger().note(self.messages)
+
     def check_fits(self, messages: list[Message]) -> int:
         """Raise ContextOverflowError unless ``messages`` (system included) fit."""
         return self.engine.check_fits(messages, self.generation)
@@ -163,6 +227,7 @@ class Conversation(SessionLife, SessionCache):
 
     def send(self, text: str) -> Iterator[Event]:
         """Commit the user message, then run the turn; yields the engine's events."""
+        self._require_saved()
         if not text.strip():
             raise ConversationError("Nothing to send.")
         content = self.compose(text)
@@ -173,6 +238,7 @@ class Conversation(SessionLife, SessionCache):
 
     def retry(self) -> Iterator[Event]:
         """Answer the last user message again, as a new branch beside the old reply."""
+        self._require_saved()
         msgs = self.messages
         if not msgs:
             raise ConversationError("Nothing to retry yet.")
@@ -190,6 +256,7 @@ class Conversation(SessionLife, SessionCache):
 
     def edit_last(self, text: str) -> Iterator[Event]:
         """Replace the last user message with ``text`` on a new branch and answer it."""
+        self._require_saved()
         last = self.last_user_message()
         if last is None:
             raise ConversationError("There is no message to edit yet.")
@@ -213,6 +280,7 @@ class Conversation(SessionLife, SessionCache):
     def undo(self) -> int:
         """Step back before the last user message (kept on its branch); returns
         how many messages left the current branch."""
+        self._require_saved()
         last = self.last_user_message()
         if last is None:
             raise ConversationError("Nothing to undo.")
@@ -256,8 +324,9 @@ class Conversation(SessionLife, SessionCache):
 
     def _checkpoint(self, parent: int | None, text: str) -> None:
         try:
-            self.store.save_draft(self.session.id, parent, text)
-        except StoreError as exc:  # a full disk must not stop the reply
+            with self.store.patience(DRAFT_WAIT_S):
+                self.store.save_draft(self.session.id, parent, text)
+        except StoreError as exc:  # a full disk or a locked database must not stop the reply
             log.warning("reply checkpoint not saved: %s", exc)
 
     def _finish(self, done: TurnDone, key: str | None) -> None:
@@ -266,9 +335,17 @@ class Conversation(SessionLife, SessionCache):
         cancelled = stats.finish_reason == "cancelled"
         if done.reply or not cancelled:
             # The reply's ledger entry is what was sampled, reasoning and end token included.
-            self.store.add_message(self.session.id, "assistant", done.reply, stats=stats,
-                                   token_count=stats.generated_tokens, cancelled=cancelled,
-                                   token_ids=done.token_ids if key else None, ledger_key=key)
+            reply = PendingReply(self.session.id, self.session.leaf_id, done.reply,
+                                 stats=stats.to_dict(), cancelled=cancelled,
+                                 token_ids=done.token_ids if key else None, ledger_key=key)
+            try:
+                reply.store_in(self.store, wait_s=FIRST_SAVE_WAIT_S)
+            except StoreLocked:
+                # Shown already: keep it and retry until the other process lets go.
+                stats.save_warning = ("reply not saved yet: the session database is locked "
+                                      "by another process; retrying")
+                self._pending = ReplyKeeper(self.store, reply)
+                return
         self.reload()
         self.save_snapshot()
 
@@ -297,10 +374,18 @@ class Conversation(SessionLife, SessionCache):
 
     def close(self) -> None:
         self.engine.close()
+        if self._session_lock is not None:
+            self._session_lock.release()
 
     def shutdown(self) -> None:
-        """On exit: stop any turn, drop an unused session, stop the engine, close the store."""
+        """On exit: stop any turn, store a pending reply (or keep it in a file the
+        next open stores), drop an unused session, stop everything."""
         self.cancel()
+        keeper, self._pending = self._pending, None
+        if keeper is not None and not keeper.wait(QUIT_SAVE_WAIT_S):
+            path = keeper.give_up()
+            if path is not None:
+                log.warning("the database stayed locked; the last reply is kept in %s", path)
         self.discard_if_empty()
         self.close()
         self.store.close()

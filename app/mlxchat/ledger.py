@@ -118,7 +118,8 @@ class Ledger:
             else:
                 tokens = ids + user_ids
                 if self._fits(len(tokens)):
-                    prompt = FittedPrompt(tokens, self._with_system([*history, new]), 0)
+                    prompt = FittedPrompt(tokens, self._with_system([*history, new]), 0,
+                                          ledger=True)
                     return Plan(prompt, user_ids, start=not history, key=self.key)
                 reason = "context overflow: history re-rendered to fit"
         elif ids is not None:
@@ -126,12 +127,30 @@ class Ledger:
         fitted = self._rendered([*history, new], reason)
         return Plan(fitted, list(fitted.tokens), start=True, key=self.key)
 
+    def note(self, branch: Sequence[Message]) -> str | None:
+        """One line when the ledger differs from what the template would render
+        for this branch today (kept reasoning, a moved system prompt, trimmed text)."""
+        if self.settings.history == "template" or not branch:
+            return None
+        ids, _ = branch_ids(branch, self.key)
+        if ids is None:
+            return None
+        today = self.engine.render_tokens(self._with_system(branch), options=self.options)
+        shared = 0
+        while shared < min(len(ids), len(today)) and ids[shared] == today[shared]:
+            shared += 1
+        if shared >= len(ids) - 1:
+            return None
+        return (f"the cache holds this conversation as it was sent ({len(ids):,} tokens); "
+                f"the template would render it differently from token {shared:,} today — "
+                "/set history template follows it exactly, re-prefilling each turn")
+
     def plan_existing(self, branch: Sequence[Message]) -> Plan:
         """The prompt to answer the branch's last (user) message again."""
         if self.settings.history == "template":
             return Plan(self._rendered(branch, None))
         ids, reason = branch_ids(branch, self.key)
         if ids is not None and self._fits(len(ids)):
-            return Plan(FittedPrompt(ids, self._with_system(branch), 0))
+            return Plan(FittedPrompt(ids, self._with_system(branch), 0, ledger=True))
         fitted = self._rendered(branch, reason or "context overflow: history re-rendered to fit")
         return Plan(fitted, list(fitted.tokens), start=True, key=self.key)

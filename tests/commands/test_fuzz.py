@@ -112,4 +112,5 @@ def test_fuzzing_wrote_nothing_outside_its_temp_folder(tmp_path_factory, tiny, t
             conv.store.close()
     assert {folder: _listing(folder) for folder in watched} == before
     written = {p.relative_to(tmp).parts[0] for p in tmp.rglob("*") if p.is_file()}
-    assert written <= {"home", "exports", "s.db", "s.db-wal", "s.db-shm", "c.toml", "work"}
+    assert written <= {"home", "exports", "s.db", "s.db-wal", "s.db-shm", "c.toml", "work",
+                       "locks"}

@@ -144,3 +144,12 @@ def test_template_that_rewrites_earlier_turns_is_named(tmp_path):
         assert 0 < follow.stats.reused_tokens < first.stats.context_used
     finally:
         engine.close()
+
+
+def test_editing_the_first_message_is_called_an_edit(engine):
+    # No system prompt: the template's default one is still shared with the cache.
+    first = run(engine, [Message("user", "Tell me about rivers.")])
+    edited = run(engine, [Message("user", "Tell me about mountains.")])
+    assert edited.stats.reused_tokens > 0 < first.stats.context_used
+    assert edited.stats.miss_reason == ("history edited at message 1: trimmed back to the "
+                                        "branch point")

@@ -156,3 +156,16 @@ def test_rerendering_history_misses_where_the_ledger_does_not(models_by_name, tm
         assert second.stats.miss_reason is not None
         assert second.stats.reused_tokens < first.stats.prompt_tokens
     conv.shutdown()
+
+
+def test_context_says_when_the_ledger_differs_from_the_template(models_by_name, tmp_path):
+    fam, loaded = models_by_name("gpt_oss")  # history renders a channel the cache never had
+    settings = Settings(system_prompt=fam.system, generation=GREEDY)
+    conv = open_conversation(settings, store_factory=lambda: open_store(tmp_path / "s.db"),
+                             load_model=lambda spec, progress=None: loaded).conversation
+    assert conv.ledger_note() is None  # nothing sent yet
+    ask(conv, QUESTIONS[0])
+    ask(conv, QUESTIONS[1])
+    note = conv.ledger_note()
+    assert note and "/set history template" in note
+    conv.shutdown()

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "mlxchat.config", "mlxchat.__init__")),
     ("core", ("mlxchat.engine.*", "mlxchat.store.*", "mlxchat.models.*")),
     ("conversation", ("mlxchat.conversation", "mlxchat.app_root", "mlxchat.ledger",
+                      "mlxchat.pending_reply",
                       "mlxchat.session*",
                       "mlxchat.root*")),
     ("commands", ("mlxchat.commands.*",)),

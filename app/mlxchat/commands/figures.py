@@ -143,6 +143,9 @@ def context(ctx: CommandContext, args: Args) -> CommandResult:
     caption = (f"{fmt_int(used)} of {fmt_int(window)} tokens ({percent(used, window)}) · "
                f"{fmt_int(window - used)} free · replies up to "
                f"{fmt_int(conv.generation.max_tokens)} tokens")
+    note = conv.ledger_note()
+    if note:
+        caption += f" · {note}"
     return CommandResult.table(caption, ("#", "role", "starts with", "tokens", "of window"),
                                rows)
 

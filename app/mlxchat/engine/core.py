@@ -213,6 +213,13 @@ class ChatEngine:
         """Tokens kept free for the reply when deciding whether a prompt fits."""
         return prompt.reply_reserve(settings.max_tokens, self._loaded.info.context_window)
 
+    def render_tokens(self, messages: Sequence[Message], *,
+                      options: TemplateOptions = TemplateOptions()) -> list[int]:
+        """The conversation through the template as it would render it now
+        (no generation prompt)."""
+        return prompt.render(self._loaded.tokenizer, messages, generation_prompt=False,
+                             **options.kwargs())
+
     def count_tokens(self, messages: Sequence[Message]) -> int:
         return len(prompt.render(self._loaded.tokenizer, messages))
 

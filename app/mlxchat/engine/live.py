@@ -105,7 +105,7 @@ class LiveCache:
             trim_prompt_cache(self.layers, len(self.tokens) - common)
             if shared < len(self.tokens):
                 reason = (reason or fitted.reason
-                          or prompt.miss_reason(self.conversation, fitted, messages))
+                          or prompt.miss_reason(self.conversation, fitted, messages, shared))
             del self.tokens[common:]
         return Reuse(common, reason, source if common else "cold")
 

@@ -50,6 +50,8 @@ class FittedPrompt:
     reason: str | None = None
     """Why the prompt does not extend the cached tokens, when the caller knows
     (a new token ledger); reported as the miss reason if the cache had more."""
+    ledger: bool = False
+    """The tokens are a token ledger (earlier turns as sent), not a fresh render."""
 
 
 def reply_reserve(max_tokens: int, window: int) -> int:
@@ -115,17 +117,21 @@ def first_difference(old: Sequence[tuple[str, str]], new: Sequence[Message]) -> 
 
 
 def miss_reason(previous: Sequence[tuple[str, str]], fitted: FittedPrompt,
-                original: Sequence[Message]) -> str:
-    """Words for why the cache held tokens this turn could not reuse."""
+                original: Sequence[Message], shared: int = 0) -> str:
+    """Words for why the cache held tokens this turn could not reuse
+    (``shared``: leading tokens the cache and the prompt still have in common)."""
     if fitted.dropped:
         return f"context overflow: dropped {fitted.dropped} oldest messages"
     k = first_difference(previous, original)
     if k == len(previous):
+        if fitted.ledger:  # never re-rendered: the cache came from elsewhere
+            return (f"the cached tokens differ from this conversation's from token {shared:,}"
+                    " (a cache of another conversation)")
         return "template re-rendered an earlier turn"
     changed = previous[k]
     if changed[0] == "system" or (k < len(original) and original[k].role == "system"):
         return "system prompt changed"
-    if k == 0:
+    if k == 0 and not shared:
         return "another conversation: nothing in common with the cache"
     if k == len(original) and changed[0] == "assistant":
         return "reply retried: trimmed back to the branch point"

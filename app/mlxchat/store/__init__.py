@@ -5,7 +5,7 @@ Stdlib only (sqlite3, json); never imports textual or mlx.
 
 from mlxchat.store.base import CURRENT_LEAF, title_from
 from mlxchat.store.database import open_store
-from mlxchat.store.errors import SessionNotFound, StoreError
+from mlxchat.store.errors import SessionNotFound, StoreError, StoreLocked
 from mlxchat.store.records import BranchInfo, SegmentRecord, SnapshotRecord
 from mlxchat.store.schema import SCHEMA_VERSION
 from mlxchat.store.search import fts_query
@@ -20,6 +20,7 @@ __all__ = [
     "SessionStore",
     "SnapshotRecord",
     "StoreError",
+    "StoreLocked",
     "fts_query",
     "open_store",
     "title_from",

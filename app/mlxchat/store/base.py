@@ -160,6 +160,18 @@ class StoreBase:
             yield cursor
 
     @contextmanager
+    def patience(self, seconds: float) -> Iterator[None]:
+        """Writes inside wait at most ``seconds`` for another process's lock
+        (instead of the store's busy timeout), then fail with StoreLocked."""
+        with self._lock:
+            before = self._conn.execute("PRAGMA busy_timeout").fetchone()[0]
+            self._conn.execute(f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}")
+            try:
+                yield
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout = {int(before)}")
+
+    @contextmanager
     def _transaction(self, begin: str) -> Iterator[sqlite3.Cursor]:
         with self._lock, sqlite_errors(self.path):
             cursor = self._conn.cursor()

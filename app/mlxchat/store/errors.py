@@ -17,6 +17,10 @@ class SessionNotFound(StoreError):
     """No session has that id or title."""
 
 
+class StoreLocked(StoreError):
+    """Another process holds the database's write lock; trying again later works."""
+
+
 def _where(path: str) -> str:
     return f" ({path})" if path else ""
 
@@ -35,7 +39,7 @@ def translate(exc: Exception, path: str = "") -> StoreError:
     primary = code & 0xFF if isinstance(code, int) else None
     text = " ".join(str(exc).split())
     if primary in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or "locked" in text:
-        return StoreError(
+        return StoreLocked(
             f"The session database{_where(path)} is locked by another process "
             "(is another mlxchat saving?); close it or try again in a moment."
         )

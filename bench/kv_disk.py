@@ -1,0 +1,142 @@
+"""The KV cache on disk at 8B scale: what a turn's save costs as the history
+grows, how fast a long history is restored, what branches cost on disk.
+
+Used by bench/engine.py; real arrays shaped like Llama-3-8B's cache (32 layers,
+8 KV heads, head_dim 128, fp16) through the real segment writer and reader.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import mlx.core as mx
+from mlx_lm.models.cache import KVCache
+
+from mlxchat.engine import segments
+
+LAYERS, KV_HEADS, HEAD_DIM = 32, 8, 128
+PER_TOKEN = LAYERS * 2 * KV_HEADS * HEAD_DIM * 2  # bytes of fp16 K and V
+
+
+class _Model:
+    """What ``segments.assemble`` needs of a model: its cache layout."""
+
+    def make_cache(self) -> list[KVCache]:
+        return [KVCache() for _ in range(LAYERS)]
+
+
+def cache_of(tokens: int) -> list[KVCache]:
+    layers = []
+    for _ in range(LAYERS):
+        c = KVCache()
+        k = mx.random.normal((1, KV_HEADS, tokens, HEAD_DIM)).astype(mx.float16)
+        c.update_and_fetch(k, k)
+        layers.append(c)
+    mx.eval([c.state for c in layers])
+    return layers
+
+
+def save_turn(folder: Path, layers: list[KVCache], history: int, new: int = 64
+              ) -> tuple[float, int]:
+    """Seconds and bytes to save one turn of ``new`` tokens after ``history``."""
+    path = folder / f"turn-{history}.safetensors"
+    t0 = time.perf_counter()
+    info = segments.write(path, layers, history, history + new, [0] * new,
+                          fingerprint="bench", template_hash="bench")
+    return time.perf_counter() - t0, info.bytes
+
+
+def write_history(folder: Path, layers: list[KVCache], tokens: int, per_segment: int
+                  ) -> list[segments.SegmentRef]:
+    refs = []
+    for start in range(0, tokens, per_segment):
+        end = min(tokens, start + per_segment)
+        path = folder / f"hist-{start}.safetensors"
+        info = segments.write(path, layers, start, end, [0] * (end - start),
+                              fingerprint="bench", template_hash="bench")
+        refs.append(segments.SegmentRef(path, start, end, info.checksum, [0] * (end - start)))
+    return refs
+
+
+def restore_s(refs: list[segments.SegmentRef]) -> float:
+    t0 = time.perf_counter()
+    pieces = [segments.read(r, fingerprint="bench", template_hash="bench") for r in refs]
+    cache = segments.assemble(_Model(), pieces, refs[-1].end)
+    mx.eval([c.state for c in cache])
+    return time.perf_counter() - t0
+
+
+def plain_read_s(refs: list[segments.SegmentRef]) -> float:
+    t0 = time.perf_counter()
+    for r in refs:
+        with open(r.path, "rb") as fh:
+            while fh.read(8 << 20):
+                pass
+    return time.perf_counter() - t0
+
+
+def measure(*, long: int, short: int, branch_history: int) -> dict[str, float]:
+    """The four ratios; ``long``/``short`` are the two history lengths compared."""
+    folder = Path(tempfile.mkdtemp(prefix="mlxchat-kv-"))
+    try:
+        layers = cache_of(short + 64)
+        short_s, _ = min(save_turn(folder, layers, short) for _ in range(3))
+        layers = cache_of(long + 64)
+        long_s, long_bytes = min(save_turn(folder, layers, long) for _ in range(3))
+        print(f"save one 64-token turn: after {short:,} tokens {short_s * 1000:.1f} ms, after "
+              f"{long:,} tokens {long_s * 1000:.1f} ms ({long_bytes / 1e6:.2f} MB written; "
+              f"KV {PER_TOKEN * 64 / 1e6:.2f} MB)")
+        refs = write_history(folder, layers, long, 1024)
+        del layers
+        mx.clear_cache()
+        restore, plain = [], []
+        for _ in range(2):
+            plain.append(plain_read_s(refs))
+            restore.append(restore_s(refs))
+        size = sum(r.path.stat().st_size for r in refs)
+        print(f"restore {long:,} tokens ({size / 1e9:.2f} GB in {len(refs)} segments): "
+              f"{min(restore):.2f} s; plain read of the same files {min(plain):.2f} s")
+        for f in folder.iterdir():
+            f.unlink()
+        branch_ratio = branch_storage(folder, branch_history)
+    finally:
+        for f in folder.iterdir():
+            f.unlink()
+        folder.rmdir()
+    return {"save_growth": long_s / short_s, "save_bytes_ratio": long_bytes / (64 * PER_TOKEN),
+            "resume_read_ratio": min(restore) / min(plain),
+            "branch_storage_ratio": branch_ratio}
+
+
+def branch_storage(folder: Path, history: int) -> float:
+    """Disk bytes of three branches off one history / the longest branch alone,
+    through the real store bookkeeping (branches share their parent's segments)."""
+    from mlxchat.store import open_store
+
+    store = open_store(folder / "s.db")
+    sid = store.create_session("bench").id
+    trunk = store.add_message(sid, "user", "history")
+    layers = cache_of(history + 3 * 64)
+    info = segments.write(folder / "trunk.safetensors", layers, 0, history, [0] * history,
+                          fingerprint="bench", template_hash="bench")
+    store.record_segment(sid, trunk.id, start=0, end=history, path="trunk.safetensors",
+                         checksum=info.checksum, file_bytes=info.bytes, kv_bits=None,
+                         token_ids=[0] * history)
+    leaves = []
+    for b in range(3):  # three replies to the same history: three branches
+        reply = store.add_message(sid, "assistant", f"reply {b}", parent_id=trunk.id)
+        name = f"branch-{b}.safetensors"
+        binfo = segments.write(folder / name, layers, history, history + 64, [0] * 64,
+                               fingerprint="bench", template_hash="bench")
+        store.record_segment(sid, reply.id, start=history, end=history + 64, path=name,
+                             checksum=binfo.checksum, file_bytes=binfo.bytes, kv_bits=None,
+                             token_ids=[0] * 64)
+        leaves.append(reply.id)
+    session = store.session_segment_bytes(sid)
+    longest = max(sum(r.file_bytes for r in store.branch_segments(leaf)) for leaf in leaves)
+    store.close()
+    print(f"three branches off {history:,} tokens: {session / 1e6:.1f} MB on disk; "
+          f"one branch alone {longest / 1e6:.1f} MB")
+    return session / longest
