@@ -131,7 +131,10 @@ def miss_reason(previous: Sequence[tuple[str, str]], fitted: FittedPrompt,
     changed = previous[k]
     if changed[0] == "system" or (k < len(original) and original[k].role == "system"):
         return "system prompt changed"
-    if k == 0 and not shared:
+    if k == 0:
+        if shared:  # an edit of the first message, or another conversation
+            return (f"the first message differs: trimmed back to the template's opening "
+                    f"({shared:,} tokens)")
         return "another conversation: nothing in common with the cache"
     if k == len(original) and changed[0] == "assistant":
         return "reply retried: trimmed back to the branch point"
