@@ -125,9 +125,11 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, DraftOps):
             for session_id in ids:
                 row = self._session_row(cur, session_id)
                 snap = cur.execute(
-                    "SELECT file_bytes FROM snapshots WHERE session_id = ?"
-                    " ORDER BY id DESC LIMIT 1",
-                    (session_id,),
+                    "SELECT coalesce((SELECT file_bytes FROM snapshots WHERE session_id = ?"
+                    " ORDER BY id DESC LIMIT 1), 0) + (SELECT coalesce(sum(file_bytes), 0)"
+                    " FROM (SELECT DISTINCT path, file_bytes FROM kv_segments"
+                    " WHERE session_id = ?))",
+                    (session_id, session_id),
                 ).fetchone()
                 count = 0
                 if row["leaf_id"] is not None:
