@@ -22,7 +22,8 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
         model, config = load_model(folder)
         tokenizer = load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
     except (ValueError, FileNotFoundError, KeyError, OSError) as exc:
-        raise ModelError(f"cannot load the model in {folder}: {exc}") from None
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ModelError(f"cannot load the model in {folder}: {reason}") from None
     if on_cpu():
         use_cpu_precision(model)
     if context_window:

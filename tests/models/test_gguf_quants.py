@@ -1,0 +1,132 @@
+"""GGUF tensor types -> MLX: exact repacks, measured requantization, the packing itself.
+
+Files are written with ``gguf``'s writer (K-quant blocks made by hand in
+kquants.py); ``gguf.quants.dequantize`` (llama.cpp's reference decode) is the
+judge of what each file holds.
+"""
+
+from __future__ import annotations
+
+import gguf
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from mlxchat.models.gguf import read_header
+from mlxchat.models.gguf_quants import PLANS, REQUANT_ERROR, pack, to_mlx
+from tests.models.gguf_files import encode
+
+REPACKED = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K"]
+REQUANTIZED = ["Q6_K", "Q3_K", "Q2_K"]
+MLX_WIDTHS = (2, 3, 4, 5, 6, 8)
+
+
+def weights(rows: int = 16, cols: int = 512, seed: int = 3) -> np.ndarray:
+    """Gaussian weights with a few outlier columns, like real projections."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, cols)).astype(np.float32) * 0.05
+    x[:, rng.integers(0, cols, 4)] *= 8
+    return x
+
+
+def one_tensor_file(tmp_path, x: np.ndarray, kind: str):
+    path = tmp_path / f"{kind}.gguf"
+    raw, _ = encode(x, kind)
+    w = gguf.GGUFWriter(path, "llama")
+    raw_dtype = None if kind in ("F32", "F16") else gguf.GGMLQuantizationType[kind]
+    w.add_tensor("blk.0.ffn_down.weight", raw, raw_dtype=raw_dtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    t = read_header(path).tensors[0]
+    held = gguf.quants.dequantize(np.asarray(t.data), gguf.GGMLQuantizationType[t.type_name])
+    return t, held.reshape(t.shape).astype(np.float32)
+
+
+def mlx_values(parts: dict[str, mx.array], bits: int) -> np.ndarray:
+    return np.array(mx.dequantize(parts["weight"], parts["scales"].astype(mx.float32),
+                                  parts["biases"].astype(mx.float32), group_size=32,
+                                  bits=bits))
+
+
+def rel(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("bits", MLX_WIDTHS)
+def test_pack_is_mlx_layout(bits):
+    codes = np.random.default_rng(bits).integers(0, 2 ** bits, (4, 64)).astype(np.uint8)
+    got = mx.dequantize(mx.array(pack(codes, bits)), mx.ones((4, 2)), mx.zeros((4, 2)),
+                        group_size=32, bits=bits)
+    assert np.array_equal(np.array(got), codes)
+
+
+@pytest.mark.parametrize("kind", REPACKED)
+def test_repack_is_exact(tmp_path, kind):
+    x = weights()
+    t, held = one_tensor_file(tmp_path, x, kind)
+    assert t.type_name == kind and t.shape == x.shape
+    parts = to_mlx(t)
+    assert parts["weight"].dtype == mx.uint32
+    assert parts["weight"].shape == (16, 512 * PLANS[kind].bits // 32)
+    assert np.abs(mlx_values(parts, PLANS[kind].bits) - held).max() == 0.0
+    assert rel(held, x) > 1e-3  # the file really is quantized: the check above is not trivial
+
+
+@pytest.mark.parametrize("kind", ["Q4_0", "Q4_1", "Q8_0"])
+def test_legacy_repack_equals_what_mx_load_gave(tmp_path, kind):
+    """The bundled Q4_1/Q8_0 model converts to the very arrays of the old mx.load path."""
+    t, _ = one_tensor_file(tmp_path, weights(), kind)
+    ours = to_mlx(t)
+    theirs = mx.load(str(tmp_path / f"{kind}.gguf"))
+    for part in ("weight", "scales", "biases"):
+        a, b = ours[part], theirs[f"blk.0.ffn_down.{part}"]
+        assert a.dtype == b.dtype and mx.array_equal(a, b).item(), part
+
+
+@pytest.mark.parametrize("kind", REQUANTIZED)
+def test_requantized_within_stated_error(tmp_path, kind):
+    x = weights()
+    t, held = one_tensor_file(tmp_path, x, kind)
+    bits = PLANS[kind].bits
+    err = rel(mlx_values(to_mlx(t), bits), held)
+    assert 0 < err <= REQUANT_ERROR[kind]
+
+
+@pytest.mark.parametrize("kind", REQUANTIZED)
+def test_requantized_width_is_the_smallest_that_keeps_quality(tmp_path, kind):
+    """Against the float weights the file came from, the chosen width adds at most 5%
+    to the file's own error, and the next smaller MLX width adds more."""
+    x = weights()
+    _, held = one_tensor_file(tmp_path, x, kind)
+    own = rel(held, x)
+
+    def total(bits: int) -> float:
+        w, s, b = mx.quantize(mx.array(held), group_size=32, bits=bits)
+        return rel(np.array(mx.dequantize(w, s, b, group_size=32, bits=bits)), x)
+
+    chosen = PLANS[kind].bits
+    smaller = MLX_WIDTHS[MLX_WIDTHS.index(chosen) - 1]
+    assert total(chosen) <= own * 1.05
+    assert total(smaller) > own * 1.05
+
+
+def test_float_types_stay_floats(tmp_path):
+    x = weights(4, 64)
+    t, held = one_tensor_file(tmp_path, x, "F16")
+    out = to_mlx(t)["weight"]
+    assert out.dtype == mx.float16 and np.array_equal(np.array(out, np.float32), held)
+    bf = tmp_path / "bf16.gguf"
+    w = gguf.GGUFWriter(bf, "llama")
+    w.add_tensor("t", gguf.quants.quantize(x, gguf.GGMLQuantizationType.BF16),
+                 raw_dtype=gguf.GGMLQuantizationType.BF16)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    t = read_header(bf).tensors[0]
+    out = to_mlx(t)["weight"]
+    expected = gguf.quants.dequantize(np.asarray(t.data), gguf.GGMLQuantizationType.BF16)
+    assert out.dtype == mx.bfloat16  # not narrowed to float16 as mx.load did
+    assert np.array_equal(np.array(out.astype(mx.float32)), expected.reshape(x.shape))
