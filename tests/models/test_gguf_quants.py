@@ -7,6 +7,8 @@ judge of what each file holds.
 
 from __future__ import annotations
 
+import json
+
 import gguf
 import mlx.core as mx
 import numpy as np
@@ -130,3 +132,36 @@ def test_float_types_stay_floats(tmp_path):
     expected = gguf.quants.dequantize(np.asarray(t.data), gguf.GGMLQuantizationType.BF16)
     assert out.dtype == mx.bfloat16  # not narrowed to float16 as mx.load did
     assert np.array_equal(np.array(out.astype(mx.float32)), expected.reshape(x.shape))
+
+
+def test_q4_k_m_mix_keeps_each_tensor_width(tmp_path):
+    """A Q4_K_M-like file: Q4_K layers, Q6_K output and some ffn_down, a Q5_0 attn_v."""
+    from mlxchat.models import import_gguf, load_model
+    from tests.models.gguf_files import random_params, write_model
+    from tests.models.test_gguf_arch import BASE, metadata, reference_logits
+    from tests.models.test_gguf_import import IDS, rel_error
+
+    config = {**BASE, "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+              "rope_theta": 10000.0}
+    params = random_params("llama", config, seed=2)
+    kinds = {"output": "Q6_K", "blk.0.ffn_down": "Q6_K", "blk.1.attn_v": "Q5_0"}
+    path = tmp_path / "q4_k_m.gguf"
+    held = write_model(path, "llama", params, config, metadata("llama", config),
+                       kind="Q4_K", kinds=kinds)
+    loaded = load_model(str(path))
+    layers = loaded.model.model.layers
+    assert (layers[0].self_attn.q_proj.bits, layers[0].mlp.down_proj.bits) == (4, 8)
+    assert (layers[1].mlp.down_proj.bits, layers[1].self_attn.v_proj.bits) == (4, 5)
+    assert loaded.model.lm_head.bits == 8 and loaded.model.model.embed_tokens.bits == 4
+    err = rel_error(loaded.model(mx.array(IDS)[None]), reference_logits("llama", config, held))
+    assert err < 0.02  # only the two Q6_K tensors were requantized (8-bit)
+
+    report = json.loads((import_gguf(path) / "mlxchat-import.json").read_text())["tensor_types"]
+    assert report["Q4_K"]["became"] == "int4 g32 (repack)"
+    assert report["Q6_K"]["became"] == "int8 g32 (requantize)"
+    assert report["Q5_0"]["became"] == "int5 g32 (repack)"
+    assert report["F32"]["became"] == "float32"
+    # 4-bit codes + float32 scale and bias per 32 values; 5-bit with float16 scale/bias
+    assert report["Q4_K"]["bits_per_weight"] == 4 + 64 / 32
+    assert report["Q5_0"]["bits_per_weight"] == 5 + 32 / 32
+    assert sum(r["tensors"] for r in report.values()) == len(params)
