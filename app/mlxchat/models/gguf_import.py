@@ -30,6 +30,7 @@ from mlxchat.models.errors import ModelError
 from mlxchat.models.gguf import GGUFHeader, check_importable, read_header
 
 Progress = Callable[[str, int, int], None]
+Customize = Callable[[GGUFHeader, dict], "tuple[str | None, list[str]]"]
 
 CONVERTER_VERSION = 2
 """Bump when the conversion output changes: old cache entries are then ignored."""
@@ -113,29 +114,29 @@ def _weights(header: GGUFHeader, progress: Progress | None) -> tuple[dict[str, m
 
 
 def convert_gguf(path: Path, out: Path, *, progress: Progress | None = None,
-                 sha256: str | None = None, template: str | None = None,
-                 extra: dict | None = None) -> GGUFHeader:
+                 sha256: str | None = None, customize: Customize | None = None) -> GGUFHeader:
     """Write the MLX folder for GGUF ``path`` into ``out`` (created). No caching.
 
-    ``template`` replaces the file's chat template; ``extra`` (context window,
-    stop tokens) is merged into config.json.
+    ``customize(header, config)`` may change config.json in place and return a
+    chat template to use instead of the file's, and notes for the report.
     """
     header = read_header(Path(path))
     check_file(header)
     arch = gguf_arch.arch_of(header)
     quant = _quantization(header, arch)
     config = gguf_arch.build_config(header, quant)
+    template, notes = customize(header, config) if customize else (None, [])
     weights, report = _weights(header, progress)
     out.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(out / "model.safetensors"), weights, {"format": "mlx"})
-    config.update(extra or {})
     (out / "config.json").write_text(json.dumps(config, indent=2))
     chat, notice = gguf_vocab.chat_template(header, template)
     gguf_vocab.write_tokenizer(header, out, chat)
     provenance = {
         "source": str(Path(path).resolve()), "sha256": sha256,
         "converter_version": CONVERTER_VERSION, "name": header.metadata.get("general.name"),
-        "architecture": header.architecture, "tensor_types": report, "notice": notice,
+        "architecture": header.architecture, "tensor_types": report,
+        "notes": ([notice] if notice else []) + list(notes),
     }
     (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
     return header
@@ -188,19 +189,16 @@ def _complete(folder: Path) -> bool:
 
 
 def import_gguf_cached(path: Path, *, progress: Progress | None = None,
-                       template: str | None = None, extra: dict | None = None) -> Path:
+                       customize: Customize | None = None, variant: str = "") -> Path:
     """The converted folder for ``path``: from the cache, or converted once into it.
 
-    ``template`` and ``extra`` are passed to convert_gguf (Ollama's template and
-    parameters) and make a cache entry of their own.
+    ``customize`` is passed to convert_gguf (Ollama's template and parameters);
+    ``variant`` names what it depends on, and makes a cache entry of its own.
     """
     path = Path(path).expanduser()
     if not path.is_file():
         raise ModelError(f"no such GGUF file: {path}")
-    variant = ""
-    if template or extra:
-        blob = json.dumps([template, extra], sort_keys=True).encode()
-        variant = hashlib.sha256(blob).hexdigest()[:8]
+    variant = hashlib.sha256(variant.encode()).hexdigest()[:8] if variant else ""
     digest = remembered_sha256(path)
     if digest and _complete(cached_folder(digest, variant)):
         return cached_folder(digest, variant)  # no need to parse the header again
@@ -213,8 +211,7 @@ def import_gguf_cached(path: Path, *, progress: Progress | None = None,
     tmp = Path(tempfile.mkdtemp(prefix=".import-", dir=final.parent))
     try:
         started = time.perf_counter()
-        convert_gguf(path, tmp, progress=progress, sha256=digest, template=template,
-                     extra=extra)
+        convert_gguf(path, tmp, progress=progress, sha256=digest, customize=customize)
         if progress:
             progress("write", 1, 1)
         meta = json.loads((tmp / PROVENANCE_FILE).read_text())
