@@ -165,3 +165,16 @@ def test_q4_k_m_mix_keeps_each_tensor_width(tmp_path):
     assert report["Q4_K"]["bits_per_weight"] == 4 + 64 / 32
     assert report["Q5_0"]["bits_per_weight"] == 5 + 32 / 32
     assert sum(r["tensors"] for r in report.values()) == len(params)
+
+
+@pytest.mark.parametrize("kind", ["Q4_K", "Q6_K", "Q5_0"])
+def test_conversion_in_row_chunks_is_the_same(tmp_path, kind, monkeypatch):
+    """Big tensors are converted a few rows at a time (bounded memory): same arrays."""
+    from mlxchat.models import gguf_quants
+
+    t, _ = one_tensor_file(tmp_path, weights(rows=12), kind)
+    whole = to_mlx(t)
+    monkeypatch.setattr(gguf_quants, "CHUNK_VALUES", 512 * 5)  # 5 rows a chunk: 3 chunks
+    chunked = to_mlx(t)
+    for part in ("weight", "scales", "biases"):
+        assert mx.array_equal(whole[part], chunked[part]).item(), part

@@ -129,11 +129,24 @@ def _k_quant(blocks: np.ndarray, name: str):
     return q.reshape(-1, 32), (d * sc).reshape(-1), (-(dmin * mn)).reshape(-1)
 
 
-def _blocks(t, type_name: str) -> np.ndarray:
+def _rows_to_mlx(raw: np.ndarray, type_name: str, cols: int) -> tuple[mx.array, ...]:
+    """(weight, scales, biases) for some whole rows of raw blocks (rows, bytes per row)."""
     import gguf
 
-    block, size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[type_name]]
-    return np.ascontiguousarray(t.data).reshape(-1, size)
+    plan, rows = PLANS[type_name], raw.shape[0]
+    qtype = gguf.GGMLQuantizationType[type_name]
+    if plan.how == "requantize":
+        values = gguf.quants.dequantize(raw, qtype).astype(np.float32).reshape(rows, cols)
+        return tuple(mx.quantize(mx.array(values), group_size=GROUP_SIZE, bits=plan.bits))
+    blocks = np.ascontiguousarray(raw).reshape(-1, gguf.GGML_QUANT_SIZES[qtype][1])
+    decode = _k_quant if type_name.endswith("_K") else _legacy
+    q, scale, bias = decode(blocks, type_name)
+    return (mx.array(pack(q.reshape(rows, cols), plan.bits)),
+            mx.array(scale.reshape(rows, -1)), mx.array(bias.reshape(rows, -1)))
+
+
+CHUNK_VALUES = 1 << 22
+"""Rows are converted this many values at a time, so temporaries stay small."""
 
 
 def dequantized(t) -> np.ndarray:
@@ -155,18 +168,13 @@ def to_mlx(t) -> dict[str, mx.array]:
             return {"weight": mx.array(raw).view(mx.bfloat16)}
         return {"weight": mx.array(np.asarray(t.data).reshape(t.shape))}
     rows, cols = int(np.prod(t.shape[:-1])), t.shape[-1]
-    if plan.how == "requantize":
-        w, s, b = mx.quantize(mx.array(dequantized(t).reshape(rows, cols)),
-                              group_size=GROUP_SIZE, bits=plan.bits)
-        shape = (*t.shape[:-1],)
-        return {"weight": w.reshape(*shape, -1), "scales": s.reshape(*shape, -1),
-                "biases": b.reshape(*shape, -1)}
-    blocks = _blocks(t, t.type_name)
-    if t.type_name.endswith("_K"):
-        q, scale, bias = _k_quant(blocks, t.type_name)
-    else:
-        q, scale, bias = _legacy(blocks, t.type_name)
-    shape = (*t.shape[:-1],)
-    return {"weight": mx.array(pack(q.reshape(rows, cols), plan.bits).reshape(*shape, -1)),
-            "scales": mx.array(scale.reshape(*shape, -1)),
-            "biases": mx.array(bias.reshape(*shape, -1))}
+    raw = np.asarray(t.data).reshape(rows, -1)
+    step = max(1, CHUNK_VALUES // cols)
+    chunks = []
+    for start in range(0, rows, step):
+        chunks.append(_rows_to_mlx(raw[start:start + step], t.type_name, cols))
+        mx.eval(*chunks[-1])
+    shape = (*t.shape[:-1], -1)
+    return {part: mx.concatenate([c[i] for c in chunks]).reshape(shape) if len(chunks) > 1
+            else chunks[0][i].reshape(shape)
+            for i, part in enumerate(("weight", "scales", "biases"))}
