@@ -117,3 +117,19 @@ def test_base_model_gets_a_plain_template_and_a_notice(tmp_path):
                                     {"role": "assistant", "content": "a time"}],
                                    add_generation_prompt=True, tokenize=False)
     assert text == "Once upon\n\na time"
+
+
+def test_a_vocabulary_without_byte_tokens_is_refused(tmp_path, mlxchat_home):
+    """Byte-level BPE needs all 256 byte symbols; without 'é''s bytes text would be lost."""
+    chars = _byte_chars()
+    missing = {chars[b] for b in "é".encode()}
+    tokens = [t for t in TOKENS if t not in missing]
+    types = [3] * 3 + [1] * (len(tokens) - 3)
+    path = gguf_with_vocab(tmp_path, "holes", **{"tokenizer.ggml.tokens": tokens,
+                                                 "tokenizer.ggml.token_type": types})
+    with pytest.raises(ModelError) as info:
+        import_gguf(path)
+    assert str(info.value) == (f"the tokenizer built from {path} does not round-trip text "
+                               "(missing byte tokens?)")
+    models = mlxchat_home / "cache" / "models"
+    assert not [p for p in models.iterdir() if p.is_dir()]  # nothing half-written kept

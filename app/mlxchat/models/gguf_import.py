@@ -132,6 +132,7 @@ def convert_gguf(path: Path, out: Path, *, progress: Progress | None = None,
     (out / "config.json").write_text(json.dumps(config, indent=2))
     chat, notice = gguf_vocab.chat_template(header, template)
     gguf_vocab.write_tokenizer(header, out, chat)
+    gguf_vocab.verify_tokenizer(header, out)
     provenance = {
         "source": str(Path(path).resolve()), "sha256": sha256,
         "converter_version": CONVERTER_VERSION, "name": header.metadata.get("general.name"),

@@ -83,3 +83,24 @@ def write_tokenizer(header: GGUFHeader, folder: Path, template: str) -> None:
     write_bpe_tokenizer(folder, merges=m.get("tokenizer.ggml.merges", []),
                         split_digits=pre == "smollm", split_pattern=SPLIT_PATTERNS[pre],
                         **common)
+
+
+SAMPLE_TEXT = "Hello, world! It's 2024: naïve café, 東京, x = a + b;\n\tdone."
+
+
+def verify_tokenizer(header: GGUFHeader, folder: Path) -> None:
+    """Check the written tokenizer against the GGUF's own vocabulary: every token
+    string maps back to its id, and sample text survives encode/decode."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokens = header.metadata["tokenizer.ggml.tokens"]
+    last = {t: i for i, t in enumerate(tokens)}  # a repeated string: llama.cpp keeps the last
+    wrong = [t for t, i in last.items() if tok.token_to_id(t) != i]
+    if wrong:
+        raise ModelError(f"the tokenizer built from {header.path} does not reproduce its "
+                         f"vocabulary ({len(wrong)} tokens differ, e.g. {wrong[0]!r})")
+    ids = tok.encode(SAMPLE_TEXT, add_special_tokens=False).ids
+    if tok.decode(ids, skip_special_tokens=False) != SAMPLE_TEXT:
+        raise ModelError(f"the tokenizer built from {header.path} does not round-trip text "
+                         "(missing byte tokens?)")
