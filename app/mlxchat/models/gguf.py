@@ -79,14 +79,36 @@ def _value(f: Any) -> Any:
     return value.item() if isinstance(value, np.generic) else value
 
 
-def read_header(path: Path) -> GGUFHeader:
-    """Parse a GGUF file (memory-mapped); raise ModelError with one line on a bad file."""
+def _reader_class():
+    """gguf.GGUFReader reading through a plain ndarray view of its memory map.
+
+    Slicing an ``np.memmap`` makes a memmap object each time, and the reader
+    slices once per vocabulary string: 2.5 s of a 3 s parse for a 49k-token
+    vocabulary (measured). A plain view of the same mapping is still zero-copy.
+    ``_get`` is the pinned gguf version's own code, on that view.
+    """
     import gguf
 
+    class Reader(gguf.GGUFReader):
+        def _get(self, offset, dtype, count=1, override_order=None):
+            plain = self.__dict__.get("_plain")
+            if plain is None:
+                plain = self.__dict__["_plain"] = self.data.view(np.ndarray)
+            count = int(count)
+            end = offset + int(np.dtype(dtype).itemsize) * count
+            arr = plain[offset:end].view(dtype=dtype)[:count]
+            order = self.byte_order if override_order is None else override_order
+            return arr.view(arr.dtype.newbyteorder(order))
+
+    return Reader
+
+
+def read_header(path: Path) -> GGUFHeader:
+    """Parse a GGUF file (memory-mapped); raise ModelError with one line on a bad file."""
     path = Path(path)
     size = _check_start(path)
     try:
-        reader = gguf.GGUFReader(path)
+        reader = _reader_class()(path)
         metadata = {k: _value(f) for k, f in reader.fields.items()
                     if not k.startswith("GGUF.")}
         tensors = [TensorInfo(t.name, tuple(int(d) for d in reversed(t.shape.tolist())),
