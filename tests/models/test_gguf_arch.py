@@ -151,3 +151,15 @@ def test_unknown_rope_freqs_are_refused(tmp_path):
     with pytest.raises(ModelError) as info:
         load_model(str(path))
     assert "rope_freqs" in str(info.value) and "not Llama 3 rope scaling" in str(info.value)
+
+
+def test_embedding_rows_past_the_vocabulary(tmp_path):
+    """Some files pad the embedding past the token list: the weights decide vocab_size."""
+    config = {**CONFIGS["qwen2"], "vocab_size": len(TOKENS) + 13}
+    params = random_params("qwen2", config, seed=6)
+    path = tmp_path / "padded.gguf"
+    held = write_model(path, "qwen2", params, config, metadata("qwen2", config))
+    loaded = load_model(str(path))
+    logits = loaded.model(mx.array(IDS)[None])
+    assert logits.shape[-1] == len(TOKENS) + 13
+    assert rel_error(logits, reference_logits("qwen2", config, held)) < 1e-4

@@ -181,6 +181,7 @@ def build_config(header: GGUFHeader, quantization: dict | None) -> dict:
     hidden = int(header.arch_value("embedding_length"))
     head_dim = int(header.arch_value("attention.key_length", hidden // heads))
     base = _number(header.arch_value("rope.freq_base", 10000.0))
+    embed = header.tensor("token_embd.weight")  # may have padding rows past the vocabulary
     eos = [int(m["tokenizer.ggml.eos_token_id"])]
     eot = m.get("tokenizer.ggml.eot_token_id")
     if eot is not None and int(eot) not in eos:
@@ -195,7 +196,7 @@ def build_config(header: GGUFHeader, quantization: dict | None) -> dict:
         "head_dim": head_dim,
         "rms_norm_eps": _number(header.arch_value("attention.layer_norm_rms_epsilon", 1e-6)),
         "rope_theta": base,
-        "vocab_size": len(m["tokenizer.ggml.tokens"]),
+        "vocab_size": embed.shape[0] if embed else len(m["tokenizer.ggml.tokens"]),
         "max_position_embeddings": int(header.arch_value("context_length", 4096)),
         "tie_word_embeddings": header.tensor("output.weight") is None,
         "bos_token_id": m.get("tokenizer.ggml.bos_token_id"),
