@@ -77,7 +77,7 @@ def check_architecture(header: GGUFHeader) -> None:
 def mlx_name(arch: Arch, gguf_name: str) -> str | None:
     """The mlx-lm parameter path for a GGUF tensor name; None for tensors we skip."""
     base, _, part = gguf_name.rpartition(".")
-    if base in arch.skip:
+    if base in arch.skip or is_vision(gguf_name):
         return None
     if base in _TOP and part == "weight":
         return f"{_TOP[base]}.weight"
@@ -86,6 +86,11 @@ def mlx_name(arch: Arch, gguf_name: str) -> str | None:
         return f"model.layers.{m.group(1)}.{arch.layer[m.group(2)]}.{part}"
     raise ModelError(f"tensor {gguf_name} is not part of a {arch.model_type} model we can "
                      "import")
+
+
+def is_vision(gguf_name: str) -> bool:
+    """Vision tower / projector tensors (Ollama's gemma3 blobs carry them): text only here."""
+    return gguf_name.startswith(("v.", "mm."))
 
 
 def unpermute(a: np.ndarray, n_head: int) -> np.ndarray:

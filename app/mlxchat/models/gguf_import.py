@@ -126,6 +126,9 @@ def convert_gguf(path: Path, out: Path, *, progress: Progress | None = None,
     quant = _quantization(header, arch)
     config = gguf_arch.build_config(header, quant)
     template, notes = customize(header, config) if customize else (None, [])
+    vision = sum(gguf_arch.is_vision(t.name) for t in header.tensors)
+    if vision:
+        notes = [*notes, f"{vision} vision tensors skipped: imported as a text-only model"]
     weights, report = _weights(header, progress)
     out.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(out / "model.safetensors"), weights, {"format": "mlx"})
