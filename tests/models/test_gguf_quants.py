@@ -178,3 +178,26 @@ def test_conversion_in_row_chunks_is_the_same(tmp_path, kind, monkeypatch):
     chunked = to_mlx(t)
     for part in ("weight", "scales", "biases"):
         assert mx.array_equal(whole[part], chunked[part]).item(), part
+
+
+def test_gpu_precision_casts_exact_float32_scales_to_float16(tmp_path):
+    """What the loader does on a GPU (this machine has none: called directly)."""
+    from mlxchat.models import load_model
+    from mlxchat.models.info import use_gpu_precision
+    from tests.models.gguf_files import random_params, write_model
+    from tests.models.test_gguf_arch import BASE, metadata
+    from tests.models.test_gguf_import import IDS, rel_error
+
+    config = {**BASE, "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+              "rope_theta": 10000.0}
+    path = tmp_path / "k.gguf"
+    write_model(path, "llama", random_params("llama", config), config,
+                metadata("llama", config), kind="Q4_K")
+    model = load_model(str(path)).model
+    before = model(mx.array(IDS)[None])
+    q = model.model.layers[0].self_attn.q_proj
+    assert q.scales.dtype == mx.float32
+    use_gpu_precision(model)
+    assert (q.scales.dtype, q.biases.dtype) == (mx.float16, mx.float16)
+    assert model.model.norm.weight.dtype == mx.float32  # only quantization scales change
+    assert 0 < rel_error(model(mx.array(IDS)[None]), before) < 1e-2
