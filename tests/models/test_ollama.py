@@ -152,3 +152,24 @@ def test_cli_import_prints_what_each_type_became(tmp_path, monkeypatch, capsys):
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line[:2] in ("Q8", "F3")}
     assert rows["Q8_0"][2:4] == ["int8", "g32"] and float(rows["Q8_0"][-1]) == 8 + 32 / 32
     assert rows["F32"][2] == "float32"
+
+
+def test_go_whitespace_survives_chat_template_rendering():
+    """Chat templates render with trim_blocks/lstrip_blocks; Go has neither. The
+    translation must give the same text either way, Go's '-' markers aside."""
+    import jinja2
+
+    go = ("{{ if .System }}\n  SYS {{ .System }}\n{{ end }}\n"
+          "{{- range .Messages }}\n  {{ if eq .Role \"user\" }}\nU: {{ .Content }}\n"
+          "  {{ else }}\nA {% not jinja %} {# nor this #}: {{ .Content }}\n  {{ end }}\n"
+          "{{ end }}\nA:")
+    jinja = go_to_jinja(go)
+    chat = jinja2.Environment(trim_blocks=True, lstrip_blocks=True).from_string(jinja)
+    plain = jinja2.Environment().from_string(jinja)
+    for generation in (True, False):
+        a = chat.render(messages=CONVERSATION, add_generation_prompt=generation)
+        assert a == plain.render(messages=CONVERSATION, add_generation_prompt=generation)
+    text = chat.render(messages=CONVERSATION, add_generation_prompt=True)
+    assert text.startswith("\n  SYS Be brief.\n\n  \nA {% not jinja %} {# nor this #}: Be brief.")
+    assert text.endswith("\nU: and?\n  \n\nA:")
+    assert not chat.render(messages=CONVERSATION, add_generation_prompt=False).endswith("A:")

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 
 _ACTION = re.compile(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", re.S)
-_SYSTEM = ("{% set system = messages | selectattr('role', 'equalto', 'system') "
-           "| map(attribute='content') | join('\\n\\n') %}")
+_SYSTEM = ("{%+ set system = messages | selectattr('role', 'equalto', 'system') "
+           "| map(attribute='content') | join('\\n\\n') +%}")
 
 
 class _Untranslatable(Exception):
@@ -62,12 +62,17 @@ def _action(body: str, stack: list[str]) -> str:
     raise _Untranslatable(body)
 
 
+def _literal(text: str) -> str:
+    """Go template text with Jinja's own delimiters made literal."""
+    return re.sub(r"\{[#%]", lambda m: "{{ '" + m.group(0) + "' }}", text)
+
+
 def go_to_jinja(template: str) -> str | None:
     """The Jinja equivalent of an Ollama Go template, or None outside the subset."""
     out, stack, pos, loop_end = [], [], 0, None
     try:
         for m in _ACTION.finditer(template):
-            out.append(template[pos:m.start()].replace("{#", "{{ '{#' }}"))
+            out.append(_literal(template[pos:m.start()]))
             pos = m.end()
             left, body, right = m.group(1), m.group(2), m.group(3)
             if body.startswith("/*"):
@@ -76,20 +81,22 @@ def go_to_jinja(template: str) -> str | None:
                 out.append(f"{{{{{left} {_value(body, 'for' in stack)} {right}}}}}")
                 continue
             statement = _action(body, stack)
-            out.append(f"{{%{left} {statement} {right}%}}")
+            # '+' keeps Go's whitespace under the trim_blocks/lstrip_blocks that
+            # chat templates are rendered with; '-' trims as Go's '-' does.
+            out.append(f"{{%{left or '+'} {statement} {right or '+'}%}}")
             if statement == "endfor":
                 loop_end = len(out)
     except _Untranslatable:
         return None
-    out.append(template[pos:])
+    out.append(_literal(template[pos:]))
     if stack or loop_end is None:
         return None
     tail = "".join(out[loop_end:])
     head = "".join(out[:loop_end])
-    if "{%" in tail:
+    if re.search(r"\{%[-+]? (end|if|elif|else|for)", tail):
         return None  # the loop sits inside a block: no safe place for the header
     if tail.strip():
-        tail = "{% if add_generation_prompt %}" + tail + "{% endif %}"
+        tail = "{%+ if add_generation_prompt +%}" + tail + "{%+ endif +%}"
     return _SYSTEM + head + tail
 
 
