@@ -3,8 +3,12 @@
 same converted folder, in the same run, alternating.
 
     .venv/bin/python bench/model.py [--model smollm2-135m] [--tokens 32] [--repeats 3]
+    .venv/bin/python bench/model.py --import-only      # just the GGUF import figures
 
-The last line is: ratios: prefill=X decode=X   (mlxchat / raw; target >= 0.97)
+Then it imports a Q4_K GGUF made from the bundled weights (bench/gguf_figures.py).
+The last line is: ratios: prefill=X decode=X import_ppl_ratio=X import_s_per_gb=X
+(prefill/decode: mlxchat / raw, target >= 0.97; import_ppl_ratio: perplexity of the
+imported Q4_K model / the same weights dequantized to float32, target <= 1.01)
 """
 
 from __future__ import annotations
@@ -31,7 +35,15 @@ def main() -> int:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--tokens", type=int, default=32, help="tokens to decode per run")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--import-only", action="store_true", help="only the GGUF import figures")
     args = ap.parse_args()
+    from gguf_figures import import_figures
+
+    figures = import_figures()
+    imported = " ".join(f"{k}={v:.3f}" for k, v in figures.items())
+    if args.import_only:
+        print(f"ratios: {imported}")
+        return 0
 
     from mlx_lm import load as mlx_lm_load
 
@@ -72,7 +84,7 @@ def main() -> int:
     print(f"prefill tok/s: mlxchat {median(o_pre):.2f}  raw {median(r_pre):.2f}")
     print(f"decode tok/s:  mlxchat {median(o_dec):.2f}  raw {median(r_dec):.2f}")
     print(f"ratios: prefill={median(o_pre) / median(r_pre):.3f} "
-          f"decode={median(o_dec) / median(r_dec):.3f}")
+          f"decode={median(o_dec) / median(r_dec):.3f} {imported}")
     return 0
 
 

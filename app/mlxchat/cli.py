@@ -53,13 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="start a new session titled by --session even if one has that title")
     ask.add_argument("--json", action="store_true", help="print one JSON object with the stats")
 
-    sub.add_parser("models", help="list catalog and local models",
-                   description="List catalog and local models and whether they work offline."
-                   ).add_argument("--json", action="store_true")
+    models = sub.add_parser("models", help="list catalog and local models",
+                            description="List catalog and local models and whether they work "
+                            "offline.")
+    models.add_argument("--json", action="store_true")
+    models.add_argument("--scan", action="store_true",
+                        help="list the GGUFs in Ollama's and LM Studio's folders")
 
-    imp = sub.add_parser("import", help="import a GGUF file (kept INT4/INT8)",
-                         description="Convert a llama GGUF (Q4_0, Q4_1, Q8_0, F16, F32) once.")
-    imp.add_argument("path", nargs="?", help="the .gguf file")
+    imp = sub.add_parser("import", help="import a GGUF file or an Ollama model",
+                         description="Convert a GGUF (llama, qwen2/3, gemma2/3; legacy and "
+                         "K-quants) once, keeping its quantization.")
+    imp.add_argument("path", nargs="?", help="the .gguf file, or ollama:NAME[:TAG]")
     imp.add_argument("--name", help="register it under this alias")
     imp.add_argument("--bundled", action="store_true", help="import the bundled default model")
 
@@ -150,6 +154,9 @@ def _import(args: argparse.Namespace) -> int:
     path = bundled_gguf() if args.bundled else args.path
     folder = import_gguf(path, args.name, progress=progress_printer())
     print(f"imported {path} -> {folder}" + (f" as '{args.name}'" if args.name else ""))
+    from mlxchat.models.report import import_report
+
+    print(import_report(folder))
     return 0
 
 
@@ -159,6 +166,11 @@ def _models(args: argparse.Namespace) -> int:
     from mlxchat.chat import human_bytes
     from mlxchat.models import list_models
 
+    if args.scan:
+        from mlxchat.models.report import scan_table
+
+        print(scan_table(as_json=args.json))
+        return 0
     entries = list_models()
     if args.json:
         print(json.dumps([e.__dict__ for e in entries], indent=2))

@@ -13,16 +13,18 @@ from typing import Any
 
 import numpy as np
 
-TYPE_IDS = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "BF16": 30, "Q4_K": 12}
+TYPE_IDS = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "BF16": 30, "Q4_K": 12, "IQ4_XS": 23}
 Q4_0 = np.dtype([("d", "<f2"), ("qs", "u1", 16)])
 Q4_1 = np.dtype([("d", "<f2"), ("m", "<f2"), ("qs", "u1", 16)])
 Q8_0 = np.dtype([("d", "<f2"), ("qs", "i1", 32)])
 
 
-def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
-    """convert_hf_to_gguf.py's LlamaModel.permute: interleave the rotary halves."""
-    return (w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:])
-            .swapaxes(1, 2).reshape(w.shape))
+def llama_cpp_permute(w: np.ndarray, n_head: int, inverse: bool = False) -> np.ndarray:
+    """convert_hf_to_gguf.py's LlamaModel.permute: interleave the rotary halves
+    (``inverse``: put them back)."""
+    half = w.shape[0] // n_head // 2
+    split = (n_head, half, 2) if inverse else (n_head, 2, half)
+    return w.reshape(*split, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
 def _pack_nibbles(q: np.ndarray) -> np.ndarray:
@@ -99,8 +101,8 @@ def write_gguf(path: Path, metadata: dict[str, Any], tensors: list[tuple[str, np
     """Write a GGUF file; returns each tensor as a reader should decode it."""
     data, infos, decoded = bytearray(), bytearray(), {}
     for name, array, kind in tensors:
-        if kind == "Q4_K":  # only the header matters: the importer must refuse it
-            raw, dec = b"\0" * (array.size // 256 * 144), array
+        if kind == "IQ4_XS":  # only the header matters: the importer must refuse it
+            raw, dec = b"\0" * (array.size // 256 * 136), array
         else:
             raw, dec = encode(array, kind)
         data += b"\0" * (-len(data) % alignment)

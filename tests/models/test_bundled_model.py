@@ -115,3 +115,33 @@ def test_tokenizer_round_trip_and_digits(bundled_model):
     prompt = tok.apply_chat_template([{"role": "user", "content": "hi"}],
                                      add_generation_prompt=True, tokenize=False)
     assert prompt.endswith("<|im_start|>assistant\n")
+
+
+def test_new_reader_keeps_the_old_arrays_and_perplexity(bundled_model, bundled_model_dir,
+                                                        tmp_path):
+    """mx.load used to read the bundled Q4_1 file; the gguf-package path must give the
+    very same arrays (after the q/k row fix) and so the same perplexity."""
+    import shutil
+
+    from mlxchat.models.gguf_arch import ARCHS, mlx_name, unpermute
+    from mlxchat.models.gguf_import import bundled_gguf
+    from mlxchat.models.loader import load_folder
+
+    old = mx.load(str(bundled_gguf()))
+    ours = mx.load(str(bundled_model_dir / "model.safetensors"))
+    heads = {"attn_q": 9, "attn_k": 3}
+    rebuilt = {}
+    for name, a in old.items():
+        base, _, part = name.rpartition(".")
+        target = mlx_name(ARCHS["llama"], f"{base}.weight").removesuffix(".weight")
+        n = heads.get(base.rsplit(".", 1)[-1])
+        rebuilt[f"{target}.{part}"] = unpermute(a, n) if n else a
+    assert rebuilt.keys() == ours.keys()
+    for k, a in rebuilt.items():
+        assert a.dtype == ours[k].dtype and mx.array_equal(a, ours[k]).item(), k
+
+    folder = tmp_path / "old-path"
+    shutil.copytree(bundled_model_dir, folder)
+    mx.save_safetensors(str(folder / "model.safetensors"), rebuilt, {"format": "mlx"})
+    ids = bundled_model.tokenizer.encode(PROSE)
+    assert perplexity(load_folder(folder).model, ids) == perplexity(bundled_model.model, ids)

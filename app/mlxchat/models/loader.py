@@ -7,7 +7,8 @@ from pathlib import Path
 from mlx_lm.utils import load_model, load_tokenizer
 
 from mlxchat.models.errors import ModelError
-from mlxchat.models.info import LoadedModel, describe, on_cpu, use_cpu_precision
+from mlxchat.models.info import (LoadedModel, describe, on_cpu, use_cpu_precision,
+                                 use_gpu_precision)
 
 __all__ = ["ModelError", "load_folder"]
 
@@ -22,9 +23,12 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
         model, config = load_model(folder)
         tokenizer = load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
     except (ValueError, FileNotFoundError, KeyError, OSError) as exc:
-        raise ModelError(f"cannot load the model in {folder}: {exc}") from None
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ModelError(f"cannot load the model in {folder}: {reason}") from None
     if on_cpu():
         use_cpu_precision(model)
+    else:
+        use_gpu_precision(model)
     if context_window:
         config = {**config, "max_position_embeddings": context_window}
     info = describe(model, tokenizer, config, name=name or folder.name,

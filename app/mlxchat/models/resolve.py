@@ -52,6 +52,8 @@ class ModelEntry:
 def source_kind(source: str) -> str:
     if source.startswith("bundled:"):
         return "bundled"
+    if source.startswith("ollama:"):
+        return "ollama"
     path = Path(source).expanduser()
     if path.is_dir():
         return "folder"
@@ -78,6 +80,16 @@ def _gguf_folder(path: Path, progress: Progress | None) -> Path:
     return import_gguf_cached(path, progress=progress)
 
 
+def _ollama_folder(source: str, progress: Progress | None) -> Path:
+    from mlxchat.models import ollama
+    from mlxchat.models.gguf_import import import_gguf_cached
+
+    model = ollama.find(source)
+    customize, variant = ollama.customizer(model)
+    return import_gguf_cached(model.gguf, progress=progress, customize=customize,
+                              variant=variant)
+
+
 def resolve_folder(spec: str, *, progress: Progress | None = None) -> Path:
     """The local MLX model folder for ``spec``, importing or downloading it if needed."""
     spec = spec.strip()
@@ -85,6 +97,8 @@ def resolve_folder(spec: str, *, progress: Progress | None = None) -> Path:
     source = entry.source if entry else spec
     if source.startswith("bundled:"):
         return _gguf_folder(_bundled(source), progress)
+    if source.startswith("ollama:"):
+        return _ollama_folder(source, progress)
     path = Path(source).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():
@@ -104,6 +118,8 @@ def _display_name(spec: str) -> str:
     entry = catalog.lookup(spec)
     if entry:
         return entry.alias
+    if spec.startswith("ollama:"):
+        return spec.removeprefix("ollama:")
     if hub.is_repo_id(spec) and not Path(spec).expanduser().exists():
         return spec
     path = Path(spec).expanduser()
@@ -152,6 +168,13 @@ def _entry(e: catalog.CatalogEntry) -> ModelEntry:
         path = Path(e.source).expanduser()
         if path.is_file():
             size, on_disk, available = path.stat().st_size, True, True
+    elif kind == "ollama":
+        from mlxchat.models import ollama
+
+        try:
+            size, on_disk, available = ollama.find(e.source).gguf.stat().st_size, True, True
+        except ModelError:
+            pass
     elif kind == "folder":
         path = Path(e.source).expanduser()
         local = path if (path / "config.json").is_file() else None
@@ -173,7 +196,15 @@ def list_models() -> list[ModelEntry]:
 
 def import_gguf(path: str | Path, name: str | None = None, *,
                 progress: Progress | None = None) -> Path:
-    """Convert a GGUF file once (cached) and, with ``name``, register it as an alias."""
+    """Convert a GGUF file (or ``ollama:NAME[:TAG]``) once (cached) and, with ``name``,
+    register it as an alias."""
+    if str(path).startswith("ollama:"):
+        folder = _ollama_folder(str(path), progress)
+        if name:
+            bits, context = _config_facts(_read_config(folder))
+            catalog.add_user_alias(name, str(path), context_window=context, bits=bits,
+                                   description=f"imported from Ollama's {path}")
+        return folder
     path = Path(path).expanduser()
     folder = _gguf_folder(path, progress)
     if name:

@@ -1,0 +1,119 @@
+"""Import figures for bench/model.py: a Q4_K file made from the bundled SmolLM2
+weights, imported, against the same weights dequantized to float32.
+
+SmolLM2's hidden size (576) is not a multiple of the 256-value K-quant block, so,
+as llama.cpp does for such rows, only the tensors whose rows fit (every
+ffn_down, 1536 columns) become Q4_K; the rest keep their Q4_1/Q8_0 blocks.
+The reference model is built from ``gguf.quants.dequantize`` of every tensor
+in that file (llama.cpp's decode), not from our import.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+PROSE = (
+    "Paris is the capital and most populous city of France. It is located on the Seine "
+    "river, in the north of the country. The city is known for its museums and "
+    "architecture, including the Eiffel Tower and the Louvre, which is the most visited "
+    "art museum in the world. Paris is also a major centre of finance, diplomacy, "
+    "commerce, fashion and science, and it is home to many universities and research "
+    "institutions. About two million people live in the city itself."
+)
+
+
+def write_k_file(source: Path, out: Path, kind: str = "Q4_K") -> int:
+    """Copy GGUF ``source`` to ``out`` with every 256-aligned 2-D tensor re-encoded as
+    ``kind``; returns how many tensors were re-encoded."""
+    import gguf
+    import numpy as np
+
+    from tests.models.kquants import encode_blocks
+
+    reader = gguf.GGUFReader(source)
+    writer = gguf.GGUFWriter(out, str(reader.fields["general.architecture"].contents()))
+    for name, f in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        sub = f.types[-1] if f.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(name, f.contents(), f.types[0], sub_type=sub)
+    changed = 0
+    for t in reader.tensors:
+        rows_cols = tuple(int(d) for d in reversed(t.shape.tolist()))
+        if len(rows_cols) == 2 and rows_cols[1] % 256 == 0:
+            values = gguf.quants.dequantize(np.asarray(t.data), t.tensor_type)
+            raw = encode_blocks(values.reshape(rows_cols), kind)
+            writer.add_tensor(t.name, raw, raw_dtype=gguf.GGMLQuantizationType[kind])
+            changed += 1
+        elif t.tensor_type == gguf.GGMLQuantizationType.F32:
+            writer.add_tensor(t.name, np.asarray(t.data))
+        else:
+            writer.add_tensor(t.name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return changed
+
+
+def float_reference(path: Path, config: dict):
+    """A float32 mlx-lm llama holding llama.cpp's decode of every tensor in ``path``."""
+    import mlx.core as mx
+    from mlx_lm.models import llama
+
+    from mlxchat.models.gguf import read_header
+    from mlxchat.models.gguf_arch import ARCHS, mlx_name, row_heads, unpermute
+    from mlxchat.models.gguf_quants import dequantized
+
+    header = read_header(path)
+    weights = []
+    for t in header.tensors:
+        name = mlx_name(ARCHS["llama"], t.name)
+        values = dequantized(t)
+        heads = row_heads(ARCHS["llama"], header, t.name)
+        weights.append((name, mx.array(unpermute(values, heads) if heads else values)))
+    args = {k: v for k, v in config.items() if not k.startswith("quantization")}
+    model = llama.Model(llama.ModelArgs.from_dict(args))
+    model.load_weights(weights)
+    return model
+
+
+def perplexity(model, ids: list[int]) -> float:
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    tokens = mx.array(ids)[None]
+    logits = model(tokens[:, :-1]).astype(mx.float32)
+    return math.exp(nn.losses.cross_entropy(logits, tokens[:, 1:]).mean().item())
+
+
+def import_figures(kind: str = "Q4_K") -> dict[str, float]:
+    """Write the K file, import it (timed), and measure both perplexities."""
+    import json
+
+    from mlxchat.models.gguf_import import bundled_gguf, convert_gguf
+    from mlxchat.models.loader import load_folder
+
+    work = Path(tempfile.mkdtemp(prefix="mlxchat-bench-gguf-"))
+    k_file = work / f"smollm2-{kind}.gguf"
+    changed = write_k_file(bundled_gguf(), k_file, kind)
+    started = time.perf_counter()
+    convert_gguf(k_file, work / "mlx")
+    seconds = time.perf_counter() - started
+    loaded = load_folder(work / "mlx")
+    ids = loaded.tokenizer.encode(PROSE)
+    config = json.loads((work / "mlx" / "config.json").read_text())
+    ours = perplexity(loaded.model, ids)
+    reference = perplexity(float_reference(k_file, config), ids)
+    size_gb = k_file.stat().st_size / 1e9
+    print(f"import: {k_file.name} ({changed} tensors {kind}, {size_gb * 1e3:.1f} MB) "
+          f"in {seconds:.2f} s = {seconds / size_gb:.1f} s/GB")
+    print(f"perplexity over {len(ids)} tokens: imported {ours:.4f}, "
+          f"float32 dequantized {reference:.4f}")
+    return {"import_ppl_ratio": ours / reference, "import_s_per_gb": seconds / size_gb}
