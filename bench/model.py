@@ -1,5 +1,6 @@
 """Model benchmark: prefill and decode tokens/s of `mlxchat ask`'s code path
-(load_model + ChatEngine) against raw mlx_lm.load + stream_generate on the
+(the composition root: load_model, ChatEngine and a throwaway session's
+Conversation.send) against raw mlx_lm.load + stream_generate on the
 same converted folder, in the same run, alternating.
 
     .venv/bin/python bench/model.py [--model smollm2-135m] [--tokens 32] [--repeats 3]
@@ -23,8 +24,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from common import median, raw_decode_tps  # noqa: E402
 
-from mlxchat.chat import GenerationSettings, Message  # noqa: E402
-from mlxchat.engine import ChatEngine, TurnDone  # noqa: E402
+from mlxchat.app_root import open_conversation, throwaway_store  # noqa: E402
+from mlxchat.chat import GenerationSettings  # noqa: E402
+from mlxchat.config import Settings  # noqa: E402
+from mlxchat.conversation import TurnDone  # noqa: E402
 
 PROMPT = ("Write a long, detailed story about a lighthouse keeper who finds a message in a "
           "bottle, describing the sea, the weather and the town nearby.")
@@ -73,10 +76,11 @@ def main() -> int:
             r_pre.append(p)
             r_dec.append(d)
         else:
-            engine = ChatEngine(ours)
-            done = [e for e in engine.turn([Message("user", PROMPT)], greedy)
-                    if isinstance(e, TurnDone)][0]
-            engine.close()
+            conv = open_conversation(Settings(generation=greedy),
+                                     store_factory=throwaway_store, keep_snapshots=False,
+                                     load_model=lambda spec, progress=None: ours).conversation
+            done = [e for e in conv.send(PROMPT) if isinstance(e, TurnDone)][0]
+            conv.shutdown()
             o_pre.append(done.stats.prefill_tps)
             o_dec.append(done.stats.decode_tps)
             gen.append(done.stats.generated_tokens)

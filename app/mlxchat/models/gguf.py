@@ -119,13 +119,3 @@ def read_header(path: Path) -> GGUFHeader:
         raise ModelError(f"truncated or damaged GGUF: {path} ({size} bytes): {reason}") from None
     version = int(reader.fields["GGUF.version"].parts[-1][0])
     return GGUFHeader(path, version, metadata, tensors, size)
-
-
-def check_importable(header: GGUFHeader) -> None:
-    """Raise ModelError (one line) unless the importer can convert this file."""
-    from mlxchat.models.gguf_arch import check_architecture
-    from mlxchat.models.gguf_quants import check_tensor
-
-    for t in header.tensors:
-        check_tensor(t)
-    check_architecture(header)

@@ -27,7 +27,7 @@ from mlxchat import paths
 from mlxchat.files import sha256_file, write_private_text
 from mlxchat.models import gguf_arch, gguf_quants, gguf_vocab
 from mlxchat.models.errors import ModelError
-from mlxchat.models.gguf import GGUFHeader, check_importable, read_header
+from mlxchat.models.gguf import GGUFHeader, read_header
 
 Progress = Callable[[str, int, int], None]
 Customize = Callable[[GGUFHeader, dict], "tuple[str | None, list[str]]"]
@@ -52,7 +52,9 @@ def bundled_gguf() -> Path:
 
 def check_file(header: GGUFHeader) -> None:
     """Everything that can be wrong with a file, as one ModelError line, before any work."""
-    check_importable(header)
+    for t in header.tensors:
+        gguf_quants.check_tensor(t)
+    gguf_arch.check_architecture(header)
     gguf_vocab.check_vocabulary(header)
 
 
