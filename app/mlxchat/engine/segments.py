@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, Sequence
 import mlx.core as mx
 import numpy as np
 from mlx_lm import __version__ as MLX_LM_VERSION
-from mlxchat.engine.snapshot import write_failed
+from mlxchat.engine.snapshot import SnapshotRejected, load_checked, write_failed
 from mlx_lm.models.cache import (ArraysCache, KVCache, QuantizedKVCache, RotatingKVCache,
                                  make_prompt_cache)
 
@@ -32,8 +32,8 @@ _DTYPES = {mx.float16: "F16", mx.bfloat16: "BF16", mx.float32: "F32", mx.uint32:
 _CHUNK = 8 << 20
 
 
-class SegmentRejected(Exception):
-    """A segment cannot be used; str(exc) says why, in a few words."""
+SegmentRejected = SnapshotRejected
+"""A segment cannot be used; str(exc) says why, in a few words."""
 
 
 @dataclass
@@ -171,23 +171,10 @@ def file_crc(path: Path) -> str:
 def read(ref: SegmentRef, *, fingerprint: str, template_hash: str
          ) -> tuple[dict[str, mx.array], list[dict[str, Any]]]:
     """The arrays of one segment and its layer descriptions, or SegmentRejected."""
-    if not ref.path.is_file():
-        raise SegmentRejected(f"file missing ({ref.path.name})")
-    if file_crc(ref.path) != ref.checksum:
-        raise SegmentRejected("checksum mismatch (file changed or damaged)")
-    try:
-        arrays, meta = mx.load(str(ref.path), return_metadata=True)
-    except Exception as exc:  # mx.load raises bare RuntimeError/ValueError on damage
-        raise SegmentRejected(f"unreadable file ({type(exc).__name__})") from None
-    if meta.get("format") != FORMAT:
-        raise SegmentRejected("not an mlxchat KV segment")
-    if meta.get("mlx_lm_version") != MLX_LM_VERSION:
-        raise SegmentRejected(
-            f"written by mlx-lm {meta.get('mlx_lm_version')}, running {MLX_LM_VERSION}")
-    if meta.get("model_fingerprint") != fingerprint:
-        raise SegmentRejected("made with other model weights")
-    if meta.get("template_hash") != template_hash:
-        raise SegmentRejected("made with another chat template")
+    arrays, meta = load_checked(
+        ref.path, lambda p: mx.load(p, return_metadata=True), FORMAT, "an mlxchat KV segment",
+        fingerprint=fingerprint, template_hash=template_hash,
+        checksum_ok=lambda: file_crc(ref.path) == ref.checksum)
     try:
         span = int(meta["start"]), int(meta["end"])
         tokens = [int(t) for t in json.loads(meta["tokens"])]

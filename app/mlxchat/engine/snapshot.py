@@ -14,7 +14,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import mlx.core as mx
 import numpy as np
@@ -51,6 +51,41 @@ def failure_words(exc: BaseException) -> str:
         if exc.strerror:
             return exc.strerror + (f": {exc.filename}" if exc.filename else "")
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def load_checked(path: Path, load: Callable[[str], tuple[Any, dict[str, str]]], fmt: str,
+                 what: str, *, fingerprint: str, template_hash: str,
+                 checksum_ok: Callable[[], bool] | None) -> tuple[Any, dict[str, str]]:
+    """``load(path)`` -> (data, metadata) of a cache file, after checking it is
+    there and undamaged, and before trusting it, that it was made for this model,
+    template and mlx-lm; else SnapshotRejected with the reason."""
+    if not path.is_file():
+        raise SnapshotRejected(f"file missing ({path.name})")
+    if checksum_ok is not None and not checksum_ok():
+        raise SnapshotRejected("checksum mismatch (file changed or damaged)")
+    try:
+        data, meta = load(str(path))
+    except Exception as exc:  # mx.load raises bare RuntimeError/ValueError on damage
+        raise SnapshotRejected(f"unreadable file ({type(exc).__name__})") from None
+    problem = origin_problem(meta, fmt, what, fingerprint=fingerprint,
+                             template_hash=template_hash)
+    if problem:
+        raise SnapshotRejected(problem)
+    return data, meta
+
+
+def origin_problem(meta: dict[str, str], fmt: str, what: str, *, fingerprint: str,
+                   template_hash: str) -> str | None:
+    """Why a cache file's metadata says it was made for something else, or None."""
+    if meta.get("format") != fmt:
+        return f"not {what}"
+    if meta.get("mlx_lm_version") != MLX_LM_VERSION:
+        return f"written by mlx-lm {meta.get('mlx_lm_version')}, running {MLX_LM_VERSION}"
+    if meta.get("model_fingerprint") != fingerprint:
+        return "made with other model weights"
+    if meta.get("template_hash") != template_hash:
+        return "made with another chat template"
+    return None
 
 
 def write_failed(exc: RuntimeError, folder: Path, needed: int) -> SnapshotWriteError:
@@ -124,23 +159,11 @@ def load(path: Path, *, fingerprint: str, template_hash: str, num_layers: int,
          expected_checksum: str | None = None) -> Snapshot:
     """Load and validate a snapshot, or raise SnapshotRejected with the reason."""
     path = Path(path)
-    if not path.is_file():
-        raise SnapshotRejected(f"file missing ({path.name})")
-    if expected_checksum and sha256_file(path) != expected_checksum:
-        raise SnapshotRejected("checksum mismatch (file changed or damaged)")
-    try:
-        cache, meta = load_prompt_cache(str(path), return_metadata=True)
-    except Exception as exc:  # mx.load raises bare RuntimeError/ValueError on damage
-        raise SnapshotRejected(f"unreadable file ({type(exc).__name__})") from None
-    if meta.get("format") != FORMAT:
-        raise SnapshotRejected("not an mlxchat snapshot")
-    if meta.get("mlx_lm_version") != MLX_LM_VERSION:
-        raise SnapshotRejected(
-            f"written by mlx-lm {meta.get('mlx_lm_version')}, running {MLX_LM_VERSION}")
-    if meta.get("model_fingerprint") != fingerprint:
-        raise SnapshotRejected("made with other model weights")
-    if meta.get("template_hash") != template_hash:
-        raise SnapshotRejected("made with another chat template")
+    cache, meta = load_checked(
+        path, lambda p: load_prompt_cache(p, return_metadata=True), FORMAT,
+        "an mlxchat snapshot", fingerprint=fingerprint, template_hash=template_hash,
+        checksum_ok=(lambda: sha256_file(path) == expected_checksum)
+        if expected_checksum else None)
     try:
         tokens = [int(t) for t in json.loads(meta["tokens"])]
         bits = int(meta["kv_bits"]) or None
