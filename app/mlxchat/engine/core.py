@@ -281,12 +281,13 @@ class ChatEngine:
 
         def job() -> SnapshotLoad:
             pieces, end, reason = [], 0, None
-            for n, ref in enumerate(refs, 1):
+            crcs = segments.checksums(refs)
+            for n, (ref, crc) in enumerate(zip(refs, crcs), 1):
                 try:
                     if ref.start != end:
                         raise segments.SegmentRejected("it does not continue the one before")
                     piece = segments.read(ref, fingerprint=info.fingerprint,
-                                          template_hash=info.chat_template_hash)
+                                          template_hash=info.chat_template_hash, crc=crc)
                     if pieces and segments.layout(piece) != segments.layout(pieces[0]):
                         raise segments.SegmentRejected("the KV bit width changed")
                 except segments.SegmentRejected as exc:

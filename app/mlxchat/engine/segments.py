@@ -15,6 +15,7 @@ import json
 import os
 import struct
 import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Sequence
@@ -30,6 +31,7 @@ FORMAT = "mlxchat-kv-segment-1"
 _DTYPES = {mx.float16: "F16", mx.bfloat16: "BF16", mx.float32: "F32", mx.uint32: "U32",
            mx.int32: "I32", mx.uint8: "U8"}
 _CHUNK = 8 << 20
+_HASHERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mlxchat-crc")
 
 
 SegmentRejected = SnapshotRejected
@@ -168,13 +170,27 @@ def file_crc(path: Path) -> str:
     return f"{crc:08x}"
 
 
-def read(ref: SegmentRef, *, fingerprint: str, template_hash: str
-         ) -> tuple[dict[str, mx.array], list[dict[str, Any]]]:
-    """The arrays of one segment and its layer descriptions, or SegmentRejected."""
+def checksums(refs: Sequence[SegmentRef]) -> list[Future[str]]:
+    """Start the files' CRC-32s in threads (zlib lets go of the GIL), so they
+    overlap with MLX reading the same files on the engine thread."""
+    return [_HASHERS.submit(_crc_or_none, ref.path) for ref in refs]
+
+
+def _crc_or_none(path: Path) -> str:
+    try:
+        return file_crc(path)
+    except OSError:
+        return ""
+
+
+def read(ref: SegmentRef, *, fingerprint: str, template_hash: str,
+         crc: Future[str] | None = None) -> tuple[dict[str, mx.array], list[dict[str, Any]]]:
+    """The arrays of one segment and its layer descriptions, or SegmentRejected.
+    ``crc`` is the file's checksum being computed (see ``checksums``)."""
     arrays, meta = load_checked(
         ref.path, lambda p: mx.load(p, return_metadata=True), FORMAT, "an mlxchat KV segment",
         fingerprint=fingerprint, template_hash=template_hash,
-        checksum_ok=lambda: file_crc(ref.path) == ref.checksum)
+        checksum_ok=lambda: (crc.result() if crc else file_crc(ref.path)) == ref.checksum)
     try:
         span = int(meta["start"]), int(meta["end"])
         tokens = [int(t) for t in json.loads(meta["tokens"])]
