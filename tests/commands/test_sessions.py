@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from tests.commands.conftest import finish, send
@@ -118,6 +119,7 @@ def test_export_md_and_json(registry, ctx, conv, tmp_path):
     assert result.ok, result.text
     md = next((tmp_path / "exports").glob("*.md"))
     assert "Export me" in md.read_text()
+    assert f" to {md.resolve()} (" in result.text  # the full path, not just a name
     assert registry.run("/export json sub/", ctx).ok
     data = json.loads(next((tmp_path / "exports" / "sub").glob("*.json")).read_text())
     assert data["format"] == "mlxchat-session"
@@ -125,6 +127,12 @@ def test_export_md_and_json(registry, ctx, conv, tmp_path):
     refused = registry.run("/export md ../../escape", ctx)
     assert refused.kind == "error" and "outside" in refused.text
     assert not (tmp_path.parent / "escape.md").exists()
+
+
+def test_help_export_names_the_folder_it_writes_to(registry, ctx):
+    text = registry.run("/help export", ctx).text
+    folder = (ctx.exports_dir or ctx.cwd()).resolve()
+    assert f"{folder}{os.sep}" in text, text
 
 
 def test_import_round_trip(registry, ctx, conv, tmp_path):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 from typing import cast
 
 from mlxchat.chat import human_bytes
@@ -159,13 +161,22 @@ def export(ctx: CommandContext, args: Args) -> CommandResult:
     if fmt not in FORMATS:
         raise CommandError(f"Unknown format {one_line(args.words[0], 20)!r}: use md or json. "
                            "Usage: /export md|json [PATH]")
-    base = ctx.exports_dir or ctx.cwd()
+    base = _exports_base(ctx)
     conv = ctx.conversation
     path = conv.export(cast(ExportFormat, fmt), args.get(1), base_dir=base)
     size = human_bytes(path.stat().st_size)
     what = "the current branch" if fmt == "md" else "every branch"
     return CommandResult.info(f"Exported #{conv.session.id} ({what}) to {path} ({size}).",
                               clear_input=True)
+
+
+def _exports_base(ctx: CommandContext) -> Path:
+    return (ctx.exports_dir or ctx.cwd()).expanduser().resolve()
+
+
+def explain_export(ctx: CommandContext) -> str:
+    return (f"Here it writes under {_exports_base(ctx)}{os.sep} (without PATH: "
+            "a file named after the title); the message after writing gives the full path.")
 
 
 def complete_export(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
@@ -220,7 +231,8 @@ COMMANDS = (
     Command("export", export, "Write this session as Markdown or JSON",
             usage="/export md|json [PATH]", min_args=1, max_args=2, complete=complete_export,
             details="PATH is a file or folder under the exports folder (default: the "
-                    "current folder); without it the name comes from the title."),
+                    "folder mlxchat was started in); without it the name comes from the "
+                    "title.", explain=explain_export),
     Command("import", import_, "Import a session from a JSON export",
             usage="/import PATH.json", min_args=1, max_args=1, complete=complete_json_files),
     Command("quit", quit_, "Leave mlxchat (the session is saved)", aliases=("exit", "q"),
