@@ -224,7 +224,7 @@ class MlxChatApp(CommandsMixin, App[int]):
 
     def _refuse(self, text: str, why: str, *, editing: bool = False) -> None:
         if not self.prompt.text:
-            self.prompt.text = text
+            self.prompt.restore(text)
             self.editing = editing
         self.notify(why, severity="warning")
 
@@ -244,7 +244,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         self.generating = False
         await self.transcript.add_notice(error, "error")
         if not self.prompt.text:
-            self.prompt.text = text
+            self.prompt.restore(text)
 
     async def _show_sent(self, content: str) -> None:
         await self.transcript.add_user(content)

@@ -139,7 +139,7 @@ class CommandsMixin(_Host):
         await self.render_result(result)
         prompt = self.prompt
         if result.kind == "error" and restore is not None and not prompt.text:
-            prompt.text = restore
+            prompt.restore(restore)
             self.editing = restore_editing
         if result.prefill_input is not None:
             prompt.text = result.prefill_input
