@@ -19,7 +19,10 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.reactive import var
+from textual.content import Content
+from textual.css.query import NoMatches
 from textual.widgets import Footer, Header
+from textual.widgets._header import HeaderTitle
 
 from mlxchat.app_root import (ConversationFactory, Opened, log_to_file, memory_budget,
                               open_conversation)
@@ -41,6 +44,8 @@ QUIT_WAIT_SECONDS = 10.0
 LIVE_GAUGE_SECONDS = 0.5
 """How often the 'decoding N tokens' figures refresh while text streams."""
 EDIT_HINT = "editing your last message · enter answers it on a new branch · esc cancels"
+MIN_TITLE = 12
+"""The header cuts the title no shorter than this to keep the model name whole."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -182,6 +187,24 @@ class MlxChatApp(CommandsMixin, App[int]):
             return
         self.gauges.update_state(conv.state(), self.budget_bytes)
         self.gauges.update_stats(conv.branch_stats())
+
+    def format_title(self, title: str, sub_title: str) -> Content:
+        """'title — model', the title cut first so the model name stays whole."""
+        try:
+            room = self.query_one(HeaderTitle).content_region.width
+        except NoMatches:
+            room = 0
+        keep = room - len(sub_title) - len(" — ")
+        if sub_title and room and len(title) > keep >= MIN_TITLE:
+            title = title[:keep - 1].rstrip() + "…"
+        return super().format_title(title, sub_title)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._redraw_header)
+
+    def _redraw_header(self) -> None:
+        for header in self.query(Header):
+            header.query_one(HeaderTitle).update(header.format_title())
 
     def set_titles(self) -> None:
         conv = self.conversation
