@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+from mlxchat.commands.base import one_line
+from mlxchat.store import title_from
 from tests.commands.conftest import finish, send
 
 
@@ -111,6 +113,29 @@ def test_branch_list_and_switch(registry, ctx, conv):
     assert conv.session.leaf_id == old_leaf and conv.messages[0].content == "Version one"
     assert "not a message id" in registry.run("/branch abc", ctx).text
     assert registry.run("/branch 99999", ctx).kind == "error"
+
+
+def test_branch_shows_where_each_branch_diverges_and_takes_inner_messages(registry, ctx,
+                                                                          conv):
+    send(conv, "Version one")
+    first_reply = conv.messages[-1]
+    assert registry.run("/set temperature 2", ctx).ok  # the tiny model then answers anew
+    finish(registry.run("/retry", ctx))
+    second_reply = conv.messages[-1]
+    listing = registry.run("/branch", ctx)
+    assert listing.columns[2] == "where it diverges"
+    previews = [row[2] for row in listing.rows]
+    # A retry differs in its reply: that is what each row shows.
+    assert previews == [f"reply: {one_line(title_from(first_reply.content), 40)}",
+                        f"reply: {one_line(title_from(second_reply.content), 40)}"]
+    assert first_reply.content != second_reply.content
+    # The shared question is not a leaf: /branch says so and which leaves hold it.
+    question = conv.messages[0].id
+    result = registry.run(f"/branch {question}", ctx)
+    assert result.ok and result.session_changed
+    assert f"#{question} is not the end of a branch" in result.text
+    assert f"#{first_reply.id}" in result.text and f"#{second_reply.id}" in result.text
+    assert conv.session.leaf_id == second_reply.id
 
 
 def test_export_md_and_json(registry, ctx, conv, tmp_path):
