@@ -35,7 +35,7 @@ async def test_shows_exactly_the_given_figures():
         assert text(panel, "#gauge-model") == "smollm2-135m"
         assert text(panel, "#context-text") == (
             f"{fmt_int(s.cached_tokens)} / {fmt_int(s.context_window)} tokens  "
-            f"{fmt_percent(s.cached_tokens, s.context_window)}")
+            f"{fmt_percent(s.cached_tokens, s.context_window)}\nheld in the KV cache")
         room = kv_room(kv_bytes=s.kv_bytes, cached_tokens=s.cached_tokens,
                        budget_bytes=48 * GB, context_window=s.context_window)
         kv = text(panel, "#kv-text").splitlines()
@@ -45,7 +45,8 @@ async def test_shows_exactly_the_given_figures():
         assert panel.query_one("#gauge-kv").border_title == "KV cache · native"
         assert text(panel, "#kv-source") == f"from snapshot · {fmt_int(s.cached_tokens)} tokens"
         assert text(panel, "#weights-text") == (
-            f"{fmt_bytes(s.weights_bytes)} · {fmt_bits_per_weight(s.bits_per_weight)}\n"
+            f"{fmt_bytes(s.weights_bytes)} in memory\n"
+            f"{fmt_bits_per_weight(s.bits_per_weight, s.scales_dtype)}\n"
             f"peak memory {fmt_bytes(s.peak_memory_bytes)}")
         assert text(panel, "#turn-text").splitlines() == [
             cache_source_label("snapshot"),
@@ -59,6 +60,7 @@ async def test_shows_exactly_the_given_figures():
         assert "first token  123 ms" in text(panel, "#turn-text")
         assert "decode       35.2 tok/s" in text(panel, "#turn-text")
         assert kv[0] == "24.2 MB · 0% of 48.0 GB budget"
+        assert "4.52 bits/weight (float32 scales)" in text(panel, "#weights-text")
 
 
 async def test_kv_bits_and_memory_bound_room():

@@ -259,7 +259,8 @@ class ChatEngine:
             kv_bits=live.bits, kv_dtype=live.dtype_label,
             cache_source=live.source if live.tokens else "cold",
             weights_bytes=info.weights_bytes,
-            bits_per_weight=info.bits_per_weight, peak_memory_bytes=mx.get_peak_memory(),
+            bits_per_weight=info.bits_per_weight, scales_dtype=info.scales_dtype,
+            peak_memory_bytes=mx.get_peak_memory(),
             busy=busy, last_stats=stats or self._state.last_stats)
 
     def _prefill(self, tokens: list[int], emit: Callable[[Event], None]) -> Prefill:

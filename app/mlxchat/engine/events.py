@@ -84,6 +84,9 @@ class EngineState:
     """Where the cached tokens came from: 'warm' (this process), 'snapshot' or 'cold'."""
     weights_bytes: int = 0
     bits_per_weight: float = 0.0
+    """Of the weights as loaded (scales and biases included), not as in the file."""
+    scales_dtype: str = "-"
+    """dtype of the quantization scales in memory ('-' when not quantized)."""
     peak_memory_bytes: int = 0
     busy: bool = False
     last_stats: TurnStats | None = field(default=None)

@@ -181,7 +181,8 @@ class GaugesPanel(Vertical):
             self.query_one(meter_id, Meter).set_value(ctx_fraction, level)
         self.query_one("#gauge-model", Static).update(state.model_name or "no model loaded")
         self._text("#context-text",
-                   f"{fmt_int(used)} / {fmt_int(window)} tokens  [b]{fmt_percent(used, window)}[/]")
+                   f"{fmt_int(used)} / {fmt_int(window)} tokens  [b]{fmt_percent(used, window)}[/]"
+                   "\n[dim]held in the KV cache[/]")
 
         bits = kv_bits_label(state.kv_bits, getattr(state, "kv_dtype", None))
         self.query_one("#gauge-kv").border_title = f"KV cache · {bits}"
@@ -205,7 +206,8 @@ class GaugesPanel(Vertical):
         self._text("#kv-text", "\n".join(lines))
 
         self._text("#weights-text",
-                   f"{fmt_bytes(state.weights_bytes)} · {fmt_bits_per_weight(state.bits_per_weight)}\n"
+                   f"{fmt_bytes(state.weights_bytes)} in memory\n"
+                   f"{fmt_bits_per_weight(state.bits_per_weight, state.scales_dtype)}\n"
                    f"peak memory {fmt_bytes(state.peak_memory_bytes)}")
         self._text("#compact-context",
                    f"{fmt_percent(used, window)} {fmt_int(used)}/{fmt_int(window)}"
