@@ -27,6 +27,7 @@ from mlxchat.engine import prompt, snapshot
 from mlxchat.engine.events import (EngineState, Event, PrefillProgress, SnapshotInfo,
                                    SnapshotLoad, TextDelta, TurnDone)
 from mlxchat.engine.live import LiveCache
+from mlxchat.engine.progress import LiveFigures
 from mlxchat.models.info import LoadedModel, ModelInfo
 
 _DONE = object()
@@ -263,11 +264,12 @@ class ChatEngine:
             peak_memory_bytes=mx.get_peak_memory(),
             busy=busy, last_stats=stats or self._state.last_stats)
 
-    def _prefill(self, tokens: list[int], emit: Callable[[Event], None]) -> Prefill:
-        """Feed ``tokens`` in chunks sized to ~chunk_seconds."""
+    def _prefill(self, tokens: list[int], emit: LiveFigures) -> Prefill:
+        """Feed ``tokens`` in chunks sized to ~chunk_seconds; progress counts
+        them against every token the turn computes (the tail too)."""
         model, live = self._loaded.model, self._live
         total, done, start = len(tokens), 0, time.perf_counter()
-        emit(PrefillProgress(0, total))
+        emit(PrefillProgress(0, emit.total))
         while done < total:
             if self._cancel.is_set():
                 raise _Cancelled
@@ -281,7 +283,7 @@ class ChatEngine:
             if n == self._chunk:
                 self._chunk = max(16, min(2048, int(n * self.chunk_seconds / max(dt, 1e-4))))
             elapsed = time.perf_counter() - start
-            emit(PrefillProgress(done, total, done / max(elapsed, 1e-9)))
+            emit(PrefillProgress(done, emit.total, done / max(elapsed, 1e-9)))
         return Prefill(tokens=total, seconds=time.perf_counter() - start)
 
     def _turn(self, messages: list[Message], settings: GenerationSettings,
@@ -300,9 +302,10 @@ class ChatEngine:
             mx.random.seed(settings.seed)
         self._refresh_state(busy=True)
         prefill, decode = Prefill(), Decode()
+        figures = LiveFigures(live, len(tokens) - reuse.tokens, emit)
         try:
-            prefill = self._prefill(tokens[reuse.tokens:len(tokens) - tail], emit)
-            decode = self._decode(tokens[len(tokens) - tail:], settings, emit=emit,
+            prefill = self._prefill(tokens[reuse.tokens:len(tokens) - tail], figures)
+            decode = self._decode(tokens[len(tokens) - tail:], settings, emit=figures,
                                   turn_start=start)
         except _Cancelled:
             decode.finish_reason = "cancelled"
@@ -323,7 +326,7 @@ class ChatEngine:
             total_s=time.perf_counter() - start, context_used=len(live.tokens),
             kv_bytes=live.nbytes, peak_memory_bytes=mx.get_peak_memory())
         self._refresh_state(stats)
-        emit(TurnDone(reply=decode.reply, stats=stats, dropped_messages=fitted.dropped))
+        figures.done(TurnDone(reply=decode.reply, stats=stats, dropped_messages=fitted.dropped))
 
     def _decode(self, tail: list[int], settings: GenerationSettings, *,
                 emit: Callable[[Event], None], turn_start: float) -> Decode:

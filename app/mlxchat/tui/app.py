@@ -19,10 +19,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.reactive import var
-from textual.content import Content
-from textual.css.query import NoMatches
-from textual.widgets import Footer, Header
-from textual.widgets._header import HeaderTitle
+from textual.widgets import Footer
 
 from mlxchat.app_root import (ConversationFactory, Opened, log_to_file, memory_budget,
                               open_conversation)
@@ -34,18 +31,17 @@ from mlxchat.tui.app_commands import CommandsMixin, SlashCommandsProvider, error
 from mlxchat.tui.streaming import Batch, Pacer, pump_turn
 from mlxchat.tui.widgets import GaugesPanel, PromptInput, ReplyHandle, Transcript
 from mlxchat.tui.widgets.activity import ActivityBar
+from mlxchat.tui.widgets.header import TitleHeader
 
 if TYPE_CHECKING:
     from mlxchat.conversation import Conversation
-    from mlxchat.conversation import Event, TurnDone
+    from mlxchat.conversation import Event, PrefillProgress, TurnDone
 
 QUIT_WAIT_SECONDS = 10.0
 """On quit, how long a stopped reply gets to be committed before the app exits."""
-LIVE_GAUGE_SECONDS = 0.5
-"""How often the 'decoding N tokens' figures refresh while text streams."""
+LIVE_GAUGE_SECONDS = 0.25
+"""How often the live figures (decoding, context, KV cache) refresh while text streams."""
 EDIT_HINT = "editing your last message · enter answers it on a new branch · esc cancels"
-MIN_TITLE = 12
-"""The header cuts the title no shorter than this to keep the model name whole."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -98,7 +94,7 @@ class MlxChatApp(CommandsMixin, App[int]):
     # -- layout ----------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=False)
+        yield TitleHeader(show_clock=False)
         yield GaugesPanel(id="gauges")
         yield Transcript(id="transcript")
         yield ActivityBar(id="activity")
@@ -188,24 +184,6 @@ class MlxChatApp(CommandsMixin, App[int]):
         self.gauges.update_state(conv.state(), self.budget_bytes)
         self.gauges.update_stats(conv.branch_stats())
 
-    def format_title(self, title: str, sub_title: str) -> Content:
-        """'title — model', the title cut first so the model name stays whole."""
-        try:
-            room = self.query_one(HeaderTitle).content_region.width
-        except NoMatches:
-            room = 0
-        keep = room - len(sub_title) - len(" — ")
-        if sub_title and room and len(title) > keep >= MIN_TITLE:
-            title = title[:keep - 1].rstrip() + "…"
-        return super().format_title(title, sub_title)
-
-    def on_resize(self) -> None:
-        self.call_after_refresh(self._redraw_header)
-
-    def _redraw_header(self) -> None:
-        for header in self.query(Header):
-            header.query_one(HeaderTitle).update(header.format_title())
-
     def set_titles(self) -> None:
         conv = self.conversation
         if conv is None:
@@ -282,11 +260,18 @@ class MlxChatApp(CommandsMixin, App[int]):
             pacer.record(self._ui(self._show_batch, reply, batch))
         try:
             done = pump_turn(events, on_text=show, interval=pacer,
-                             on_prefill=partial(self._ui, self.gauges.prefill))
+                             on_prefill=partial(self._ui, self._show_prefill))
         except Exception as exc:  # noqa: BLE001 - an engine failure mid-turn
             self._ui(self._turn_finished, reply, None, error_text(exc))
             return
         self._ui(self._turn_finished, reply, done, None)
+
+    def _show_prefill(self, progress: PrefillProgress) -> None:
+        self.gauges.prefill(progress)
+        now = time.monotonic()
+        if now >= self._next_gauge or progress.done >= progress.total:
+            self._next_gauge = now + LIVE_GAUGE_SECONDS
+            self.gauges.live_cache(progress.cached_tokens, progress.kv_bytes)
 
     async def _show_batch(self, reply: ReplyHandle, batch: Batch) -> float:
         """Returns this thread's CPU time, from which the pacer learns what drawing costs."""
@@ -295,6 +280,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         if now >= self._next_gauge:  # the live figures need not move with every batch
             self._next_gauge = now + LIVE_GAUGE_SECONDS
             self.gauges.decoding(batch.generated_tokens, batch.decode_tps)
+            self.gauges.live_cache(batch.cached_tokens, batch.kv_bytes)
         return time.thread_time()
 
     async def _turn_finished(self, reply: ReplyHandle, done: TurnDone | None,

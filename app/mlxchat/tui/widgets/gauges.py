@@ -6,6 +6,8 @@ composed and the stylesheet shows one, on the screen's breakpoint class.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
@@ -145,6 +147,14 @@ class GaugesPanel(Vertical):
         counts = f"{fmt_int(progress.done)} / {fmt_int(progress.total)} tokens"
         self._text("#live-text", f"prefill {counts}\n{fmt_tps(progress.tps)}")
         self._text("#compact-live", f"[b]prefill[/] {counts} · {fmt_tps(progress.tps)}")
+
+    def live_cache(self, cached_tokens: int, kv_bytes: int) -> None:
+        """The Context and KV cache figures as the running turn fills the cache."""
+        if self.state is None or not cached_tokens:
+            return
+        self.state = replace(self.state, cached_tokens=cached_tokens, kv_bytes=kv_bytes,
+                             cache_source="warm")
+        self._render_state()
 
     def decoding(self, generated_tokens: int, tps: float) -> None:
         self._live = "decode"
