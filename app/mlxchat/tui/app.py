@@ -22,7 +22,7 @@ from textual.reactive import var
 from textual.widgets import Footer
 
 from mlxchat.app_root import (ConversationFactory, Opened, log_to_file, memory_budget,
-                              open_conversation)
+                              open_conversation, release_thread_streams)
 from mlxchat.commands import CommandContext, Registry, default_registry
 from mlxchat.config import ConfigError, Settings, remember
 from mlxchat.models import STAGE_LABELS
@@ -150,6 +150,8 @@ class MlxChatApp(CommandsMixin, App[int]):
         except Exception as exc:  # noqa: BLE001 - shown in the transcript
             self._ui(self._start_failed, error_text(exc))
             return
+        finally:
+            release_thread_streams()  # the model was loaded on this thread
         self._ui(self._started, opened)
 
     async def _started(self, opened: Opened) -> None:
@@ -402,4 +404,5 @@ def run_app(settings: Settings, *, model: str | None = None, continue_last: bool
     app = create_app(settings, model_spec=model, continue_last=continue_last, session=session)
     with log_to_file():
         result = app.run()
+    release_thread_streams()
     return result if isinstance(result, int) else (app.return_code or 0)

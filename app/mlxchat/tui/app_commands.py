@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from mlxchat.app_root import release_thread_streams
 from mlxchat.commands import CommandResult
 from mlxchat.errors import user_message
 from mlxchat.tui.screens import (
@@ -124,6 +125,8 @@ class CommandsMixin(_Host):
             result = call()
         except Exception as exc:  # noqa: BLE001 - run() never raises; this is a guard
             result = CommandResult.error(error_text(exc))
+        finally:
+            release_thread_streams()  # /model loads the model on this thread
         self._ui(self._apply_result, result, restore, restore_editing)
         if result.turn is not None:
             self._stream_turn(result.turn)
@@ -249,7 +252,10 @@ class CommandsMixin(_Host):
                 if cancel.is_set():
                     raise ModelError("download cancelled")  # unwinds resolve_folder
                 progress(done, total or None)
-            resolve_folder(alias, progress=report)
+            try:
+                resolve_folder(alias, progress=report)  # a GGUF import runs MLX here
+            finally:
+                release_thread_streams()
 
         def chosen(alias: str | None) -> None:
             if alias is not None:
