@@ -32,7 +32,7 @@ from mlxchat.commands.completers import (
 from mlxchat.session_life import FORMATS, ExportFormat
 
 if TYPE_CHECKING:
-    from mlxchat.store.records import BranchInfo
+    from mlxchat.session_life import BranchInfo
 
 log = logging.getLogger(__name__)
 

@@ -347,20 +347,6 @@ class MlxChatApp(CommandsMixin, App[int]):
     def action_help(self) -> None:
         self.open_screen("help")
 
-    def action_copy_reply(self) -> None:
-        conv = self.conversation
-        reply = next((m for m in reversed(conv.messages) if m.role == "assistant"),
-                     None) if conv else None
-        if reply is None or not reply.content:
-            self.notify("There is no reply to copy yet.", severity="warning")
-            return
-        self.copy_to_clipboard(reply.content)
-        self.notify(f"Copied the last reply ({len(reply.content):,} characters).")
-
-    def _copy_from_worker(self, text: str) -> None:
-        """For /copy, which runs in a worker thread."""
-        self._ui(self.copy_to_clipboard, text)
-
     def watch_theme(self, theme: str) -> None:
         if theme == self.settings.theme:
             return

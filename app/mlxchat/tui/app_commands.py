@@ -188,6 +188,22 @@ class CommandsMixin(_Host):
         self.push_screen(ConfirmScreen(confirm.question, yes=confirm.yes,
                                        destructive=confirm.destructive), answered)
 
+    # -- clipboard -------------------------------------------------------------------
+
+    def action_copy_reply(self) -> None:
+        conv = self.conversation
+        reply = next((m for m in reversed(conv.messages) if m.role == "assistant"),
+                     None) if conv else None
+        if reply is None or not reply.content:
+            self.notify("There is no reply to copy yet.", severity="warning")
+            return
+        self.copy_to_clipboard(reply.content)
+        self.notify(f"Copied the last reply ({len(reply.content):,} characters).")
+
+    def _copy_from_worker(self, text: str) -> None:
+        """For /copy, which runs in a worker thread."""
+        self._ui(self.copy_to_clipboard, text)
+
     # -- screens ---------------------------------------------------------------------
 
     def open_screen(self, name: str) -> None:
