@@ -69,7 +69,14 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small model, fewer repeats (<1 min)")
     ap.add_argument("--model", default=None, help="small-llama (default with --quick) or a spec")
+    ap.add_argument("--disk-only", action="store_true",
+                    help="only the 8B-shaped KV-on-disk figures (16k tokens; 4k with --quick)")
     args = ap.parse_args()
+    long, short, branch = (4096, 256, 1024) if args.quick else (16384, 1024, 4096)
+    if args.disk_only:
+        disk = kv_disk.measure(long=long, short=short, branch_history=branch)
+        print("ratios: " + " ".join(f"{k}={v:.3f}" for k, v in disk.items()))
+        return 0
     model_name = args.model or ("small-llama" if args.quick else "smollm2-135m")
     repeats = 2 if args.quick else 3
     decode_tokens = 48 if args.quick else 96
@@ -148,7 +155,6 @@ def main() -> int:
         os.unlink(f)
 
     # 5. The KV cache on disk at 8B scale.
-    long, short, branch = (4096, 256, 1024) if args.quick else (16384, 1024, 4096)
     disk = kv_disk.measure(long=long, short=short, branch_history=branch)
 
     print(f"ratios: overhead={overhead:.3f} followup_speedup={median(cold) / median(warm):.1f} "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field, fields
 import math
+import re
 from typing import Any, Callable, Literal, Self
 
 Role = Literal["system", "user", "assistant"]
@@ -223,3 +224,23 @@ def relative_time(ts: float, now: float | None = None) -> str:
     if delta < 7 * 86400:
         return f"{int(delta // 86400)} days ago"
     return time.strftime("%Y-%m-%d", time.localtime(ts))
+
+
+_ATTACHMENT = re.compile(r'\s*<file name="([^"\n]*)">\n.*?\n</file>', re.S)
+
+
+def attachment_block(name: str, text: str) -> str:
+    """How an attached file goes into a user message."""
+    return f'<file name="{name}">\n{text}\n</file>'
+
+
+def typed_text(content: str) -> str:
+    """A user message without the attached files in front: what was typed, or
+    the files' names when nothing was (for titles and previews)."""
+    names, rest = [], content
+    while (found := _ATTACHMENT.match(rest)) is not None:
+        names.append(found.group(1))
+        rest = rest[found.end():]
+    if not names:
+        return content
+    return rest if rest.strip() else ", ".join(names)

@@ -140,10 +140,21 @@ def _dispatch(args: argparse.Namespace) -> int:
         from mlxchat.cli_sessions import run_sessions
 
         return run_sessions(args)
+    _need_terminal()
     from mlxchat.tui.app import run_app
 
     return run_app(settings, model=args.model, continue_last=args.continue_last,
                    session=args.session)
+
+
+def _need_terminal() -> None:
+    """The chat UI needs a terminal on both ends; without one Textual would spin."""
+    missing = [name for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout))
+               if stream is None or not stream.isatty()]
+    if missing:
+        verb = "are not terminals" if len(missing) > 1 else "is not a terminal"
+        raise UserError(f"the chat UI needs a terminal ({' and '.join(missing)} {verb}); "
+                        "for one answer without it use: mlxchat ask 'your question'")
 
 
 def _import(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from mlxchat.chat import GenerationSettings, Message, Session, TurnStats
+from mlxchat.chat import GenerationSettings, Message, Session, TurnStats, attachment_block
 from mlxchat.config import Settings
 from mlxchat.engine import (EngineError, EngineState, Event, PrefillProgress, SnapshotLoad,
                             TextDelta, TurnDone)
@@ -222,7 +222,7 @@ class Conversation(SessionLife, SessionCache):
     # -- turns ---------------------------------------------------------------
     def compose(self, text: str) -> str:
         """The user's text with any pending attachments in front."""
-        parts = [f'<file name="{a.path.name}">\n{a.text}\n</file>' for a in self.attachments]
+        parts = [attachment_block(a.path.name, a.text) for a in self.attachments]
         return "\n\n".join(parts + [text]) if parts else text
 
     def send(self, text: str) -> Iterator[Event]:

@@ -113,6 +113,10 @@ class SessionLife:
         self.open_session(copy.id)
         return source, copy
 
+    def leaves_holding(self, message_id: int) -> list[int]:
+        """The leaves of this session's branches that hold ``message_id``."""
+        return self.store.leaves_holding(self._stored_id(), message_id)
+
     def switch_branch(self, leaf_id: int) -> Session:
         """Make the branch ending at ``leaf_id`` (or holding it) the current one."""
         session_id = self._stored_id()

@@ -66,6 +66,10 @@ def test_context_per_message(registry, ctx, conv, tmp_path):
     total = sum(int(row[3].replace(",", "")) for row in result.rows)
     assert total == conv.engine.count_tokens(conv.engine_messages())
     assert result.text.startswith(f"{total} of 2,048 tokens")
+    # Says what it counts, and how that differs from the cache (the Context gauge).
+    assert "the next prompt" in result.text and "generation prompt" in result.text
+    cached = conv.state().cached_tokens
+    assert cached != total and f"the KV cache holds {cached:,}" in result.text
     assert result.rows[1][2] == "What fills the window?"
     (tmp_path / "work" / "a.txt").write_text("attached text")
     registry.run("/attach a.txt", ctx)

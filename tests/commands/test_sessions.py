@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
+from mlxchat.commands.base import one_line
+from mlxchat.store import title_from
 from tests.commands.conftest import finish, send
 
 
@@ -112,12 +115,36 @@ def test_branch_list_and_switch(registry, ctx, conv):
     assert registry.run("/branch 99999", ctx).kind == "error"
 
 
+def test_branch_shows_where_each_branch_diverges_and_takes_inner_messages(registry, ctx,
+                                                                          conv):
+    send(conv, "Version one")
+    first_reply = conv.messages[-1]
+    assert registry.run("/set temperature 2", ctx).ok  # the tiny model then answers anew
+    finish(registry.run("/retry", ctx))
+    second_reply = conv.messages[-1]
+    listing = registry.run("/branch", ctx)
+    assert listing.columns[2] == "where it diverges"
+    previews = [row[2] for row in listing.rows]
+    # A retry differs in its reply: that is what each row shows.
+    assert previews == [f"reply: {one_line(title_from(first_reply.content), 40)}",
+                        f"reply: {one_line(title_from(second_reply.content), 40)}"]
+    assert first_reply.content != second_reply.content
+    # The shared question is not a leaf: /branch says so and which leaves hold it.
+    question = conv.messages[0].id
+    result = registry.run(f"/branch {question}", ctx)
+    assert result.ok and result.session_changed
+    assert f"#{question} is not the end of a branch" in result.text
+    assert f"#{first_reply.id}" in result.text and f"#{second_reply.id}" in result.text
+    assert conv.session.leaf_id == second_reply.id
+
+
 def test_export_md_and_json(registry, ctx, conv, tmp_path):
     send(conv, "Export me")
     result = registry.run("/export md", ctx)
     assert result.ok, result.text
     md = next((tmp_path / "exports").glob("*.md"))
     assert "Export me" in md.read_text()
+    assert f" to {md.resolve()} (" in result.text  # the full path, not just a name
     assert registry.run("/export json sub/", ctx).ok
     data = json.loads(next((tmp_path / "exports" / "sub").glob("*.json")).read_text())
     assert data["format"] == "mlxchat-session"
@@ -125,6 +152,12 @@ def test_export_md_and_json(registry, ctx, conv, tmp_path):
     refused = registry.run("/export md ../../escape", ctx)
     assert refused.kind == "error" and "outside" in refused.text
     assert not (tmp_path.parent / "escape.md").exists()
+
+
+def test_help_export_names_the_folder_it_writes_to(registry, ctx):
+    text = registry.run("/help export", ctx).text
+    folder = (ctx.exports_dir or ctx.cwd()).resolve()
+    assert f"{folder}{os.sep}" in text, text
 
 
 def test_import_round_trip(registry, ctx, conv, tmp_path):

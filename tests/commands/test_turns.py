@@ -80,6 +80,7 @@ def test_attach_reports_its_cost_then_goes_with_the_next_message(registry, ctx, 
     assert conv.attachments[0].tokens > 270  # byte-level tokenizer: about one per byte
     send(conv, "When is the meeting?")
     assert "The meeting is on Tuesday." in conv.messages[0].content
+    assert conv.session.title == "When is the meeting?"  # the typed text, not the file
     assert conv.attachments == []
     again = registry.run(f"/attach {notes}", ctx)
     assert "measured from the live cache" in again.text

@@ -51,6 +51,24 @@ def test_retry_keeps_both_replies(store: SessionStore, chat) -> None:
     assert {b.leaf_id for b in store.branches(sid)} == {a2, retry.id}
 
 
+def test_each_branch_names_the_message_where_it_diverges(store: SessionStore, chat) -> None:
+    sid, (q1, a1, q2, a2) = chat
+    single = store.branches(sid)
+    assert [(b.diverges_at, b.preview) for b in single] == [(q1, "q1")]  # one branch: its start
+    retry = store.add_message(sid, "assistant", "a2 again", parent_id=q2)
+    store.set_leaf(sid, a1)
+    edited = store.add_message(sid, "user", "q2 edited")
+    infos = store.branches(sid)
+    assert [(b.leaf_id, b.diverges_at, b.diverge_role, b.preview) for b in infos] == [
+        (a2, a2, "assistant", "a2"),
+        (retry.id, retry.id, "assistant", "a2 again"),
+        (edited.id, edited.id, "user", "q2 edited"),
+    ]
+    assert store.leaves_holding(sid, q2) == [a2, retry.id]
+    assert store.leaves_holding(sid, q1) == [a2, retry.id, edited.id]
+    assert store.leaves_holding(sid, edited.id) == [edited.id]
+
+
 def test_undo_position_is_listed_as_current(store: SessionStore, chat) -> None:
     sid, (q1, a1, q2, a2) = chat
     session = store.set_leaf(sid, a1)

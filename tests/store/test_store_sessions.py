@@ -77,6 +77,20 @@ def test_editing_the_first_message_retitles_an_unlocked_session(store: SessionSt
     assert store.get_session(s.id).title == "fixed question"
 
 
+def test_attached_files_do_not_title_the_session(store: SessionStore) -> None:
+    from mlxchat.chat import attachment_block
+
+    s = store.create_session("m")
+    note = attachment_block("note.txt", "Line one\nLine two")
+    store.add_message(s.id, "user", f"{note}\n\nSummarise this please")
+    assert store.get_session(s.id).title == "Summarise this please"
+    bare = store.create_session("m")
+    other = attachment_block("b.md", "# B")
+    store.add_message(bare.id, "user", f"{note}\n\n{other}")
+    assert store.get_session(bare.id).title == "note.txt, b.md"
+    assert title_from('<file name="x">unclosed') == '<file name="x">unclosed'
+
+
 def test_title_from_cuts_long_lines_at_a_word() -> None:
     title = title_from("word " * 40)
     assert len(title) <= 60 and title.endswith("…") and "  " not in title

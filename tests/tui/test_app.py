@@ -78,7 +78,7 @@ async def test_send_shows_the_reply_and_the_engine_figures(tmp_path, tiny):
         ]
         assert gauge(app, "#context-text") == (
             f"{fmt_int(state.cached_tokens)} / {fmt_int(state.context_window)} tokens  "
-            f"{fmt_percent(state.cached_tokens, state.context_window)}")
+            f"{fmt_percent(state.cached_tokens, state.context_window)}\nheld in the KV cache")
         room = kv_room(kv_bytes=state.kv_bytes, cached_tokens=state.cached_tokens,
                        budget_bytes=16 * GB, context_window=state.context_window)
         budget_line = (f"{fmt_bytes(state.kv_bytes)} · {fmt_percent(state.kv_bytes, 16 * GB)}"
@@ -87,7 +87,8 @@ async def test_send_shows_the_reply_and_the_engine_figures(tmp_path, tiny):
             budget_line, f"room {fmt_int(room.tokens)} tokens ({room.limit} limit)"]
         assert gauge(app, "#kv-source") == f"warm cache · {fmt_int(state.cached_tokens)} tokens"
         assert gauge(app, "#weights-text") == (
-            f"{fmt_bytes(state.weights_bytes)} · {fmt_bits_per_weight(state.bits_per_weight)}\n"
+            f"{fmt_bytes(state.weights_bytes)} in memory\n"
+            f"{fmt_bits_per_weight(state.bits_per_weight, conv.model_info.scales_dtype)}\n"
             f"peak memory {fmt_bytes(state.peak_memory_bytes)}")
         assert gauge(app, "#live-text") == "idle"
         assert state.cached_tokens == st.context_used and state.kv_bytes == st.kv_bytes

@@ -37,7 +37,7 @@ async def test_shows_exactly_the_given_figures():
         assert (memory_fits, window_left) == (2_342_566, 7008)
         assert text(panel, "#gauge-model") == "smollm2-135m"
         # 1184 / 8192 is 14.45%: the gauge floors it.
-        assert text(panel, "#context-text") == "1,184 / 8,192 tokens  14%"
+        assert text(panel, "#context-text") == "1,184 / 8,192 tokens  14%\nheld in the KV cache"
         kv = text(panel, "#kv-text").splitlines()
         assert kv == ["24.2 MB · 0% of 48.0 GB budget",  # 24 MB of 48 GB is 0.05%
                       "room 7,008 tokens (window limit)",
@@ -45,7 +45,7 @@ async def test_shows_exactly_the_given_figures():
         assert panel.query_one("#gauge-kv").border_title == "KV cache · native"
         assert text(panel, "#kv-source") == "from snapshot · 1,184 tokens"
         assert text(panel, "#weights-text") == (
-            "77.5 MB · 4.52 bits/weight\npeak memory 120.3 MB")
+            "77.5 MB in memory\n4.52 bits/weight (float32 scales)\npeak memory 120.3 MB")
         assert text(panel, "#turn-text").splitlines() == [
             "from snapshot",
             "first token  123 ms",  # 0.1234 s
@@ -85,7 +85,8 @@ async def test_a_real_turn_shows_figures_counted_from_the_cache_and_the_tokenize
         panel = app.query_one(GaugesPanel)
         panel.update_state(state, budget)
         context = text(panel, "#context-text")
-        assert context == f"{tokens:,} / {window:,} tokens  {100 * tokens // window}%"
+        assert context == (f"{tokens:,} / {window:,} tokens  {100 * tokens // window}%\n"
+                           "held in the KV cache")
         room = min(window - tokens, (budget - kv_bytes) * tokens // kv_bytes)
         kv = text(panel, "#kv-text").splitlines()
         assert kv[0] == f"{kv_bytes / 1000:.1f} KB · 9% of {budget / 1000:.1f} KB budget"

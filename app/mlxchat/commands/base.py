@@ -192,6 +192,8 @@ class Command:
     """Safe to run while a reply is being generated."""
     details: str = ""
     """More text for ``/help NAME``."""
+    explain: Callable[[CommandContext], str] | None = None
+    """Text for ``/help NAME`` that depends on where it runs (e.g. a folder)."""
 
     @property
     def usage_line(self) -> str:

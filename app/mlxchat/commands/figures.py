@@ -140,9 +140,12 @@ def context(ctx: CommandContext, args: Args) -> CommandResult:
     for a in pending:
         rows.append(("+", "attached", a.path.name, fmt_int(a.tokens), percent(a.tokens, window)))
     used = total + sum(a.tokens for a in pending)
-    caption = (f"{fmt_int(used)} of {fmt_int(window)} tokens ({percent(used, window)}) · "
+    cached = conv.state().cached_tokens
+    caption = (f"{fmt_int(used)} of {fmt_int(window)} tokens ({percent(used, window)}) in "
+               f"the next prompt (messages, template and generation prompt) · "
                f"{fmt_int(window - used)} free · replies up to "
-               f"{fmt_int(conv.generation.max_tokens)} tokens")
+               f"{fmt_int(conv.generation.max_tokens)} tokens · the KV cache holds "
+               f"{fmt_int(cached)} now (the Context gauge: prompt and reply so far)")
     note = conv.ledger_note()
     if note:
         caption += f" · {note}"

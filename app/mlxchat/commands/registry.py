@@ -276,4 +276,6 @@ class Registry:
             lines += ["", "Also: " + ", ".join(f"/{a}" for a in command.aliases)]
         if command.details:
             lines += ["", command.details]
+        if command.explain is not None:
+            lines += ["", command.explain(ctx)]
         return CommandResult.markdown("\n".join(lines))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
-from typing import cast
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from mlxchat.chat import human_bytes
 from mlxchat.commands.base import (
@@ -28,6 +30,9 @@ from mlxchat.commands.completers import (
     user_path,
 )
 from mlxchat.session_life import FORMATS, ExportFormat
+
+if TYPE_CHECKING:
+    from mlxchat.session_life import BranchInfo
 
 log = logging.getLogger(__name__)
 
@@ -131,25 +136,43 @@ def _leaf_id(text: str) -> int:
     return int(number)
 
 
+def _diverges(b: BranchInfo, limit: int) -> str:
+    who = "you" if b.diverge_role == "user" else "reply"
+    return f"{who}: {one_line(b.preview, limit)}" if b.preview else f"{who}: (empty)"
+
+
 def branch(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
     found = conv.branches()
     if not args.words:
         if not found:
             return CommandResult.info("This session has no messages yet.")
-        rows = [(f"#{b.leaf_id}", fmt_int(b.message_count), one_line(b.preview, 50) or "-",
+        rows = [(f"#{b.leaf_id}", fmt_int(b.message_count), _diverges(b, 40),
                  ago(b.updated, ctx.now()), "current" if b.current else "") for b in found]
         return CommandResult.table(
-            f"{len(found)} branches of #{conv.session.id} (/branch LEAF switches)",
-            ("leaf", "messages", "first message", "updated", ""), rows)
-    session = conv.switch_branch(_leaf_id(args.words[0]))
+            f"{len(found)} branches of #{conv.session.id} (/branch LEAF switches; each row "
+            "shows its first message that no other branch has)",
+            ("leaf", "messages", "where it diverges", "updated", ""), rows)
+    target = _leaf_id(args.words[0])
+    if target in {b.leaf_id for b in found}:
+        session = conv.switch_branch(target)
+        return CommandResult.info(
+            f"On the branch ending at #{session.leaf_id} "
+            f"({plural(len(session.messages), 'message')}).",
+            session_changed=True, clear_input=True)
+    leaves = conv.leaves_holding(target)
+    session = conv.switch_branch(target)
+    held = ", ".join(f"#{leaf}" for leaf in leaves)
     return CommandResult.info(
-        f"On the branch ending at #{session.leaf_id} ({plural(len(session.messages), 'message')}).",
-        session_changed=True, clear_input=True)
+        f"#{target} is not the end of a branch; "
+        + ("1 branch holds it" if len(leaves) == 1 else f"{len(leaves)} branches hold it")
+        + f" (ending at {held}). On the newest, ending at #{session.leaf_id} "
+        f"({plural(len(session.messages), 'message')}).", session_changed=True,
+        clear_input=True)
 
 
 def complete_branches(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
-    return [(str(b.leaf_id), f"{plural(b.message_count, 'message')} · {one_line(b.preview, 40)}"
+    return [(str(b.leaf_id), f"{plural(b.message_count, 'message')} · {_diverges(b, 40)}"
              + (" · current" if b.current else ""))
             for b in ctx.conversation.branches()]
 
@@ -159,13 +182,22 @@ def export(ctx: CommandContext, args: Args) -> CommandResult:
     if fmt not in FORMATS:
         raise CommandError(f"Unknown format {one_line(args.words[0], 20)!r}: use md or json. "
                            "Usage: /export md|json [PATH]")
-    base = ctx.exports_dir or ctx.cwd()
+    base = _exports_base(ctx)
     conv = ctx.conversation
     path = conv.export(cast(ExportFormat, fmt), args.get(1), base_dir=base)
     size = human_bytes(path.stat().st_size)
     what = "the current branch" if fmt == "md" else "every branch"
     return CommandResult.info(f"Exported #{conv.session.id} ({what}) to {path} ({size}).",
                               clear_input=True)
+
+
+def _exports_base(ctx: CommandContext) -> Path:
+    return (ctx.exports_dir or ctx.cwd()).expanduser().resolve()
+
+
+def explain_export(ctx: CommandContext) -> str:
+    return (f"Here it writes under {_exports_base(ctx)}{os.sep} (without PATH: "
+            "a file named after the title); the message after writing gives the full path.")
 
 
 def complete_export(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
@@ -216,11 +248,14 @@ COMMANDS = (
     Command("branch", branch, "List the branches of this session, or switch to one",
             usage="/branch [LEAF_ID]", max_args=1, complete=complete_branches,
             details="/edit and /retry keep the old version on its own branch; "
-                    "nothing is lost."),
+                    "nothing is lost. The list shows where each branch diverges: the edited "
+                    "question, or the first words of a retried reply. Any message id works "
+                    "too: it opens the newest branch holding that message."),
     Command("export", export, "Write this session as Markdown or JSON",
             usage="/export md|json [PATH]", min_args=1, max_args=2, complete=complete_export,
             details="PATH is a file or folder under the exports folder (default: the "
-                    "current folder); without it the name comes from the title."),
+                    "folder mlxchat was started in); without it the name comes from the "
+                    "title.", explain=explain_export),
     Command("import", import_, "Import a session from a JSON export",
             usage="/import PATH.json", min_args=1, max_args=1, complete=complete_json_files),
     Command("quit", quit_, "Leave mlxchat (the session is saved)", aliases=("exit", "q"),

@@ -189,7 +189,8 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
             ("parameters", _params(info.parameter_count)),
             ("quantization", info.quantization + (f", scales {info.scales_dtype}"
                                                   if info.scales_dtype not in ("", "-") else "")),
-            ("bits per weight", f"{info.bits_per_weight:.2f}"),
+            ("bits per weight", f"{info.bits_per_weight:.2f} in memory"
+             + (f" ({info.scales_dtype} scales)" if info.scales_dtype not in ("", "-") else "")),
             ("weights in memory", human_bytes(info.weights_bytes)),
             ("context window", f"{fmt_int(info.context_window)} tokens"),
             ("layers · kv heads · head dim",

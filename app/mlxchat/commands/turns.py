@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from mlxchat.chat import Message, human_bytes
+from mlxchat.chat import Message, attachment_block, human_bytes
 from mlxchat.commands.base import (
     Args,
     Candidates,
@@ -175,7 +175,7 @@ def attach(ctx: CommandContext, args: Args) -> CommandResult:
         raise CommandError(f"{path.name} is attached already; /attach --clear drops it.")
     messages = conv.engine_messages()
     block = conv.compose("")  # the wrapping of the files already pending
-    with_file = f'<file name="{path.name}">\n{text}\n</file>'
+    with_file = attachment_block(path.name, text)
     tokens = (conv.count_tokens(messages + [Message("user", f"{block}{with_file}")])
               - conv.count_tokens(messages + [Message("user", block)]))
     if tokens > free:

@@ -27,6 +27,7 @@ from mlxchat.engine import prompt, segments, snapshot, template_delta
 from mlxchat.engine.events import (EngineState, Event, PrefillProgress, SnapshotInfo,
                                    SnapshotLoad, TextDelta, TurnDone)
 from mlxchat.engine.live import LiveCache
+from mlxchat.engine.progress import LiveFigures
 from mlxchat.engine.template_delta import TemplateOptions
 from mlxchat.models.info import LoadedModel, ModelInfo
 
@@ -344,14 +345,16 @@ class ChatEngine:
             kv_bits=live.bits, kv_dtype=live.dtype_label,
             cache_source=live.source if live.tokens else "cold",
             weights_bytes=info.weights_bytes,
-            bits_per_weight=info.bits_per_weight, peak_memory_bytes=mx.get_peak_memory(),
+            bits_per_weight=info.bits_per_weight, scales_dtype=info.scales_dtype,
+            peak_memory_bytes=mx.get_peak_memory(),
             busy=busy, last_stats=stats or self._state.last_stats)
 
-    def _prefill(self, tokens: list[int], emit: Callable[[Event], None]) -> Prefill:
-        """Feed ``tokens`` in chunks sized to ~chunk_seconds."""
+    def _prefill(self, tokens: list[int], emit: LiveFigures) -> Prefill:
+        """Feed ``tokens`` in chunks sized to ~chunk_seconds; progress counts
+        them against every token the turn computes (the tail too)."""
         model, live = self._loaded.model, self._live
         total, done, start = len(tokens), 0, time.perf_counter()
-        emit(PrefillProgress(0, total))
+        emit(PrefillProgress(0, emit.total))
         while done < total:
             if self._cancel.is_set():
                 raise _Cancelled
@@ -365,7 +368,7 @@ class ChatEngine:
             if n == self._chunk:
                 self._chunk = max(16, min(2048, int(n * self.chunk_seconds / max(dt, 1e-4))))
             elapsed = time.perf_counter() - start
-            emit(PrefillProgress(done, total, done / max(elapsed, 1e-9)))
+            emit(PrefillProgress(done, emit.total, done / max(elapsed, 1e-9)))
         return Prefill(tokens=total, seconds=time.perf_counter() - start)
 
     def _turn(self, planned: list[Message] | prompt.FittedPrompt,
@@ -387,9 +390,10 @@ class ChatEngine:
             mx.random.seed(settings.seed)
         self._refresh_state(busy=True)
         prefill, decode = Prefill(), Decode()
+        figures = LiveFigures(live, len(tokens) - reuse.tokens, emit)
         try:
-            prefill = self._prefill(tokens[reuse.tokens:len(tokens) - tail], emit)
-            decode = self._decode(tokens[len(tokens) - tail:], settings, emit=emit,
+            prefill = self._prefill(tokens[reuse.tokens:len(tokens) - tail], figures)
+            decode = self._decode(tokens[len(tokens) - tail:], settings, emit=figures,
                                   turn_start=start)
         except _Cancelled:
             decode.finish_reason = "cancelled"
@@ -410,8 +414,8 @@ class ChatEngine:
             total_s=time.perf_counter() - start, context_used=len(live.tokens),
             kv_bytes=live.nbytes, peak_memory_bytes=mx.get_peak_memory())
         self._refresh_state(stats)
-        emit(TurnDone(reply=decode.reply, stats=stats, dropped_messages=fitted.dropped,
-                      token_ids=decode.token_ids))
+        figures.done(TurnDone(reply=decode.reply, stats=stats, dropped_messages=fitted.dropped,
+                              token_ids=decode.token_ids))
 
     def _decode(self, tail: list[int], settings: GenerationSettings, *,
                 emit: Callable[[Event], None], turn_start: float) -> Decode:

@@ -18,11 +18,17 @@ class ContextOverflowError(EngineError):
 
 @dataclass
 class PrefillProgress:
-    """Prompt processing: ``done`` of ``total`` new tokens, at ``tps`` tokens/s."""
+    """Prompt processing: ``done`` of ``total`` new tokens, at ``tps`` tokens/s.
+    ``total`` is every token the turn computes before the reply (what TurnStats
+    calls prefilled); the last event has ``done == total``."""
 
     done: int
     total: int
     tps: float = 0.0
+    cached_tokens: int = 0
+    """Tokens in the KV cache now, for the live Context gauge."""
+    kv_bytes: int = 0
+    """The cache's bytes now, scaled from its bytes per token (no MLX work)."""
 
 
 @dataclass
@@ -32,6 +38,10 @@ class TextDelta:
     text: str
     generated_tokens: int
     decode_tps: float = 0.0
+    cached_tokens: int = 0
+    """Tokens in the KV cache now (prompt and reply so far)."""
+    kv_bytes: int = 0
+    """The cache's bytes now, scaled from its bytes per token."""
 
 
 @dataclass
@@ -88,6 +98,9 @@ class EngineState:
     """Where the cached tokens came from: 'warm' (this process), 'snapshot' or 'cold'."""
     weights_bytes: int = 0
     bits_per_weight: float = 0.0
+    """Of the weights as loaded (scales and biases included), not as in the file."""
+    scales_dtype: str = "-"
+    """dtype of the quantization scales in memory ('-' when not quantized)."""
     peak_memory_bytes: int = 0
     busy: bool = False
     last_stats: TurnStats | None = field(default=None)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any, Self
 
 from mlxchat.chat import (GENERATION_RULES, GenerationSettings, Message, Session, TurnStats,
-                          generation_problem)
+                          generation_problem, typed_text)
 from mlxchat.store.errors import StoreError, sqlite_errors
 from mlxchat.store.schema import migrate
 
@@ -33,8 +33,9 @@ CURRENT_LEAF = Position.CURRENT_LEAF
 
 
 def title_from(text: str, limit: int = TITLE_LENGTH) -> str:
-    """First non-blank line of ``text``, whitespace collapsed, cut at a word to ``limit``."""
-    text = text.encode("utf-8", "replace").decode("utf-8")
+    """First non-blank line of ``text`` (attached files skipped: ``chat.typed_text``),
+    whitespace collapsed, cut at a word to ``limit``."""
+    text = typed_text(text).encode("utf-8", "replace").decode("utf-8")
     line = next((ln for ln in text.splitlines() if ln.strip()), "")
     line = " ".join("".join(ch if ch.isprintable() else " " for ch in line).split())
     if len(line) <= limit:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from mlxchat.chat import Message, Session
 from mlxchat.store.base import StoreBase, title_from
@@ -25,6 +25,25 @@ _NEWEST_LEAF_BELOW = """
 """
 
 
+_LEAVES_BELOW = """
+    WITH RECURSIVE below(id) AS (
+        SELECT ?
+        UNION ALL
+        SELECT m.id FROM messages AS m JOIN below ON m.parent_id = below.id
+    )
+    SELECT b.id FROM below AS b
+    WHERE NOT EXISTS (SELECT 1 FROM messages AS c WHERE c.parent_id = b.id)
+"""
+
+
+def _up(nodes: dict[int, sqlite3.Row], end: int) -> Iterator[int]:
+    """``end`` and its ancestors, leaf first."""
+    node: int | None = end
+    while node is not None:
+        yield node
+        node = nodes[node]["parent_id"]
+
+
 class BranchOps(StoreBase):
     def branches(self, session_id: int) -> list[BranchInfo]:
         """Every branch of the session, oldest first, with the current one marked."""
@@ -40,17 +59,30 @@ class BranchOps(StoreBase):
         ends = [i for i in nodes if i not in parents]
         if current is not None and current in parents:
             ends.append(current)
+        through: dict[int, int] = {}  # message id -> branch ends at or below it
+        for end in ends:
+            for node in _up(nodes, end):
+                through[node] = through.get(node, 0) + 1
         out = []
         for end in sorted(ends):
-            count, preview, node = 0, "", end
-            while node is not None:
-                row = nodes[node]
-                count += 1
-                if not preview and row["role"] == "user":
-                    preview = title_from(row["head"], PREVIEW_LENGTH)
-                node = row["parent_id"]
-            out.append(BranchInfo(end, count, preview, nodes[end]["created"], end == current))
+            path = list(_up(nodes, end))
+            diverge = end
+            for node in path[1:]:
+                if through[node] > 1:
+                    break
+                diverge = node
+            row = nodes[diverge]
+            out.append(BranchInfo(end, len(path), title_from(row["head"], PREVIEW_LENGTH),
+                                  nodes[end]["created"], end == current,
+                                  diverges_at=diverge, diverge_role=row["role"]))
         return out
+
+    def leaves_holding(self, session_id: int, message_id: int) -> list[int]:
+        """The leaves of the branches that hold ``message_id``, oldest first."""
+        with self._reading() as cur:
+            self._check_message(cur, session_id, message_id)
+            rows = cur.execute(_LEAVES_BELOW, (message_id,)).fetchall()
+        return sorted(row[0] for row in rows)
 
     def switch_branch(self, session_id: int, message_id: int) -> Session:
         """Make the newest branch through ``message_id`` current (a leaf picks that branch)."""

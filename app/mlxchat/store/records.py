@@ -56,9 +56,13 @@ class BranchInfo:
     message_count: int
     """Messages from the root to the leaf, both included."""
     preview: str
-    """First line of the last user message on the branch, shortened."""
+    """First line of the ``diverges_at`` message, shortened."""
     updated: float
     """When the leaf was stored."""
     current: bool
     """This is the session's current position. After /undo or /edit that position
     is an inner message; it is then listed as an entry of its own."""
+    diverges_at: int = 0
+    """The first message of this branch that no other branch holds (the root when
+    there is one branch; the position itself for an inner current position)."""
+    diverge_role: str = "user"

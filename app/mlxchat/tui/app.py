@@ -19,10 +19,10 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.reactive import var
-from textual.widgets import Footer, Header
+from textual.widgets import Footer
 
 from mlxchat.app_root import (ConversationFactory, Opened, log_to_file, memory_budget,
-                              open_conversation)
+                              open_conversation, release_thread_streams)
 from mlxchat.commands import CommandContext, Registry, default_registry
 from mlxchat.config import ConfigError, Settings, remember
 from mlxchat.models import STAGE_LABELS
@@ -31,15 +31,16 @@ from mlxchat.tui.app_commands import CommandsMixin, SlashCommandsProvider, error
 from mlxchat.tui.streaming import Batch, Pacer, pump_turn
 from mlxchat.tui.widgets import GaugesPanel, PromptInput, ReplyHandle, Transcript
 from mlxchat.tui.widgets.activity import ActivityBar
+from mlxchat.tui.widgets.header import TitleHeader
 
 if TYPE_CHECKING:
     from mlxchat.conversation import Conversation
-    from mlxchat.conversation import Event, TurnDone
+    from mlxchat.conversation import Event, PrefillProgress, TurnDone
 
 QUIT_WAIT_SECONDS = 10.0
 """On quit, how long a stopped reply gets to be committed before the app exits."""
-LIVE_GAUGE_SECONDS = 0.5
-"""How often the 'decoding N tokens' figures refresh while text streams."""
+LIVE_GAUGE_SECONDS = 0.25
+"""How often the live figures (decoding, context, KV cache) refresh while text streams."""
 EDIT_HINT = "editing your last message · enter answers it on a new branch · esc cancels"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -93,7 +94,7 @@ class MlxChatApp(CommandsMixin, App[int]):
     # -- layout ----------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Header(show_clock=False)
+        yield TitleHeader(show_clock=False)
         yield GaugesPanel(id="gauges")
         yield Transcript(id="transcript")
         yield ActivityBar(id="activity")
@@ -149,6 +150,8 @@ class MlxChatApp(CommandsMixin, App[int]):
         except Exception as exc:  # noqa: BLE001 - shown in the transcript
             self._ui(self._start_failed, error_text(exc))
             return
+        finally:
+            release_thread_streams()  # the model was loaded on this thread
         self._ui(self._started, opened)
 
     async def _started(self, opened: Opened) -> None:
@@ -224,7 +227,7 @@ class MlxChatApp(CommandsMixin, App[int]):
 
     def _refuse(self, text: str, why: str, *, editing: bool = False) -> None:
         if not self.prompt.text:
-            self.prompt.text = text
+            self.prompt.restore(text)
             self.editing = editing
         self.notify(why, severity="warning")
 
@@ -244,7 +247,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         self.generating = False
         await self.transcript.add_notice(error, "error")
         if not self.prompt.text:
-            self.prompt.text = text
+            self.prompt.restore(text)
 
     async def _show_sent(self, content: str) -> None:
         await self.transcript.add_user(content)
@@ -259,11 +262,18 @@ class MlxChatApp(CommandsMixin, App[int]):
             pacer.record(self._ui(self._show_batch, reply, batch))
         try:
             done = pump_turn(events, on_text=show, interval=pacer,
-                             on_prefill=partial(self._ui, self.gauges.prefill))
+                             on_prefill=partial(self._ui, self._show_prefill))
         except Exception as exc:  # noqa: BLE001 - an engine failure mid-turn
             self._ui(self._turn_finished, reply, None, error_text(exc))
             return
         self._ui(self._turn_finished, reply, done, None)
+
+    def _show_prefill(self, progress: PrefillProgress) -> None:
+        self.gauges.prefill(progress)
+        now = time.monotonic()
+        if now >= self._next_gauge or progress.done >= progress.total:
+            self._next_gauge = now + LIVE_GAUGE_SECONDS
+            self.gauges.live_cache(progress.cached_tokens, progress.kv_bytes)
 
     async def _show_batch(self, reply: ReplyHandle, batch: Batch) -> float:
         """Returns this thread's CPU time, from which the pacer learns what drawing costs."""
@@ -272,6 +282,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         if now >= self._next_gauge:  # the live figures need not move with every batch
             self._next_gauge = now + LIVE_GAUGE_SECONDS
             self.gauges.decoding(batch.generated_tokens, batch.decode_tps)
+            self.gauges.live_cache(batch.cached_tokens, batch.kv_bytes)
         return time.thread_time()
 
     async def _turn_finished(self, reply: ReplyHandle, done: TurnDone | None,
@@ -336,20 +347,6 @@ class MlxChatApp(CommandsMixin, App[int]):
     def action_help(self) -> None:
         self.open_screen("help")
 
-    def action_copy_reply(self) -> None:
-        conv = self.conversation
-        reply = next((m for m in reversed(conv.messages) if m.role == "assistant"),
-                     None) if conv else None
-        if reply is None or not reply.content:
-            self.notify("There is no reply to copy yet.", severity="warning")
-            return
-        self.copy_to_clipboard(reply.content)
-        self.notify(f"Copied the last reply ({len(reply.content):,} characters).")
-
-    def _copy_from_worker(self, text: str) -> None:
-        """For /copy, which runs in a worker thread."""
-        self._ui(self.copy_to_clipboard, text)
-
     def watch_theme(self, theme: str) -> None:
         if theme == self.settings.theme:
             return
@@ -393,4 +390,5 @@ def run_app(settings: Settings, *, model: str | None = None, continue_last: bool
     app = create_app(settings, model_spec=model, continue_last=continue_last, session=session)
     with log_to_file():
         result = app.run()
+    release_thread_streams()
     return result if isinstance(result, int) else (app.return_code or 0)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
+from mlxchat.app_root import release_thread_streams
 from mlxchat.commands import CommandResult
 from mlxchat.errors import user_message
 from mlxchat.tui.screens import (
@@ -124,6 +125,8 @@ class CommandsMixin(_Host):
             result = call()
         except Exception as exc:  # noqa: BLE001 - run() never raises; this is a guard
             result = CommandResult.error(error_text(exc))
+        finally:
+            release_thread_streams()  # /model loads the model on this thread
         self._ui(self._apply_result, result, restore, restore_editing)
         if result.turn is not None:
             self._stream_turn(result.turn)
@@ -139,7 +142,7 @@ class CommandsMixin(_Host):
         await self.render_result(result)
         prompt = self.prompt
         if result.kind == "error" and restore is not None and not prompt.text:
-            prompt.text = restore
+            prompt.restore(restore)
             self.editing = restore_editing
         if result.prefill_input is not None:
             prompt.text = result.prefill_input
@@ -184,6 +187,22 @@ class CommandsMixin(_Host):
                 self._start_command("confirmed", confirm.accept)
         self.push_screen(ConfirmScreen(confirm.question, yes=confirm.yes,
                                        destructive=confirm.destructive), answered)
+
+    # -- clipboard -------------------------------------------------------------------
+
+    def action_copy_reply(self) -> None:
+        conv = self.conversation
+        reply = next((m for m in reversed(conv.messages) if m.role == "assistant"),
+                     None) if conv else None
+        if reply is None or not reply.content:
+            self.notify("There is no reply to copy yet.", severity="warning")
+            return
+        self.copy_to_clipboard(reply.content)
+        self.notify(f"Copied the last reply ({len(reply.content):,} characters).")
+
+    def _copy_from_worker(self, text: str) -> None:
+        """For /copy, which runs in a worker thread."""
+        self._ui(self.copy_to_clipboard, text)
 
     # -- screens ---------------------------------------------------------------------
 
@@ -249,7 +268,10 @@ class CommandsMixin(_Host):
                 if cancel.is_set():
                     raise ModelError("download cancelled")  # unwinds resolve_folder
                 progress(done, total or None)
-            resolve_folder(alias, progress=report)
+            try:
+                resolve_folder(alias, progress=report)  # a GGUF import runs MLX here
+            finally:
+                release_thread_streams()
 
         def chosen(alias: str | None) -> None:
             if alias is not None:

@@ -48,8 +48,11 @@ def fmt_bytes(n: float) -> str:
     return human_bytes(n)
 
 
-def fmt_bits_per_weight(bpw: float) -> str:
-    return f"{bpw:.2f} bits/weight"
+def fmt_bits_per_weight(bpw: float, scales_dtype: str | None = None) -> str:
+    """'4.52 bits/weight (float32 scales)': with the scales' dtype when quantized,
+    which is why the figure in memory can exceed the file's (float16 scales)."""
+    scales = f" ({scales_dtype} scales)" if scales_dtype and scales_dtype != "-" else ""
+    return f"{bpw:.2f} bits/weight{scales}"
 
 
 def percent(part: int, whole: int) -> int | None:

@@ -58,6 +58,9 @@ class Batch:
     text: str
     generated_tokens: int
     decode_tps: float
+    cached_tokens: int = 0
+    """Tokens in the KV cache as of the batch's last piece."""
+    kv_bytes: int = 0
 
 
 def pump_turn(events: Iterable[Event], *, on_text: Callable[[Batch], None],
@@ -77,7 +80,8 @@ def pump_turn(events: Iterable[Event], *, on_text: Callable[[Batch], None],
     def flush() -> None:
         nonlocal pending
         if last is not None and pending:
-            on_text(Batch("".join(pending), last.generated_tokens, last.decode_tps))
+            on_text(Batch("".join(pending), last.generated_tokens, last.decode_tps,
+                          last.cached_tokens, last.kv_bytes))
         pending = []
 
     iterator = iter(events)

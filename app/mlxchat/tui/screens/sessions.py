@@ -19,6 +19,22 @@ from mlxchat.chat import SessionSummary
 from mlxchat.tui.formatting import fmt_bytes, fmt_int, relative_time
 from mlxchat.tui.screens.confirm import ConfirmScreen
 
+COLUMNS = ("Title", "Model", "Msgs", "Cache", "Last used")
+FIXED_WIDTHS = (6, 8, 10)
+"""Msgs ('12,345'), Cache ('123.4 MB'), Last used ('4 days ago', '2026-11-30')."""
+DIALOG_MAX_WIDTH, DIALOG_FRAME, SCROLLBAR = 110, 4, 2
+"""The stylesheet's .dialog: 90% wide up to 110, a border and 1 cell of padding a side."""
+
+
+def short_model(spec: str) -> str:
+    """'mlx-community/Qwen3-4B-4bit' -> 'Qwen3-4B-4bit' (a folder: its name)."""
+    return spec.rstrip("/").rsplit("/", 1)[-1] or spec
+
+
+def cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:max(width - 1, 0)].rstrip() + "…"
+
+
 SearchFn = Callable[[str], "list[SessionSummary] | Awaitable[list[SessionSummary]]"]
 
 
@@ -62,8 +78,6 @@ class SessionsScreen(ModalScreen[int | None]):
                          classes="dialog-hint")
 
     def on_mount(self) -> None:
-        table = self.query_one(SessionTable)
-        table.add_columns("Title", "Model", "Msgs", "Cache", "Last used")
         self.query_one("#sessions-rename").display = False
         self.query_one("#sessions-search").focus()
         self.run_search("")
@@ -91,10 +105,14 @@ class SessionsScreen(ModalScreen[int | None]):
         row = self.query_one(SessionTable).cursor_row
         self.results = results
         table = self.query_one(SessionTable)
-        table.clear()
+        table.clear(columns=True)
+        title_w, model_w = self._widths(results)
+        for label, width in zip(COLUMNS, (title_w, model_w, *FIXED_WIDTHS)):
+            table.add_column(label, width=width)
         now = self._now()
         for s in results:
-            table.add_row(Text(s.title), Text(s.model, style="dim"),
+            table.add_row(Text(cut(s.title, title_w)),
+                          Text(cut(short_model(s.model), model_w), style="dim"),
                           Text(fmt_int(s.message_count)),
                           Text(fmt_bytes(s.snapshot_bytes) if s.snapshot_bytes else "–"),
                           Text(relative_time(s.updated, now)),
@@ -106,6 +124,19 @@ class SessionsScreen(ModalScreen[int | None]):
         if results:
             table.move_cursor(row=min(row, len(results) - 1), animate=False)
         self._show_snippet()
+
+    def _widths(self, results: list[SessionSummary]) -> tuple[int, int]:
+        """Title and Model widths: the fixed columns always fit (80 columns
+        included); the model gets at most a third of the rest, the title the rest."""
+        dialog = min(self.size.width * 9 // 10, DIALOG_MAX_WIDTH) - DIALOG_FRAME
+        room = dialog - sum(FIXED_WIDTHS) - 2 * len(COLUMNS) - SCROLLBAR
+        longest = max((len(short_model(s.model)) for s in results), default=5)
+        model_w = max(5, min(longest, room // 3))
+        return max(room - model_w, 10), model_w
+
+    def on_resize(self) -> None:
+        if self.results:
+            self.show_results(self.results)
 
     def selected(self) -> SessionSummary | None:
         table = self.query_one(SessionTable)

@@ -6,6 +6,8 @@ composed and the stylesheet shows one, on the screen's breakpoint class.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
@@ -146,6 +148,14 @@ class GaugesPanel(Vertical):
         self._text("#live-text", f"prefill {counts}\n{fmt_tps(progress.tps)}")
         self._text("#compact-live", f"[b]prefill[/] {counts} · {fmt_tps(progress.tps)}")
 
+    def live_cache(self, cached_tokens: int, kv_bytes: int) -> None:
+        """The Context and KV cache figures as the running turn fills the cache."""
+        if self.state is None or not cached_tokens:
+            return
+        self.state = replace(self.state, cached_tokens=cached_tokens, kv_bytes=kv_bytes,
+                             cache_source="warm")
+        self._render_state()
+
     def decoding(self, generated_tokens: int, tps: float) -> None:
         self._live = "decode"
         self.query_one("#live-meter", Meter).display = False
@@ -181,7 +191,8 @@ class GaugesPanel(Vertical):
             self.query_one(meter_id, Meter).set_value(ctx_fraction, level)
         self.query_one("#gauge-model", Static).update(state.model_name or "no model loaded")
         self._text("#context-text",
-                   f"{fmt_int(used)} / {fmt_int(window)} tokens  [b]{fmt_percent(used, window)}[/]")
+                   f"{fmt_int(used)} / {fmt_int(window)} tokens  [b]{fmt_percent(used, window)}[/]"
+                   "\n[dim]held in the KV cache[/]")
 
         bits = kv_bits_label(state.kv_bits, getattr(state, "kv_dtype", None))
         self.query_one("#gauge-kv").border_title = f"KV cache · {bits}"
@@ -205,7 +216,8 @@ class GaugesPanel(Vertical):
         self._text("#kv-text", "\n".join(lines))
 
         self._text("#weights-text",
-                   f"{fmt_bytes(state.weights_bytes)} · {fmt_bits_per_weight(state.bits_per_weight)}\n"
+                   f"{fmt_bytes(state.weights_bytes)} in memory\n"
+                   f"{fmt_bits_per_weight(state.bits_per_weight, state.scales_dtype)}\n"
                    f"peak memory {fmt_bytes(state.peak_memory_bytes)}")
         self._text("#compact-context",
                    f"{fmt_percent(used, window)} {fmt_int(used)}/{fmt_int(window)}"

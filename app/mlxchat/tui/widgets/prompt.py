@@ -105,6 +105,13 @@ class PromptInput(Vertical):
     def clear(self) -> None:
         self.text = ""
 
+    def restore(self, text: str) -> None:
+        """Put refused text back, all selected: Enter sends it again, typing
+        replaces it (never glued to it), an arrow key keeps it for editing."""
+        area = self.area
+        area.load_text(text)
+        area.select_all()
+
     def focus(self, scroll_visible: bool = True) -> PromptInput:
         self.area.focus(scroll_visible)
         return self

@@ -1,0 +1,63 @@
+"""What fits on screen: the header keeps the model name, the sessions browser
+shows every column at 80x24."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlxchat.chat import SessionSummary
+from mlxchat.tui.formatting import fmt_bytes, fmt_int, relative_time
+from mlxchat.tui.screens import SessionsScreen
+
+from .app_support import ready, settle, tiny_app
+from .tui_hosts import ScreenHost
+
+NOW = 1_700_000_000.0
+LONG_MODEL = "mlx-community/SmolLM2-135M-Instruct-8bit-dwq"
+
+
+def screen_lines(app) -> list[str]:
+    """The text on screen, row by row, as the terminal shows it."""
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+@pytest.fixture(scope="module")
+def long_named(tmp_path_factory):
+    from mlxchat.models.loader import load_folder
+    from mlxchat.models.tiny import write_tiny_model
+
+    return load_folder(write_tiny_model(tmp_path_factory.mktemp("long")), name=LONG_MODEL,
+                       spec="tiny")
+
+
+async def test_header_keeps_the_model_name_beside_a_long_title(tmp_path, long_named):
+    app = tiny_app(tmp_path / "s.db", long_named)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        app.prompt.text = "What is the capital of Portugal and why is it such a nice city to visit?"
+        await pilot.press("enter")
+        await settle(pilot)
+        header = screen_lines(app)[0]
+        assert LONG_MODEL in header, header
+        assert "What is the capital" in header, header
+
+
+async def test_sessions_browser_shows_every_column_at_80x24():
+    rows = [SessionSummary(1, "How do I read a very large CSV file in chunks with pandas?",
+                           LONG_MODEL, NOW - 9000, NOW - 300, 12, 52_000_000),
+            SessionSummary(2, "Sourdough", "qwen3-4b", NOW - 90000, NOW - 7200, 1234, 3_000_000)]
+    app = ScreenHost(lambda: SessionsScreen(search=lambda text: rows, now=lambda: NOW))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        lines = screen_lines(app)
+        heading = next(line for line in lines if "Title" in line)
+        for label in ("Model", "Msgs", "Cache", "Last used"):
+            assert label in heading, heading
+        first = next(line for line in lines if "How do I read" in line)
+        second = next(line for line in lines if "Sourdough" in line)
+        for line, row in ((first, rows[0]), (second, rows[1])):
+            for cell in (fmt_int(row.message_count), fmt_bytes(row.snapshot_bytes or 0),
+                         relative_time(row.updated, NOW)):
+                assert cell in line, (cell, line)
+        assert "SmolLM2" in first and "qwen3-4b" in second

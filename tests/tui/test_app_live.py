@@ -1,0 +1,65 @@
+"""The gauges move while a reply is generated, from the engine's own events."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+from textual.widgets import Static
+
+from .app_support import ready, settle, tiny_app, tiny_settings, until
+
+
+def gauge(app, selector: str) -> str:
+    return app.gauges.query_one(selector, Static).render().plain
+
+
+def context_used(app) -> int:
+    return int(re.match(r"([\d,]+) /", gauge(app, "#context-text")).group(1).replace(",", ""))
+
+
+async def test_context_and_kv_gauges_move_during_a_reply(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny, settings=tiny_settings(max_tokens=2000))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        seen: list[tuple[int, str]] = []
+
+        def moved() -> bool:
+            now = (context_used(app), gauge(app, "#kv-text").splitlines()[0])
+            if not seen or seen[-1] != now:
+                seen.append(now)
+            return len(seen) >= 4
+        app.prompt.text = "Tell me everything"
+        app.simulate_key("enter")
+        await until(lambda: app.generating)
+        await until(moved)
+        assert app.generating  # all of it while the reply streams
+        used = [n for n, _ in seen]
+        assert used == sorted(used) and len(set(used)) >= 3, seen
+        assert len({kv for _, kv in seen}) >= 3, seen
+        app.simulate_key("escape")
+        await settle(pilot)
+        # When the turn ends the gauge shows the engine's exact figure.
+        assert context_used(app) == app.conversation.state().cached_tokens
+
+
+async def test_prefill_progress_counts_what_is_prefilled_and_ends_at_its_total(tmp_path,
+                                                                                 tiny):
+    app = tiny_app(tmp_path / "s.db", tiny, settings=tiny_settings(max_tokens=4))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        shown = []
+        prefill = app.gauges.prefill
+
+        def record(progress):
+            shown.append((progress.done, progress.total))
+            prefill(progress)
+        app.gauges.prefill = record
+        app.prompt.text = "A question of some length, " * 20
+        await pilot.press("enter")
+        await settle(pilot)
+        stats = app.conversation.last_stats
+        assert shown, "no prefill progress was shown"
+        assert {total for _, total in shown} == {stats.prefilled_tokens}
+        assert shown[-1] == (stats.prefilled_tokens, stats.prefilled_tokens)
+        assert [done for done, _ in shown] == sorted(done for done, _ in shown)
