@@ -128,3 +128,53 @@ def test_a_whole_cache_snapshot_from_before_segments_still_resumes(tiny, tmp_pat
     assert again.store.branch_segments(again.session.leaf_id)[0].start == 0
     assert not old.exists() and again.store.latest_snapshot(sid) is None
     again.close()
+
+
+def test_a_quantized_cache_saves_and_resumes_and_a_width_change_stops_the_restore(tiny64,
+                                                                                    tmp_path):
+    conv = make(tiny64, tmp_path / "s.db")
+    conv.update_generation(conv.generation.__class__(temperature=0.0, max_tokens=8, kv_bits=8))
+    last(conv.send("One."))
+    two = last(conv.send("Two?"))
+    assert conv.state().kv_bits == 8
+    sid = conv.session.id
+    conv.close()
+    again = make(tiny64, tmp_path / "s.db")
+    again.open_session(sid)
+    assert again.last_snapshot.ok and again.last_snapshot.tokens == two.stats.context_used
+    assert again.state().kv_bits == 8 and again.last_snapshot.reason is None
+    three = last(again.send("Three!"))
+    assert three.stats.reused_tokens == two.stats.context_used
+    # Full precision from now on: the next segment has another layout.
+    again.update_generation(again.generation.__class__(temperature=0.0, max_tokens=8))
+    last(again.send("Four."))
+    again.close()
+    final = make(tiny64, tmp_path / "s.db")
+    final.open_session(sid)
+    snap = final.last_snapshot
+    assert snap.ok and "KV bit width changed" in snap.reason  # the 8-bit ones are kept
+    final.close()
+
+
+def test_a_segment_of_another_conversation_is_refused_by_its_tokens(tiny, tmp_path):
+    a = make(tiny, tmp_path / "s.db")
+    last(a.send("Apples."))
+    sid_a, leaf_a = a.session.id, a.session.leaf_id
+    a.close()
+    b = make(tiny, tmp_path / "s.db")
+    last(b.send("Pears are different."))
+    [row_b] = b.store.branch_segments(b.session.leaf_id)
+    b.close()
+    store = open_store(tmp_path / "s.db")
+    [row_a] = store.branch_segments(leaf_a)
+    # Swap the file and its checksum: only the token ids can tell.
+    paths.snapshot_file(row_a.path).write_bytes(paths.snapshot_file(row_b.path).read_bytes())
+    with store._writing() as cur:  # noqa: SLF001
+        cur.execute("UPDATE kv_segments SET checksum = ?, end_token = ? WHERE id = ?",
+                    (row_b.checksum, row_b.end, row_a.id))
+    store.close()
+    again = make(tiny, tmp_path / "s.db")
+    again.open_session(sid_a)
+    assert not again.last_snapshot.ok
+    assert "holds other tokens than the conversation" in again.last_snapshot.reason
+    again.close()
