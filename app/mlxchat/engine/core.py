@@ -14,19 +14,17 @@ import time
 import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 from mlx_lm.generate import generate_step
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from mlxchat.chat import GenerationSettings, Message, TurnStats
-from mlxchat.engine import prompt, segments, snapshot, template_delta
-from mlxchat.engine.events import (EngineState, Event, PrefillProgress, SnapshotInfo,
-                                   SnapshotLoad, TextDelta, TurnDone)
+from mlxchat.engine import prompt, template_delta
+from mlxchat.engine.events import EngineState, Event, PrefillProgress, TextDelta, TurnDone
 from mlxchat.engine.live import LiveCache
+from mlxchat.engine.persist import DiskCache
 from mlxchat.engine.progress import LiveFigures
 from mlxchat.engine.template_delta import TemplateOptions
 from mlxchat.models.info import LoadedModel, ModelInfo
@@ -73,7 +71,7 @@ class Decode:
         return "".join(self.pieces)
 
 
-class ChatEngine:
+class ChatEngine(DiskCache):
     """Drive one loaded model; every public method is safe from any thread."""
 
     def __init__(self, loaded: LoadedModel, *, chunk_seconds: float = 0.25):
@@ -226,95 +224,6 @@ class ChatEngine:
 
     def message_tokens(self, messages: Sequence[Message]) -> list[int]:
         return prompt.message_token_counts(self._loaded.tokenizer, messages)
-
-    def save_snapshot(self, path: Path) -> SnapshotInfo:
-        info = self._loaded.info
-
-        def job() -> SnapshotInfo:
-            if not self._live.tokens:
-                raise ValueError("the KV cache is empty: nothing to save")
-            return snapshot.save(path, self._live.layers, self._live.tokens,
-                                 fingerprint=info.fingerprint,
-                                 template_hash=info.chat_template_hash)
-        return self._call(job)
-
-    def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,
-                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
-        """Make a saved cache the live one. ``conversation`` is what it holds
-        (for miss reasons). On rejection the live cache is left cold and the
-        reason is reported by the next turn."""
-        info = self._loaded.info
-
-        def job() -> SnapshotLoad:
-            try:
-                snap = snapshot.load(path, fingerprint=info.fingerprint,
-                                     template_hash=info.chat_template_hash,
-                                     num_layers=len(make_prompt_cache(self._loaded.model)),
-                                     expected_checksum=expected_checksum)
-            except snapshot.SnapshotRejected as exc:
-                self._live.reset(f"snapshot rejected: {exc}", report=True)
-                self._refresh_state()
-                return SnapshotLoad(ok=False, reason=str(exc))
-            self._live.adopt(snap.cache, snap.tokens, conversation, "snapshot")
-            self._refresh_state()
-            return SnapshotLoad(ok=True, tokens=len(snap.tokens))
-        return self._call(job)
-
-    def save_segment(self, path: Path, start: int) -> segments.SegmentInfo:
-        """Write the live cache's positions from ``start`` on (a turn's new tokens)
-        and the checkpoints of layers that cannot be sliced."""
-        info = self._loaded.info
-
-        def job() -> segments.SegmentInfo:
-            live = self._live
-            if not 0 <= start < len(live.tokens):
-                raise ValueError("nothing new in the KV cache to save")
-            return segments.write(path, live.layers, start, len(live.tokens),
-                                  live.tokens[start:], fingerprint=info.fingerprint,
-                                  template_hash=info.chat_template_hash)
-        return self._call(job)
-
-    def load_segments(self, refs: Sequence[segments.SegmentRef], *,
-                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
-        """Make consecutive segments the live cache. A damaged or mismatched one
-        stops the restore there: the tokens before it are kept, the rest recomputed."""
-        info = self._loaded.info
-
-        def job() -> SnapshotLoad:
-            pieces, end, reason = [], 0, None
-            crcs = segments.checksums(refs)
-            for n, (ref, crc) in enumerate(zip(refs, crcs), 1):
-                try:
-                    if ref.start != end:
-                        raise segments.SegmentRejected("it does not continue the one before")
-                    piece = segments.read(ref, fingerprint=info.fingerprint,
-                                          template_hash=info.chat_template_hash, crc=crc)
-                    if pieces and segments.layout(piece) != segments.layout(pieces[0]):
-                        raise segments.SegmentRejected("the KV bit width changed")
-                except segments.SegmentRejected as exc:
-                    reason = f"segment {n} of {len(refs)}: {exc}"
-                    break
-                pieces.append(piece)
-                end = ref.end
-            if not pieces:
-                self._live.reset(f"snapshot rejected: {reason}", report=True)
-                self._refresh_state()
-                return SnapshotLoad(ok=False, reason=reason)
-            layers = segments.assemble(self._loaded.model, pieces, end)
-            tokens = [t for ref in refs[:len(pieces)] for t in ref.token_ids]
-            self._live.adopt(layers, tokens, conversation if reason is None else (), "snapshot")
-            self._refresh_state()
-            return SnapshotLoad(ok=True, tokens=end, reason=reason)
-        return self._call(job)
-
-    def needs_restore(self, tokens: Sequence[int]) -> bool:
-        """The live cache holds tokens the prompt does not, and cannot be trimmed
-        back to them (a wrapped sliding window, a recurrent state)."""
-        def job() -> bool:
-            live = self._live
-            return (prompt.common_prefix(live.tokens, tokens) < len(live.tokens)
-                    and not can_trim_prompt_cache(live.layers))
-        return self._call(job)
 
     def drop_cache(self, reason: str = "cache dropped") -> None:
         def job() -> None:

@@ -1,0 +1,119 @@
+"""The engine's cache on disk: whole snapshots (sessions from before segments)
+and KV segments, all read and written on the engine thread."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+
+from mlxchat.chat import Message, TurnStats
+from mlxchat.engine import prompt, segments, snapshot
+from mlxchat.engine.events import SnapshotInfo, SnapshotLoad
+
+if TYPE_CHECKING:
+    from mlxchat.engine.live import LiveCache
+    from mlxchat.models.info import LoadedModel
+
+
+class DiskCache:
+    """Mixed into ``ChatEngine``: moves the live cache to and from files."""
+
+    _loaded: LoadedModel
+    _live: LiveCache
+
+    if TYPE_CHECKING:  # defined by ChatEngine
+        def _call(self, fn: Callable[[], Any]) -> Any: ...
+
+        def _refresh_state(self, stats: TurnStats | None = None, busy: bool = False
+                           ) -> None: ...
+
+    def save_snapshot(self, path: Path) -> SnapshotInfo:
+        info = self._loaded.info
+
+        def job() -> SnapshotInfo:
+            if not self._live.tokens:
+                raise ValueError("the KV cache is empty: nothing to save")
+            return snapshot.save(path, self._live.layers, self._live.tokens,
+                                 fingerprint=info.fingerprint,
+                                 template_hash=info.chat_template_hash)
+        return self._call(job)
+
+    def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,
+                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
+        """Make a saved cache the live one. ``conversation`` is what it holds
+        (for miss reasons). On rejection the live cache is left cold and the
+        reason is reported by the next turn."""
+        info = self._loaded.info
+
+        def job() -> SnapshotLoad:
+            try:
+                snap = snapshot.load(path, fingerprint=info.fingerprint,
+                                     template_hash=info.chat_template_hash,
+                                     num_layers=len(make_prompt_cache(self._loaded.model)),
+                                     expected_checksum=expected_checksum)
+            except snapshot.SnapshotRejected as exc:
+                self._live.reset(f"snapshot rejected: {exc}", report=True)
+                self._refresh_state()
+                return SnapshotLoad(ok=False, reason=str(exc))
+            self._live.adopt(snap.cache, snap.tokens, conversation, "snapshot")
+            self._refresh_state()
+            return SnapshotLoad(ok=True, tokens=len(snap.tokens))
+        return self._call(job)
+
+    def save_segment(self, path: Path, start: int) -> segments.SegmentInfo:
+        """Write the live cache's positions from ``start`` on (a turn's new tokens)
+        and the checkpoints of layers that cannot be sliced."""
+        info = self._loaded.info
+
+        def job() -> segments.SegmentInfo:
+            live = self._live
+            if not 0 <= start < len(live.tokens):
+                raise ValueError("nothing new in the KV cache to save")
+            return segments.write(path, live.layers, start, len(live.tokens),
+                                  live.tokens[start:], fingerprint=info.fingerprint,
+                                  template_hash=info.chat_template_hash)
+        return self._call(job)
+
+    def load_segments(self, refs: Sequence[segments.SegmentRef], *,
+                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
+        """Make consecutive segments the live cache. A damaged or mismatched one
+        stops the restore there: the tokens before it are kept, the rest recomputed."""
+        info = self._loaded.info
+
+        def job() -> SnapshotLoad:
+            pieces, end, reason = [], 0, None
+            crcs = segments.checksums(refs)
+            for n, (ref, crc) in enumerate(zip(refs, crcs), 1):
+                try:
+                    if ref.start != end:
+                        raise segments.SegmentRejected("it does not continue the one before")
+                    piece = segments.read(ref, fingerprint=info.fingerprint,
+                                          template_hash=info.chat_template_hash, crc=crc)
+                    if pieces and segments.layout(piece) != segments.layout(pieces[0]):
+                        raise segments.SegmentRejected("the KV bit width changed")
+                except segments.SegmentRejected as exc:
+                    reason = f"segment {n} of {len(refs)}: {exc}"
+                    break
+                pieces.append(piece)
+                end = ref.end
+            if not pieces:
+                self._live.reset(f"snapshot rejected: {reason}", report=True)
+                self._refresh_state()
+                return SnapshotLoad(ok=False, reason=reason)
+            layers = segments.assemble(self._loaded.model, pieces, end)
+            tokens = [t for ref in refs[:len(pieces)] for t in ref.token_ids]
+            self._live.adopt(layers, tokens, conversation if reason is None else (), "snapshot")
+            self._refresh_state()
+            return SnapshotLoad(ok=True, tokens=end, reason=reason)
+        return self._call(job)
+
+    def needs_restore(self, tokens: Sequence[int]) -> bool:
+        """The live cache holds tokens the prompt does not, and cannot be trimmed
+        back to them (a wrapped sliding window, a recurrent state)."""
+        def job() -> bool:
+            live = self._live
+            return (prompt.common_prefix(live.tokens, tokens) < len(live.tokens)
+                    and not can_trim_prompt_cache(live.layers))
+        return self._call(job)
