@@ -5,7 +5,8 @@ a date stamp (Llama 3.x), the system prompt moved into the newest user turn
 (Mistral), reasoning stripped from history and an empty think block in the
 generation prompt (Qwen3 with thinking off), a generation prompt that opens
 reasoning (DeepSeek-R1 distills), the system folded into the first user turn
-(Gemma 3), and channels (gpt-oss).
+(Gemma 3), and channels (gpt-oss, whose final reply ends with <|return|> but
+with <|end|> once a message follows it).
 """
 
 LLAMA3 = (
@@ -98,7 +99,11 @@ GPT_OSS = (
     "{%- if '<|channel|>' in m.content %}"
     "{{- raise_exception('You have passed a message containing <|channel|> tags in the "
     "content field.') }}{%- endif %}"
+    "{%- if loop.last and not add_generation_prompt %}"
+    "{{- '<|start|>assistant<|channel|>final<|message|>' + m.content + '<|return|>' }}"
+    "{%- else %}"
     "{{- '<|start|>assistant<|channel|>final<|message|>' + m.content + '<|end|>' }}"
+    "{%- endif %}"
     "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start|>assistant' }}{%- endif %}"

@@ -4,15 +4,15 @@ Real chat templates re-render history (Llama 3 stamps today's date, Qwen3
 strips earlier reasoning, Mistral moves the system prompt to the newest user
 turn), so rendering the whole conversation each turn changes tokens the KV
 cache already holds. Here a new user message is rendered after a fixed stub
-exchange, and only the tokens it adds are kept: the template's own closing of
-the previous reply, the user turn and the generation prompt.
+exchange (twice, with two stub replies that end differently), and only the
+tokens after the reply are kept: the template's own closing of the previous
+reply, the user turn and the generation prompt.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any, Sequence
 
 from mlxchat.chat import Message
@@ -58,23 +58,6 @@ def _stub(reply: str) -> list[Message]:
     return [Message("user", _STUB_USER), Message("assistant", reply)]
 
 
-@lru_cache(maxsize=16)
-def _stub_render(tokenizer: Any, options: TemplateOptions) -> tuple[int, ...]:
-    return tuple(prompt.render(tokenizer, _stub(_STUB_REPLIES[0]), generation_prompt=False,
-                               **options.kwargs()))
-
-
-@lru_cache(maxsize=16)
-def _closing(tokenizer: Any, options: TemplateOptions) -> tuple[int, ...]:
-    """Tokens the template puts after a reply's text (e.g. ``<|im_end|>`` and a newline)."""
-    a, b = (prompt.render(tokenizer, _stub(r), generation_prompt=False, **options.kwargs())
-            for r in _STUB_REPLIES)
-    n = 0
-    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
-        n += 1
-    return tuple(a[len(a) - n:])
-
-
 def head(tokenizer: Any, system: str | None, text: str, options: TemplateOptions
          ) -> list[int]:
     """The first user message: everything the template puts before the reply
@@ -85,16 +68,21 @@ def head(tokenizer: Any, system: str | None, text: str, options: TemplateOptions
 
 def follow_up(tokenizer: Any, text: str, *, previous: Sequence[int],
               options: TemplateOptions) -> list[int]:
-    """A user message after a reply whose token ids are ``previous``: the
-    template's closing of that reply (less its end token when the model
-    generated one), the user turn and the generation prompt."""
-    before = list(_stub_render(tokenizer, options))
-    after = prompt.render(tokenizer, _stub(_STUB_REPLIES[0]) + [Message("user", text)],
-                          **options.kwargs())
-    if after[:len(before)] != before:
-        raise TemplateNotIncremental("the chat template re-renders the previous reply")
-    closing = list(_closing(tokenizer, options))
+    """A user message after a reply whose token ids are ``previous``: what the
+    template puts after a reply's text once another message follows it (its
+    closing, which may differ from a final reply's: gpt-oss ends that one with
+    ``<|return|>``), the user turn and the generation prompt; less the closing's
+    end token when the model generated its own."""
+    kwargs = options.kwargs()
+    a, b = (prompt.render(tokenizer, _stub(reply) + [Message("user", text)], **kwargs)
+            for reply in _STUB_REPLIES)
+    n = 0  # the two stub replies end differently: the shared tail starts right after them
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    tail = a[len(a) - n:]
+    if n == 0 or n >= min(len(a), len(b)):
+        raise TemplateNotIncremental("the chat template does not render a reply as written")
     ended = bool(previous) and previous[-1] in set(tokenizer.eos_token_ids)
-    if ended and closing and closing[0] in _special_ids(tokenizer):
-        closing = closing[1:]  # the generated end token stands for the template's
-    return closing + after[len(before):]
+    if ended and tail[0] in _special_ids(tokenizer):
+        tail = tail[1:]  # the generated end token stands for the template's
+    return tail
