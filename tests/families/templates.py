@@ -2,9 +2,9 @@
 
 Each reproduces the behaviour that defeats re-rendering the whole conversation:
 a date stamp (Llama 3.x), the system prompt moved into the newest user turn
-(Mistral), reasoning stripped from history and an empty think block in the
-generation prompt (Qwen3 with thinking off), a generation prompt that opens
-reasoning (DeepSeek-R1 distills), the system folded into the first user turn
+(Mistral), reasoning stripped from history but a think block always on a final
+reply (Qwen3), a generation prompt that opens reasoning (DeepSeek-R1 distills),
+the system folded into the first user turn
 (Gemma 3), and channels (gpt-oss, whose final reply ends with <|return|> but
 with <|end|> once a message follows it).
 """
@@ -54,7 +54,7 @@ _QWEN_BODY = (
     "{%- if '</think>' in content %}"
     "{%- set reasoning = content.split('</think>')[0].split('<think>')[-1].strip('\\n') %}"
     "{%- set content = content.split('</think>')[-1].lstrip('\\n') %}{%- endif %}"
-    "{%- if loop.index0 > ns.last_user and reasoning %}"
+    "{%- if loop.index0 > ns.last_user and (loop.last or reasoning) %}"
     "{{- '<|im_start|>assistant\\n<think>\\n' + reasoning + '\\n</think>\\n\\n' + content"
     " + '<|im_end|>\\n' }}"
     "{%- else %}{{- '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}{%- endif %}"
@@ -62,8 +62,9 @@ _QWEN_BODY = (
     "{%- endfor %}"
 )
 
-# Qwen3: reasoning is stripped from earlier replies; with thinking off the
-# generation prompt carries an empty think block that history never shows.
+# Qwen3: reasoning is stripped from earlier replies, a final reply always shows
+# a think block; with thinking off the generation prompt carries an empty one
+# that history never shows.
 QWEN3 = _QWEN_BODY + (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
     "{%- if enable_thinking is defined and enable_thinking is false %}"
