@@ -307,7 +307,7 @@ class Conversation(SessionLife, SessionCache):
             for event in self.engine.turn(plan.prompt, self.generation):
                 if isinstance(event, TurnDone):
                     done = event
-                elif isinstance(event, TextDelta):
+                elif isinstance(event, TextDelta) and event.part == "answer":
                     pieces.append(event.text)
                     if time.monotonic() - saved_at >= DRAFT_INTERVAL_S:
                         saved_at = time.monotonic()
@@ -333,11 +333,12 @@ class Conversation(SessionLife, SessionCache):
         stats = done.stats
         self.last_stats = stats
         cancelled = stats.finish_reason == "cancelled"
-        if done.reply or not cancelled:
+        if done.reply or done.reasoning or not cancelled:
             # The reply's ledger entry is what was sampled, reasoning and end token included.
             reply = PendingReply(self.session.id, self.session.leaf_id, done.reply,
                                  stats=stats.to_dict(), cancelled=cancelled,
-                                 token_ids=done.token_ids if key else None, ledger_key=key)
+                                 token_ids=done.token_ids if key else None, ledger_key=key,
+                                 reasoning=done.reasoning or None)
             try:
                 reply.store_in(self.store, wait_s=FIRST_SAVE_WAIT_S)
             except StoreLocked:

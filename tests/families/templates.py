@@ -89,7 +89,9 @@ GEMMA3 = (
 )
 
 GPT_OSS = (
-    "{{- '<|start|>system<|message|>You are a helpful assistant.\\nReasoning: medium<|end|>' }}"
+    "{%- if reasoning_effort is not defined %}{%- set reasoning_effort = 'medium' %}{%- endif %}"
+    "{{- '<|start|>system<|message|>You are a helpful assistant.\\nReasoning: '"
+    " + reasoning_effort + '<|end|>' }}"
     "{%- for m in messages %}"
     "{%- if m.role == 'system' %}"
     "{{- '<|start|>developer<|message|># Instructions\\n\\n' + m.content + '<|end|>' }}"

@@ -23,7 +23,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from mlxchat.chat import GenerationSettings, Message, TurnStats
-from mlxchat.engine import prompt, segments, snapshot, template_delta
+from mlxchat.engine import prompt, reasoning, segments, snapshot, template_delta
 from mlxchat.engine.events import (EngineState, Event, PrefillProgress, SnapshotInfo,
                                    SnapshotLoad, TextDelta, TurnDone)
 from mlxchat.engine.live import LiveCache
@@ -66,10 +66,20 @@ class Decode:
     first_pass_s: float = 0.0
     """Seconds of the first forward pass (the tail of the prompt)."""
     decode_tps: float = 0.0
+    reasoning_pieces: list[str] = field(default_factory=list)
+    reasoning_tokens: int = 0
+    """Sampled tokens that belong to the reasoning, its markup included."""
+    reasoning_s: float = 0.0
+    """Seconds from the start of sampling to the end of the reasoning."""
 
     @property
     def reply(self) -> str:
+        """The answer (what is stored as the reply's content)."""
         return "".join(self.pieces)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self.reasoning_pieces).rstrip()
 
 
 class ChatEngine:
@@ -389,7 +399,7 @@ class ChatEngine:
         try:
             prefill = self._prefill(tokens[reuse.tokens:len(tokens) - tail], emit)
             decode = self._decode(tokens[len(tokens) - tail:], settings, emit=emit,
-                                  turn_start=start)
+                                  turn_start=start, prompt_tokens=tokens)
         except _Cancelled:
             decode.finish_reason = "cancelled"
         finally:
@@ -402,7 +412,8 @@ class ChatEngine:
             cache_source=reuse.source, dropped_messages=fitted.dropped,
             context_window=info.context_window, kv_bits=settings.kv_bits,
             weights_bytes=info.weights_bytes, finish_reason=decode.finish_reason,
-            generated_tokens=decode.generated, ttft_s=decode.ttft_s,
+            generated_tokens=decode.generated, reasoning_tokens=decode.reasoning_tokens,
+            reasoning_s=decode.reasoning_s, ttft_s=decode.ttft_s,
             decode_tps=decode.decode_tps,
             prefill_tps=(len(tokens) - reuse.tokens)
             / max(prefill.seconds + decode.first_pass_s, 1e-9) if decode.generated else 0.0,
@@ -410,32 +421,34 @@ class ChatEngine:
             kv_bytes=live.nbytes, peak_memory_bytes=mx.get_peak_memory())
         self._refresh_state(stats)
         emit(TurnDone(reply=decode.reply, stats=stats, dropped_messages=fitted.dropped,
-                      token_ids=decode.token_ids))
+                      token_ids=decode.token_ids, reasoning=decode.reasoning))
 
     def _decode(self, tail: list[int], settings: GenerationSettings, *,
-                emit: Callable[[Event], None], turn_start: float) -> Decode:
-        """Feed the tail and sample until an end token, the budget or a cancel."""
+                emit: Callable[[Event], None], turn_start: float,
+                prompt_tokens: Sequence[int] = ()) -> Decode:
+        """Feed the tail and sample until an end token, a budget or a cancel;
+        reasoning and answer are streamed as separate parts."""
         tokenizer, live = self._loaded.tokenizer, self._live
         window = self._loaded.info.context_window
         sampler = make_sampler(settings.temperature, settings.top_p, settings.min_p)
         processors = make_logits_processors(
             repetition_penalty=settings.repetition_penalty
             if settings.repetition_penalty != 1.0 else None)
-        budget = max(1, min(settings.max_tokens, window - len(live.tokens) - len(tail) + 1))
-        detok = tokenizer.detokenizer
-        detok.reset()
+        split = reasoning.Splitter.for_prompt(tokenizer, prompt_tokens,
+                                              reasoning.cached_markup(tokenizer))
+        think_budget = settings.max_reasoning_tokens if split.markup.reasons else 0
+        budget = max(1, min(settings.max_tokens + think_budget,
+                            window - len(live.tokens) - len(tail) + 1))
         out = Decode(finish_reason="length")
+        def shown(segment: str, part: str) -> None:
+            (out.reasoning_pieces if part == reasoning.REASONING else out.pieces).append(segment)
+            emit(TextDelta(segment, out.generated, out.decode_tps, part=part))
+        text = reasoning.PartText(tokenizer.detokenizer, shown)
         t_prompt = time.perf_counter()
         gen = generate_step(mx.array(tail), self._loaded.model, prompt_cache=live.layers,
                             max_tokens=budget, sampler=sampler, logits_processors=processors)
         live.tokens.extend(tail)
         first_at = None
-
-        def flush() -> None:
-            segment = detok.last_segment
-            if segment:
-                out.pieces.append(segment)
-                emit(TextDelta(segment, out.generated, out.decode_tps))
         try:
             for token, _ in gen:
                 live.tokens.append(token)
@@ -444,20 +457,26 @@ class ChatEngine:
                 if first_at is None:
                     first_at = now
                     out.ttft_s, out.first_pass_s = now - turn_start, now - t_prompt
+                out.generated += 1
                 if token in tokenizer.eos_token_ids:
                     out.finish_reason = "stop"
-                    out.generated += 1
                     break
-                detok.add_token(token)
-                out.generated += 1
                 if out.generated > 1:
                     out.decode_tps = (out.generated - 1) / max(now - first_at, 1e-9)
-                flush()
+                was = split.part
+                text.add(split.feed(token))
+                out.reasoning_tokens = split.reasoning_tokens
+                if reasoning.REASONING in (was, split.part):
+                    out.reasoning_s = now - t_prompt
                 if self._cancel.is_set():
                     out.finish_reason = "cancelled"
                     break
+                if split.answer_tokens >= settings.max_tokens or (
+                        split.part == reasoning.REASONING
+                        and split.reasoning_tokens >= think_budget):
+                    break  # a budget is spent: finish_reason stays 'length'
         finally:
             gen.close()
-            detok.finalize()
-            flush()
+            text.add(split.flush())
+            text.close()
         return out

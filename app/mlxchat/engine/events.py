@@ -32,6 +32,8 @@ class TextDelta:
     text: str
     generated_tokens: int
     decode_tps: float = 0.0
+    part: str = "answer"
+    """'reasoning' (shown folded, stored apart) or 'answer' (the reply's content)."""
 
 
 @dataclass
@@ -45,6 +47,8 @@ class TurnDone:
     token_ids: list[int] = field(default_factory=list)
     """The reply's token ids as sampled (reasoning and the end token included):
     what it adds to the conversation's token ledger."""
+    reasoning: str = ""
+    """The reply's reasoning text, apart from ``reply`` (the answer)."""
 
 
 Event = PrefillProgress | TextDelta | TurnDone
