@@ -100,6 +100,7 @@ def test_a_multi_token_marker_is_held_back_until_told_apart(model):
 
 def conversation(loaded, tmp_path, **generation) -> Conversation:
     settings = Settings(generation=GenerationSettings(temperature=0.0, **generation))
+    tmp_path.mkdir(parents=True, exist_ok=True)
     return open_conversation(settings, store_factory=lambda: open_store(tmp_path / "s.db"),
                              load_model=lambda spec, progress=None: loaded).conversation
 
@@ -162,3 +163,29 @@ def test_reasoning_settings_are_checked():
     with pytest.raises(ValueError, match="max_reasoning_tokens"):
         GenerationSettings(max_reasoning_tokens=0).check()
     GenerationSettings(thinking=False, reasoning_effort="low").check()
+
+
+def run(conv: Conversation, line: str):
+    from mlxchat.commands import CommandContext, default_registry
+
+    return default_registry().run(line, CommandContext(conversation=conv))
+
+
+def test_think_and_reasoning_effort_commands(model, tmp_path):
+    qwen = conversation(model("qwen3"), tmp_path / "q", max_tokens=2)
+    assert run(qwen, "/think off").ok and qwen.generation.thinking is False
+    assert qwen.store.get_session(qwen.session.id).settings.thinking is False
+    assert "off" in run(qwen, "/think").text
+    assert run(qwen, "/think default").ok and qwen.generation.thinking is None
+    refused = run(qwen, "/set reasoning_effort high")  # Qwen3's template does not read it
+    assert not refused.ok and "reasoning_effort" in refused.text
+    assert qwen.generation.reasoning_effort is None
+    qwen.shutdown()
+    oss = conversation(model("gpt_oss"), tmp_path / "g", max_tokens=2)
+    assert oss.model_info.reasoning == "harmony"
+    assert run(oss, "/set reasoning_effort high").ok
+    list(oss.send("hello"))
+    first = oss.messages[0]
+    assert "Reasoning: high" in model("gpt_oss").tokenizer.decode(first.token_ids)
+    assert not run(oss, "/set reasoning_effort extreme").ok
+    oss.shutdown()

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mlxchat.chat import (CONTEXT_POLICIES, GENERATION_RULES, HISTORY_MODES, GenerationSettings,
-                          generation_problem, human_bytes)
+from mlxchat.chat import (CONTEXT_POLICIES, GENERATION_RULES, HISTORY_MODES, REASONING_EFFORTS,
+                          GenerationSettings, generation_problem, human_bytes)
 from mlxchat.commands.base import (
     Args,
     Candidates,
@@ -61,6 +61,18 @@ def _policy(name: str, raw: str) -> str:
     return _allowed(name, raw.lower(), raw)
 
 
+def _optional_word(name: str, raw: str) -> Any:
+    return None if raw.lower() in ("none", "default") else _allowed(name, raw.lower(), raw)
+
+
+def _switch(name: str, raw: str) -> Any:
+    words = {"on": True, "true": True, "yes": True, "off": False, "false": False, "no": False,
+             "none": None, "default": None}
+    if raw.lower() not in words:
+        raise CommandError(f"{name} takes on, off or default; got {one_line(raw, 30)!r}.")
+    return words[raw.lower()]
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -75,6 +87,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("top_p", _ranged(float), "> 0 and <= 1"),
     Setting("min_p", _ranged(float), ">= 0 and < 1"),
     Setting("max_tokens", _ranged(int), ">= 1"),
+    Setting("max_reasoning_tokens", _ranged(int), ">= 1"),
+    Setting("thinking", _switch, "on, off or default", ("on", "off", "default")),
+    Setting("reasoning_effort", _optional_word, "none, " + ", ".join(REASONING_EFFORTS),
+            ("none", *REASONING_EFFORTS)),
     Setting("seed", _optional_int, "none or a whole number >= 0", ("none",)),
     Setting("repetition_penalty", _ranged(float), "> 0 (1 is off)"),
     Setting("kv_bits", _optional_int, "none, 4 or 8", ("none", "4", "8")),
@@ -84,7 +100,18 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
 
 
 def show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
     return "none" if value is None else str(value)
+
+
+def _check_template(ctx: CommandContext, name: str, value: Any) -> None:
+    """thinking and reasoning_effort only where the chat template reads them."""
+    variable = {"thinking": "enable_thinking", "reasoning_effort": "reasoning_effort"}.get(name)
+    info = ctx.conversation.model_info
+    if variable and value is not None and variable not in info.template_variables:
+        raise CommandError(f"{info.name}'s chat template does not take {variable}, so "
+                           f"{name} would change nothing.")
 
 
 def _setting(raw: str) -> Setting:
@@ -108,6 +135,7 @@ def set_(ctx: CommandContext, args: Args) -> CommandResult:
     value = setting.parse(setting.name, args.words[1])
     if setting.name == "kv_bits":
         _check_kv_bits(ctx, value)
+    _check_template(ctx, setting.name, value)
     conv = ctx.conversation
     conv.update_generation(dataclasses.replace(conv.generation, **{setting.name: value}))
     where = "for this session"
@@ -122,6 +150,22 @@ def set_(ctx: CommandContext, args: Args) -> CommandResult:
                 " The next turn recomputes the cache at full precision.")
     return CommandResult.info(f"{setting.name} = {show(value)} {where}.{note}",
                               clear_input=True)
+
+
+def think(ctx: CommandContext, args: Args) -> CommandResult:
+    conv = ctx.conversation
+    if not args.words:
+        on = conv.generation.thinking
+        return CommandResult.info(
+            f"thinking is {'the model default' if on is None else show(on)} for this session "
+            f"(/think on|off; this model marks reasoning as: {conv.model_info.reasoning}).")
+    value = _switch("thinking", args.words[0])
+    _check_template(ctx, "thinking", value)
+    conv.update_generation(dataclasses.replace(conv.generation, thinking=value))
+    return CommandResult.info(
+        f"thinking {'follows the model default' if value is None else show(value)} for this "
+        "session from the next message; earlier messages keep their tokens.",
+        clear_input=True)
 
 
 def get(ctx: CommandContext, args: Args) -> CommandResult:
@@ -242,6 +286,13 @@ COMMANDS = (
             flags=("--default",), complete=complete_settings,
             details="Settings: " + "; ".join(f"{s.name} ({s.rule})" for s in SETTINGS.values())
             + ". --default also saves it as the default for new sessions."),
+    Command("think", think, "Turn the model's reasoning on or off for this session",
+            usage="/think [on|off|default]", max_args=1,
+            complete=lambda ctx, words, prefix: [] if words else [
+                ("on", "reason before answering"), ("off", "answer directly"),
+                ("default", "the template's default")],
+            details="Passed to the chat template as enable_thinking (Qwen3 and others that "
+                    "read it); the reasoning shows folded above the answer."),
     Command("get", get, "Show the generation settings, or one of them", usage="/get [NAME]",
             max_args=1, complete=complete_setting_names, while_busy=True),
     Command("model", model, "Show the loaded model, or switch to another",

@@ -40,6 +40,11 @@ class ModelInfo:
     num_layers: int = 0
     kv_heads: int = 0
     head_dim: int = 0
+    reasoning: str = "none"
+    """How replies mark reasoning: 'think' (think tags), 'harmony' (gpt-oss
+    channels) or 'none'."""
+    template_variables: tuple[str, ...] = ()
+    """Of enable_thinking and reasoning_effort, those the chat template reads."""
 
 
 @dataclass
@@ -111,6 +116,16 @@ def template_hash(tokenizer: Any) -> str:
     return hashlib.sha256(template.encode("utf-8")).hexdigest()[:16]
 
 
+TEMPLATE_VARIABLES = ("enable_thinking", "reasoning_effort")
+
+
+def template_variables(tokenizer: Any) -> tuple[str, ...]:
+    template = getattr(tokenizer, "chat_template", None) or ""
+    if not isinstance(template, str):
+        template = json.dumps(template, default=str)
+    return tuple(v for v in TEMPLATE_VARIABLES if v in template)
+
+
 def folder_fingerprint(folder: Path, precision: str) -> str:
     """A cheap identity of the weights in ``folder``: config, the safetensors
     headers (names, dtypes, shapes, offsets) and sampled bytes of each file.
@@ -139,6 +154,8 @@ def describe(model: nn.Module, tokenizer: Any, config: dict, *, name: str, spec:
     """Build the ModelInfo of a model already loaded (and cast for this device)."""
     from mlx_lm.utils import get_total_parameters
 
+    from mlxchat.models.markup import markup_of
+
     params = get_total_parameters(model)
     nbytes = weights_bytes(model)
     quant, scales = quantization_label(model)
@@ -165,4 +182,6 @@ def describe(model: nn.Module, tokenizer: Any, config: dict, *, name: str, spec:
         num_layers=len(getattr(model, "layers", [])),
         kv_heads=text_cfg.get("num_key_value_heads", heads) or 0,
         head_dim=text_cfg.get("head_dim") or (hidden // heads if heads else 0),
+        reasoning=markup_of(tokenizer).kind,
+        template_variables=template_variables(tokenizer),
     )
