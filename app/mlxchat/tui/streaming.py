@@ -58,6 +58,8 @@ class Batch:
     text: str
     generated_tokens: int
     decode_tps: float
+    part: str = "answer"
+    """'reasoning' or 'answer': a batch holds one part."""
 
 
 def pump_turn(events: Iterable[Event], *, on_text: Callable[[Batch], None],
@@ -77,7 +79,7 @@ def pump_turn(events: Iterable[Event], *, on_text: Callable[[Batch], None],
     def flush() -> None:
         nonlocal pending
         if last is not None and pending:
-            on_text(Batch("".join(pending), last.generated_tokens, last.decode_tps))
+            on_text(Batch("".join(pending), last.generated_tokens, last.decode_tps, last.part))
         pending = []
 
     iterator = iter(events)
@@ -85,6 +87,8 @@ def pump_turn(events: Iterable[Event], *, on_text: Callable[[Batch], None],
         for event in iterator:
             now = clock()
             if isinstance(event, TextDelta):
+                if last is not None and event.part != last.part:
+                    flush()  # a batch holds one part: the reasoning ends here
                 pending.append(event.text)
                 last = event
                 if now >= next_text:
