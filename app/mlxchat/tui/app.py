@@ -272,7 +272,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         now = time.monotonic()
         if now >= self._next_gauge:  # the live figures need not move with every batch
             self._next_gauge = now + LIVE_GAUGE_SECONDS
-            self.gauges.decoding(batch.generated_tokens, batch.decode_tps)
+            self.gauges.decoding(batch.generated_tokens, batch.decode_tps, batch.part)
         return time.thread_time()
 
     async def _turn_finished(self, reply: ReplyHandle, done: TurnDone | None,
