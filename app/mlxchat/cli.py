@@ -19,7 +19,13 @@ from mlxchat.errors import UserError, user_message
 def _add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", help="catalog alias, HF repo id, MLX folder or .gguf file")
     p.add_argument("--system", help="system prompt")
-    p.add_argument("--max-tokens", type=int, help="longest reply in tokens")
+    p.add_argument("--max-tokens", type=int, help="longest answer in tokens")
+    p.add_argument("--max-reasoning-tokens", type=int,
+                   help="longest reasoning in tokens (models that think)")
+    p.add_argument("--think", choices=("on", "off"),
+                   help="turn the model's reasoning on or off (templates that read it)")
+    p.add_argument("--reasoning-effort", choices=("low", "medium", "high"),
+                   help="for templates that take it (gpt-oss)")
     p.add_argument("--temp", type=float, help="sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, help="nucleus sampling threshold (0-1]")
     p.add_argument("--min-p", type=float, help="drop tokens below this share of the top one")
