@@ -130,6 +130,8 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
         resumed = _find_session(store, session, continue_last, lookup, notices)
         spec = model_spec or (resumed.model if resumed else None) or settings.model
         loaded = load_model(spec, progress=progress)
+        if loaded.info.memory_note:
+            notices.append((loaded.info.memory_note + ".", "warning"))
         engine = engine_factory(loaded)
         if resumed is None:
             resumed_or_new = store.create_session(spec, settings.system_prompt,

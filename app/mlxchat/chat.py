@@ -29,13 +29,14 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "seed": (lambda v: v is None or 0 <= v < _INT64, "none or a whole number >= 0"),
     "repetition_penalty": (lambda v: v > 0, "> 0"),
     "kv_bits": (lambda v: v in (None, 4, 8), "none, 4 or 8"),
+    "context_window": (lambda v: v is None or 256 <= v < _INT64, "none or a whole number >= 256"),
     "context_policy": (lambda v: v in CONTEXT_POLICIES, " or ".join(CONTEXT_POLICIES)),
     "history": (lambda v: v in HISTORY_MODES, " or ".join(HISTORY_MODES)),
 }
 """What each generation setting allows (a check and the rule in words): the one
 place the /set command, `mlxchat ask` flags and the config file are checked against."""
 
-_WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits")
+_WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window")
 _WORDS = ("context_policy", "history", "thinking", "reasoning_effort")
 
 
@@ -122,6 +123,8 @@ class GenerationSettings(Record):
     """1.0 disables; 1.1 is a mild penalty on recently generated tokens."""
     kv_bits: int | None = None
     """Quantize the KV cache to 8 or 4 bits; None keeps the model's dtype."""
+    context_window: int | None = None
+    """Cap on the context window in tokens (at most the model's); None: the model's."""
     context_policy: ContextPolicy = "drop_oldest"
     """What to do when the conversation outgrows the window: drop the oldest
     turns (keeping the system prompt and the newest message) or stop with an error."""

@@ -6,6 +6,7 @@ The only module that imports both the engine side and the TUI (lazily).
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import logging
 import os
 import sys
@@ -32,6 +33,8 @@ def _add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, help="random seed for reproducible sampling")
     p.add_argument("--repetition-penalty", type=float, help="1.0 disables")
     p.add_argument("--kv-bits", type=int, choices=(4, 8), help="quantize the KV cache")
+    p.add_argument("--context", type=int, metavar="N",
+                   help="cap the context window at N tokens (stored with the session)")
     p.add_argument("--context-policy", choices=("drop_oldest", "stop"),
                    help="what to do when the conversation outgrows the window")
 
@@ -46,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--continue", "-c", dest="continue_last", action="store_true",
                         help="reopen the most recent session")
     parser.add_argument("--session", "-s", help="open a saved session by id or title")
+    parser.add_argument("--context", type=int, metavar="N",
+                        help="cap the context window of new sessions at N tokens")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     ask = sub.add_parser("ask", help="answer one prompt, streaming to stdout",
@@ -127,6 +132,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     from mlxchat.config import load_settings
 
     settings = load_settings()
+    if args.command is None and args.context is not None:
+        gen = replace(settings.generation, context_window=args.context)
+        try:
+            gen.check()
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        settings.generation = gen
     if args.command == "ask":
         from mlxchat.cli_ask import run_ask
 

@@ -20,7 +20,8 @@ SESSION_WAIT_S = 10.0
 _FLAGS = {"max_tokens": "max_tokens", "temp": "temperature", "top_p": "top_p",
           "min_p": "min_p", "seed": "seed", "repetition_penalty": "repetition_penalty",
           "kv_bits": "kv_bits", "context_policy": "context_policy",
-          "max_reasoning_tokens": "max_reasoning_tokens", "reasoning_effort": "reasoning_effort"}
+          "max_reasoning_tokens": "max_reasoning_tokens", "reasoning_effort": "reasoning_effort",
+          "context": "context_window"}
 
 
 def _settings_from(args: argparse.Namespace, base: GenerationSettings) -> GenerationSettings:
@@ -42,6 +43,9 @@ def _check_template(info, args: argparse.Namespace) -> None:
         if getattr(args, flag) is not None and variable not in info.template_variables:
             raise UserError(f"{info.name}'s chat template does not take {variable}; "
                             f"--{flag.replace('_', '-')} would change nothing")
+    if args.context is not None and args.context > info.context_window:
+        raise UserError(f"--context can only lower {info.name}'s window of "
+                        f"{info.context_window:,} tokens; got {args.context:,}")
 
 
 def _read_prompt(arg: str) -> str:

@@ -205,6 +205,11 @@ class Conversation(SessionLife, SessionCache):
         return next((m.stats for m in reversed(self.messages)
                      if m.role == "assistant" and m.stats is not None), None)
 
+    @property
+    def context_window(self) -> int:
+        """The window turns get: the model's, or the session's cap below it."""
+        return self.engine.window(self.generation)
+
     def count_tokens(self, messages: list[Message]) -> int:
         return self.engine.count_tokens(messages)
 
@@ -369,7 +374,7 @@ class Conversation(SessionLife, SessionCache):
 
     def window_left(self) -> int:
         """Tokens still free in the context window for the next message."""
-        window = self.engine.info.context_window
+        window = self.context_window
         used = self.engine.count_tokens(self.engine_messages()) if self.messages else 0
         return window - used
 

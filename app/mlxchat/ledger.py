@@ -107,7 +107,7 @@ class Ledger:
                        reason=fitted.reason or (None if fitted.dropped else reason))
 
     def _fits(self, n: int) -> bool:
-        return n + self.engine.reply_reserve(self.settings) <= self.engine.info.context_window
+        return n + self.engine.reply_reserve(self.settings) <= self.engine.window(self.settings)
 
     def plan_message(self, history: Sequence[Message], text: str) -> Plan:
         """The prompt for a new user message ``text`` after ``history``."""

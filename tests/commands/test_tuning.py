@@ -101,3 +101,19 @@ def test_models_lists_catalog_and_the_loaded_model(registry, ctx):
     assert result.columns == ("alias", "bits", "size", "context", "offline", "description")
     ctx.interactive = True
     assert registry.run("/models", ctx).open_screen == "models"
+
+
+def test_context_window_caps_the_session_below_the_model(registry, ctx, conv):
+    model_window = conv.model_info.context_window
+    assert conv.context_window == model_window
+    cap = model_window // 2
+    assert registry.run(f"/set context_window {cap}", ctx).ok
+    assert conv.context_window == cap
+    assert conv.store.get_session(conv.session.id).settings.context_window == cap
+    done = send(conv, "hello")
+    assert done.stats.context_window == cap and conv.state().context_window == cap
+    refused = registry.run(f"/set context_window {model_window + 1}", ctx)
+    assert not refused.ok and f"{model_window:,}" in refused.text
+    assert conv.context_window == cap
+    assert registry.run("/set context_window none", ctx).ok
+    assert conv.context_window == model_window

@@ -101,3 +101,14 @@ def test_reasoning_goes_to_stderr_and_the_answer_to_stdout(capsys, tmp_path):
     # This template does not read enable_thinking: the switch is refused, not ignored.
     code, _, err = ask(capsys, folder, *flags, "--think", "off", "why?")
     assert code != 0 and "enable_thinking" in err and len(err.strip().splitlines()) == 1
+
+
+def test_context_caps_the_window_and_is_kept_with_the_session(capsys, tiny_model_dir):
+    code, data, _ = ask(capsys, tiny_model_dir, "--max-tokens", "2", "--context", "300",
+                        "--session", "capped", "hi")
+    assert code == 0 and data["context_window"] == 300
+    code, again, _ = ask(capsys, tiny_model_dir, "--max-tokens", "2", "--session", "capped",
+                         "again")
+    assert code == 0 and again["context_window"] == 300  # stored with the session
+    code, _, err = ask(capsys, tiny_model_dir, "--context", "99999999", "hi")
+    assert code != 0 and "--context can only lower" in err

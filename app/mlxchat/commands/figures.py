@@ -123,7 +123,7 @@ def complete_cache(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> 
 
 def context(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
-    window = conv.model_info.context_window
+    window = conv.context_window
     messages = conv.engine_messages()
     pending = conv.attachments
     if not messages and not pending:

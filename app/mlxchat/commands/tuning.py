@@ -94,6 +94,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("seed", _optional_int, "none or a whole number >= 0", ("none",)),
     Setting("repetition_penalty", _ranged(float), "> 0 (1 is off)"),
     Setting("kv_bits", _optional_int, "none, 4 or 8", ("none", "4", "8")),
+    Setting("context_window", _optional_int, "none or a whole number >= 256 (at most the "
+            "model's)", ("none",)),
     Setting("context_policy", _policy, " or ".join(CONTEXT_POLICIES), CONTEXT_POLICIES),
     Setting("history", _policy, " or ".join(HISTORY_MODES), HISTORY_MODES),
 )}
@@ -130,11 +132,21 @@ def _check_kv_bits(ctx: CommandContext, value: int | None) -> None:
                            f"is {head_dim}, so its KV cache cannot be quantized.")
 
 
+def _check_window(ctx: CommandContext, value: int | None) -> None:
+    info = ctx.conversation.model_info
+    if value and value > info.context_window:
+        raise CommandError(f"context_window can only lower {info.name}'s window of "
+                           f"{fmt_int(info.context_window)} tokens (what it was trained for, or "
+                           f"what fits this machine's memory); got {fmt_int(value)}.")
+
+
 def set_(ctx: CommandContext, args: Args) -> CommandResult:
     setting = _setting(args.words[0])
     value = setting.parse(setting.name, args.words[1])
     if setting.name == "kv_bits":
         _check_kv_bits(ctx, value)
+    if setting.name == "context_window":
+        _check_window(ctx, value)
     _check_template(ctx, setting.name, value)
     conv = ctx.conversation
     conv.update_generation(dataclasses.replace(conv.generation, **{setting.name: value}))
@@ -227,7 +239,8 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
         return CommandResult.info(
             f"Switched to {info.name} ({info.quantization}, {_params(info.parameter_count)} "
             f"parameters, {fmt_int(info.context_window)}-token window); the KV cache starts "
-            "cold.", session_changed=True, clear_input=True)
+            "cold." + (f" {info.memory_note}." if info.memory_note else ""),
+            session_changed=True, clear_input=True)
     info = conv.model_info
     rows = [("name", info.name), ("spec", info.spec), ("architecture", info.architecture),
             ("parameters", _params(info.parameter_count)),

@@ -167,7 +167,7 @@ def attach(ctx: CommandContext, args: Args) -> CommandResult:
             return CommandResult.info("No pending attachments. Usage: /attach PATH")
         names = ", ".join(f"{a.path.name} ({fmt_int(a.tokens)} tokens)" for a in pending)
         return CommandResult.info(f"Going with your next message: {names}.")
-    window = conv.model_info.context_window
+    window = conv.context_window
     free = conv.window_left() - sum(a.tokens for a in pending)
     path, text = _read_text_file(ctx, args.words[0], free)
     resolved = path.resolve()

@@ -198,12 +198,13 @@ class ChatEngine:
         settings' policy; the last result is kept, so the check before a send
         and the turn itself tokenize the history once."""
         loaded = self._loaded
+        window = self.window(settings)
         key = (id(loaded), tuple((m.role, m.content) for m in messages),
-               settings.max_tokens, settings.context_policy, options)
+               settings.max_tokens, settings.context_policy, options, window)
         memo = self._fit_memo
         if memo is not None and memo[0] == key:
             return memo[1]
-        fitted = prompt.fit(loaded.tokenizer, messages, window=loaded.info.context_window,
+        fitted = prompt.fit(loaded.tokenizer, messages, window=window,
                             max_tokens=settings.max_tokens, policy=settings.context_policy,
                             template_kwargs=options.kwargs())
         self._fit_memo = (key, fitted)
@@ -221,7 +222,12 @@ class ChatEngine:
 
     def reply_reserve(self, settings: GenerationSettings) -> int:
         """Tokens kept free for the reply when deciding whether a prompt fits."""
-        return prompt.reply_reserve(settings.max_tokens, self._loaded.info.context_window)
+        return prompt.reply_reserve(settings.max_tokens, self.window(settings))
+
+    def window(self, settings: GenerationSettings) -> int:
+        """The context window a turn gets: the model's, or the session's cap below it."""
+        model = self._loaded.info.context_window
+        return min(model, settings.context_window) if settings.context_window else model
 
     def render_tokens(self, messages: Sequence[Message], *,
                       options: TemplateOptions = TemplateOptions()) -> list[int]:
@@ -342,6 +348,7 @@ class ChatEngine:
 
     def _start_cold(self) -> None:
         self._live = LiveCache(self._loaded.model)
+        self._window = self._loaded.info.context_window
         self._refresh_state()
 
     # -- engine-thread internals -----------------------------------------
@@ -349,7 +356,7 @@ class ChatEngine:
         info, live = self._loaded.info, self._live
         self._state = EngineState(
             model_name=info.name, cached_tokens=len(live.tokens),
-            context_window=info.context_window, kv_bytes=live.nbytes,
+            context_window=min(self._window, info.context_window), kv_bytes=live.nbytes,
             kv_bits=live.bits, kv_dtype=live.dtype_label,
             cache_source=live.source if live.tokens else "cold",
             weights_bytes=info.weights_bytes,
@@ -394,6 +401,7 @@ class ChatEngine:
                            head_dim=info.head_dim)
         if settings.seed is not None:
             mx.random.seed(settings.seed)
+        self._window = self.window(settings)
         self._refresh_state(busy=True)
         prefill, decode = Prefill(), Decode()
         try:
@@ -410,7 +418,7 @@ class ChatEngine:
             prompt_tokens=len(tokens), reused_tokens=reuse.tokens,
             prefilled_tokens=len(tokens) - reuse.tokens, miss_reason=reuse.reason,
             cache_source=reuse.source, dropped_messages=fitted.dropped,
-            context_window=info.context_window, kv_bits=settings.kv_bits,
+            context_window=self.window(settings), kv_bits=settings.kv_bits,
             weights_bytes=info.weights_bytes, finish_reason=decode.finish_reason,
             generated_tokens=decode.generated, reasoning_tokens=decode.reasoning_tokens,
             reasoning_s=decode.reasoning_s, ttft_s=decode.ttft_s,
@@ -429,7 +437,7 @@ class ChatEngine:
         """Feed the tail and sample until an end token, a budget or a cancel;
         reasoning and answer are streamed as separate parts."""
         tokenizer, live = self._loaded.tokenizer, self._live
-        window = self._loaded.info.context_window
+        window = self.window(settings)
         sampler = make_sampler(settings.temperature, settings.top_p, settings.min_p)
         processors = make_logits_processors(
             repetition_penalty=settings.repetition_penalty

@@ -45,6 +45,10 @@ class ModelInfo:
     channels) or 'none'."""
     template_variables: tuple[str, ...] = ()
     """Of enable_thinking and reasoning_effort, those the chat template reads."""
+    memory_note: str | None = None
+    """Set when the context window was lowered to fit this machine's memory."""
+    needed_bytes: int = 0
+    """Weights plus the KV cache at ``context_window``, as estimated before loading."""
 
 
 @dataclass

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from mlxchat import paths
-from mlxchat.models import catalog, hub
+from mlxchat.models import catalog, hub, memory
 from mlxchat.models.errors import ModelError
 
 if TYPE_CHECKING:
@@ -109,6 +109,8 @@ def resolve_folder(spec: str, *, progress: Progress | None = None) -> Path:
     if _looks_like_path(source):
         raise ModelError(f"no such model file or folder: {path}")
     if hub.is_repo_id(source):
+        if entry is not None and entry.size_bytes and hub.local_snapshot(source) is None:
+            memory.check_download(entry.alias, entry.size_bytes, memory.available_memory())
         return hub.snapshot(source, progress=progress)
     raise ModelError(f"unknown model '{spec}': not a catalog alias, a local folder, a .gguf "
                      "file or a Hugging Face repo id (org/name); see `mlxchat models`")
