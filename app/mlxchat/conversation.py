@@ -213,6 +213,10 @@ class Conversation(SessionLife, SessionCache):
     def count_tokens(self, messages: list[Message]) -> int:
         return self.engine.count_tokens(messages)
 
+    def kv_bytes_per_token(self) -> int:
+        """What one more token adds to the KV cache at this session's kv_bits, measured."""
+        return self.engine.kv_bytes_per_token(self.generation.kv_bits)
+
     def message_tokens(self, messages: list[Message]) -> list[int]:
         return self.engine.message_tokens(messages)
 

@@ -243,7 +243,9 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
             session_changed=True, clear_input=True)
     info = conv.model_info
     rows = [("name", info.name), ("spec", info.spec), ("architecture", info.architecture),
-            ("parameters", _params(info.parameter_count)),
+            ("parameters", _params(info.parameter_count) + (
+                f" total · {_params(info.active_parameter_count)} active per token"
+                if 0 < info.active_parameter_count < info.parameter_count else "")),
             ("quantization", info.quantization + (f", scales {info.scales_dtype}"
                                                   if info.scales_dtype not in ("", "-") else "")),
             ("bits per weight", f"{info.bits_per_weight:.2f}"),

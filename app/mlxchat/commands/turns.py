@@ -104,26 +104,13 @@ def complete_system(ctx: CommandContext, words: tuple[str, ...], prefix: str) ->
 # -- /attach --------------------------------------------------------------------------
 
 
-def _dtype_bytes(ctx: CommandContext) -> int:
-    info = ctx.conversation.model_info
-    dtype = info.scales_dtype if info.scales_dtype not in ("", "-") else info.quantization
-    return {"float32": 4, "float16": 2, "bfloat16": 2}.get(dtype, 2)
-
-
 def kv_bytes_per_token(ctx: CommandContext) -> tuple[float, str]:
     """Bytes one token takes in the KV cache, and how that was found."""
     conv = ctx.conversation
     state = conv.state()
     if state.cached_tokens and state.kv_bytes:
         return state.kv_bytes / state.cached_tokens, "measured from the live cache"
-    info = conv.model_info
-    element: float = _dtype_bytes(ctx)
-    bits = conv.generation.kv_bits
-    if bits:
-        group = 64 if info.head_dim % 64 == 0 else 32
-        element = bits / 8 + 2 * element / group  # packed values + a scale and bias per group
-    per_token = info.num_layers * 2 * info.kv_heads * info.head_dim * element
-    return per_token, "from the model's dimensions (the cache is empty)"
+    return conv.kv_bytes_per_token(), "measured on a two-token cache (the live one is empty)"
 
 
 def _read_text_file(ctx: CommandContext, raw: str, free: int) -> tuple[Path, str]:

@@ -224,6 +224,25 @@ class ChatEngine:
         """Tokens kept free for the reply when deciding whether a prompt fits."""
         return prompt.reply_reserve(settings.max_tokens, self.window(settings))
 
+    def kv_bytes_per_token(self, kv_bits: int | None = None) -> int:
+        """What one more token adds to the KV cache, measured: a fresh cache is
+        fed one token, then a second, and the arrays' bytes compared (a
+        recurrent layer's fixed state cancels out)."""
+        loaded = self._loaded
+
+        def job() -> int:
+            from mlxchat.engine import kv
+
+            cache = make_prompt_cache(loaded.model)
+            sizes = []
+            for token in (0, 1):
+                loaded.model(mx.array([[token]]), cache=cache)
+                mx.eval([c.state for c in cache])
+                layers = kv.quantize(cache, kv_bits, loaded.info.head_dim) if kv_bits else cache
+                sizes.append(kv.kv_bytes(layers))
+            return sizes[1] - sizes[0]
+        return self._call(job)
+
     def window(self, settings: GenerationSettings) -> int:
         """The context window a turn gets: the model's, or the session's cap below it."""
         model = self._loaded.info.context_window
