@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from mlxchat.chat import Session
+from mlxchat.chat import NO_SYSTEM_ROLE, Session
 from mlxchat.config import Settings
 from mlxchat.conversation import Conversation
 from mlxchat.session_lock import SessionBusy
@@ -157,6 +157,8 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
         engine.close()
         store.close()
         raise
+    if conv.session.system_prompt and not loaded.info.system_role:
+        notices.append((NO_SYSTEM_ROLE[0].upper() + NO_SYSTEM_ROLE[1:] + ".", "info"))
     if resumed is not None:
         if resumed.model != spec and resumed.id is not None:
             conv.session = store.update_model(resumed.id, spec)

@@ -15,6 +15,10 @@ HistoryMode = Literal["ledger", "template"]
 HISTORY_MODES: tuple[str, ...] = ("ledger", "template")
 
 _INT64 = 2**63
+
+NO_SYSTEM_ROLE = ("this model's chat template has no system role: the system prompt goes at "
+                  "the start of the first message")
+"""The one-line notice for templates that refuse a system message (Gemma 2)."""
 REASONING_EFFORTS: tuple[str, ...] = ("low", "medium", "high")
 
 GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {

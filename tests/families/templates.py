@@ -105,3 +105,15 @@ GPT_OSS = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start|>assistant' }}{%- endif %}"
 )
+
+# Gemma 2: no system role at all; the template refuses one.
+GEMMA2 = (
+    "{{- bos_token }}"
+    "{%- if messages[0].role == 'system' %}"
+    "{{- raise_exception('System role not supported') }}{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- set role = 'model' if m.role == 'assistant' else m.role %}"
+    "{{- '<start_of_turn>' + role + '\\n' + m.content | trim + '<end_of_turn>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}{%- endif %}"
+)

@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from mlxchat.chat import Message, human_bytes
+from mlxchat.chat import NO_SYSTEM_ROLE, Message, human_bytes
 from mlxchat.commands.base import (
     Args,
     Candidates,
@@ -92,6 +92,8 @@ def system(ctx: CommandContext, args: Args) -> CommandResult:
     tokens = conv.message_tokens([Message("system", text)])[0]
     cost = (" The next turn prefills the conversation again (the cache starts with the "
             "old prompt)." if text != current and conv.messages else "")
+    if not conv.model_info.system_role:
+        cost += f" Note: {NO_SYSTEM_ROLE}."
     return CommandResult.info(f"System prompt set ({fmt_int(tokens)} tokens).{cost}",
                               session_changed=True, clear_input=True)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,8 @@ class ModelInfo:
     channels) or 'none'."""
     template_variables: tuple[str, ...] = ()
     """Of enable_thinking and reasoning_effort, those the chat template reads."""
+    system_role: bool = True
+    """The chat template takes a system message; else it is folded into the first one."""
     memory_note: str | None = None
     """Set when the context window was lowered to fit this machine's memory."""
     needed_bytes: int = 0
@@ -161,6 +164,17 @@ def template_hash(tokenizer: Any) -> str:
 
 TEMPLATE_VARIABLES = ("enable_thinking", "reasoning_effort")
 
+@lru_cache(maxsize=16)
+def takes_system(tokenizer: Any) -> bool:
+    """False when the chat template refuses a system message (Gemma 2 raises
+    'System role not supported'); then it is folded into the first user message."""
+    probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    try:
+        tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    except Exception as exc:  # noqa: BLE001 - templates raise what they like
+        return "system" not in str(exc).lower()
+    return True
+
 
 def template_variables(tokenizer: Any) -> tuple[str, ...]:
     template = getattr(tokenizer, "chat_template", None) or ""
@@ -226,5 +240,6 @@ def describe(model: nn.Module, tokenizer: Any, config: dict, *, name: str, spec:
         head_dim=text_cfg.get("head_dim") or (hidden // heads if heads else 0),
         active_parameter_count=active,
         reasoning=markup_of(tokenizer).kind,
+        system_role=takes_system(tokenizer),
         template_variables=template_variables(tokenizer),
     )
