@@ -193,13 +193,13 @@ def _models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([e.__dict__ for e in entries], indent=2))
         return 0
-    rows = [("ALIAS", "SOURCE", "BITS", "CONTEXT", "SIZE", "OFFLINE")]
+    rows = [("ALIAS", "SIZE", "CONTEXT", "NEEDS", "FITS", "ON DISK", "LICENCE", "SOURCE")]
     for e in entries:
         size = "-" if e.size_bytes is None else (
             human_bytes(e.size_bytes) + ("" if e.size_on_disk else " (download)"))
-        rows.append((e.alias, e.source, str(e.bits or "-"),
-                     f"{e.context_window:,}" if e.context_window else "-", size,
-                     "yes" if e.available_offline else "no"))
+        rows.append((e.alias, size, f"{e.context_window:,}" if e.context_window else "-",
+                     human_bytes(e.needed_bytes) if e.needed_bytes else "?", e.fits,
+                     "yes" if e.available_offline else "no", e.licence or "-", e.source))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

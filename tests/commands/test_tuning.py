@@ -98,7 +98,11 @@ def test_models_lists_catalog_and_the_loaded_model(registry, ctx):
     assert result.kind == "table" and result.open_screen is None
     aliases = [row[0] for row in result.rows]
     assert "smollm2-135m" in aliases and "tiny *" in aliases
-    assert result.columns == ("alias", "bits", "size", "context", "offline", "description")
+    assert result.columns == ("alias", "bits", "size", "context", "fits", "offline",
+                              "description")
+    from mlxchat.models import list_models
+    fits = {e.alias: e.fits for e in list_models()}
+    assert all(row[4] == fits[row[0]] for row in result.rows if row[0] in fits)
     ctx.interactive = True
     assert registry.run("/models", ctx).open_screen == "models"
 

@@ -282,16 +282,17 @@ def models(ctx: CommandContext, args: Args) -> CommandResult:
                      f"{bits}-bit" if bits else "-",
                      (human_bytes(size) + ("" if on_disk else " download")) if size else "?",
                      fmt_int(context) if context else "?",
+                     getattr(e, "fits", "?"),
                      "yes" if getattr(e, "available_offline", False) else "no",
                      one_line(getattr(e, "description", ""), 60)))
     if current not in {e.alias for e in entries}:
         info = ctx.conversation.model_info
         rows.append((f"{info.name} *", f"{info.bits_per_weight:.1f} b/w",
                      human_bytes(info.weights_bytes), fmt_int(info.context_window),
-                     "yes", f"loaded from {one_line(current, 50)}"))
+                     "loaded", "yes", f"loaded from {one_line(current, 50)}"))
     return CommandResult.table(
         "Models (* is loaded; /model ALIAS switches)",
-        ("alias", "bits", "size", "context", "offline", "description"), rows,
+        ("alias", "bits", "size", "context", "fits", "offline", "description"), rows,
         open_screen="models" if ctx.interactive else None)
 
 

@@ -1,8 +1,9 @@
 """Model aliases: the built-in catalog (package data) plus the user's own.
 
-Both files are TOML tables ``[models."alias"]`` with a ``source`` (a model
-spec: Hugging Face repo, folder, .gguf file or ``bundled:...``) and optional
-``context``, ``size_mb``, ``bits`` and ``description``. Stdlib only.
+Both files are TOML tables ``[models."alias"]`` (or one inline table a line
+under ``[models]``) with a ``source`` (a model spec: Hugging Face repo, folder,
+.gguf file or ``bundled:...``) and optional ``context``, ``size_mb``, ``bits``,
+``kv_kb``, ``licence`` and ``description``. Stdlib only.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ class CatalogEntry:
     description: str = ""
     user: bool = False
     """Registered by the user (``mlxchat import --name``) rather than built in."""
+    kv_bytes_per_token: int | None = None
+    """KV cache bytes per token at 16 bits (full-attention layers), from the config."""
+    licence: str = ""
 
 
 def _entries(text: str, *, user: bool, origin: str) -> list[CatalogEntry]:
@@ -47,7 +51,9 @@ def _entries(text: str, *, user: bool, origin: str) -> list[CatalogEntry]:
         entries.append(CatalogEntry(
             alias=alias, source=item["source"], context_window=item.get("context"),
             size_bytes=int(size_mb * 1_000_000) if size_mb else None, bits=item.get("bits"),
-            description=item.get("description", ""), user=user))
+            description=item.get("description", ""), user=user,
+            kv_bytes_per_token=int(item["kv_kb"] * 1024) if item.get("kv_kb") else None,
+            licence=item.get("licence", "")))
     return entries
 
 

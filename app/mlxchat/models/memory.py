@@ -149,6 +149,23 @@ def fit_context(name: str, weights: int, layout: KVLayout, context: int,
                f"{wants}; {have}, so its context is capped at {largest:,} tokens")
 
 
+def entry_fit(size_bytes: int | None, kv_bytes_per_token: int | None, context: int | None,
+              available: Available | None, *, kv_scale: int = 1) -> tuple[int | None, str]:
+    """For a catalog row: (bytes needed at the full context, whether it fits:
+    'yes', 'up to N tokens', 'no' or '?'). ``kv_scale`` 2 on the CPU (float32 KV)."""
+    if not size_bytes or not kv_bytes_per_token or not context:
+        return None, "?"
+    layout = KVLayout(kv_bytes_per_token * kv_scale)
+    need = size_bytes + layout.bytes_at(context)
+    if available is None:
+        return need, "?"
+    try:
+        fit = fit_context("", size_bytes, layout, context, available)
+    except ModelError:
+        return need, "no"
+    return need, "yes" if fit.context == context else f"up to {fit.context:,} tokens"
+
+
 def check_download(name: str, size_bytes: int | None, available: Available | None) -> None:
     """Before a download: refuse a model whose weights alone will not fit."""
     if size_bytes and available is not None and size_bytes > available.bytes:

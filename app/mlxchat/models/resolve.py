@@ -47,6 +47,11 @@ class ModelEntry:
     """Loadable without the network right now."""
     description: str = ""
     user: bool = False
+    licence: str = ""
+    needed_bytes: int | None = None
+    """Weights plus the KV cache at the full context, on this device."""
+    fits: str = "?"
+    """'yes', 'up to N tokens', 'no', or '?' when unknown."""
 
 
 def source_kind(source: str) -> str:
@@ -156,7 +161,8 @@ def _config_facts(config: dict) -> tuple[int | None, int | None]:
     return quant.get("bits"), context
 
 
-def _entry(e: catalog.CatalogEntry) -> ModelEntry:
+def _entry(e: catalog.CatalogEntry, room: memory.Available | None = None,
+           kv_scale: int = 1) -> ModelEntry:
     kind = source_kind(e.source)
     bits, context, size, on_disk, available = e.bits, e.context_window, e.size_bytes, False, False
     local: Path | None = None
@@ -186,14 +192,20 @@ def _entry(e: catalog.CatalogEntry) -> ModelEntry:
         size, on_disk, available = hub.folder_size(local), True, True
         cfg_bits, cfg_context = _config_facts(_read_config(local))
         bits, context = cfg_bits or bits, cfg_context or context
+    needed, fits = memory.entry_fit(size, e.kv_bytes_per_token, context, room,
+                                    kv_scale=kv_scale)
     return ModelEntry(alias=e.alias, source=e.source, kind=kind, bits=bits,
                       context_window=context, size_bytes=size, size_on_disk=on_disk,
-                      available_offline=available, description=e.description, user=e.user)
+                      available_offline=available, description=e.description, user=e.user,
+                      licence=e.licence, needed_bytes=needed, fits=fits)
 
 
 def list_models() -> list[ModelEntry]:
     """Built-in and user aliases with what is known about each without loading it."""
-    return [_entry(e) for e in catalog.list_entries()]
+    from mlxchat.models.info import on_cpu
+
+    room, scale = memory.available_memory(), 2 if on_cpu() else 1
+    return [_entry(e, room, scale) for e in catalog.list_entries()]
 
 
 def import_gguf(path: str | Path, name: str | None = None, *,
