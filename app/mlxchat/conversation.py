@@ -213,6 +213,14 @@ class Conversation(SessionLife, SessionCache):
     def count_tokens(self, messages: list[Message]) -> int:
         return self.engine.count_tokens(messages)
 
+    def display_text(self, content: str) -> str:
+        """A reply's answer as Markdown to show: tool-call markup (in the
+        model's own format, read with mlx-lm's parser for it) becomes a block
+        with the tool's name and arguments."""
+        from mlxchat.models import tools
+
+        return tools.as_markdown(tools.split_tool_calls(self.engine.loaded.tokenizer, content))
+
     def kv_bytes_per_token(self) -> int:
         """What one more token adds to the KV cache at this session's kv_bits, measured."""
         return self.engine.kv_bytes_per_token(self.generation.kv_bits)

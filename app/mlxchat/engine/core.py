@@ -23,7 +23,7 @@ from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from mlxchat.chat import GenerationSettings, Message, TurnStats
-from mlxchat.engine import prompt, reasoning, segments, snapshot, template_delta
+from mlxchat.engine import kv, prompt, reasoning, segments, snapshot, template_delta
 from mlxchat.engine.events import (EngineState, Event, PrefillProgress, SnapshotInfo,
                                    SnapshotLoad, TextDelta, TurnDone)
 from mlxchat.engine.live import LiveCache
@@ -229,19 +229,8 @@ class ChatEngine:
         fed one token, then a second, and the arrays' bytes compared (a
         recurrent layer's fixed state cancels out)."""
         loaded = self._loaded
-
-        def job() -> int:
-            from mlxchat.engine import kv
-
-            cache = make_prompt_cache(loaded.model)
-            sizes = []
-            for token in (0, 1):
-                loaded.model(mx.array([[token]]), cache=cache)
-                mx.eval([c.state for c in cache])
-                layers = kv.quantize(cache, kv_bits, loaded.info.head_dim) if kv_bits else cache
-                sizes.append(kv.kv_bytes(layers))
-            return sizes[1] - sizes[0]
-        return self._call(job)
+        return self._call(lambda: kv.probe_bytes_per_token(loaded.model, kv_bits,
+                                                           loaded.info.head_dim))
 
     def window(self, settings: GenerationSettings) -> int:
         """The context window a turn gets: the model's, or the session's cap below it."""

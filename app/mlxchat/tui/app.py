@@ -173,6 +173,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         if conv is None:
             return
         self.transcript.assistant_label = conv.model_info.name
+        self.transcript.formatter = conv.display_text
         await self.transcript.load(conv.messages)
         self.refresh_gauges()
         self.set_titles()

@@ -6,7 +6,7 @@ each token appends a fragment instead of re-rendering the whole message.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from textual.app import ComposeResult
@@ -85,9 +85,11 @@ class AssistantMessage(Vertical):
 
     def __init__(self, text: str = "", *, label: str = "assistant",
                  stats: TurnStats | None = None, cancelled: bool = False,
-                 reasoning: str | None = None) -> None:
+                 reasoning: str | None = None, shown: str | None = None) -> None:
         super().__init__(classes="message")
         self.text = text
+        self.shown = text if shown is None else shown
+        """The Markdown on screen: the text, its tool calls formatted."""
         self.label = label
         self.stats = stats
         self.cancelled = cancelled
@@ -96,7 +98,7 @@ class AssistantMessage(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(self.label, classes="message-label", markup=False)
         yield ThinkingBlock(self.reasoning, self.stats)
-        yield Markdown(self.text, classes="message-body")
+        yield Markdown(self.shown, classes="message-body")
         yield Static(self._footer(), classes="message-footer")
 
     @property
@@ -174,6 +176,10 @@ class ReplyHandle:
         self.finished = True
         await self._stream.stop()
         self.message.text = self.text
+        shown = self.transcript.formatter(self.text)
+        if shown != self.text:  # tool calls: the whole reply again, formatted
+            self.message.shown = shown
+            await self.message.markdown.update(shown)
         self.message.set_footer(stats, cancelled)
 
 
@@ -186,6 +192,8 @@ class Transcript(VerticalScroll):
         super().__init__(id=id, classes=classes)
         self.assistant_label = assistant_label
         """Label over assistant replies; the app sets it to the model's name."""
+        self.formatter: Callable[[str], str] = lambda text: text
+        """A reply's text -> the Markdown shown (the app formats tool calls)."""
 
     def on_mount(self) -> None:
         self.anchor()
@@ -197,7 +205,8 @@ class Transcript(VerticalScroll):
             return SystemMessage(message.content)
         return AssistantMessage(message.content, label=self.assistant_label,
                                 stats=message.stats, cancelled=message.cancelled,
-                                reasoning=message.reasoning)
+                                reasoning=message.reasoning,
+                                shown=self.formatter(message.content))
 
     async def load(self, messages: Iterable[Message]) -> None:
         """Replace everything with ``messages`` (root first)."""
