@@ -108,3 +108,21 @@ def test_rope_scaling_passes_through_to_the_model(folders):
     kinds = {type(m.layers[0].self_attn.rope).__name__ for m in (plain.model.model,
                                                                  yarn.model.model)}
     assert len(kinds) == 2 and "YarnRoPE" in kinds
+
+
+def test_a_catalog_alias_passes_rope_scaling_to_the_model(folders):
+    from mlxchat import paths
+    from mlxchat.models import catalog
+    from mlxchat.models.resolve import load_model
+
+    path = paths.user_catalog_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'[models]\n"long" = {{ source = "{folders["qwen3"]}", context = 16384, '
+                    'rope_scaling = { rope_type = "yarn", factor = 4.0, '
+                    'original_max_position_embeddings = 4096 } }\n')
+    loaded = load_model("long")
+    assert type(loaded.model.model.layers[0].self_attn.rope).__name__ == "YarnRoPE"
+    assert loaded.info.context_window == 16384
+    # Rewriting the file (another alias added) keeps the option.
+    catalog.add_user_alias("other", str(folders["qwen3"]))
+    assert catalog.lookup("long").rope_scaling["factor"] == 4.0

@@ -3,7 +3,8 @@
 Both files are TOML tables ``[models."alias"]`` (or one inline table a line
 under ``[models]``) with a ``source`` (a model spec: Hugging Face repo, folder,
 .gguf file or ``bundled:...``) and optional ``context``, ``size_mb``, ``bits``,
-``kv_kb``, ``licence`` and ``description``. Stdlib only.
+``kv_kb``, ``licence``, ``description`` and ``rope_scaling`` (a table passed
+to the model's config, e.g. YaRN with ``context`` the stretched window). Stdlib only.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class CatalogEntry:
     description: str = ""
     user: bool = False
     """Registered by the user (``mlxchat import --name``) rather than built in."""
+    rope_scaling: dict | None = None
+    """Passed to the model's config when loading (e.g. YaRN to stretch the window)."""
     kv_bytes_per_token: int | None = None
     """KV cache bytes per token at 16 bits (full-attention layers), from the config."""
     licence: str = ""
@@ -53,7 +56,9 @@ def _entries(text: str, *, user: bool, origin: str) -> list[CatalogEntry]:
             size_bytes=int(size_mb * 1_000_000) if size_mb else None, bits=item.get("bits"),
             description=item.get("description", ""), user=user,
             kv_bytes_per_token=int(item["kv_kb"] * 1024) if item.get("kv_kb") else None,
-            licence=item.get("licence", "")))
+            licence=item.get("licence", ""),
+            rope_scaling=item["rope_scaling"] if isinstance(item.get("rope_scaling"), dict)
+            else None))
     return entries
 
 
@@ -96,6 +101,11 @@ def _render(entries: list[CatalogEntry]) -> str:
             lines.append(f"bits = {int(e.bits)}")
         if e.description:
             lines.append(f"description = {_toml_string(e.description)}")
+        if e.rope_scaling:
+            # JSON strings, numbers and booleans are TOML values too.
+            pairs = ", ".join(f"{_toml_string(k)} = {json.dumps(v)}"
+                              for k, v in e.rope_scaling.items())
+            lines.append(f"rope_scaling = {{ {pairs} }}")
         lines.append("")
     return "\n".join(lines)
 

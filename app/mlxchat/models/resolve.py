@@ -140,7 +140,11 @@ def load_model(spec: str, *, progress: Progress | None = None) -> "LoadedModel":
     folder = resolve_folder(spec, progress=progress)
     if progress:
         progress("load", 0, 1)
-    loaded = load_folder(folder, name=_display_name(spec.strip()), spec=spec.strip())
+    entry = catalog.lookup(spec.strip())
+    rope = entry.rope_scaling if entry else None
+    loaded = load_folder(folder, name=_display_name(spec.strip()), spec=spec.strip(),
+                         rope_scaling=rope,
+                         context_window=entry.context_window if entry and rope else None)
     if progress:
         progress("load", 1, 1)
     return loaded
