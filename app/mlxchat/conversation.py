@@ -315,6 +315,7 @@ class Conversation(SessionLife, SessionCache):
         done: TurnDone | None = None
         parent = self.session.leaf_id
         pieces: list[str] = []
+        thought: list[str] = []
         saved_at = time.monotonic()
         try:
             if self.engine.needs_restore(plan.prompt.tokens):
@@ -324,25 +325,26 @@ class Conversation(SessionLife, SessionCache):
             for event in self.engine.turn(plan.prompt, self.generation):
                 if isinstance(event, TurnDone):
                     done = event
-                elif isinstance(event, TextDelta) and event.part == "answer":
-                    pieces.append(event.text)
+                elif isinstance(event, TextDelta):
+                    (pieces if event.part == "answer" else thought).append(event.text)
                     if time.monotonic() - saved_at >= DRAFT_INTERVAL_S:
                         saved_at = time.monotonic()
-                        self._checkpoint(parent, "".join(pieces))
+                        self._checkpoint(parent, "".join(pieces), "".join(thought))
                 yield event
         finally:
             if done is not None:
                 self._finish(done, plan.key)
-            elif pieces:
+            elif pieces or thought:
                 # The engine failed mid-reply: keep what was shown, marked stopped.
                 self.store.add_message(self.session.id, "assistant", "".join(pieces),
-                                       cancelled=True)
+                                       cancelled=True,
+                                       reasoning="".join(thought).rstrip() or None)
                 self.reload()
 
-    def _checkpoint(self, parent: int | None, text: str) -> None:
+    def _checkpoint(self, parent: int | None, text: str, reasoning: str = "") -> None:
         try:
             with self.store.patience(DRAFT_WAIT_S):
-                self.store.save_draft(self.session.id, parent, text)
+                self.store.save_draft(self.session.id, parent, text, reasoning.rstrip())
         except StoreError as exc:  # a full disk or a locked database must not stop the reply
             log.warning("reply checkpoint not saved: %s", exc)
 

@@ -164,6 +164,7 @@ V8_REASONING = (
     # A reasoning model's reply keeps its reasoning apart from its answer
     # (``content``); older rows and other models' replies stay NULL.
     "ALTER TABLE messages ADD COLUMN reasoning TEXT",
+    "ALTER TABLE drafts ADD COLUMN reasoning TEXT",
 )
 
 MIGRATIONS: tuple[tuple[Step, ...], ...] = (
