@@ -189,3 +189,17 @@ def test_think_and_reasoning_effort_commands(model, tmp_path):
     assert "Reasoning: high" in model("gpt_oss").tokenizer.decode(first.token_ids)
     assert not run(oss, "/set reasoning_effort extreme").ok
     oss.shutdown()
+
+
+def test_the_reply_reserve_counts_reasoning_for_models_that_reason(model):
+    from mlxchat.engine import ChatEngine
+
+    settings = GenerationSettings(max_tokens=100, max_reasoning_tokens=300)
+    for name, reasons in (("qwen3_moe-r1", True), ("llama3", False)):
+        engine = ChatEngine(model(name))
+        half = engine.info.context_window // 2
+        budget = 100 + (300 if reasons else 0)
+        assert engine.reply_reserve(settings) == min(budget, half)
+        off = GenerationSettings(max_tokens=100, max_reasoning_tokens=300, thinking=False)
+        assert engine.reply_reserve(off) == min(100, half)
+        engine.close()

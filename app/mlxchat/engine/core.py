@@ -200,12 +200,13 @@ class ChatEngine:
         loaded = self._loaded
         window = self.window(settings)
         key = (id(loaded), tuple((m.role, m.content) for m in messages),
-               settings.max_tokens, settings.context_policy, options, window)
+               self.reply_budget(settings), settings.context_policy, options, window)
         memo = self._fit_memo
         if memo is not None and memo[0] == key:
             return memo[1]
         fitted = prompt.fit(loaded.tokenizer, messages, window=window,
-                            max_tokens=settings.max_tokens, policy=settings.context_policy,
+                            max_tokens=self.reply_budget(settings),
+                            policy=settings.context_policy,
                             template_kwargs=options.kwargs())
         self._fit_memo = (key, fitted)
         return fitted
@@ -222,7 +223,14 @@ class ChatEngine:
 
     def reply_reserve(self, settings: GenerationSettings) -> int:
         """Tokens kept free for the reply when deciding whether a prompt fits."""
-        return prompt.reply_reserve(settings.max_tokens, self.window(settings))
+        return prompt.reply_reserve(self.reply_budget(settings), self.window(settings))
+
+    def reply_budget(self, settings: GenerationSettings) -> int:
+        """Tokens a reply may take: the answer's, plus the reasoning's for a
+        model that reasons (unless /think off)."""
+        reasons = reasoning.cached_markup(self._loaded.tokenizer).reasons
+        extra = settings.max_reasoning_tokens if reasons and settings.thinking is not False else 0
+        return settings.max_tokens + extra
 
     def kv_bytes_per_token(self, kv_bits: int | None = None) -> int:
         """What one more token adds to the KV cache, measured: a fresh cache is
