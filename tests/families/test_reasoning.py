@@ -203,3 +203,14 @@ def test_the_reply_reserve_counts_reasoning_for_models_that_reason(model):
         off = GenerationSettings(max_tokens=100, max_reasoning_tokens=300, thinking=False)
         assert engine.reply_reserve(off) == min(100, half)
         engine.close()
+
+
+def test_stats_split_reasoning_and_answer(model, tmp_path):
+    conv = conversation(model("qwen3_moe-r1"), tmp_path, max_tokens=3, max_reasoning_tokens=5)
+    done = [e for e in conv.send("Why?") if isinstance(e, TurnDone)][0]
+    table = run(conv, "/stats")
+    rows = dict(table.rows)
+    s = done.stats
+    assert rows["reasoning"] == (f"{s.reasoning_tokens} tokens in {s.reasoning_s:.1f} s; "
+                                 f"answer {s.generated_tokens - s.reasoning_tokens} tokens")
+    conv.shutdown()
