@@ -214,3 +214,12 @@ def test_stats_split_reasoning_and_answer(model, tmp_path):
     assert rows["reasoning"] == (f"{s.reasoning_tokens} tokens in {s.reasoning_s:.1f} s; "
                                  f"answer {s.generated_tokens - s.reasoning_tokens} tokens")
     conv.shutdown()
+
+
+def test_a_harmony_header_that_never_ends_is_shown_as_text(model):
+    tok = model("gpt_oss").tokenizer
+    prompt = list(tok.apply_chat_template([{"role": "user", "content": "hi"}],
+                                          add_generation_prompt=True))
+    ids = encode(tok, "x" * (reasoning.HEADER_MAX + 10))
+    result = reasoning.split_reply(tok, prompt, ids)
+    assert result.answer == "x" * len(ids) and result.answer_tokens == len(ids)

@@ -24,6 +24,8 @@ __all__ = ["ANSWER", "REASONING", "Markup", "PartText", "Splitter", "cached_mark
            "markup_of", "split_reply", "starts_in_reasoning"]
 
 Part = Literal["reasoning", "answer"]
+HEADER_MAX = 64
+"""Tokens a harmony header (role, channel, recipient) may take before '<|message|>'."""
 REASONING: Part = "reasoning"
 ANSWER: Part = "answer"
 
@@ -126,6 +128,12 @@ class Splitter:
                 self._header = None
             else:
                 self._header.append(token)
+                if len(self._header) > HEADER_MAX:
+                    # Not a header after all (a model that ignores the format):
+                    # what was held is text of the current part.
+                    held, self._header = self._header, None
+                    self.counts[self.part] += len(held)
+                    return [(t, self.part) for t in held]
             return []
         if token in (m.channel, m.turn_start):
             self.counts[self.part] += 1
