@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Literal, Protocol
 
-from mlxchat.chat import Session
+from mlxchat.chat import NO_SYSTEM_ROLE, Session
 from mlxchat.config import Settings
 from mlxchat.conversation import Conversation
 from mlxchat.session_lock import SessionBusy
@@ -141,6 +141,8 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
         resumed = _find_session(store, session, continue_last, lookup, notices)
         spec = model_spec or (resumed.model if resumed else None) or settings.model
         loaded = load_model(spec, progress=progress)
+        if loaded.info.memory_note:
+            notices.append((loaded.info.memory_note + ".", "warning"))
         engine = engine_factory(loaded)
         if resumed is None:
             resumed_or_new = store.create_session(spec, settings.system_prompt,
@@ -166,6 +168,8 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
         engine.close()
         store.close()
         raise
+    if conv.session.system_prompt and not loaded.info.system_role:
+        notices.append((NO_SYSTEM_ROLE[0].upper() + NO_SYSTEM_ROLE[1:] + ".", "info"))
     if resumed is not None:
         if resumed.model != spec and resumed.id is not None:
             conv.session = store.update_model(resumed.id, spec)

@@ -17,22 +17,32 @@ HISTORY_MODES: tuple[str, ...] = ("ledger", "template")
 
 _INT64 = 2**63
 
+NO_SYSTEM_ROLE = ("this model's chat template has no system role: the system prompt goes at "
+                  "the start of the first message")
+"""The one-line notice for templates that refuse a system message (Gemma 2)."""
+REASONING_EFFORTS: tuple[str, ...] = ("low", "medium", "high")
+
 GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "temperature": (lambda v: v >= 0, ">= 0"),
     "top_p": (lambda v: 0 < v <= 1, "> 0 and <= 1"),
     "min_p": (lambda v: 0 <= v < 1, ">= 0 and < 1"),
     "max_tokens": (lambda v: 1 <= v < _INT64, ">= 1"),
+    "max_reasoning_tokens": (lambda v: 1 <= v < _INT64, ">= 1"),
+    "thinking": (lambda v: v in (None, True, False), "on, off or none"),
+    "reasoning_effort": (lambda v: v in (None, *REASONING_EFFORTS),
+                         "none, " + ", ".join(REASONING_EFFORTS)),
     "seed": (lambda v: v is None or 0 <= v < _INT64, "none or a whole number >= 0"),
     "repetition_penalty": (lambda v: v > 0, "> 0"),
     "kv_bits": (lambda v: v in (None, 4, 8), "none, 4 or 8"),
+    "context_window": (lambda v: v is None or 256 <= v < _INT64, "none or a whole number >= 256"),
     "context_policy": (lambda v: v in CONTEXT_POLICIES, " or ".join(CONTEXT_POLICIES)),
     "history": (lambda v: v in HISTORY_MODES, " or ".join(HISTORY_MODES)),
 }
 """What each generation setting allows (a check and the rule in words): the one
 place the /set command, `mlxchat ask` flags and the config file are checked against."""
 
-_WHOLE = ("max_tokens", "seed", "kv_bits")
-_WORDS = ("context_policy", "history")
+_WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window")
+_WORDS = ("context_policy", "history", "thinking", "reasoning_effort")
 
 
 def generation_problem(name: str, value: Any) -> str | None:
@@ -76,6 +86,8 @@ class Message:
     """Identifies the template, model and system prompt ``token_ids`` were made with."""
     ledger_start: bool = False
     """``token_ids`` hold the whole prompt up to here: earlier ids are not used."""
+    reasoning: str | None = None
+    """For a reply of a reasoning model: its reasoning, apart from ``content``."""
 
 
 class Record:
@@ -101,13 +113,23 @@ class GenerationSettings(Record):
     min_p: float = 0.0
     """Drop tokens below this fraction of the top token's probability; 0 disables."""
     max_tokens: int = 1024
-    """Upper bound on the reply length in tokens."""
+    """Upper bound on the answer's length in tokens."""
+    max_reasoning_tokens: int = 4096
+    """Upper bound on the reasoning's length, for models that reason (counted
+    apart from max_tokens, so a long thought does not eat the answer)."""
+    thinking: bool | None = None
+    """``/think on|off``: passed to the template as enable_thinking; None keeps
+    the model's default."""
+    reasoning_effort: str | None = None
+    """low, medium or high, for templates that take it (gpt-oss); None: theirs."""
     seed: int | None = None
     """Random seed for sampling; None draws a fresh one each turn."""
     repetition_penalty: float = 1.0
     """1.0 disables; 1.1 is a mild penalty on recently generated tokens."""
     kv_bits: int | None = None
     """Quantize the KV cache to 8 or 4 bits; None keeps the model's dtype."""
+    context_window: int | None = None
+    """Cap on the context window in tokens (at most the model's); None: the model's."""
     context_policy: ContextPolicy = "drop_oldest"
     """What to do when the conversation outgrows the window: drop the oldest
     turns (keeping the system prompt and the newest message) or stop with an error."""
@@ -137,6 +159,11 @@ class TurnStats(Record):
     prompt_tokens: int = 0
     """Tokens of the rendered conversation sent to the model this turn."""
     generated_tokens: int = 0
+    """Tokens sampled: reasoning, answer and the end token."""
+    reasoning_tokens: int = 0
+    """Of generated_tokens, those of the reasoning (its markup included)."""
+    reasoning_s: float = 0.0
+    """Seconds spent reasoning, from the start of sampling."""
     finish_reason: str = "stop"
     """'stop' (end-of-turn token), 'length' (max_tokens), 'cancelled', 'error'."""
     context_used: int = 0
@@ -157,6 +184,12 @@ class TurnStats(Record):
     dropped_messages: int = 0
     """Oldest messages left out to fit the context window."""
     total_s: float = 0.0
+
+    @property
+    def answer_tokens(self) -> int:
+        """Tokens of the answer (the end token included): generated less reasoning."""
+        return self.generated_tokens - self.reasoning_tokens
+
     snapshot_warning: str | None = None
     save_warning: str | None = None
     """Set when the reply could not be stored at once (the database was locked)."""

@@ -6,6 +6,7 @@ The only module that imports both the engine side and the TUI (lazily).
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import logging
 import os
 import sys
@@ -19,13 +20,21 @@ from mlxchat.errors import UserError, user_message
 def _add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", help="catalog alias, HF repo id, MLX folder or .gguf file")
     p.add_argument("--system", help="system prompt")
-    p.add_argument("--max-tokens", type=int, help="longest reply in tokens")
+    p.add_argument("--max-tokens", type=int, help="longest answer in tokens")
+    p.add_argument("--max-reasoning-tokens", type=int,
+                   help="longest reasoning in tokens (models that think)")
+    p.add_argument("--think", choices=("on", "off"),
+                   help="turn the model's reasoning on or off (templates that read it)")
+    p.add_argument("--reasoning-effort", choices=("low", "medium", "high"),
+                   help="for templates that take it (gpt-oss)")
     p.add_argument("--temp", type=float, help="sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, help="nucleus sampling threshold (0-1]")
     p.add_argument("--min-p", type=float, help="drop tokens below this share of the top one")
     p.add_argument("--seed", type=int, help="random seed for reproducible sampling")
     p.add_argument("--repetition-penalty", type=float, help="1.0 disables")
     p.add_argument("--kv-bits", type=int, choices=(4, 8), help="quantize the KV cache")
+    p.add_argument("--context", type=int, metavar="N",
+                   help="cap the context window at N tokens (stored with the session)")
     p.add_argument("--context-policy", choices=("drop_oldest", "stop"),
                    help="what to do when the conversation outgrows the window")
 
@@ -40,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--continue", "-c", dest="continue_last", action="store_true",
                         help="reopen the most recent session")
     parser.add_argument("--session", "-s", help="open a saved session by id or title")
+    parser.add_argument("--context", type=int, metavar="N",
+                        help="cap the context window of new sessions at N tokens")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     ask = sub.add_parser("ask", help="answer one prompt, streaming to stdout",
@@ -121,6 +132,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     from mlxchat.config import load_settings
 
     settings = load_settings()
+    if args.command is None and args.context is not None:
+        gen = replace(settings.generation, context_window=args.context)
+        try:
+            gen.check()
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        settings.generation = gen
     if args.command == "ask":
         from mlxchat.cli_ask import run_ask
 
@@ -186,13 +204,13 @@ def _models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([e.__dict__ for e in entries], indent=2))
         return 0
-    rows = [("ALIAS", "SOURCE", "BITS", "CONTEXT", "SIZE", "OFFLINE")]
+    rows = [("ALIAS", "SIZE", "CONTEXT", "NEEDS", "FITS", "ON DISK", "LICENCE", "SOURCE")]
     for e in entries:
         size = "-" if e.size_bytes is None else (
             human_bytes(e.size_bytes) + ("" if e.size_on_disk else " (download)"))
-        rows.append((e.alias, e.source, str(e.bits or "-"),
-                     f"{e.context_window:,}" if e.context_window else "-", size,
-                     "yes" if e.available_offline else "no"))
+        rows.append((e.alias, size, f"{e.context_window:,}" if e.context_window else "-",
+                     human_bytes(e.needed_bytes) if e.needed_bytes else "?", e.fits,
+                     "yes" if e.available_offline else "no", e.licence or "-", e.source))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())

@@ -19,18 +19,33 @@ SESSION_WAIT_S = 10.0
 
 _FLAGS = {"max_tokens": "max_tokens", "temp": "temperature", "top_p": "top_p",
           "min_p": "min_p", "seed": "seed", "repetition_penalty": "repetition_penalty",
-          "kv_bits": "kv_bits", "context_policy": "context_policy"}
+          "kv_bits": "kv_bits", "context_policy": "context_policy",
+          "max_reasoning_tokens": "max_reasoning_tokens", "reasoning_effort": "reasoning_effort",
+          "context": "context_window"}
 
 
 def _settings_from(args: argparse.Namespace, base: GenerationSettings) -> GenerationSettings:
     given = {field: getattr(args, flag) for flag, field in _FLAGS.items()
              if getattr(args, flag) is not None}
+    if args.think is not None:
+        given["thinking"] = args.think == "on"
     gen = replace(base, **given)
     try:
         gen.check()
     except ValueError as exc:
         raise UserError(str(exc)) from None
     return gen
+
+
+def _check_template(info, args: argparse.Namespace) -> None:
+    """--think and --reasoning-effort only for templates that read them."""
+    for flag, variable in (("think", "enable_thinking"), ("reasoning_effort", "reasoning_effort")):
+        if getattr(args, flag) is not None and variable not in info.template_variables:
+            raise UserError(f"{info.name}'s chat template does not take {variable}; "
+                            f"--{flag.replace('_', '-')} would change nothing")
+    if args.context is not None and args.context > info.context_window:
+        raise UserError(f"--context can only lower {info.name}'s window of "
+                        f"{info.context_window:,} tokens; got {args.context:,}")
 
 
 def _read_prompt(arg: str) -> str:
@@ -41,12 +56,14 @@ def _read_prompt(arg: str) -> str:
 
 
 def _stream(events, *, quiet: bool) -> TurnDone:
-    """Print text deltas as they come; Ctrl-C stops generation, keeping the partial reply."""
+    """Print text deltas as they come: the answer to stdout, reasoning to stderr
+    (a pipe gets the answer alone). Ctrl-C stops generation, keeping the partial reply."""
     done = None
     for event in events:
         if isinstance(event, TextDelta) and not quiet:
-            sys.stdout.write(event.text)
-            sys.stdout.flush()
+            out = sys.stderr if event.part == "reasoning" else sys.stdout
+            out.write(event.text)
+            out.flush()
         elif isinstance(event, TurnDone):
             done = event
     if not quiet:
@@ -59,7 +76,8 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
     keys = ("prompt_tokens", "generated_tokens", "ttft_s", "prefill_tps", "decode_tps",
             "kv_bytes", "kv_bits", "context_used", "context_window", "weights_bytes",
             "peak_memory_bytes", "finish_reason", "reused_tokens", "prefilled_tokens",
-            "cache_source", "miss_reason", "dropped_messages", "snapshot_warning", "save_warning")
+            "cache_source", "miss_reason", "dropped_messages", "snapshot_warning", "save_warning",
+            "reasoning_tokens", "reasoning_s")
     data = {"reply": reply, "model": model}
     data.update({k: getattr(stats, k) for k in keys})
     data.update(extra or {})
@@ -86,6 +104,7 @@ def run_ask(args: argparse.Namespace, settings: Settings) -> int:
         if args.system is not None and args.system != conv.session.system_prompt:
             conv.set_system_prompt(args.system)
         gen = _settings_from(args, conv.generation)
+        _check_template(conv.model_info, args)
         if conv.messages:
             conv.use_settings(gen)  # flags apply to this call; the session keeps its own
         else:
@@ -102,6 +121,7 @@ def run_ask(args: argparse.Namespace, settings: Settings) -> int:
         signal.signal(signal.SIGINT, previous)
         conv.shutdown()  # a session a refused prompt left empty is removed
     if args.json:
-        print(json.dumps(report(done.stats, done.reply, name, extra)))
+        print(json.dumps(report(done.stats, done.reply, name,
+                                {"reasoning": done.reasoning or None, **extra})))
     return 130 if done.stats.finish_reason == "cancelled" else 0
 

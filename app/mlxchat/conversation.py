@@ -205,8 +205,25 @@ class Conversation(SessionLife, SessionCache):
         return next((m.stats for m in reversed(self.messages)
                      if m.role == "assistant" and m.stats is not None), None)
 
+    @property
+    def context_window(self) -> int:
+        """The window turns get: the model's, or the session's cap below it."""
+        return self.engine.window(self.generation)
+
     def count_tokens(self, messages: list[Message]) -> int:
         return self.engine.count_tokens(messages)
+
+    def display_text(self, content: str) -> str:
+        """A reply's answer as Markdown to show: tool-call markup (in the
+        model's own format, read with mlx-lm's parser for it) becomes a block
+        with the tool's name and arguments."""
+        from mlxchat.models import tools
+
+        return tools.as_markdown(tools.split_tool_calls(self.engine.loaded.tokenizer, content))
+
+    def kv_bytes_per_token(self) -> int:
+        """What one more token adds to the KV cache at this session's kv_bits, measured."""
+        return self.engine.kv_bytes_per_token(self.generation.kv_bits)
 
     def message_tokens(self, messages: list[Message]) -> list[int]:
         return self.engine.message_tokens(messages)
@@ -298,6 +315,7 @@ class Conversation(SessionLife, SessionCache):
         done: TurnDone | None = None
         parent = self.session.leaf_id
         pieces: list[str] = []
+        thought: list[str] = []
         saved_at = time.monotonic()
         try:
             if self.engine.needs_restore(plan.prompt.tokens):
@@ -308,24 +326,25 @@ class Conversation(SessionLife, SessionCache):
                 if isinstance(event, TurnDone):
                     done = event
                 elif isinstance(event, TextDelta):
-                    pieces.append(event.text)
+                    (pieces if event.part == "answer" else thought).append(event.text)
                     if time.monotonic() - saved_at >= DRAFT_INTERVAL_S:
                         saved_at = time.monotonic()
-                        self._checkpoint(parent, "".join(pieces))
+                        self._checkpoint(parent, "".join(pieces), "".join(thought))
                 yield event
         finally:
             if done is not None:
                 self._finish(done, plan.key)
-            elif pieces:
+            elif pieces or thought:
                 # The engine failed mid-reply: keep what was shown, marked stopped.
                 self.store.add_message(self.session.id, "assistant", "".join(pieces),
-                                       cancelled=True)
+                                       cancelled=True,
+                                       reasoning="".join(thought).rstrip() or None)
                 self.reload()
 
-    def _checkpoint(self, parent: int | None, text: str) -> None:
+    def _checkpoint(self, parent: int | None, text: str, reasoning: str = "") -> None:
         try:
             with self.store.patience(DRAFT_WAIT_S):
-                self.store.save_draft(self.session.id, parent, text)
+                self.store.save_draft(self.session.id, parent, text, reasoning.rstrip())
         except StoreError as exc:  # a full disk or a locked database must not stop the reply
             log.warning("reply checkpoint not saved: %s", exc)
 
@@ -333,11 +352,12 @@ class Conversation(SessionLife, SessionCache):
         stats = done.stats
         self.last_stats = stats
         cancelled = stats.finish_reason == "cancelled"
-        if done.reply or not cancelled:
+        if done.reply or done.reasoning or not cancelled:
             # The reply's ledger entry is what was sampled, reasoning and end token included.
             reply = PendingReply(self.session.id, self.session.leaf_id, done.reply,
                                  stats=stats.to_dict(), cancelled=cancelled,
-                                 token_ids=done.token_ids if key else None, ledger_key=key)
+                                 token_ids=done.token_ids if key else None, ledger_key=key,
+                                 reasoning=done.reasoning or None)
             try:
                 reply.store_in(self.store, wait_s=FIRST_SAVE_WAIT_S)
             except StoreLocked:
@@ -368,7 +388,7 @@ class Conversation(SessionLife, SessionCache):
 
     def window_left(self) -> int:
         """Tokens still free in the context window for the next message."""
-        window = self.engine.info.context_window
+        window = self.context_window
         used = self.engine.count_tokens(self.engine_messages()) if self.messages else 0
         return window - used
 

@@ -39,16 +39,23 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
-def options_for(session: Session) -> TemplateOptions:
-    """What the session fixes for its template: the date it started."""
-    return TemplateOptions(date=session.created)
+def options_for(session: Session, settings: GenerationSettings | None = None
+                ) -> TemplateOptions:
+    """What the session fixes for its template: the date it started, and
+    the turn's thinking switch and reasoning effort."""
+    settings = settings or session.settings
+    return TemplateOptions(date=session.created, enable_thinking=settings.thinking,
+                           reasoning_effort=settings.reasoning_effort)
 
 
 def key_for(engine: Engine, session: Session, options: TemplateOptions) -> str:
-    """model+template · system prompt · template options."""
+    """model+template · system prompt · template options. The thinking switch
+    is left out: it changes only the generation prompt of the turns after it,
+    never the tokens earlier messages were sent with."""
     info = engine.info
+    kept = replace(options, enable_thinking=None)
     return ":".join((_short_hash(info.fingerprint + info.chat_template_hash),
-                     _short_hash(session.system_prompt or ""), _short_hash(repr(options))))
+                     _short_hash(session.system_prompt or ""), _short_hash(repr(kept))))
 
 
 def _key_change(old: str | None, new: str) -> str:
@@ -85,7 +92,7 @@ class Ledger:
         self.engine = engine
         self.session = session
         self.settings = settings
-        self.options = options_for(session)
+        self.options = options_for(session, settings)
         self.key = key_for(engine, session, self.options)
 
     def _with_system(self, messages: Sequence[Message]) -> list[Message]:
@@ -100,7 +107,7 @@ class Ledger:
                        reason=fitted.reason or (None if fitted.dropped else reason))
 
     def _fits(self, n: int) -> bool:
-        return n + self.engine.reply_reserve(self.settings) <= self.engine.info.context_window
+        return n + self.engine.reply_reserve(self.settings) <= self.engine.window(self.settings)
 
     def plan_message(self, history: Sequence[Message], text: str) -> Plan:
         """The prompt for a new user message ``text`` after ``history``."""

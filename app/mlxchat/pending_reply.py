@@ -30,6 +30,7 @@ class PendingReply:
     cancelled: bool = False
     token_ids: list[int] | None = None
     ledger_key: str | None = None
+    reasoning: str | None = None
 
     def store_in(self, store: SessionStore, *, wait_s: float) -> None:
         """Add the reply after its parent (raises StoreLocked while still locked)."""
@@ -38,7 +39,7 @@ class PendingReply:
                               parent_id=self.parent_id, stats=TurnStats.from_dict(self.stats),
                               token_count=self.stats.get("generated_tokens"),
                               cancelled=self.cancelled, token_ids=self.token_ids,
-                              ledger_key=self.ledger_key)
+                              ledger_key=self.ledger_key, reasoning=self.reasoning)
 
 
 def unsaved_file(session_id: int) -> Path:

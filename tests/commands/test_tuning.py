@@ -98,6 +98,26 @@ def test_models_lists_catalog_and_the_loaded_model(registry, ctx):
     assert result.kind == "table" and result.open_screen is None
     aliases = [row[0] for row in result.rows]
     assert "smollm2-135m" in aliases and "tiny *" in aliases
-    assert result.columns == ("alias", "bits", "size", "context", "offline", "description")
+    assert result.columns == ("alias", "bits", "size", "context", "fits", "offline",
+                              "description")
+    from mlxchat.models import list_models
+    fits = {e.alias: e.fits for e in list_models()}
+    assert all(row[4] == fits[row[0]] for row in result.rows if row[0] in fits)
     ctx.interactive = True
     assert registry.run("/models", ctx).open_screen == "models"
+
+
+def test_context_window_caps_the_session_below_the_model(registry, ctx, conv):
+    model_window = conv.model_info.context_window
+    assert conv.context_window == model_window
+    cap = model_window // 2
+    assert registry.run(f"/set context_window {cap}", ctx).ok
+    assert conv.context_window == cap
+    assert conv.store.get_session(conv.session.id).settings.context_window == cap
+    done = send(conv, "hello")
+    assert done.stats.context_window == cap and conv.state().context_window == cap
+    refused = registry.run(f"/set context_window {model_window + 1}", ctx)
+    assert not refused.ok and f"{model_window:,}" in refused.text
+    assert conv.context_window == cap
+    assert registry.run("/set context_window none", ctx).ok
+    assert conv.context_window == model_window

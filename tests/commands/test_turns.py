@@ -75,7 +75,7 @@ def test_attach_reports_its_cost_then_goes_with_the_next_message(registry, ctx, 
     notes.write_text("The meeting is on Tuesday.\n" * 10)
     first = registry.run("/attach notes.txt", ctx)
     assert first.ok, first.text
-    assert "from the model's dimensions" in first.text
+    assert "measured on a two-token cache" in first.text
     assert "unknown until the first turn" in first.text
     assert conv.attachments[0].tokens > 270  # byte-level tokenizer: about one per byte
     send(conv, "When is the meeting?")
@@ -92,9 +92,9 @@ def test_attach_reports_its_cost_then_goes_with_the_next_message(registry, ctx, 
     assert cleared.text == "Dropped 1 pending attachment." and conv.attachments == []
 
 
-def test_kv_estimate_from_dimensions_matches_the_measured_bytes(ctx, conv):
+def test_kv_probe_on_an_empty_cache_matches_the_live_cache(ctx, conv):
     estimated, how = kv_bytes_per_token(ctx)
-    assert how.startswith("from the model's dimensions")
+    assert how.startswith("measured on a two-token cache")
     send(conv, "Fill the cache a little")
     measured, how = kv_bytes_per_token(ctx)
     assert how.startswith("measured") and measured == estimated
@@ -154,3 +154,15 @@ def test_copy_without_a_clipboard(registry, ctx, conv, monkeypatch):
 
 def test_copy_before_any_reply(registry, ctx):
     assert registry.run("/copy", ctx).text == "There is no reply to copy yet."
+
+
+def test_kv_probe_is_measured_at_the_session_kv_bits(registry, ctx, conv, tiny_b):
+    # tiny_b's head size (64) lets its cache be quantized: 8-bit takes fewer bytes.
+    assert registry.run("/model tiny-b", ctx).ok
+    full, _ = kv_bytes_per_token(ctx)
+    assert registry.run("/set kv_bits 8", ctx).ok
+    eight, how = kv_bytes_per_token(ctx)
+    assert how.startswith("measured") and 0 < eight < full
+    send(conv, "Fill the cache a little")
+    live, how = kv_bytes_per_token(ctx)
+    assert how == "measured from the live cache" and live == eight

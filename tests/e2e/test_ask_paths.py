@@ -83,3 +83,32 @@ def test_a_refused_prompt_leaves_no_empty_session(capsys, tiny_model_dir):
 def test_new_needs_a_session_name(capsys, tiny_model_dir, flags):
     code, _, err = ask(capsys, tiny_model_dir, *flags, "x")
     assert code == 1 and "--new needs --session" in err
+
+
+def test_reasoning_goes_to_stderr_and_the_answer_to_stdout(capsys, tmp_path):
+    from tests.families.builders import FAMILIES, write_family_model
+
+    fam = next(f for f in FAMILIES if f.name == "qwen3_moe-r1")  # the reply opens in reasoning
+    folder = write_family_model(fam, tmp_path / "r1")
+    flags = ["--max-tokens", "3", "--max-reasoning-tokens", "5"]
+    code, data, _ = ask(capsys, folder, *flags, "why?")
+    assert code == 0 and data["reasoning"] and 0 < data["reasoning_tokens"] <= 5
+    assert data["reasoning_tokens"] <= data["generated_tokens"]
+    code = cli.main(["ask", "--model", str(folder), "--temp", "0", *flags, "why?"])
+    out, err = capsys.readouterr()
+    assert code == 0 and out == data["reply"] + "\n"
+    assert data["reasoning"] in err
+    # This template does not read enable_thinking: the switch is refused, not ignored.
+    code, _, err = ask(capsys, folder, *flags, "--think", "off", "why?")
+    assert code != 0 and "enable_thinking" in err and len(err.strip().splitlines()) == 1
+
+
+def test_context_caps_the_window_and_is_kept_with_the_session(capsys, tiny_model_dir):
+    code, data, _ = ask(capsys, tiny_model_dir, "--max-tokens", "2", "--context", "300",
+                        "--session", "capped", "hi")
+    assert code == 0 and data["context_window"] == 300
+    code, again, _ = ask(capsys, tiny_model_dir, "--max-tokens", "2", "--session", "capped",
+                         "again")
+    assert code == 0 and again["context_window"] == 300  # stored with the session
+    code, _, err = ask(capsys, tiny_model_dir, "--context", "99999999", "hi")
+    assert code != 0 and "--context can only lower" in err

@@ -58,9 +58,9 @@ def test_a_locked_database_never_stalls_the_stream_and_loses_no_reply(tiny, tmp_
     stalls = []
     real = conv._checkpoint  # noqa: SLF001
 
-    def timed(parent, text):
+    def timed(parent, text, *reasoning):
         t0 = time.perf_counter()
-        real(parent, text)
+        real(parent, text, *reasoning)
         stalls.append(time.perf_counter() - t0)
     monkeypatch.setattr(conv, "_checkpoint", timed)
     events = conv.send("Hello there.")  # the question is stored before the lock is taken

@@ -91,7 +91,9 @@ GEMMA3 = (
 )
 
 GPT_OSS = (
-    "{{- '<|start|>system<|message|>You are a helpful assistant.\\nReasoning: medium<|end|>' }}"
+    "{%- if reasoning_effort is not defined %}{%- set reasoning_effort = 'medium' %}{%- endif %}"
+    "{{- '<|start|>system<|message|>You are a helpful assistant.\\nReasoning: '"
+    " + reasoning_effort + '<|end|>' }}"
     "{%- for m in messages %}"
     "{%- if m.role == 'system' %}"
     "{{- '<|start|>developer<|message|># Instructions\\n\\n' + m.content + '<|end|>' }}"
@@ -108,4 +110,16 @@ GPT_OSS = (
     "{%- endif %}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|start|>assistant' }}{%- endif %}"
+)
+
+# Gemma 2: no system role at all; the template refuses one.
+GEMMA2 = (
+    "{{- bos_token }}"
+    "{%- if messages[0].role == 'system' %}"
+    "{{- raise_exception('System role not supported') }}{%- endif %}"
+    "{%- for m in messages %}"
+    "{%- set role = 'model' if m.role == 'assistant' else m.role %}"
+    "{{- '<start_of_turn>' + role + '\\n' + m.content | trim + '<end_of_turn>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<start_of_turn>model\\n' }}{%- endif %}"
 )

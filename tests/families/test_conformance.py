@@ -22,7 +22,7 @@ from .builders import FAMILIES, Family, write_family_model
 
 QUESTIONS = ("Hello there, here is my first question.", "And a second one?",
              "Third: tell me more.", "Fourth, please.", "Fifth and last question.")
-GREEDY = GenerationSettings(temperature=0.0, max_tokens=6)
+GREEDY = GenerationSettings(temperature=0.0, max_tokens=6, max_reasoning_tokens=6)
 
 
 @pytest.fixture(scope="module", params=FAMILIES, ids=lambda f: f.name)

@@ -123,10 +123,10 @@ def test_list_models_rows():
     assert bundled.kind == "bundled" and bundled.context_window == 8192 and bundled.bits == 4
     if bundled.available_offline:
         assert bundled.size_on_disk and bundled.size_bytes == 98_362_432
-    qwen = rows["qwen2.5-7b"]
+    qwen = rows["qwen3-8b"]
     assert qwen.kind == "hf"
     if not qwen.available_offline:
-        assert not qwen.size_on_disk and qwen.size_bytes == 4_300_000_000
+        assert not qwen.size_on_disk and qwen.size_bytes == 4_600_000_000
 
 
 def test_import_with_name_registers_alias(tiny_gguf):

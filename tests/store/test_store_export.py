@@ -322,3 +322,28 @@ def test_settings_stored_out_of_range_fall_back_to_defaults(store: SessionStore,
     assert (loaded.kv_bits, loaded.top_p) == (default.kv_bits, default.top_p)
     assert loaded.temperature == 0.2
     loaded.check()
+
+
+def test_reasoning_has_its_own_heading_and_survives_a_round_trip(store: SessionStore) -> None:
+    s = store.create_session("r1", None, GenerationSettings(thinking=False,
+                                                            reasoning_effort="low"))
+    store.add_message(s.id, "user", "Why?")
+    thought = "First idea.\n\nSecond idea."
+    store.add_message(s.id, "assistant", "Because.", reasoning=thought,
+                      stats=TurnStats(generated_tokens=20, reasoning_tokens=15))
+    markdown = render_session(store, s.id, "md")
+    lines = markdown.splitlines()
+    thinking, answer = lines.index("#### Thinking"), lines.index("#### Answer")
+    assert lines[thinking + 2:answer - 1] == ["> First idea.", ">", "> Second idea."]
+    assert "Because." in lines[answer:] and "Because." not in lines[:answer]
+    assert "20 tokens (15 thinking)" in markdown
+    copy = import_json(store, render_session(store, s.id, "json"))
+    reply = copy.messages[-1]
+    assert (reply.content, reply.reasoning) == ("Because.", thought)
+    assert copy.settings.thinking is False and copy.settings.reasoning_effort == "low"
+    # A reply without reasoning has no heading and no key.
+    plain = store.create_session("m")
+    store.add_message(plain.id, "user", "Hi")
+    store.add_message(plain.id, "assistant", "Hello")
+    assert "#### Thinking" not in render_session(store, plain.id, "md")
+    assert "reasoning" not in session_document(store, plain.id)["messages"][-1]

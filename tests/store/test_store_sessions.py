@@ -201,6 +201,21 @@ def test_a_leftover_draft_becomes_a_stopped_reply(tmp_path: Path) -> None:
     assert store.recover_draft(session.id) is None  # recovered once
 
 
+def test_a_draft_killed_while_reasoning_keeps_its_reasoning(tmp_path: Path) -> None:
+    from mlxchat.store import open_store
+
+    store = open_store(tmp_path / "d.db")
+    session = store.create_session("m")
+    user = store.add_message(session.id, "user", "why?")
+    store.save_draft(session.id, user.id, "", "Let me think about")
+    store.close()
+    store = open_store(tmp_path / "d.db")
+    recovered = store.recover_draft(session.id)
+    assert recovered is not None and recovered.cancelled
+    stored = store.get_session(session.id).messages[-1]
+    assert (stored.content, stored.reasoning) == ("", "Let me think about")
+
+
 def test_a_finished_reply_clears_its_draft(tmp_path: Path) -> None:
     from mlxchat.store import open_store
 

@@ -189,3 +189,17 @@ async def test_resumed_cache_shows_its_source_before_any_turn():
                                    cache_source="cold"), 48 * GB)
         assert text(panel, "#kv-source") == "empty"
         assert text(panel, "#compact-live") == "idle"
+
+
+async def test_a_reasoning_turn_shows_thinking_and_answer_tokens_apart():
+    app = host()
+    async with app.run_test(size=(200, 50)):
+        panel = app.query_one(GaugesPanel)
+        panel.decoding(17, 20.0, "reasoning")
+        assert text(panel, "#live-text") == "thinking 17 tokens\n20.0 tok/s"
+        # 300 sampled, 210 of them reasoning: 90 answer tokens (the end token included).
+        panel.update_stats(replace(SAMPLE_STATS, generated_tokens=300, reasoning_tokens=210))
+        assert "thinking 210 · answer 90 tokens" in text(panel, "#turn-text").splitlines()
+        panel.update_stats(SAMPLE_STATS)  # no reasoning: no such line
+        assert not any(line.startswith("thinking") for line in
+                       text(panel, "#turn-text").splitlines())

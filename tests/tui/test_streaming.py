@@ -70,3 +70,19 @@ def test_pacer_keeps_drawing_near_its_share_of_the_ui_thread():
         cpu += 0.1
         pacer.record(cpu)
     assert pacer() <= 0.25
+
+
+def test_a_batch_holds_one_part():
+    clock = Clock()
+
+    def parts():
+        for i in range(6):
+            clock.now += 0.001  # faster than the interval: everything would batch together
+            yield TextDelta(f"r{i}" if i < 4 else f"a{i}", i + 1, 10.0,
+                            part="reasoning" if i < 4 else "answer")
+        yield TurnDone("a4a5", TurnStats(generated_tokens=6, reasoning_tokens=4))
+    texts = []
+    pump_turn(parts(), on_text=texts.append, on_prefill=lambda p: None, interval=1.0,
+              clock=clock)
+    assert [(b.part, b.text) for b in texts] == [
+        ("reasoning", "r0"), ("reasoning", "r1r2r3"), ("answer", "a4a5")]

@@ -105,3 +105,47 @@ async def test_follows_the_stream_unless_scrolled_up():
         await transcript.add_user("next")  # sending brings the view back down
         await pilot.pause()
         assert transcript.scroll_y == transcript.max_scroll_y
+
+
+async def test_reasoning_streams_into_a_folded_block_above_the_answer():
+    app = host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        transcript = app.query_one(Transcript)
+        reply = await transcript.start_reply()
+        message = transcript.query_one(AssistantMessage)
+        assert not message.thinking.display  # no reasoning: no block
+        await reply.append("Weigh the options.", "reasoning")
+        await pilot.pause()
+        block = message.thinking
+        assert block.display and block.render().plain == "▸ Thinking…"
+        await reply.append("Take the second.")
+        stats = TurnStats(generated_tokens=12, reasoning_tokens=7, reasoning_s=1.5)
+        await reply.finish(stats)
+        await pilot.pause()
+        assert message.markdown.source == reply.text == "Take the second."
+        assert message.reasoning == "Weigh the options."
+        folded = block.render().plain
+        assert "Weigh" not in folded and "7 tokens" in folded and "Thought" in folded
+        await pilot.click(block)
+        await pilot.pause()
+        assert block.render().plain.endswith("\nWeigh the options.")
+        await pilot.click(block)
+        await pilot.pause()
+        assert block.render().plain == folded
+        assert "7 thinking, 5 answer" in footer_text(message)
+
+
+async def test_a_stored_reply_shows_its_reasoning_folded():
+    app = host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        transcript = app.query_one(Transcript)
+        await transcript.load([Message("user", "Hi"),
+                               Message("assistant", "Hello.", reasoning="They greet me.",
+                                       stats=TurnStats(generated_tokens=9, reasoning_tokens=4)),
+                               Message("assistant", "No thought.")])
+        await pilot.pause()
+        first, second = transcript.query(AssistantMessage)
+        assert first.thinking.display and "They greet" not in first.thinking.render().plain
+        first.thinking.toggle()
+        assert "They greet me." in first.thinking.render().plain
+        assert not second.thinking.display

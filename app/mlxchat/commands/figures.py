@@ -46,6 +46,10 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
     ]
     if s.miss_reason:
         rows.insert(2, ("cache miss", s.miss_reason))
+    if s.reasoning_tokens:
+        rows.insert(rows.index(next(r for r in rows if r[0] == "reply")) + 1,
+                    ("reasoning", f"{fmt_int(s.reasoning_tokens)} tokens in {s.reasoning_s:.1f} s; "
+                                  f"answer {fmt_int(s.answer_tokens)} tokens"))
     if s.dropped_messages:
         rows.append(("dropped to fit", f"{plural(s.dropped_messages, 'oldest message')}"))
     caption = "Last turn" if live else "Last reply on this branch (as stored)"
@@ -123,7 +127,7 @@ def complete_cache(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> 
 
 def context(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
-    window = conv.model_info.context_window
+    window = conv.context_window
     messages = conv.engine_messages()
     pending = conv.attachments
     if not messages and not pending:

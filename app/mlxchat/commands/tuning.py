@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mlxchat.chat import (CONTEXT_POLICIES, GENERATION_RULES, HISTORY_MODES, GenerationSettings,
-                          generation_problem, human_bytes)
+from mlxchat.chat import (CONTEXT_POLICIES, GENERATION_RULES, HISTORY_MODES, REASONING_EFFORTS,
+                          GenerationSettings, generation_problem, human_bytes)
 from mlxchat.commands.base import (
     Args,
     Candidates,
@@ -61,6 +61,18 @@ def _policy(name: str, raw: str) -> str:
     return _allowed(name, raw.lower(), raw)
 
 
+def _optional_word(name: str, raw: str) -> Any:
+    return None if raw.lower() in ("none", "default") else _allowed(name, raw.lower(), raw)
+
+
+def _switch(name: str, raw: str) -> Any:
+    words = {"on": True, "true": True, "yes": True, "off": False, "false": False, "no": False,
+             "none": None, "default": None}
+    if raw.lower() not in words:
+        raise CommandError(f"{name} takes on, off or default; got {one_line(raw, 30)!r}.")
+    return words[raw.lower()]
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
@@ -75,16 +87,33 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("top_p", _ranged(float), "> 0 and <= 1"),
     Setting("min_p", _ranged(float), ">= 0 and < 1"),
     Setting("max_tokens", _ranged(int), ">= 1"),
+    Setting("max_reasoning_tokens", _ranged(int), ">= 1"),
+    Setting("thinking", _switch, "on, off or default", ("on", "off", "default")),
+    Setting("reasoning_effort", _optional_word, "none, " + ", ".join(REASONING_EFFORTS),
+            ("none", *REASONING_EFFORTS)),
     Setting("seed", _optional_int, "none or a whole number >= 0", ("none",)),
     Setting("repetition_penalty", _ranged(float), "> 0 (1 is off)"),
     Setting("kv_bits", _optional_int, "none, 4 or 8", ("none", "4", "8")),
+    Setting("context_window", _optional_int, "none or a whole number >= 256 (at most the "
+            "model's)", ("none",)),
     Setting("context_policy", _policy, " or ".join(CONTEXT_POLICIES), CONTEXT_POLICIES),
     Setting("history", _policy, " or ".join(HISTORY_MODES), HISTORY_MODES),
 )}
 
 
 def show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
     return "none" if value is None else str(value)
+
+
+def _check_template(ctx: CommandContext, name: str, value: Any) -> None:
+    """thinking and reasoning_effort only where the chat template reads them."""
+    variable = {"thinking": "enable_thinking", "reasoning_effort": "reasoning_effort"}.get(name)
+    info = ctx.conversation.model_info
+    if variable and value is not None and variable not in info.template_variables:
+        raise CommandError(f"{info.name}'s chat template does not take {variable}, so "
+                           f"{name} would change nothing.")
 
 
 def _setting(raw: str) -> Setting:
@@ -103,11 +132,22 @@ def _check_kv_bits(ctx: CommandContext, value: int | None) -> None:
                            f"is {head_dim}, so its KV cache cannot be quantized.")
 
 
+def _check_window(ctx: CommandContext, value: int | None) -> None:
+    info = ctx.conversation.model_info
+    if value and value > info.context_window:
+        raise CommandError(f"context_window can only lower {info.name}'s window of "
+                           f"{fmt_int(info.context_window)} tokens (what it was trained for, or "
+                           f"what fits this machine's memory); got {fmt_int(value)}.")
+
+
 def set_(ctx: CommandContext, args: Args) -> CommandResult:
     setting = _setting(args.words[0])
     value = setting.parse(setting.name, args.words[1])
     if setting.name == "kv_bits":
         _check_kv_bits(ctx, value)
+    if setting.name == "context_window":
+        _check_window(ctx, value)
+    _check_template(ctx, setting.name, value)
     conv = ctx.conversation
     conv.update_generation(dataclasses.replace(conv.generation, **{setting.name: value}))
     where = "for this session"
@@ -122,6 +162,22 @@ def set_(ctx: CommandContext, args: Args) -> CommandResult:
                 " The next turn recomputes the cache at full precision.")
     return CommandResult.info(f"{setting.name} = {show(value)} {where}.{note}",
                               clear_input=True)
+
+
+def think(ctx: CommandContext, args: Args) -> CommandResult:
+    conv = ctx.conversation
+    if not args.words:
+        on = conv.generation.thinking
+        return CommandResult.info(
+            f"thinking is {'the model default' if on is None else show(on)} for this session "
+            f"(/think on|off; this model marks reasoning as: {conv.model_info.reasoning}).")
+    value = _switch("thinking", args.words[0])
+    _check_template(ctx, "thinking", value)
+    conv.update_generation(dataclasses.replace(conv.generation, thinking=value))
+    return CommandResult.info(
+        f"thinking {'follows the model default' if value is None else show(value)} for this "
+        "session from the next message; earlier messages keep their tokens.",
+        clear_input=True)
 
 
 def get(ctx: CommandContext, args: Args) -> CommandResult:
@@ -183,10 +239,13 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
         return CommandResult.info(
             f"Switched to {info.name} ({info.quantization}, {_params(info.parameter_count)} "
             f"parameters, {fmt_int(info.context_window)}-token window); the KV cache starts "
-            "cold.", session_changed=True, clear_input=True)
+            "cold." + (f" {info.memory_note}." if info.memory_note else ""),
+            session_changed=True, clear_input=True)
     info = conv.model_info
     rows = [("name", info.name), ("spec", info.spec), ("architecture", info.architecture),
-            ("parameters", _params(info.parameter_count)),
+            ("parameters", _params(info.parameter_count) + (
+                f" total · {_params(info.active_parameter_count)} active per token"
+                if 0 < info.active_parameter_count < info.parameter_count else "")),
             ("quantization", info.quantization + (f", scales {info.scales_dtype}"
                                                   if info.scales_dtype not in ("", "-") else "")),
             ("bits per weight", f"{info.bits_per_weight:.2f} in memory"
@@ -224,16 +283,17 @@ def models(ctx: CommandContext, args: Args) -> CommandResult:
                      f"{bits}-bit" if bits else "-",
                      (human_bytes(size) + ("" if on_disk else " download")) if size else "?",
                      fmt_int(context) if context else "?",
+                     getattr(e, "fits", "?"),
                      "yes" if getattr(e, "available_offline", False) else "no",
                      one_line(getattr(e, "description", ""), 60)))
     if current not in {e.alias for e in entries}:
         info = ctx.conversation.model_info
         rows.append((f"{info.name} *", f"{info.bits_per_weight:.1f} b/w",
                      human_bytes(info.weights_bytes), fmt_int(info.context_window),
-                     "yes", f"loaded from {one_line(current, 50)}"))
+                     "loaded", "yes", f"loaded from {one_line(current, 50)}"))
     return CommandResult.table(
         "Models (* is loaded; /model ALIAS switches)",
-        ("alias", "bits", "size", "context", "offline", "description"), rows,
+        ("alias", "bits", "size", "context", "fits", "offline", "description"), rows,
         open_screen="models" if ctx.interactive else None)
 
 
@@ -243,6 +303,13 @@ COMMANDS = (
             flags=("--default",), complete=complete_settings,
             details="Settings: " + "; ".join(f"{s.name} ({s.rule})" for s in SETTINGS.values())
             + ". --default also saves it as the default for new sessions."),
+    Command("think", think, "Turn the model's reasoning on or off for this session",
+            usage="/think [on|off|default]", max_args=1,
+            complete=lambda ctx, words, prefix: [] if words else [
+                ("on", "reason before answering"), ("off", "answer directly"),
+                ("default", "the template's default")],
+            details="Passed to the chat template as enable_thinking (Qwen3 and others that "
+                    "read it); the reasoning shows folded above the answer."),
     Command("get", get, "Show the generation settings, or one of them", usage="/get [NAME]",
             max_args=1, complete=complete_setting_names, while_busy=True),
     Command("model", model, "Show the loaded model, or switch to another",

@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from mlxchat.chat import Message, attachment_block, human_bytes
+from mlxchat.chat import NO_SYSTEM_ROLE, Message, attachment_block, human_bytes
 from mlxchat.commands.base import (
     Args,
     Candidates,
@@ -92,6 +92,8 @@ def system(ctx: CommandContext, args: Args) -> CommandResult:
     tokens = conv.message_tokens([Message("system", text)])[0]
     cost = (" The next turn prefills the conversation again (the cache starts with the "
             "old prompt)." if text != current and conv.messages else "")
+    if not conv.model_info.system_role:
+        cost += f" Note: {NO_SYSTEM_ROLE}."
     return CommandResult.info(f"System prompt set ({fmt_int(tokens)} tokens).{cost}",
                               session_changed=True, clear_input=True)
 
@@ -104,26 +106,13 @@ def complete_system(ctx: CommandContext, words: tuple[str, ...], prefix: str) ->
 # -- /attach --------------------------------------------------------------------------
 
 
-def _dtype_bytes(ctx: CommandContext) -> int:
-    info = ctx.conversation.model_info
-    dtype = info.scales_dtype if info.scales_dtype not in ("", "-") else info.quantization
-    return {"float32": 4, "float16": 2, "bfloat16": 2}.get(dtype, 2)
-
-
 def kv_bytes_per_token(ctx: CommandContext) -> tuple[float, str]:
     """Bytes one token takes in the KV cache, and how that was found."""
     conv = ctx.conversation
     state = conv.state()
     if state.cached_tokens and state.kv_bytes:
         return state.kv_bytes / state.cached_tokens, "measured from the live cache"
-    info = conv.model_info
-    element: float = _dtype_bytes(ctx)
-    bits = conv.generation.kv_bits
-    if bits:
-        group = 64 if info.head_dim % 64 == 0 else 32
-        element = bits / 8 + 2 * element / group  # packed values + a scale and bias per group
-    per_token = info.num_layers * 2 * info.kv_heads * info.head_dim * element
-    return per_token, "from the model's dimensions (the cache is empty)"
+    return conv.kv_bytes_per_token(), "measured on a two-token cache (the live one is empty)"
 
 
 def _read_text_file(ctx: CommandContext, raw: str, free: int) -> tuple[Path, str]:
@@ -167,7 +156,7 @@ def attach(ctx: CommandContext, args: Args) -> CommandResult:
             return CommandResult.info("No pending attachments. Usage: /attach PATH")
         names = ", ".join(f"{a.path.name} ({fmt_int(a.tokens)} tokens)" for a in pending)
         return CommandResult.info(f"Going with your next message: {names}.")
-    window = conv.model_info.context_window
+    window = conv.context_window
     free = conv.window_left() - sum(a.tokens for a in pending)
     path, text = _read_text_file(ctx, args.words[0], free)
     resolved = path.resolve()

@@ -21,7 +21,7 @@ from mlx_lm.generate import generate_step
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from mlxchat.chat import GenerationSettings, Message, TurnStats
-from mlxchat.engine import prompt, template_delta
+from mlxchat.engine import kv, prompt, reasoning, template_delta
 from mlxchat.engine.events import EngineState, Event, PrefillProgress, TextDelta, TurnDone
 from mlxchat.engine.live import LiveCache
 from mlxchat.engine.persist import DiskCache
@@ -65,10 +65,20 @@ class Decode:
     first_pass_s: float = 0.0
     """Seconds of the first forward pass (the tail of the prompt)."""
     decode_tps: float = 0.0
+    reasoning_pieces: list[str] = field(default_factory=list)
+    reasoning_tokens: int = 0
+    """Sampled tokens that belong to the reasoning, its markup included."""
+    reasoning_s: float = 0.0
+    """Seconds from the start of sampling to the end of the reasoning."""
 
     @property
     def reply(self) -> str:
+        """The answer (what is stored as the reply's content)."""
         return "".join(self.pieces)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self.reasoning_pieces).rstrip()
 
 
 class ChatEngine(DiskCache):
@@ -187,13 +197,15 @@ class ChatEngine(DiskCache):
         settings' policy; the last result is kept, so the check before a send
         and the turn itself tokenize the history once."""
         loaded = self._loaded
+        window = self.window(settings)
         key = (id(loaded), tuple((m.role, m.content) for m in messages),
-               settings.max_tokens, settings.context_policy, options)
+               self.reply_budget(settings), settings.context_policy, options, window)
         memo = self._fit_memo
         if memo is not None and memo[0] == key:
             return memo[1]
-        fitted = prompt.fit(loaded.tokenizer, messages, window=loaded.info.context_window,
-                            max_tokens=settings.max_tokens, policy=settings.context_policy,
+        fitted = prompt.fit(loaded.tokenizer, messages, window=window,
+                            max_tokens=self.reply_budget(settings),
+                            policy=settings.context_policy,
                             template_kwargs=options.kwargs())
         self._fit_memo = (key, fitted)
         return fitted
@@ -210,7 +222,27 @@ class ChatEngine(DiskCache):
 
     def reply_reserve(self, settings: GenerationSettings) -> int:
         """Tokens kept free for the reply when deciding whether a prompt fits."""
-        return prompt.reply_reserve(settings.max_tokens, self._loaded.info.context_window)
+        return prompt.reply_reserve(self.reply_budget(settings), self.window(settings))
+
+    def reply_budget(self, settings: GenerationSettings) -> int:
+        """Tokens a reply may take: the answer's, plus the reasoning's for a
+        model that reasons (unless /think off)."""
+        reasons = reasoning.cached_markup(self._loaded.tokenizer).reasons
+        extra = settings.max_reasoning_tokens if reasons and settings.thinking is not False else 0
+        return settings.max_tokens + extra
+
+    def kv_bytes_per_token(self, kv_bits: int | None = None) -> int:
+        """What one more token adds to the KV cache, measured: a fresh cache is
+        fed one token, then a second, and the arrays' bytes compared (a
+        recurrent layer's fixed state cancels out)."""
+        loaded = self._loaded
+        return self._call(lambda: kv.probe_bytes_per_token(loaded.model, kv_bits,
+                                                           loaded.info.head_dim))
+
+    def window(self, settings: GenerationSettings) -> int:
+        """The context window a turn gets: the model's, or the session's cap below it."""
+        model = self._loaded.info.context_window
+        return min(model, settings.context_window) if settings.context_window else model
 
     def render_tokens(self, messages: Sequence[Message], *,
                       options: TemplateOptions = TemplateOptions()) -> list[int]:
@@ -243,6 +275,7 @@ class ChatEngine(DiskCache):
 
     def _start_cold(self) -> None:
         self._live = LiveCache(self._loaded.model)
+        self._window = self._loaded.info.context_window
         self._refresh_state()
 
     # -- engine-thread internals -----------------------------------------
@@ -250,7 +283,7 @@ class ChatEngine(DiskCache):
         info, live = self._loaded.info, self._live
         self._state = EngineState(
             model_name=info.name, cached_tokens=len(live.tokens),
-            context_window=info.context_window, kv_bytes=live.nbytes,
+            context_window=min(self._window, info.context_window), kv_bytes=live.nbytes,
             kv_bits=live.bits, kv_dtype=live.dtype_label,
             cache_source=live.source if live.tokens else "cold",
             weights_bytes=info.weights_bytes,
@@ -297,13 +330,14 @@ class ChatEngine(DiskCache):
                            head_dim=info.head_dim)
         if settings.seed is not None:
             mx.random.seed(settings.seed)
+        self._window = self.window(settings)
         self._refresh_state(busy=True)
         prefill, decode = Prefill(), Decode()
         figures = LiveFigures(live, len(tokens) - reuse.tokens, emit)
         try:
             prefill = self._prefill(tokens[reuse.tokens:len(tokens) - tail], figures)
             decode = self._decode(tokens[len(tokens) - tail:], settings, emit=figures,
-                                  turn_start=start)
+                                  turn_start=start, prompt_tokens=tokens)
         except _Cancelled:
             decode.finish_reason = "cancelled"
         finally:
@@ -314,9 +348,10 @@ class ChatEngine(DiskCache):
             prompt_tokens=len(tokens), reused_tokens=reuse.tokens,
             prefilled_tokens=len(tokens) - reuse.tokens, miss_reason=reuse.reason,
             cache_source=reuse.source, dropped_messages=fitted.dropped,
-            context_window=info.context_window, kv_bits=settings.kv_bits,
+            context_window=self.window(settings), kv_bits=settings.kv_bits,
             weights_bytes=info.weights_bytes, finish_reason=decode.finish_reason,
-            generated_tokens=decode.generated, ttft_s=decode.ttft_s,
+            generated_tokens=decode.generated, reasoning_tokens=decode.reasoning_tokens,
+            reasoning_s=decode.reasoning_s, ttft_s=decode.ttft_s,
             decode_tps=decode.decode_tps,
             prefill_tps=(len(tokens) - reuse.tokens)
             / max(prefill.seconds + decode.first_pass_s, 1e-9) if decode.generated else 0.0,
@@ -324,32 +359,34 @@ class ChatEngine(DiskCache):
             kv_bytes=live.nbytes, peak_memory_bytes=mx.get_peak_memory())
         self._refresh_state(stats)
         figures.done(TurnDone(reply=decode.reply, stats=stats, dropped_messages=fitted.dropped,
-                              token_ids=decode.token_ids))
+                              token_ids=decode.token_ids, reasoning=decode.reasoning))
 
     def _decode(self, tail: list[int], settings: GenerationSettings, *,
-                emit: Callable[[Event], None], turn_start: float) -> Decode:
-        """Feed the tail and sample until an end token, the budget or a cancel."""
+                emit: Callable[[Event], None], turn_start: float,
+                prompt_tokens: Sequence[int] = ()) -> Decode:
+        """Feed the tail and sample until an end token, a budget or a cancel;
+        reasoning and answer are streamed as separate parts."""
         tokenizer, live = self._loaded.tokenizer, self._live
-        window = self._loaded.info.context_window
+        window = self.window(settings)
         sampler = make_sampler(settings.temperature, settings.top_p, settings.min_p)
         processors = make_logits_processors(
             repetition_penalty=settings.repetition_penalty
             if settings.repetition_penalty != 1.0 else None)
-        budget = max(1, min(settings.max_tokens, window - len(live.tokens) - len(tail) + 1))
-        detok = tokenizer.detokenizer
-        detok.reset()
+        split = reasoning.Splitter.for_prompt(tokenizer, prompt_tokens,
+                                              reasoning.cached_markup(tokenizer))
+        think_budget = settings.max_reasoning_tokens if split.markup.reasons else 0
+        budget = max(1, min(settings.max_tokens + think_budget,
+                            window - len(live.tokens) - len(tail) + 1))
         out = Decode(finish_reason="length")
+        def shown(segment: str, part: str) -> None:
+            (out.reasoning_pieces if part == reasoning.REASONING else out.pieces).append(segment)
+            emit(TextDelta(segment, out.generated, out.decode_tps, part=part))
+        text = reasoning.PartText(tokenizer.detokenizer, shown)
         t_prompt = time.perf_counter()
         gen = generate_step(mx.array(tail), self._loaded.model, prompt_cache=live.layers,
                             max_tokens=budget, sampler=sampler, logits_processors=processors)
         live.tokens.extend(tail)
         first_at = None
-
-        def flush() -> None:
-            segment = detok.last_segment
-            if segment:
-                out.pieces.append(segment)
-                emit(TextDelta(segment, out.generated, out.decode_tps))
         try:
             for token, _ in gen:
                 live.tokens.append(token)
@@ -358,20 +395,26 @@ class ChatEngine(DiskCache):
                 if first_at is None:
                     first_at = now
                     out.ttft_s, out.first_pass_s = now - turn_start, now - t_prompt
+                out.generated += 1
                 if token in tokenizer.eos_token_ids:
                     out.finish_reason = "stop"
-                    out.generated += 1
                     break
-                detok.add_token(token)
-                out.generated += 1
                 if out.generated > 1:
                     out.decode_tps = (out.generated - 1) / max(now - first_at, 1e-9)
-                flush()
+                was = split.part
+                text.add(split.feed(token))
+                out.reasoning_tokens = split.reasoning_tokens
+                if reasoning.REASONING in (was, split.part):
+                    out.reasoning_s = now - t_prompt
                 if self._cancel.is_set():
                     out.finish_reason = "cancelled"
                     break
+                if split.answer_tokens >= settings.max_tokens or (
+                        split.part == reasoning.REASONING
+                        and split.reasoning_tokens >= think_budget):
+                    break  # a budget is spent: finish_reason stays 'length'
         finally:
             gen.close()
-            detok.finalize()
-            flush()
+            text.add(split.flush())
+            text.close()
         return out

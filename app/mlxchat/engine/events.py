@@ -42,6 +42,8 @@ class TextDelta:
     """Tokens in the KV cache now (prompt and reply so far)."""
     kv_bytes: int = 0
     """The cache's bytes now, scaled from its bytes per token."""
+    part: str = "answer"
+    """'reasoning' (shown folded, stored apart) or 'answer' (the reply's content)."""
 
 
 @dataclass
@@ -55,6 +57,8 @@ class TurnDone:
     token_ids: list[int] = field(default_factory=list)
     """The reply's token ids as sampled (reasoning and the end token included):
     what it adds to the conversation's token ledger."""
+    reasoning: str = ""
+    """The reply's reasoning text, apart from ``reply`` (the answer)."""
 
 
 Event = PrefillProgress | TextDelta | TurnDone

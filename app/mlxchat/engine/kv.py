@@ -82,6 +82,20 @@ def quantize(cache: list[Any], kv_bits: int, head_dim: int) -> list[Any]:
             for c in cache]
 
 
+def probe_bytes_per_token(model: Any, kv_bits: int | None, head_dim: int) -> int:
+    """What one more token adds to a fresh cache, read from its arrays (fed one
+    token, then a second; a recurrent layer's fixed state cancels out)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    sizes = []
+    for token in (0, 1):
+        model(mx.array([[token]]), cache=cache)
+        mx.eval([c.state for c in cache])
+        sizes.append(kv_bytes(quantize(cache, kv_bits, head_dim) if kv_bits else cache))
+    return sizes[1] - sizes[0]
+
+
 def trimmed_copy(cache: list[Any]) -> list[Any]:
     """Cache objects whose arrays stop at the used length, for saving to disk."""
     out = []

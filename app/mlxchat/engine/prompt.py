@@ -9,10 +9,19 @@ from typing import Any, Sequence
 from mlxchat.chat import Message
 from mlxchat.engine import template
 from mlxchat.engine.events import ContextOverflowError
+from mlxchat.models.info import takes_system
 
 
 def as_dicts(messages: Sequence[Message]) -> list[dict[str, str]]:
     return [{"role": m.role, "content": m.content} for m in messages]
+
+
+def fold_system(dicts: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The system prompt at the start of the first user message (alone, a user message)."""
+    system, rest = dicts[0]["content"], dicts[1:]
+    if rest and rest[0]["role"] == "user":
+        return [{"role": "user", "content": f"{system}\n\n{rest[0]['content']}"}] + rest[1:]
+    return [{"role": "user", "content": system}] + rest
 
 
 def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bool = True,
@@ -24,6 +33,8 @@ def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bo
     tokenizer's control tokens, the template is rendered around the messages
     instead (engine/template.py), so only the template makes control tokens."""
     dicts = as_dicts(messages)
+    if dicts and dicts[0]["role"] == "system" and not takes_system(tokenizer):
+        dicts = fold_system(dicts)
     if template.has_control_text(tokenizer, [m["content"] for m in dicts]):
         return template.render_ids(tokenizer, dicts, generation_prompt=generation_prompt,
                                    **template_kwargs)

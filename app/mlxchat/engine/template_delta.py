@@ -36,6 +36,8 @@ class TemplateOptions:
     """Unix time whose date templates stamp (Llama 3): the session's start."""
     enable_thinking: bool | None = None
     """Passed to templates that take it (Qwen3); None keeps the template's default."""
+    reasoning_effort: str | None = None
+    """'low', 'medium' or 'high' for templates that take it (gpt-oss)."""
 
     def kwargs(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -45,6 +47,8 @@ class TemplateOptions:
             out["strftime_now"] = day.strftime  # shadows the template global
         if self.enable_thinking is not None:
             out["enable_thinking"] = self.enable_thinking
+        if self.reasoning_effort is not None:
+            out["reasoning_effort"] = self.reasoning_effort
         return out
 
 

@@ -1,8 +1,10 @@
 """Model aliases: the built-in catalog (package data) plus the user's own.
 
-Both files are TOML tables ``[models."alias"]`` with a ``source`` (a model
-spec: Hugging Face repo, folder, .gguf file or ``bundled:...``) and optional
-``context``, ``size_mb``, ``bits`` and ``description``. Stdlib only.
+Both files are TOML tables ``[models."alias"]`` (or one inline table a line
+under ``[models]``) with a ``source`` (a model spec: Hugging Face repo, folder,
+.gguf file or ``bundled:...``) and optional ``context``, ``size_mb``, ``bits``,
+``kv_kb``, ``licence``, ``description`` and ``rope_scaling`` (a table passed
+to the model's config, e.g. YaRN with ``context`` the stretched window). Stdlib only.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ class CatalogEntry:
     description: str = ""
     user: bool = False
     """Registered by the user (``mlxchat import --name``) rather than built in."""
+    rope_scaling: dict | None = None
+    """Passed to the model's config when loading (e.g. YaRN to stretch the window)."""
+    kv_bytes_per_token: int | None = None
+    """KV cache bytes per token at 16 bits (full-attention layers), from the config."""
+    licence: str = ""
 
 
 def _entries(text: str, *, user: bool, origin: str) -> list[CatalogEntry]:
@@ -47,7 +54,11 @@ def _entries(text: str, *, user: bool, origin: str) -> list[CatalogEntry]:
         entries.append(CatalogEntry(
             alias=alias, source=item["source"], context_window=item.get("context"),
             size_bytes=int(size_mb * 1_000_000) if size_mb else None, bits=item.get("bits"),
-            description=item.get("description", ""), user=user))
+            description=item.get("description", ""), user=user,
+            kv_bytes_per_token=int(item["kv_kb"] * 1024) if item.get("kv_kb") else None,
+            licence=item.get("licence", ""),
+            rope_scaling=item["rope_scaling"] if isinstance(item.get("rope_scaling"), dict)
+            else None))
     return entries
 
 
@@ -90,6 +101,11 @@ def _render(entries: list[CatalogEntry]) -> str:
             lines.append(f"bits = {int(e.bits)}")
         if e.description:
             lines.append(f"description = {_toml_string(e.description)}")
+        if e.rope_scaling:
+            # JSON strings, numbers and booleans are TOML values too.
+            pairs = ", ".join(f"{_toml_string(k)} = {json.dumps(v)}"
+                              for k, v in e.rope_scaling.items())
+            lines.append(f"rope_scaling = {{ {pairs} }}")
         lines.append("")
     return "\n".join(lines)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,20 @@ class ModelInfo:
     num_layers: int = 0
     kv_heads: int = 0
     head_dim: int = 0
+    active_parameter_count: int = 0
+    """Parameters one token runs through: for a mixture of experts the routed
+    experts count k/E, shared experts in full; else all of them."""
+    reasoning: str = "none"
+    """How replies mark reasoning: 'think' (think tags), 'harmony' (gpt-oss
+    channels) or 'none'."""
+    template_variables: tuple[str, ...] = ()
+    """Of enable_thinking and reasoning_effort, those the chat template reads."""
+    system_role: bool = True
+    """The chat template takes a system message; else it is folded into the first one."""
+    memory_note: str | None = None
+    """Set when the context window was lowered to fit this machine's memory."""
+    needed_bytes: int = 0
+    """Weights plus the KV cache at ``context_window``, as estimated before loading."""
 
 
 @dataclass
@@ -87,21 +102,57 @@ def weights_bytes(model: nn.Module) -> int:
     return sum(v.nbytes for _, v in tree_flatten(model.parameters()))
 
 
+def _mode_label(mode: str, bits: int) -> str:
+    """'int4' for MLX's affine mode, else the format's own name ('MXFP4', 'NVFP4')."""
+    return f"int{bits}" if mode == "affine" else mode.upper()
+
+
 def quantization_label(model: nn.Module) -> tuple[str, str]:
-    """('int4 (g32)', 'float32') from the model's quantized layers, or its dtype."""
-    bits: dict[tuple[int, int], int] = {}
+    """('int4 (g32)', 'float32') from the model's quantized layers (their mode
+    read from the modules: affine ints, MXFP4, ...), the most common first,
+    others after it; or the model's dtype."""
+    bits: dict[tuple[str, int], int] = {}
     scales = None
     for _, module in model.named_modules():
         if hasattr(module, "bits") and hasattr(module, "scales"):
-            key = (module.bits, module.group_size)
+            mode = _mode_label(getattr(module, "mode", "affine") or "affine", module.bits)
+            key = (mode, module.group_size)
             bits[key] = bits.get(key, 0) + module.weight.size
             scales = scales or str(module.scales.dtype).replace("mlx.core.", "")
     if not bits:
         dtypes = {str(v.dtype) for _, v in tree_flatten(model.parameters())}
         label = sorted(dtypes)[0].replace("mlx.core.", "") if dtypes else "unknown"
         return label, "-"
-    (b, g), _ = max(bits.items(), key=lambda kv: kv[1])
-    return f"int{b} (g{g})", scales or "-"
+    ranked = sorted(bits.items(), key=lambda kv: -kv[1])
+    label = " + ".join(f"{mode} (g{group})" for (mode, group), _ in ranked)
+    return label, scales or "-"
+
+
+def _own_params(module: nn.Module) -> int:
+    """Parameters a module holds itself (not its children's); a quantized one
+    counts its unpacked weights, not the scales. Non-leaf modules hold some too
+    (attention sinks, recurrent decay rates), so every module is visited."""
+    own = [v for v in module.values() if isinstance(v, mx.array)]
+    if own and hasattr(module, "bits") and hasattr(module, "scales"):
+        bias = module.get("bias")
+        return (bias.size if bias is not None else 0) + module.weight.size * 32 // module.bits
+    return sum(v.size for v in own)
+
+
+def parameter_counts(model: nn.Module, config: dict) -> tuple[int, int]:
+    """(total, active per token). A mixture of experts' routed expert weights
+    (mlx-lm's switch layers: one slice per expert) count k/E toward the active
+    figure; everything else, shared experts included, counts in full."""
+    cfg = config.get("text_config", config)
+    k = int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or 0)
+    total = active = 0
+    for _, module in model.named_modules():
+        n = _own_params(module)
+        total += n
+        experts = getattr(module, "num_experts", None) if "Switch" in type(module).__name__ \
+            else None
+        active += n * k // experts if experts and k else n
+    return total, active
 
 
 def template_hash(tokenizer: Any) -> str:
@@ -109,6 +160,27 @@ def template_hash(tokenizer: Any) -> str:
     if not isinstance(template, str):
         template = json.dumps(template, sort_keys=True, default=str)
     return hashlib.sha256(template.encode("utf-8")).hexdigest()[:16]
+
+
+TEMPLATE_VARIABLES = ("enable_thinking", "reasoning_effort")
+
+@lru_cache(maxsize=16)
+def takes_system(tokenizer: Any) -> bool:
+    """False when the chat template refuses a system message (Gemma 2 raises
+    'System role not supported'); then it is folded into the first user message."""
+    probe = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    try:
+        tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    except Exception as exc:  # noqa: BLE001 - templates raise what they like
+        return "system" not in str(exc).lower()
+    return True
+
+
+def template_variables(tokenizer: Any) -> tuple[str, ...]:
+    template = getattr(tokenizer, "chat_template", None) or ""
+    if not isinstance(template, str):
+        template = json.dumps(template, default=str)
+    return tuple(v for v in TEMPLATE_VARIABLES if v in template)
 
 
 def folder_fingerprint(folder: Path, precision: str) -> str:
@@ -137,9 +209,9 @@ def folder_fingerprint(folder: Path, precision: str) -> str:
 def describe(model: nn.Module, tokenizer: Any, config: dict, *, name: str, spec: str,
              path: Path) -> ModelInfo:
     """Build the ModelInfo of a model already loaded (and cast for this device)."""
-    from mlx_lm.utils import get_total_parameters
+    from mlxchat.models.markup import markup_of
 
-    params = get_total_parameters(model)
+    params, active = parameter_counts(model, config)
     nbytes = weights_bytes(model)
     quant, scales = quantization_label(model)
     device = "cpu" if on_cpu() else "gpu"
@@ -158,11 +230,16 @@ def describe(model: nn.Module, tokenizer: Any, config: dict, *, name: str, spec:
         weights_bytes=nbytes,
         context_window=int(context),
         chat_template_hash=template_hash(tokenizer),
-        fingerprint=folder_fingerprint(path, f"{device}:{scales}:{quant}"),
+        # The dominant format only, as before mixed formats were named: snapshots stay valid.
+        fingerprint=folder_fingerprint(path, f"{device}:{scales}:{quant.split(' + ')[0]}"),
         quantization=quant,
         scales_dtype=scales,
         device=device,
         num_layers=len(getattr(model, "layers", [])),
         kv_heads=text_cfg.get("num_key_value_heads", heads) or 0,
         head_dim=text_cfg.get("head_dim") or (hidden // heads if heads else 0),
+        active_parameter_count=active,
+        reasoning=markup_of(tokenizer).kind,
+        system_role=takes_system(tokenizer),
+        template_variables=template_variables(tokenizer),
     )

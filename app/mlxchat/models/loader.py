@@ -1,26 +1,67 @@
-"""Load an MLX model folder into memory, in the precision this device runs best."""
+"""Load an MLX model folder into memory, in the precision this device runs best,
+after checking that it fits this machine's memory at its context."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-from mlx_lm.utils import load_model, load_tokenizer
+from mlx_lm.utils import load_model, load_tokenizer, maybe_set_recommended_wired_limit
 
+from mlxchat.models import memory
 from mlxchat.models.errors import ModelError
 from mlxchat.models.info import (LoadedModel, describe, on_cpu, use_cpu_precision,
                                  use_gpu_precision)
 
 __all__ = ["ModelError", "load_folder"]
 
+_UNSET: Any = object()
+
+
+def _config(folder: Path) -> dict:
+    try:
+        return json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read {folder / 'config.json'}: {exc}") from None
+
+
+def _fit(folder: Path, config: dict, name: str, context_window: int | None,
+         available: memory.Available | None) -> memory.Fit:
+    cfg = config.get("text_config", config)
+    native = int(config.get("max_position_embeddings") or cfg.get("max_position_embeddings")
+                 or 4096)
+    dtype_bytes = 4 if on_cpu() else 2  # the CPU path runs float32 (info.use_cpu_precision)
+    return memory.fit_context(name, memory.folder_weights_bytes(folder),
+                              memory.kv_layout(config, dtype_bytes),
+                              context_window or native, available,
+                              asked=context_window is not None)
+
 
 def load_folder(folder: Path, *, name: str | None = None, spec: str | None = None,
-                context_window: int | None = None) -> LoadedModel:
-    """Load the MLX model in ``folder`` (config.json, *.safetensors, tokenizer)."""
+                context_window: int | None = None, rope_scaling: dict | None = None,
+                available: memory.Available | None = _UNSET) -> LoadedModel:
+    """Load the MLX model in ``folder`` (config.json, *.safetensors, tokenizer).
+
+    Refuses (ModelError, one line with the numbers) a model whose weights leave
+    no room for a usable context in ``available`` memory (default: what this
+    machine can give now); a context that does not fit is lowered to the largest
+    that does (``info.memory_note`` says so), one asked for explicitly is refused.
+    ``rope_scaling`` replaces the config's (e.g. YaRN to stretch the window).
+    """
     folder = Path(folder)
     if not (folder / "config.json").is_file():
         raise ModelError(f"{folder} is not an MLX model folder (no config.json)")
+    config = _config(folder)
+    if rope_scaling is not None:
+        config["rope_scaling"] = rope_scaling
+    if available is _UNSET:
+        available = memory.available_memory()
+    fit = _fit(folder, config, name or folder.name, context_window, available)
     try:
-        model, config = load_model(folder)
+        model, config = load_model(folder, model_config=(
+            {"rope_scaling": rope_scaling} if rope_scaling is not None else None))
         tokenizer = load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
     except (ValueError, FileNotFoundError, KeyError, OSError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
@@ -29,8 +70,12 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
         use_cpu_precision(model)
     else:
         use_gpu_precision(model)
-    if context_window:
-        config = {**config, "max_position_embeddings": context_window}
+        # As mlx-lm does: keep the weights wired (a no-op where the device
+        # reports no recommended working set).
+        maybe_set_recommended_wired_limit()
+    config = {**config, "max_position_embeddings": fit.context}
     info = describe(model, tokenizer, config, name=name or folder.name,
                     spec=spec or str(folder), path=folder)
-    return LoadedModel(model=model, tokenizer=tokenizer, info=info)
+    return LoadedModel(model=model, tokenizer=tokenizer,
+                       info=replace(info, memory_note=fit.note,
+                                    needed_bytes=fit.needed_bytes))

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from mlxchat import paths
-from mlxchat.models import catalog, hub
+from mlxchat.models import catalog, hub, memory
 from mlxchat.models.errors import ModelError
 
 if TYPE_CHECKING:
@@ -47,6 +47,11 @@ class ModelEntry:
     """Loadable without the network right now."""
     description: str = ""
     user: bool = False
+    licence: str = ""
+    needed_bytes: int | None = None
+    """Weights plus the KV cache at the full context, on this device."""
+    fits: str = "?"
+    """'yes', 'up to N tokens', 'no', or '?' when unknown."""
 
 
 def source_kind(source: str) -> str:
@@ -109,6 +114,8 @@ def resolve_folder(spec: str, *, progress: Progress | None = None) -> Path:
     if _looks_like_path(source):
         raise ModelError(f"no such model file or folder: {path}")
     if hub.is_repo_id(source):
+        if entry is not None and entry.size_bytes and hub.local_snapshot(source) is None:
+            memory.check_download(entry.alias, entry.size_bytes, memory.available_memory())
         return hub.snapshot(source, progress=progress)
     raise ModelError(f"unknown model '{spec}': not a catalog alias, a local folder, a .gguf "
                      "file or a Hugging Face repo id (org/name); see `mlxchat models`")
@@ -133,7 +140,11 @@ def load_model(spec: str, *, progress: Progress | None = None) -> "LoadedModel":
     folder = resolve_folder(spec, progress=progress)
     if progress:
         progress("load", 0, 1)
-    loaded = load_folder(folder, name=_display_name(spec.strip()), spec=spec.strip())
+    entry = catalog.lookup(spec.strip())
+    rope = entry.rope_scaling if entry else None
+    loaded = load_folder(folder, name=_display_name(spec.strip()), spec=spec.strip(),
+                         rope_scaling=rope,
+                         context_window=entry.context_window if entry and rope else None)
     if progress:
         progress("load", 1, 1)
     return loaded
@@ -154,7 +165,8 @@ def _config_facts(config: dict) -> tuple[int | None, int | None]:
     return quant.get("bits"), context
 
 
-def _entry(e: catalog.CatalogEntry) -> ModelEntry:
+def _entry(e: catalog.CatalogEntry, room: memory.Available | None = None,
+           kv_scale: int = 1) -> ModelEntry:
     kind = source_kind(e.source)
     bits, context, size, on_disk, available = e.bits, e.context_window, e.size_bytes, False, False
     local: Path | None = None
@@ -184,14 +196,20 @@ def _entry(e: catalog.CatalogEntry) -> ModelEntry:
         size, on_disk, available = hub.folder_size(local), True, True
         cfg_bits, cfg_context = _config_facts(_read_config(local))
         bits, context = cfg_bits or bits, cfg_context or context
+    needed, fits = memory.entry_fit(size, e.kv_bytes_per_token, context, room,
+                                    kv_scale=kv_scale)
     return ModelEntry(alias=e.alias, source=e.source, kind=kind, bits=bits,
                       context_window=context, size_bytes=size, size_on_disk=on_disk,
-                      available_offline=available, description=e.description, user=e.user)
+                      available_offline=available, description=e.description, user=e.user,
+                      licence=e.licence, needed_bytes=needed, fits=fits)
 
 
 def list_models() -> list[ModelEntry]:
     """Built-in and user aliases with what is known about each without loading it."""
-    return [_entry(e) for e in catalog.list_entries()]
+    from mlxchat.models.info import on_cpu
+
+    room, scale = memory.available_memory(), 2 if on_cpu() else 1
+    return [_entry(e, room, scale) for e in catalog.list_entries()]
 
 
 def import_gguf(path: str | Path, name: str | None = None, *,

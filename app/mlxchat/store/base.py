@@ -65,6 +65,7 @@ def message_from_row(row: sqlite3.Row) -> Message:
         token_ids=ids_from_blob(row["token_ids"]),
         ledger_key=row["ledger_key"],
         ledger_start=bool(row["ledger_start"]),
+        reasoning=row["reasoning"],
     )
 
 
@@ -235,8 +236,8 @@ class StoreBase:
         stats = json.dumps(message.stats.to_dict()) if message.stats is not None else None
         cur.execute(
             "INSERT INTO messages (session_id, parent_id, role, content, token_count, stats,"
-            " cancelled, created, token_ids, ledger_key, ledger_start)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " cancelled, created, token_ids, ledger_key, ledger_start, reasoning)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 session_id,
                 parent_id,
@@ -249,6 +250,7 @@ class StoreBase:
                 ids_to_blob(message.token_ids),
                 message.ledger_key,
                 int(message.ledger_start),
+                message.reasoning or None,
             ),
         )
         assert cur.lastrowid is not None

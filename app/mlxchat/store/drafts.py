@@ -15,15 +15,19 @@ from mlxchat.store.base import StoreBase
 
 
 class DraftOps(StoreBase):
-    def save_draft(self, session_id: int, parent_id: int | None, content: str) -> None:
-        """Checkpoint the reply being generated after ``parent_id``."""
+    def save_draft(self, session_id: int, parent_id: int | None, content: str,
+                   reasoning: str | None = None) -> None:
+        """Checkpoint the reply being generated after ``parent_id`` (its answer
+        so far, and its reasoning)."""
         with self._writing() as cur:
             self._session_row(cur, session_id)
             cur.execute(
-                "INSERT INTO drafts (session_id, parent_id, content, updated) VALUES (?, ?, ?, ?)"
+                "INSERT INTO drafts (session_id, parent_id, content, updated, reasoning)"
+                " VALUES (?, ?, ?, ?, ?)"
                 " ON CONFLICT (session_id) DO UPDATE SET parent_id = excluded.parent_id,"
-                " content = excluded.content, updated = excluded.updated",
-                (session_id, parent_id, content, time.time()),
+                " content = excluded.content, updated = excluded.updated,"
+                " reasoning = excluded.reasoning",
+                (session_id, parent_id, content, time.time(), reasoning or None),
             )
 
     def discard_draft(self, session_id: int) -> None:
@@ -39,10 +43,11 @@ class DraftOps(StoreBase):
             if draft is None:
                 return None
             cur.execute("DELETE FROM drafts WHERE session_id = ?", (session_id,))
-            if not draft["content"]:
+            if not draft["content"] and not draft["reasoning"]:
                 return None
             message = Message(role="assistant", content=draft["content"], parent_id=draft["parent_id"],
-                              cancelled=True, created=draft["updated"])
+                              cancelled=True, created=draft["updated"],
+                              reasoning=draft["reasoning"])
             message.id = self._insert_message(cur, session_id, draft["parent_id"], message)
             if row["leaf_id"] == draft["parent_id"]:
                 cur.execute("UPDATE sessions SET leaf_id = ? WHERE id = ?", (message.id, session_id))

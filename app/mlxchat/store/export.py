@@ -42,7 +42,8 @@ def stats_line(stats: TurnStats, cancelled: bool = False) -> str:
     parts = [
         f"ttft {stats.ttft_s:.2f} s",
         f"{stats.decode_tps:.1f} tok/s",
-        f"{stats.generated_tokens} tokens",
+        f"{stats.generated_tokens} tokens"
+        + (f" ({stats.reasoning_tokens} thinking)" if stats.reasoning_tokens else ""),
     ]
     if stats.prompt_tokens:
         parts.append(f"reused {stats.reused_tokens}/{stats.prompt_tokens}")
@@ -74,7 +75,12 @@ def session_markdown(session: Session) -> str:
         ]
     out += ["", "---"]
     for message in session.messages:
-        out += ["", f"### {message.role.capitalize()}", "", message.content.rstrip()]
+        out += ["", f"### {message.role.capitalize()}"]
+        if message.reasoning:
+            out += ["", "#### Thinking", ""]
+            out += ["> " + line if line else ">" for line in message.reasoning.splitlines()]
+            out += ["", "#### Answer"]
+        out += ["", message.content.rstrip()]
         if message.stats is not None:
             out += ["", stats_line(message.stats, message.cancelled)]
         elif message.cancelled:
@@ -95,6 +101,7 @@ def _message_dict(message: Message) -> dict[str, Any]:
         "stats": message.stats.to_dict() if message.stats is not None else None,
         "cancelled": message.cancelled,
         "created": message.created,
+        **({"reasoning": message.reasoning} if message.reasoning else {}),
     }
 
 
@@ -240,6 +247,7 @@ def parse_document(data: Any) -> tuple[Session, list[Message]]:
                 stats=None if stats is None else _checked(TurnStats, stats, f"{where}.stats"),
                 cancelled=_field(row, "cancelled", bool, where, False),
                 created=_field(row, "created", float | None, where, None),
+                reasoning=_field(row, "reasoning", str | None, where, None),
             )
         )
     for index, message in enumerate(messages):

@@ -160,6 +160,13 @@ V7_KV_SEGMENTS = (
     "CREATE INDEX kv_segments_by_path ON kv_segments(path)",
 )
 
+V8_REASONING = (
+    # A reasoning model's reply keeps its reasoning apart from its answer
+    # (``content``); older rows and other models' replies stay NULL.
+    "ALTER TABLE messages ADD COLUMN reasoning TEXT",
+    "ALTER TABLE drafts ADD COLUMN reasoning TEXT",
+)
+
 MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V1_SESSIONS_AND_MESSAGES,
     V2_CANCELLED_AND_SNAPSHOTS,
@@ -168,6 +175,7 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V5_RELATIVE_SNAPSHOT_PATHS,
     V6_TOKEN_LEDGER,
     V7_KV_SEGMENTS,
+    V8_REASONING,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

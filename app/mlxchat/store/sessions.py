@@ -200,6 +200,7 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, DraftOps):
         token_ids: list[int] | None = None,
         ledger_key: str | None = None,
         ledger_start: bool = False,
+        reasoning: str | None = None,
     ) -> Message:
         """Store a message after ``parent_id`` (default: the current leaf; None: a new root),
         make it the current leaf and commit, all in one call.
@@ -209,6 +210,7 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, DraftOps):
         draft = Message(
             role=role, content=content, token_count=token_count, stats=stats, cancelled=cancelled,
             token_ids=token_ids, ledger_key=ledger_key, ledger_start=ledger_start,
+            reasoning=reasoning,
         )
         with self._writing() as cur:
             row = self._session_row(cur, session_id)

@@ -29,7 +29,7 @@ from mlxchat.models import STAGE_LABELS
 from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
 from mlxchat.tui.app_commands import CommandsMixin, SlashCommandsProvider, error_text
 from mlxchat.tui.streaming import Batch, Pacer, pump_turn
-from mlxchat.tui.widgets import GaugesPanel, PromptInput, ReplyHandle, Transcript
+from mlxchat.tui.widgets import GaugesPanel, PromptInput, ReplyHandle, ThinkingBlock, Transcript
 from mlxchat.tui.widgets.activity import ActivityBar
 from mlxchat.tui.widgets.header import TitleHeader
 
@@ -59,11 +59,12 @@ class MlxChatApp(CommandsMixin, App[int]):
         Binding("ctrl+n", "new_session", "New", priority=True),
         Binding("ctrl+o", "sessions", "Sessions", priority=True),
         Binding("ctrl+y", "copy_reply", "Copy", priority=True),
+        Binding("ctrl+t", "toggle_thinking", "Thinking", priority=True, show=False),
         Binding("f1", "help", "Help", priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
     MAIN_SCREEN_ACTIONS = frozenset({"stop", "leave_edit", "new_session", "sessions",
-                                     "copy_reply", "help"})
+                                     "copy_reply", "help", "toggle_thinking"})
 
     generating: var[bool] = var(False, bindings=True)
     """A reply is being generated (escape stops it)."""
@@ -175,6 +176,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         if conv is None:
             return
         self.transcript.assistant_label = conv.model_info.name
+        self.transcript.formatter = conv.display_text
         await self.transcript.load(conv.messages)
         self.refresh_gauges()
         self.set_titles()
@@ -277,11 +279,11 @@ class MlxChatApp(CommandsMixin, App[int]):
 
     async def _show_batch(self, reply: ReplyHandle, batch: Batch) -> float:
         """Returns this thread's CPU time, from which the pacer learns what drawing costs."""
-        await reply.append(batch.text)
+        await reply.append(batch.text, batch.part)
         now = time.monotonic()
         if now >= self._next_gauge:  # the live figures need not move with every batch
             self._next_gauge = now + LIVE_GAUGE_SECONDS
-            self.gauges.decoding(batch.generated_tokens, batch.decode_tps)
+            self.gauges.decoding(batch.generated_tokens, batch.decode_tps, batch.part)
             self.gauges.live_cache(batch.cached_tokens, batch.kv_bytes)
         return time.thread_time()
 
@@ -346,6 +348,14 @@ class MlxChatApp(CommandsMixin, App[int]):
 
     def action_help(self) -> None:
         self.open_screen("help")
+
+    def action_toggle_thinking(self) -> None:
+        """Fold or unfold the reasoning of the last reply that has some."""
+        blocks = [b for b in self.transcript.query(ThinkingBlock) if b.text]
+        if not blocks:
+            self.notify("No reply here has reasoning to show.", severity="warning")
+            return
+        blocks[-1].toggle()
 
     def watch_theme(self, theme: str) -> None:
         if theme == self.settings.theme:

@@ -77,6 +77,7 @@ KEY_HELP = [
     ("ctrl+n", "new session"),
     ("ctrl+o", "browse, search, rename and delete sessions"),
     ("ctrl+y", "copy the last reply (OSC 52)"),
+    ("ctrl+t", "fold or unfold the last reply's thinking"),
     ("ctrl+p", "command palette: commands and themes"),
     ("f1", "this help"),
     ("ctrl+q", "quit; the session and its KV cache are saved"),

@@ -124,7 +124,9 @@ def stats_line(stats: TurnStats) -> str:
     parts = [
         f"ttft {fmt_seconds(stats.ttft_s)}",
         fmt_tps(stats.decode_tps),
-        f"{fmt_int(stats.generated_tokens)} tokens",
+        (f"{fmt_int(stats.generated_tokens)} tokens ({fmt_int(stats.reasoning_tokens)} "
+         f"thinking, {fmt_int(stats.answer_tokens)} answer)" if stats.reasoning_tokens
+         else f"{fmt_int(stats.generated_tokens)} tokens"),
         f"reused {fmt_int(stats.reused_tokens)} / prefilled {fmt_int(stats.prefilled_tokens)}",
         cache_source_label(stats.cache_source),
     ]

@@ -61,6 +61,8 @@ class Batch:
     cached_tokens: int = 0
     """Tokens in the KV cache as of the batch's last piece."""
     kv_bytes: int = 0
+    part: str = "answer"
+    """'reasoning' or 'answer': a batch holds one part."""
 
 
 def pump_turn(events: Iterable[Event], *, on_text: Callable[[Batch], None],
@@ -81,7 +83,7 @@ def pump_turn(events: Iterable[Event], *, on_text: Callable[[Batch], None],
         nonlocal pending
         if last is not None and pending:
             on_text(Batch("".join(pending), last.generated_tokens, last.decode_tps,
-                          last.cached_tokens, last.kv_bytes))
+                          last.cached_tokens, last.kv_bytes, last.part))
         pending = []
 
     iterator = iter(events)
@@ -89,6 +91,8 @@ def pump_turn(events: Iterable[Event], *, on_text: Callable[[Batch], None],
         for event in iterator:
             now = clock()
             if isinstance(event, TextDelta):
+                if last is not None and event.part != last.part:
+                    flush()  # a batch holds one part: the reasoning ends here
                 pending.append(event.text)
                 last = event
                 if now >= next_text:

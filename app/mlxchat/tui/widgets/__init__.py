@@ -8,6 +8,7 @@ from mlxchat.tui.widgets.transcript import (
     NoticeMessage,
     ReplyHandle,
     SystemMessage,
+    ThinkingBlock,
     Transcript,
     UserMessage,
 )
@@ -21,6 +22,7 @@ __all__ = [
     "PromptInput",
     "ReplyHandle",
     "SystemMessage",
+    "ThinkingBlock",
     "Transcript",
     "UserMessage",
 ]

@@ -156,12 +156,13 @@ class GaugesPanel(Vertical):
                              cache_source="warm")
         self._render_state()
 
-    def decoding(self, generated_tokens: int, tps: float) -> None:
+    def decoding(self, generated_tokens: int, tps: float, part: str = "answer") -> None:
         self._live = "decode"
         self.query_one("#live-meter", Meter).display = False
         tokens = f"{fmt_int(generated_tokens)} tokens"
-        self._text("#live-text", f"decoding {tokens}\n{fmt_tps(tps)}")
-        self._text("#compact-live", f"[b]decoding[/] {tokens} · {fmt_tps(tps)}")
+        verb = "thinking" if part == "reasoning" else "decoding"
+        self._text("#live-text", f"{verb} {tokens}\n{fmt_tps(tps)}")
+        self._text("#compact-live", f"[b]{verb}[/] {tokens} · {fmt_tps(tps)}")
 
     def idle(self) -> None:
         self._live = "idle"
@@ -233,6 +234,9 @@ class GaugesPanel(Vertical):
             f"decode       {fmt_tps(stats.decode_tps)}",
             f"reused {fmt_int(stats.reused_tokens)} · prefilled {fmt_int(stats.prefilled_tokens)}",
         ]
+        if stats.reasoning_tokens:
+            lines.append(f"thinking {fmt_int(stats.reasoning_tokens)} · answer "
+                         f"{fmt_int(stats.answer_tokens)} tokens")
         if stats.miss_reason:
             lines.append(f"[$warning]miss: {escape(stats.miss_reason)}[/]")
         return "\n".join(lines)

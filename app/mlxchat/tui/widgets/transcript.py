@@ -6,7 +6,7 @@ each token appends a fragment instead of re-rendering the whole message.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from textual.app import ComposeResult
@@ -15,7 +15,7 @@ from textual.content import Content
 from textual.widgets import Markdown, Static
 
 from mlxchat.chat import Message, TurnStats
-from mlxchat.tui.formatting import stats_line
+from mlxchat.tui.formatting import fmt_int, fmt_seconds, stats_line
 
 NoticeLevel = Literal["info", "warning", "error"]
 
@@ -42,28 +42,78 @@ class SystemMessage(PlainMessage):
     LABEL = "system prompt"
 
 
+class ThinkingBlock(Static):
+    """A reply's reasoning above its answer: one dimmed line while folded (its
+    token count and time), the whole text when unfolded (a click, or ctrl+t
+    for the last reply)."""
+
+    def __init__(self, text: str = "", stats: TurnStats | None = None) -> None:
+        super().__init__(classes="thinking", markup=False)
+        self.text, self.stats = text, stats
+        self.expanded = False
+        self.live = False
+        """Reasoning is streaming into it now."""
+
+    def on_mount(self) -> None:
+        self.show()
+
+    def header(self) -> str:
+        mark = "▾" if self.expanded else "▸"
+        figures = []
+        if self.stats is not None and self.stats.reasoning_tokens:
+            figures = [f"{fmt_int(self.stats.reasoning_tokens)} tokens",
+                       fmt_seconds(self.stats.reasoning_s)]
+        words = "Thinking…" if self.live else "Thought"
+        return " · ".join([f"{mark} {words}", *figures])
+
+    def show(self) -> None:
+        self.display = bool(self.text or self.live)
+        body = self.text if self.expanded else ""
+        self.update(Content.assemble((self.header(), "italic"), ("\n" + body) if body else ""))
+
+    def toggle(self) -> None:
+        self.expanded = not self.expanded
+        self.show()
+
+    def on_click(self) -> None:
+        self.toggle()
+
+
 class AssistantMessage(Vertical):
-    """A reply: Markdown body, then a footer with '(stopped)' and the turn's stats."""
+    """A reply: its folded reasoning, the Markdown answer, then a footer with
+    '(stopped)' and the turn's stats."""
 
     def __init__(self, text: str = "", *, label: str = "assistant",
-                 stats: TurnStats | None = None, cancelled: bool = False) -> None:
+                 stats: TurnStats | None = None, cancelled: bool = False,
+                 reasoning: str | None = None, shown: str | None = None) -> None:
         super().__init__(classes="message")
         self.text = text
+        self.shown = text if shown is None else shown
+        """The Markdown on screen: the text, its tool calls formatted."""
         self.label = label
         self.stats = stats
         self.cancelled = cancelled
+        self.reasoning = reasoning or ""
 
     def compose(self) -> ComposeResult:
         yield Static(self.label, classes="message-label", markup=False)
-        yield Markdown(self.text, classes="message-body")
+        yield ThinkingBlock(self.reasoning, self.stats)
+        yield Markdown(self.shown, classes="message-body")
         yield Static(self._footer(), classes="message-footer")
 
     @property
     def markdown(self) -> Markdown:
         return self.query_one(Markdown)
 
+    @property
+    def thinking(self) -> ThinkingBlock:
+        return self.query_one(ThinkingBlock)
+
     def set_footer(self, stats: TurnStats | None, cancelled: bool) -> None:
         self.stats, self.cancelled = stats, cancelled
+        thinking = self.thinking
+        thinking.stats, thinking.live = stats, False
+        thinking.show()
         footer = self.query_one(".message-footer", Static)
         footer.update(self._footer())
         footer.display = bool(stats or cancelled)
@@ -103,9 +153,19 @@ class ReplyHandle:
         self.finished = False
         self._stream = Markdown.get_stream(message.markdown)
 
-    async def append(self, fragment: str) -> None:
+    async def append(self, fragment: str, part: str = "answer") -> None:
         if self.finished:
             raise RuntimeError("append() after finish()")
+        if part == "reasoning":
+            thinking = self.message.thinking
+            thinking.text += fragment
+            self.message.reasoning = thinking.text
+            thinking.live = True
+            thinking.show()
+            return
+        if self.message.thinking.live:
+            self.message.thinking.live = False
+            self.message.thinking.show()
         self.text += fragment
         await self._stream.write(fragment)
 
@@ -116,6 +176,10 @@ class ReplyHandle:
         self.finished = True
         await self._stream.stop()
         self.message.text = self.text
+        shown = self.transcript.formatter(self.text)
+        if shown != self.text:  # tool calls: the whole reply again, formatted
+            self.message.shown = shown
+            await self.message.markdown.update(shown)
         self.message.set_footer(stats, cancelled)
 
 
@@ -128,6 +192,8 @@ class Transcript(VerticalScroll):
         super().__init__(id=id, classes=classes)
         self.assistant_label = assistant_label
         """Label over assistant replies; the app sets it to the model's name."""
+        self.formatter: Callable[[str], str] = lambda text: text
+        """A reply's text -> the Markdown shown (the app formats tool calls)."""
 
     def on_mount(self) -> None:
         self.anchor()
@@ -138,7 +204,9 @@ class Transcript(VerticalScroll):
         if message.role == "system":
             return SystemMessage(message.content)
         return AssistantMessage(message.content, label=self.assistant_label,
-                                stats=message.stats, cancelled=message.cancelled)
+                                stats=message.stats, cancelled=message.cancelled,
+                                reasoning=message.reasoning,
+                                shown=self.formatter(message.content))
 
     async def load(self, messages: Iterable[Message]) -> None:
         """Replace everything with ``messages`` (root first)."""

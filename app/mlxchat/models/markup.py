@@ -1,0 +1,55 @@
+"""How a tokenizer marks reasoning in a reply: think tags (found by mlx-lm's
+tokenizer wrapper, ``has_thinking``) or gpt-oss harmony channels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal
+
+_HARMONY = ("<|channel|>", "<|message|>", "<|start|>", "<|end|>")
+
+
+def _vocab(tokenizer: Any) -> dict[str, int]:
+    try:
+        return dict(tokenizer.get_vocab())
+    except (AttributeError, TypeError):
+        return {}
+
+
+@dataclass(frozen=True)
+class Markup:
+    """How a tokenizer marks reasoning; built once per tokenizer."""
+
+    kind: Literal["none", "think", "harmony"] = "none"
+    start: tuple[int, ...] = ()
+    end: tuple[int, ...] = ()
+    channel: int = -1
+    message: int = -1
+    turn_start: int = -1
+    turn_end: int = -1
+
+    @property
+    def reasons(self) -> bool:
+        return self.kind != "none"
+
+
+def markup_of(tokenizer: Any) -> Markup:
+    """Harmony when the vocabulary has its channel tokens, else the think tags
+    mlx-lm's wrapper found, else none."""
+    vocab = _vocab(tokenizer)
+    if all(t in vocab for t in _HARMONY):
+        channel, message, start, end = (vocab[t] for t in _HARMONY)
+        return Markup("harmony", channel=channel, message=message, turn_start=start,
+                      turn_end=end)
+    if getattr(tokenizer, "has_thinking", False):
+        start = tuple(getattr(tokenizer, "think_start_tokens", None) or ())
+        end = tuple(getattr(tokenizer, "think_end_tokens", None) or ())
+        if start and end:
+            return Markup("think", start=start, end=end)
+    return Markup()
+
+
+@lru_cache(maxsize=8)
+def cached_markup(tokenizer: Any) -> Markup:
+    return markup_of(tokenizer)
