@@ -23,8 +23,9 @@ from mlxchat.engine import (EngineError, EngineState, Event, PrefillProgress, Sn
 from mlxchat.engine.interface import Engine
 from mlxchat.errors import MlxchatError
 from mlxchat.ledger import Ledger, Plan
-from mlxchat.models.info import LoadedModel, ModelInfo
+from mlxchat.models.info import LoadedModel
 from mlxchat.session_cache import SessionCache
+from mlxchat.session_views import EngineViews
 from mlxchat.session_life import SessionLife
 from mlxchat.pending_reply import PendingReply, ReplyKeeper, store_unsaved
 from mlxchat.session_lock import SessionLock
@@ -60,7 +61,7 @@ PENDING_WAIT_S = 2.0
 QUIT_SAVE_WAIT_S = 10.0
 
 
-class Conversation(SessionLife, SessionCache):
+class Conversation(SessionLife, SessionCache, EngineViews):
     def __init__(self, *, settings: Settings, store: SessionStore, engine: Engine,
                  model_spec: str, load_model: ModelLoader | None = None,
                  session: Session | None = None, keep_snapshots: bool = True,
@@ -189,52 +190,6 @@ class Conversation(SessionLife, SessionCache):
 
     def engine_messages(self, extra: list[Message] | None = None) -> list[Message]:
         return self._with_system(self.messages + (extra or []))
-
-    # -- read-only views of the engine ------------------------------------------------
-    @property
-    def model_info(self) -> ModelInfo:
-        return self.engine.info
-
-    def state(self) -> EngineState:
-        return self.engine.state()
-
-    def branch_stats(self) -> TurnStats | None:
-        """The live turn's stats, else those stored with the branch's last reply."""
-        if self.last_stats is not None:
-            return self.last_stats
-        return next((m.stats for m in reversed(self.messages)
-                     if m.role == "assistant" and m.stats is not None), None)
-
-    @property
-    def context_window(self) -> int:
-        """The window turns get: the model's, or the session's cap below it."""
-        return self.engine.window(self.generation)
-
-    def count_tokens(self, messages: list[Message]) -> int:
-        return self.engine.count_tokens(messages)
-
-    def display_text(self, content: str) -> str:
-        """A reply's answer as Markdown to show: tool-call markup (in the
-        model's own format, read with mlx-lm's parser for it) becomes a block
-        with the tool's name and arguments."""
-        from mlxchat.models import tools
-
-        return tools.as_markdown(tools.split_tool_calls(self.engine.loaded.tokenizer, content))
-
-    def kv_bytes_per_token(self) -> int:
-        """What one more token adds to the KV cache at this session's kv_bits, measured."""
-        return self.engine.kv_bytes_per_token(self.generation.kv_bits)
-
-    def message_tokens(self, messages: list[Message]) -> list[int]:
-        return self.engine.message_tokens(messages)
-
-    def ledger_note(self) -> str | None:
-        """Where the cached token ledger differs from today's template rendering."""
-        return self._ledger().note(self.messages)
-
-    def check_fits(self, messages: list[Message]) -> int:
-        """Raise ContextOverflowError unless ``messages`` (system included) fit."""
-        return self.engine.check_fits(messages, self.generation)
 
     # -- turns ---------------------------------------------------------------
     def compose(self, text: str) -> str:
@@ -385,12 +340,6 @@ class Conversation(SessionLife, SessionCache):
         if self.session.id is not None:
             self.session = self.store.update_model(self.session.id, spec)
         return loaded
-
-    def window_left(self) -> int:
-        """Tokens still free in the context window for the next message."""
-        window = self.context_window
-        used = self.engine.count_tokens(self.engine_messages()) if self.messages else 0
-        return window - used
 
     def close(self) -> None:
         self.engine.close()

@@ -93,7 +93,12 @@ def test_model_show_and_switch(registry, ctx, conv):
     assert conv.engine.loaded.info.name == "tiny-b"
 
 
-def test_models_lists_catalog_and_the_loaded_model(registry, ctx):
+def test_models_lists_catalog_and_the_loaded_model(registry, ctx, monkeypatch):
+    from mlxchat.models import memory
+
+    # Free RAM moves between two reads; the fit column is checked against one figure.
+    fixed = memory.Available(12 * 10**9, "available RAM")
+    monkeypatch.setattr(memory, "available_memory", lambda *a, **k: fixed)
     result = registry.run("/models", ctx)
     assert result.kind == "table" and result.open_screen is None
     aliases = [row[0] for row in result.rows]
