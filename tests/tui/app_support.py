@@ -88,6 +88,14 @@ def first_text(app: MlxChatApp) -> asyncio.Event:
     return arrived
 
 
+async def start_long_reply(app: MlxChatApp, text: str = "Tell me everything") -> None:
+    """Send ``text`` with Enter and wait until the reply's first text shows."""
+    arrived = first_text(app)
+    app.prompt.text = text
+    app.simulate_key("enter")
+    await asyncio.wait_for(arrived.wait(), 30)
+
+
 async def until(condition, timeout: float = 30.0) -> None:
     """Wait for ``condition()`` while a turn runs, checking every frame. Pilot's
     press/pause wait for an idle CPU, which never comes while the model decodes;

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 
 from mlxchat.config import load_settings
 from mlxchat.store import open_store
@@ -21,7 +20,8 @@ from mlxchat.tui.widgets import AssistantMessage, NoticeMessage, UserMessage
 from mlxchat.tui.widgets.notices import TableNotice
 from textual.widgets import Static
 
-from .app_support import GB, first_text, ready, settle, tiny_app, tiny_settings, until
+from .app_support import (GB, ready, settle, start_long_reply, tiny_app,
+                          tiny_settings, until)
 
 
 def plain(widget) -> str:
@@ -155,10 +155,7 @@ async def test_escape_stops_a_long_reply_and_keeps_the_partial_text(tmp_path, ti
     app = tiny_app(tmp_path / "s.db", tiny, settings=tiny_settings(max_tokens=2000))
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
-        arrived = first_text(app)
-        app.prompt.text = "Tell me everything"
-        app.simulate_key("enter")
-        await asyncio.wait_for(arrived.wait(), 30)
+        await start_long_reply(app)
         assert app.generating
         # A second Enter while generating is refused and keeps its text.
         app.prompt.text = "and more"

@@ -3,9 +3,9 @@ reuse and never glued to what is typed next."""
 
 from __future__ import annotations
 
-import asyncio
 
-from .app_support import first_text, ready, settle, tiny_app, tiny_settings, until
+from .app_support import (ready, settle, start_long_reply, tiny_app,
+                          tiny_settings, until)
 
 
 def type_keys(app, text: str) -> None:
@@ -18,10 +18,7 @@ async def test_refused_text_comes_back_selected_and_typing_replaces_it(tmp_path,
     app = tiny_app(tmp_path / "s.db", tiny, settings=tiny_settings(max_tokens=2000))
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
-        arrived = first_text(app)
-        app.prompt.text = "Tell me everything"
-        app.simulate_key("enter")
-        await asyncio.wait_for(arrived.wait(), 30)
+        await start_long_reply(app)
         # A command that may not run during a reply, then a message.
         for refused, typed in (("/retry", "/edit"), ("And of Portugal?", "/help")):
             app.prompt.text = refused
