@@ -144,10 +144,7 @@ class SessionCache:
         """Drop the session's rows of cache files; delete the files nothing else names."""
         if session_id is None:
             return []
-        files = self.store.drop_snapshots(session_id)
-        segments = [paths.snapshot_file(str(p))
-                    for p in self.store.drop_segments(session_id)]
-        files += [p for p in segments if p is not None]
+        files = self.store.drop_snapshots(session_id) + self.store.drop_segments(session_id)
         remove_files(files)
         return files
 

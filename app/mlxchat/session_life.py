@@ -53,10 +53,8 @@ class SessionLife:
     engine: Engine
     session: Session
 
-    if TYPE_CHECKING:  # defined by Conversation and SessionCache
+    if TYPE_CHECKING:  # defined by Conversation
         def new_session(self) -> Session: ...
-
-        def remove_cache_files(self, session_id: int | None) -> list[Path]: ...
 
         def open_session(self, id_or_title: str | int) -> Session: ...
 
@@ -97,9 +95,8 @@ class SessionLife:
         target = session_id or self._stored_id()
         title = (self.session.title if target == self.session.id
                  else self.store.get_session(target).title)
-        cache_files = self.remove_cache_files(target)
-        files = self.store.delete_session(target)
-        done = Deleted(target, title, len(files) + len(cache_files), remove_files(files))
+        files = self.store.delete_session(target)  # its snapshot and segment files too
+        done = Deleted(target, title, len(files), remove_files(files))
         if target == self.session.id:
             self.engine.drop_cache("session deleted")
             done.replacement = self.new_session()
@@ -143,7 +140,6 @@ class SessionLife:
         try:
             if self.store.all_messages(session_id):
                 return False
-            self.remove_cache_files(session_id)
             remove_files(self.store.delete_session(session_id))
         except Exception as exc:  # noqa: BLE001 - cleanup on exit must not fail the exit
             log.warning("empty session #%s not removed: %s", session_id, exc)

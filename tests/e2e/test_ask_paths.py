@@ -112,3 +112,15 @@ def test_context_caps_the_window_and_is_kept_with_the_session(capsys, tiny_model
     assert code == 0 and again["context_window"] == 300  # stored with the session
     code, _, err = ask(capsys, tiny_model_dir, "--context", "99999999", "hi")
     assert code != 0 and "--context can only lower" in err
+
+
+def test_sessions_delete_removes_its_kv_segment_files(capsys, tiny_model_dir):
+    from mlxchat import paths
+
+    for q in ("one", "two"):
+        assert ask(capsys, tiny_model_dir, "--max-tokens", "2", "--session", "gone", q)[0] == 0
+    segments = sorted(paths.snapshots_dir().glob("seg-*.safetensors"))
+    assert len(segments) == 2
+    assert cli.main(["sessions", "delete", "gone", "--yes"]) == 0
+    capsys.readouterr()
+    assert not any(p.exists() for p in segments) and titles() == []

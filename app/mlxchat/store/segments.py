@@ -14,6 +14,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from mlxchat.paths import snapshot_file
 from mlxchat.store.base import PATH_UP, StoreBase, ids_from_blob, ids_to_blob
 from mlxchat.store.records import SegmentRecord
 
@@ -68,7 +69,8 @@ class SegmentOps(StoreBase):
         return int(row[0])
 
     def drop_segments(self, session_id: int) -> list[Path]:
-        """Forget the session's segments; return the files no row names any more."""
+        """Forget the session's segments; return the files no row names any more
+        (only those inside this home's snapshots folder)."""
         with self._writing() as cur:
             return self._drop_segment_rows(cur, session_id)
 
@@ -95,5 +97,6 @@ class SegmentOps(StoreBase):
         paths = [row[0] for row in cur.execute(
             "SELECT DISTINCT path FROM kv_segments WHERE session_id = ?", (session_id,))]
         cur.execute("DELETE FROM kv_segments WHERE session_id = ?", (session_id,))
-        return [Path(p) for p in paths if not cur.execute(
-            "SELECT 1 FROM kv_segments WHERE path = ?", (p,)).fetchone()]
+        files = (snapshot_file(p) for p in paths if not cur.execute(
+            "SELECT 1 FROM kv_segments WHERE path = ?", (p,)).fetchone())
+        return [f for f in files if f is not None]

@@ -176,10 +176,12 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, DraftOps):
         return self._update(session_id, "settings", json.dumps(settings.to_dict()))
 
     def delete_session(self, session_id: int) -> list[Path]:
-        """Delete the session, its messages and snapshot rows; return the files to delete."""
+        """Delete the session, its messages, snapshot and segment rows; return the
+        files to delete (segment files other sessions still share are kept)."""
         with self._writing() as cur:
             self._session_row(cur, session_id)
             files = self._drop_rows(cur, session_id, keep_id=None)
+            files += self._drop_segment_rows(cur, session_id)
             cur.execute("UPDATE sessions SET leaf_id = NULL WHERE id = ?", (session_id,))
             cur.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             cur.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
