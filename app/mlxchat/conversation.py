@@ -27,6 +27,7 @@ from mlxchat.models.info import LoadedModel
 from mlxchat.session_cache import SessionCache
 from mlxchat.session_views import EngineViews
 from mlxchat.session_life import SessionLife
+from mlxchat.session_typing import TypingAhead
 from mlxchat.pending_reply import PendingReply, ReplyKeeper, store_unsaved
 from mlxchat.session_lock import SessionLock
 from mlxchat.store import SessionStore, StoreError, StoreLocked
@@ -61,7 +62,7 @@ PENDING_WAIT_S = 2.0
 QUIT_SAVE_WAIT_S = 10.0
 
 
-class Conversation(SessionLife, SessionCache, EngineViews):
+class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead):
     def __init__(self, *, settings: Settings, store: SessionStore, engine: Engine,
                  model_spec: str, load_model: ModelLoader | None = None,
                  session: Session | None = None, keep_snapshots: bool = True,
