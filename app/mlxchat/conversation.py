@@ -27,7 +27,7 @@ from mlxchat.models.info import LoadedModel
 from mlxchat.session_cache import SessionCache
 from mlxchat.session_views import EngineViews
 from mlxchat.session_life import SessionLife
-from mlxchat.session_typing import TypingAhead
+from mlxchat.session_typing import TypingAhead, settled_text
 from mlxchat.pending_reply import PendingReply, ReplyKeeper, store_unsaved
 from mlxchat.session_lock import SessionLock
 from mlxchat.store import SessionStore, StoreError, StoreLocked
@@ -273,6 +273,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead):
         pieces: list[str] = []
         thought: list[str] = []
         saved_at = time.monotonic()
+        self.engine.supersede_typing()  # before any engine job: a send goes first
         try:
             if self.engine.needs_restore(plan.prompt.tokens):
                 # A wrapped window or recurrent state cannot be trimmed back: take
@@ -364,4 +365,4 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead):
 # The engine's events and state are what a conversation reports: the UI takes
 # them from here and never imports the engine.
 __all__ = ["Attachment", "Conversation", "ConversationError", "EngineError", "EngineState",
-           "Event", "PrefillProgress", "SnapshotLoad", "TextDelta", "TurnDone"]
+           "Event", "PrefillProgress", "SnapshotLoad", "TextDelta", "TurnDone", "settled_text"]

@@ -4,6 +4,9 @@ and an edit earlier in the text trims the cache back to it."""
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
+from concurrent.futures import Future
 from pathlib import Path
 
 from mlxchat.config import Settings
@@ -110,3 +113,35 @@ def test_an_attachment_prefills_before_anything_is_typed(tiny, tmp_path):
     a = last(conv.send("What floods?"))
     assert a.stats.typed_prefill_tokens == count and a.stats.miss_reason is None
     conv.close()
+
+
+def wait_for(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, condition
+        time.sleep(0.001)
+
+
+def test_a_send_supersedes_a_waiting_typing_prefill(tiny, tmp_path):
+    conv, plain = make(tiny, tmp_path / "a.db"), make(tiny, tmp_path / "b.db")
+    engine = conv.engine
+    gate, held = threading.Event(), Future()
+    engine._jobs.put((gate.wait, held))  # the engine thread is busy until the gate opens
+    counted: list[int] = []
+    typing = threading.Thread(target=lambda: counted.append(conv.prefill_typed(MESSAGE)))
+    typing.start()
+    wait_for(lambda: engine._typing is not None)
+    waiting = engine._typing
+    reply: list[TurnDone] = []
+    sending = threading.Thread(target=lambda: reply.append(last(conv.send(MESSAGE))))
+    sending.start()
+    wait_for(waiting.is_set)  # the send superseded it before it ran
+    gate.set()
+    typing.join(30)
+    sending.join(30)
+    assert counted == [0]
+    b = last(plain.send(MESSAGE))
+    assert reply[0].reply == b.reply and reply[0].stats.typed_prefill_tokens == 0
+    assert reply[0].stats.prefilled_tokens == b.stats.prefilled_tokens
+    conv.close()
+    plain.close()

@@ -1,0 +1,82 @@
+"""Prefill while the user types: when to ask the conversation for it.
+
+Debounced: a pause in typing (``DEBOUNCE_S``) starts a prefill of what the
+message being written will surely add; a paste, an ``/attach``ed file or the
+end of a reply starts one at once. Nothing runs while a reply is generating,
+a command runs or the last message is being edited; a send supersedes it
+in the engine. The gauges show how many tokens are prefilled.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from textual.timer import Timer
+
+from mlxchat.conversation import settled_text
+
+if TYPE_CHECKING:
+    from mlxchat.tui.app import MlxChatApp
+
+DEBOUNCE_S = 0.3
+"""Seconds without a keystroke before the settled text is prefilled."""
+
+
+class TypingPrefill:
+    """One per app; every method runs on the UI thread."""
+
+    def __init__(self, app: MlxChatApp, debounce_s: float = DEBOUNCE_S):
+        self.app = app
+        self.debounce_s = debounce_s
+        self._timer: Timer | None = None
+        self._done_for: tuple[str, int] | None = None  # what the cache holds now
+        self.tokens = 0
+        """Tokens the cache holds from typing prefill (what the gauges show)."""
+
+    def _allowed(self) -> bool:
+        app = self.app
+        return (app.conversation is not None and not app.generating and not app.running
+                and not app.editing)
+
+    def changed(self, text: str, *, at_once: bool = False) -> None:
+        """The prompt's text changed (or the history or attachments did: ``at_once``)."""
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        if at_once:
+            self._done_for = None
+        if not self._allowed() or text.lstrip().startswith("/"):
+            return
+        if at_once:
+            self.app.call_later(self._fire, text)
+        else:
+            self._timer = self.app.set_timer(self.debounce_s, lambda: self._fire(text))
+
+    def _fire(self, text: str) -> None:
+        self._timer = None
+        conv = self.app.conversation
+        if conv is None or not self._allowed():
+            return
+        key = (settled_text(text), len(conv.attachments))
+        if key == self._done_for or not (key[0] or key[1]):
+            return
+        self._done_for = key
+        self.app.run_worker(lambda: self._prefill(text), thread=True, group="typing",
+                            exit_on_error=False)
+
+    def _prefill(self, text: str) -> None:
+        conv = self.app.conversation
+        if conv is None:
+            return
+        try:
+            n = conv.prefill_typed(text)
+        except Exception:  # noqa: BLE001 - a speed-up only: the send reports real errors
+            self.app.log.warning("typing prefill failed", exc_info=True)
+            return
+        self.app.call_from_thread(self._show, n)
+
+    def _show(self, n: int) -> None:
+        if self.app.generating:
+            return  # the send took them: its stats say so
+        self.tokens = n
+        self.app.gauges.typing_prefill(n)
