@@ -273,6 +273,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead):
         pieces: list[str] = []
         thought: list[str] = []
         saved_at = time.monotonic()
+        self.turns_started += 1
         self.engine.supersede_typing()  # before any engine job: a send goes first
         try:
             if self.engine.needs_restore(plan.prompt.tokens):

@@ -35,6 +35,8 @@ class TypingAhead:
 
     engine: Engine
     attachments: list  # of conversation.Attachment
+    turns_started = 0
+    """Turns this conversation started: a prefill planned before one is stale."""
 
     if TYPE_CHECKING:  # defined by Conversation
         @property
@@ -48,6 +50,11 @@ class TypingAhead:
     def typed_tokens(self, text: str) -> list[int] | None:
         """The prompt tokens sending a message that starts with ``text`` will
         surely begin with, or None when the token ledger cannot be used."""
+        planned = self._typed_plan(text)
+        return None if planned is None else planned[0]
+
+    def _typed_plan(self, text: str) -> tuple[list[int], int] | None:
+        """The tokens to prefill and where the history in them ends."""
         if self.generation.history == "template":
             return None
         cut = settled_text(text)
@@ -64,13 +71,17 @@ class TypingAhead:
         if not all(p.prompt.ledger for p in plans):
             return None
         a, b = (p.prompt.tokens for p in plans)
-        return a[:common_prefix(a, b)]
+        history = len(a) - len(plans[0].user_ids or ())
+        return a[:common_prefix(a, b)], history
 
     def prefill_typed(self, text: str) -> int:
         """Prefill what sending ``text`` (and pending attachments) will surely
         add; returns the tokens the cache holds from typing prefill (0 when
         nothing was done). Blocks until done or superseded by a send."""
-        tokens = self.typed_tokens(text)
-        if tokens is None:
+        seen = self.turns_started
+        planned = self._typed_plan(text)
+        if planned is None:
             return 0
-        return self.engine.prefill(tokens, self.generation)
+        tokens, history = planned
+        return self.engine.prefill(tokens, self.generation, floor=history,
+                                   current=lambda: self.turns_started == seen)

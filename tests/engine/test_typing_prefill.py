@@ -93,14 +93,35 @@ def test_no_typing_prefill_when_history_follows_the_template(tiny, tmp_path):
     conv.close()
 
 
-def test_a_stale_prefill_never_trims_a_reply(tiny, tmp_path):
+def test_a_prefill_planned_before_a_turn_never_trims_its_reply(tiny, tmp_path, monkeypatch):
     conv = make(tiny, tmp_path / "a.db")
-    stale = conv.typed_tokens(MESSAGE)  # computed before the next reply
-    last(conv.send("Something else first."))
+    planned, after_send = conv._typed_plan, []
+
+    def late(text):  # the send runs while the prefill is being planned
+        result = planned(text)
+        last(conv.send("Something else first."))
+        after_send.append(conv.engine.cached_tokens)
+        return result
+    monkeypatch.setattr(conv, "_typed_plan", late)
+    assert conv.prefill_typed(MESSAGE) == 0
+    monkeypatch.undo()
     cached = conv.engine.cached_tokens
-    assert conv.engine.prefill(stale, conv.generation) == 0
-    assert conv.engine.cached_tokens == cached
+    assert cached == after_send[0]  # the new message and reply are still there
+    a = last(conv.send("And then?"))
+    assert a.stats.reused_tokens == len(cached) and a.stats.miss_reason is None
     conv.close()
+
+
+def test_after_an_undo_typing_prefill_trims_the_undone_message(tiny, tmp_path):
+    conv, plain = make(tiny, tmp_path / "a.db"), make(tiny, tmp_path / "b.db")
+    last(conv.send("An answer I will take back."))
+    conv.undo()
+    count = conv.prefill_typed(MESSAGE)
+    assert count > 0 and conv.engine.cached_tokens == conv.typed_tokens(MESSAGE)
+    a, b = last(conv.send(MESSAGE)), last(plain.send(MESSAGE))
+    assert a.reply == b.reply and a.stats.typed_prefill_tokens == count
+    conv.close()
+    plain.close()
 
 
 def test_an_attachment_prefills_before_anything_is_typed(tiny, tmp_path):

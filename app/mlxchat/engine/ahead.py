@@ -3,8 +3,8 @@
 ``prefill(tokens)`` is a job on the engine thread that extends the live cache
 toward ``tokens`` (the history plus the part of a message being typed that can
 no longer change). A newer prefill or any turn supersedes it within one chunk;
-it only ever trims tokens an earlier typing prefill added, so a reply or
-another conversation in the cache is left for the turn to decide about.
+it never trims into the history it was planned on, and does nothing once a
+turn has run since it was planned.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import Future
-from typing import Sequence
+from typing import Callable, Sequence
 
 from mlxchat.chat import GenerationSettings
 from mlxchat.engine.progress import LiveFigures
@@ -30,10 +30,13 @@ class TypingPrefill:
         if ev is not None:
             ev.set()
 
-    def prefill(self, tokens: Sequence[int], settings: GenerationSettings) -> int:
-        """Extend the cache toward ``tokens``; blocks until done, superseded or
-        cancelled. Returns the tokens the cache holds from typing prefill (0
-        when it was left alone)."""
+    def prefill(self, tokens: Sequence[int], settings: GenerationSettings, *, floor: int = 0,
+                current: Callable[[], bool] = lambda: True) -> int:
+        """Extend the cache toward ``tokens``, trimming it no shorter than
+        ``floor``; blocks until done, superseded or cancelled. ``current()`` is
+        asked on the engine thread first: False (a turn ran since ``tokens``
+        were planned) leaves the cache alone. Returns the tokens the cache
+        holds from typing prefill (0 when it was left alone)."""
         self.supersede_typing()
         cancel = threading.Event()
         self._typing = cancel
@@ -42,10 +45,10 @@ class TypingPrefill:
         fut: Future = Future()
 
         def job() -> int:
-            if cancel.is_set():
+            if cancel.is_set() or not current():
                 return 0
             self._cancel = cancel
-            return self._prefill_ahead(wanted, settings)
+            return self._prefill_ahead(wanted, settings, floor)
         self._jobs.put((job, fut))  # type: ignore[attr-defined]
         try:
             return fut.result()
@@ -54,11 +57,12 @@ class TypingPrefill:
             if self._typing is cancel:
                 self._typing = None
 
-    def _prefill_ahead(self, tokens: list[int], settings: GenerationSettings) -> int:
+    def _prefill_ahead(self, tokens: list[int], settings: GenerationSettings,
+                       floor: int) -> int:
         live = self._live  # type: ignore[attr-defined]
         if live.bits is not None and live.bits != settings.kv_bits:
             return 0  # the turn would start cold anyway
-        start = live.extend_ahead(tokens)
+        start = live.extend_ahead(tokens, floor)
         if start is None:
             return 0
         t0 = time.perf_counter()

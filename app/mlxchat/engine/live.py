@@ -128,17 +128,17 @@ class LiveCache:
         seconds, self.ahead_from, self.ahead_s = self.ahead_s, None, 0.0
         return typed, seconds
 
-    def extend_ahead(self, tokens: Sequence[int]) -> int | None:
+    def extend_ahead(self, tokens: Sequence[int], floor: int) -> int | None:
         """Make the cache a prefix of ``tokens`` for typing prefill, trimming
-        only typed-ahead tokens; the index to feed from, or None to leave it."""
+        never below ``floor`` (the history's end); the index to feed from, or
+        None to leave the cache alone."""
         shared = prompt.common_prefix(self.tokens, tokens)
         if shared < len(self.tokens):
-            if shared < self.ahead_end or not can_trim_prompt_cache(self.layers):
+            if shared < floor or not can_trim_prompt_cache(self.layers):
                 return None  # the cache holds another conversation: the turn decides
             trim_prompt_cache(self.layers, len(self.tokens) - shared)
             del self.tokens[shared:]
-        if self.ahead_from is None:
-            self.ahead_from = shared
+        self.ahead_from = shared if self.ahead_from is None else min(self.ahead_from, shared)
         return shared
 
     def settle_ahead(self) -> None:

@@ -1,7 +1,8 @@
 """Prefill while the user types: when to ask the conversation for it.
 
-Debounced: a pause in typing (``DEBOUNCE_S``) starts a prefill of what the
-message being written will surely add; a paste, an ``/attach``ed file or the
+Debounced: ``DEBOUNCE_S`` after the first keystroke of a burst (steady typing
+never waits for a pause), the text as it is then is prefilled up to its last
+whitespace, once per finished word; a paste, an ``/attach``ed file or the
 end of a reply starts one at once. Nothing runs while a reply is generating,
 a command runs or the last message is being edited; a send supersedes it
 in the engine. The gauges show how many tokens are prefilled.
@@ -18,8 +19,8 @@ from mlxchat.conversation import settled_text
 if TYPE_CHECKING:
     from mlxchat.tui.app import MlxChatApp
 
-DEBOUNCE_S = 0.3
-"""Seconds without a keystroke before the settled text is prefilled."""
+DEBOUNCE_S = 0.25
+"""Seconds from a keystroke to the prefill of the text as it is then."""
 
 
 class TypingPrefill:
@@ -40,22 +41,20 @@ class TypingPrefill:
 
     def changed(self, text: str, *, at_once: bool = False) -> None:
         """The prompt's text changed (or the history or attachments did: ``at_once``)."""
-        if self._timer is not None:
-            self._timer.stop()
-            self._timer = None
         if at_once:
             self._done_for = None
         if not self._allowed() or text.lstrip().startswith("/"):
             return
         if at_once:
-            self.app.call_later(self._fire, text)
-        else:
-            self._timer = self.app.set_timer(self.debounce_s, lambda: self._fire(text))
+            self.app.call_later(self._fire)
+        elif self._timer is None:  # a pending one will take the text as it is then
+            self._timer = self.app.set_timer(self.debounce_s, self._fire)
 
-    def _fire(self, text: str) -> None:
+    def _fire(self) -> None:
         self._timer = None
+        text = self.app.prompt.text
         conv = self.app.conversation
-        if conv is None or not self._allowed():
+        if conv is None or not self._allowed() or text.lstrip().startswith("/"):
             return
         key = (settled_text(text), len(conv.attachments))
         if key == self._done_for or not (key[0] or key[1]):
