@@ -38,6 +38,8 @@ class TypingPrefill:
         were planned) leaves the cache alone. Returns the tokens the cache
         holds from typing prefill (0 when it was left alone)."""
         self.supersede_typing()
+        if not self._thread.is_alive():  # type: ignore[attr-defined]
+            return 0  # closed: no job would ever run
         cancel = threading.Event()
         self._typing = cancel
         self._cancels.add(cancel)  # type: ignore[attr-defined]

@@ -10,14 +10,12 @@ in the engine. The gauges show how many tokens are prefilled.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
+from textual.css.query import NoMatches
 from textual.timer import Timer
 
 from mlxchat.conversation import settled_text
-
-if TYPE_CHECKING:
-    from mlxchat.tui.app import MlxChatApp
 
 DEBOUNCE_S = 0.25
 """Seconds from a keystroke to the prefill of the text as it is then."""
@@ -26,8 +24,9 @@ DEBOUNCE_S = 0.25
 class TypingPrefill:
     """One per app; every method runs on the UI thread."""
 
-    def __init__(self, app: MlxChatApp, debounce_s: float = DEBOUNCE_S):
+    def __init__(self, app: Any, debounce_s: float = DEBOUNCE_S):
         self.app = app
+        """The MlxChatApp (not imported: it imports this module)."""
         self.debounce_s = debounce_s
         self._timer: Timer | None = None
         self._done_for: tuple[str, int] | None = None  # what the cache holds now
@@ -52,7 +51,10 @@ class TypingPrefill:
 
     def _fire(self) -> None:
         self._timer = None
-        text = self.app.prompt.text
+        try:
+            text = self.app.prompt.text
+        except NoMatches:
+            return  # the app is closing
         conv = self.app.conversation
         if conv is None or not self._allowed() or text.lstrip().startswith("/"):
             return
