@@ -107,9 +107,9 @@ def main() -> int:
     # 2. A ~32-token follow-up after a ~1024-token history: recomputed from
     # scratch in a fresh engine vs answered from the warm cache.
     hist = history(tok, 1000)
-    short = GenerationSettings(temperature=0.0, max_tokens=4)
+    brief = GenerationSettings(temperature=0.0, max_tokens=4)
     warm_eng = ChatEngine(loaded)
-    first = turn(warm_eng, hist, short)
+    first = turn(warm_eng, hist, brief)
     base = hist + [Message("assistant", first.reply)]
     snap_dir = Path(tempfile.mkdtemp(prefix="mlxchat-bench-"))
     # The resume path of a saved session: its KV segments, read back and joined.
@@ -126,17 +126,17 @@ def main() -> int:
     cold, warm, resumed, loads = [], [], [], []
     for k in range(repeats):
         eng = ChatEngine(loaded)
-        c = turn(eng, follow_up(k), short).stats
+        c = turn(eng, follow_up(k), brief).stats
         cold.append(c.ttft_s)
         eng.close()
         # Each repeat asks a different follow-up; the cache trims back to `base`.
-        w = turn(warm_eng, follow_up(k), short).stats
+        w = turn(warm_eng, follow_up(k), brief).stats
         warm.append(w.ttft_s)
         eng = ChatEngine(loaded)
         t0 = time.perf_counter()
         assert eng.load_segments(snap_refs, conversation=base).ok
         loads.append(time.perf_counter() - t0)
-        r = turn(eng, follow_up(k), short).stats
+        r = turn(eng, follow_up(k), brief).stats
         assert r.cache_source == "snapshot", r
         resumed.append(loads[-1] + r.ttft_s)
         eng.close()
