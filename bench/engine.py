@@ -6,6 +6,8 @@ snapshot size and 4-bit KV savings, all measured in one run.
 The last line is: ratios: overhead=X followup_speedup=X resume_speedup=X
 snapshot_size_ratio=X kv4_bytes_ratio=X save_growth=X save_bytes_ratio=X
 resume_read_ratio=X branch_storage_ratio=X (the last four on an 8B-shaped cache)
+typing_ttft_ratio=X (TTFT of a ~60-token message typed at 5 chars/s with prefill
+while typing / without, after a ~1000-token warm history)
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from common import median, pick_model, raw_decode_tps  # noqa: E402
 import kv_disk  # noqa: E402
+import typing_ahead  # noqa: E402
 
 from mlxchat.chat import GenerationSettings, Message  # noqa: E402
 from mlxchat.engine import ChatEngine, TurnDone  # noqa: E402
@@ -104,9 +107,9 @@ def main() -> int:
     # 2. A ~32-token follow-up after a ~1024-token history: recomputed from
     # scratch in a fresh engine vs answered from the warm cache.
     hist = history(tok, 1000)
-    short = GenerationSettings(temperature=0.0, max_tokens=4)
+    brief = GenerationSettings(temperature=0.0, max_tokens=4)
     warm_eng = ChatEngine(loaded)
-    first = turn(warm_eng, hist, short)
+    first = turn(warm_eng, hist, brief)
     base = hist + [Message("assistant", first.reply)]
     snap_dir = Path(tempfile.mkdtemp(prefix="mlxchat-bench-"))
     # The resume path of a saved session: its KV segments, read back and joined.
@@ -123,17 +126,17 @@ def main() -> int:
     cold, warm, resumed, loads = [], [], [], []
     for k in range(repeats):
         eng = ChatEngine(loaded)
-        c = turn(eng, follow_up(k), short).stats
+        c = turn(eng, follow_up(k), brief).stats
         cold.append(c.ttft_s)
         eng.close()
         # Each repeat asks a different follow-up; the cache trims back to `base`.
-        w = turn(warm_eng, follow_up(k), short).stats
+        w = turn(warm_eng, follow_up(k), brief).stats
         warm.append(w.ttft_s)
         eng = ChatEngine(loaded)
         t0 = time.perf_counter()
         assert eng.load_segments(snap_refs, conversation=base).ok
         loads.append(time.perf_counter() - t0)
-        r = turn(eng, follow_up(k), short).stats
+        r = turn(eng, follow_up(k), brief).stats
         assert r.cache_source == "snapshot", r
         resumed.append(loads[-1] + r.ttft_s)
         eng.close()
@@ -151,6 +154,7 @@ def main() -> int:
           f" ({first.stats.context_used} vs {q.stats.context_used} tokens)")
     q_eng.close()
     warm_eng.close()
+    typing = typing_ahead.measure(loaded)
     for f in snap_dir.iterdir():
         os.unlink(f)
 
@@ -161,7 +165,7 @@ def main() -> int:
           f"resume_speedup={median(cold) / median(resumed):.1f} "
           f"snapshot_size_ratio={snap.bytes / live_kv:.3f} "
           f"kv4_bytes_ratio={q.stats.kv_bytes / plain_bytes:.3f} "
-          + " ".join(f"{k}={v:.3f}" for k, v in disk.items()))
+          + " ".join(f"{k}={v:.3f}" for k, v in {**disk, **typing}.items()))
     return 0
 
 

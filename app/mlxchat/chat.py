@@ -178,7 +178,13 @@ class TurnStats(Record):
     cache_source: CacheSource = "cold"
     """Where the reused prefix came from: the live cache, a snapshot file, or nowhere."""
     reused_tokens: int = 0
+    """Of prompt_tokens, those already in the cache (typed_prefill_tokens included)."""
     prefilled_tokens: int = 0
+    """Of prompt_tokens, those this turn computed (after Enter)."""
+    typed_prefill_tokens: int = 0
+    """Of reused_tokens, those prefilled while the user typed the message."""
+    typed_prefill_s: float = 0.0
+    """Seconds the engine spent prefilling while the user typed (not in ttft_s)."""
     miss_reason: str | None = None
     """Why fewer tokens were reused than the conversation shares with the cache."""
     dropped_messages: int = 0

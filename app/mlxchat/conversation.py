@@ -27,6 +27,7 @@ from mlxchat.models.info import LoadedModel
 from mlxchat.session_cache import SessionCache
 from mlxchat.session_views import EngineViews
 from mlxchat.session_life import SessionLife
+from mlxchat.session_typing import TypingAhead, settled_text
 from mlxchat.pending_reply import PendingReply, ReplyKeeper, store_unsaved
 from mlxchat.session_lock import SessionLock
 from mlxchat.store import SessionStore, StoreError, StoreLocked
@@ -61,7 +62,7 @@ PENDING_WAIT_S = 2.0
 QUIT_SAVE_WAIT_S = 10.0
 
 
-class Conversation(SessionLife, SessionCache, EngineViews):
+class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead):
     def __init__(self, *, settings: Settings, store: SessionStore, engine: Engine,
                  model_spec: str, load_model: ModelLoader | None = None,
                  session: Session | None = None, keep_snapshots: bool = True,
@@ -272,6 +273,8 @@ class Conversation(SessionLife, SessionCache, EngineViews):
         pieces: list[str] = []
         thought: list[str] = []
         saved_at = time.monotonic()
+        self.turns_started += 1
+        self.engine.supersede_typing()  # before any engine job: a send goes first
         try:
             if self.engine.needs_restore(plan.prompt.tokens):
                 # A wrapped window or recurrent state cannot be trimmed back: take
@@ -363,4 +366,4 @@ class Conversation(SessionLife, SessionCache, EngineViews):
 # The engine's events and state are what a conversation reports: the UI takes
 # them from here and never imports the engine.
 __all__ = ["Attachment", "Conversation", "ConversationError", "EngineError", "EngineState",
-           "Event", "PrefillProgress", "SnapshotLoad", "TextDelta", "TurnDone"]
+           "Event", "PrefillProgress", "SnapshotLoad", "TextDelta", "TurnDone", "settled_text"]

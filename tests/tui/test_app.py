@@ -174,7 +174,10 @@ async def test_escape_stops_a_long_reply_and_keeps_the_partial_text(tmp_path, ti
         stored = conv.store.all_messages(conv.session.id)[-1]
         assert stored.role == "assistant" and stored.cancelled
         assert stored.content == reply.text != ""
-        assert gauge(app, "#live-text") == "idle"
+        # The reply is over: what was typed meanwhile ("and") is prefilled now.
+        await until(lambda: app.typing.tokens > 0)
+        assert gauge(app, "#live-text") == \
+            f"prefilled while typing: {app.typing.tokens:,} tokens"
 
 
 async def test_escape_and_ctrl_c_never_quit(tmp_path, tiny):

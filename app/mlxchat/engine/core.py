@@ -13,7 +13,6 @@ import threading
 import time
 import weakref
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
@@ -23,9 +22,11 @@ from mlx_lm.sample_utils import make_logits_processors, make_sampler
 from mlxchat.chat import GenerationSettings, Message, TurnStats
 from mlxchat.engine import kv, prompt, reasoning, template_delta
 from mlxchat.engine.events import EngineState, Event, PrefillProgress, TextDelta, TurnDone
+from mlxchat.engine.ahead import TypingPrefill
 from mlxchat.engine.live import LiveCache
 from mlxchat.engine.persist import DiskCache
 from mlxchat.engine.progress import LiveFigures
+from mlxchat.engine.results import Decode, Prefill, Cancelled
 from mlxchat.engine.template_delta import TemplateOptions
 from mlxchat.models.info import LoadedModel, ModelInfo
 
@@ -39,49 +40,7 @@ def _close_live_engines() -> None:
         engine.close()
 
 
-class _Cancelled(Exception):
-    pass
-
-
-@dataclass
-class Prefill:
-    """What feeding the prompt cost."""
-
-    tokens: int = 0
-    seconds: float = 0.0
-
-
-@dataclass
-class Decode:
-    """What sampling produced: the reply and its timing."""
-
-    pieces: list[str] = field(default_factory=list)
-    token_ids: list[int] = field(default_factory=list)
-    """Every sampled token, the end token included."""
-    generated: int = 0
-    """Tokens sampled, the end token included."""
-    finish_reason: str = "stop"
-    ttft_s: float = 0.0
-    first_pass_s: float = 0.0
-    """Seconds of the first forward pass (the tail of the prompt)."""
-    decode_tps: float = 0.0
-    reasoning_pieces: list[str] = field(default_factory=list)
-    reasoning_tokens: int = 0
-    """Sampled tokens that belong to the reasoning, its markup included."""
-    reasoning_s: float = 0.0
-    """Seconds from the start of sampling to the end of the reasoning."""
-
-    @property
-    def reply(self) -> str:
-        """The answer (what is stored as the reply's content)."""
-        return "".join(self.pieces)
-
-    @property
-    def reasoning(self) -> str:
-        return "".join(self.reasoning_pieces).rstrip()
-
-
-class ChatEngine(DiskCache):
+class ChatEngine(TypingPrefill, DiskCache):
     """Drive one loaded model; every public method is safe from any thread."""
 
     def __init__(self, loaded: LoadedModel, *, chunk_seconds: float = 0.25):
@@ -161,6 +120,7 @@ class ChatEngine(DiskCache):
         Raises EngineError (ContextOverflowError) before any event when refused.
         Closing the iterator early cancels the turn.
         """
+        self.supersede_typing()  # a send takes precedence over typing prefill
         events: queue.Queue = queue.Queue()
         cancel = threading.Event()
         self._cancels.add(cancel)
@@ -299,7 +259,7 @@ class ChatEngine(DiskCache):
         emit(PrefillProgress(0, emit.total))
         while done < total:
             if self._cancel.is_set():
-                raise _Cancelled
+                raise Cancelled
             n = min(self._chunk, total - done)
             t0 = time.perf_counter()
             model(mx.array(tokens[done:done + n])[None], cache=live.layers)
@@ -328,6 +288,7 @@ class ChatEngine(DiskCache):
         tail = 1 if settings.repetition_penalty == 1.0 else min(20, len(tokens))
         reuse = live.reuse(fitted, messages, tail=tail, kv_bits=settings.kv_bits,
                            head_dim=info.head_dim)
+        typed, typed_s = live.typed_ahead(reuse.tokens)
         if settings.seed is not None:
             mx.random.seed(settings.seed)
         self._window = self.window(settings)
@@ -338,7 +299,7 @@ class ChatEngine(DiskCache):
             prefill = self._prefill(tokens[reuse.tokens:len(tokens) - tail], figures)
             decode = self._decode(tokens[len(tokens) - tail:], settings, emit=figures,
                                   turn_start=start, prompt_tokens=tokens)
-        except _Cancelled:
+        except Cancelled:
             decode.finish_reason = "cancelled"
         finally:
             live.settle(fitted.messages)
@@ -347,6 +308,7 @@ class ChatEngine(DiskCache):
         stats = TurnStats(
             prompt_tokens=len(tokens), reused_tokens=reuse.tokens,
             prefilled_tokens=len(tokens) - reuse.tokens, miss_reason=reuse.reason,
+            typed_prefill_tokens=typed, typed_prefill_s=typed_s,
             cache_source=reuse.source, dropped_messages=fitted.dropped,
             context_window=self.window(settings), kv_bits=settings.kv_bits,
             weights_bytes=info.weights_bytes, finish_reason=decode.finish_reason,

@@ -4,7 +4,7 @@ process; a distributed engine can stand in for it by meeting this protocol."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Protocol, Sequence
+from typing import Callable, Iterator, Protocol, Sequence
 
 from mlxchat.chat import GenerationSettings, Message
 from mlxchat.engine.events import EngineState, Event, SnapshotInfo, SnapshotLoad
@@ -31,6 +31,11 @@ class Engine(Protocol):
 
     def message_ids(self, text: str, *, system: str | None, previous: Sequence[int] | None,
                     options: TemplateOptions = TemplateOptions()) -> list[int]: ...
+
+    def prefill(self, tokens: Sequence[int], settings: GenerationSettings, *, floor: int = 0,
+                current: Callable[[], bool] = ...) -> int: ...
+
+    def supersede_typing(self) -> None: ...
 
     def reply_reserve(self, settings: GenerationSettings) -> int: ...
 

@@ -39,6 +39,10 @@ class LiveCache:
         self.conversation: list[tuple[str, str]] = []
         self.source: CacheSource = "cold"
         self._pending_reason: str | None = None
+        self.ahead_from: int | None = None
+        """Where the tokens prefilled while the user types start (None: none)."""
+        self.ahead_s = 0.0
+        """Seconds spent prefilling while the user typed, since the last turn."""
         self.reset()
 
     # -- state -------------------------------------------------------------------
@@ -60,6 +64,7 @@ class LiveCache:
         had = bool(self.tokens)
         self.layers = make_prompt_cache(self.model)
         self.tokens, self.conversation, self.source = [], [], "cold"
+        self.ahead_from, self.ahead_s = None, 0.0
         self._pending_reason = reason if (had or report) else None
         mx.clear_cache()
 
@@ -69,6 +74,7 @@ class LiveCache:
         self.layers, self.tokens = layers, list(tokens)
         self.conversation = [(m.role, m.content) for m in conversation]
         self.source, self._pending_reason = source, None
+        self.ahead_from, self.ahead_s = None, 0.0
 
     def take_reason(self) -> str | None:
         reason, self._pending_reason = self._pending_reason, None
@@ -103,11 +109,43 @@ class LiveCache:
                 self.reset()
                 return Reuse(0, "cache not trimmable", "cold")
             trim_prompt_cache(self.layers, len(self.tokens) - common)
-            if shared < len(self.tokens):
+            # Text prefilled while typing and edited since is no miss.
+            if shared < min(len(self.tokens), self.ahead_end):
                 reason = (reason or fitted.reason
                           or prompt.miss_reason(self.conversation, fitted, messages, shared))
             del self.tokens[common:]
         return Reuse(common, reason, source if common else "cold")
+
+    @property
+    def ahead_end(self) -> int:
+        """Where the cache's turn-made tokens end (typed-ahead ones follow)."""
+        return len(self.tokens) if self.ahead_from is None else self.ahead_from
+
+    def typed_ahead(self, kept: int) -> tuple[int, float]:
+        """Of ``kept`` reused tokens, those prefilled while typing, and the
+        seconds typing prefill took; forgotten once a turn takes them."""
+        typed = max(0, kept - self.ahead_end)
+        seconds, self.ahead_from, self.ahead_s = self.ahead_s, None, 0.0
+        return typed, seconds
+
+    def extend_ahead(self, tokens: Sequence[int], floor: int) -> int | None:
+        """Make the cache a prefix of ``tokens`` for typing prefill, trimming
+        never below ``floor`` (the history's end); the index to feed from, or
+        None to leave the cache alone."""
+        shared = prompt.common_prefix(self.tokens, tokens)
+        if shared < len(self.tokens):
+            if shared < floor or not can_trim_prompt_cache(self.layers):
+                return None  # the cache holds another conversation: the turn decides
+            trim_prompt_cache(self.layers, len(self.tokens) - shared)
+            del self.tokens[shared:]
+        self.ahead_from = shared if self.ahead_from is None else min(self.ahead_from, shared)
+        return shared
+
+    def settle_ahead(self) -> None:
+        """After a typing prefill (done or cancelled): evaluate, keep the token
+        list to what the cache holds."""
+        mx.eval([c.state for c in self.layers])
+        del self.tokens[kv.offset(self.layers):]
 
     def settle(self, conversation: Sequence[Message]) -> None:
         """After a turn (finished, cancelled or failed): evaluate the arrays, keep

@@ -29,6 +29,7 @@ from mlxchat.models import STAGE_LABELS
 from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
 from mlxchat.tui.app_commands import CommandsMixin, SlashCommandsProvider, error_text
 from mlxchat.tui.streaming import Batch, Pacer, pump_turn
+from mlxchat.tui.typing_prefill import TypingPrefill
 from mlxchat.tui.widgets import GaugesPanel, PromptInput, ReplyHandle, ThinkingBlock, Transcript
 from mlxchat.tui.widgets.activity import ActivityBar
 from mlxchat.tui.widgets.header import TitleHeader
@@ -91,6 +92,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         self.ctx: CommandContext | None = None
         self.start_error: str | None = None
         self._next_gauge = 0.0
+        self.typing = TypingPrefill(self)
 
     # -- layout ----------------------------------------------------------------------
 
@@ -204,6 +206,10 @@ class MlxChatApp(CommandsMixin, App[int]):
         message.stop()
         self.submit(message.text)
 
+    def on_prompt_input_edited(self, message: PromptInput.Edited) -> None:
+        message.stop()
+        self.typing.changed(message.text, at_once=message.at_once)
+
     def submit(self, text: str) -> None:
         """What Enter does with ``text``: a /command, an edit, or a message."""
         if self.conversation is None:
@@ -295,6 +301,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         self.gauges.idle()
         self.refresh_gauges()
         self.set_titles()
+        self.typing.changed(self.prompt.text, at_once=True)  # what was typed meanwhile
         if error is not None:
             await self.transcript.add_notice(error, "error")
         elif done is not None and done.dropped_messages:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from mlxchat.conversation import Conversation
     from mlxchat.conversation import Event
     from mlxchat.tui.widgets import PromptInput, Transcript
+    from mlxchat.tui.typing_prefill import TypingPrefill
     from mlxchat.tui.widgets.activity import ActivityBar
 
     class _Host(App[int]):
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
         running: str | None
         generating: bool
         editing: bool
+        typing: TypingPrefill
         _now: Callable[[], float]
 
         @property
@@ -155,6 +157,8 @@ class CommandsMixin(_Host):
             self.open_screen(result.open_screen)
         if result.quit:
             await self.action_quit()
+        elif result.turn is None:  # an /attach, a new history: prefill what is typed now
+            self.typing.changed(prompt.text, at_once=True)
 
     async def render_result(self, result: CommandResult) -> None:
         """Show a result in the transcript: error/info as notices, Markdown, tables."""

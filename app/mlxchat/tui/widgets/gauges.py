@@ -148,6 +148,16 @@ class GaugesPanel(Vertical):
         self._text("#live-text", f"prefill {counts}\n{fmt_tps(progress.tps)}")
         self._text("#compact-live", f"[b]prefill[/] {counts} · {fmt_tps(progress.tps)}")
 
+    def typing_prefill(self, tokens: int) -> None:
+        """While the user types (no turn running): what is prefilled already."""
+        if self._live != "idle":
+            return
+        if not tokens:
+            return self.idle()
+        line = f"prefilled while typing: {fmt_int(tokens)} tokens"
+        self._text("#live-text", line)
+        self._text("#compact-live", line)
+
     def live_cache(self, cached_tokens: int, kv_bytes: int) -> None:
         """The Context and KV cache figures as the running turn fills the cache."""
         if self.state is None or not cached_tokens:
@@ -234,6 +244,9 @@ class GaugesPanel(Vertical):
             f"decode       {fmt_tps(stats.decode_tps)}",
             f"reused {fmt_int(stats.reused_tokens)} · prefilled {fmt_int(stats.prefilled_tokens)}",
         ]
+        if stats.typed_prefill_tokens:
+            lines.append(f"typed ahead {fmt_int(stats.typed_prefill_tokens)} · "
+                         f"{fmt_seconds(stats.typed_prefill_s)}")
         if stats.reasoning_tokens:
             lines.append(f"thinking {fmt_int(stats.reasoning_tokens)} · answer "
                          f"{fmt_int(stats.answer_tokens)} tokens")

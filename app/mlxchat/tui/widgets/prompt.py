@@ -36,6 +36,12 @@ class PromptArea(TextArea):
             event.stop()
             event.prevent_default()  # TextArea's own _on_key (enter inserts "\n") is skipped
 
+    async def _on_paste(self, event: events.Paste) -> None:
+        prompt = self.parent
+        if isinstance(prompt, PromptInput):
+            prompt.pasting = True
+        await super()._on_paste(event)
+
 
 class PromptInput(Vertical):
     """Posts ``Submitted(text)`` on Enter and ``EditLast()`` on up in an empty prompt."""
@@ -45,6 +51,19 @@ class PromptInput(Vertical):
             super().__init__()
             self.prompt = prompt
             self.text = text
+
+        @property
+        def control(self) -> PromptInput:
+            return self.prompt
+
+    class Edited(Message):
+        """The text changed; ``at_once`` for a paste (no need to wait for a pause)."""
+
+        def __init__(self, prompt: PromptInput, text: str, at_once: bool) -> None:
+            super().__init__()
+            self.prompt = prompt
+            self.text = text
+            self.at_once = at_once
 
         @property
         def control(self) -> PromptInput:
@@ -80,6 +99,7 @@ class PromptInput(Vertical):
         self._dismissed_for: str | None = None  # text on which escape closed the list
         self._completed_for: str | None = None  # text the list was computed for
         self._navigated = False  # up/down moved in the list since it was computed
+        self.pasting = False  # the next change comes from a paste
 
     def compose(self) -> ComposeResult:
         yield CompletionList()
@@ -126,6 +146,8 @@ class PromptInput(Vertical):
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
         event.stop()
         self.refresh_completions()
+        at_once, self.pasting = self.pasting, False
+        self.post_message(self.Edited(self, self.text, at_once))
 
     def refresh_completions(self) -> None:
         self._navigated = False

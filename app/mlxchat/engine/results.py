@@ -1,0 +1,47 @@
+"""What a turn's prefill and decode return, and the signal that stops them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class Cancelled(Exception):
+    pass
+
+
+@dataclass
+class Prefill:
+    """What feeding the prompt cost."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class Decode:
+    """What sampling produced: the reply and its timing."""
+
+    pieces: list[str] = field(default_factory=list)
+    token_ids: list[int] = field(default_factory=list)
+    """Every sampled token, the end token included."""
+    generated: int = 0
+    """Tokens sampled, the end token included."""
+    finish_reason: str = "stop"
+    ttft_s: float = 0.0
+    first_pass_s: float = 0.0
+    """Seconds of the first forward pass (the tail of the prompt)."""
+    decode_tps: float = 0.0
+    reasoning_pieces: list[str] = field(default_factory=list)
+    reasoning_tokens: int = 0
+    """Sampled tokens that belong to the reasoning, its markup included."""
+    reasoning_s: float = 0.0
+    """Seconds from the start of sampling to the end of the reasoning."""
+
+    @property
+    def reply(self) -> str:
+        """The answer (what is stored as the reply's content)."""
+        return "".join(self.pieces)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self.reasoning_pieces).rstrip()

@@ -1,0 +1,101 @@
+"""TTFT of a ~60-token message typed at 5 characters/s, with prefill while
+typing and without, after the same warm history: the ``typing_ttft_ratio``.
+
+The typist is simulated in real time; typing prefill follows the app's policy
+(``tui.typing_prefill``: the text as it is ``DEBOUNCE_S`` after a keystroke,
+once per finished word, a job the send supersedes). TTFT is wall time from
+Enter to the first streamed text, so a prefill chunk the send waits for counts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from mlxchat.config import Settings
+from mlxchat.conversation import Conversation, TextDelta, TurnDone, settled_text
+from mlxchat.engine import ChatEngine
+from mlxchat.models.info import LoadedModel
+from mlxchat.store import open_store
+from mlxchat.tui.typing_prefill import DEBOUNCE_S
+
+CHARS_PER_S = 5.0
+WORDS = ("could you tell me more about how the rivers shaped the harvests, the trade "
+         "routes and the towns along the coast over those centuries").split()
+
+
+def _message(conv: Conversation, lead: str, target: int) -> str:
+    tok = conv.engine.loaded.tokenizer
+    text, i = lead, 0
+    while len(tok.encode(text)) < target:
+        text += " " + WORDS[i % len(WORDS)]
+        i += 1
+    return text
+
+
+def _ttft(conv: Conversation, text: str) -> tuple[float, TurnDone]:
+    enter = time.perf_counter()
+    first, done = None, None
+    for event in conv.send(text):
+        if isinstance(event, TextDelta) and first is None:
+            first = time.perf_counter() - enter
+        elif isinstance(event, TurnDone):
+            done = event
+    assert done is not None
+    return (first if first is not None else done.stats.ttft_s), done
+
+
+def _typed(conv: Conversation, text: str) -> tuple[float, TurnDone]:
+    """Type ``text`` in real time with typing prefill in a worker, then Enter."""
+    shown = [""]
+    stop = threading.Event()
+
+    def prefiller() -> None:
+        done_for = None
+        while not stop.wait(DEBOUNCE_S):
+            now = shown[0]
+            if settled_text(now) != done_for:
+                done_for = settled_text(now)
+                conv.prefill_typed(now)
+    worker = threading.Thread(target=prefiller, daemon=True)
+    worker.start()
+    start = time.perf_counter()
+    for i in range(1, len(text) + 1):
+        time.sleep(max(0.0, start + i / CHARS_PER_S - time.perf_counter()))
+        shown[0] = text[:i]
+    stop.set()
+    result = _ttft(conv, text)
+    worker.join()
+    return result
+
+
+def measure(loaded: LoadedModel, *, history_tokens: int = 1000,
+            message_tokens: int = 60) -> dict[str, float]:
+    settings = Settings()
+    settings.generation.temperature = 0.0
+    settings.generation.max_tokens = 4
+    folder = Path(tempfile.mkdtemp(prefix="mlxchat-bench-typing-"))
+    conv = Conversation(settings=settings, store=open_store(folder / "b.db"),
+                        engine=ChatEngine(loaded), model_spec="bench")
+    filler = "The history of the region is long and varied, shaped by rivers and trade. "
+    tok = loaded.tokenizer
+    history = filler
+    while len(tok.encode(history)) < history_tokens:
+        history += filler
+    _ttft(conv, history)  # the warm history
+    plain_text = _message(conv, "Now", message_tokens)
+    plain, plain_done = _ttft(conv, plain_text)
+    conv.undo()
+    typed_text = _message(conv, "Please", message_tokens)
+    typed, typed_done = _typed(conv, typed_text)
+    print(f"typing: a {len(tok.encode(typed_text))}-token message at {CHARS_PER_S:g} chars/s; ttft without {plain:.3f} s "
+          f"(prefilled {plain_done.stats.prefilled_tokens}), with {typed:.3f} s (prefilled "
+          f"{typed_done.stats.prefilled_tokens}, {typed_done.stats.typed_prefill_tokens} "
+          f"while typing in {typed_done.stats.typed_prefill_s:.2f} s)")
+    conv.close()
+    conv.store.close()
+    shutil.rmtree(folder, ignore_errors=True)
+    return {"typing_ttft_ratio": typed / plain}
