@@ -43,6 +43,9 @@ async def test_typing_character_by_character_grows_the_prefilled_count(tmp_path,
             await until(lambda: typed_count(app) > (counts[-1] if counts else 0))
             counts.append(typed_count(app))
         assert counts == sorted(counts) and len(set(counts)) == len(WORDS), counts
+        # The Context gauge counts the typed-ahead tokens the cache holds too.
+        held = app.conversation.state().cached_tokens
+        assert gauge(app, "#context-text").startswith(f"{held:,} / ")
         await pilot.press("enter")
         await settle(pilot)
         stats = app.conversation.last_stats

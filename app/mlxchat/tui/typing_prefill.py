@@ -80,4 +80,7 @@ class TypingPrefill:
         if self.app.generating:
             return  # the send took them: its stats say so
         self.tokens = n
+        conv = self.app.conversation
+        if conv is not None:  # Context and KV cache now hold the typed-ahead tokens too
+            self.app.gauges.update_state(conv.state(), self.app.budget_bytes)
         self.app.gauges.typing_prefill(n)
