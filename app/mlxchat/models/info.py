@@ -72,8 +72,9 @@ def on_cpu() -> bool:
 def use_cpu_precision(model: nn.Module) -> None:
     """On the CPU device keep every float parameter in float32.
 
-    Quantized matmul with half-precision scales is ~30x slower on the Linux CPU
-    backend than with float32 scales (measured; see DESIGN.md).
+    Quantized matmul with half-precision scales and activations is ~30x slower
+    on the Linux CPU backend than with float32 ones (measured on mlx[cpu];
+    bench/model.py compares the loaded model with raw mlx-lm).
     """
     halves = (mx.float16, mx.bfloat16)
     model.update(tree_map(lambda x: x.astype(mx.float32) if x.dtype in halves else x,
