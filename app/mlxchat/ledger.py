@@ -102,9 +102,7 @@ class Ledger:
     def _rendered(self, messages: Sequence[Message], reason: str | None) -> FittedPrompt:
         fitted = self.engine.fit(self._with_system(messages), self.settings,
                                  options=self.options)
-        # A copy: the engine keeps the fit it returned for the turn that follows.
-        return replace(fitted, tokens=list(fitted.tokens),
-                       reason=fitted.reason or (None if fitted.dropped else reason))
+        return replace(fitted, reason=fitted.reason or (None if fitted.dropped else reason))
 
     def _fits(self, n: int) -> bool:
         return n + self.engine.reply_reserve(self.settings) <= self.engine.window(self.settings)

@@ -72,10 +72,6 @@ class EngineViews:
         """Where the cached token ledger differs from today's template rendering."""
         return self._ledger().note(self.messages)
 
-    def check_fits(self, messages: list[Message]) -> int:
-        """Raise ContextOverflowError unless ``messages`` (system included) fit."""
-        return self.engine.check_fits(messages, self.generation)
-
     def window_left(self) -> int:
         """Tokens still free in the context window for the next message."""
         window = self.context_window

@@ -204,14 +204,6 @@ class Command:
         return self.text or self.max_args != 0 or bool(self.flags)
 
 
-def current_id(ctx: CommandContext) -> int:
-    """The open session's id (every open session is stored, so it has one)."""
-    session_id = ctx.conversation.session.id
-    if session_id is None:
-        raise CommandError("No session is open.")
-    return session_id
-
-
 def stored_id(session_id: int | None) -> int:
     if session_id is None:
         raise CommandError("That session is not stored.")

@@ -53,7 +53,6 @@ class ChatEngine(TypingPrefill, DiskCache):
         self._live: LiveCache
         self._state = EngineState()
         self._chunk = 64
-        self._fit_memo: tuple[tuple, prompt.FittedPrompt] | None = None
         self._thread = threading.Thread(target=self._run, name="mlxchat-engine", daemon=True)
         self._thread.start()
         _LIVE.add(self)
@@ -146,29 +145,13 @@ class ChatEngine(TypingPrefill, DiskCache):
                 fut.exception()
             self._cancels.discard(cancel)
 
-    def check_fits(self, messages: Sequence[Message], settings: GenerationSettings) -> int:
-        """Raise ContextOverflowError if a turn would be refused; else the
-        number of messages the drop_oldest policy would leave out."""
-        return self.fit(messages, settings).dropped
-
     def fit(self, messages: Sequence[Message], settings: GenerationSettings, *,
             options: TemplateOptions = TemplateOptions()) -> prompt.FittedPrompt:
         """Render the whole conversation and fit it to the window under the
-        settings' policy; the last result is kept, so the check before a send
-        and the turn itself tokenize the history once."""
-        loaded = self._loaded
-        window = self.window(settings)
-        key = (id(loaded), tuple((m.role, m.content) for m in messages),
-               self.reply_budget(settings), settings.context_policy, options, window)
-        memo = self._fit_memo
-        if memo is not None and memo[0] == key:
-            return memo[1]
-        fitted = prompt.fit(loaded.tokenizer, messages, window=window,
-                            max_tokens=self.reply_budget(settings),
-                            policy=settings.context_policy,
-                            template_kwargs=options.kwargs())
-        self._fit_memo = (key, fitted)
-        return fitted
+        settings' policy (a new ledger, or ``history=template``)."""
+        return prompt.fit(self._loaded.tokenizer, messages, window=self.window(settings),
+                          max_tokens=self.reply_budget(settings),
+                          policy=settings.context_policy, template_kwargs=options.kwargs())
 
     def message_ids(self, text: str, *, system: str | None, previous: Sequence[int] | None,
                     options: TemplateOptions = TemplateOptions()) -> list[int]:

@@ -74,15 +74,6 @@ class SegmentOps(StoreBase):
         with self._writing() as cur:
             return self._drop_segment_rows(cur, session_id)
 
-    def copy_segments(self, mapping: dict[int, int], session_id: int) -> None:
-        """Let copied messages (``old id -> new id``) share the originals' segment files."""
-        with self._writing() as cur:
-            self._copy_segment_rows(cur, mapping, session_id)
-
-    def referenced_segment_paths(self) -> set[str]:
-        with self._reading() as cur:
-            return {row[0] for row in cur.execute("SELECT DISTINCT path FROM kv_segments")}
-
     def _copy_segment_rows(self, cur: sqlite3.Cursor, mapping: dict[int, int],
                            session_id: int) -> None:
         for old, new in mapping.items():
