@@ -88,6 +88,13 @@ def first_text(app: MlxChatApp) -> asyncio.Event:
     return arrived
 
 
+async def send(pilot, text: str) -> None:
+    """Type ``text`` into the prompt, press Enter and wait for the reply to finish."""
+    pilot.app.prompt.text = text
+    await pilot.press("enter")
+    await settle(pilot)
+
+
 async def start_long_reply(app: MlxChatApp, text: str = "Tell me everything") -> None:
     """Send ``text`` with Enter and wait until the reply's first text shows."""
     arrived = first_text(app)

@@ -20,7 +20,7 @@ from mlxchat.tui.widgets import AssistantMessage, NoticeMessage, UserMessage
 from mlxchat.tui.widgets.notices import TableNotice
 from textual.widgets import Static
 
-from .app_support import (GB, ready, settle, start_long_reply, tiny_app,
+from .app_support import (GB, ready, send, settle, start_long_reply, tiny_app,
                           tiny_settings, until)
 
 
@@ -45,12 +45,6 @@ def rows(app) -> list[tuple[str, str]]:
         else:
             out.append((type(w).__name__, ""))
     return out
-
-
-async def send(pilot, text: str) -> None:
-    pilot.app.prompt.text = text
-    await pilot.press("enter")
-    await settle(pilot)
 
 
 async def test_send_shows_the_reply_and_the_engine_figures(tmp_path, tiny):

@@ -3,17 +3,11 @@ clock-dependent figures are fixed (SteadyEngine); no cursor blink; fixed clock."
 
 from textual.widgets import Input
 
-from .app_support import SteadyEngine, ready, settle, tiny_app
+from .app_support import SteadyEngine, ready, send, settle, tiny_app
 
 
 def steady_app(tmp_path, tiny):
     return tiny_app(tmp_path / "s.db", tiny, engine_factory=SteadyEngine)
-
-
-async def send(pilot, text: str) -> None:
-    pilot.app.prompt.text = text
-    await pilot.press("enter")
-    await settle(pilot)
 
 
 async def after_a_turn(pilot) -> None:

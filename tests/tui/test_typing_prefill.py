@@ -8,7 +8,7 @@ import re
 from textual import events
 from textual.widgets import Static
 
-from .app_support import ready, settle, tiny_app, until
+from .app_support import ready, send, settle, tiny_app, until
 
 WORDS = ["Tell", "me", "about", "the", "rivers", "and", "the", "harvests"]
 SHOWN = re.compile(r"prefilled while typing: ([\d,]+) tokens")
@@ -24,10 +24,8 @@ def typed_count(app) -> int:
 
 
 async def first_turn(pilot) -> None:
-    app = await ready(pilot)
-    app.prompt.text = "Hello there."
-    await pilot.press("enter")
-    await settle(pilot)
+    await ready(pilot)
+    await send(pilot, "Hello there.")
 
 
 async def test_typing_character_by_character_grows_the_prefilled_count(tmp_path, tiny):
