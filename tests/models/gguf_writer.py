@@ -155,19 +155,27 @@ def tiny_llama_gguf(path: Path, params: dict[str, np.ndarray], config: dict, tok
     metadata = {
         "general.architecture": arch, "general.name": "tiny test llama",
         "general.alignment": 32,
-        f"{arch}.context_length": config["max_position_embeddings"],
-        f"{arch}.embedding_length": config["hidden_size"],
-        f"{arch}.block_count": config["num_hidden_layers"],
-        f"{arch}.feed_forward_length": config["intermediate_size"],
-        f"{arch}.attention.head_count": heads,
-        f"{arch}.attention.head_count_kv": kv_heads,
-        f"{arch}.rope.freq_base": float(config["rope_theta"]),
-        f"{arch}.attention.layer_norm_rms_epsilon": float(config["rms_norm_eps"]),
-        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "smollm",
-        "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": merges,
-        "tokenizer.ggml.token_type": token_types,
-        "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2,
+        **model_metadata(arch, config, tokens, merges, token_types, pre="smollm"),
         "tokenizer.ggml.add_bos_token": False,
         **(extra_metadata or {}),
     }
     return write_gguf(path, metadata, tensors)
+
+
+def model_metadata(arch: str, config: dict, tokens: list[str], merges: list[str],
+                   token_types: list[int], *, pre: str) -> dict[str, Any]:
+    """The GGUF keys llama.cpp writes for a model's shape and its BPE vocabulary."""
+    return {
+        f"{arch}.context_length": config["max_position_embeddings"],
+        f"{arch}.embedding_length": config["hidden_size"],
+        f"{arch}.block_count": config["num_hidden_layers"],
+        f"{arch}.feed_forward_length": config["intermediate_size"],
+        f"{arch}.attention.head_count": config["num_attention_heads"],
+        f"{arch}.attention.head_count_kv": config["num_key_value_heads"],
+        f"{arch}.rope.freq_base": float(config["rope_theta"]),
+        f"{arch}.attention.layer_norm_rms_epsilon": float(config["rms_norm_eps"]),
+        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre,
+        "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.merges": merges,
+        "tokenizer.ggml.token_type": token_types,
+        "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2,
+    }

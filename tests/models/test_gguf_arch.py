@@ -13,6 +13,7 @@ import pytest
 
 from mlxchat.models import ModelError, import_gguf, load_model
 from tests.models.gguf_files import MLX_MODULE, random_params, write_model
+from tests.models.gguf_writer import model_metadata
 from tests.models.test_gguf_import import IDS, MERGES, TOKEN_TYPES, TOKENS, rel_error
 
 BASE = {"hidden_size": 64, "num_hidden_layers": 2, "intermediate_size": 128,
@@ -32,22 +33,9 @@ CONFIGS = {
 
 
 def metadata(arch: str, config: dict, **extra) -> dict:
+    meta = model_metadata(arch, config, TOKENS, MERGES, TOKEN_TYPES, pre="default")
     heads = config["num_attention_heads"]
-    meta = {
-        f"{arch}.context_length": config["max_position_embeddings"],
-        f"{arch}.embedding_length": config["hidden_size"],
-        f"{arch}.block_count": config["num_hidden_layers"],
-        f"{arch}.feed_forward_length": config["intermediate_size"],
-        f"{arch}.attention.head_count": heads,
-        f"{arch}.attention.head_count_kv": config["num_key_value_heads"],
-        f"{arch}.attention.key_length": config.get("head_dim", config["hidden_size"] // heads),
-        f"{arch}.rope.freq_base": float(config["rope_theta"]),
-        f"{arch}.attention.layer_norm_rms_epsilon": float(config["rms_norm_eps"]),
-        "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "default",
-        "tokenizer.ggml.tokens": TOKENS, "tokenizer.ggml.merges": MERGES,
-        "tokenizer.ggml.token_type": TOKEN_TYPES,
-        "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2,
-    }
+    meta[f"{arch}.attention.key_length"] = config.get("head_dim", config["hidden_size"] // heads)
     meta.update(extra)
     return meta
 
