@@ -184,13 +184,17 @@ def _crc_or_none(path: Path) -> str:
 
 
 def read(ref: SegmentRef, *, fingerprint: str, template_hash: str,
-         crc: Future[str] | None = None) -> tuple[dict[str, mx.array], list[dict[str, Any]]]:
-    """The arrays of one segment and its layer descriptions, or SegmentRejected.
-    ``crc`` is the file's checksum being computed (see ``checksums``)."""
+         crc: Future[str] | None = None, verify: bool = True
+         ) -> tuple[dict[str, mx.array], list[dict[str, Any]]]:
+    """The arrays of one segment (read lazily, when evaluated) and its layer
+    descriptions, or SegmentRejected. ``crc`` is the file's checksum being
+    computed (see ``checksums``); ``verify=False`` leaves checking it to the
+    caller (``segment_restore``), who must before trusting the arrays."""
     arrays, meta = load_checked(
         ref.path, lambda p: mx.load(p, return_metadata=True), FORMAT, "an mlxchat KV segment",
         fingerprint=fingerprint, template_hash=template_hash,
-        checksum_ok=lambda: (crc.result() if crc else file_crc(ref.path)) == ref.checksum)
+        checksum_ok=None if not verify else
+        lambda: (crc.result() if crc else file_crc(ref.path)) == ref.checksum)
     try:
         span = int(meta["start"]), int(meta["end"])
         tokens = [int(t) for t in json.loads(meta["tokens"])]
