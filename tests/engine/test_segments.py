@@ -228,3 +228,38 @@ def test_a_damaged_header_is_refused_by_its_checksum_not_a_crash(tiny, tmp_path)
     assert "segment 2 of 3" in snap.reason and "checksum" in snap.reason
     assert last(again.send("Four.")).stats.reused_tokens == rows[0].end
     again.close()
+
+
+def test_segments_checksummed_by_an_older_version_still_resume(tiny, tmp_path):
+    """New segments carry an XXH3 hash; those written before carry a CRC-32.
+    Each is checked by its own algorithm: an old intact file restores, an old
+    damaged one is refused."""
+    import sqlite3
+    import zlib
+
+    conv = make(tiny, tmp_path / "s.db")
+    for q in ("One.", "Two?"):
+        last(conv.send(q))
+    sid, rows = conv.session.id, conv.store.branch_segments(conv.session.leaf_id)
+    assert all(r.checksum.startswith("xxh3:") and len(r.checksum) == 21 for r in rows)
+    conv.close()
+    db = sqlite3.connect(tmp_path / "s.db")
+    for r in rows:  # as an older mlxchat recorded them
+        crc = f"{zlib.crc32(paths.snapshot_file(r.path).read_bytes()):08x}"
+        db.execute("UPDATE kv_segments SET checksum = ? WHERE path = ?", (crc, r.path))
+    db.commit()
+    db.close()
+    again = make(tiny, tmp_path / "s.db")
+    again.open_session(sid)
+    assert again.last_snapshot.ok and again.last_snapshot.reason is None
+    assert again.state().cached_tokens == rows[-1].end
+    again.close()
+    victim = paths.snapshot_file(rows[1].path)
+    data = bytearray(victim.read_bytes())
+    data[-3] ^= 0x01
+    victim.write_bytes(bytes(data))
+    third = make(tiny, tmp_path / "s.db")
+    third.open_session(sid)
+    assert third.last_snapshot.tokens == rows[0].end
+    assert "segment 2 of 2: checksum mismatch" in third.last_snapshot.reason
+    third.close()
