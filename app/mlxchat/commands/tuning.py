@@ -250,7 +250,8 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
         return CommandResult.info(
             f"Switched to {info.name} ({info.quantization}, {_params(info.parameter_count)} "
             f"parameters, {fmt_int(info.context_window)}-token window); the KV cache starts "
-            "cold." + (f" {info.memory_note}." if info.memory_note else ""),
+            "cold." + (f" {info.memory_note}." if info.memory_note else "")
+            + (f" {conv.speculation_notice}." if conv.speculation_notice else ""),
             session_changed=True, clear_input=True)
     info = conv.model_info
     rows = [("name", info.name), ("spec", info.spec), ("architecture", info.architecture),
