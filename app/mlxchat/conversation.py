@@ -100,6 +100,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, Speculat
         self._switch_lock(session)
         self.session = session
         self._forget_session_state()
+        self.speculation_notice = self.resume_speculation()  # frees another session's draft
         return self.session
 
     def _take_lock(self, session: Session) -> SessionLock | None:

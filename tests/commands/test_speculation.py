@@ -94,3 +94,35 @@ def test_help_draft_explains_the_hardware(registry, ctx):
     text = registry.run("/help draft", ctx).text
     assert "verif" in text and "CPU" in text and "Apple" in text
     assert "off" in registry.run("/draft", ctx).text
+
+
+def test_resume_reloads_the_draft_and_rebuilds_its_cache(home, tmp_path, tiny, tiny_d,
+                                                          registry, ctx):
+    plain = make_conversation(tmp_path / "plain", tiny)
+    (tmp_path / "plain").mkdir(exist_ok=True)
+    expected = [send(plain, "abc abc abc").token_ids, send(plain, "and more").token_ids]
+    plain.close()
+    conv = make_conversation(tmp_path, tiny, tiny_d)
+    conv.set_draft("tiny-d")
+    first = send(conv, "abc abc abc")
+    sid = conv.session.id
+    conv.close()
+    conv.store.close()
+    again = make_conversation(tmp_path, tiny, tiny_d)
+    ctx.conversation = again
+    assert registry.run(f"/open {sid}", ctx).ok
+    assert again.generation.speculative == "draft" and again.draft_name() == "tiny-d"
+    done = send(again, "and more")
+    s = done.stats
+    assert s.cache_source == "snapshot" and s.reused_tokens > 0
+    assert s.draft_rebuilt and s.draft_prefilled_tokens >= s.reused_tokens
+    assert "rebuilt" in dict(registry.run("/stats", ctx).rows)["speculative"]
+    assert [first.token_ids, done.token_ids] == expected
+    again.close()
+
+
+def test_new_session_frees_the_draft(home, tiny, tiny_d, registry, ctx, conv):
+    conv._load_model = lambda spec: {"tiny-d": tiny_d, "tiny": tiny}[spec]  # noqa: SLF001
+    assert registry.run("/draft tiny-d", ctx).ok and conv.draft_name() == "tiny-d"
+    assert registry.run("/new", ctx).ok
+    assert conv.generation.speculative == "off" and conv.draft_name() is None

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
-from mlx_lm.generate import speculative_generate_step
+from mlx_lm.generate import generate_step, speculative_generate_step
 from mlx_lm.models.cache import ArraysCache, RotatingKVCache, make_prompt_cache
 
 from mlxchat.engine import kv
@@ -67,7 +67,9 @@ class Draft:
         """Make the draft cache hold exactly ``tokens``: keep the longest shared
         prefix, trim the rest, prefill what is missing (cancellable). Returns the
         tokens prefilled and whether the cache was rebuilt from nothing."""
-        self.live.match_bits(kv_bits, self.loaded.info.head_dim)
+        head_dim = self.loaded.info.head_dim
+        # A draft whose heads cannot be quantized keeps full precision.
+        self.live.match_bits(kv_bits if head_dim and head_dim % 32 == 0 else None, head_dim)
         kept = self.live.keep_prefix(tokens)
         todo = list(tokens[kept:])
         model = self.loaded.model
@@ -129,8 +131,6 @@ def draft_stream(model: Any, live: LiveCache, draft: Draft, tail: Sequence[int],
 def plain_stream(model: Any, live: LiveCache, tail: Sequence[int], *, budget: int,
                  sampler: Any, processors: Any, count: Speculation) -> Stream:
     """mlx-lm's one-token-per-pass loop, in the same shape as the others."""
-    from mlx_lm.generate import generate_step
-
     gen = generate_step(mx.array(tail), model, prompt_cache=live.layers, max_tokens=budget,
                         sampler=sampler, logits_processors=processors)
     try:
