@@ -97,13 +97,16 @@ class Speculating:
         """After opening a session or switching models: load the stored draft,
         or turn speculation off when it cannot run here; the notice, if any."""
         mode, wanted = self.generation.speculative, self.generation.draft
-        if mode != "draft" and self.engine.draft_spec is not None and wanted is None:
+        if mode != "draft" and self.engine.draft_spec not in (None, wanted):
             self.engine.set_draft(None)  # another session's draft: free its memory
         if mode == "off":
             return None
         try:
             if mode == "draft" and self.engine.draft_spec != wanted:
-                self.set_speculative("draft") if wanted else self.set_draft(None)
+                if wanted:
+                    self.set_draft(wanted)
+                else:
+                    self.set_draft(None)  # draft mode without a draft: off
                 return None
             problem = self.engine.speculation_problem(mode)
             if problem:

@@ -126,3 +126,17 @@ def test_new_session_frees_the_draft(home, tiny, tiny_d, registry, ctx, conv):
     assert registry.run("/draft tiny-d", ctx).ok and conv.draft_name() == "tiny-d"
     assert registry.run("/new", ctx).ok
     assert conv.generation.speculative == "off" and conv.draft_name() is None
+
+
+def test_each_session_gets_its_own_draft(home, tiny, tiny_d, registry, ctx, conv):
+    loaded = {"tiny": tiny, "tiny-d": tiny_d, "tiny-self": tiny}
+    conv._load_model = lambda spec: loaded[spec]  # noqa: SLF001
+    assert registry.run("/draft tiny-d", ctx).ok
+    send(conv, "first")
+    first = conv.session.id
+    assert registry.run("/new", ctx).ok
+    assert registry.run("/draft tiny-self", ctx).ok
+    send(conv, "second")
+    assert registry.run(f"/open {first}", ctx).ok
+    assert conv.draft_name() == "tiny-d" and conv.generation.draft == "tiny-d"
+    assert send(conv, "again").stats.spec_mode == "draft"

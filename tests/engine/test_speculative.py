@@ -107,7 +107,8 @@ def test_prompt_lookup_accepts_proposals_when_the_reply_repeats(models):
 def test_propose_takes_what_followed_the_last_occurrence():
     assert propose([1, 2, 3, 9, 1, 2, 3, 7, 5, 1, 2, 3], 2) == [7, 5]
     assert propose([4, 5, 6], 3) == []
-    assert propose([8, 1, 8], 4) == [1, 8]
+    assert propose([8, 1, 8, 1], 4) == [8, 1]
+    assert propose([8, 1, 7, 8], 4) == []  # one token alone proposes nothing
 
 
 @pytest.fixture(scope="module")

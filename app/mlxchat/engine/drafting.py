@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import mlx.core as mx
+from mlx_lm.models.cache import make_prompt_cache
 
 from mlxchat.chat import GenerationSettings
 from mlxchat.engine.events import EngineError
@@ -17,10 +18,20 @@ from mlxchat.engine.speculative import (Draft, Speculation, Stream, draft_stream
 from mlxchat.models.info import LoadedModel, ModelInfo
 
 
+def _layout_problem(target: LoadedModel) -> str | None:
+    """mlx-lm's speculative loop splits one cache list at ``len(model.layers)``."""
+    entries = len(make_prompt_cache(target.model))
+    layers = len(getattr(target.model, "layers", ()))
+    if entries == layers:
+        return None
+    return (f"the model {target.info.name} keeps {entries} cache entries for {layers} layers, "
+            "which mlx-lm's speculative loop cannot tell from the draft's")
+
+
 def pair_problem(target: LoadedModel, draft: LoadedModel) -> str | None:
     """Why ``draft`` cannot draft for ``target``, or None."""
     return (trim_problem(target, "the model") or trim_problem(draft, "the draft")
-            or vocab_problem(target, draft))
+            or _layout_problem(target) or vocab_problem(target, draft))
 
 
 class Drafting:

@@ -13,8 +13,11 @@ from mlx_lm.models.cache import trim_prompt_cache
 from mlxchat.engine.live import LiveCache
 from mlxchat.engine.speculative import Speculation, Stream
 
-NGRAMS = (3, 2, 1)
-"""n-gram lengths tried, longest first."""
+NGRAMS = (3, 2)
+"""n-gram lengths tried, longest first. A single token recurs everywhere and
+its proposals are mostly rejected: on the CPU build, where each proposed token
+costs about a pass, adding 1-grams took free text from 0.79x to 0.66x of plain
+decoding and gained nothing on copied text (SmolLM2-135M, 64 tokens)."""
 
 
 def propose(history: Sequence[int], k: int, ngrams: Sequence[int] = NGRAMS) -> list[int]:
