@@ -3,7 +3,8 @@
 Both files are TOML tables ``[models."alias"]`` (or one inline table a line
 under ``[models]``) with a ``source`` (a model spec: Hugging Face repo, folder,
 .gguf file or ``bundled:...``) and optional ``context``, ``size_mb``, ``bits``,
-``kv_kb``, ``licence``, ``draft`` (a small sibling for speculative decoding), ``description`` and ``rope_scaling`` (a table passed
+``kv_kb``, ``licence``, ``draft`` (a small sibling for speculative decoding),
+``description`` and ``rope_scaling`` (a table passed
 to the model's config, e.g. YaRN with ``context`` the stretched window). Stdlib only.
 """
 
