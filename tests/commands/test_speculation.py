@@ -117,6 +117,7 @@ def test_resume_reloads_the_draft_and_rebuilds_its_cache(home, tmp_path, tiny, t
     assert s.cache_source == "snapshot" and s.reused_tokens > 0
     assert s.draft_rebuilt and s.draft_prefilled_tokens >= s.reused_tokens
     assert "rebuilt" in dict(registry.run("/stats", ctx).rows)["speculative"]
+    assert "tiny-d" in dict(registry.run("/cache", ctx).rows)["draft KV cache"]
     assert [first.token_ids, done.token_ids] == expected
     again.close()
 

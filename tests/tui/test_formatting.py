@@ -64,6 +64,8 @@ def test_stats_line():
     stats.spec_mode, stats.draft_tokens_proposed, stats.draft_tokens_accepted = "draft", 9, 6
     stats.target_passes = 6
     assert "· warm cache · draft 67% accepted · 2.00 tok/pass · miss" in stats_line(stats)
+    stats.draft_rebuilt, stats.draft_prefilled_tokens = True, 1200
+    assert "· draft cache rebuilt (1,200 tokens) ·" in stats_line(stats)
 
 
 def test_relative_time():

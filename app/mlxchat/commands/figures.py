@@ -119,6 +119,9 @@ def cache(ctx: CommandContext, args: Args) -> CommandResult:
               f"({percent(state.cached_tokens, state.context_window)}), {state.cache_source}")
     rows = [("cached tokens", cached),
             ("KV cache", f"{human_bytes(state.kv_bytes)}, {dtype}")]
+    if state.draft_model:
+        rows.append(("draft KV cache", f"{human_bytes(state.draft_kv_bytes)} "
+                                       f"({state.draft_model}; not saved, rebuilt on resume)"))
     if state.cached_tokens:
         rows.append(("per token", human_bytes(state.kv_bytes / state.cached_tokens)))
     s = last_stats(ctx)

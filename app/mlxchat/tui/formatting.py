@@ -140,6 +140,8 @@ def stats_line(stats: TurnStats) -> str:
     if stats.spec_mode != "off":
         parts.append(speculation_text(stats.acceptance, stats.tokens_per_pass,
                                       stats.spec_mode))
+        if stats.draft_rebuilt:
+            parts.append(f"draft cache rebuilt ({fmt_int(stats.draft_prefilled_tokens)} tokens)")
     if stats.miss_reason:
         parts.append(f"miss: {stats.miss_reason}")
     if stats.dropped_messages:
