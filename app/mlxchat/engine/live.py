@@ -118,6 +118,15 @@ class LiveCache:
             del self.tokens[common:]
         return Reuse(common, reason, source if common else "cold")
 
+    def keep_prefix(self, tokens: Sequence[int]) -> int:
+        """Trim a trimmable cache to the longest prefix it shares with
+        ``tokens`` (a draft model's cache following the prompt); tokens kept."""
+        common = prompt.common_prefix(self.tokens, tokens)
+        if common < len(self.tokens):
+            trim_prompt_cache(self.layers, len(self.tokens) - common)
+            del self.tokens[common:]
+        return common
+
     @property
     def ahead_end(self) -> int:
         """Where the cache's turn-made tokens end (typed-ahead ones follow)."""

@@ -1,0 +1,82 @@
+"""Prompt-lookup decoding: no draft model. The proposal is the tokens that
+followed the last earlier occurrence of the most recent n-gram (of the prompt
+and the reply so far); the model verifies them in one pass and the rejected
+ones are trimmed off its cache. Used only on the engine thread."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import mlx.core as mx
+from mlx_lm.models.cache import trim_prompt_cache
+
+from mlxchat.engine.live import LiveCache
+from mlxchat.engine.speculative import Speculation, Stream
+
+NGRAMS = (3, 2)
+"""n-gram lengths tried, longest first. A single token recurs everywhere and
+its proposals are mostly rejected: on the CPU build, where each proposed token
+costs about a pass, adding 1-grams took free text from 0.79x to 0.66x of plain
+decoding and gained nothing on copied text (SmolLM2-135M, 64 tokens)."""
+
+
+def propose(history: Sequence[int], k: int, ngrams: Sequence[int] = NGRAMS) -> list[int]:
+    """Up to ``k`` tokens that followed the last earlier occurrence of the
+    longest recent n-gram found in ``history``; [] when none recurs."""
+    size = len(history)
+    for n in ngrams:
+        if k <= 0 or size <= n:
+            continue
+        tail = list(history[size - n:])
+        for start in range(size - n - 1, -1, -1):
+            if history[start] == tail[0] and list(history[start:start + n]) == tail:
+                return list(history[start + n:start + n + k])
+    return []
+
+
+def _sample(logits: mx.array, history: list[int], drafts: list[int], sampler: Any,
+            processors: Any) -> list[int]:
+    """The model's token at each position, each from its own context."""
+    if processors:
+        rows = []
+        for i in range(logits.shape[0]):
+            row = logits[i:i + 1]
+            context = mx.array(history + drafts[:i])
+            for processor in processors:
+                row = processor(context, row)
+            rows.append(row)
+        logits = mx.concatenate(rows)
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    return sampler(logprobs).tolist()
+
+
+def lookup_stream(model: Any, live: LiveCache, tail: Sequence[int], *, history: Sequence[int],
+                  k: int, budget: int, sampler: Any, processors: Any,
+                  count: Speculation) -> Stream:
+    """Feed the tail with a proposal, keep the longest run the model agrees
+    with, then its own next token. ``history`` is the whole prompt (tail
+    included). Closed early, the cache gives back accepted tokens not yet yielded."""
+    history, fed, made, unyielded = list(history), list(tail), 0, 0
+    try:
+        while made < budget:
+            drafts = propose(history, min(k, budget - made - 1))
+            logits = model(mx.array(fed + drafts)[None], cache=live.layers)[0, -len(drafts) - 1:]
+            tokens = _sample(logits, history, drafts, sampler, processors)
+            n = 0
+            while n < len(drafts) and tokens[n] == drafts[n]:
+                n += 1
+            trim_prompt_cache(live.layers, len(drafts) - n)
+            count.passes += 1
+            count.proposed += len(drafts)
+            count.accepted += n
+            unyielded = n
+            for token in drafts[:n]:
+                unyielded -= 1
+                made += 1
+                yield token, True
+            made += 1
+            yield tokens[n], False
+            history += drafts[:n] + [tokens[n]]
+            fed = [tokens[n]]
+    finally:
+        trim_prompt_cache(live.layers, unyielded)
