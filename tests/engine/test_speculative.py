@@ -11,7 +11,7 @@ import pytest
 from mlxchat.chat import GenerationSettings, Message
 from mlxchat.engine import ChatEngine, EngineError, TextDelta, TurnDone
 from mlxchat.engine import kv
-from mlxchat.engine.lookup import propose
+from mlxchat.engine.lookup import Proposer
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
 
@@ -104,11 +104,36 @@ def test_prompt_lookup_accepts_proposals_when_the_reply_repeats(models):
     engine.close()
 
 
+def propose(history, k):
+    return Proposer(history).propose(k)
+
+
 def test_propose_takes_what_followed_the_last_occurrence():
     assert propose([1, 2, 3, 9, 1, 2, 3, 7, 5, 1, 2, 3], 2) == [7, 5]
     assert propose([4, 5, 6], 3) == []
     assert propose([8, 1, 8, 1], 4) == [8, 1]
     assert propose([8, 1, 7, 8], 4) == []  # one token alone proposes nothing
+
+
+def test_proposals_follow_the_history_as_it_grows():
+    """The index answers as a scan of the whole history would, token by token."""
+    import random
+
+    rng = random.Random(7)
+    tokens = [rng.randrange(6) for _ in range(400)]
+    grown = Proposer(tokens[:5])
+    for i in range(5, len(tokens)):
+        history = tokens[:i]
+        scan = []
+        for n in (3, 2):
+            tail = history[-n:]
+            hit = next((s for s in range(len(history) - n - 1, -1, -1)
+                        if history[s:s + n] == tail), None)
+            if hit is not None:
+                scan = history[hit + n:hit + n + 3]
+                break
+        assert grown.propose(3) == scan == Proposer(history).propose(3)
+        grown.extend([tokens[i]])
 
 
 @pytest.fixture(scope="module")

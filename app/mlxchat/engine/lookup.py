@@ -20,18 +20,42 @@ costs about a pass, adding 1-grams took free text from 0.79x to 0.66x of plain
 decoding and gained nothing on copied text (SmolLM2-135M, 64 tokens)."""
 
 
-def propose(history: Sequence[int], k: int, ngrams: Sequence[int] = NGRAMS) -> list[int]:
-    """Up to ``k`` tokens that followed the last earlier occurrence of the
-    longest recent n-gram found in ``history``; [] when none recurs."""
-    size = len(history)
-    for n in ngrams:
-        if k <= 0 or size <= n:
-            continue
-        tail = list(history[size - n:])
-        for start in range(size - n - 1, -1, -1):
-            if history[start] == tail[0] and list(history[start:start + n]) == tail:
-                return list(history[start + n:start + n + k])
-    return []
+class Proposer:
+    """Proposals from ``history`` (the prompt, then each token as it is
+    sampled): up to ``k`` tokens that followed the last earlier occurrence of
+    the longest recent n-gram. An index of every n-gram's latest start makes a
+    proposal cost the same at 100 tokens of history as at 100,000 (a scan
+    took 0.7 ms a token at 16k, a sixth of a fast model's decode step)."""
+
+    def __init__(self, history: Sequence[int], ngrams: Sequence[int] = NGRAMS):
+        self.history: list[int] = []
+        self.ngrams = tuple(ngrams)
+        self._latest: dict[int, dict[tuple[int, ...], int]] = {n: {} for n in self.ngrams}
+        self.extend(history)
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        history = self.history
+        for token in tokens:
+            end = len(history)  # the n-grams ending here are followed by ``token``
+            for n in self.ngrams:
+                if end >= n:
+                    self._latest[n][tuple(history[end - n:end])] = end - n
+            history.append(token)
+
+    def propose(self, k: int) -> list[int]:
+        history, size = self.history, len(self.history)
+        for n in self.ngrams:
+            if k <= 0 or size <= n:
+                continue
+            start = self._latest[n].get(tuple(history[size - n:]))
+            if start is not None:
+                return history[start + n:start + n + k]
+        return []
+
+
+CONTEXT = 256
+"""Recent tokens the logits processors see (mlx-lm's repetition penalty looks
+at the last 20)."""
 
 
 def _sample(logits: mx.array, history: list[int], drafts: list[int], sampler: Any,
@@ -56,12 +80,12 @@ def lookup_stream(model: Any, live: LiveCache, tail: Sequence[int], *, history: 
     """Feed the tail with a proposal, keep the longest run the model agrees
     with, then its own next token. ``history`` is the whole prompt (tail
     included). Closed early, the cache gives back accepted tokens not yet yielded."""
-    history, fed, made, unyielded = list(history), list(tail), 0, 0
+    proposer, fed, made, unyielded = Proposer(history), list(tail), 0, 0
     try:
         while made < budget:
-            drafts = propose(history, min(k, budget - made - 1))
+            drafts = proposer.propose(min(k, budget - made - 1))
             logits = model(mx.array(fed + drafts)[None], cache=live.layers)[0, -len(drafts) - 1:]
-            tokens = _sample(logits, history, drafts, sampler, processors)
+            tokens = _sample(logits, proposer.history[-CONTEXT:], drafts, sampler, processors)
             n = 0
             while n < len(drafts) and tokens[n] == drafts[n]:
                 n += 1
@@ -76,7 +100,7 @@ def lookup_stream(model: Any, live: LiveCache, tail: Sequence[int], *, history: 
                 yield token, True
             made += 1
             yield tokens[n], False
-            history += drafts[:n] + [tokens[n]]
+            proposer.extend(drafts[:n] + [tokens[n]])
             fed = [tokens[n]]
     finally:
         trim_prompt_cache(live.layers, unyielded)
