@@ -66,5 +66,20 @@ def measure(loaded: LoadedModel, *, tokens: int, repeats: int) -> dict[str, floa
           f"{speed['free lookup']:.1f} ({_figures(last['free lookup'].stats)}; "
           f"{speed['free lookup'] / speed['free plain']:.2f}x); same tokens as plain: "
           f"{'yes' if same else 'NO'}")
+    print(f"speculative=auto (the default) on this device: {_auto_verdict(loaded)}")
     return {"spec_accept": last["draft"].stats.acceptance,
             "spec_speed": speed["lookup"] / speed["plain"]}
+
+
+def _auto_verdict(loaded: LoadedModel) -> str:
+    """What auto measures after a first reply here, and what it decides."""
+    engine = ChatEngine(loaded)
+    try:
+        events = engine.turn([Message("user", FREE)],
+                             GenerationSettings(temperature=0.0, max_tokens=16))
+        [e for e in events if isinstance(e, TurnDone)]
+        engine.drop_cache()  # queued behind the measurement: it has run once this returns
+        cost = engine.verify_cost()
+        return "not measured (the reply was too short)" if cost is None else cost.words()
+    finally:
+        engine.close()

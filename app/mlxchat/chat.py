@@ -14,7 +14,7 @@ ContextPolicy = Literal["drop_oldest", "stop"]
 CONTEXT_POLICIES: tuple[str, ...] = ("drop_oldest", "stop")
 HistoryMode = Literal["ledger", "template"]
 HISTORY_MODES: tuple[str, ...] = ("ledger", "template")
-SPECULATIVE_MODES: tuple[str, ...] = ("off", "draft", "lookup")
+SPECULATIVE_MODES: tuple[str, ...] = ("auto", "off", "draft", "lookup")
 
 _INT64 = 2**63
 
@@ -143,10 +143,12 @@ class GenerationSettings(Record):
     """'ledger': earlier messages keep the tokens they were sent with, so a
     follow-up prefills only itself; 'template': re-render the whole conversation
     as the chat template would today (re-prefills what the template changes)."""
-    speculative: str = "off"
+    speculative: str = "auto"
     """'draft': a small model of the same vocabulary proposes tokens the model
     verifies in one pass; 'lookup': the proposal is what followed the last
-    earlier occurrence of the recent tokens. The reply is the same either way."""
+    earlier occurrence of the recent tokens. The reply is the same either way.
+    'auto': lookup where this device verifies cheaply (measured once per model
+    after the first reply), plain decoding elsewhere and with a fixed seed."""
     draft: str | None = None
     """The draft model's spec (an alias, repo, folder) for speculative=draft."""
     draft_tokens: int = 3

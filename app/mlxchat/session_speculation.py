@@ -14,6 +14,7 @@ from mlxchat.models import catalog
 
 if TYPE_CHECKING:
     from mlxchat.engine.interface import Engine
+    from mlxchat.engine.spec_auto import VerifyCost
     from mlxchat.models.info import LoadedModel
 
 
@@ -43,6 +44,11 @@ class Speculating:
         else:
             self.update_generation(dataclasses.replace(self.session.settings, **changes))
 
+    def verify_cost(self) -> VerifyCost | None:
+        """What verifying proposals costs on this device, as ``speculative=auto``
+        measured it for the loaded model (None until a reply has run)."""
+        return self.engine.verify_cost()
+
     def draft_name(self) -> str | None:
         """The loaded draft model's name (None: none loaded)."""
         info = self.engine.draft_info
@@ -66,7 +72,7 @@ class Speculating:
         with the reason (vocabularies, caches) and nothing changed."""
         if spec is None:
             self.engine.set_draft(None)
-            mode = "off" if self.generation.speculative == "draft" else self.generation.speculative
+            mode = "auto" if self.generation.speculative == "draft" else self.generation.speculative
             self._change_generation(draft=None, speculative=mode)
             return None
         if self._load_model is None:

@@ -93,7 +93,24 @@ def test_switch_to_a_model_that_cannot_speculate_turns_it_off(home, tiny, gemma,
 def test_help_draft_explains_the_hardware(registry, ctx):
     text = registry.run("/help draft", ctx).text
     assert "verif" in text and "CPU" in text and "Apple" in text
-    assert "off" in registry.run("/draft", ctx).text
+    before = registry.run("/draft", ctx).text
+    assert "auto" in before and "measured once after the first reply" in before
+    assert "auto" in registry.run("/help draft", ctx).text
+
+
+def test_auto_is_measured_after_a_reply_and_can_be_the_default(registry, ctx, conv):
+    send(conv, "Tell me a story about a keeper and a lamp.")
+    cost = conv.verify_cost()
+    assert cost is not None and cost.proposed == conv.generation.draft_tokens
+    shown = registry.run("/draft", ctx).text
+    assert f"{cost.ratio:.1f} decode steps on this device" in shown
+    assert ("prompt lookup is on" in shown) == cost.pays
+    result = registry.run("/set speculative off --default", ctx)
+    assert result.ok and conv.settings.generation.speculative == "off"
+    assert conv.generation.speculative == "off"
+    refused = registry.run("/set speculative lookup --default", ctx)
+    assert not refused.ok and "per session" in refused.text
+    assert conv.generation.speculative == "off"
 
 
 def test_resume_reloads_the_draft_and_rebuilds_its_cache(home, tmp_path, tiny, tiny_d,
@@ -126,7 +143,8 @@ def test_new_session_frees_the_draft(home, tiny, tiny_d, registry, ctx, conv):
     conv._load_model = lambda spec: {"tiny-d": tiny_d, "tiny": tiny}[spec]  # noqa: SLF001
     assert registry.run("/draft tiny-d", ctx).ok and conv.draft_name() == "tiny-d"
     assert registry.run("/new", ctx).ok
-    assert conv.generation.speculative == "off" and conv.draft_name() is None
+    assert conv.generation.speculative == conv.settings.generation.speculative == "auto"
+    assert conv.draft_name() is None
 
 
 def test_each_session_gets_its_own_draft(home, tiny, tiny_d, registry, ctx, conv):

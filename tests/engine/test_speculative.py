@@ -19,7 +19,7 @@ from tests.families.builders import FAMILIES, write_family_model
 
 from .conftest import run
 
-PLAIN = GenerationSettings(temperature=0.0, max_tokens=24)
+PLAIN = GenerationSettings(temperature=0.0, max_tokens=24, speculative="off")
 WIDE = dict(hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=128)
 
 
@@ -83,11 +83,17 @@ def test_prompt_lookup_replies_token_for_token_as_plain(models, target, kv_bits)
     settings = replace(PLAIN, kv_bits=kv_bits)
     plain = ChatEngine(models[target])
     expected = _turns(plain, settings)
+    held = plain.cached_tokens
     plain.close()
     engine = ChatEngine(models[target])
     got = _turns(engine, replace(settings, speculative="lookup"))
     assert [d.token_ids for d in got] == [d.token_ids for d in expected]
     assert all(d.stats.spec_mode == "lookup" for d in got)
+    # The cache ends as plain decoding leaves it (the last shown token fed):
+    # the next turn reuses and prefills the same.
+    assert engine.cached_tokens == held
+    assert [(d.stats.reused_tokens, d.stats.prefilled_tokens) for d in got] == \
+        [(d.stats.reused_tokens, d.stats.prefilled_tokens) for d in expected]
     engine.close()
 
 
@@ -191,3 +197,55 @@ def test_cancel_mid_speculation_keeps_the_caches_consistent(models):
     assert got.token_ids == run(plain, follow, PLAIN).token_ids
     plain.close()
     engine.close()
+
+
+def _three(engine: ChatEngine, settings: GenerationSettings) -> list[TurnDone]:
+    done = _turns(engine, settings)
+    msgs = [Message("system", "You are terse."), Message("user", "abc abc abc abc abc"),
+            Message("assistant", done[0].reply), Message("user", "and again: abc abc"),
+            Message("assistant", done[1].reply), Message("user", "abc abc abc, once more")]
+    return done + [run(engine, msgs, settings)]
+
+
+def test_auto_measures_once_then_decides_by_what_it_measured(models):
+    """The first reply is plain; after it the engine times a verifying pass on
+    the live cache (trimmed off again) against that reply's decode step, and
+    the next replies use lookup exactly when the pass was cheap enough. The
+    replies are plain decoding's either way."""
+    plain = ChatEngine(models["llama"])
+    want = [d.token_ids for d in _three(plain, replace(PLAIN, speculative="off"))]
+    plain.close()
+    engine = ChatEngine(models["llama"])
+    assert engine.verify_cost() is None
+    auto = replace(PLAIN, speculative="auto")
+    done = _three(engine, auto)
+    cost = engine.verify_cost()
+    assert cost is not None and cost.proposed == auto.draft_tokens and cost.ratio > 0
+    assert 0 < cost.context <= done[0].stats.context_used
+    assert done[0].stats.spec_mode == "off"
+    decided = "lookup" if cost.pays else "off"
+    assert [d.stats.spec_mode for d in done[1:]] == [decided, decided]
+    assert [d.token_ids for d in done] == want
+    assert kv.offset(engine._live.layers) == len(engine.cached_tokens)
+    engine.close()
+
+
+def test_auto_stays_plain_with_a_seed_and_on_caches_that_cannot_trim(models, gemma):
+    engine = ChatEngine(models["llama"])
+    seeded = replace(PLAIN, speculative="auto", temperature=0.8, seed=7)
+    assert all(d.stats.spec_mode == "off" for d in _three(engine, seeded))
+    assert engine.verify_cost() is None  # never measured: it would not be used
+    engine.close()
+    sliding = ChatEngine(gemma)
+    assert sliding.speculation_problem("auto") is None  # auto is never refused
+    done = _turns(sliding, replace(PLAIN, speculative="auto"))
+    assert [d.stats.spec_mode for d in done] == ["off", "off"]
+    assert sliding.verify_cost() is None
+    sliding.close()
+
+
+def test_a_cheap_verifying_pass_is_judged_against_the_threshold():
+    from mlxchat.engine.spec_auto import PAYS_BELOW, VerifyCost
+
+    assert VerifyCost(3, PAYS_BELOW, 10).pays and not VerifyCost(3, PAYS_BELOW + 0.1, 10).pays
+    assert "auto stays off" in VerifyCost(3, 3.8, 100).words()

@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from mlxchat.chat import GenerationSettings
 from mlxchat.config import Settings
+from mlxchat.engine.spec_auto import VerifyCost
 from mlxchat.engine import ChatEngine, TextDelta, TurnDone
 from mlxchat.models.errors import ModelError
 from mlxchat.models.info import LoadedModel
@@ -134,3 +135,10 @@ class SteadyEngine(ChatEngine):
 
     def state(self):
         return dataclasses.replace(super().state(), peak_memory_bytes=self.PEAK)
+
+    def _measure_after(self, settings, generated, decode_tps):
+        """speculative=auto's measurement is a clock reading too: fixed at what
+        this CPU measures (a verifying pass costs about k+1 steps: plain)."""
+        if settings.speculative == "auto" and settings.seed is None:
+            self._verify_cost = VerifyCost(proposed=settings.draft_tokens,
+                                           ratio=settings.draft_tokens + 1.0, context=0)

@@ -21,9 +21,21 @@ HARDWARE_NOTE = (
     "verifying k tokens costs about k passes. Measured there with the bundled SmolLM2-135M "
     "(bench/engine.py): the model as its own draft accepted 100% of its proposals (4 tokens "
     "per pass) and still ran at 0.58x of plain decoding; prompt lookup ran at 1.05x on a "
-    "reply that copies the prompt (3.56 tokens per pass) and at 0.82x on free text. So it "
-    "is off by default; turn it on where the benchmark "
-    "shows a gain.")
+    "reply that copies the prompt (3.56 tokens per pass) and at 0.82x on free text. So the "
+    "default is auto: once per model, after the first reply, the app times a verifying "
+    "pass on this device against a decode step and uses prompt lookup only where the "
+    "pass costs at most 1.5 steps (on this CPU it costs about 4, and auto stays off); "
+    "/draft shows what it measured. A draft model is never loaded unasked.")
+
+
+def _auto(conv) -> str:
+    if conv.generation.seed is not None:
+        return "auto, plain decoding while a seed is set (a seed gives the same reply)"
+    cost = conv.verify_cost()
+    if cost is None:
+        return ("auto (prompt lookup if this device verifies proposals cheaply: measured "
+                "once after the first reply of a few tokens)")
+    return f"auto ({cost.words()})"
 
 
 def _status(ctx: CommandContext) -> str:
@@ -31,7 +43,7 @@ def _status(ctx: CommandContext) -> str:
     gen = conv.generation
     draft = conv.draft_name()
     mode = {"off": "off", "lookup": "prompt lookup (no draft model)",
-            "draft": f"draft model {draft or gen.draft}"}[gen.speculative]
+            "draft": f"draft model {draft or gen.draft}", "auto": _auto(conv)}[gen.speculative]
     text = f"Speculative decoding: {mode}; {gen.draft_tokens} tokens proposed per pass."
     if gen.speculative != "draft" and draft:
         text += f" The draft model {draft} is loaded."

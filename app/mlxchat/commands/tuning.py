@@ -144,21 +144,31 @@ def _check_window(ctx: CommandContext, value: int | None) -> None:
                            f"what fits this machine's memory); got {fmt_int(value)}.")
 
 
+def _check_setting(ctx: CommandContext, name: str, value: Any) -> None:
+    if name == "kv_bits":
+        _check_kv_bits(ctx, value)
+    if name == "context_window":
+        _check_window(ctx, value)
+    _check_template(ctx, name, value)
+
+
 def set_(ctx: CommandContext, args: Args) -> CommandResult:
     setting = _setting(args.words[0])
     value = setting.parse(setting.name, args.words[1])
+    per_session = setting.name == "draft" or (setting.name == "speculative"
+                                              and value not in ("auto", "off"))
+    if per_session and "--default" in args.flags:
+        raise CommandError(f"{setting.name} {value} is set per session (it loads a model or "
+                           "depends on this one's caches); /set it without --default "
+                           "(auto and off can be defaults).")
     if setting.name in ("draft", "speculative"):
-        if "--default" in args.flags:
-            raise CommandError(f"{setting.name} is set per session (it loads a model or "
-                               "depends on this one's caches); /set it without --default.")
         # Loads or unloads the draft model, checked against this model first.
-        return (speculation.set_draft if setting.name == "draft" else speculation.set_mode)(
+        result = (speculation.set_draft if setting.name == "draft" else speculation.set_mode)(
             ctx, value)
-    if setting.name == "kv_bits":
-        _check_kv_bits(ctx, value)
-    if setting.name == "context_window":
-        _check_window(ctx, value)
-    _check_template(ctx, setting.name, value)
+        if "--default" not in args.flags:
+            return result
+    else:
+        _check_setting(ctx, setting.name, value)
     conv = ctx.conversation
     conv.update_generation(dataclasses.replace(conv.generation, **{setting.name: value}))
     where = "for this session"

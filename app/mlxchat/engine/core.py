@@ -220,6 +220,7 @@ class ChatEngine(TypingPrefill, DiskCache, Drafting):
 
     def _start_cold(self) -> None:
         self._live = LiveCache(self._loaded.model)
+        self._verify_cost = None  # measured again for this model
         self._window = self._loaded.info.context_window
         self._refresh_state()
 
@@ -316,6 +317,7 @@ class ChatEngine(TypingPrefill, DiskCache, Drafting):
             target_passes=decode.speculation.passes,
             draft_prefilled_tokens=drafted[0], draft_rebuilt=drafted[1] and reuse.tokens > 0)
         self._refresh_state(stats)
+        self._measure_after(settings, decode.generated, decode.decode_tps)
         figures.done(TurnDone(reply=decode.reply, stats=stats, dropped_messages=fitted.dropped,
                               token_ids=decode.token_ids, reasoning=decode.reasoning))
 

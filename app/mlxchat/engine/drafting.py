@@ -4,6 +4,7 @@ model or prompt lookup), all yielding (token, from_draft)."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
 import mlx.core as mx
@@ -13,6 +14,7 @@ from mlxchat.chat import GenerationSettings
 from mlxchat.engine.events import EngineError
 from mlxchat.engine.live import LiveCache
 from mlxchat.engine.lookup import lookup_stream
+from mlxchat.engine import spec_auto
 from mlxchat.engine.speculative import (Draft, Speculation, Stream, draft_stream, plain_stream,
                                         trim_problem, vocab_problem)
 from mlxchat.models.info import LoadedModel, ModelInfo
@@ -39,6 +41,7 @@ class Drafting:
     ``_cancel`` and ``_refresh_state``)."""
 
     _draft: Draft | None = None
+    _verify_cost: spec_auto.VerifyCost | None = None
     _loaded: LoadedModel
     _live: LiveCache
     _call: Callable[[Callable[[], Any]], Any]
@@ -74,9 +77,15 @@ class Drafting:
         draft = self._draft
         return [] if draft is None else list(draft.live.tokens)
 
+    def verify_cost(self) -> spec_auto.VerifyCost | None:
+        """What verifying proposals costs on this device, once measured for the
+        loaded model (``speculative=auto``; None before)."""
+        return self._verify_cost
+
     def speculation_problem(self, mode: str) -> str | None:
-        """Why the loaded model cannot speculate in ``mode`` now, or None."""
-        if mode == "off":
+        """Why the loaded model cannot speculate in ``mode`` now, or None
+        (auto never refuses: it decodes plainly where lookup cannot run)."""
+        if mode in ("off", "auto"):
             return None
         problem = self._call(lambda: trim_problem(self._loaded, "the model"))
         if problem:
@@ -91,6 +100,34 @@ class Drafting:
             self._draft = None
 
     # -- engine thread -------------------------------------------------------------
+    def _auto_mode(self, settings: GenerationSettings) -> str:
+        """What ``speculative=auto`` decodes with now: 'lookup' or 'off'."""
+        cost = self._verify_cost
+        if (settings.seed is not None or cost is None or not cost.pays
+                or cost.proposed != settings.draft_tokens
+                or trim_problem(self._loaded, "the model")):
+            return "off"
+        return "lookup"
+
+    def _measure_after(self, settings: GenerationSettings, generated: int,
+                       decode_tps: float) -> None:
+        """After a reply under auto: queue the measurement of a verifying pass
+        (once per model and k), timed against that reply's decode step."""
+        k = settings.draft_tokens
+        if (settings.speculative != "auto" or settings.seed is not None
+                or generated - 1 < spec_auto.MIN_STEPS or decode_tps <= 0
+                or (self._verify_cost is not None and self._verify_cost.proposed == k)):
+            return
+        step_s, loaded = 1.0 / decode_tps, self._loaded
+
+        def job() -> None:
+            if (self._loaded is not loaded or not self._live.tokens
+                    or trim_problem(loaded, "the model")):
+                return
+            self._verify_cost = spec_auto.measure(loaded.model, self._live.layers,
+                                                  proposed=k, step_s=step_s)
+        self._jobs.put((job, Future()))  # type: ignore[attr-defined]  # after this turn
+
     def _follow_draft(self, tokens: Sequence[int], settings: GenerationSettings
                       ) -> tuple[int, bool]:
         """Bring the draft's cache to ``tokens`` (the prompt less its fed tail)."""
@@ -103,7 +140,8 @@ class Drafting:
                       budget: int, sampler: Any, processors: Any,
                       prompt_tokens: Sequence[int], count: Speculation) -> Stream:
         model, live, k = self._loaded.model, self._live, settings.draft_tokens
-        count.mode = settings.speculative
+        count.mode = (self._auto_mode(settings) if settings.speculative == "auto"
+                      else settings.speculative)
         if count.mode == "draft" and self._draft is not None:
             return draft_stream(model, live, self._draft, tail, k=k, budget=budget,
                                 sampler=sampler, processors=processors, count=count)

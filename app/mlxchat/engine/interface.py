@@ -10,6 +10,7 @@ from mlxchat.chat import GenerationSettings, Message
 from mlxchat.engine.events import EngineState, Event, SnapshotInfo, SnapshotLoad
 from mlxchat.engine.prompt import FittedPrompt
 from mlxchat.engine.segments import SegmentInfo, SegmentRef
+from mlxchat.engine.spec_auto import VerifyCost
 from mlxchat.engine.template_delta import TemplateOptions
 from mlxchat.models.info import LoadedModel, ModelInfo
 
@@ -80,5 +81,7 @@ class Engine(Protocol):
     def draft_spec(self) -> str | None: ...
 
     def speculation_problem(self, mode: str) -> str | None: ...
+
+    def verify_cost(self) -> VerifyCost | None: ...
 
     def close(self) -> None: ...

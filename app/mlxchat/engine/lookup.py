@@ -81,9 +81,11 @@ def lookup_stream(model: Any, live: LiveCache, tail: Sequence[int], *, history: 
     with, then its own next token. ``history`` is the whole prompt (tail
     included). Closed early, the cache gives back accepted tokens not yet yielded."""
     proposer, fed, made, unyielded = Proposer(history), list(tail), 0, 0
+    pending = None  # the model's own token, yielded and not yet fed
     try:
         while made < budget:
             drafts = proposer.propose(min(k, budget - made - 1))
+            pending = None  # fed now, with the proposal
             logits = model(mx.array(fed + drafts)[None], cache=live.layers)[0, -len(drafts) - 1:]
             tokens = _sample(logits, proposer.history[-CONTEXT:], drafts, sampler, processors)
             n = 0
@@ -99,8 +101,13 @@ def lookup_stream(model: Any, live: LiveCache, tail: Sequence[int], *, history: 
                 made += 1
                 yield token, True
             made += 1
+            pending = tokens[n]
             yield tokens[n], False
             proposer.extend(drafts[:n] + [tokens[n]])
             fed = [tokens[n]]
     finally:
         trim_prompt_cache(live.layers, unyielded)
+        if pending is not None:
+            # As plain decoding leaves it (mlx-lm feeds each token as it yields
+            # it): the cache holds every token the reply showed.
+            model(mx.array([pending])[None], cache=live.layers)
