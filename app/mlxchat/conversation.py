@@ -27,6 +27,7 @@ from mlxchat.models.info import LoadedModel
 from mlxchat.session_cache import SessionCache
 from mlxchat.session_views import EngineViews
 from mlxchat.session_life import SessionLife
+from mlxchat.session_pins import PinnedDocs
 from mlxchat.session_typing import TypingAhead, settled_text
 from mlxchat.pending_reply import PendingReply, ReplyKeeper, store_unsaved
 from mlxchat.session_lock import SessionLock
@@ -62,7 +63,7 @@ PENDING_WAIT_S = 2.0
 QUIT_SAVE_WAIT_S = 10.0
 
 
-class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead):
+class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, PinnedDocs):
     def __init__(self, *, settings: Settings, store: SessionStore, engine: Engine,
                  model_spec: str, load_model: ModelLoader | None = None,
                  session: Session | None = None, keep_snapshots: bool = True,
@@ -116,6 +117,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead):
         self.attachments.clear()
         self.last_stats = None
         self.last_snapshot = None
+        self.last_prefix = None
         self._call_settings = None
 
     def open_session(self, id_or_title: str | int) -> Session:
@@ -186,7 +188,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead):
         self._call_settings = settings
 
     def _with_system(self, messages: list[Message]) -> list[Message]:
-        system = self.session.system_prompt
+        system = self.session.context_system
         return ([Message("system", system)] if system else []) + list(messages)
 
     def engine_messages(self, extra: list[Message] | None = None) -> list[Message]:
@@ -280,6 +282,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead):
                 # A wrapped window or recurrent state cannot be trimmed back: take
                 # the branch's state at its last saved turn from disk instead.
                 self.restore_snapshot()
+            self._prepare_prefix(plan.prompt.tokens)
             for event in self.engine.turn(plan.prompt, self.generation):
                 if isinstance(event, TurnDone):
                     done = event
@@ -290,6 +293,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead):
                         self._checkpoint(parent, "".join(pieces), "".join(thought))
                 yield event
         finally:
+            self._keep_prefix()
             if done is not None:
                 self._finish(done, plan.key)
             elif pieces or thought:

@@ -47,6 +47,10 @@ class TypingAhead:
 
         def _ledger(self) -> Ledger: ...
 
+        def _prepare_prefix(self, tokens: list[int]) -> None: ...
+
+        def _keep_prefix(self) -> None: ...
+
     def typed_tokens(self, text: str) -> list[int] | None:
         """The prompt tokens sending a message that starts with ``text`` will
         surely begin with, or None when the token ledger cannot be used."""
@@ -83,5 +87,9 @@ class TypingAhead:
         if planned is None:
             return 0
         tokens, history = planned
-        return self.engine.prefill(tokens, self.generation, floor=history,
-                                   current=lambda: self.turns_started == seen)
+        self._prepare_prefix(tokens)
+        try:
+            return self.engine.prefill(tokens, self.generation, floor=history,
+                                       current=lambda: self.turns_started == seen)
+        finally:
+            self._keep_prefix()

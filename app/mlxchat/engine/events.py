@@ -108,3 +108,5 @@ class EngineState:
     peak_memory_bytes: int = 0
     busy: bool = False
     last_stats: TurnStats | None = field(default=None)
+    pinned_tokens: int = 0
+    """Of ``cached_tokens``, the pinned documents' shared prefix (set by the conversation)."""
