@@ -282,6 +282,8 @@ class SessionSummary:
     """Size of the session's KV snapshot file on disk, 0 if none."""
     snippet: str = ""
     """For a search result: the matching text with the match in [brackets]."""
+    pins: int = 0
+    """Documents pinned to it."""
 
 
 def relative_time(ts: float, now: float | None = None) -> str:

@@ -82,6 +82,8 @@ class PinnedDocs:
     last_stats: TurnStats | None
     last_prefix: PrefixUse | None = None
     _prefix_memo: tuple[tuple, list[int]] | None = None
+    _prefix_marked = False
+    """The engine was asked to keep a prefix (so there may be one to record)."""
 
     if TYPE_CHECKING:  # defined by Conversation
         @property
@@ -187,7 +189,7 @@ class PinnedDocs:
         ids = self.prefix_tokens()
         n = len(ids)
         if not ids or n >= len(tokens) or list(tokens[:n]) != ids:
-            self.engine.mark_prefix(None)
+            self._mark(None)
             self.last_prefix = (PrefixUse(n, "none", "the prompt does not start with the "
                                                       "pinned documents") if ids else None)
             return
@@ -205,7 +207,7 @@ class PinnedDocs:
                 conversation=[Message("system", self.session.context_system or "")])
             if load.ok and load.tokens == n and load.reason is None:
                 self.last_prefix = PrefixUse(n, "loaded")
-                self.engine.mark_prefix(None)
+                self._mark(None)
                 return
             stored = False
             self.last_prefix = PrefixUse(n, "computed", f"pinned prefix not used "
@@ -214,16 +216,25 @@ class PinnedDocs:
         else:
             self.last_prefix = PrefixUse(n, "computed")
         if stored:
-            self.engine.mark_prefix(None)
+            self._mark(None)
             return
         folder = paths.ensure_private_dir(paths.snapshots_dir())
-        self.engine.mark_prefix(ids, folder / f"prefix-{key}.safetensors")
+        self._mark(ids, folder / f"prefix-{key}.safetensors")
+
+    def _mark(self, ids: list[int] | None, path: Path | None = None) -> None:
+        if ids is None and not self._prefix_marked:
+            return  # nothing to forget: no engine job (typing prefill stays cheap)
+        self.engine.mark_prefix(ids, path)
+        self._prefix_marked = ids is not None
 
     def _keep_prefix(self) -> None:
         """After a prefill: record a prefix the engine wrote (or say why it did not)."""
+        if not self._prefix_marked:
+            return
         saved = self.engine.take_prefix()
         if saved is None:
             return
+        self._prefix_marked = False
         if saved.info is None:
             log.warning(saved.warning)
             if self.last_stats is not None:

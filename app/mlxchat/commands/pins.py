@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mlxchat.chat import human_bytes
 from mlxchat.commands.base import (Args, Candidates, Command, CommandContext, CommandResult,
                                    fmt_int, one_line, percent, plural)
 from mlxchat.commands.completers import complete_files
 from mlxchat.commands.turns import read_text_file
+from mlxchat.errors import MlxchatError
 
 
 def pin(ctx: CommandContext, args: Args) -> CommandResult:
@@ -72,3 +75,17 @@ COMMANDS = (
     Command("pins", pins, "List pinned documents: tokens, KV bytes, sessions using them",
             while_busy=True),
 )
+
+
+def pin_files(ctx: CommandContext, files: Sequence[str], *,
+              session_id: int | None = None) -> CommandResult:
+    """Pin each file to the open session, or first open ``session_id`` (``mlxchat
+    --pin``, the sessions screen). Stops at the first refusal and says which."""
+    conv = ctx.conversation
+    try:
+        if session_id is not None and session_id != conv.session.id:
+            conv.open_session(session_id)
+        said = [pin(ctx, Args((name,))).text for name in files]
+    except MlxchatError as exc:  # what was opened or pinned before stays: reload it
+        return CommandResult("error", one_line(exc.user_text()), session_changed=True)
+    return CommandResult.info("\n".join(said), session_changed=True)

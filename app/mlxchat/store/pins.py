@@ -61,13 +61,6 @@ class PinOps(StoreBase):
                 (text_hash,)).fetchall()
         return [PinUse(r[0], r[1]) for r in rows]
 
-    def pinned_sessions(self) -> dict[int, int]:
-        """Session id -> how many documents it pins (sessions with none left out)."""
-        with self._reading() as cur:
-            rows = cur.execute("SELECT session_id, count(*) FROM session_pins"
-                               " GROUP BY session_id").fetchall()
-        return {r[0]: r[1] for r in rows}
-
     def prefix(self, key: str) -> PrefixRecord | None:
         with self._reading() as cur:
             row = cur.execute("SELECT * FROM kv_prefixes WHERE key = ?", (key,)).fetchone()

@@ -147,6 +147,8 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
                         message_count=count,
                         snapshot_bytes=snap[0] if snap else 0,
                         snippet=snippets.get(session_id, ""),
+                        pins=cur.execute("SELECT count(*) FROM session_pins WHERE session_id = ?",
+                                         (session_id,)).fetchone()[0],
                     )
                 )
             return out
