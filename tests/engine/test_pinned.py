@@ -144,3 +144,10 @@ def test_bad_pins_change_nothing(tiny_small_window, tmp_path, doc):
         conv.unpin("other.txt")
     assert [p.name for p in conv.session.pins] == ["note.txt"]
     conv.close()
+
+
+def test_a_session_with_only_a_pin_is_kept_at_quit(tiny, tmp_path, doc):
+    conv = pinned(tiny, tmp_path / "s.db", doc)
+    assert not conv.discard_if_empty()
+    assert conv.store.get_session(conv.session.id).pins
+    conv.close()

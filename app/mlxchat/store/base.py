@@ -273,9 +273,10 @@ class StoreBase:
                 session.updated if session.updated is not None else now,
             ),
         )
-        assert cur.lastrowid is not None
-        write_pins(cur, cur.lastrowid, session.pins)  # a fork pins what its source did
-        return cur.lastrowid
+        session_id = cur.lastrowid
+        assert session_id is not None
+        write_pins(cur, session_id, session.pins)  # a fork pins what its source did
+        return session_id
 
     def _update(self, session_id: int, column: str, value: Any) -> Session:
         # ``column`` is always one of our literals, never user text.
