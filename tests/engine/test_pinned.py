@@ -151,3 +151,41 @@ def test_a_session_with_only_a_pin_is_kept_at_quit(tiny, tmp_path, doc):
     assert not conv.discard_if_empty()
     assert conv.store.get_session(conv.session.id).pins
     conv.close()
+
+
+def test_a_pinned_session_saves_only_what_follows_the_prefix_and_resumes(tiny, tmp_path, doc):
+    conv = pinned(tiny, tmp_path / "s.db", doc)
+    n = len(conv.prefix_tokens())
+    ask(conv, "When does it open?")
+    second = ask(conv, "And on Sunday?")
+    rows = conv.store.branch_segments(conv.session.leaf_id)
+    assert rows[0].start == n and {r.prefix_key for r in rows} == {conv.session.pins[0].prefix_key}
+    assert conv.cache_on_disk().tokens == conv.state().cached_tokens
+    sid = conv.session.id
+    conv.close()
+    again = make(tiny, tmp_path / "s.db")
+    again.open_session(sid)
+    assert again.last_snapshot.ok and again.last_snapshot.tokens == rows[-1].end
+    nxt = ask(again, "And on Monday?")
+    assert nxt.stats.cache_source == "snapshot" and nxt.stats.reused_tokens == rows[-1].end
+    fresh = ChatEngine(tiny)
+    cold = run(fresh, again.engine_messages()[:-1], again.generation)
+    fresh.close()
+    assert nxt.reply == cold.reply and second.stats.miss_reason is None
+    again.close()
+
+
+def test_a_missing_prefix_file_makes_its_sessions_recompute(tiny, tmp_path, doc):
+    conv = pinned(tiny, tmp_path / "s.db", doc)
+    ask(conv, "When does it open?")
+    sid = conv.session.id
+    conv.close()
+    [file] = prefix_files()
+    file.unlink()
+    again = make(tiny, tmp_path / "s.db")
+    again.open_session(sid)
+    assert not again.last_snapshot.ok
+    nxt = ask(again, "And on Monday?")
+    assert nxt.stats.reused_tokens == 0 and again.last_prefix.how == "computed"
+    assert len(prefix_files()) == 1  # computed again, and kept again
+    again.close()

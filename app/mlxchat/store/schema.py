@@ -198,6 +198,8 @@ V9_PINNED_DOCUMENTS = (
         created REAL NOT NULL
     )
     """,
+    # A session's segments start where its pinned prefix ends: they name it.
+    "ALTER TABLE kv_segments ADD COLUMN prefix_key TEXT",
 )
 
 MIGRATIONS: tuple[tuple[Step, ...], ...] = (
