@@ -293,7 +293,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, PinnedDo
                         self._checkpoint(parent, "".join(pieces), "".join(thought))
                 yield event
         finally:
-            self._keep_prefix()
+            self._keep_prefix(done.stats if done is not None else None)
             if done is not None:
                 self._finish(done, plan.key)
             elif pieces or thought:

@@ -49,7 +49,6 @@ class PinView:
     name: str
     path: str
     tokens: int
-    kv_bytes: int
     sessions: list[PinUse]
     """Sessions pinning the same text (this one included)."""
     stored: bool
@@ -79,7 +78,6 @@ class PinnedDocs:
     store: SessionStore
     engine: Engine
     session: Session
-    last_stats: TurnStats | None
     last_prefix: PrefixUse | None = None
     _prefix_memo: tuple[tuple, list[int]] | None = None
     _prefix_marked = False
@@ -95,8 +93,6 @@ class PinnedDocs:
         def _require_saved(self) -> None: ...
 
         def _stored_id(self) -> int: ...
-
-        def kv_bytes_per_token(self) -> int: ...
 
     # -- the prefix ----------------------------------------------------------------------
     def _prefix_for(self, system: str | None) -> list[int]:
@@ -178,9 +174,8 @@ class PinnedDocs:
         record = self.store.prefix(pins[0].prefix_key or "")
         file = paths.snapshot_file(record.path) if record else None
         stored = file is not None and file.is_file()
-        per_token = self.kv_bytes_per_token()
-        return [PinView(p.name, p.path, p.tokens, p.tokens * per_token,
-                        self.store.sessions_pinning(p.text_hash), stored) for p in pins]
+        return [PinView(p.name, p.path, p.tokens, self.store.sessions_pinning(p.text_hash),
+                        stored) for p in pins]
 
     # -- around a prefill --------------------------------------------------------------------
     def _prepare_prefix(self, tokens: Sequence[int]) -> None:
@@ -227,8 +222,9 @@ class PinnedDocs:
         self.engine.mark_prefix(ids, path)
         self._prefix_marked = ids is not None
 
-    def _keep_prefix(self) -> None:
-        """After a prefill: record a prefix the engine wrote (or say why it did not)."""
+    def _keep_prefix(self, stats: TurnStats | None = None) -> None:
+        """After a prefill: record a prefix the engine wrote (or say why it did not,
+        on the turn's ``stats``)."""
         if not self._prefix_marked:
             return
         saved = self.engine.take_prefix()
@@ -237,8 +233,8 @@ class PinnedDocs:
         self._prefix_marked = False
         if saved.info is None:
             log.warning(saved.warning)
-            if self.last_stats is not None:
-                self.last_stats.snapshot_warning = saved.warning
+            if stats is not None:
+                stats.snapshot_warning = saved.warning
             return
         info = saved.info
         key = self._key(saved.tokens, info.kv_bits)

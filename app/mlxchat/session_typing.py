@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mlxchat.chat import GenerationSettings, Message, attachment_block
+from mlxchat.chat import GenerationSettings, Message, TurnStats, attachment_block
 from mlxchat.engine.prompt import common_prefix
 from mlxchat.errors import MlxchatError
 
@@ -49,7 +49,7 @@ class TypingAhead:
 
         def _prepare_prefix(self, tokens: list[int]) -> None: ...
 
-        def _keep_prefix(self) -> None: ...
+        def _keep_prefix(self, stats: TurnStats | None = None) -> None: ...
 
     def typed_tokens(self, text: str) -> list[int] | None:
         """The prompt tokens sending a message that starts with ``text`` will

@@ -121,6 +121,7 @@ def test_a_corrupt_prefix_file_is_recomputed_and_said_so(tiny, tmp_path, doc):
     second = pinned(tiny, tmp_path / "s.db", doc)
     b = ask(second, "When does it open?")
     assert second.last_prefix.how == "computed" and "recomputed" in second.last_prefix.reason
+    assert "rejected" in b.stats.miss_reason and "checksum" in b.stats.miss_reason
     assert b.stats.reused_tokens == 0 and b.token_ids == a.token_ids
     third = pinned(tiny, tmp_path / "s.db", doc)  # the recomputed file replaced it
     ask(third, "When does it open?")

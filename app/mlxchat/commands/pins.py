@@ -8,7 +8,7 @@ from mlxchat.chat import human_bytes
 from mlxchat.commands.base import (Args, Candidates, Command, CommandContext, CommandResult,
                                    fmt_int, one_line, percent, plural)
 from mlxchat.commands.completers import complete_files
-from mlxchat.commands.turns import read_text_file
+from mlxchat.commands.turns import kv_bytes_per_token, read_text_file
 from mlxchat.errors import MlxchatError
 
 
@@ -20,7 +20,7 @@ def pin(ctx: CommandContext, args: Args) -> CommandResult:
                                 verbed="pinned")
     pinned = conv.pin(path, text)
     window = conv.context_window
-    kv = human_bytes(pinned.tokens * conv.kv_bytes_per_token())
+    kv = human_bytes(pinned.tokens * kv_bytes_per_token(ctx)[0])
     return CommandResult.info(
         f"Pinned {pinned.name}: {fmt_int(pinned.tokens)} tokens after the system prompt "
         f"({percent(pinned.tokens, window)} of the {fmt_int(window)}-token window, ~{kv} of "
@@ -48,12 +48,13 @@ def pins(ctx: CommandContext, args: Args) -> CommandResult:
         return CommandResult.info("No pinned documents. /pin FILE puts one after the system "
                                   "prompt, shared with every session that pins it.")
     me = ctx.conversation.session.id
+    per_token, _ = kv_bytes_per_token(ctx)  # from the live cache: /pins runs during a reply
     rows = []
     for v in views:
         others = [u for u in v.sessions if u.session_id != me]
         used = "this one" + (f" + {plural(len(others), 'other')}: " if others else "") + \
             ", ".join(f"#{u.session_id} {one_line(u.title, 24)}" for u in others[:3])
-        rows.append((v.name, fmt_int(v.tokens), human_bytes(v.kv_bytes), used,
+        rows.append((v.name, fmt_int(v.tokens), human_bytes(v.tokens * per_token), used,
                      "yes" if v.stored else "after the next turn"))
     total = sum(v.tokens for v in views)
     return CommandResult.table(
