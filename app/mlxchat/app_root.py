@@ -177,6 +177,9 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
         text = (f"Resumed #{resumed.id} “{resumed.title}” ({len(conv.messages):,} messages; "
                 f"{conv.snapshot_words()}).")
         notices.append((text, "info"))
+    notice = conv.resume_speculation()
+    if notice:
+        notices.append((notice + ".", "warning"))
     return Opened(conv, notices, resumed=resumed is not None)
 
 

@@ -15,6 +15,7 @@ ContextPolicy = Literal["drop_oldest", "stop"]
 CONTEXT_POLICIES: tuple[str, ...] = ("drop_oldest", "stop")
 HistoryMode = Literal["ledger", "template"]
 HISTORY_MODES: tuple[str, ...] = ("ledger", "template")
+SPECULATIVE_MODES: tuple[str, ...] = ("off", "draft", "lookup")
 
 _INT64 = 2**63
 
@@ -38,12 +39,17 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "context_window": (lambda v: v is None or 256 <= v < _INT64, "none or a whole number >= 256"),
     "context_policy": (lambda v: v in CONTEXT_POLICIES, " or ".join(CONTEXT_POLICIES)),
     "history": (lambda v: v in HISTORY_MODES, " or ".join(HISTORY_MODES)),
+    "speculative": (lambda v: v in SPECULATIVE_MODES, ", ".join(SPECULATIVE_MODES)),
+    "draft": (lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
+              "off or a model spec"),
+    "draft_tokens": (lambda v: 1 <= v <= 16, "1 to 16"),
 }
 """What each generation setting allows (a check and the rule in words): the one
 place the /set command, `mlxchat ask` flags and the config file are checked against."""
 
-_WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window")
-_WORDS = ("context_policy", "history", "thinking", "reasoning_effort")
+_WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
+          "draft_tokens")
+_WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft")
 
 
 def generation_problem(name: str, value: Any) -> str | None:
@@ -138,6 +144,14 @@ class GenerationSettings(Record):
     """'ledger': earlier messages keep the tokens they were sent with, so a
     follow-up prefills only itself; 'template': re-render the whole conversation
     as the chat template would today (re-prefills what the template changes)."""
+    speculative: str = "off"
+    """'draft': a small model of the same vocabulary proposes tokens the model
+    verifies in one pass; 'lookup': the proposal is what followed the last
+    earlier occurrence of the recent tokens. The reply is the same either way."""
+    draft: str | None = None
+    """The draft model's spec (an alias, repo, folder) for speculative=draft."""
+    draft_tokens: int = 3
+    """Tokens proposed per verifying pass of the model."""
 
     def check(self) -> None:
         """Raise ValueError (one line) for the first setting out of its range."""
@@ -191,6 +205,29 @@ class TurnStats(Record):
     dropped_messages: int = 0
     """Oldest messages left out to fit the context window."""
     total_s: float = 0.0
+    spec_mode: str = "off"
+    """How tokens were proposed: 'off', 'draft' (a draft model) or 'lookup'."""
+    draft_tokens_proposed: int = 0
+    draft_tokens_accepted: int = 0
+    """Of the proposed tokens, those the model confirmed (each saves a pass)."""
+    target_passes: int = 0
+    """Forward passes of the model while decoding (one per verified proposal)."""
+    draft_prefilled_tokens: int = 0
+    """Tokens the draft model's cache computed this turn to follow the prompt."""
+    draft_rebuilt: bool = False
+    """The draft's cache was rebuilt from the prompt's token ids (after a resume
+    from disk or a model change: the draft's cache is not saved)."""
+
+    @property
+    def acceptance(self) -> float:
+        """Fraction of proposed tokens accepted (0 when none were proposed)."""
+        return self.draft_tokens_accepted / self.draft_tokens_proposed \
+            if self.draft_tokens_proposed else 0.0
+
+    @property
+    def tokens_per_pass(self) -> float:
+        """Generated tokens per forward pass of the model (1.0 without speculation)."""
+        return self.generated_tokens / self.target_passes if self.target_passes else 0.0
 
     @property
     def answer_tokens(self) -> int:

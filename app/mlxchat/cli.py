@@ -37,6 +37,11 @@ def _add_generation_args(p: argparse.ArgumentParser) -> None:
                    help="cap the context window at N tokens (stored with the session)")
     p.add_argument("--context-policy", choices=("drop_oldest", "stop"),
                    help="what to do when the conversation outgrows the window")
+    p.add_argument("--draft", metavar="SPEC",
+                   help="speculate with this draft model (same tokenizer; 'auto': the "
+                        "catalog's pairing)")
+    p.add_argument("--speculative", choices=("off", "lookup", "draft"),
+                   help="speculative decoding: lookup proposes from the text so far")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -48,6 +48,15 @@ def _check_template(info, args: argparse.Namespace) -> None:
                         f"{info.context_window:,} tokens; got {args.context:,}")
 
 
+def _speculate(conv, args: argparse.Namespace) -> None:
+    """--draft loads a draft model, --speculative picks the mode; refused with the reason."""
+    if args.draft is not None:
+        conv.set_draft(None if args.draft == "off" else
+                       conv.paired_draft() if args.draft == "auto" else args.draft)
+    if args.speculative is not None:
+        conv.set_speculative(args.speculative)
+
+
 def _read_prompt(arg: str) -> str:
     text = sys.stdin.read() if arg == "-" else arg
     if not text.strip():
@@ -77,7 +86,8 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
             "kv_bytes", "kv_bits", "context_used", "context_window", "weights_bytes",
             "peak_memory_bytes", "finish_reason", "reused_tokens", "prefilled_tokens",
             "cache_source", "miss_reason", "dropped_messages", "snapshot_warning", "save_warning",
-            "reasoning_tokens", "reasoning_s")
+            "reasoning_tokens", "reasoning_s", "spec_mode", "draft_tokens_proposed",
+            "draft_tokens_accepted", "target_passes")
     data = {"reply": reply, "model": model}
     data.update({k: getattr(stats, k) for k in keys})
     data.update(extra or {})
@@ -109,6 +119,7 @@ def run_ask(args: argparse.Namespace, settings: Settings) -> int:
             conv.use_settings(gen)  # flags apply to this call; the session keeps its own
         else:
             conv.update_generation(gen)
+        _speculate(conv, args)
         done = _stream(conv.send(text), quiet=args.json)
         extra: dict = {}
         if named:

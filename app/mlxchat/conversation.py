@@ -26,6 +26,7 @@ from mlxchat.ledger import Ledger, Plan
 from mlxchat.models.info import LoadedModel
 from mlxchat.session_cache import SessionCache
 from mlxchat.session_views import EngineViews
+from mlxchat.session_speculation import Speculating
 from mlxchat.session_life import SessionLife
 from mlxchat.session_pins import PinnedDocs
 from mlxchat.session_typing import TypingAhead, settled_text
@@ -63,7 +64,8 @@ PENDING_WAIT_S = 2.0
 QUIT_SAVE_WAIT_S = 10.0
 
 
-class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, PinnedDocs):
+class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, Speculating,
+                   PinnedDocs):
     def __init__(self, *, settings: Settings, store: SessionStore, engine: Engine,
                  model_spec: str, load_model: ModelLoader | None = None,
                  session: Session | None = None, keep_snapshots: bool = True,
@@ -78,6 +80,8 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, PinnedDo
         self.attachments: list[Attachment] = []
         self.last_stats: TurnStats | None = None
         self.last_snapshot: SnapshotLoad | None = None
+        self.speculation_notice: str | None = None
+        """Why speculation was turned off by the last open or model switch."""
         self._lock_wait_s = lock_wait_s
         self._pending: ReplyKeeper | None = None
         self.session: Session = session or self._new_session()
@@ -98,6 +102,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, PinnedDo
         self._switch_lock(session)
         self.session = session
         self._forget_session_state()
+        self.speculation_notice = self.resume_speculation()  # frees another session's draft
         return self.session
 
     def _take_lock(self, session: Session) -> SessionLock | None:
@@ -130,7 +135,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, PinnedDo
             else previous
         try:
             if session.model and session.model != self.model_spec:
-                self.switch_model(session.model)
+                self.switch_model(session.model, resume=False)
         except BaseException:
             if self._session_lock is not previous and self._session_lock is not None:
                 self._session_lock.release()
@@ -142,6 +147,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, PinnedDo
         self._forget_session_state()
         self.recover()
         self.restore_snapshot()
+        self.speculation_notice = self.resume_speculation()
         return self.session
 
     def recover(self) -> Message | None:
@@ -338,7 +344,10 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, PinnedDo
     def update_generation(self, settings: GenerationSettings) -> None:
         self.session = self.store.update_session_settings(self.session.id, settings)
 
-    def switch_model(self, spec: str) -> LoadedModel:
+    def switch_model(self, spec: str, *, resume: bool = True) -> LoadedModel:
+        """Load ``spec`` in place of the model; with ``resume`` the session's
+        speculation is checked against it (``speculation_notice`` says why it
+        was turned off)."""
         if self._load_model is None:
             raise ConversationError("Switching models is not available here.")
         loaded = self._load_model(spec)
@@ -346,6 +355,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, PinnedDo
         self.model_spec = spec
         if self.session.id is not None:
             self.session = self.store.update_model(self.session.id, spec)
+        self.speculation_notice = self.resume_speculation() if resume else None
         return loaded
 
     def close(self) -> None:

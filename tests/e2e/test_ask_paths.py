@@ -124,3 +124,22 @@ def test_sessions_delete_removes_its_kv_segment_files(capsys, tiny_model_dir):
     assert cli.main(["sessions", "delete", "gone", "--yes"]) == 0
     capsys.readouterr()
     assert not any(p.exists() for p in segments) and titles() == []
+
+
+def test_ask_speculates_with_a_draft_or_lookup_and_replies_the_same(capsys, tiny_model_dir):
+    code, plain, _ = ask(capsys, tiny_model_dir, "--max-tokens", "12", "abc abc abc")
+    assert code == 0 and plain["spec_mode"] == "off"
+    # The model as its own draft: a folder spec, loaded like the main model.
+    code, drafted, _ = ask(capsys, tiny_model_dir, "--max-tokens", "12", "--draft",
+                           str(tiny_model_dir), "abc abc abc")
+    assert code == 0 and drafted["spec_mode"] == "draft"
+    assert drafted["draft_tokens_accepted"] > 0
+    code, looked, _ = ask(capsys, tiny_model_dir, "--max-tokens", "12", "--speculative",
+                          "lookup", "abc abc abc")
+    assert code == 0 and looked["spec_mode"] == "lookup"
+    assert plain["reply"] == drafted["reply"] == looked["reply"]
+
+
+def test_ask_refuses_a_draft_without_a_model_to_pair(capsys, tiny_model_dir):
+    code, _, err = ask(capsys, tiny_model_dir, "--draft", "auto", "hi")
+    assert code != 0 and "pairs no draft model" in err

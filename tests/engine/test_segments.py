@@ -178,3 +178,88 @@ def test_a_segment_of_another_conversation_is_refused_by_its_tokens(tiny, tmp_pa
     assert not again.last_snapshot.ok
     assert "holds other tokens than the conversation" in again.last_snapshot.reason
     again.close()
+
+
+def test_a_segment_cut_short_keeps_the_ones_before_it(tiny, tmp_path):
+    """Checksums are checked after MLX has read the files (they overlap): a
+    file cut short mid-data (a full disk, a crash while copying) must still
+    only cost the segments from it on, and never crash the reader."""
+    conv = make(tiny, tmp_path / "s.db")
+    replies = [last(conv.send(q)) for q in ("One.", "Two?", "Three!")]
+    sid, rows = conv.session.id, conv.store.branch_segments(conv.session.leaf_id)
+    conv.close()
+    for cut, kept in ((2, rows[1].end), (1, rows[0].end), (0, 0)):
+        victim = paths.snapshot_file(rows[cut].path)
+        data = victim.read_bytes()
+        victim.write_bytes(data[:len(data) - 200])
+        again = make(tiny, tmp_path / "s.db")
+        again.open_session(sid)
+        snap = again.last_snapshot
+        assert f"segment {cut + 1} of 3" in snap.reason
+        assert snap.ok == (kept > 0) and again.state().cached_tokens == kept
+        nxt = last(again.send("Four."))
+        assert nxt.stats.reused_tokens == kept
+        again.undo()  # the next round finds the same branch of three
+        again.close()
+    assert replies[-1].token_ids
+
+
+def test_a_damaged_header_is_refused_by_its_checksum_not_a_crash(tiny, tmp_path):
+    """The arrays are read before the checksums are known: a header whose
+    shapes were altered reads wrong data or fails to join, and either way the
+    segment is refused by its checksum, the ones before it kept."""
+    conv = make(tiny, tmp_path / "s.db")
+    for q in ("One.", "Two?", "Three!"):
+        last(conv.send(q))
+    sid, rows = conv.session.id, conv.store.branch_segments(conv.session.leaf_id)
+    conv.close()
+    victim = paths.snapshot_file(rows[1].path)
+    data = victim.read_bytes()
+    for was, now in ((b'"F32"', b'"U32"'), (b'"F16"', b'"I16"'), (b'"BF16"', b'"I16"')):
+        if was in data[:4096]:  # same size: MLX reads it, as the wrong type
+            victim.write_bytes(data.replace(was, now, 1))
+            break
+    else:
+        raise AssertionError("no float array in the segment's header")
+    again = make(tiny, tmp_path / "s.db")
+    again.open_session(sid)
+    snap = again.last_snapshot
+    assert snap.ok and snap.tokens == rows[0].end
+    assert "segment 2 of 3" in snap.reason and "checksum" in snap.reason
+    assert last(again.send("Four.")).stats.reused_tokens == rows[0].end
+    again.close()
+
+
+def test_segments_checksummed_by_an_older_version_still_resume(tiny, tmp_path):
+    """New segments carry an XXH3 hash; those written before carry a CRC-32.
+    Each is checked by its own algorithm: an old intact file restores, an old
+    damaged one is refused."""
+    import sqlite3
+    import zlib
+
+    conv = make(tiny, tmp_path / "s.db")
+    for q in ("One.", "Two?"):
+        last(conv.send(q))
+    sid, rows = conv.session.id, conv.store.branch_segments(conv.session.leaf_id)
+    assert all(r.checksum.startswith("xxh3:") and len(r.checksum) == 21 for r in rows)
+    conv.close()
+    db = sqlite3.connect(tmp_path / "s.db")
+    for r in rows:  # as an older mlxchat recorded them
+        crc = f"{zlib.crc32(paths.snapshot_file(r.path).read_bytes()):08x}"
+        db.execute("UPDATE kv_segments SET checksum = ? WHERE path = ?", (crc, r.path))
+    db.commit()
+    db.close()
+    again = make(tiny, tmp_path / "s.db")
+    again.open_session(sid)
+    assert again.last_snapshot.ok and again.last_snapshot.reason is None
+    assert again.state().cached_tokens == rows[-1].end
+    again.close()
+    victim = paths.snapshot_file(rows[1].path)
+    data = bytearray(victim.read_bytes())
+    data[-3] ^= 0x01
+    victim.write_bytes(bytes(data))
+    third = make(tiny, tmp_path / "s.db")
+    third.open_session(sid)
+    assert third.last_snapshot.tokens == rows[0].end
+    assert "segment 2 of 2: checksum mismatch" in third.last_snapshot.reason
+    third.close()

@@ -169,3 +169,16 @@ def test_context_says_when_the_ledger_differs_from_the_template(models_by_name, 
     note = conv.ledger_note()
     assert note and "/set history template" in note
     conv.shutdown()
+
+
+def test_the_cache_dtype_is_known_before_the_first_token(family, tmp_path):
+    """The KV gauge names the cache's float type from the start, not 'native'
+    until the first chunk lands: the empty cache's label is the one the
+    cache has once it holds the first turn."""
+    fam, loaded = family
+    conv = opener(loaded, tmp_path / "s.db", fam)().conversation
+    before = conv.state().kv_dtype
+    ask(conv, QUESTIONS[0])
+    assert before in ("fp16", "bf16", "fp32")
+    assert conv.state().kv_dtype == before
+    conv.shutdown()

@@ -61,6 +61,11 @@ def test_stats_line():
         "ttft 250 ms · 40.0 tok/s · 12 tokens · reused 100 / prefilled 5 · warm cache")
     stats.miss_reason = "edited message"
     assert stats_line(stats).endswith("· miss: edited message")
+    stats.spec_mode, stats.draft_tokens_proposed, stats.draft_tokens_accepted = "draft", 9, 6
+    stats.target_passes = 6
+    assert "· warm cache · draft 67% accepted · 2.00 tok/pass · miss" in stats_line(stats)
+    stats.draft_rebuilt, stats.draft_prefilled_tokens = True, 1200
+    assert "· draft cache rebuilt (1,200 tokens) ·" in stats_line(stats)
 
 
 def test_relative_time():

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 from mlxchat.chat import GenerationSettings, Message
 from mlxchat.engine import ChatEngine, TurnDone
-from mlxchat.engine.events import PrefillProgress
+from mlxchat.engine.events import PrefillProgress, TextDelta
 from mlxchat.tui.widgets import GaugesPanel, Meter
 from textual.widgets import Static
 
@@ -203,3 +203,23 @@ async def test_a_reasoning_turn_shows_thinking_and_answer_tokens_apart():
         panel.update_stats(SAMPLE_STATS)  # no reasoning: no such line
         assert not any(line.startswith("thinking") for line in
                        text(panel, "#turn-text").splitlines())
+
+
+async def test_speculation_figures_while_decoding_and_after():
+    app = host()
+    async with app.run_test(size=(200, 50)):
+        panel = app.query_one(GaugesPanel)
+        panel.update_state(replace(SAMPLE_STATE, draft_model="tiny-d", draft_kv_bytes=2_000_000),
+                           GB)
+        assert "+ draft tiny-d 2.0 MB" in text(panel, "#kv-text")
+        live = TextDelta("x", 42, 31.5, acceptance=0.75, tokens_per_pass=2.5)
+        panel.decoding(42, 31.5, speculation=live)
+        assert text(panel, "#live-text") == ("decoding 42 tokens\n31.5 tok/s\n"
+                                             "75% accepted · 2.50 tok/pass")
+        plain = TextDelta("x", 42, 31.5)
+        panel.decoding(42, 31.5, speculation=plain)
+        assert text(panel, "#live-text") == "decoding 42 tokens\n31.5 tok/s"
+        panel.update_stats(replace(SAMPLE_STATS, spec_mode="lookup", draft_tokens_proposed=40,
+                                   draft_tokens_accepted=10, generated_tokens=30,
+                                   target_passes=20))
+        assert "lookup 25% accepted · 1.50 tok/pass" in text(panel, "#turn-text")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlxchat.chat import human_bytes
+from mlxchat.chat import TurnStats, human_bytes
 from mlxchat.commands.base import (
     Args,
     Candidates,
@@ -19,6 +19,19 @@ from mlxchat.commands.base import (
     percent,
     plural,
 )
+
+
+def speculation_line(s: TurnStats) -> str:
+    """What speculation proposed, kept and saved in a turn."""
+    line = (f"{s.spec_mode}: {fmt_int(s.draft_tokens_accepted)} of "
+            f"{fmt_int(s.draft_tokens_proposed)} proposed tokens accepted "
+            f"({percent(s.draft_tokens_accepted, s.draft_tokens_proposed)}), "
+            f"{s.tokens_per_pass:.2f} tokens per pass of the model")
+    if s.draft_prefilled_tokens:
+        line += (f"; the draft prefilled {fmt_int(s.draft_prefilled_tokens)} tokens"
+                 + (" (its cache rebuilt from the prompt's token ids)" if s.draft_rebuilt
+                    else ""))
+    return line
 
 
 def _bits(kv_bits: int | None) -> str:
@@ -52,6 +65,8 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
                                   f"answer {fmt_int(s.answer_tokens)} tokens"))
     if s.dropped_messages:
         rows.append(("dropped to fit", f"{plural(s.dropped_messages, 'oldest message')}"))
+    if s.spec_mode != "off":
+        rows.append(("speculative", speculation_line(s)))
     caption = "Last turn" if live else "Last reply on this branch (as stored)"
     return CommandResult.table(caption, ("", ""), rows)
 
@@ -104,6 +119,9 @@ def cache(ctx: CommandContext, args: Args) -> CommandResult:
               f"({percent(state.cached_tokens, state.context_window)}), {state.cache_source}")
     rows = [("cached tokens", cached),
             ("KV cache", f"{human_bytes(state.kv_bytes)}, {dtype}")]
+    if state.draft_model:
+        rows.append(("draft KV cache", f"{human_bytes(state.draft_kv_bytes)} "
+                                       f"({state.draft_model}; not saved, rebuilt on resume)"))
     if state.cached_tokens:
         rows.append(("per token", human_bytes(state.kv_bytes / state.cached_tokens)))
     s = last_stats(ctx)

@@ -80,9 +80,11 @@ def open_(ctx: CommandContext, args: Args) -> CommandResult:
         raise CommandError("Usage: /open ID_OR_TITLE")
     session = ctx.conversation.open_session(args.words[0])
     n = len(session.messages)
+    notice = ctx.conversation.speculation_notice
     return CommandResult.info(
         f"Opened #{session.id} {_title(session.title)} ({plural(n, 'message')} on this branch; "
-        f"{ctx.conversation.snapshot_words()}).", session_changed=True, clear_input=True)
+        f"{ctx.conversation.snapshot_words()})." + (f" {notice}." if notice else ""),
+        session_changed=True, clear_input=True)
 
 
 def rename(ctx: CommandContext, args: Args) -> CommandResult:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxchat.chat import (CONTEXT_POLICIES, GENERATION_RULES, HISTORY_MODES, REASONING_EFFORTS,
-                          GenerationSettings, generation_problem, human_bytes)
+                          SPECULATIVE_MODES, GenerationSettings, generation_problem, human_bytes)
+from mlxchat.commands import speculation
 from mlxchat.commands.base import (
     Args,
     Candidates,
@@ -98,6 +99,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "model's)", ("none",)),
     Setting("context_policy", _policy, " or ".join(CONTEXT_POLICIES), CONTEXT_POLICIES),
     Setting("history", _policy, " or ".join(HISTORY_MODES), HISTORY_MODES),
+    Setting("speculative", _policy, ", ".join(SPECULATIVE_MODES), SPECULATIVE_MODES),
+    Setting("draft", lambda name, raw: raw, "off, auto or a model spec", ("auto", "off")),
+    Setting("draft_tokens", _ranged(int), "1 to 16"),
 )}
 
 
@@ -143,6 +147,13 @@ def _check_window(ctx: CommandContext, value: int | None) -> None:
 def set_(ctx: CommandContext, args: Args) -> CommandResult:
     setting = _setting(args.words[0])
     value = setting.parse(setting.name, args.words[1])
+    if setting.name in ("draft", "speculative"):
+        if "--default" in args.flags:
+            raise CommandError(f"{setting.name} is set per session (it loads a model or "
+                               "depends on this one's caches); /set it without --default.")
+        # Loads or unloads the draft model, checked against this model first.
+        return (speculation.set_draft if setting.name == "draft" else speculation.set_mode)(
+            ctx, value)
     if setting.name == "kv_bits":
         _check_kv_bits(ctx, value)
     if setting.name == "context_window":
@@ -239,7 +250,8 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
         return CommandResult.info(
             f"Switched to {info.name} ({info.quantization}, {_params(info.parameter_count)} "
             f"parameters, {fmt_int(info.context_window)}-token window); the KV cache starts "
-            "cold." + (f" {info.memory_note}." if info.memory_note else ""),
+            "cold." + (f" {info.memory_note}." if info.memory_note else "")
+            + (f" {conv.speculation_notice}." if conv.speculation_notice else ""),
             session_changed=True, clear_input=True)
     info = conv.model_info
     rows = [("name", info.name), ("spec", info.spec), ("architecture", info.architecture),

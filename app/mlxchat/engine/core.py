@@ -16,13 +16,14 @@ from concurrent.futures import Future
 from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
-from mlx_lm.generate import generate_step
 from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from mlxchat.chat import GenerationSettings, Message, TurnStats
 from mlxchat.engine import kv, prompt, reasoning, template_delta
-from mlxchat.engine.events import EngineState, Event, PrefillProgress, TextDelta, TurnDone
+from mlxchat.engine.events import (EngineError, EngineState, Event, PrefillProgress, TextDelta,
+                                   TurnDone)
 from mlxchat.engine.ahead import TypingPrefill
+from mlxchat.engine.drafting import Drafting
 from mlxchat.engine.live import LiveCache
 from mlxchat.engine.persist import DiskCache
 from mlxchat.engine.prefix import PrefixMarks
@@ -41,7 +42,7 @@ def _close_live_engines() -> None:
         engine.close()
 
 
-class ChatEngine(TypingPrefill, DiskCache, PrefixMarks):
+class ChatEngine(TypingPrefill, DiskCache, Drafting, PrefixMarks):
     """Drive one loaded model; every public method is safe from any thread."""
 
     def __init__(self, loaded: LoadedModel, *, chunk_seconds: float = 0.25):
@@ -212,6 +213,7 @@ class ChatEngine(TypingPrefill, DiskCache, PrefixMarks):
             had = bool(self._live.tokens)
             self._loaded = loaded
             self._start_cold()
+            self._keep_fitting_draft()
             if had:
                 self._live.reset("model changed", report=True)
                 self._refresh_state()
@@ -233,6 +235,8 @@ class ChatEngine(TypingPrefill, DiskCache, PrefixMarks):
             weights_bytes=info.weights_bytes,
             bits_per_weight=info.bits_per_weight, scales_dtype=info.scales_dtype,
             peak_memory_bytes=mx.get_peak_memory(),
+            draft_model=self.draft_info.name if self.draft_info else "",
+            draft_kv_bytes=self._draft_kv_bytes,
             busy=busy, last_stats=stats or self._state.last_stats)
 
     def _prefill(self, tokens: list[int], emit: LiveFigures) -> Prefill:
@@ -267,6 +271,9 @@ class ChatEngine(TypingPrefill, DiskCache, PrefixMarks):
         else:
             fitted, messages = self.fit(planned, settings), planned
         tokens = fitted.tokens
+        problem = self.speculation_problem(settings.speculative)
+        if problem:
+            raise EngineError(f"speculative {settings.speculative}: {problem}")
         mx.reset_peak_memory()
         # generate_step gets the tail: its logits processors (repetition
         # penalty) then see the same recent context whatever was reused.
@@ -278,10 +285,11 @@ class ChatEngine(TypingPrefill, DiskCache, PrefixMarks):
             mx.random.seed(settings.seed)
         self._window = self.window(settings)
         self._refresh_state(busy=True)
-        prefill, decode = Prefill(), Decode()
+        prefill, decode, drafted = Prefill(), Decode(), (0, False)
         figures = LiveFigures(live, len(tokens) - reuse.tokens, emit)
         try:
             prefill = self._prefill(tokens[reuse.tokens:len(tokens) - tail], figures)
+            drafted = self._follow_draft(tokens[:len(tokens) - tail], settings)
             decode = self._decode(tokens[len(tokens) - tail:], settings, emit=figures,
                                   turn_start=start, prompt_tokens=tokens)
         except Cancelled:
@@ -303,7 +311,12 @@ class ChatEngine(TypingPrefill, DiskCache, PrefixMarks):
             prefill_tps=(len(tokens) - reuse.tokens)
             / max(prefill.seconds + decode.first_pass_s, 1e-9) if decode.generated else 0.0,
             total_s=time.perf_counter() - start, context_used=len(live.tokens),
-            kv_bytes=live.nbytes, peak_memory_bytes=mx.get_peak_memory())
+            kv_bytes=live.nbytes, peak_memory_bytes=mx.get_peak_memory(),
+            spec_mode=decode.speculation.mode,
+            draft_tokens_proposed=decode.speculation.proposed,
+            draft_tokens_accepted=decode.speculation.accepted,
+            target_passes=decode.speculation.passes,
+            draft_prefilled_tokens=drafted[0], draft_rebuilt=drafted[1] and reuse.tokens > 0)
         self._refresh_state(stats)
         figures.done(TurnDone(reply=decode.reply, stats=stats, dropped_messages=fitted.dropped,
                               token_ids=decode.token_ids, reasoning=decode.reasoning))
@@ -327,11 +340,15 @@ class ChatEngine(TypingPrefill, DiskCache, PrefixMarks):
         out = Decode(finish_reason="length")
         def shown(segment: str, part: str) -> None:
             (out.reasoning_pieces if part == reasoning.REASONING else out.pieces).append(segment)
-            emit(TextDelta(segment, out.generated, out.decode_tps, part=part))
+            emit(TextDelta(segment, out.generated, out.decode_tps, part=part,
+                           acceptance=out.speculation.acceptance,
+                           tokens_per_pass=out.generated / max(out.speculation.passes, 1)
+                           if out.speculation.mode != "off" else None))
         text = reasoning.PartText(tokenizer.detokenizer, shown)
         t_prompt = time.perf_counter()
-        gen = generate_step(mx.array(tail), self._loaded.model, prompt_cache=live.layers,
-                            max_tokens=budget, sampler=sampler, logits_processors=processors)
+        gen = self._token_stream(tail, settings, budget=budget, sampler=sampler,
+                                 processors=processors, prompt_tokens=prompt_tokens,
+                                 count=out.speculation)
         live.tokens.extend(tail)
         first_at = None
         try:

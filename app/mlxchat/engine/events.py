@@ -44,6 +44,10 @@ class TextDelta:
     """The cache's bytes now, scaled from its bytes per token."""
     part: str = "answer"
     """'reasoning' (shown folded, stored apart) or 'answer' (the reply's content)."""
+    acceptance: float | None = None
+    """While speculating: the fraction of proposed tokens accepted so far."""
+    tokens_per_pass: float | None = None
+    """While speculating: tokens so far per forward pass of the model."""
 
 
 @dataclass
@@ -106,6 +110,10 @@ class EngineState:
     scales_dtype: str = "-"
     """dtype of the quantization scales in memory ('-' when not quantized)."""
     peak_memory_bytes: int = 0
+    draft_model: str = ""
+    """The draft model's name, when one is loaded for speculative decoding."""
+    draft_kv_bytes: int = 0
+    """Bytes the draft model's KV cache holds (apart from kv_bytes)."""
     busy: bool = False
     last_stats: TurnStats | None = field(default=None)
     pinned_tokens: int = 0

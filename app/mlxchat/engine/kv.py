@@ -55,9 +55,13 @@ def bits(cache: list[Any]) -> int | None:
     return None
 
 
-def dtype_label(cache: list[Any]) -> str:
+_FLOAT_LABELS = {mx.float16: "fp16", mx.bfloat16: "bf16", mx.float32: "fp32"}
+
+
+def dtype_label(cache: list[Any], empty: str = "-") -> str:
     """'fp16', '4-bit', or '4-bit (3 of 4 layers)' when some layers (sliding
-    windows, recurrent states) cannot be quantized."""
+    windows, recurrent states) cannot be quantized; ``empty`` when the cache
+    holds nothing yet."""
     b = bits(cache)
     if b:
         quantized = sum(isinstance(c, QuantizedKVCache) for c in cache)
@@ -65,8 +69,17 @@ def dtype_label(cache: list[Any]) -> str:
             f"{b}-bit ({quantized} of {len(cache)} layers)"
     for c in cache:
         if getattr(c, "keys", None) is not None:
-            return {mx.float16: "fp16", mx.bfloat16: "bf16", mx.float32: "fp32"}.get(
-                c.keys.dtype, str(c.keys.dtype))
+            return _FLOAT_LABELS.get(c.keys.dtype, str(c.keys.dtype))
+    return empty
+
+
+def activation_label(model: Any) -> str:
+    """The float type a model computes in, so its KV cache's before it holds
+    anything: its first floating-point parameter's (a quantized layer's scales,
+    or a plain weight), as 'fp16', 'bf16' or 'fp32'; '-' when it has none."""
+    for _, value in tree_flatten(model.parameters()):
+        if mx.issubdtype(value.dtype, mx.floating):
+            return _FLOAT_LABELS.get(value.dtype, str(value.dtype))
     return "-"
 
 

@@ -43,6 +43,8 @@ class LiveCache:
         """Where the tokens prefilled while the user types start (None: none)."""
         self.ahead_s = 0.0
         """Seconds spent prefilling while the user typed, since the last turn."""
+        self._empty_dtype = kv.activation_label(model)
+        """What an empty cache will hold (a gauge's label before the first chunk)."""
         self.reset()
 
     # -- state -------------------------------------------------------------------
@@ -56,7 +58,7 @@ class LiveCache:
 
     @property
     def dtype_label(self) -> str:
-        return kv.dtype_label(self.layers)
+        return kv.dtype_label(self.layers, self._empty_dtype)
 
     def reset(self, reason: str | None = None, *, report: bool = False) -> None:
         """Start cold. ``reason`` is reported by the next turn when tokens were
@@ -115,6 +117,15 @@ class LiveCache:
                           or prompt.miss_reason(self.conversation, fitted, messages, shared))
             del self.tokens[common:]
         return Reuse(common, reason, source if common else "cold")
+
+    def keep_prefix(self, tokens: Sequence[int]) -> int:
+        """Trim a trimmable cache to the longest prefix it shares with
+        ``tokens`` (a draft model's cache following the prompt); tokens kept."""
+        common = prompt.common_prefix(self.tokens, tokens)
+        if common < len(self.tokens):
+            trim_prompt_cache(self.layers, len(self.tokens) - common)
+            del self.tokens[common:]
+        return common
 
     @property
     def ahead_end(self) -> int:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
 
 from mlxchat.chat import Message, TurnStats
-from mlxchat.engine import prompt, segments, snapshot
+from mlxchat.engine import prompt, segment_restore, segments, snapshot
 from mlxchat.engine.events import SnapshotInfo, SnapshotLoad
 
 if TYPE_CHECKING:
@@ -83,30 +83,18 @@ class DiskCache:
         info = self._loaded.info
 
         def job() -> SnapshotLoad:
-            pieces, end, reason = [], 0, None
-            crcs = segments.checksums(refs)
-            for n, (ref, crc) in enumerate(zip(refs, crcs), 1):
-                try:
-                    if ref.start != end:
-                        raise segments.SegmentRejected("it does not continue the one before")
-                    piece = segments.read(ref, fingerprint=info.fingerprint,
-                                          template_hash=info.chat_template_hash, crc=crc)
-                    if pieces and segments.layout(piece) != segments.layout(pieces[0]):
-                        raise segments.SegmentRejected("the KV bit width changed")
-                except segments.SegmentRejected as exc:
-                    reason = f"segment {n} of {len(refs)}: {exc}"
-                    break
-                pieces.append(piece)
-                end = ref.end
-            if not pieces:
-                self._live.reset(f"snapshot rejected: {reason}", report=True)
+            got = segment_restore.restore(self._loaded.model, refs,
+                                          fingerprint=info.fingerprint,
+                                          template_hash=info.chat_template_hash)
+            if got.layers is None:
+                self._live.reset(f"snapshot rejected: {got.reason}", report=True)
                 self._refresh_state()
-                return SnapshotLoad(ok=False, reason=reason)
-            layers = segments.assemble(self._loaded.model, pieces, end)
-            tokens = [t for ref in refs[:len(pieces)] for t in ref.token_ids]
-            self._live.adopt(layers, tokens, conversation if reason is None else (), "snapshot")
+                return SnapshotLoad(ok=False, reason=got.reason)
+            tokens = [t for ref in refs[:got.used] for t in ref.token_ids]
+            self._live.adopt(got.layers, tokens,
+                             conversation if got.reason is None else (), "snapshot")
             self._refresh_state()
-            return SnapshotLoad(ok=True, tokens=end, reason=reason)
+            return SnapshotLoad(ok=True, tokens=got.end, reason=got.reason)
         return self._call(job)
 
     def needs_restore(self, tokens: Sequence[int]) -> bool:

@@ -18,6 +18,21 @@ class Prefill:
 
 
 @dataclass
+class Speculation:
+    """What a speculative decode proposed, kept and cost, counted as it streams."""
+
+    mode: str = "off"
+    proposed: int = 0
+    accepted: int = 0
+    passes: int = 0
+    """Forward passes of the target model while decoding."""
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.proposed if self.proposed else None
+
+
+@dataclass
 class Decode:
     """What sampling produced: the reply and its timing."""
 
@@ -36,6 +51,8 @@ class Decode:
     """Sampled tokens that belong to the reasoning, its markup included."""
     reasoning_s: float = 0.0
     """Seconds from the start of sampling to the end of the reasoning."""
+    speculation: Speculation = field(default_factory=Speculation)
+    """What speculation proposed and kept, and the model's passes."""
 
     @property
     def reply(self) -> str:

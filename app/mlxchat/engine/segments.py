@@ -5,8 +5,8 @@ layers that grow with the sequence (``KVCache``, ``QuantizedKVCache``), plus a
 checkpoint at ``end`` of the layers that cannot be sliced (sliding-window
 ``RotatingKVCache`` windows, recurrent ``ArraysCache`` states: small, fixed
 size). A branch's segments laid end to end restore its cache; a turn writes
-only what it added. Files are safetensors written here, so the CRC-32 checksum
-is computed while writing and the file is never read back.
+only what it added. Files are safetensors written here, so the checksum
+(``engine.checksum``) is computed while writing and the file is never read back.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from typing import Any, BinaryIO, Sequence
 import mlx.core as mx
 import numpy as np
 from mlx_lm import __version__ as MLX_LM_VERSION
+from mlxchat.engine import checksum as checksum_of
 from mlxchat.engine.snapshot import SnapshotRejected, load_checked, write_failed
 from mlx_lm.models.cache import (ArraysCache, KVCache, QuantizedKVCache, RotatingKVCache,
                                  make_prompt_cache)
@@ -31,7 +31,7 @@ FORMAT = "mlxchat-kv-segment-1"
 _DTYPES = {mx.float16: "F16", mx.bfloat16: "BF16", mx.float32: "F32", mx.uint32: "U32",
            mx.int32: "I32", mx.uint8: "U8"}
 _CHUNK = 8 << 20
-_HASHERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mlxchat-crc")
+_HASHERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mlxchat-hash")
 
 
 SegmentRejected = SnapshotRejected
@@ -47,7 +47,7 @@ class SegmentInfo:
     end: int
     bytes: int
     checksum: str
-    """CRC-32 of the file, as 8 hex digits."""
+    """Of the whole file (``engine.checksum``)."""
     kv_bits: int | None
     mlx_lm_version: str = MLX_LM_VERSION
 
@@ -121,7 +121,7 @@ def write(path: Path, layers: Sequence[Any], start: int, end: int, tokens: Seque
     try:
         with os.fdopen(fd, "wb") as fh:
             try:
-                crc, size = _write_safetensors(fh, tensors, metadata)
+                checksum, size = _write_safetensors(fh, tensors, metadata)
                 fh.flush()
                 os.fsync(fh.fileno())
             except RuntimeError as exc:  # a failed write below Python, as MLX reports it
@@ -131,11 +131,11 @@ def write(path: Path, layers: Sequence[Any], start: int, end: int, tokens: Seque
         tmp.unlink(missing_ok=True)
     bits = next((c.bits for c in layers if isinstance(c, QuantizedKVCache)), None)
     return SegmentInfo(path=str(path), start=start, end=end, bytes=size,
-                       checksum=f"{crc:08x}", kv_bits=bits)
+                       checksum=checksum, kv_bits=bits)
 
 
 def _write_safetensors(fh: BinaryIO, tensors: dict[str, mx.array],
-                       metadata: dict[str, str]) -> tuple[int, int]:
+                       metadata: dict[str, str]) -> tuple[str, int]:
     header: dict[str, Any] = {"__metadata__": metadata}
     hosts, offset = [], 0
     for name, arr in tensors.items():
@@ -146,51 +146,47 @@ def _write_safetensors(fh: BinaryIO, tensors: dict[str, mx.array],
         hosts.append(host)
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-len(raw) % 8)
-    crc = 0
+    hasher = checksum_of.Hasher()
     for piece in (struct.pack("<Q", len(raw)), raw):
         fh.write(piece)
-        crc = zlib.crc32(piece, crc)
+        hasher.update(piece)
     for host in hosts:
         view = memoryview(host).cast("B")
         for i in range(0, len(view), _CHUNK):
             chunk = view[i:i + _CHUNK]
             fh.write(chunk)
-            crc = zlib.crc32(chunk, crc)
-    return crc, 8 + len(raw) + offset
+            hasher.update(chunk)
+    return hasher.label(), 8 + len(raw) + offset
 
 
 # -- reading --------------------------------------------------------------------------
 
 
-def file_crc(path: Path) -> str:
-    crc = 0
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            crc = zlib.crc32(chunk, crc)
-    return f"{crc:08x}"
-
-
 def checksums(refs: Sequence[SegmentRef]) -> list[Future[str]]:
-    """Start the files' CRC-32s in threads (zlib lets go of the GIL), so they
-    overlap with MLX reading the same files on the engine thread."""
-    return [_HASHERS.submit(_crc_or_none, ref.path) for ref in refs]
+    """Start the files' checksums in threads (the hashes let go of the GIL), so
+    they overlap with MLX reading the same files on the engine thread."""
+    return [_HASHERS.submit(_checksum_or_none, ref) for ref in refs]
 
 
-def _crc_or_none(path: Path) -> str:
+def _checksum_or_none(ref: SegmentRef) -> str:
     try:
-        return file_crc(path)
+        return checksum_of.of_file(ref.path, ref.checksum)
     except OSError:
         return ""
 
 
 def read(ref: SegmentRef, *, fingerprint: str, template_hash: str,
-         crc: Future[str] | None = None) -> tuple[dict[str, mx.array], list[dict[str, Any]]]:
-    """The arrays of one segment and its layer descriptions, or SegmentRejected.
-    ``crc`` is the file's checksum being computed (see ``checksums``)."""
+         crc: Future[str] | None = None, verify: bool = True
+         ) -> tuple[dict[str, mx.array], list[dict[str, Any]]]:
+    """The arrays of one segment (read lazily, when evaluated) and its layer
+    descriptions, or SegmentRejected. ``crc`` is the file's checksum being
+    computed (see ``checksums``); ``verify=False`` leaves checking it to the
+    caller (``segment_restore``), who must before trusting the arrays."""
     arrays, meta = load_checked(
         ref.path, lambda p: mx.load(p, return_metadata=True), FORMAT, "an mlxchat KV segment",
         fingerprint=fingerprint, template_hash=template_hash,
-        checksum_ok=lambda: (crc.result() if crc else file_crc(ref.path)) == ref.checksum)
+        checksum_ok=None if not verify else
+        lambda: (crc.result() if crc else _checksum_or_none(ref)) == ref.checksum)
     try:
         span = int(meta["start"]), int(meta["end"])
         tokens = [int(t) for t in json.loads(meta["tokens"])]

@@ -3,7 +3,8 @@
 Both files are TOML tables ``[models."alias"]`` (or one inline table a line
 under ``[models]``) with a ``source`` (a model spec: Hugging Face repo, folder,
 .gguf file or ``bundled:...``) and optional ``context``, ``size_mb``, ``bits``,
-``kv_kb``, ``licence``, ``description`` and ``rope_scaling`` (a table passed
+``kv_kb``, ``licence``, ``draft`` (a small sibling for speculative decoding),
+``description`` and ``rope_scaling`` (a table passed
 to the model's config, e.g. YaRN with ``context`` the stretched window). Stdlib only.
 """
 
@@ -39,6 +40,9 @@ class CatalogEntry:
     kv_bytes_per_token: int | None = None
     """KV cache bytes per token at 16 bits (full-attention layers), from the config."""
     licence: str = ""
+    draft: str | None = None
+    """A small sibling with the same tokenizer, for speculative decoding
+    (``/set draft auto``); an alias or a spec."""
 
 
 def _entries(text: str, *, user: bool, origin: str) -> list[CatalogEntry]:
@@ -57,6 +61,7 @@ def _entries(text: str, *, user: bool, origin: str) -> list[CatalogEntry]:
             description=item.get("description", ""), user=user,
             kv_bytes_per_token=int(item["kv_kb"] * 1024) if item.get("kv_kb") else None,
             licence=item.get("licence", ""),
+            draft=item["draft"] if isinstance(item.get("draft"), str) else None,
             rope_scaling=item["rope_scaling"] if isinstance(item.get("rope_scaling"), dict)
             else None))
     return entries
@@ -81,6 +86,12 @@ def list_entries() -> list[CatalogEntry]:
 
 def lookup(alias: str) -> CatalogEntry | None:
     return next((e for e in list_entries() if e.alias == alias), None)
+
+
+def draft_for(spec: str) -> str | None:
+    """The catalog's draft pairing for a model given by alias or source."""
+    entry = next((e for e in list_entries() if spec in (e.alias, e.source)), None)
+    return entry.draft if entry is not None else None
 
 
 def _toml_string(value: str) -> str:

@@ -40,7 +40,7 @@ class SegmentRecord:
     path: str
     """Relative to the data folder."""
     checksum: str
-    """CRC-32 of the file, computed while writing it."""
+    """Of the whole file, computed while writing it (``engine.checksum``)."""
     file_bytes: int
     kv_bits: int | None
     token_ids: list[int]

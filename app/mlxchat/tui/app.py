@@ -294,7 +294,8 @@ class MlxChatApp(CommandsMixin, App[int]):
         now = time.monotonic()
         if now >= self._next_gauge:  # the live figures need not move with every batch
             self._next_gauge = now + LIVE_GAUGE_SECONDS
-            self.gauges.decoding(batch.generated_tokens, batch.decode_tps, batch.part)
+            self.gauges.decoding(batch.generated_tokens, batch.decode_tps, batch.part,
+                                 speculation=batch)
             self.gauges.live_cache(batch.cached_tokens, batch.kv_bytes)
         return time.thread_time()
 

@@ -119,6 +119,13 @@ def kv_room(*, kv_bytes: int, cached_tokens: int, budget_bytes: int,
     return KvRoom(by_memory, by_window, "memory" if by_memory < by_window else "window")
 
 
+def speculation_text(acceptance: float | None, tokens_per_pass: float | None,
+                     mode: str = "") -> str:
+    """'draft 82% accepted · 2.4 tok/pass' (acceptance None: nothing proposed yet)."""
+    accepted = "nothing proposed" if acceptance is None else f"{acceptance:.0%} accepted"
+    return (f"{mode} " if mode else "") + f"{accepted} · {tokens_per_pass or 0:.2f} tok/pass"
+
+
 def stats_line(stats: TurnStats) -> str:
     """The compact line under an assistant reply."""
     parts = [
@@ -130,6 +137,11 @@ def stats_line(stats: TurnStats) -> str:
         f"reused {fmt_int(stats.reused_tokens)} / prefilled {fmt_int(stats.prefilled_tokens)}",
         cache_source_label(stats.cache_source),
     ]
+    if stats.spec_mode != "off":
+        parts.append(speculation_text(stats.acceptance, stats.tokens_per_pass,
+                                      stats.spec_mode))
+        if stats.draft_rebuilt:
+            parts.append(f"draft cache rebuilt ({fmt_int(stats.draft_prefilled_tokens)} tokens)")
     if stats.miss_reason:
         parts.append(f"miss: {stats.miss_reason}")
     if stats.dropped_messages:

@@ -63,6 +63,9 @@ class Batch:
     kv_bytes: int = 0
     part: str = "answer"
     """'reasoning' or 'answer': a batch holds one part."""
+    acceptance: float | None = None
+    """While speculating: the share of proposed tokens accepted so far."""
+    tokens_per_pass: float | None = None
 
 
 def pump_turn(events: Iterable[Event], *, on_text: Callable[[Batch], None],
@@ -83,7 +86,8 @@ def pump_turn(events: Iterable[Event], *, on_text: Callable[[Batch], None],
         nonlocal pending
         if last is not None and pending:
             on_text(Batch("".join(pending), last.generated_tokens, last.decode_tps,
-                          last.cached_tokens, last.kv_bytes, last.part))
+                          last.cached_tokens, last.kv_bytes, last.part, last.acceptance,
+                          last.tokens_per_pass))
         pending = []
 
     iterator = iter(events)

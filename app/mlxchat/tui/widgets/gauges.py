@@ -7,6 +7,7 @@ composed and the stylesheet shows one, on the screen's breakpoint class.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -25,6 +26,7 @@ from mlxchat.tui.formatting import (
     fmt_tps,
     kv_bits_label,
     kv_room,
+    speculation_text,
     usage_level,
 )
 from mlxchat.tui.widgets.meter import Meter
@@ -166,13 +168,20 @@ class GaugesPanel(Vertical):
                              cache_source="warm")
         self._render_state()
 
-    def decoding(self, generated_tokens: int, tps: float, part: str = "answer") -> None:
+    def decoding(self, generated_tokens: int, tps: float, part: str = "answer", *,
+                 speculation: Any = None) -> None:
+        """``speculation``: anything with ``acceptance`` and ``tokens_per_pass``
+        (None on both, or no object, when not speculating)."""
         self._live = "decode"
         self.query_one("#live-meter", Meter).display = False
         tokens = f"{fmt_int(generated_tokens)} tokens"
         verb = "thinking" if part == "reasoning" else "decoding"
-        self._text("#live-text", f"{verb} {tokens}\n{fmt_tps(tps)}")
-        self._text("#compact-live", f"[b]{verb}[/] {tokens} · {fmt_tps(tps)}")
+        spec = ""
+        if speculation is not None and speculation.tokens_per_pass is not None:
+            spec = speculation_text(speculation.acceptance, speculation.tokens_per_pass)
+        self._text("#live-text", f"{verb} {tokens}\n{fmt_tps(tps)}" + (f"\n{spec}" if spec else ""))
+        self._text("#compact-live", f"[b]{verb}[/] {tokens} · {fmt_tps(tps)}"
+                   + (f" · {spec}" if spec else ""))
 
     def idle(self) -> None:
         self._live = "idle"
@@ -221,6 +230,8 @@ class GaugesPanel(Vertical):
              f" of {fmt_bytes(budget)} budget"),
             f"room [b]{fmt_int(room.tokens)}[/] tokens ({room.limit} limit)",
         ]
+        if state.draft_kv_bytes:
+            lines.append(f"+ draft {escape(state.draft_model)} {fmt_bytes(state.draft_kv_bytes)}")
         if room.by_memory is None:
             lines.append("memory rate: after the first turn")
         elif room.limit == "window":
@@ -253,6 +264,9 @@ class GaugesPanel(Vertical):
         if stats.reasoning_tokens:
             lines.append(f"thinking {fmt_int(stats.reasoning_tokens)} · answer "
                          f"{fmt_int(stats.answer_tokens)} tokens")
+        if stats.spec_mode != "off":
+            lines.append(f"{stats.spec_mode} "
+                         + speculation_text(stats.acceptance, stats.tokens_per_pass))
         if stats.miss_reason:
             lines.append(f"[$warning]miss: {escape(stats.miss_reason)}[/]")
         return "\n".join(lines)

@@ -1,0 +1,193 @@
+"""Speculative decoding (a draft model, prompt lookup) on tiny random models:
+greedy replies are token for token those of plain decoding, untrimmable caches
+and foreign vocabularies are refused, and the caches stay what their token
+lists say after a cancel."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from mlxchat.chat import GenerationSettings, Message
+from mlxchat.engine import ChatEngine, EngineError, TextDelta, TurnDone
+from mlxchat.engine import kv
+from mlxchat.engine.lookup import Proposer
+from mlxchat.models.loader import load_folder
+from mlxchat.models.tiny import write_tiny_model
+
+from tests.families.builders import FAMILIES, write_family_model
+
+from .conftest import run
+
+PLAIN = GenerationSettings(temperature=0.0, max_tokens=24)
+WIDE = dict(hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=128)
+
+
+def _family(tmp_path_factory, name: str, seed: int = 0):
+    fam = next(f for f in FAMILIES if f.name == name)
+    return load_folder(write_family_model(fam, tmp_path_factory.mktemp(name), seed=seed))
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory, tiny, tiny64):
+    """Targets and drafts by name: each draft shares its target's tokenizer."""
+    def folder(name, **kw):
+        return load_folder(write_tiny_model(tmp_path_factory.mktemp(name), **kw))
+    return {
+        "llama": tiny, "llama-draft": folder("llama-draft", seed=1),
+        "llama64": tiny64, "llama64-draft": folder("llama64-draft", seed=1, **WIDE),
+        "qwen3": _family(tmp_path_factory, "qwen3"),
+        "qwen3-draft": _family(tmp_path_factory, "qwen3", seed=1),
+    }
+
+
+def _turns(engine: ChatEngine, settings: GenerationSettings) -> list[TurnDone]:
+    """Two turns, the second after the first's reply (the cache is reused)."""
+    msgs = [Message("system", "You are terse."), Message("user", "abc abc abc abc abc")]
+    first = run(engine, msgs, settings)
+    msgs += [Message("assistant", first.reply), Message("user", "and again: abc abc")]
+    return [first, run(engine, msgs, settings)]
+
+
+CASES = [("llama", "llama-draft", None), ("llama", "llama", None),
+         ("llama64", "llama64-draft", 4), ("llama64", "llama64", 4),
+         ("qwen3", "qwen3-draft", None), ("qwen3", "qwen3", None)]
+
+
+@pytest.mark.parametrize("target,draft,kv_bits", CASES)
+def test_draft_model_replies_token_for_token_as_plain(models, target, draft, kv_bits):
+    settings = replace(PLAIN, kv_bits=kv_bits)
+    plain = ChatEngine(models[target])
+    expected = _turns(plain, settings)
+    plain.close()
+    engine = ChatEngine(models[target])
+    engine.set_draft(models[draft], draft)
+    got = _turns(engine, replace(settings, speculative="draft"))
+    assert [d.token_ids for d in got] == [d.token_ids for d in expected]
+    for done in got:
+        s = done.stats
+        assert s.spec_mode == "draft" and s.draft_tokens_proposed > 0
+        assert s.target_passes * s.tokens_per_pass == pytest.approx(s.generated_tokens)
+    if draft == target:  # a model drafting for itself proposes what it then samples
+        assert all(d.stats.acceptance > 0.7 for d in got)
+        assert all(d.stats.target_passes < d.stats.generated_tokens for d in got)
+    # The draft's cache holds a prefix of what the target's holds.
+    held = engine.cached_tokens
+    assert engine.draft_cached_tokens == held[:len(engine.draft_cached_tokens)]
+    assert len(engine.draft_cached_tokens) >= len(held) - 1
+    engine.close()
+
+
+@pytest.mark.parametrize("target,kv_bits", [("llama", None), ("llama64", 4), ("qwen3", None)])
+def test_prompt_lookup_replies_token_for_token_as_plain(models, target, kv_bits):
+    settings = replace(PLAIN, kv_bits=kv_bits)
+    plain = ChatEngine(models[target])
+    expected = _turns(plain, settings)
+    plain.close()
+    engine = ChatEngine(models[target])
+    got = _turns(engine, replace(settings, speculative="lookup"))
+    assert [d.token_ids for d in got] == [d.token_ids for d in expected]
+    assert all(d.stats.spec_mode == "lookup" for d in got)
+    engine.close()
+
+
+def test_prompt_lookup_accepts_proposals_when_the_reply_repeats(models):
+    engine = ChatEngine(models["llama"])
+    done = run(engine, [Message("user", "ab ab ab ab ab ab ab ab")],
+               replace(PLAIN, max_tokens=48, speculative="lookup"))
+    ids = done.token_ids
+    # The tiny model's greedy reply falls into a loop, which lookup can propose.
+    assert any(ids[i:i + 3] == ids[j:j + 3] for i in range(len(ids) - 3)
+               for j in range(i + 1, len(ids) - 3))
+    s = done.stats
+    assert s.draft_tokens_accepted > 0 and s.target_passes < s.generated_tokens
+    engine.close()
+
+
+def propose(history, k):
+    return Proposer(history).propose(k)
+
+
+def test_propose_takes_what_followed_the_last_occurrence():
+    assert propose([1, 2, 3, 9, 1, 2, 3, 7, 5, 1, 2, 3], 2) == [7, 5]
+    assert propose([4, 5, 6], 3) == []
+    assert propose([8, 1, 8, 1], 4) == [8, 1]
+    assert propose([8, 1, 7, 8], 4) == []  # one token alone proposes nothing
+
+
+def test_proposals_follow_the_history_as_it_grows():
+    """The index answers as a scan of the whole history would, token by token."""
+    import random
+
+    rng = random.Random(7)
+    tokens = [rng.randrange(6) for _ in range(400)]
+    grown = Proposer(tokens[:5])
+    for i in range(5, len(tokens)):
+        history = tokens[:i]
+        scan = []
+        for n in (3, 2):
+            tail = history[-n:]
+            hit = next((s for s in range(len(history) - n - 1, -1, -1)
+                        if history[s:s + n] == tail), None)
+            if hit is not None:
+                scan = history[hit + n:hit + n + 3]
+                break
+        assert grown.propose(3) == scan == Proposer(history).propose(3)
+        grown.extend([tokens[i]])
+
+
+@pytest.fixture(scope="module")
+def gemma(tmp_path_factory):
+    return _family(tmp_path_factory, "gemma3")
+
+
+def test_sliding_window_model_is_refused_and_nothing_changes(gemma, models):
+    engine = ChatEngine(gemma)
+    with pytest.raises(EngineError, match="RotatingKVCache"):
+        engine.set_draft(gemma, "gemma")
+    assert engine.draft_spec is None
+    assert "RotatingKVCache" in engine.speculation_problem("lookup")
+    with pytest.raises(EngineError, match="cannot be trimmed"):
+        run(engine, [Message("user", "hi")], replace(PLAIN, speculative="lookup"))
+    engine.close()
+    llama = ChatEngine(models["llama"])
+    with pytest.raises(EngineError, match="draft"):
+        llama.set_draft(gemma, "gemma")  # the draft's caches are checked too
+    llama.close()
+
+
+def test_draft_with_another_vocabulary_is_refused(tmp_path_factory, models):
+    foreign = _family(tmp_path_factory, "llama3")
+    engine = ChatEngine(models["llama"])
+    engine.set_draft(models["llama-draft"], "llama-draft")
+    with pytest.raises(EngineError, match="vocabulary"):
+        engine.set_draft(foreign, "llama3")
+    assert engine.draft_spec == "llama-draft"  # the previous draft stays
+    engine.close()
+
+
+def test_cancel_mid_speculation_keeps_the_caches_consistent(models):
+    msgs = [Message("user", "abc abc abc abc")]
+    settings = replace(PLAIN, max_tokens=200)
+    engine = ChatEngine(models["llama"])
+    engine.set_draft(models["llama"], "self")
+    seen = 0
+    for event in engine.turn(msgs, replace(settings, speculative="draft")):
+        if isinstance(event, TextDelta):
+            seen += 1
+            if seen == 7:
+                engine.cancel()
+        elif isinstance(event, TurnDone):
+            done = event
+    assert done.stats.finish_reason == "cancelled" and done.stats.generated_tokens < 200
+    live, draft = engine._live, engine._draft  # noqa: SLF001 - the test reads the caches
+    assert len(live.tokens) == kv.offset(live.layers)
+    assert len(draft.live.tokens) == kv.offset(draft.live.layers)
+    assert draft.live.tokens == live.tokens[:len(draft.live.tokens)]
+    follow = msgs + [Message("assistant", done.reply), Message("user", "go on")]
+    got = run(engine, follow, replace(PLAIN, speculative="draft"))
+    assert got.stats.reused_tokens > 0
+    plain = ChatEngine(models["llama"])
+    assert got.token_ids == run(plain, follow, PLAIN).token_ids
+    plain.close()
+    engine.close()
