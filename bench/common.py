@@ -7,6 +7,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from mlxchat.conversation import Conversation, TextDelta, TurnDone
 from mlxchat.models.info import LoadedModel
 
 
@@ -47,3 +48,16 @@ def raw_decode_tps(loaded: LoadedModel, prompt_ids: list[int], max_tokens: int) 
 
 def median(xs: list[float]) -> float:
     return statistics.median(xs)
+
+
+def wall_ttft(conv: Conversation, text: str) -> tuple[float, TurnDone]:
+    """Send ``text``: wall seconds to the first streamed text, and the TurnDone."""
+    enter = time.perf_counter()
+    first, done = None, None
+    for event in conv.send(text):
+        if isinstance(event, TextDelta) and first is None:
+            first = time.perf_counter() - enter
+        elif isinstance(event, TurnDone):
+            done = event
+    assert done is not None
+    return (first if first is not None else done.stats.ttft_s), done

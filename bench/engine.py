@@ -10,6 +10,9 @@ typing_ttft_ratio=X (TTFT of a ~60-token message typed at 5 chars/s with prefill
 while typing / without, after a ~1000-token warm history) spec_accept=X (share
 of proposals accepted with the model as its own draft) spec_speed=X (decode
 tok/s with prompt lookup / plain, see speculation.py)
+pinned_ttft_ratio=X pinned_recompute_ratio=X (TTFT of the first message of a new
+session pinning a ~2,000-token document already in the prefix store / without
+the document; and with the document's KV computed instead)
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from common import median, pick_model, raw_decode_tps  # noqa: E402
 import kv_disk  # noqa: E402
 import speculation  # noqa: E402
 import typing_ahead  # noqa: E402
+import pinned  # noqa: E402
 
 from mlxchat.chat import GenerationSettings, Message  # noqa: E402
 from mlxchat.engine import ChatEngine, TurnDone  # noqa: E402
@@ -159,6 +163,7 @@ def main() -> int:
     warm_eng.close()
     typing = typing_ahead.measure(loaded)
     spec = speculation.measure(loaded, tokens=decode_tokens, repeats=repeats)
+    pins = pinned.measure(loaded, repeats=repeats)
     for f in snap_dir.iterdir():
         os.unlink(f)
 
@@ -169,7 +174,7 @@ def main() -> int:
           f"resume_speedup={median(cold) / median(resumed):.1f} "
           f"snapshot_size_ratio={snap.bytes / live_kv:.3f} "
           f"kv4_bytes_ratio={q.stats.kv_bytes / plain_bytes:.3f} "
-          + " ".join(f"{k}={v:.3f}" for k, v in {**disk, **typing, **spec}.items()))
+          + " ".join(f"{k}={v:.3f}" for k, v in {**disk, **typing, **spec, **pins}.items()))
     return 0
 
 

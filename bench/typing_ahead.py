@@ -15,8 +15,10 @@ import threading
 import time
 from pathlib import Path
 
+from common import wall_ttft
+
 from mlxchat.config import Settings
-from mlxchat.conversation import Conversation, TextDelta, TurnDone, settled_text
+from mlxchat.conversation import Conversation, TurnDone, settled_text
 from mlxchat.engine import ChatEngine
 from mlxchat.models.info import LoadedModel
 from mlxchat.store import open_store
@@ -34,18 +36,6 @@ def _message(conv: Conversation, lead: str, target: int) -> str:
         text += " " + WORDS[i % len(WORDS)]
         i += 1
     return text
-
-
-def _ttft(conv: Conversation, text: str) -> tuple[float, TurnDone]:
-    enter = time.perf_counter()
-    first, done = None, None
-    for event in conv.send(text):
-        if isinstance(event, TextDelta) and first is None:
-            first = time.perf_counter() - enter
-        elif isinstance(event, TurnDone):
-            done = event
-    assert done is not None
-    return (first if first is not None else done.stats.ttft_s), done
 
 
 def _typed(conv: Conversation, text: str) -> tuple[float, TurnDone]:
@@ -67,7 +57,7 @@ def _typed(conv: Conversation, text: str) -> tuple[float, TurnDone]:
         time.sleep(max(0.0, start + i / CHARS_PER_S - time.perf_counter()))
         shown[0] = text[:i]
     stop.set()
-    result = _ttft(conv, text)
+    result = wall_ttft(conv, text)
     worker.join()
     return result
 
@@ -85,9 +75,9 @@ def measure(loaded: LoadedModel, *, history_tokens: int = 1000,
     history = filler
     while len(tok.encode(history)) < history_tokens:
         history += filler
-    _ttft(conv, history)  # the warm history
+    wall_ttft(conv, history)  # the warm history
     plain_text = _message(conv, "Now", message_tokens)
-    plain, plain_done = _ttft(conv, plain_text)
+    plain, plain_done = wall_ttft(conv, plain_text)
     conv.undo()
     typed_text = _message(conv, "Please", message_tokens)
     typed, typed_done = _typed(conv, typed_text)

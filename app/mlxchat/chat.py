@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import asdict, dataclass, field, fields
 import math
 import re
-from typing import Any, Callable, Literal, Self
+from typing import Any, Callable, Literal, Self, Sequence
 
 Role = Literal["system", "user", "assistant"]
 CacheSource = Literal["warm", "snapshot", "cold"]
@@ -242,6 +243,34 @@ class TurnStats(Record):
     full'); the reply is stored either way, the next open recomputes the cache."""
 
 
+@dataclass(frozen=True)
+class Pin:
+    """A document pinned into a session right after its system prompt."""
+
+    name: str
+    path: str
+    """Where it was read from (shown only; the text below is what the model sees)."""
+    text: str
+    tokens: int = 0
+    """What it adds to the prompt, counted when it was pinned."""
+    prefix_key: str | None = None
+    """The shared KV prefix of the session's system part (same on all its pins)."""
+
+    @property
+    def text_hash(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def pinned_block(name: str, text: str) -> str:
+    """How a pinned document goes into the system part."""
+    return f'<document name="{name}">\n{text}\n</document>'
+
+
+def pinned_system(system: str | None, pins: Sequence[Pin]) -> str | None:
+    parts = ([system] if system else []) + [pinned_block(p.name, p.text) for p in pins]
+    return "\n\n".join(parts) if parts else None
+
+
 @dataclass
 class Session:
     """A saved conversation: settings plus the messages of its current branch."""
@@ -258,6 +287,14 @@ class Session:
     updated: float | None = None
     title_locked: bool = False
     """True once the user renamed it; titles no longer follow the first message."""
+    pins: list[Pin] = field(default_factory=list)
+    """Documents pinned after the system prompt, in order (``/pin``)."""
+
+    @property
+    def context_system(self) -> str | None:
+        """What the model gets as its system part: the system prompt, then each
+        pinned document (the exact token prefix pinned sessions share)."""
+        return pinned_system(self.system_prompt, self.pins)
 
 
 def human_bytes(n: int | float) -> str:
@@ -284,6 +321,8 @@ class SessionSummary:
     """Size of the session's KV snapshot file on disk, 0 if none."""
     snippet: str = ""
     """For a search result: the matching text with the match in [brackets]."""
+    pins: int = 0
+    """Documents pinned to it."""
 
 
 def relative_time(ts: float, now: float | None = None) -> str:

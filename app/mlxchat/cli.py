@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--session", "-s", help="open a saved session by id or title")
     parser.add_argument("--context", type=int, metavar="N",
                         help="cap the context window of new sessions at N tokens")
+    parser.add_argument("--pin", action="append", default=[], metavar="FILE",
+                        help="pin FILE after the system prompt of the session it opens "
+                             "(repeatable); its KV is shared with other sessions pinning it")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     ask = sub.add_parser("ask", help="answer one prompt, streaming to stdout",
@@ -163,11 +166,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         from mlxchat.cli_sessions import run_sessions
 
         return run_sessions(args)
+    for name in args.pin:
+        if not os.path.isfile(name):
+            raise UserError(f"--pin {name}: no such file")
     _need_terminal()
     from mlxchat.tui.app import run_app
 
     return run_app(settings, model=args.model, continue_last=args.continue_last,
-                   session=args.session)
+                   session=args.session, pins=args.pin)
 
 
 def _need_terminal() -> None:

@@ -28,6 +28,7 @@ from mlxchat.session_cache import SessionCache
 from mlxchat.session_views import EngineViews
 from mlxchat.session_speculation import Speculating
 from mlxchat.session_life import SessionLife
+from mlxchat.session_pins import PinnedDocs
 from mlxchat.session_typing import TypingAhead, settled_text
 from mlxchat.pending_reply import PendingReply, ReplyKeeper, store_unsaved
 from mlxchat.session_lock import SessionLock
@@ -63,7 +64,8 @@ PENDING_WAIT_S = 2.0
 QUIT_SAVE_WAIT_S = 10.0
 
 
-class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, Speculating):
+class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, Speculating,
+                   PinnedDocs):
     def __init__(self, *, settings: Settings, store: SessionStore, engine: Engine,
                  model_spec: str, load_model: ModelLoader | None = None,
                  session: Session | None = None, keep_snapshots: bool = True,
@@ -120,6 +122,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, Speculat
         self.attachments.clear()
         self.last_stats = None
         self.last_snapshot = None
+        self.last_prefix = None
         self._call_settings = None
 
     def open_session(self, id_or_title: str | int) -> Session:
@@ -191,7 +194,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, Speculat
         self._call_settings = settings
 
     def _with_system(self, messages: list[Message]) -> list[Message]:
-        system = self.session.system_prompt
+        system = self.session.context_system
         return ([Message("system", system)] if system else []) + list(messages)
 
     def engine_messages(self, extra: list[Message] | None = None) -> list[Message]:
@@ -285,6 +288,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, Speculat
                 # A wrapped window or recurrent state cannot be trimmed back: take
                 # the branch's state at its last saved turn from disk instead.
                 self.restore_snapshot()
+            self._prepare_prefix(plan.prompt.tokens)
             for event in self.engine.turn(plan.prompt, self.generation):
                 if isinstance(event, TurnDone):
                     done = event
@@ -295,6 +299,7 @@ class Conversation(SessionLife, SessionCache, EngineViews, TypingAhead, Speculat
                         self._checkpoint(parent, "".join(pieces), "".join(thought))
                 yield event
         finally:
+            self._keep_prefix(done.stats if done is not None else None)
             if done is not None:
                 self._finish(done, plan.key)
             elif pieces or thought:

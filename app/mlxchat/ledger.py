@@ -5,7 +5,8 @@ before and the cache always matches. Warm, resumed and cold turns therefore
 give the same reply by construction.
 
 A new ledger starts (the whole conversation rendered once, with the reason)
-when there is none yet, when the model, template or system prompt changed, or
+when there is none yet, when the model, template, system prompt or pinned
+documents changed, or
 when the context policy had to drop messages to fit.
 """
 
@@ -54,8 +55,11 @@ def key_for(engine: Engine, session: Session, options: TemplateOptions) -> str:
     never the tokens earlier messages were sent with."""
     info = engine.info
     kept = replace(options, enable_thinking=None)
+    system = _short_hash(session.system_prompt or "")
+    if session.pins:  # sessions without pins keep the keys they always had
+        system += "+" + _short_hash(session.context_system or "")
     return ":".join((_short_hash(info.fingerprint + info.chat_template_hash),
-                     _short_hash(session.system_prompt or ""), _short_hash(repr(kept))))
+                     system, _short_hash(repr(kept))))
 
 
 def _key_change(old: str | None, new: str) -> str:
@@ -65,6 +69,8 @@ def _key_change(old: str | None, new: str) -> str:
     if len(parts[0]) != 3 or parts[0][0] != parts[1][0]:
         return "model or chat template changed: new token ledger"
     if parts[0][1] != parts[1][1]:
+        if parts[0][1].split("+")[0] == parts[1][1].split("+")[0]:
+            return "pinned documents changed"
         return "system prompt changed"
     return "template options changed: new token ledger"
 
@@ -96,7 +102,7 @@ class Ledger:
         self.key = key_for(engine, session, self.options)
 
     def _with_system(self, messages: Sequence[Message]) -> list[Message]:
-        system = self.session.system_prompt
+        system = self.session.context_system
         return ([Message("system", system)] if system else []) + list(messages)
 
     def _rendered(self, messages: Sequence[Message], reason: str | None) -> FittedPrompt:
@@ -116,7 +122,7 @@ class Ledger:
         if ids is not None and (not history or history[-1].role == "assistant"):
             try:
                 user_ids = self.engine.message_ids(
-                    text, system=self.session.system_prompt,
+                    text, system=self.session.context_system,
                     previous=history[-1].token_ids if history else None, options=self.options)
             except TemplateNotIncremental as exc:
                 reason = f"{exc}: new token ledger"

@@ -79,7 +79,8 @@ class SessionCache:
         if rows:
             covered = self._path_to(rows[-1].message_id)
             self.last_snapshot = self.engine.load_segments(
-                segment_refs(rows), conversation=self._with_system(covered))
+                self._prefix_refs(rows[0]) + segment_refs(rows),
+                conversation=self._with_system(covered))
             return self.last_snapshot
         return self._restore_whole_snapshot()
 
@@ -107,11 +108,13 @@ class SessionCache:
         if not self._keep_snapshots or session_id is None or leaf is None:
             return None
         live = self.engine.cached_tokens
-        start = 0
+        start, prefix_key = self._stored_prefix(live)
+        base = start
         for row in self.store.branch_segments(leaf):
             file = paths.snapshot_file(row.path)
             if (row.start != start or live[row.start:row.end] != row.token_ids
-                    or file is None or not file.is_file()):
+                    or file is None or not file.is_file()
+                    or (base and row.start == base and row.prefix_key != prefix_key)):
                 break  # rewrite from here: what follows cannot be restored
             start = row.end
         if start >= len(live):
@@ -124,7 +127,7 @@ class SessionCache:
             self.store.record_segment(
                 session_id, leaf, start=start, end=info.end, path=f"snapshots/{name}",
                 checksum=info.checksum, file_bytes=info.bytes, kv_bits=info.kv_bits,
-                token_ids=live[start:info.end])
+                token_ids=live[start:info.end], prefix_key=prefix_key if start else None)
         except (OSError, RuntimeError, ValueError, StoreError) as exc:
             warning = f"snapshot not saved: {failure_words(exc)}"
             log.warning(warning)
@@ -134,6 +137,29 @@ class SessionCache:
         if start == 0:  # a whole-cache snapshot from before segments is superseded
             remove_files(self.store.drop_snapshots(session_id))
         return path
+
+    def _stored_prefix(self, live: Sequence[int]) -> tuple[int, str | None]:
+        """Where the session's own segments start: after its pinned prefix when
+        that is stored and the live cache begins with it (its KV is not written
+        again), else at 0."""
+        pins = self.session.pins
+        record = self.store.prefix(pins[0].prefix_key) if pins and pins[0].prefix_key else None
+        if record is None or list(live[:len(record.token_ids)]) != record.token_ids:
+            return 0, None
+        file = paths.snapshot_file(record.path)
+        if file is None or not file.is_file() or len(record.token_ids) >= len(live):
+            return 0, None
+        return len(record.token_ids), record.key
+
+    def _prefix_refs(self, first: SegmentRecord) -> list[SegmentRef]:
+        """The stored prefix a branch's first segment continues, as its first
+        reference ([] when it starts at 0, or the prefix is gone: then the
+        restore stops there and the turn recomputes)."""
+        record = self.store.prefix(first.prefix_key) if first.start and first.prefix_key else None
+        file = paths.snapshot_file(record.path) if record else None
+        if record is None or file is None or len(record.token_ids) != first.start:
+            return []
+        return [SegmentRef(file, 0, first.start, record.checksum, record.token_ids)]
 
     def drop_snapshot(self) -> int:
         """Forget the live cache and delete the session's snapshot and segment files."""
@@ -150,7 +176,7 @@ class SessionCache:
 
     def cache_on_disk(self) -> CacheOnDisk:
         rows = self.store.branch_segments(self.session.leaf_id) if self.session.id else []
-        covered = 0
+        covered = rows[0].start if rows and rows[0].prefix_key else 0  # the shared prefix
         for r in rows:
             if r.start != covered:
                 break

@@ -138,8 +138,8 @@ class SessionLife:
         if session_id is None:
             return False
         try:
-            if self.store.all_messages(session_id):
-                return False
+            if self.store.all_messages(session_id) or self.session.pins:
+                return False  # a pinned document is something written to it too
             remove_files(self.store.delete_session(session_id))
         except Exception as exc:  # noqa: BLE001 - cleanup on exit must not fail the exit
             log.warning("empty session #%s not removed: %s", session_id, exc)

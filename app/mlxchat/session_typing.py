@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mlxchat.chat import GenerationSettings, Message, attachment_block
+from mlxchat.chat import GenerationSettings, Message, TurnStats, attachment_block
 from mlxchat.engine.prompt import common_prefix
 from mlxchat.errors import MlxchatError
 
@@ -46,6 +46,10 @@ class TypingAhead:
         def generation(self) -> GenerationSettings: ...
 
         def _ledger(self) -> Ledger: ...
+
+        def _prepare_prefix(self, tokens: list[int]) -> None: ...
+
+        def _keep_prefix(self, stats: TurnStats | None = None) -> None: ...
 
     def typed_tokens(self, text: str) -> list[int] | None:
         """The prompt tokens sending a message that starts with ``text`` will
@@ -83,5 +87,9 @@ class TypingAhead:
         if planned is None:
             return 0
         tokens, history = planned
-        return self.engine.prefill(tokens, self.generation, floor=history,
-                                   current=lambda: self.turns_started == seen)
+        self._prepare_prefix(tokens)
+        try:
+            return self.engine.prefill(tokens, self.generation, floor=history,
+                                       current=lambda: self.turns_started == seen)
+        finally:
+            self._keep_prefix()

@@ -3,6 +3,7 @@ figures, token counts and how a reply is shown. Nothing here changes state."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from mlxchat.chat import GenerationSettings, Message, TurnStats
@@ -31,12 +32,14 @@ class EngineViews:
 
         def _ledger(self) -> Ledger: ...
 
+        def pinned_in_cache(self) -> int: ...
+
     @property
     def model_info(self) -> ModelInfo:
         return self.engine.info
 
     def state(self) -> EngineState:
-        return self.engine.state()
+        return replace(self.engine.state(), pinned_tokens=self.pinned_in_cache())
 
     def branch_stats(self) -> TurnStats | None:
         """The live turn's stats, else those stored with the branch's last reply."""

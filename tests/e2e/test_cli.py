@@ -52,6 +52,7 @@ def test_ask_streams_plain_text_from_stdin(bundled_model_dir):
     (("ask", "--model", "some-org/not-downloaded", "x"), "some-org/not-downloaded"),
     (("sessions", "show", "nope"), "No session matches"),
     (("ask", "--top-p", "0", "x"), "top_p must be > 0 and <= 1"),
+    (("--pin", "/no/such/notes.md"), "--pin /no/such/notes.md: no such file"),
 ])
 def test_bad_input_is_one_clear_line(args, needle):
     proc = mlxchat(*args)

@@ -22,10 +22,10 @@ from mlxchat.commands.registry import Registry
 
 def default_registry() -> Registry:
     """Every built-in command, /help included."""
-    from mlxchat.commands import figures, sessions, speculation, tuning, turns
+    from mlxchat.commands import figures, pins, sessions, speculation, tuning, turns
 
     return Registry([*sessions.COMMANDS, *turns.COMMANDS, *tuning.COMMANDS, *figures.COMMANDS,
-                     *speculation.COMMANDS])
+                     *speculation.COMMANDS, *pins.COMMANDS])
 
 
 __all__ = ["Args", "Command", "CommandContext", "CommandError", "CommandResult", "Completion",

@@ -115,11 +115,14 @@ def kv_bytes_per_token(ctx: CommandContext) -> tuple[float, str]:
     return conv.kv_bytes_per_token(), "measured on a two-token cache (the live one is empty)"
 
 
-def _read_text_file(ctx: CommandContext, raw: str, free: int) -> tuple[Path, str]:
+def read_text_file(ctx: CommandContext, raw: str, free: int, *, verb: str = "attach",
+                   verbed: str = "attached") -> tuple[Path, str]:
+    """The UTF-8 text of the file ``raw`` names, or a one-line CommandError
+    (a folder, too large for ``free`` tokens, binary, not UTF-8, empty)."""
     path = user_path(ctx, raw)
     name = path.name or str(path)
     if path.is_dir():
-        raise CommandError(f"{path} is a folder; attach a text file.")
+        raise CommandError(f"{path} is a folder; {verb} a text file.")
     try:
         data = read_limited(path, min(ATTACH_LIMIT_BYTES, max(free, 0) * MAX_BYTES_PER_TOKEN))
     except FileTooLarge as exc:
@@ -127,16 +130,16 @@ def _read_text_file(ctx: CommandContext, raw: str, free: int) -> tuple[Path, str
                            f"{fmt_int(max(free, 0))} tokens left in the context window.") \
             from None
     except FileRefused as exc:
-        raise CommandError(f"{exc} Attach a text file.") from None
+        raise CommandError(f"{exc} {verb.capitalize()} a text file.") from None
     if not data:
-        raise CommandError(f"{name} is empty; nothing to attach.")
+        raise CommandError(f"{name} is empty; nothing to {verb}.")
     if b"\0" in data:
         raise CommandError(f"{name} looks binary (it has NUL bytes); only text files can be "
-                           "attached.")
+                           f"{verbed}.")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise CommandError(f"{name} is not UTF-8 text; only text files can be attached.") \
+        raise CommandError(f"{name} is not UTF-8 text; only text files can be {verbed}.") \
             from None
     return path, text
 
@@ -158,7 +161,7 @@ def attach(ctx: CommandContext, args: Args) -> CommandResult:
         return CommandResult.info(f"Going with your next message: {names}.")
     window = conv.context_window
     free = conv.window_left() - sum(a.tokens for a in pending)
-    path, text = _read_text_file(ctx, args.words[0], free)
+    path, text = read_text_file(ctx, args.words[0], free)
     resolved = path.resolve()
     if any(a.path.resolve() == resolved for a in pending):
         raise CommandError(f"{path.name} is attached already; /attach --clear drops it.")

@@ -26,6 +26,7 @@ from mlxchat.engine.ahead import TypingPrefill
 from mlxchat.engine.drafting import Drafting
 from mlxchat.engine.live import LiveCache
 from mlxchat.engine.persist import DiskCache
+from mlxchat.engine.prefix import PrefixMarks
 from mlxchat.engine.progress import LiveFigures
 from mlxchat.engine.results import Decode, Prefill, Cancelled
 from mlxchat.engine.template_delta import TemplateOptions
@@ -41,7 +42,7 @@ def _close_live_engines() -> None:
         engine.close()
 
 
-class ChatEngine(TypingPrefill, DiskCache, Drafting):
+class ChatEngine(TypingPrefill, DiskCache, Drafting, PrefixMarks):
     """Drive one loaded model; every public method is safe from any thread."""
 
     def __init__(self, loaded: LoadedModel, *, chunk_seconds: float = 0.25):
@@ -248,12 +249,13 @@ class ChatEngine(TypingPrefill, DiskCache, Drafting):
         while done < total:
             if self._cancel.is_set():
                 raise Cancelled
-            n = min(self._chunk, total - done)
+            n = self._chunk_to_mark(min(self._chunk, total - done))
             t0 = time.perf_counter()
             model(mx.array(tokens[done:done + n])[None], cache=live.layers)
             mx.eval([c.state for c in live.layers])
             dt = time.perf_counter() - t0
             live.tokens.extend(tokens[done:done + n])
+            self._reach_mark()
             done += n
             if n == self._chunk:
                 self._chunk = max(16, min(2048, int(n * self.chunk_seconds / max(dt, 1e-4))))

@@ -116,3 +116,5 @@ class EngineState:
     """Bytes the draft model's KV cache holds (apart from kv_bytes)."""
     busy: bool = False
     last_stats: TurnStats | None = field(default=None)
+    pinned_tokens: int = 0
+    """Of ``cached_tokens``, the pinned documents' shared prefix (set by the conversation)."""

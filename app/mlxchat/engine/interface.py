@@ -8,6 +8,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 
 from mlxchat.chat import GenerationSettings, Message
 from mlxchat.engine.events import EngineState, Event, SnapshotInfo, SnapshotLoad
+from mlxchat.engine.prefix import PrefixSaved
 from mlxchat.engine.prompt import FittedPrompt
 from mlxchat.engine.segments import SegmentInfo, SegmentRef
 from mlxchat.engine.spec_auto import VerifyCost
@@ -62,6 +63,10 @@ class Engine(Protocol):
 
     def load_segments(self, refs: Sequence[SegmentRef], *,
                       conversation: Sequence[Message] = ()) -> SnapshotLoad: ...
+
+    def mark_prefix(self, tokens: Sequence[int] | None, path: Path | None = None) -> None: ...
+
+    def take_prefix(self) -> PrefixSaved | None: ...
 
     def needs_restore(self, tokens: Sequence[int]) -> bool: ...
 

@@ -6,6 +6,7 @@ Stdlib only (sqlite3, json); never imports textual or mlx.
 from mlxchat.store.base import CURRENT_LEAF, title_from
 from mlxchat.store.database import open_store
 from mlxchat.store.errors import SessionNotFound, StoreError, StoreLocked
+from mlxchat.store.pins import PinUse, PrefixRecord
 from mlxchat.store.records import BranchInfo, SegmentRecord, SnapshotRecord
 from mlxchat.store.schema import SCHEMA_VERSION
 from mlxchat.store.search import fts_query
@@ -15,6 +16,8 @@ __all__ = [
     "CURRENT_LEAF",
     "SCHEMA_VERSION",
     "BranchInfo",
+    "PinUse",
+    "PrefixRecord",
     "SegmentRecord",
     "SessionNotFound",
     "SessionStore",

@@ -16,6 +16,7 @@ from typing import Any, Self
 from mlxchat.chat import (GENERATION_RULES, GenerationSettings, Message, Session, TurnStats,
                           generation_problem, typed_text)
 from mlxchat.store.errors import StoreError, sqlite_errors
+from mlxchat.store.pin_rows import read_pins, write_pins
 from mlxchat.store.schema import migrate
 
 ROLES: tuple[str, ...] = ("system", "user", "assistant")
@@ -224,6 +225,7 @@ class StoreBase:
             created=row["created"],
             updated=row["updated"],
             title_locked=bool(row["title_locked"]),
+            pins=read_pins(cur, session_id),
         )
 
     def _insert_message(
@@ -271,8 +273,10 @@ class StoreBase:
                 session.updated if session.updated is not None else now,
             ),
         )
-        assert cur.lastrowid is not None
-        return cur.lastrowid
+        session_id = cur.lastrowid
+        assert session_id is not None
+        write_pins(cur, session_id, session.pins)  # a fork pins what its source did
+        return session_id
 
     def _update(self, session_id: int, column: str, value: Any) -> Session:
         # ``column`` is always one of our literals, never user text.

@@ -46,6 +46,9 @@ class SegmentRecord:
     token_ids: list[int]
     """The ledger tokens it holds: checked against the conversation before use."""
     created: float
+    prefix_key: str | None = None
+    """The stored pinned prefix it continues (the first segment of a pinned
+    session starts where that prefix ends, not at 0)."""
 
 
 @dataclass(frozen=True)

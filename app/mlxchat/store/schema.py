@@ -167,6 +167,41 @@ V8_REASONING = (
     "ALTER TABLE drafts ADD COLUMN reasoning TEXT",
 )
 
+V9_PINNED_DOCUMENTS = (
+    # Documents pinned after a session's system prompt, in order; every pin of a
+    # session names the KV prefix its system part shares with other sessions.
+    """
+    CREATE TABLE session_pins (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        position INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        path TEXT NOT NULL,
+        text TEXT NOT NULL,
+        text_hash TEXT NOT NULL,
+        token_count INTEGER NOT NULL,
+        prefix_key TEXT,
+        created REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX session_pins_by_session ON session_pins(session_id, position)",
+    "CREATE INDEX session_pins_by_prefix ON session_pins(prefix_key)",
+    # The content-addressed store of those prefixes' KV: one file per key.
+    """
+    CREATE TABLE kv_prefixes (
+        key TEXT PRIMARY KEY,
+        path TEXT NOT NULL,
+        checksum TEXT NOT NULL,
+        token_ids BLOB NOT NULL,
+        file_bytes INTEGER NOT NULL,
+        kv_bits INTEGER,
+        created REAL NOT NULL
+    )
+    """,
+    # A session's segments start where its pinned prefix ends: they name it.
+    "ALTER TABLE kv_segments ADD COLUMN prefix_key TEXT",
+)
+
 MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V1_SESSIONS_AND_MESSAGES,
     V2_CANCELLED_AND_SNAPSHOTS,
@@ -176,6 +211,7 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V6_TOKEN_LEDGER,
     V7_KV_SEGMENTS,
     V8_REASONING,
+    V9_PINNED_DOCUMENTS,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -25,22 +25,23 @@ def _record(row: sqlite3.Row) -> SegmentRecord:
                          end=row["end_token"], path=row["path"], checksum=row["checksum"],
                          file_bytes=row["file_bytes"], kv_bits=row["kv_bits"],
                          token_ids=ids_from_blob(row["token_ids"]) or [],
-                         created=row["created"])
+                         created=row["created"], prefix_key=row["prefix_key"])
 
 
 class SegmentOps(StoreBase):
     def record_segment(self, session_id: int, message_id: int, *, start: int, end: int,
                        path: str, checksum: str, file_bytes: int, kv_bits: int | None,
-                       token_ids: list[int]) -> SegmentRecord:
-        """Commit the row of a segment file already written (``path`` relative)."""
+                       token_ids: list[int], prefix_key: str | None = None) -> SegmentRecord:
+        """Commit the row of a segment file already written (``path`` relative);
+        ``prefix_key``: the stored prefix a segment starting after 0 continues."""
         with self._writing() as cur:
             self._check_message(cur, session_id, message_id)
             cur.execute(
                 "INSERT INTO kv_segments (session_id, message_id, start_token, end_token, path,"
-                " checksum, file_bytes, kv_bits, token_ids, created)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " checksum, file_bytes, kv_bits, token_ids, created, prefix_key)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (session_id, message_id, start, end, path, checksum, file_bytes, kv_bits,
-                 ids_to_blob(token_ids), time.time()))
+                 ids_to_blob(token_ids), time.time(), prefix_key))
             row = cur.execute("SELECT * FROM kv_segments WHERE id = ?",
                               (cur.lastrowid,)).fetchone()
         return _record(row)
@@ -79,9 +80,9 @@ class SegmentOps(StoreBase):
         for old, new in mapping.items():
             cur.execute(
                 "INSERT INTO kv_segments (session_id, message_id, start_token, end_token, path,"
-                " checksum, file_bytes, kv_bits, token_ids, created)"
+                " checksum, file_bytes, kv_bits, token_ids, created, prefix_key)"
                 " SELECT ?, ?, start_token, end_token, path, checksum, file_bytes, kv_bits,"
-                " token_ids, created FROM kv_segments WHERE message_id = ?",
+                " token_ids, created, prefix_key FROM kv_segments WHERE message_id = ?",
                 (session_id, new, old))
 
     def _drop_segment_rows(self, cur: sqlite3.Cursor, session_id: int) -> list[Path]:

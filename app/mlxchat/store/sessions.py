@@ -26,11 +26,12 @@ from mlxchat.store.branches import BranchOps
 from mlxchat.store.drafts import DraftOps
 from mlxchat.store.errors import SessionNotFound, StoreError
 from mlxchat.store.search import matching_sessions
+from mlxchat.store.pins import PinOps
 from mlxchat.store.segments import SegmentOps
 from mlxchat.store.snapshots import SnapshotOps
 
 
-class SessionStore(BranchOps, SnapshotOps, SegmentOps, DraftOps):
+class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
     """Sessions, branching messages and KV-snapshot bookkeeping over one connection.
 
     ``SessionStore(conn)`` puts the connection in autocommit mode (the store runs
@@ -146,6 +147,8 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, DraftOps):
                         message_count=count,
                         snapshot_bytes=snap[0] if snap else 0,
                         snippet=snippets.get(session_id, ""),
+                        pins=cur.execute("SELECT count(*) FROM session_pins WHERE session_id = ?",
+                                         (session_id,)).fetchone()[0],
                     )
                 )
             return out
@@ -185,6 +188,7 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, DraftOps):
             cur.execute("UPDATE sessions SET leaf_id = NULL WHERE id = ?", (session_id,))
             cur.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             cur.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+            files += self._drop_unused_prefixes(cur)
         return files
 
     # -- messages --------------------------------------------------------------

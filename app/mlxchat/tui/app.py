@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -24,6 +24,7 @@ from textual.widgets import Footer
 from mlxchat.app_root import (ConversationFactory, Opened, log_to_file, memory_budget,
                               open_conversation, release_thread_streams)
 from mlxchat.commands import CommandContext, Registry, default_registry
+from mlxchat.commands.pins import pin_files
 from mlxchat.config import ConfigError, Settings, remember
 from mlxchat.models import STAGE_LABELS
 from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
@@ -77,7 +78,8 @@ class MlxChatApp(CommandsMixin, App[int]):
     def __init__(self, settings: Settings, *, model_spec: str | None,
                  conversation_factory: ConversationFactory, continue_last: bool,
                  session: str | None, now: Callable[[], float],
-                 registry: Registry | None = None, cursor_blink: bool = True) -> None:
+                 registry: Registry | None = None, cursor_blink: bool = True,
+                 pins: Sequence[str] = ()) -> None:
         super().__init__()
         self.settings = settings
         self.model_spec = model_spec
@@ -85,6 +87,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         self._factory = conversation_factory
         self._continue_last = continue_last
         self._session_ref = session
+        self._pins = tuple(pins)
         self._now = now
         self._cursor_blink = cursor_blink
         self.registry = registry or default_registry()
@@ -166,6 +169,8 @@ class MlxChatApp(CommandsMixin, App[int]):
         await self.reload_session()
         for text, level in opened.notices:
             await self.transcript.add_notice(text, level)
+        if self._pins:  # mlxchat --pin FILE
+            self._start_command("/pin", partial(pin_files, self.ctx, self._pins))
 
     async def _start_failed(self, text: str) -> None:
         self.start_error = text
@@ -392,20 +397,22 @@ class MlxChatApp(CommandsMixin, App[int]):
 def create_app(settings: Settings, *, model_spec: str | None = None,
                conversation_factory: ConversationFactory | None = None,
                continue_last: bool = False, session: str | None = None,
-               now: Callable[[], float] = time.time, cursor_blink: bool = True) -> MlxChatApp:
+               now: Callable[[], float] = time.time, cursor_blink: bool = True,
+               pins: Sequence[str] = ()) -> MlxChatApp:
     """The app, for ``run_app`` and for tests. ``conversation_factory`` defaults to
     ``app_root.open_conversation`` (the real store and ``load_model``); it runs in
     a thread and gets a ``progress(stage, done, total)`` callback."""
     return MlxChatApp(settings, model_spec=model_spec,
                       conversation_factory=conversation_factory or open_conversation,
                       continue_last=continue_last, session=session, now=now,
-                      cursor_blink=cursor_blink)
+                      cursor_blink=cursor_blink, pins=pins)
 
 
 def run_app(settings: Settings, *, model: str | None = None, continue_last: bool = False,
-            session: str | None = None) -> int:
+            session: str | None = None, pins: Sequence[str] = ()) -> int:
     """Run the chat UI until the user quits; returns the exit status."""
-    app = create_app(settings, model_spec=model, continue_last=continue_last, session=session)
+    app = create_app(settings, model_spec=model, continue_last=continue_last, session=session,
+                     pins=pins)
     with log_to_file():
         result = app.run()
     release_thread_streams()

@@ -18,6 +18,7 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from mlxchat.app_root import release_thread_streams
 from mlxchat.commands import CommandResult
+from mlxchat.commands.pins import pin_files
 from mlxchat.errors import user_message
 from mlxchat.tui.screens import (
     ConfirmScreen,
@@ -245,8 +246,13 @@ class CommandsMixin(_Host):
             elif changed:
                 await self.reload_session()
 
+        def pin(session_id: int, file: str) -> None:
+            assert self.ctx is not None
+            self._start_command("/pin", partial(pin_files, self.ctx, [file],
+                                                session_id=session_id))
+
         self.push_screen(SessionsScreen(search=search, rename=rename, delete=delete,
-                                        now=self._now), chosen)
+                                        now=self._now, pin=pin), chosen)
 
     @work(thread=True, group="command", exit_on_error=False)
     def _models_worker(self) -> None:

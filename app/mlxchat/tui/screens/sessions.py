@@ -22,6 +22,7 @@ from mlxchat.tui.screens.confirm import ConfirmScreen
 COLUMNS = ("Title", "Model", "Msgs", "Cache", "Last used")
 FIXED_WIDTHS = (6, 8, 10)
 """Msgs ('12,345'), Cache ('123.4 MB'), Last used ('4 days ago', '2026-11-30')."""
+RENAME_HINT = "New title, enter saves, esc cancels"
 DIALOG_MAX_WIDTH, DIALOG_FRAME, SCROLLBAR = 110, 4, 2
 """The stylesheet's .dialog: 90% wide up to 110, a border and 1 cell of padding a side."""
 
@@ -42,6 +43,7 @@ class SessionTable(DataTable):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "screen.rename", "Rename"),
         Binding("d,delete", "screen.delete", "Delete"),
+        Binding("p", "screen.pin", "Pin a file"),
     ]
 
 
@@ -58,14 +60,18 @@ class SessionsScreen(ModalScreen[int | None]):
     def __init__(self, *, search: SearchFn,
                  rename: Callable[[int, str], object] | None = None,
                  delete: Callable[[int], object] | None = None,
-                 now: Callable[[], float] = time.time) -> None:
+                 now: Callable[[], float] = time.time,
+                 pin: Callable[[int, str], object] | None = None) -> None:
         super().__init__(classes="dialog-screen")
         self._search = search
         self._rename = rename
         self._delete = delete
+        self._pin = pin
         self._now = now
         self.results: list[SessionSummary] = []
         self._renaming: SessionSummary | None = None
+        self._pinning = False
+        """The rename box asks for a file to pin instead of a title."""
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="sessions-dialog") as dialog:
@@ -73,8 +79,8 @@ class SessionsScreen(ModalScreen[int | None]):
             yield Input(placeholder="Search titles and messages", id="sessions-search")
             yield SessionTable(id="sessions-table", cursor_type="row", zebra_stripes=True)
             yield Static("", id="sessions-snippet", markup=False)
-            yield Input(id="sessions-rename", placeholder="New title, enter saves, esc cancels")
-            yield Static("enter open · ↓ list · r rename · d delete · esc close",
+            yield Input(id="sessions-rename", placeholder=RENAME_HINT)
+            yield Static("enter open · ↓ list · r rename · d delete · p pin · esc close",
                          classes="dialog-hint")
 
     def on_mount(self) -> None:
@@ -111,7 +117,8 @@ class SessionsScreen(ModalScreen[int | None]):
             table.add_column(label, width=width)
         now = self._now()
         for s in results:
-            table.add_row(Text(cut(s.title, title_w)),
+            pins = f" · {s.pins} pinned" if s.pins else ""
+            table.add_row(Text(cut(s.title, title_w - len(pins))) + Text(pins, style="dim"),
                           Text(cut(short_model(s.model), model_w), style="dim"),
                           Text(fmt_int(s.message_count)),
                           Text(fmt_bytes(s.snapshot_bytes) if s.snapshot_bytes else "–"),
@@ -172,26 +179,42 @@ class SessionsScreen(ModalScreen[int | None]):
 
     def action_rename(self) -> None:
         chosen = self.selected()
-        if chosen is None or self._rename is None:
-            return
-        self._renaming = chosen
+        if chosen is not None and self._rename is not None:
+            self._ask(chosen, chosen.title, RENAME_HINT)
+
+    def action_pin(self) -> None:
+        """Ask for a file to pin; the session is opened and the file pinned to it."""
+        chosen = self.selected()
+        if chosen is not None and self._pin is not None:
+            self._ask(chosen, "", f"File to pin to “{cut(chosen.title, 40)}”, enter pins, "
+                                  "esc cancels", pinning=True)
+
+    def _ask(self, chosen: SessionSummary, value: str, hint: str, *,
+             pinning: bool = False) -> None:
+        self._renaming, self._pinning = chosen, pinning
         box = self.query_one("#sessions-rename", Input)
-        box.value = chosen.title
+        box.value, box.placeholder = value, hint
         box.display = True
         box.focus()
 
     @on(Input.Submitted, "#sessions-rename")
     def _rename_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        target, title = self._renaming, event.value.strip()
+        target, title, pinning = self._renaming, event.value.strip(), self._pinning
         self._end_rename()
+        if pinning:
+            if target is not None and title and self._pin is not None:
+                self.dismiss(None)
+                self._pin(target.id, title)
+            return
         if target is None or not title or self._rename is None:
             return
         if self._call(self._rename, target.id, title):
             self.run_search(self.query_one("#sessions-search", Input).value)
 
     def _end_rename(self) -> None:
-        self._renaming = None
+        self._renaming, self._pinning = None, False
+        self.query_one("#sessions-rename", Input).placeholder = RENAME_HINT
         self.query_one("#sessions-rename").display = False
         self.query_one(SessionTable).focus()
 

@@ -207,12 +207,15 @@ class GaugesPanel(Vertical):
         used, window = state.cached_tokens, state.context_window
         level = usage_level(used, window)
         ctx_fraction = used / window if window else 0.0
+        pinned = getattr(state, "pinned_tokens", 0)
         for meter_id in ("#context-meter", "#compact-context-meter"):
-            self.query_one(meter_id, Meter).set_value(ctx_fraction, level)
+            self.query_one(meter_id, Meter).set_value(ctx_fraction, level,
+                                                      pinned / window if window else 0.0)
         self.query_one("#gauge-model", Static).update(state.model_name or "no model loaded")
         self._text("#context-text",
                    f"{fmt_int(used)} / {fmt_int(window)} tokens  [b]{fmt_percent(used, window)}[/]"
-                   "\n[dim]held in the KV cache[/]")
+                   "\n[dim]held in the KV cache[/]"
+                   + (f"\n[$accent]█[/] pinned {fmt_int(pinned)}" if pinned else ""))
 
         bits = kv_bits_label(state.kv_bits, getattr(state, "kv_dtype", None))
         self.query_one("#gauge-kv").border_title = f"KV cache · {bits}"

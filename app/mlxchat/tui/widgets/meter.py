@@ -25,9 +25,10 @@ def bar_cells(fraction: float, width: int) -> tuple[str, str]:
 
 
 class Meter(Widget):
-    """``fraction`` of the width filled; the ``-warning``/``-error`` classes recolour it."""
+    """``fraction`` of the width filled; the ``-warning``/``-error`` classes recolour it.
+    The first ``pinned`` of it (pinned documents) is drawn in its own colour."""
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"meter--empty"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"meter--empty", "meter--pinned"}
     DEFAULT_CSS = """
     Meter {
         height: 1;
@@ -38,12 +39,15 @@ class Meter(Widget):
     Meter.-warning { color: $warning; }
     Meter.-error { color: $error; }
     Meter > .meter--empty { background: $foreground 12%; }
+    Meter > .meter--pinned { color: $accent; }
     """
 
     fraction: reactive[float] = reactive(0.0)
+    pinned: reactive[float] = reactive(0.0)
 
-    def set_value(self, fraction: float, level: Level = "ok") -> None:
+    def set_value(self, fraction: float, level: Level = "ok", pinned: float = 0.0) -> None:
         self.fraction = fraction
+        self.pinned = min(pinned, fraction)
         self.set_class(level == "warning", "-warning")
         self.set_class(level == "error", "-error")
 
@@ -61,5 +65,9 @@ class Meter(Widget):
         base = self.rich_style
         empty_style = base + self.get_component_rich_style("meter--empty")
         # The partial eighth block is drawn on the empty track's background.
-        segments = [Segment(filled, base + Style(bgcolor=empty_style.bgcolor)), Segment(empty, empty_style)]
-        return Strip(segments, width)
+        on_track = Style(bgcolor=empty_style.bgcolor)
+        cut = min(round(self.pinned * width), len(filled))
+        pinned_style = base + self.get_component_rich_style("meter--pinned") + on_track
+        segments = [Segment(filled[:cut], pinned_style), Segment(filled[cut:], base + on_track),
+                    Segment(empty, empty_style)]
+        return Strip([s for s in segments if s.text], width)

@@ -1,0 +1,246 @@
+"""Pinned documents of the open session, and the KV prefix they share.
+
+A pinned document goes into the system part, after the system prompt, so the
+system part renders as an exact token prefix of every first message (also in
+templates that fold the system text into the first user turn). Its KV is
+computed once and kept in a content-addressed file (model, template, KV bit
+width and the prefix's token ids make the key); a session pinning the same
+documents under the same system prompt and model loads that file instead of
+prefilling it. Pinning or unpinning starts a new token ledger ("pinned
+documents changed"); no message is touched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from mlxchat import paths
+from mlxchat.chat import GenerationSettings, Message, Pin, Session, TurnStats, pinned_system
+from mlxchat.engine.prompt import common_prefix
+from mlxchat.engine.segments import SegmentRef
+from mlxchat.errors import MlxchatError
+from mlxchat.ledger import options_for
+from mlxchat.session_life import remove_files
+from mlxchat.store import PinUse, PrefixRecord, SessionStore
+
+if TYPE_CHECKING:
+    from mlxchat.engine.interface import Engine
+
+log = logging.getLogger(__name__)
+
+# Two first messages that start differently: their renders share exactly the system part.
+_STUBS = ("Stub question for the pinned prefix.", "? 2")
+
+
+class PinError(MlxchatError):
+    """A pin or unpin that cannot be done; nothing was changed."""
+
+
+@dataclass
+class PinView:
+    """A row of ``/pins``."""
+
+    name: str
+    path: str
+    tokens: int
+    sessions: list[PinUse]
+    """Sessions pinning the same text (this one included)."""
+    stored: bool
+    """The session's pinned prefix is in the prefix store."""
+
+
+@dataclass
+class PrefixUse:
+    """What the last turn (or typing prefill) did with the pinned prefix."""
+
+    tokens: int
+    how: str
+    """'loaded' from the store, 'live' (the cache held it), 'computed', or 'none'."""
+    reason: str | None = None
+
+
+def prefix_key(fingerprint: str, template_hash: str, kv_bits: int | None,
+               ids: Sequence[int]) -> str:
+    digest = hashlib.sha256(f"{fingerprint}\0{template_hash}\0{kv_bits}\0".encode())
+    digest.update(array("q", ids).tobytes())
+    return digest.hexdigest()[:32]
+
+
+class PinnedDocs:
+    """Mixed into ``Conversation``."""
+
+    store: SessionStore
+    engine: Engine
+    session: Session
+    last_prefix: PrefixUse | None = None
+    _prefix_memo: tuple[tuple, list[int]] | None = None
+    _prefix_marked = False
+    """The engine was asked to keep a prefix (so there may be one to record)."""
+
+    if TYPE_CHECKING:  # defined by Conversation
+        @property
+        def messages(self) -> list[Message]: ...
+
+        @property
+        def generation(self) -> GenerationSettings: ...
+
+        def _require_saved(self) -> None: ...
+
+        def _stored_id(self) -> int: ...
+
+    # -- the prefix ----------------------------------------------------------------------
+    def _prefix_for(self, system: str | None) -> list[int]:
+        options = options_for(self.session, self.generation)
+        memo = (self.engine.info.fingerprint, self.engine.info.chat_template_hash, system,
+                options)
+        if self._prefix_memo is not None and self._prefix_memo[0] == memo:
+            return self._prefix_memo[1]
+        a, b = (self.engine.message_ids(stub, system=system, previous=None, options=options)
+                for stub in _STUBS)
+        ids = a[:common_prefix(a, b)]
+        self._prefix_memo = (memo, ids)
+        return ids
+
+    def prefix_tokens(self) -> list[int]:
+        """The token ids of the session's system part with its pinned documents
+        (what every first message starts with); [] without pins."""
+        return self._prefix_for(self.session.context_system) if self.session.pins else []
+
+    def pinned_in_cache(self) -> int:
+        """Tokens of the pinned prefix the live cache holds (for the context gauge)."""
+        ids = self.prefix_tokens()
+        return len(ids) if ids and self.engine.cached_tokens[:len(ids)] == ids else 0
+
+    def _key(self, ids: Sequence[int], kv_bits: int | None) -> str:
+        info = self.engine.info
+        return prefix_key(info.fingerprint, info.chat_template_hash, kv_bits, ids)
+
+    # -- pin, unpin, list ------------------------------------------------------------------
+    def pin(self, path: Path, text: str) -> Pin:
+        """Pin ``text`` (read from ``path``) after the system prompt and the
+        documents pinned already; PinError when it is there already or does not fit."""
+        self._require_saved()
+        name = path.name or str(path)
+        if any(p.name == name or p.text == text for p in self.session.pins):
+            raise PinError(f"{name} is pinned already; /unpin {name} removes it.")
+        now = self._prefix_for(self.session.context_system)
+        pin = Pin(name=name, path=str(path), text=text)
+        system = pinned_system(self.session.system_prompt, [*self.session.pins, pin])
+        ids = self._prefix_for(system)
+        tokens = len(ids) - len(now)
+        window = self.engine.window(self.generation)
+        used = (self.engine.count_tokens([Message("system", system or ""), *self.messages])
+                if self.messages else len(ids))
+        room = window - self.engine.reply_reserve(self.generation)
+        if used > room:
+            left = room - (used - tokens)
+            raise PinError(f"{name} is {tokens:,} tokens; only {max(left, 0):,} are left in the "
+                           f"{window:,}-token window (after room for a reply).")
+        pin = dataclasses.replace(pin, tokens=tokens)
+        self._store_pins([*self.session.pins, pin], ids)
+        return pin
+
+    def unpin(self, name: str) -> list[Pin]:
+        """Unpin the document called ``name`` ('all': every one); returns those removed."""
+        self._require_saved()
+        pins = self.session.pins
+        gone = list(pins) if name == "all" else [p for p in pins if p.name == name]
+        if not gone:
+            pinned = ", ".join(p.name for p in pins) or "none"
+            raise PinError(f"No pinned document is called {name!r} (pinned: {pinned}).")
+        kept = [p for p in pins if p not in gone]
+        system = pinned_system(self.session.system_prompt, kept)
+        self._store_pins(kept, self._prefix_for(system) if kept else [])
+        return gone
+
+    def _store_pins(self, pins: list[Pin], ids: list[int]) -> None:
+        key = self._key(ids, self.generation.kv_bits) if pins else None
+        pins = [dataclasses.replace(p, prefix_key=key) for p in pins]
+        session, files = self.store.set_pins(self._stored_id(), pins)
+        remove_files(files)
+        self.session = session
+
+    def pins(self) -> list[PinView]:
+        """The session's pinned documents with their cost and who else pins them."""
+        pins = self.session.pins
+        if not pins:
+            return []
+        record = self.store.prefix(pins[0].prefix_key or "")
+        file = paths.snapshot_file(record.path) if record else None
+        stored = file is not None and file.is_file()
+        return [PinView(p.name, p.path, p.tokens, self.store.sessions_pinning(p.text_hash),
+                        stored) for p in pins]
+
+    # -- around a prefill --------------------------------------------------------------------
+    def _prepare_prefix(self, tokens: Sequence[int]) -> None:
+        """Before a prefill toward ``tokens``: load the pinned prefix from the store
+        when the live cache lacks it, or mark it to be kept once computed."""
+        ids = self.prefix_tokens()
+        n = len(ids)
+        if not ids or n >= len(tokens) or list(tokens[:n]) != ids:
+            self._mark(None)
+            self.last_prefix = (PrefixUse(n, "none", "the prompt does not start with the "
+                                                      "pinned documents") if ids else None)
+            return
+        key = self._key(ids, self.generation.kv_bits)
+        if any(p.prefix_key != key for p in self.session.pins):  # another model or KV width
+            self._store_pins(self.session.pins, ids)
+        record = self.store.prefix(key)
+        file = paths.snapshot_file(record.path) if record else None
+        stored = record is not None and file is not None and file.is_file()
+        if common_prefix(self.engine.cached_tokens, tokens) >= n:
+            self.last_prefix = PrefixUse(n, "live")
+        elif stored and record is not None and file is not None and record.token_ids == ids:
+            load = self.engine.load_segments(
+                [SegmentRef(file, 0, n, record.checksum, ids)],
+                conversation=[Message("system", self.session.context_system or "")])
+            if load.ok and load.tokens == n and load.reason is None:
+                self.last_prefix = PrefixUse(n, "loaded")
+                self._mark(None)
+                return
+            stored = False
+            self.last_prefix = PrefixUse(n, "computed", f"pinned prefix not used "
+                                                        f"({load.reason}); recomputed")
+            log.warning(self.last_prefix.reason)
+        else:
+            self.last_prefix = PrefixUse(n, "computed")
+        if stored:
+            self._mark(None)
+            return
+        folder = paths.ensure_private_dir(paths.snapshots_dir())
+        self._mark(ids, folder / f"prefix-{key}.safetensors")
+
+    def _mark(self, ids: list[int] | None, path: Path | None = None) -> None:
+        if ids is None and not self._prefix_marked:
+            return  # nothing to forget: no engine job (typing prefill stays cheap)
+        self.engine.mark_prefix(ids, path)
+        self._prefix_marked = ids is not None
+
+    def _keep_prefix(self, stats: TurnStats | None = None) -> None:
+        """After a prefill: record a prefix the engine wrote (or say why it did not,
+        on the turn's ``stats``)."""
+        if not self._prefix_marked:
+            return
+        saved = self.engine.take_prefix()
+        if saved is None:
+            return
+        self._prefix_marked = False
+        if saved.info is None:
+            log.warning(saved.warning)
+            if stats is not None:
+                stats.snapshot_warning = saved.warning
+            return
+        info = saved.info
+        key = self._key(saved.tokens, info.kv_bits)
+        name = Path(info.path).name
+        record = PrefixRecord(key, f"snapshots/{name}", info.checksum, saved.tokens,
+                              info.bytes, info.kv_bits)
+        left = remove_files(self.store.record_prefix(record))
+        if left:
+            log.warning("unused pinned prefixes not deleted: %s", ", ".join(left))

@@ -1,0 +1,90 @@
+"""Bookkeeping of pinned documents and of the KV prefixes they share.
+
+A session's pins are rows in order; each names the prefix key of the
+session's whole system part. A prefix is one file in the snapshots folder,
+content-addressed by its key; its row keeps the checksum and token ids to
+check it before use. A prefix no pin names any more is dropped in the same
+transaction that dropped the last pin, and its file returned for deletion.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from mlxchat.chat import Pin, Session
+from mlxchat.paths import snapshot_file
+from mlxchat.store.base import StoreBase, ids_from_blob, ids_to_blob
+from mlxchat.store.pin_rows import write_pins
+
+
+@dataclass(frozen=True)
+class PrefixRecord:
+    """A stored KV prefix: the positions ``[0, len(token_ids))`` of a system part."""
+
+    key: str
+    path: str
+    """Relative to the data folder."""
+    checksum: str
+    token_ids: list[int]
+    file_bytes: int
+    kv_bits: int | None
+
+
+@dataclass(frozen=True)
+class PinUse:
+    """A session that pins a document (found by the document's text)."""
+
+    session_id: int
+    title: str
+
+
+class PinOps(StoreBase):
+    def set_pins(self, session_id: int, pins: Sequence[Pin]) -> tuple[Session, list[Path]]:
+        """Replace the session's pins; returns it as stored, and the prefix files
+        no session uses any more."""
+        with self._writing() as cur:
+            self._session_row(cur, session_id)
+            write_pins(cur, session_id, pins)
+            cur.execute("UPDATE sessions SET updated = ? WHERE id = ?", (time.time(), session_id))
+            files = self._drop_unused_prefixes(cur)
+            return self._session(cur, session_id), files
+
+    def sessions_pinning(self, text_hash: str) -> list[PinUse]:
+        with self._reading() as cur:
+            rows = cur.execute(
+                "SELECT DISTINCT s.id, s.title FROM session_pins AS p JOIN sessions AS s"
+                " ON s.id = p.session_id WHERE p.text_hash = ? ORDER BY s.id",
+                (text_hash,)).fetchall()
+        return [PinUse(r[0], r[1]) for r in rows]
+
+    def prefix(self, key: str) -> PrefixRecord | None:
+        with self._reading() as cur:
+            row = cur.execute("SELECT * FROM kv_prefixes WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        return PrefixRecord(row["key"], row["path"], row["checksum"],
+                            ids_from_blob(row["token_ids"]) or [], row["file_bytes"],
+                            row["kv_bits"])
+
+    def record_prefix(self, record: PrefixRecord) -> list[Path]:
+        """Commit the row of a prefix file already written. A prefix no session
+        pins (any more) is not kept: its file is returned for deletion."""
+        with self._writing() as cur:
+            cur.execute(
+                "INSERT OR REPLACE INTO kv_prefixes (key, path, checksum, token_ids, file_bytes,"
+                " kv_bits, created) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (record.key, record.path, record.checksum, ids_to_blob(record.token_ids),
+                 record.file_bytes, record.kv_bits, time.time()))
+            return self._drop_unused_prefixes(cur)
+
+    def _drop_unused_prefixes(self, cur: sqlite3.Cursor) -> list[Path]:
+        rows = cur.execute(
+            "SELECT key, path FROM kv_prefixes WHERE key NOT IN"
+            " (SELECT prefix_key FROM session_pins WHERE prefix_key IS NOT NULL)").fetchall()
+        cur.executemany("DELETE FROM kv_prefixes WHERE key = ?", [(r[0],) for r in rows])
+        files = (snapshot_file(r[1]) for r in rows)
+        return [f for f in files if f is not None]

@@ -1,0 +1,45 @@
+"""/pin /unpin /pins on a real conversation: what they report, what they refuse
+(one line, nothing changed)."""
+
+from __future__ import annotations
+
+from .conftest import send
+
+
+def test_pin_list_and_unpin(registry, ctx, conv, tmp_path):
+    (tmp_path / "work" / "notes.md").write_text("The harbour opens at nine.\n" * 20)
+    said = registry.run("/pin notes.md", ctx)
+    assert said.ok and said.text.startswith("Pinned notes.md:") and said.session_changed
+    assert [p.name for p in conv.session.pins] == ["notes.md"]
+    listed = registry.run("/pins", ctx)
+    assert listed.kind == "table" and listed.rows[0][0] == "notes.md"
+    assert listed.rows[0][1] == f"{conv.session.pins[0].tokens:,}"
+    assert listed.rows[0][3] == "this one" and listed.rows[0][4] == "after the next turn"
+    send(conv, "When?")
+    assert registry.run("/pins", ctx).rows[0][4] == "yes"
+    assert [c.display for c in registry.complete("/unpin ", ctx)] == ["notes.md", "all"]
+    gone = registry.run("/unpin notes.md", ctx)
+    assert gone.ok and "Unpinned notes.md" in gone.text and conv.session.pins == []
+    assert "No pinned documents" in registry.run("/pins", ctx).text
+
+
+def test_pin_refusals_change_nothing(registry, ctx, conv, tmp_path):
+    work = tmp_path / "work"
+    (work / "image.bin").write_bytes(b"\x89PNG\0\0\x01")
+    (work / "latin1.txt").write_bytes("café".encode("latin-1"))
+    (work / "folder").mkdir()
+    (work / "huge.txt").write_text("y" * 3000)  # ~3,000 tokens > the 2,048 window
+    (work / "note.txt").write_text("A short note.")
+    assert registry.run("/pin note.txt", ctx).ok
+    expected = {
+        "image.bin": "looks binary", "latin1.txt": "is not UTF-8 text",
+        "folder": "is a folder", "missing.txt": "No such file", "huge.txt": "tokens; only",
+        "note.txt": "pinned already",
+    }
+    for name, words in expected.items():
+        result = registry.run(f"/pin {name}", ctx)
+        assert result.kind == "error" and words in result.text, (name, result.text)
+        assert "\n" not in result.text
+    bad = registry.run("/unpin other.md", ctx)
+    assert bad.kind == "error" and "No pinned document" in bad.text
+    assert [p.name for p in conv.session.pins] == ["note.txt"]

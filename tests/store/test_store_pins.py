@@ -1,0 +1,55 @@
+"""Pins per session and the prefix files they share: a file is returned for
+deletion in the transaction that drops the last pin naming its prefix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlxchat import paths
+from mlxchat.chat import Pin
+from mlxchat.store import PrefixRecord, SessionStore
+
+
+def _prefix(key: str) -> PrefixRecord:
+    return PrefixRecord(key, f"snapshots/prefix-{key}.safetensors", "0badf00d", [1, 2, 3],
+                        1234, None)
+
+
+def _file(key: str) -> Path:
+    return paths.snapshots_dir().resolve() / f"prefix-{key}.safetensors"
+
+
+def test_pins_keep_their_order_and_a_fork_keeps_them(store: SessionStore, home: Path) -> None:
+    s = store.create_session("m", "sys")
+    pins = [Pin("b.md", "/x/b.md", "bee", 3, "k1"), Pin("a.md", "/x/a.md", "ay", 2, "k1")]
+    session, files = store.set_pins(s.id, pins)
+    assert session.pins == pins and files == []
+    assert store.get_session(s.id).pins == pins
+    assert store.list_sessions()[0].pins == 2
+    store.add_message(s.id, "user", "hi")
+    fork = store.fork_session(s.id)
+    assert fork.pins == pins
+    users = store.sessions_pinning(pins[0].text_hash)
+    assert [u.session_id for u in users] == [s.id, fork.id]
+
+
+def test_a_prefix_goes_when_no_session_pins_it(store: SessionStore, home: Path) -> None:
+    a, b = store.create_session("m"), store.create_session("m")
+    doc = Pin("d.md", "/d.md", "text", 1, "k1")
+    store.set_pins(a.id, [doc])
+    store.set_pins(b.id, [doc])
+    assert store.record_prefix(_prefix("k1")) == []
+    assert store.record_prefix(_prefix("orphan")) == [_file("orphan")]  # no pin names it
+    assert store.prefix("orphan") is None and store.prefix("k1").token_ids == [1, 2, 3]
+    assert store.delete_session(a.id) == []  # b still pins it
+    _, files = store.set_pins(b.id, [])
+    assert files == [_file("k1")] and store.prefix("k1") is None
+
+
+def test_deleting_the_last_session_returns_its_prefix_file(store: SessionStore,
+                                                            home: Path) -> None:
+    a = store.create_session("m")
+    store.set_pins(a.id, [Pin("d.md", "/d.md", "text", 1, "k2")])
+    store.record_prefix(_prefix("k2"))
+    assert _file("k2") in store.delete_session(a.id)
+    assert store.prefix("k2") is None
