@@ -5,8 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from mlxchat import paths
 from mlxchat.chat import Pin
+from mlxchat.store.errors import StoreError
 from mlxchat.store import PrefixRecord, SessionStore
 
 
@@ -53,3 +56,26 @@ def test_deleting_the_last_session_returns_its_prefix_file(store: SessionStore,
     store.record_prefix(_prefix("k2"))
     assert _file("k2") in store.delete_session(a.id)
     assert store.prefix("k2") is None
+
+
+def test_pinned_documents_travel_with_an_export(store: SessionStore, home: Path) -> None:
+    """A JSON export carries the pinned documents' texts; the import pins them
+    again (its KV prefix is this machine's to compute); Markdown names them."""
+    import json
+
+    from mlxchat.store.export import import_json, session_document, session_markdown
+
+    s = store.create_session("m", "sys")
+    pins = [Pin("b.md", "/x/b.md", "bee\nline two", 3, "k1"), Pin("a.md", "/x/a.md", "ay", 2, "k1")]
+    store.set_pins(s.id, pins)
+    store.add_message(s.id, "user", "hi")
+    text = json.dumps(session_document(store, s.id))
+    again = import_json(store, text)
+    assert [(p.name, p.path, p.text, p.tokens) for p in again.pins] == \
+        [(p.name, p.path, p.text, p.tokens) for p in pins]
+    assert all(p.prefix_key is None for p in again.pins)
+    assert "**Pinned document:** b.md (3 tokens" in session_markdown(store.get_session(s.id))
+    doc = json.loads(text)
+    doc["session"]["pins"].append(dict(doc["session"]["pins"][0]))
+    with pytest.raises(StoreError, match="share a name"):
+        import_json(store, json.dumps(doc))

@@ -19,7 +19,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from mlxchat import __version__
 from mlxchat.files import FileRefused, read_limited, write_private_text
-from mlxchat.chat import GenerationSettings, Message, Session, TurnStats
+from mlxchat.chat import GenerationSettings, Message, Pin, Session, TurnStats
 from mlxchat.store.base import ROLES
 from mlxchat.store.errors import StoreError
 from mlxchat.store.sessions import SessionStore
@@ -68,11 +68,13 @@ def session_markdown(session: Session) -> str:
         f"- **Model:** {session.model or '?'}",
         f"- **Created:** {_when(session.created)} · **Updated:** {_when(session.updated)}",
         f"- **Settings:** {settings}",
-    ]
+    ] + [f"- **Pinned document:** {pin.name} ({pin.tokens:,} tokens; its text is in the "
+         "JSON export)" for pin in session.pins]
     if session.system_prompt:
         out += ["- **System prompt:**", ""] + [
             "> " + line for line in session.system_prompt.splitlines()
         ]
+
     out += ["", "---"]
     for message in session.messages:
         out += ["", f"### {message.role.capitalize()}"]
@@ -118,6 +120,9 @@ def session_document(store: SessionStore, session_id: int) -> dict[str, Any]:
             "title_locked": session.title_locked,
             "model": session.model,
             "system_prompt": session.system_prompt,
+            # Whole texts: the documents as the model saw them, not where they were.
+            "pins": [{"name": p.name, "path": p.path, "text": p.text, "tokens": p.tokens}
+                     for p in session.pins],
             "settings": session.settings.to_dict(),
             "created": session.created,
             "updated": session.updated,
@@ -143,8 +148,8 @@ def _fits(value: Any, hint: Any) -> bool:
         return _fits(value, int) or (isinstance(value, float) and math.isfinite(value))
     if hint is str:
         return isinstance(value, str)
-    if hint is dict:
-        return isinstance(value, dict)
+    if hint in (dict, list):
+        return isinstance(value, hint)
     return False
 
 
@@ -197,6 +202,21 @@ def _ordered(messages: list[Message]) -> list[Message]:
     return out
 
 
+def _pins(rows: list[Any]) -> list[Pin]:
+    """Pinned documents of an export; their KV prefix is computed again here."""
+    pins = []
+    for index, row in enumerate(rows):
+        where = f"session.pins[{index}]"
+        if not isinstance(row, dict):
+            raise StoreError(f"Not an importable session: {where} is not an object.")
+        pins.append(Pin(name=_field(row, "name", str, where), path=_field(row, "path", str, where),
+                        text=_field(row, "text", str, where),
+                        tokens=_field(row, "tokens", int, where, 0)))
+    if len({p.name for p in pins}) != len(pins):
+        raise StoreError("Not an importable session: two pinned documents share a name.")
+    return pins
+
+
 def parse_document(data: Any) -> tuple[Session, list[Message]]:
     """Validate an exported session; return it and its messages, parents first (source ids)."""
     if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
@@ -220,6 +240,7 @@ def parse_document(data: Any) -> tuple[Session, list[Message]]:
         leaf_id=_field(raw, "leaf_id", int | None, "session", None),
         created=_field(raw, "created", float | None, "session", None),
         title_locked=_field(raw, "title_locked", bool, "session", False),
+        pins=_pins(_field(raw, "pins", list, "session", [])),
     )
     try:
         session.settings.check()  # the rule table /set, ask flags and the config use
