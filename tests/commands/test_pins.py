@@ -17,6 +17,11 @@ def test_pin_list_and_unpin(registry, ctx, conv, tmp_path):
     assert listed.rows[0][3] == "this one" and listed.rows[0][4] == "after the next turn"
     send(conv, "When?")
     assert registry.run("/pins", ctx).rows[0][4] == "yes"
+    shown = registry.run("/context", ctx)
+    pinned = [r for r in shown.rows if r[1] == "pinned"]
+    assert [r[2] for r in pinned] == ["notes.md"] and shown.rows[1] == pinned[0]
+    assert pinned[0][3] == f"{conv.session.pins[0].tokens:,}"
+    assert shown.rows[0][1] == "system" and "harbour" not in shown.rows[0][2]
     assert [c.display for c in registry.complete("/unpin ", ctx)] == ["notes.md", "all"]
     gone = registry.run("/unpin notes.md", ctx)
     assert gone.ok and "Unpinned notes.md" in gone.text and conv.session.pins == []

@@ -155,6 +155,15 @@ def context(ctx: CommandContext, args: Args) -> CommandResult:
     rows: list[tuple[str, ...]] = [
         (str(i), m.role, first_words(m.content), fmt_int(n), percent(n, window))
         for i, (m, n) in enumerate(zip(messages, counts, strict=True), 1)]
+    pins = conv.pins()
+    if pins and messages and messages[0].role == "system":
+        # The system message holds the pinned documents: each gets its own row.
+        own = counts[0] - sum(p.tokens for p in pins)
+        prompt = conv.session.system_prompt
+        rows[0] = ("1", "system", first_words(prompt) if prompt else "(pinned documents only)",
+                   fmt_int(own), percent(own, window))
+        rows[1:1] = [("", "pinned", p.name, fmt_int(p.tokens), percent(p.tokens, window))
+                     for p in pins]
     overhead = total - sum(counts)
     if overhead > 0:
         rows.append(("", "template", "start of the reply", fmt_int(overhead),
