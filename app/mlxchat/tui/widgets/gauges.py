@@ -184,11 +184,13 @@ class GaugesPanel(Vertical):
 
     def _text(self, selector: str, markup: str) -> None:
         widget = self.query_one(selector, Static)
+        shown = getattr(widget, "_gauge_markup", None)
+        if shown == markup:
+            return  # unchanged (the weights while a reply streams): nothing to draw
         # Same number of lines: a repaint will do. A layout pass of the whole
         # screen costs ~10 ms, and live figures change many times a second.
-        lines = markup.count("\n")
-        same = getattr(widget, "_gauge_lines", None) == lines
-        widget._gauge_lines = lines  # type: ignore[attr-defined]
+        same = shown is not None and shown.count("\n") == markup.count("\n")
+        widget._gauge_markup = markup  # type: ignore[attr-defined]
         widget.update(markup, layout=not same)
 
     def _render_state(self) -> None:
@@ -200,13 +202,15 @@ class GaugesPanel(Vertical):
         ctx_fraction = used / window if window else 0.0
         for meter_id in ("#context-meter", "#compact-context-meter"):
             self.query_one(meter_id, Meter).set_value(ctx_fraction, level)
-        self.query_one("#gauge-model", Static).update(state.model_name or "no model loaded")
+        self._text("#gauge-model", state.model_name or "no model loaded")
         self._text("#context-text",
                    f"{fmt_int(used)} / {fmt_int(window)} tokens  [b]{fmt_percent(used, window)}[/]"
                    "\n[dim]held in the KV cache[/]")
 
         bits = kv_bits_label(state.kv_bits, getattr(state, "kv_dtype", None))
-        self.query_one("#gauge-kv").border_title = f"KV cache · {bits}"
+        box = self.query_one("#gauge-kv")
+        if box.border_title != (title := f"KV cache · {bits}"):
+            box.border_title = title
         self._text("#kv-source", self._source_text(state))
         budget = self.budget_bytes
         self.query_one("#kv-meter", Meter).set_value(
