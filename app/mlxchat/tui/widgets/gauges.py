@@ -168,7 +168,7 @@ class GaugesPanel(Vertical):
 
     def decoding(self, generated_tokens: int, tps: float, part: str = "answer") -> None:
         self._live = "decode"
-        self.query_one("#live-meter", Meter).display = False
+        self._hide_live_meter()
         tokens = f"{fmt_int(generated_tokens)} tokens"
         verb = "thinking" if part == "reasoning" else "decoding"
         self._text("#live-text", f"{verb} {tokens}\n{fmt_tps(tps)}")
@@ -176,11 +176,16 @@ class GaugesPanel(Vertical):
 
     def idle(self) -> None:
         self._live = "idle"
-        self.query_one("#live-meter", Meter).display = False
+        self._hide_live_meter()
         self._text("#live-text", "idle")
         self._text("#compact-live", self._compact_idle_text())
 
     # -- rendering ---------------------------------------------------------------
+
+    def _hide_live_meter(self) -> None:
+        meter = self.query_one("#live-meter", Meter)
+        if meter.display:  # hiding it again would still cost a layout pass
+            meter.display = False
 
     def _text(self, selector: str, markup: str) -> None:
         widget = self.query_one(selector, Static)
