@@ -64,20 +64,19 @@ class AppRunner:
                               model_spec=loaded.info.name, conversation_factory=factory,
                               cursor_blink=False)
         self.batches: list[tuple[float, int]] = []  # (time shown, tokens so far)
-        self.ui_cpu: list[float] = []  # the UI thread's CPU time at each batch and at the end
+        self.ui_cpu: list[tuple[float, float]] = []  # (time, UI CPU) at first batch, at end
         self.finished = asyncio.Event()
         show, finish = self.app._show_batch, self.app._turn_finished
 
         async def showing(reply, batch):
             if not self.ui_cpu:
-                self.ui_cpu.append(time.thread_time())
+                self.ui_cpu.append((time.perf_counter(), time.thread_time()))
             cpu = await show(reply, batch)
             self.batches.append((time.perf_counter(), batch.generated_tokens))
             return cpu
 
         async def finishing(reply, done, error):
-            self.ui_cpu.append(time.thread_time())
-            self.batches.append((time.perf_counter(), self.batches[-1][1] if self.batches else 0))
+            self.ui_cpu.append((time.perf_counter(), time.thread_time()))
             await finish(reply, done, error)
             self.finished.set()
         self.app._show_batch, self.app._turn_finished = showing, finishing
@@ -103,10 +102,10 @@ class AppRunner:
         await app.workers.wait_for_complete()
         await pilot.pause()  # let the app go idle before anything else is timed
         stats = app.conversation.last_stats
-        (t0, n0), (t1, _), (t_end, _) = self.batches[0], self.batches[-2], self.batches[-1]
-        shown = (self.batches[-2][1] - n0) / max(t1 - t0, 1e-9)
-        ui_share = (self.ui_cpu[-1] - self.ui_cpu[0]) / max(t_end - t0, 1e-9)
-        return stats.decode_tps, shown, len(self.batches) - 1, ui_share
+        (t0, n0), (t1, n1) = self.batches[0], self.batches[-1]
+        shown = (n1 - n0) / max(t1 - t0, 1e-9)
+        (w0, cpu0), (w1, cpu1) = self.ui_cpu
+        return stats.decode_tps, shown, len(self.batches), (cpu1 - cpu0) / max(w1 - w0, 1e-9)
 
 
 @dataclass
