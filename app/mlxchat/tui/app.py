@@ -292,8 +292,10 @@ class MlxChatApp(CommandsMixin, App[int]):
     def _show_prefill(self, progress: PrefillProgress) -> None:
         self.gauges.prefill(progress)
         now = time.monotonic()
-        if now >= self._next_gauge or progress.done >= progress.total:
-            self._next_gauge = now + LIVE_GAUGE_SECONDS
+        done = progress.done >= progress.total
+        if now >= self._next_gauge or done:
+            # Once prefilled, the first text batch shows 'decoding' at once.
+            self._next_gauge = 0.0 if done else now + LIVE_GAUGE_SECONDS
             self.gauges.live_cache(progress.cached_tokens, progress.kv_bytes)
 
     async def _show_batch(self, reply: ReplyHandle, batch: Batch) -> float:
