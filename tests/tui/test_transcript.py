@@ -216,3 +216,24 @@ async def test_a_streamed_reply_renders_as_the_same_text_rendered_at_once():
     assert "def flashes(period: float) -> int:" in shown_at_once[1]
     assert "writes the last line of the log." in shown_at_once[1]
     assert shown_streamed == shown_at_once
+
+
+async def test_a_streamed_update_costs_one_layout_pass():
+    # Each pass lays out and redraws the whole screen: ~10 ms of Python that
+    # the model's own loop waits for at 250 tok/s.
+    app = host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        reply = await app.query_one(Transcript).start_reply()
+        await reply.append("The keeper climbs the stair. ")
+        await pilot.pause(0.2)
+        passes = []
+        refresh_layout = app.screen._refresh_layout
+
+        def counted(*args, **kwargs):
+            passes.append(args)
+            return refresh_layout(*args, **kwargs)
+        app.screen._refresh_layout = counted
+        for _ in range(3):  # each batch grows the paragraph by a line or two
+            await reply.append("She trims the wick and winds the clock. " * 3)
+            await pilot.pause(0.2)
+        assert len(passes) == 3
