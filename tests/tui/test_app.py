@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 
 from mlxchat.config import load_settings
 from mlxchat.store import open_store
@@ -391,3 +392,15 @@ async def test_retry_edit_prefill_and_quit_commands(tmp_path, tiny):
         app.prompt.text = ""
         await send(pilot, "/quit")
         assert app.return_code == 0
+
+
+async def test_what_exists_at_start_is_out_of_the_collectors_sight(tmp_path, tiny):
+    # A full collection walks every object the collector tracks while it holds
+    # the interpreter lock; the model and the libraries are moved out of its way.
+    gc.unfreeze()  # an earlier app in this process froze its own start
+    before_start = [object()]
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test() as pilot:
+        await ready(pilot)
+        assert gc.get_freeze_count() > 0
+        assert not any(o is before_start for o in gc.get_objects())

@@ -86,3 +86,20 @@ def test_a_batch_holds_one_part():
               clock=clock)
     assert [(b.part, b.text) for b in texts] == [
         ("reasoning", "r0"), ("reasoning", "r1r2r3"), ("answer", "a4a5")]
+
+
+def test_a_new_turn_starts_at_the_learned_interval():
+    clock = Clock()
+    pacer = Pacer(share=0.05, floor=0.05, ceiling=0.5, clock=clock)
+    cpu = 0.0
+    for _ in range(20):  # each update costs 10 ms of the UI thread: 200 ms apart
+        clock.now += pacer()
+        cpu += 0.010
+        pacer.record(cpu)
+    learned = pacer()
+    pacer.restart()
+    assert pacer() == learned  # the next turn's first updates are paced already
+    clock.now += 30.0  # between turns the UI thread did other work
+    cpu += 1.0
+    pacer.record(cpu)  # the first update of the new turn: no cost to learn from yet
+    assert pacer() == learned

@@ -1,6 +1,10 @@
+import io
+import itertools
+
 from mlxchat.chat import Message, TurnStats
 from mlxchat.tui.formatting import stats_line
 from mlxchat.tui.widgets import AssistantMessage, NoticeMessage, Transcript, UserMessage
+from rich.console import Console
 from textual.widgets import Static
 
 from .tui_hosts import HostApp
@@ -149,3 +153,87 @@ async def test_a_stored_reply_shows_its_reasoning_folded():
         first.thinking.toggle()
         assert "They greet me." in first.thinking.render().plain
         assert not second.thinking.display
+
+
+LONG_REPLY = """# Keeping a lighthouse
+
+The keeper climbs the *spiral stair* at dusk, trims the wick and winds the clock
+that turns the lens. Ships read the **flash pattern** from miles away.
+
+- check the oil
+- polish the lens
+  - every prism, both sides
+- log the weather
+
+1. light the lamp
+2. start the clockwork
+
+```python
+def flashes(period: float) -> int:
+    return int(60 / period)
+```
+
+> A light that stops turning is a light no one trusts.
+
+| hour | wind | visibility |
+|------|------|------------|
+| 20:00 | NW 4 | good |
+| 02:00 | N 6 | poor |
+
+The night ends at dawn: the keeper draws the curtains so the sun cannot
+scorch the lens, and writes the last line of the log.
+"""
+
+
+def screen_text(app) -> tuple[str, str]:
+    """The whole screen as a terminal would show it: (with styles, plain)."""
+    console = Console(width=app.size.width, height=app.size.height, file=io.StringIO(),
+                      force_terminal=True, color_system="truecolor", record=True)
+    console.print(app.screen._compositor.render_update(full=True))
+    return console.export_text(styles=True, clear=False), console.export_text()
+
+
+async def test_a_streamed_reply_renders_as_the_same_text_rendered_at_once():
+    streamed, at_once = host(), host()
+    async with streamed.run_test(size=(90, 70)) as pilot:
+        transcript = streamed.query_one(Transcript)
+        reply = await transcript.start_reply()
+        # Uneven pieces: splits land inside words, fence markers, list items and table rows.
+        start, sizes = 0, itertools.cycle([1, 7, 3, 13, 2, 29, 5, 11])
+        while start < len(LONG_REPLY):
+            end = start + next(sizes)
+            await reply.append(LONG_REPLY[start:end])
+            start = end
+        await reply.finish(None)
+        await pilot.pause()
+        shown_streamed = screen_text(streamed)
+        blocks = len(transcript.query_one(AssistantMessage).markdown.children)
+    async with at_once.run_test(size=(90, 70)) as pilot:
+        await at_once.query_one(Transcript).load([Message("assistant", LONG_REPLY)])
+        await pilot.pause()
+        shown_at_once = screen_text(at_once)
+    assert blocks >= 7  # heading, paragraphs, lists, fence, quote, table
+    assert "def flashes(period: float) -> int:" in shown_at_once[1]
+    assert "writes the last line of the log." in shown_at_once[1]
+    assert shown_streamed == shown_at_once
+
+
+async def test_a_streamed_update_costs_one_layout_pass():
+    # Each pass lays out and redraws the whole screen: ~10 ms of Python that
+    # the model's own loop waits for at 250 tok/s.
+    app = host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        reply = await app.query_one(Transcript).start_reply()
+        await reply.append("The keeper climbs the stair. ")
+        await pilot.pause(0.2)
+        passes = []
+        refresh_layout = app.screen._refresh_layout
+
+        def counted(*args, **kwargs):
+            passes.append(args)
+            return refresh_layout(*args, **kwargs)
+        app.screen._refresh_layout = counted
+        for _ in range(3):  # each batch grows the paragraph by a line or two
+            await reply.append("She trims the wick and winds the clock. " * 3)
+            await pilot.pause(0.2)
+        assert len(passes) == 3

@@ -18,10 +18,12 @@ from mlxchat.conversation import Event, PrefillProgress, TextDelta, TurnDone
 
 FLUSH_SECONDS = 0.05
 """How often streamed text reaches the screen at most (20 updates a second)."""
-UI_SHARE = 0.05
-"""The share of the UI thread's time that drawing streamed text may take."""
-MAX_FLUSH_SECONDS = 0.25
-"""However costly drawing is, text still moves 4 times a second."""
+UI_SHARE = 0.03
+"""The share of the UI thread's time that drawing streamed text may take: the
+model's own Python needs the same interpreter lock, so this share comes
+nearly whole off the decode speed (bench/tui.py)."""
+MAX_FLUSH_SECONDS = 0.5
+"""However costly drawing is, text still moves twice a second."""
 
 
 class Pacer:
@@ -36,6 +38,11 @@ class Pacer:
         self.share, self.floor, self.ceiling, self.clock = share, floor, ceiling, clock
         self.interval = floor
         self._last: tuple[float, float] | None = None
+
+    def restart(self) -> None:
+        """A new turn: keep the interval learned so far (so its first updates are
+        paced already), forget the last update (the time between turns is not drawing)."""
+        self._last = None
 
     def record(self, ui_cpu: float) -> None:
         """``ui_cpu``: the UI thread's CPU seconds (``time.thread_time()`` read

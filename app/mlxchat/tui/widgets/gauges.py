@@ -173,7 +173,7 @@ class GaugesPanel(Vertical):
         """``speculation``: anything with ``acceptance`` and ``tokens_per_pass``
         (None on both, or no object, when not speculating)."""
         self._live = "decode"
-        self.query_one("#live-meter", Meter).display = False
+        self._hide_live_meter()
         tokens = f"{fmt_int(generated_tokens)} tokens"
         verb = "thinking" if part == "reasoning" else "decoding"
         spec = ""
@@ -185,19 +185,26 @@ class GaugesPanel(Vertical):
 
     def idle(self) -> None:
         self._live = "idle"
-        self.query_one("#live-meter", Meter).display = False
+        self._hide_live_meter()
         self._text("#live-text", "idle")
         self._text("#compact-live", self._compact_idle_text())
 
     # -- rendering ---------------------------------------------------------------
 
+    def _hide_live_meter(self) -> None:
+        meter = self.query_one("#live-meter", Meter)
+        if meter.display:  # hiding it again would still cost a layout pass
+            meter.display = False
+
     def _text(self, selector: str, markup: str) -> None:
         widget = self.query_one(selector, Static)
+        shown = getattr(widget, "_gauge_markup", None)
+        if shown == markup:
+            return  # unchanged (the weights while a reply streams): nothing to draw
         # Same number of lines: a repaint will do. A layout pass of the whole
         # screen costs ~10 ms, and live figures change many times a second.
-        lines = markup.count("\n")
-        same = getattr(widget, "_gauge_lines", None) == lines
-        widget._gauge_lines = lines  # type: ignore[attr-defined]
+        same = shown is not None and shown.count("\n") == markup.count("\n")
+        widget._gauge_markup = markup  # type: ignore[attr-defined]
         widget.update(markup, layout=not same)
 
     def _render_state(self) -> None:
@@ -211,14 +218,16 @@ class GaugesPanel(Vertical):
         for meter_id in ("#context-meter", "#compact-context-meter"):
             self.query_one(meter_id, Meter).set_value(ctx_fraction, level,
                                                       pinned / window if window else 0.0)
-        self.query_one("#gauge-model", Static).update(state.model_name or "no model loaded")
+        self._text("#gauge-model", state.model_name or "no model loaded")
         self._text("#context-text",
                    f"{fmt_int(used)} / {fmt_int(window)} tokens  [b]{fmt_percent(used, window)}[/]"
                    "\n[dim]held in the KV cache[/]"
                    + (f"\n[$accent]█[/] pinned {fmt_int(pinned)}" if pinned else ""))
 
         bits = kv_bits_label(state.kv_bits, getattr(state, "kv_dtype", None))
-        self.query_one("#gauge-kv").border_title = f"KV cache · {bits}"
+        box = self.query_one("#gauge-kv")
+        if box.border_title != (title := f"KV cache · {bits}"):
+            box.border_title = title
         self._text("#kv-source", self._source_text(state))
         budget = self.budget_bytes
         self.query_one("#kv-meter", Meter).set_value(

@@ -13,6 +13,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Markdown, Static
+from textual.widgets._markdown import MarkdownBlock, MarkdownParagraph
 
 from mlxchat.chat import Message, TurnStats
 from mlxchat.tui.formatting import fmt_int, fmt_seconds, stats_line
@@ -79,7 +80,31 @@ class ThinkingBlock(Static):
         self.toggle()
 
 
-class AssistantMessage(Vertical):
+class _OnePass:
+    """Growing as text streams in, without a second layout pass: the pass that
+    found the new size has laid out the widget and what it holds already, but
+    Textual's default asks for another whole-screen pass, which doubled the
+    cost of each streamed update (bench/tui.py)."""
+
+    def _size_updated(self, size, virtual_size, container_size, layout: bool = True) -> bool:
+        return super()._size_updated(size, virtual_size, container_size,  # type: ignore[misc]
+                                     layout=False)
+
+
+class GrowingParagraph(_OnePass, MarkdownParagraph):
+    """A paragraph of a reply."""
+
+
+class ReplyMarkdown(_OnePass, Markdown):
+    """A reply's Markdown."""
+
+    def get_block_class(self, block_name: str) -> type[MarkdownBlock]:
+        if block_name == "paragraph_open":
+            return GrowingParagraph
+        return super().get_block_class(block_name)
+
+
+class AssistantMessage(_OnePass, Vertical):
     """A reply: its folded reasoning, the Markdown answer, then a footer with
     '(stopped)' and the turn's stats."""
 
@@ -98,7 +123,7 @@ class AssistantMessage(Vertical):
     def compose(self) -> ComposeResult:
         yield Static(self.label, classes="message-label", markup=False)
         yield ThinkingBlock(self.reasoning, self.stats)
-        yield Markdown(self.shown, classes="message-body")
+        yield ReplyMarkdown(self.shown, classes="message-body")
         yield Static(self._footer(), classes="message-footer")
 
     @property
