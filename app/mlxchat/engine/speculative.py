@@ -116,12 +116,20 @@ def draft_stream(model: Any, live: LiveCache, draft: Draft, tail: Sequence[int],
         sampler=sampler, logits_processors=processors,
         prompt_cache=live.layers + draft.live.layers)
     rounds = Rounds(count, k, budget)
+    shown: list[int] = []
     try:
         for token, _, from_draft in gen:
             rounds.see(bool(from_draft))
+            shown.append(int(token))
             yield int(token), bool(from_draft)
     finally:
         gen.close()
+        mx.eval([c.state for c in live.layers])
+        if shown and live.tokens[-1:] == shown[-1:] \
+                and kv.offset(live.layers) == len(live.tokens) - 1:
+            # As plain decoding leaves it (mlx-lm feeds each token as it yields
+            # it): the cache holds every token the reply showed.
+            model(mx.array(shown[-1:])[None], cache=live.layers)
         mx.eval([c.state for c in draft.live.layers])
         held = kv.offset(draft.live.layers)
         # The draft holds a prefix of what the target was fed and sampled.
