@@ -96,7 +96,8 @@ def main() -> int:
           f"{loaded.info.scales_dtype}, {loaded.info.device})")
 
     # 1. Decode overhead: engine vs raw stream_generate, same prompt, alternating.
-    greedy = GenerationSettings(temperature=0.0, max_tokens=decode_tokens)
+    # Plain decoding throughout (speculation has its own figures below).
+    greedy = GenerationSettings(temperature=0.0, max_tokens=decode_tokens, speculative="off")
     prompt_msgs = [Message("user", "Tell me a long story about a lighthouse keeper.")]
     ids = tok.apply_chat_template([{"role": "user", "content": prompt_msgs[0].content}],
                                   add_generation_prompt=True)
@@ -114,7 +115,7 @@ def main() -> int:
     # 2. A ~32-token follow-up after a ~1024-token history: recomputed from
     # scratch in a fresh engine vs answered from the warm cache.
     hist = history(tok, 1000)
-    brief = GenerationSettings(temperature=0.0, max_tokens=4)
+    brief = GenerationSettings(temperature=0.0, max_tokens=4, speculative="off")
     warm_eng = ChatEngine(loaded)
     first = turn(warm_eng, hist, brief)
     base = hist + [Message("assistant", first.reply)]
@@ -155,7 +156,8 @@ def main() -> int:
 
     # 4. 4-bit KV cache on the same history.
     q_eng = ChatEngine(loaded)
-    q = turn(q_eng, hist, GenerationSettings(temperature=0.0, max_tokens=4, kv_bits=4))
+    q = turn(q_eng, hist, GenerationSettings(temperature=0.0, max_tokens=4, kv_bits=4,
+                                                speculative="off"))
     plain_bytes = first.stats.kv_bytes
     print(f"kv bytes: unquantized {plain_bytes / 1e6:.2f} MB  4-bit {q.stats.kv_bytes / 1e6:.2f} MB"
           f" ({first.stats.context_used} vs {q.stats.context_used} tokens)")

@@ -41,6 +41,7 @@ def _first_message(loaded: LoadedModel, db: Path, doc: Path | None, text: str | 
     settings = Settings()
     settings.generation.temperature = 0.0
     settings.generation.max_tokens = 4
+    settings.generation.speculative = "off"  # auto's one-off timing pass would delay a turn
     conv = Conversation(settings=settings, store=open_store(db), engine=ChatEngine(loaded),
                         model_spec="bench")
     if doc is not None and text is not None:

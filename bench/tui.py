@@ -166,7 +166,9 @@ def main() -> int:
     loaded = pick_model(model_name)
     print(f"model: {loaded.info.name} ({loaded.info.quantization}, {loaded.info.device}); "
           f"{tokens} tokens a turn, {pairs} pairs of turns (app, engine alone), ABBA order")
-    generation = GenerationSettings(temperature=0.0, max_tokens=tokens)
+    # Speculation off on both sides: auto measures once per engine, and the
+    # app's one engine could decide otherwise than the fresh ones alone.
+    generation = GenerationSettings(temperature=0.0, max_tokens=tokens, speculative="off")
     db = Path(tempfile.mkdtemp(prefix="mlxchat-bench-tui-")) / "sessions.db"
     m = asyncio.run(measure(loaded, generation, pairs, db))
     ratios = m.pair_ratios()

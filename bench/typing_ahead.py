@@ -67,6 +67,7 @@ def measure(loaded: LoadedModel, *, history_tokens: int = 1000,
     settings = Settings()
     settings.generation.temperature = 0.0
     settings.generation.max_tokens = 4
+    settings.generation.speculative = "off"  # auto's one-off timing pass would delay a turn
     folder = Path(tempfile.mkdtemp(prefix="mlxchat-bench-typing-"))
     conv = Conversation(settings=settings, store=open_store(folder / "b.db"),
                         engine=ChatEngine(loaded), model_spec="bench")
