@@ -82,6 +82,8 @@ class PinnedDocs:
     _prefix_memo: tuple[tuple, list[int]] | None = None
     _prefix_marked = False
     """The engine was asked to keep a prefix (so there may be one to record)."""
+    _known_stored: str | None = None
+    """The prefix key this conversation last found in (or wrote to) the store."""
 
     if TYPE_CHECKING:  # defined by Conversation
         @property
@@ -164,6 +166,7 @@ class PinnedDocs:
         pins = [dataclasses.replace(p, prefix_key=key) for p in pins]
         session, files = self.store.set_pins(self._stored_id(), pins)
         remove_files(files)
+        self._known_stored = None  # the files of unused prefixes may just have gone
         self.session = session
 
     def pins(self) -> list[PinView]:
@@ -191,25 +194,34 @@ class PinnedDocs:
         key = self._key(ids, self.generation.kv_bits)
         if any(p.prefix_key != key for p in self.session.pins):  # another model or KV width
             self._store_pins(self.session.pins, ids)
+        live = common_prefix(self.engine.cached_tokens, tokens) >= n
+        if live and self._known_stored == key:
+            # A follow-up (or a typed word) on a cache that holds the stored
+            # prefix: no store read, no file check.
+            self.last_prefix = PrefixUse(n, "live")
+            self._mark(None)
+            return
         record = self.store.prefix(key)
         file = paths.snapshot_file(record.path) if record else None
-        stored = record is not None and file is not None and file.is_file()
-        if common_prefix(self.engine.cached_tokens, tokens) >= n:
+        stored = (record is not None and file is not None and file.is_file()
+                  and record.token_ids == ids)
+        if live:
             self.last_prefix = PrefixUse(n, "live")
-        elif stored and record is not None and file is not None and record.token_ids == ids:
+        elif stored:
+            assert record is not None and file is not None
             load = self.engine.load_segments(
                 [SegmentRef(file, 0, n, record.checksum, ids)],
                 conversation=[Message("system", self.session.context_system or "")])
             if load.ok and load.tokens == n and load.reason is None:
                 self.last_prefix = PrefixUse(n, "loaded")
-                self._mark(None)
-                return
-            stored = False
-            self.last_prefix = PrefixUse(n, "computed", f"pinned prefix not used "
-                                                        f"({load.reason}); recomputed")
-            log.warning(self.last_prefix.reason)
+            else:
+                stored = False
+                self.last_prefix = PrefixUse(n, "computed", f"pinned prefix not used "
+                                                            f"({load.reason}); recomputed")
+                log.warning(self.last_prefix.reason)
         else:
             self.last_prefix = PrefixUse(n, "computed")
+        self._known_stored = key if stored else None
         if stored:
             self._mark(None)
             return
@@ -242,5 +254,6 @@ class PinnedDocs:
         record = PrefixRecord(key, f"snapshots/{name}", info.checksum, saved.tokens,
                               info.bytes, info.kv_bits)
         left = remove_files(self.store.record_prefix(record))
+        self._known_stored = key
         if left:
             log.warning("unused pinned prefixes not deleted: %s", ", ".join(left))
