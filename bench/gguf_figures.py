@@ -18,14 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-PROSE = (
-    "Paris is the capital and most populous city of France. It is located on the Seine "
-    "river, in the north of the country. The city is known for its museums and "
-    "architecture, including the Eiffel Tower and the Louvre, which is the most visited "
-    "art museum in the world. Paris is also a major centre of finance, diplomacy, "
-    "commerce, fashion and science, and it is home to many universities and research "
-    "institutions. About two million people live in the city itself."
-)
+from tests.models.prose import PROSE  # noqa: E402
 
 
 def write_k_file(source: Path, out: Path, kind: str = "Q4_K") -> int:

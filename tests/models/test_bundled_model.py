@@ -10,16 +10,10 @@ import mlx.nn as nn
 import pytest
 from mlx.utils import tree_flatten
 
+from tests.models.prose import PROSE
+
 pytestmark = pytest.mark.bundled
 
-PROSE = (
-    "Paris is the capital and most populous city of France. It is located on the Seine "
-    "river, in the north of the country. The city is known for its museums and "
-    "architecture, including the Eiffel Tower and the Louvre, which is the most visited "
-    "art museum in the world. Paris is also a major centre of finance, diplomacy, "
-    "commerce, fashion and science, and it is home to many universities and research "
-    "institutions. About two million people live in the city itself."
-)
 COMMON_WORDS = {"the", "a", "an", "of", "is", "in", "and", "to", "capital", "city", "france",
                 "paris", "it", "that", "this", "was", "for", "on", "with", "as", "are", "be"}
 
