@@ -51,6 +51,17 @@ def _affine(x: np.ndarray, levels: int, code_max: int):
     return d, dmin, sc, mn, np.clip(q, 0, levels).astype(np.uint8)
 
 
+def _symmetric(x: np.ndarray, *, half: int, scale_div: int, code_max: int, sc_type: type):
+    """Signed per-sub-block scales (to +-code_max) and codes -half..half-1 stored
+    as 0..2*half-1, for x in sub-blocks of 16 (Q3_K, Q6_K)."""
+    x = x.reshape(-1, 16, 16)
+    scale = np.abs(x).max(-1) / scale_div
+    d = _h(scale.max(-1) / code_max).astype(np.float32)
+    sc = np.clip(np.round(_div(scale, d[:, None])), -code_max - 1, code_max).astype(sc_type)
+    q = np.clip(np.round(_div(x, (d[:, None] * sc)[..., None])), -half, half - 1) + half
+    return d, sc, q.astype(np.uint8)
+
+
 def _q4_5_k(x: np.ndarray, bits: int) -> np.ndarray:
     d, dmin, sc, mn, q = _affine(x.reshape(-1, 8, 32), 2 ** bits - 1, 63)
     n = len(q)
@@ -64,13 +75,9 @@ def _q4_5_k(x: np.ndarray, bits: int) -> np.ndarray:
 
 
 def _q6_k(x: np.ndarray) -> np.ndarray:
-    x = x.reshape(-1, 16, 16)
-    n = len(x)
-    scale = np.abs(x).max(-1) / 31
-    d = _h(scale.max(-1) / 127).astype(np.float32)
-    sc = np.clip(np.round(_div(scale, d[:, None])), -128, 127).astype(np.int8)
-    q = np.clip(np.round(_div(x, (d[:, None] * sc)[..., None])), -32, 31) + 32
-    q = q.astype(np.uint8).reshape(n, 2, 128)  # halves of 128 values
+    d, sc, q = _symmetric(x, half=32, scale_div=31, code_max=127, sc_type=np.int8)
+    n = len(q)
+    q = q.reshape(n, 2, 128)  # halves of 128 values
     ql = (q[:, :, :64] & 0x0F) | ((q[:, :, 64:] & 0x0F) << 4)
     hi = (q >> 4).reshape(n, 2, 4, 32)
     qh = hi[:, :, 0] | (hi[:, :, 1] << 2) | (hi[:, :, 2] << 4) | (hi[:, :, 3] << 6)
@@ -78,13 +85,9 @@ def _q6_k(x: np.ndarray) -> np.ndarray:
 
 
 def _q3_k(x: np.ndarray) -> np.ndarray:
-    x = x.reshape(-1, 16, 16)
-    n = len(x)
-    scale = np.abs(x).max(-1) / 4
-    d = _h(scale.max(-1) / 31).astype(np.float32)
-    sc = np.clip(np.round(_div(scale, d[:, None])), -32, 31).astype(np.int16)
-    q = np.clip(np.round(_div(x, (d[:, None] * sc)[..., None])), -4, 3) + 4
-    u = q.astype(np.uint8).reshape(n, 256)
+    d, sc, q = _symmetric(x, half=4, scale_div=4, code_max=31, sc_type=np.int16)
+    n = len(q)
+    u = q.reshape(n, 256)
     hmask = ((u >> 2).reshape(n, 8, 32) << np.arange(8, dtype=np.uint8)[None, :, None])
     low = (u & 3).reshape(n, 2, 4, 32)
     qs = low[:, :, 0] | (low[:, :, 1] << 2) | (low[:, :, 2] << 4) | (low[:, :, 3] << 6)
