@@ -49,6 +49,15 @@ def _turns(engine: ChatEngine, settings: GenerationSettings) -> list[TurnDone]:
     return [first, run(engine, msgs, settings)]
 
 
+def _plain(model, settings: GenerationSettings) -> tuple[list[TurnDone], list[int]]:
+    """The two turns by plain decoding, and the tokens its cache then holds."""
+    plain = ChatEngine(model)
+    try:
+        return _turns(plain, settings), plain.cached_tokens
+    finally:
+        plain.close()
+
+
 CASES = [("llama", "llama-draft", None), ("llama", "llama", None),
          ("llama64", "llama64-draft", 4), ("llama64", "llama64", 4),
          ("qwen3", "qwen3-draft", None), ("qwen3", "qwen3", None)]
@@ -57,10 +66,7 @@ CASES = [("llama", "llama-draft", None), ("llama", "llama", None),
 @pytest.mark.parametrize("target,draft,kv_bits", CASES)
 def test_draft_model_replies_token_for_token_as_plain(models, target, draft, kv_bits):
     settings = replace(PLAIN, kv_bits=kv_bits)
-    plain = ChatEngine(models[target])
-    expected = _turns(plain, settings)
-    plain_held = plain.cached_tokens
-    plain.close()
+    expected, plain_held = _plain(models[target], settings)
     engine = ChatEngine(models[target])
     engine.set_draft(models[draft], draft)
     got = _turns(engine, replace(settings, speculative="draft"))
@@ -87,10 +93,7 @@ def test_draft_model_replies_token_for_token_as_plain(models, target, draft, kv_
 @pytest.mark.parametrize("target,kv_bits", [("llama", None), ("llama64", 4), ("qwen3", None)])
 def test_prompt_lookup_replies_token_for_token_as_plain(models, target, kv_bits):
     settings = replace(PLAIN, kv_bits=kv_bits)
-    plain = ChatEngine(models[target])
-    expected = _turns(plain, settings)
-    held = plain.cached_tokens
-    plain.close()
+    expected, held = _plain(models[target], settings)
     engine = ChatEngine(models[target])
     got = _turns(engine, replace(settings, speculative="lookup"))
     assert [d.token_ids for d in got] == [d.token_ids for d in expected]
