@@ -62,3 +62,21 @@ async def test_prefill_progress_counts_what_is_prefilled_and_ends_at_its_total(t
         assert {total for _, total in shown} == {stats.prefilled_tokens}
         assert shown[-1] == (stats.prefilled_tokens, stats.prefilled_tokens)
         assert [done for done, _ in shown] == sorted(done for done, _ in shown)
+
+
+async def test_the_hidden_activity_bar_does_not_animate(tmp_path, tiny):
+    """An indeterminate bar redraws 15 times a second: hidden, it must not
+    (it woke the UI thread through every reply and every idle minute)."""
+    from textual.widgets._progress_bar import Bar
+
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)  # loading the model showed it, indeterminate
+        bar = app.activity.query_one(Bar)
+        assert not app.activity.active and bar.auto_refresh is None
+        app.activity.show("running /something…")
+        await pilot.pause()
+        assert app.activity.active and bar.auto_refresh is not None
+        app.activity.hide()
+        await pilot.pause()
+        assert bar.auto_refresh is None

@@ -9,7 +9,11 @@ from textual.widgets import ProgressBar, Static
 
 
 class ActivityBar(Horizontal):
-    """Hidden until ``show``; ``total=None`` shows an indeterminate bar."""
+    """Hidden until ``show``; ``total=None`` shows an indeterminate bar.
+
+    Hidden, the bar is left determinate: an indeterminate one animates at 15
+    frames a second even where nothing shows it, waking the UI thread 15 times
+    a second for as long as the app runs (and during every reply)."""
 
     DEFAULT_CSS = """
     ActivityBar { height: 1; display: none; padding: 0 2; }
@@ -25,7 +29,7 @@ class ActivityBar(Horizontal):
 
     def compose(self) -> ComposeResult:
         yield Static("", id="activity-label", markup=False)
-        yield ProgressBar(show_eta=False, id="activity-progress")
+        yield ProgressBar(total=1, show_eta=False, id="activity-progress")
 
     def show(self, label: str, done: int | None = None, total: int | None = None) -> None:
         self.label = label
@@ -38,6 +42,7 @@ class ActivityBar(Horizontal):
     def hide(self) -> None:
         self.label = ""
         self.remove_class("-active")
+        self.query_one(ProgressBar).update(total=1, progress=0)  # stops the animation
 
     @property
     def active(self) -> bool:
