@@ -72,6 +72,27 @@ def test_pacer_keeps_drawing_near_its_share_of_the_ui_thread():
     assert pacer() <= 0.25
 
 
+def test_a_costly_update_is_paid_back_over_the_turn():
+    clock = Clock()
+    pacer = Pacer(share=0.05, floor=0.05, ceiling=1.0, clock=clock)
+    cpu = 0.0
+    pacer.record(cpu)  # the turn's first update opens the account
+    start = clock.now
+    costs = [0.040] + [0.005] * 30  # mounting the first paragraph, then cheap ones
+    intervals = []
+    for cost in costs:
+        clock.now += pacer()
+        cpu += cost
+        pacer.record(cpu)
+        intervals.append(pacer())
+        # Never more than the share, give or take one update's worth.
+        assert cpu <= 0.05 * (clock.now - start) + cost + 1e-9
+    assert intervals[0] > 0.5  # just after the costly one the next update waited...
+    # ...and once it is paid back, 5 ms updates come 100 ms apart (5%).
+    assert abs(intervals[-1] - 0.1) < 0.01
+    assert abs(cpu / (clock.now - start) - 0.05) < 0.01
+
+
 def test_a_batch_holds_one_part():
     clock = Clock()
 

@@ -28,31 +28,44 @@ MAX_FLUSH_SECONDS = 0.5
 
 class Pacer:
     """The interval between screen updates that keeps drawing them near ``share``
-    of the UI thread's time. Measured, not guessed: a layout pass of a busy
-    screen costs from ~1 ms to tens of ms, and it competes with the model's
-    own Python for the CPU and the GIL (bench/tui.py)."""
+    of the UI thread's time over the whole turn. Measured, not guessed: a layout
+    pass of a busy screen costs from ~1 ms to tens of ms, and it competes with
+    the model's own Python for the CPU and the GIL (bench/tui.py).
+
+    The account runs from the turn's first update, so a costly update (the
+    first, which mounts the reply's first paragraph, or one that starts a code
+    block) is paid back by waiting longer before the next, not forgotten."""
 
     def __init__(self, *, share: float = UI_SHARE, floor: float = FLUSH_SECONDS,
                  ceiling: float = MAX_FLUSH_SECONDS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.share, self.floor, self.ceiling, self.clock = share, floor, ceiling, clock
         self.interval = floor
-        self._last: tuple[float, float] | None = None
+        self._start: tuple[float, float] | None = None  # (UI CPU, time) at the first update
+        self._last_cpu = 0.0
+        self._cost = 0.0  # what one update costs, smoothed
 
     def restart(self) -> None:
-        """A new turn: keep the interval learned so far (so its first updates are
-        paced already), forget the last update (the time between turns is not drawing)."""
-        self._last = None
+        """A new turn: keep the interval and the cost learned so far (so its first
+        updates are paced already), start a new account (the time between turns
+        is not drawing)."""
+        self._start = None
 
     def record(self, ui_cpu: float) -> None:
         """``ui_cpu``: the UI thread's CPU seconds (``time.thread_time()`` read
         there) at an update; the growth since the last one is what drawing cost."""
         now = self.clock()
-        if self._last is not None:
-            cost = max(ui_cpu - self._last[0], 0.0)
-            wanted = min(self.ceiling, max(self.floor, cost / self.share))
-            self.interval = 0.5 * (self.interval + wanted)  # smoothed: one slow frame is noise
-        self._last = (ui_cpu, now)
+        if self._start is None:
+            self._start, self._last_cpu = (ui_cpu, now), ui_cpu
+            return
+        cost = max(ui_cpu - self._last_cpu, 0.0)
+        self._cost = cost if not self._cost else 0.5 * (self._cost + cost)
+        self._last_cpu = ui_cpu
+        spent = ui_cpu - self._start[0]
+        # The next update is due when the turn's drawing so far, and one more
+        # update's worth, comes to ``share`` of the time since its first update.
+        due = self._start[1] + (spent + self._cost) / self.share
+        self.interval = min(self.ceiling, max(self.floor, due - now))
 
     def __call__(self) -> float:
         return self.interval
