@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Literal
 
+from markdown_it import MarkdownIt
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
@@ -95,8 +96,24 @@ class GrowingParagraph(_OnePass, MarkdownParagraph):
     """A paragraph of a reply."""
 
 
+def _shared_parser() -> MarkdownIt:
+    """Textual's own parser ("gfm-like"), built once: Markdown builds a new one
+    for every streamed update otherwise (~0.35 ms each here); parsing keeps
+    no state in it."""
+    global _PARSER
+    if _PARSER is None:
+        _PARSER = MarkdownIt("gfm-like")
+    return _PARSER
+
+
+_PARSER: MarkdownIt | None = None
+
+
 class ReplyMarkdown(_OnePass, Markdown):
     """A reply's Markdown."""
+
+    def __init__(self, markdown: str | None = None, **kwargs) -> None:
+        super().__init__(markdown, parser_factory=_shared_parser, **kwargs)
 
     def get_block_class(self, block_name: str) -> type[MarkdownBlock]:
         if block_name == "paragraph_open":
