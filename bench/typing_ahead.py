@@ -1,10 +1,14 @@
 """TTFT of a ~60-token message typed at 5 characters/s, with prefill while
 typing and without, after the same warm history: the ``typing_ttft_ratio``.
 
-The typist is simulated in real time; typing prefill follows the app's policy
-(``tui.typing_prefill``: the text as it is ``DEBOUNCE_S`` after a keystroke,
-once per finished word, a job the send supersedes). TTFT is wall time from
-Enter to the first streamed text, so a prefill chunk the send waits for counts.
+The typist is simulated in real time in both runs, so both send after the
+same seconds of typing: an engine left idle that long answers its first pass
+slower (on the 2-core CI machine a one-token pass took 8 ms warm, 80 ms after
+3 s idle and 136 ms after 6 s), and a baseline sent at once would be spared
+that. Typing prefill follows the app's policy (``tui.typing_prefill``: the text
+as it is ``DEBOUNCE_S`` after a keystroke, once per finished word, a job the
+send supersedes). TTFT is wall time from Enter to the first streamed text, so
+a prefill chunk the send waits for counts.
 """
 
 from __future__ import annotations
@@ -38,8 +42,9 @@ def _message(conv: Conversation, lead: str, target: int) -> str:
     return text
 
 
-def _typed(conv: Conversation, text: str) -> tuple[float, TurnDone]:
-    """Type ``text`` in real time with typing prefill in a worker, then Enter."""
+def _typed(conv: Conversation, text: str, *, prefill: bool) -> tuple[float, TurnDone]:
+    """Type ``text`` in real time, with typing prefill in a worker or without,
+    then Enter."""
     shown = [""]
     stop = threading.Event()
 
@@ -47,7 +52,7 @@ def _typed(conv: Conversation, text: str) -> tuple[float, TurnDone]:
         done_for = None
         while not stop.wait(DEBOUNCE_S):
             now = shown[0]
-            if settled_text(now) != done_for:
+            if prefill and settled_text(now) != done_for:
                 done_for = settled_text(now)
                 conv.prefill_typed(now)
     worker = threading.Thread(target=prefiller, daemon=True)
@@ -78,11 +83,12 @@ def measure(loaded: LoadedModel, *, history_tokens: int = 1000,
         history += filler
     wall_ttft(conv, history)  # the warm history
     plain_text = _message(conv, "Now", message_tokens)
-    plain, plain_done = wall_ttft(conv, plain_text)
+    plain, plain_done = _typed(conv, plain_text, prefill=False)
     conv.undo()
     typed_text = _message(conv, "Please", message_tokens)
-    typed, typed_done = _typed(conv, typed_text)
-    print(f"typing: a {len(tok.encode(typed_text))}-token message at {CHARS_PER_S:g} chars/s; ttft without {plain:.3f} s "
+    typed, typed_done = _typed(conv, typed_text, prefill=True)
+    print(f"typing: a {len(tok.encode(typed_text))}-token message typed at {CHARS_PER_S:g} chars/s; "
+          f"ttft without typing prefill {plain:.3f} s "
           f"(prefilled {plain_done.stats.prefilled_tokens}), with {typed:.3f} s (prefilled "
           f"{typed_done.stats.prefilled_tokens}, {typed_done.stats.typed_prefill_tokens} "
           f"while typing in {typed_done.stats.typed_prefill_s:.2f} s)")
