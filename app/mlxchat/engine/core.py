@@ -251,10 +251,8 @@ class ChatEngine(TypingPrefill, DiskCache, Drafting, PrefixMarks):
                 raise Cancelled
             n = self._chunk_to_mark(min(self._chunk, total - done))
             t0 = time.perf_counter()
-            model(mx.array(tokens[done:done + n])[None], cache=live.layers)
-            mx.eval([c.state for c in live.layers])
+            live.feed(model, tokens[done:done + n])
             dt = time.perf_counter() - t0
-            live.tokens.extend(tokens[done:done + n])
             self._reach_mark()
             done += n
             if n == self._chunk:
@@ -344,8 +342,7 @@ class ChatEngine(TypingPrefill, DiskCache, Drafting, PrefixMarks):
             (out.reasoning_pieces if part == reasoning.REASONING else out.pieces).append(segment)
             emit(TextDelta(segment, out.generated, out.decode_tps, part=part,
                            acceptance=out.speculation.acceptance,
-                           tokens_per_pass=out.generated / max(out.speculation.passes, 1)
-                           if out.speculation.mode != "off" else None))
+                           tokens_per_pass=out.speculation.tokens_per_pass(out.generated)))
         text = reasoning.PartText(tokenizer.detokenizer, shown)
         t_prompt = time.perf_counter()
         gen = self._token_stream(tail, settings, budget=budget, sampler=sampler,

@@ -110,21 +110,35 @@ class LiveCache:
             if not can_trim_prompt_cache(self.layers):
                 self.reset()
                 return Reuse(0, "cache not trimmable", "cold")
-            trim_prompt_cache(self.layers, len(self.tokens) - common)
             # Text prefilled while typing and edited since is no miss.
             if shared < min(len(self.tokens), self.ahead_end):
                 reason = (reason or fitted.reason
                           or prompt.miss_reason(self.conversation, fitted, messages, shared))
-            del self.tokens[common:]
+            self._trim_to(common)
         return Reuse(common, reason, source if common else "cold")
+
+    def _trim_to(self, n: int) -> None:
+        """Give back every token after the first ``n`` (a trimmable cache)."""
+        trim_prompt_cache(self.layers, len(self.tokens) - n)
+        del self.tokens[n:]
+
+    def _sync_tokens(self) -> None:
+        """Evaluate the arrays; cut the token list to what the cache holds."""
+        mx.eval([c.state for c in self.layers])
+        del self.tokens[kv.offset(self.layers):]
+
+    def feed(self, model: Any, tokens: Sequence[int]) -> None:
+        """Prefill ``tokens`` after what the cache holds, evaluated."""
+        model(mx.array(tokens)[None], cache=self.layers)
+        mx.eval([c.state for c in self.layers])
+        self.tokens.extend(tokens)
 
     def keep_prefix(self, tokens: Sequence[int]) -> int:
         """Trim a trimmable cache to the longest prefix it shares with
         ``tokens`` (a draft model's cache following the prompt); tokens kept."""
         common = prompt.common_prefix(self.tokens, tokens)
         if common < len(self.tokens):
-            trim_prompt_cache(self.layers, len(self.tokens) - common)
-            del self.tokens[common:]
+            self._trim_to(common)
         return common
 
     @property
@@ -147,20 +161,17 @@ class LiveCache:
         if shared < len(self.tokens):
             if shared < floor or not can_trim_prompt_cache(self.layers):
                 return None  # the cache holds another conversation: the turn decides
-            trim_prompt_cache(self.layers, len(self.tokens) - shared)
-            del self.tokens[shared:]
+            self._trim_to(shared)
         self.ahead_from = shared if self.ahead_from is None else min(self.ahead_from, shared)
         return shared
 
     def settle_ahead(self) -> None:
         """After a typing prefill (done or cancelled): evaluate, keep the token
         list to what the cache holds."""
-        mx.eval([c.state for c in self.layers])
-        del self.tokens[kv.offset(self.layers):]
+        self._sync_tokens()
 
     def settle(self, conversation: Sequence[Message]) -> None:
         """After a turn (finished, cancelled or failed): evaluate the arrays, keep
         the token list to what the cache really holds, note what it renders."""
-        mx.eval([c.state for c in self.layers])
-        del self.tokens[kv.offset(self.layers):]
+        self._sync_tokens()
         self.conversation = [(m.role, m.content) for m in conversation]

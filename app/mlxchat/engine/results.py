@@ -31,6 +31,10 @@ class Speculation:
     def acceptance(self) -> float | None:
         return self.accepted / self.proposed if self.proposed else None
 
+    def tokens_per_pass(self, generated: int) -> float | None:
+        """Of ``generated`` tokens, how many each pass gave (None when not speculating)."""
+        return None if self.mode == "off" else generated / max(self.passes, 1)
+
 
 @dataclass
 class Decode:

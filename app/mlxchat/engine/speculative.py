@@ -72,14 +72,10 @@ class Draft:
         self.live.match_bits(kv_bits if head_dim and head_dim % 32 == 0 else None, head_dim)
         kept = self.live.keep_prefix(tokens)
         todo = list(tokens[kept:])
-        model = self.loaded.model
         for start in range(0, len(todo), chunk):
             if cancelled():
                 raise Cancelled
-            piece = todo[start:start + chunk]
-            model(mx.array(piece)[None], cache=self.live.layers)
-            mx.eval([c.state for c in self.live.layers])
-            self.live.tokens.extend(piece)
+            self.live.feed(self.loaded.model, todo[start:start + chunk])
         return len(todo), kept == 0 and len(todo) > 0
 
 
