@@ -174,11 +174,15 @@ class PinnedDocs:
         pins = self.session.pins
         if not pins:
             return []
-        record = self.store.prefix(pins[0].prefix_key or "")
-        file = paths.snapshot_file(record.path) if record else None
-        stored = file is not None and file.is_file()
+        stored = self._prefix_on_disk(pins[0].prefix_key or "")[1] is not None
         return [PinView(p.name, p.path, p.tokens, self.store.sessions_pinning(p.text_hash),
                         stored) for p in pins]
+
+    def _prefix_on_disk(self, key: str) -> tuple[PrefixRecord | None, Path | None]:
+        """The prefix store's record for ``key``, and its file when it is on disk."""
+        record = self.store.prefix(key)
+        file = paths.snapshot_file(record.path) if record else None
+        return record, file if file is not None and file.is_file() else None
 
     # -- around a prefill --------------------------------------------------------------------
     def _prepare_prefix(self, tokens: Sequence[int]) -> None:
@@ -201,10 +205,8 @@ class PinnedDocs:
             self.last_prefix = PrefixUse(n, "live")
             self._mark(None)
             return
-        record = self.store.prefix(key)
-        file = paths.snapshot_file(record.path) if record else None
-        stored = (record is not None and file is not None and file.is_file()
-                  and record.token_ids == ids)
+        record, file = self._prefix_on_disk(key)
+        stored = record is not None and file is not None and record.token_ids == ids
         if live:
             self.last_prefix = PrefixUse(n, "live")
         elif stored:
