@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from mlx_lm.models.cache import ArraysCache, KVCache, QuantizedKVCache, RotatingKVCache
-
 from mlxchat.engine import segments
 from mlxchat.engine.snapshot import failure_words
 
@@ -39,12 +37,6 @@ class PrefixSaved:
     warning: str | None = None
 
 
-def sliceable(layers: Sequence[Any]) -> bool:
-    """Every layer grows with the sequence: any leading span can be cut out."""
-    return all(isinstance(c, (KVCache, QuantizedKVCache)) and not isinstance(c, RotatingKVCache)
-               and not isinstance(c, ArraysCache) for c in layers)
-
-
 class PrefixMarks:
     """Mixed into ``ChatEngine``."""
 
@@ -64,7 +56,8 @@ class PrefixMarks:
             self._mark = PrefixMark(list(tokens), path) if tokens and path else None
             live, mark = self._live, self._mark
             if (mark is not None and live.tokens[:len(mark.tokens)] == mark.tokens
-                    and (len(live.tokens) == len(mark.tokens) or sliceable(live.layers))):
+                    and (len(live.tokens) == len(mark.tokens)
+                         or all(segments.sliceable(c) for c in live.layers))):
                 self._write_mark()
         self._call(job)
 

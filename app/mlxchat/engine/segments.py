@@ -72,9 +72,15 @@ def _host(arr: mx.array) -> np.ndarray:
     return np.ascontiguousarray(np.array(arr, copy=False))
 
 
+def sliceable(c: Any) -> bool:
+    """The layer keeps every position (any span of it can be cut out); sliding
+    windows and recurrent states are saved whole instead."""
+    return isinstance(c, (KVCache, QuantizedKVCache)) and not isinstance(c, RotatingKVCache)
+
+
 def _layer_tensors(i: int, c: Any, start: int, end: int) -> dict[str, mx.array]:
     """The arrays a segment keeps of layer ``i``."""
-    if isinstance(c, (KVCache, QuantizedKVCache)) and not isinstance(c, RotatingKVCache):
+    if sliceable(c):
         if c.keys is None:
             return {}
         out = {}
