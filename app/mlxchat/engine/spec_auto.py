@@ -22,6 +22,8 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.models.cache import trim_prompt_cache
 
+from mlxchat.engine import kv
+
 PAYS_BELOW = 1.5
 """A verifying pass may cost at most this many decode steps for auto to use lookup."""
 MIN_STEPS = 3
@@ -54,7 +56,7 @@ class VerifyCost:
 def measure(model: Any, layers: list[Any], *, proposed: int, step_s: float) -> VerifyCost:
     """Time a pass of ``proposed + 1`` tokens on ``layers`` and trim it off.
     The faster of two passes counts (the first may build kernels)."""
-    context = max((getattr(c, "offset", 0) for c in layers), default=0)
+    context = kv.offset(layers)
     x = mx.zeros((1, proposed + 1), dtype=mx.int32)
     best = float("inf")
     for _ in range(2):
@@ -64,4 +66,4 @@ def measure(model: Any, layers: list[Any], *, proposed: int, step_s: float) -> V
         trim_prompt_cache(layers, proposed + 1)
         if best / step_s <= PAYS_BELOW:
             break  # a warm-up can only have made it look dearer
-    return VerifyCost(proposed=proposed, ratio=best / step_s, context=int(context))
+    return VerifyCost(proposed=proposed, ratio=best / step_s, context=context)
