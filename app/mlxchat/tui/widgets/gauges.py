@@ -214,7 +214,7 @@ class GaugesPanel(Vertical):
         used, window = state.cached_tokens, state.context_window
         level = usage_level(used, window)
         ctx_fraction = used / window if window else 0.0
-        pinned = getattr(state, "pinned_tokens", 0)
+        pinned = state.pinned_tokens
         for meter_id in ("#context-meter", "#compact-context-meter"):
             self.query_one(meter_id, Meter).set_value(ctx_fraction, level,
                                                       pinned / window if window else 0.0)
@@ -224,7 +224,7 @@ class GaugesPanel(Vertical):
                    "\n[dim]held in the KV cache[/]"
                    + (f"\n[$accent]█[/] pinned {fmt_int(pinned)}" if pinned else ""))
 
-        bits = kv_bits_label(state.kv_bits, getattr(state, "kv_dtype", None))
+        bits = kv_bits_label(state.kv_bits, state.kv_dtype)
         box = self.query_one("#gauge-kv")
         if box.border_title != (title := f"KV cache · {bits}"):
             box.border_title = title
