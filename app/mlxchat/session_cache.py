@@ -144,10 +144,8 @@ class SessionCache:
         again), else at 0."""
         pins = self.session.pins
         record = self.store.prefix(pins[0].prefix_key) if pins and pins[0].prefix_key else None
-        if record is None or list(live[:len(record.token_ids)]) != record.token_ids:
-            return 0, None
-        file = paths.snapshot_file(record.path)
-        if file is None or not file.is_file() or len(record.token_ids) >= len(live):
+        if (record is None or list(live[:len(record.token_ids)]) != record.token_ids
+                or len(record.token_ids) >= len(live) or record.file() is None):
             return 0, None
         return len(record.token_ids), record.key
 

@@ -174,15 +174,10 @@ class PinnedDocs:
         pins = self.session.pins
         if not pins:
             return []
-        stored = self._prefix_on_disk(pins[0].prefix_key or "")[1] is not None
+        record = self.store.prefix(pins[0].prefix_key or "")
+        stored = record is not None and record.file() is not None
         return [PinView(p.name, p.path, p.tokens, self.store.sessions_pinning(p.text_hash),
                         stored) for p in pins]
-
-    def _prefix_on_disk(self, key: str) -> tuple[PrefixRecord | None, Path | None]:
-        """The prefix store's record for ``key``, and its file when it is on disk."""
-        record = self.store.prefix(key)
-        file = paths.snapshot_file(record.path) if record else None
-        return record, file if file is not None and file.is_file() else None
 
     # -- around a prefill --------------------------------------------------------------------
     def _prepare_prefix(self, tokens: Sequence[int]) -> None:
@@ -205,7 +200,8 @@ class PinnedDocs:
             self.last_prefix = PrefixUse(n, "live")
             self._mark(None)
             return
-        record, file = self._prefix_on_disk(key)
+        record = self.store.prefix(key)
+        file = record.file() if record else None
         stored = record is not None and file is not None and record.token_ids == ids
         if live:
             self.last_prefix = PrefixUse(n, "live")

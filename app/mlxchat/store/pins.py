@@ -33,6 +33,11 @@ class PrefixRecord:
     file_bytes: int
     kv_bits: int | None
 
+    def file(self) -> Path | None:
+        """The prefix's file, when it is on disk."""
+        file = snapshot_file(self.path)
+        return file if file is not None and file.is_file() else None
+
 
 @dataclass(frozen=True)
 class PinUse:
