@@ -7,7 +7,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlxchat.conversation import Conversation, TextDelta, TurnDone
+from mlxchat.session import Conversation, TextDelta, TurnDone
 from mlxchat.models.info import LoadedModel
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from common import median, wall_ttft
 
 from mlxchat.config import Settings
-from mlxchat.conversation import Conversation, TurnDone
+from mlxchat.session import Conversation, TurnDone
 from mlxchat.engine import ChatEngine
 from mlxchat.models.info import LoadedModel
 from mlxchat.store import open_store

@@ -56,7 +56,7 @@ class AppRunner:
     def __init__(self, loaded: LoadedModel, generation: GenerationSettings, db: Path) -> None:
         from mlxchat.store import open_store
         from mlxchat.tui.app import create_app
-        from mlxchat.app_root import open_conversation
+        from mlxchat.session.root import open_conversation
 
         factory = partial(open_conversation, store_factory=lambda: open_store(db),
                           load_model=lambda spec, progress=None: loaded)

@@ -22,7 +22,7 @@ from pathlib import Path
 from common import wall_ttft
 
 from mlxchat.config import Settings
-from mlxchat.conversation import Conversation, TurnDone, settled_text
+from mlxchat.session import Conversation, TurnDone, settled_text
 from mlxchat.engine import ChatEngine
 from mlxchat.models.info import LoadedModel
 from mlxchat.store import open_store

@@ -7,6 +7,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 import math
 import re
+from pathlib import Path
 from typing import Any, Callable, Literal, Self, Sequence
 
 Role = Literal["system", "user", "assistant"]
@@ -349,6 +350,19 @@ _ATTACHMENT = re.compile(r'\s*<file name="([^"\n]*)">\n.*?\n</file>', re.S)
 def attachment_block(name: str, text: str) -> str:
     """How an attached file goes into a user message."""
     return f'<file name="{name}">\n{text}\n</file>'
+
+
+@dataclass
+class Attachment:
+    """A text file waiting to go into the next message."""
+
+    path: Path
+    text: str
+    tokens: int
+
+    @property
+    def block(self) -> str:
+        return attachment_block(self.path.name, self.text)
 
 
 def typed_text(content: str) -> str:

@@ -11,7 +11,7 @@ from dataclasses import replace
 from mlxchat.chat import GenerationSettings, TurnStats
 from mlxchat.cli_progress import progress_printer
 from mlxchat.config import Settings
-from mlxchat.conversation import TextDelta, TurnDone
+from mlxchat.session import TextDelta, TurnDone
 from mlxchat.errors import UserError
 
 SESSION_WAIT_S = 10.0
@@ -97,7 +97,7 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
 def run_ask(args: argparse.Namespace, settings: Settings) -> int:
     """One prompt through ``Conversation.send``: in the named session (created
     when missing or with ``--new``), else in a throwaway in-memory session."""
-    from mlxchat.app_root import default_store, open_conversation, throwaway_store
+    from mlxchat.session.root import default_store, open_conversation, throwaway_store
 
     text = _read_prompt(args.prompt)
     named = args.session is not None

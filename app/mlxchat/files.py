@@ -4,14 +4,17 @@ private atomic writes and streamed sha256."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from mlxchat.errors import MlxchatError
 from mlxchat.paths import ensure_private_dir
+
+log = logging.getLogger(__name__)
 
 
 class FileRefused(MlxchatError):
@@ -95,3 +98,15 @@ def sha256_file(path: Path, *, on_progress: Callable[[int, int], None] | None = 
             if on_progress:
                 on_progress(done, total)
     return h.hexdigest()
+
+
+def remove_files(paths: Iterable[Path | str]) -> list[str]:
+    """Delete each file (a missing one is fine); return those that could not be."""
+    left = []
+    for path in paths:
+        try:
+            Path(path).unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("%s not deleted: %s", path, exc)
+            left.append(str(path))
+    return left

@@ -9,7 +9,7 @@ import pytest
 from mlxchat.chat import GenerationSettings
 from mlxchat.commands import CommandContext, CommandResult, Registry, default_registry
 from mlxchat.config import Settings
-from mlxchat.conversation import Conversation
+from mlxchat.session import Conversation
 from mlxchat.engine import ChatEngine, TurnDone
 from mlxchat.models.errors import ModelError
 from mlxchat.models.info import LoadedModel
@@ -34,22 +34,31 @@ def registry() -> Registry:
     return default_registry()
 
 
-def make_loader(*models: LoadedModel):
-    by_spec = {m.info.spec: m for m in models}
+class ModelShelf:
+    """The models a test conversation can load, by spec; a test adds its own."""
 
-    def load(spec: str) -> LoadedModel:
-        if spec not in by_spec:
-            raise ModelError(f"unknown model '{spec[:40]}' (tests know {', '.join(by_spec)})")
-        return by_spec[spec]
-    return load
+    def __init__(self, *models: LoadedModel):
+        self.by_spec = {m.info.spec: m for m in models}
+
+    def add(self, *models: LoadedModel, **named: LoadedModel) -> None:
+        """Models under their own spec, and ``named`` ones under another spec."""
+        self.by_spec.update({m.info.spec: m for m in models}, **named)
+
+    def __call__(self, spec: str) -> LoadedModel:
+        if spec not in self.by_spec:
+            raise ModelError(f"unknown model '{spec[:40]}' (tests know "
+                             f"{', '.join(self.by_spec)})")
+        return self.by_spec[spec]
 
 
-def make_conversation(tmp: Path, tiny: LoadedModel, *extra: LoadedModel) -> Conversation:
+def make_conversation(tmp: Path, tiny: LoadedModel, *extra: LoadedModel,
+                      shelf: ModelShelf | None = None) -> Conversation:
     settings = Settings(model="tiny", system_prompt=SYSTEM,
                         generation=GenerationSettings(temperature=0.0, max_tokens=8))
+    shelf = shelf or ModelShelf()
+    shelf.add(tiny, *extra)
     return Conversation(settings=settings, store=open_store(tmp / "s.db"),
-                        engine=ChatEngine(tiny), model_spec="tiny",
-                        load_model=make_loader(tiny, *extra))
+                        engine=ChatEngine(tiny), model_spec="tiny", load_model=shelf)
 
 
 @pytest.fixture
@@ -62,8 +71,15 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def conv(home: Path, tmp_path: Path, tiny, tiny_b) -> Iterator[Conversation]:
-    conversation = make_conversation(tmp_path, tiny, tiny_b)
+def shelf() -> ModelShelf:
+    """What ``conv`` can load besides tiny and tiny_b (a test adds its models)."""
+    return ModelShelf()
+
+
+@pytest.fixture
+def conv(home: Path, tmp_path: Path, tiny, tiny_b, shelf: ModelShelf
+         ) -> Iterator[Conversation]:
+    conversation = make_conversation(tmp_path, tiny, tiny_b, shelf=shelf)
     yield conversation
     conversation.close()
     conversation.store.close()

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mlxchat.commands import CommandContext, CommandResult, default_registry
-from mlxchat.conversation import ConversationError
+from mlxchat.session import ConversationError
 from mlxchat.engine import EngineError
 
 from tests.commands.conftest import NOW, make_conversation, send

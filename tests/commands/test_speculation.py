@@ -67,8 +67,8 @@ def test_draft_cache_follows_five_turns_with_an_edit(home, tmp_path, tiny, tiny_
     conv.close()
 
 
-def test_refusals_change_nothing(home, tmp_path, tiny, gemma, registry, ctx, conv):
-    conv._load_model = lambda spec: {"gemma": gemma, "tiny": tiny}[spec]  # noqa: SLF001
+def test_refusals_change_nothing(home, tmp_path, tiny, gemma, registry, ctx, conv, shelf):
+    shelf.add(gemma)
     before = conv.generation.to_dict()
     result = registry.run("/set draft gemma", ctx)
     assert not result.ok and "RotatingKVCache" in result.text
@@ -80,8 +80,8 @@ def test_refusals_change_nothing(home, tmp_path, tiny, gemma, registry, ctx, con
 
 
 def test_switch_to_a_model_that_cannot_speculate_turns_it_off(home, tiny, gemma, registry,
-                                                             ctx, conv):
-    conv._load_model = lambda spec: {"gemma": gemma, "tiny": tiny}[spec]  # noqa: SLF001
+                                                             ctx, conv, shelf):
+    shelf.add(gemma)
     assert registry.run("/set speculative lookup", ctx).ok
     assert send(conv, "abc abc abc").stats.spec_mode == "lookup"
     result = registry.run("/model gemma", ctx)
@@ -139,17 +139,16 @@ def test_resume_reloads_the_draft_and_rebuilds_its_cache(home, tmp_path, tiny, t
     again.close()
 
 
-def test_new_session_frees_the_draft(home, tiny, tiny_d, registry, ctx, conv):
-    conv._load_model = lambda spec: {"tiny-d": tiny_d, "tiny": tiny}[spec]  # noqa: SLF001
+def test_new_session_frees_the_draft(home, tiny, tiny_d, registry, ctx, conv, shelf):
+    shelf.add(tiny_d)
     assert registry.run("/draft tiny-d", ctx).ok and conv.draft_name() == "tiny-d"
     assert registry.run("/new", ctx).ok
     assert conv.generation.speculative == conv.settings.generation.speculative == "auto"
     assert conv.draft_name() is None
 
 
-def test_each_session_gets_its_own_draft(home, tiny, tiny_d, registry, ctx, conv):
-    loaded = {"tiny": tiny, "tiny-d": tiny_d, "tiny-self": tiny}
-    conv._load_model = lambda spec: loaded[spec]  # noqa: SLF001
+def test_each_session_gets_its_own_draft(home, tiny, tiny_d, registry, ctx, conv, shelf):
+    shelf.add(tiny_d, **{"tiny-self": tiny})
     assert registry.run("/draft tiny-d", ctx).ok
     send(conv, "first")
     first = conv.session.id

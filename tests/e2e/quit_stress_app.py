@@ -9,7 +9,7 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from mlxchat.app_root import open_conversation
+from mlxchat.session.root import open_conversation
 from mlxchat.chat import GenerationSettings
 from mlxchat.config import Settings
 from mlxchat.models.loader import load_folder

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from mlxchat import cli
-from mlxchat.conversation import Conversation
+from mlxchat.session import Conversation
 from mlxchat.store import open_store
 
 

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from mlxchat import conversation as conversation_module
-from mlxchat import pending_reply
-from mlxchat.app_root import open_conversation
+from mlxchat.session import conversation as conversation_module, turns as turns_module
+from mlxchat.session import pending as pending_reply
+from mlxchat.session.root import open_conversation
 from mlxchat.config import Settings
-from mlxchat.conversation import Conversation, ConversationError, TurnDone
+from mlxchat.session import Conversation, ConversationError, TurnDone
 from mlxchat.engine import ChatEngine
 from mlxchat.store import open_store
 
@@ -52,17 +52,19 @@ def make(tiny, db, max_tokens=40) -> Conversation:
 
 def test_a_locked_database_never_stalls_the_stream_and_loses_no_reply(tiny, tmp_path,
                                                                        monkeypatch):
-    monkeypatch.setattr(conversation_module, "DRAFT_INTERVAL_S", 0.0)  # checkpoint each piece
+    monkeypatch.setattr(turns_module, "DRAFT_INTERVAL_S", 0.0)  # checkpoint each piece
     conv = make(tiny, tmp_path / "s.db")
     sid = conv.session.id
     stalls = []
-    real = conv._checkpoint  # noqa: SLF001
+    real = conv.store.save_draft  # a checkpoint: what waits for the lock, if anything
 
-    def timed(parent, text, *reasoning):
+    def timed(*args, **kwargs):
         t0 = time.perf_counter()
-        real(parent, text, *reasoning)
-        stalls.append(time.perf_counter() - t0)
-    monkeypatch.setattr(conv, "_checkpoint", timed)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            stalls.append(time.perf_counter() - t0)
+    monkeypatch.setattr(conv.store, "save_draft", timed)
     events = conv.send("Hello there.")  # the question is stored before the lock is taken
     holder = hold_write_lock(tmp_path / "s.db")
     try:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from mlxchat.conversation import DRAFT_INTERVAL_S
+from mlxchat.session.turns import DRAFT_INTERVAL_S
 from mlxchat.models.tiny import write_tiny_model
 from mlxchat.store import open_store
 

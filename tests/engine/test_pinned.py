@@ -11,7 +11,7 @@ import pytest
 from mlxchat import paths
 from mlxchat.chat import Message
 from mlxchat.config import Settings
-from mlxchat.conversation import Conversation
+from mlxchat.session import Conversation
 from mlxchat.engine import ChatEngine, TurnDone
 from mlxchat.store import open_store
 
@@ -131,7 +131,7 @@ def test_a_corrupt_prefix_file_is_recomputed_and_said_so(tiny, tmp_path, doc):
 
 
 def test_bad_pins_change_nothing(tiny_small_window, tmp_path, doc):
-    from mlxchat.session_pins import PinError
+    from mlxchat.session.pins import PinError
 
     conv = make(tiny_small_window, tmp_path / "s.db")
     with pytest.raises(PinError, match="tokens; only"):

@@ -7,17 +7,17 @@ from pathlib import Path
 
 from mlxchat import paths
 from mlxchat.config import Settings
-from mlxchat.conversation import Conversation
+from mlxchat.session import Conversation
 from mlxchat.engine import ChatEngine, TurnDone
 from mlxchat.store import open_store
 
 
-def make(tiny, db: Path) -> Conversation:
+def make(tiny, db: Path, *, keep_snapshots: bool = True) -> Conversation:
     settings = Settings(system_prompt="Be brief.")
     settings.generation.temperature = 0.0
     settings.generation.max_tokens = 8
     return Conversation(settings=settings, store=open_store(db), engine=ChatEngine(tiny),
-                        model_spec="tiny")
+                        model_spec="tiny", keep_snapshots=keep_snapshots)
 
 
 def last(events) -> TurnDone:
@@ -108,8 +108,7 @@ def test_a_crafted_segment_path_is_never_read(tiny, tmp_path):
 
 
 def test_a_whole_cache_snapshot_from_before_segments_still_resumes(tiny, tmp_path):
-    conv = make(tiny, tmp_path / "s.db")
-    conv._keep_snapshots = False  # noqa: SLF001 - lay out an old session by hand
+    conv = make(tiny, tmp_path / "s.db", keep_snapshots=False)  # an old session, by hand
     one = last(conv.send("One."))
     old = paths.snapshots_dir() / "session-old.safetensors"
     paths.ensure_private_dir(old.parent)

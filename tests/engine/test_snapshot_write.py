@@ -13,7 +13,7 @@ import pytest
 
 from mlxchat import cli, paths
 from mlxchat.config import Settings
-from mlxchat.conversation import Conversation
+from mlxchat.session import Conversation
 from mlxchat.engine import ChatEngine, TurnDone
 from mlxchat.engine import segments as segments_module
 from mlxchat.store import open_store

@@ -10,9 +10,9 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from mlxchat.config import Settings
-from mlxchat.conversation import Attachment, Conversation
+from mlxchat.session import Attachment, Conversation
 from mlxchat.engine import ChatEngine, TurnDone
-from mlxchat.session_typing import settled_text
+from mlxchat.session.typing_ahead import settled_text
 from mlxchat.store import open_store
 
 MESSAGE = "Tell me about the rivers, the harvests and the people of the coast please"
@@ -95,14 +95,13 @@ def test_no_typing_prefill_when_history_follows_the_template(tiny, tmp_path):
 
 def test_a_prefill_planned_before_a_turn_never_trims_its_reply(tiny, tmp_path, monkeypatch):
     conv = make(tiny, tmp_path / "a.db")
-    planned, after_send = conv._typed_plan, []
+    prefill, after_send = conv.engine.prefill, []
 
-    def late(text):  # the send runs while the prefill is being planned
-        result = planned(text)
+    def late(tokens, settings, **options):  # the send runs after the prefill was planned
         last(conv.send("Something else first."))
         after_send.append(conv.engine.cached_tokens)
-        return result
-    monkeypatch.setattr(conv, "_typed_plan", late)
+        return prefill(tokens, settings, **options)
+    monkeypatch.setattr(conv.engine, "prefill", late)
     assert conv.prefill_typed(MESSAGE) == 0
     monkeypatch.undo()
     cached = conv.engine.cached_tokens

@@ -10,10 +10,10 @@ from functools import partial
 import pytest
 from mlx_lm.models.cache import can_trim_prompt_cache
 
-from mlxchat.app_root import open_conversation
+from mlxchat.session.root import open_conversation
 from mlxchat.chat import GenerationSettings
 from mlxchat.config import Settings
-from mlxchat.conversation import Conversation, TurnDone
+from mlxchat.session import Conversation, TurnDone
 from mlxchat.engine import ChatEngine
 from mlxchat.models.loader import load_folder
 from mlxchat.store import open_store

@@ -12,7 +12,7 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.config import Settings
-from mlxchat.conversation import Conversation, TurnDone
+from mlxchat.session import Conversation, TurnDone
 from mlxchat.engine import ChatEngine
 from mlxchat.models.loader import load_folder
 from mlxchat.store import open_store

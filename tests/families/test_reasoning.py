@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from mlxchat.app_root import open_conversation
+from mlxchat.session.root import open_conversation
 from mlxchat.chat import GenerationSettings
 from mlxchat.config import Settings
-from mlxchat.conversation import Conversation, TextDelta, TurnDone
+from mlxchat.session import Conversation, TextDelta, TurnDone
 from mlxchat.engine import reasoning
 from mlxchat.engine.template_delta import TemplateOptions
-from mlxchat.ledger import key_for, options_for
+from mlxchat.session.ledger import key_for, options_for
 from mlxchat.models.loader import load_folder
 from mlxchat.store import open_store
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from mlxchat.app_root import open_conversation
+from mlxchat.session.root import open_conversation
 from mlxchat.chat import NO_SYSTEM_ROLE, GenerationSettings
 from mlxchat.commands import CommandContext, default_registry
 from mlxchat.config import Settings
-from mlxchat.conversation import TurnDone
+from mlxchat.session import TurnDone
 from mlxchat.models.loader import load_folder
 from mlxchat.store import open_store
 

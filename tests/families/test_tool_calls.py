@@ -8,7 +8,7 @@ import json
 
 from mlxchat.chat import GenerationSettings, Message
 from mlxchat.config import Settings
-from mlxchat.conversation import Conversation
+from mlxchat.session import Conversation
 from mlxchat.engine import ChatEngine
 from mlxchat.models import tools
 from mlxchat.models.loader import load_folder

@@ -14,7 +14,7 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.config import Settings, save_settings
-from mlxchat.conversation import Conversation
+from mlxchat.session import Conversation
 from mlxchat.engine import ChatEngine, TurnDone
 from mlxchat.engine import segments as segments_module
 from mlxchat.models.gguf_import import import_gguf_cached

@@ -11,7 +11,7 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.config import Settings
-from mlxchat.conversation import Conversation
+from mlxchat.session import Conversation
 from mlxchat.engine import ChatEngine, TurnDone
 from mlxchat.store import open_store
 from mlxchat.store.schema import MIGRATIONS

@@ -12,7 +12,7 @@ import pytest
 
 from mlxchat.store import StoreError, open_store
 from mlxchat.store.export import IMPORT_LIMIT_BYTES, import_json
-from tests.commands.conftest import ctx, conv, copied, home, registry, tiny_b  # noqa: F401
+from tests.commands.conftest import ctx, conv, copied, home, registry, shelf, tiny_b  # noqa: F401
 
 
 def limited_memory() -> None:

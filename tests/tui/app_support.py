@@ -21,7 +21,7 @@ from mlxchat.models.errors import ModelError
 from mlxchat.models.info import LoadedModel
 from mlxchat.store import open_store
 from mlxchat.tui.app import MlxChatApp, create_app
-from mlxchat.app_root import open_conversation
+from mlxchat.session.root import open_conversation
 
 GB = 1_000_000_000
 NOW = 1_750_000_000.0

@@ -37,7 +37,7 @@ def non_ui_modules() -> list[str]:
 
 def test_the_module_list_is_the_whole_package_but_the_ui():
     modules = non_ui_modules()
-    assert {"mlxchat", "mlxchat.errors", "mlxchat.chat", "mlxchat.config", "mlxchat.conversation",
+    assert {"mlxchat", "mlxchat.errors", "mlxchat.chat", "mlxchat.config", "mlxchat.session",
             "mlxchat.engine", "mlxchat.engine.core", "mlxchat.store", "mlxchat.store.export",
             "mlxchat.commands", "mlxchat.commands.registry", "mlxchat.models",
             "mlxchat.tui.streaming"} <= set(modules)

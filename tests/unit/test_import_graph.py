@@ -1,15 +1,15 @@
 """The package's import graph has no cycles and never imports up a layer.
 
 Every module of app/mlxchat is parsed with `ast`: all its imports count, those
-inside functions and under `if TYPE_CHECKING:` too. Layers, bottom to top:
+inside functions and under `if TYPE_CHECKING:` too. Layers, bottom to top, by
+folder:
 
-    ground        mlxchat.errors, paths, files, chat, config, mlxchat/__init__
-    core          mlxchat.engine.*, mlxchat.store.*, mlxchat.models.* (peers:
-                  engine may import models; store and models import neither)
-    conversation  mlxchat.conversation, app_root, session*, root*
-    commands      mlxchat.commands.*
-    tui           mlxchat.tui.*
-    cli           mlxchat.cli*, mlxchat.__main__
+    ground    mlxchat.errors, paths, files, chat, config, mlxchat/__init__
+    core      mlxchat/engine/, mlxchat/store/, mlxchat/models/ (peers: engine
+              may import models; store and models import neither)
+    session   mlxchat/session/ (the conversation layer and its composition root)
+    commands  mlxchat/commands/
+    tui, cli  mlxchat/tui/, mlxchat.cli*, mlxchat.__main__
 
 A module imports only its own layer or those below; errors imports nothing of
 the project. `from pkg import sub`, where sub is a submodule, is an import of
@@ -30,10 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("mlxchat.errors", "mlxchat.paths", "mlxchat.files", "mlxchat.chat",
                 "mlxchat.config", "mlxchat.__init__")),
     ("core", ("mlxchat.engine.*", "mlxchat.store.*", "mlxchat.models.*")),
-    ("conversation", ("mlxchat.conversation", "mlxchat.app_root", "mlxchat.ledger",
-                      "mlxchat.pending_reply",
-                      "mlxchat.session*",
-                      "mlxchat.root*")),
+    ("session", ("mlxchat.session.*",)),
     ("commands", ("mlxchat.commands.*",)),
     ("tui", ("mlxchat.tui.*",)),
     ("cli", ("mlxchat.cli*", "mlxchat.__main__")),
@@ -291,6 +288,9 @@ def test_the_checker_sees_every_kind_of_import(tmp_path):
 
 
 def test_a_module_in_no_layer_is_reported(tmp_path):
+    # A conversation-layer module left beside the ground modules is in no layer:
+    # the layer is the session/ folder.
     pkg = _write(tmp_path, {"__init__.py": "", "helpers.py": "", "app_root.py": "",
-                            "sessions_root.py": ""})
-    assert check(pkg) == ["mlxchat.helpers: in no layer (add it to LAYERS)"]
+                            "session/__init__.py": "", "session/root.py": ""})
+    assert check(pkg) == ["mlxchat.app_root: in no layer (add it to LAYERS)",
+                          "mlxchat.helpers: in no layer (add it to LAYERS)"]

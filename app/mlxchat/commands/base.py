@@ -20,8 +20,8 @@ from mlxchat.errors import MlxchatError
 
 if TYPE_CHECKING:
     from mlxchat.chat import TurnStats
-    from mlxchat.conversation import Conversation
-    from mlxchat.conversation import Event
+    from mlxchat.session import Conversation
+    from mlxchat.session import Event
 
 ResultKind = Literal["info", "error", "markdown", "table", "confirm"]
 Screen = Literal["sessions", "models", "help"]

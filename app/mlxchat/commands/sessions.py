@@ -29,10 +29,10 @@ from mlxchat.commands.completers import (
     complete_sessions,
     user_path,
 )
-from mlxchat.session_life import FORMATS, ExportFormat
+from mlxchat.store.export import FORMATS, ExportFormat
 
 if TYPE_CHECKING:
-    from mlxchat.session_life import BranchInfo
+    from mlxchat.store import BranchInfo
 
 log = logging.getLogger(__name__)
 

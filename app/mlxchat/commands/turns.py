@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from mlxchat.chat import NO_SYSTEM_ROLE, Message, attachment_block, human_bytes
+from mlxchat.chat import NO_SYSTEM_ROLE, Attachment, Message, attachment_block, human_bytes
 from mlxchat.commands.base import (
     Args,
     Candidates,
@@ -145,8 +145,6 @@ def read_text_file(ctx: CommandContext, raw: str, free: int, *, verb: str = "att
 
 
 def attach(ctx: CommandContext, args: Args) -> CommandResult:
-    from mlxchat.conversation import Attachment
-
     conv = ctx.conversation
     pending = conv.attachments
     if "--clear" in args.flags:

@@ -23,7 +23,7 @@ from textual.binding import Binding, BindingType
 from textual.reactive import var
 from textual.widgets import Footer
 
-from mlxchat.app_root import (ConversationFactory, Opened, log_to_file, memory_budget,
+from mlxchat.session.root import (ConversationFactory, Opened, log_to_file, memory_budget,
                               open_conversation, release_thread_streams)
 from mlxchat.commands import CommandContext, Registry, default_registry
 from mlxchat.commands.pins import pin_files
@@ -38,8 +38,8 @@ from mlxchat.tui.widgets.activity import ActivityBar
 from mlxchat.tui.widgets.header import TitleHeader
 
 if TYPE_CHECKING:
-    from mlxchat.conversation import Conversation
-    from mlxchat.conversation import Event, PrefillProgress, TurnDone
+    from mlxchat.session import Conversation
+    from mlxchat.session import Event, PrefillProgress, TurnDone
 
 QUIT_WAIT_SECONDS = 10.0
 """On quit, how long a stopped reply gets to be committed before the app exits."""

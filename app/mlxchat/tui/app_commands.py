@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from mlxchat.app_root import release_thread_streams
+from mlxchat.session.root import release_thread_streams
 from mlxchat.commands import CommandResult
 from mlxchat.commands.pins import pin_files
 from mlxchat.errors import user_message
@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from textual.app import App
 
     from mlxchat.commands import CommandContext, Registry
-    from mlxchat.conversation import Conversation
-    from mlxchat.conversation import Event
+    from mlxchat.session import Conversation
+    from mlxchat.session import Event
     from mlxchat.tui.widgets import PromptInput, Transcript
     from mlxchat.tui.typing_prefill import TypingPrefill
     from mlxchat.tui.widgets.activity import ActivityBar

@@ -15,7 +15,7 @@ from textual.markup import escape
 from textual.widgets import Static
 
 from mlxchat.chat import TurnStats
-from mlxchat.conversation import EngineState, PrefillProgress
+from mlxchat.session import EngineState, PrefillProgress
 from mlxchat.tui.formatting import (
     cache_source_label,
     fmt_bits_per_weight,

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from mlxchat.chat import GenerationSettings, Message, Session
+from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt import FittedPrompt
 from mlxchat.engine.template_delta import TemplateNotIncremental, TemplateOptions
-
-if TYPE_CHECKING:
-    from mlxchat.engine.interface import Engine
 
 
 @dataclass

@@ -87,6 +87,34 @@ class ReplyKeeper:
         return path
 
 
+class UnsavedReplies:
+    """The finished reply the database has not taken yet, if any: nothing may
+    follow it until it is stored."""
+
+    def __init__(self, store: SessionStore):
+        self._store = store
+        self._keeper: ReplyKeeper | None = None
+
+    @property
+    def waiting(self) -> bool:
+        return self._keeper is not None
+
+    def keep(self, reply: PendingReply) -> None:
+        """Retry ``reply`` in the background until the store takes it."""
+        self._keeper = ReplyKeeper(self._store, reply)
+
+    def wait(self, seconds: float) -> bool:
+        """True when nothing is waiting any more (stored within ``seconds``)."""
+        if self._keeper is not None and self._keeper.wait(seconds):
+            self._keeper = None
+        return self._keeper is None
+
+    def give_up(self) -> Path | None:
+        """Stop retrying; a reply still not stored is kept in a file (its path)."""
+        keeper, self._keeper = self._keeper, None
+        return keeper.give_up() if keeper is not None else None
+
+
 def store_unsaved(store: SessionStore, session_id: int) -> bool:
     """Store a reply a previous run had to leave in a file; True when one was."""
     path = unsaved_file(session_id)

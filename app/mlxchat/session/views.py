@@ -4,57 +4,49 @@ figures, token counts and how a reply is shown. Nothing here changes state."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Callable
 
-from mlxchat.chat import GenerationSettings, Message, TurnStats
-from mlxchat.engine import EngineState
+from mlxchat.chat import Message, TurnStats
+from mlxchat.engine.events import EngineState
+from mlxchat.engine.interface import Engine
 from mlxchat.models.info import ModelInfo
-
-if TYPE_CHECKING:
-    from mlxchat.engine.interface import Engine
-    from mlxchat.ledger import Ledger
+from mlxchat.session.current import OpenSession
+from mlxchat.session.pins import PinnedDocs
 
 
 class EngineViews:
-    """Mixed into ``Conversation``."""
+    """What commands and the UI read of the engine, for the open session."""
 
-    engine: Engine
-    last_stats: TurnStats | None
-
-    if TYPE_CHECKING:  # defined by Conversation
-        @property
-        def messages(self) -> list[Message]: ...
-
-        @property
-        def generation(self) -> GenerationSettings: ...
-
-        def engine_messages(self, extra: list[Message] | None = None) -> list[Message]: ...
-
-        def _ledger(self) -> Ledger: ...
-
-        def pinned_in_cache(self) -> int: ...
+    def __init__(self, open_session: OpenSession, engine: Engine, pins: PinnedDocs, *,
+                 last_stats: Callable[[], TurnStats | None]):
+        self._open = open_session
+        self._engine = engine
+        self._pins = pins
+        self._last_stats = last_stats
+        """The stats of the turn this conversation ran last (None: none yet)."""
 
     @property
     def model_info(self) -> ModelInfo:
-        return self.engine.info
+        return self._engine.info
 
     def state(self) -> EngineState:
-        return replace(self.engine.state(), pinned_tokens=self.pinned_in_cache())
+        return replace(self._engine.state(), pinned_tokens=self._pins.pinned_in_cache())
 
     def branch_stats(self) -> TurnStats | None:
         """The live turn's stats, else those stored with the branch's last reply."""
-        if self.last_stats is not None:
-            return self.last_stats
-        return next((m.stats for m in reversed(self.messages)
+        live = self._last_stats()
+        if live is not None:
+            return live
+        return next((m.stats for m in reversed(self._open.messages)
                      if m.role == "assistant" and m.stats is not None), None)
 
     @property
     def context_window(self) -> int:
         """The window turns get: the model's, or the session's cap below it."""
-        return self.engine.window(self.generation)
+        return self._engine.window(self._open.generation)
 
     def count_tokens(self, messages: list[Message]) -> int:
-        return self.engine.count_tokens(messages)
+        return self._engine.count_tokens(messages)
 
     def display_text(self, content: str) -> str:
         """A reply's answer as Markdown to show: tool-call markup (in the
@@ -62,21 +54,22 @@ class EngineViews:
         with the tool's name and arguments."""
         from mlxchat.models import tools
 
-        return tools.as_markdown(tools.split_tool_calls(self.engine.loaded.tokenizer, content))
+        return tools.as_markdown(tools.split_tool_calls(self._engine.loaded.tokenizer, content))
 
     def kv_bytes_per_token(self) -> int:
         """What one more token adds to the KV cache at this session's kv_bits, measured."""
-        return self.engine.kv_bytes_per_token(self.generation.kv_bits)
+        return self._engine.kv_bytes_per_token(self._open.generation.kv_bits)
 
     def message_tokens(self, messages: list[Message]) -> list[int]:
-        return self.engine.message_tokens(messages)
+        return self._engine.message_tokens(messages)
 
     def ledger_note(self) -> str | None:
         """Where the cached token ledger differs from today's template rendering."""
-        return self._ledger().note(self.messages)
+        return self._open.ledger(self._engine).note(self._open.messages)
 
     def window_left(self) -> int:
         """Tokens still free in the context window for the next message."""
         window = self.context_window
-        used = self.engine.count_tokens(self.engine_messages()) if self.messages else 0
+        messages = self._open.messages
+        used = self._engine.count_tokens(self._open.with_system(messages)) if messages else 0
         return window - used

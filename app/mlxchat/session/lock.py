@@ -10,9 +10,12 @@ from __future__ import annotations
 import fcntl
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from mlxchat import paths
+from mlxchat.chat import Session
 from mlxchat.errors import MlxchatError
 
 
@@ -57,3 +60,55 @@ class SessionLock:
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)  # closing the file drops the lock
+
+
+class SessionLocks:
+    """The lock of the session a conversation has open (none for a throwaway
+    in-memory store: no other process can see its sessions)."""
+
+    def __init__(self, database: str | None, *, wait_s: float = 0.0):
+        self._database = database
+        self._wait_s = wait_s
+        self._lock: SessionLock | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._lock is not None
+
+    def _take(self, session: Session) -> SessionLock | None:
+        if not self._database or session.id is None:
+            return None
+        return SessionLock(self._database, session.id, wait_s=self._wait_s, title=session.title)
+
+    def hold(self, session: Session) -> None:
+        """Take ``session``'s lock (SessionBusy when another process has it)."""
+        self._lock = self._take(session)
+
+    def switch(self, session: Session) -> None:
+        """Hold ``session``'s lock instead of the current one (SessionBusy changes nothing)."""
+        new = self._take(session)
+        self.release()
+        self._lock = new
+
+    @contextmanager
+    def switching(self, session: Session) -> Iterator[None]:
+        """Hold ``session``'s lock while the block prepares it; if the block
+        fails, the lock held before is kept and the new one let go."""
+        previous = self._lock
+        same = previous is not None and previous.session_id == session.id
+        new = previous if same else self._take(session)
+        self._lock = new
+        try:
+            yield
+        except BaseException:
+            if new is not previous and new is not None:
+                new.release()
+            self._lock = previous
+            raise
+        if previous is not None and previous is not new:
+            previous.release()
+
+    def release(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()

@@ -9,18 +9,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from mlxchat import paths
-from mlxchat.chat import Message, Session, TurnStats
-from mlxchat.engine import SnapshotLoad
+from mlxchat.chat import Message, TurnStats
+from mlxchat.engine.events import SnapshotLoad
+from mlxchat.engine.interface import Engine
 from mlxchat.engine.segments import SegmentRef
 from mlxchat.engine.snapshot import failure_words
-from mlxchat.session_life import remove_files
+from mlxchat.files import remove_files
+from mlxchat.session.current import OpenSession
 from mlxchat.store import SegmentRecord, SessionStore, StoreError
-
-if TYPE_CHECKING:
-    from mlxchat.engine.interface import Engine
 
 log = logging.getLogger(__name__)
 
@@ -46,22 +45,25 @@ def segment_refs(rows: Sequence[SegmentRecord]) -> list[SegmentRef]:
     return out
 
 
-class SessionCache:
-    """Snapshot and segment persistence of ``Conversation``."""
+class CacheKeeper:
+    """Writes the open branch's KV cache to disk after each turn and restores
+    it when the session is opened."""
 
-    store: SessionStore
-    engine: Engine
-    session: Session
-    last_snapshot: SnapshotLoad | None
-    last_stats: TurnStats | None
-    _keep_snapshots: bool
+    def __init__(self, open_session: OpenSession, store: SessionStore, engine: Engine, *,
+                 keep_segments: bool = True):
+        self._open = open_session
+        self._store = store
+        self._engine = engine
+        self._keep = keep_segments
+        self.last_load: SnapshotLoad | None = None
+        """What the last restore found (None: nothing on disk, or not restored yet)."""
 
-    if TYPE_CHECKING:  # defined by Conversation
-        def _with_system(self, messages: list[Message]) -> list[Message]: ...
+    def forget(self) -> None:
+        self.last_load = None
 
     def snapshot_words(self) -> str:
         """What happened to the session's KV cache on disk when it was opened."""
-        snap = self.last_snapshot
+        snap = self.last_load
         if snap is None:
             return "no KV snapshot: the next turn prefills the history"
         if snap.ok and snap.reason:
@@ -71,46 +73,49 @@ class SessionCache:
             return f"KV cache restored from its snapshot ({snap.tokens:,} tokens)"
         return f"KV snapshot not used ({snap.reason}); the next turn recomputes the history"
 
-    def restore_snapshot(self) -> SnapshotLoad | None:
+    def restore(self) -> SnapshotLoad | None:
         """Load the branch's KV from disk into the engine (a rejection is reported
         by the next turn as its miss reason)."""
-        leaf = self.session.leaf_id
-        rows = self.store.branch_segments(leaf) if self.session.id else []
+        session = self._open.session
+        rows = self._store.branch_segments(session.leaf_id) if session.id else []
         if rows:
             covered = self._path_to(rows[-1].message_id)
-            self.last_snapshot = self.engine.load_segments(
+            self.last_load = self._engine.load_segments(
                 self._prefix_refs(rows[0]) + segment_refs(rows),
-                conversation=self._with_system(covered))
-            return self.last_snapshot
+                conversation=self._open.with_system(covered))
+            return self.last_load
         return self._restore_whole_snapshot()
 
     def _path_to(self, message_id: int) -> list[Message]:
         try:
-            return self.store.branch_path(message_id)
+            return self._store.branch_path(message_id)
         except StoreError:
             return []
 
     def _restore_whole_snapshot(self) -> SnapshotLoad | None:
-        record = self.store.latest_snapshot(self.session.id) if self.session.id else None
+        """A session saved before segments existed: its one whole-cache file."""
+        session_id = self._open.id
+        record = self._store.latest_snapshot(session_id) if session_id else None
         if record is None:
-            self.last_snapshot = None
+            self.last_load = None
             return None
         covered = self._path_to(record.leaf_id) if record.leaf_id is not None else []
-        self.last_snapshot = self.engine.load_snapshot(
+        self.last_load = self._engine.load_snapshot(
             record.path, expected_checksum=record.sha256,
-            conversation=self._with_system(covered))
-        return self.last_snapshot
+            conversation=self._open.with_system(covered))
+        return self.last_load
 
-    def save_snapshot(self) -> Path | None:
+    def save(self, stats: TurnStats | None = None) -> Path | None:
         """Write what the last turn added to the cache as a segment of the leaf;
-        never raises (disk full, permissions): the conversation is already committed."""
-        session_id, leaf = self.session.id, self.session.leaf_id
-        if not self._keep_snapshots or session_id is None or leaf is None:
+        never raises (disk full, permissions): the conversation is already
+        committed. A failure is said on ``stats``."""
+        session_id, leaf = self._open.id, self._open.session.leaf_id
+        if not self._keep or session_id is None or leaf is None:
             return None
-        live = self.engine.cached_tokens
+        live = self._engine.cached_tokens
         start, prefix_key = self._stored_prefix(live)
         base = start
-        for row in self.store.branch_segments(leaf):
+        for row in self._store.branch_segments(leaf):
             file = paths.snapshot_file(row.path)
             if (row.start != start or live[row.start:row.end] != row.token_ids
                     or file is None or not file.is_file()
@@ -123,27 +128,27 @@ class SessionCache:
         path = paths.snapshots_dir() / name
         try:
             paths.ensure_private_dir(path.parent)
-            info = self.engine.save_segment(path, start)
-            self.store.record_segment(
+            info = self._engine.save_segment(path, start)
+            self._store.record_segment(
                 session_id, leaf, start=start, end=info.end, path=f"snapshots/{name}",
                 checksum=info.checksum, file_bytes=info.bytes, kv_bits=info.kv_bits,
                 token_ids=live[start:info.end], prefix_key=prefix_key if start else None)
         except (OSError, RuntimeError, ValueError, StoreError) as exc:
             warning = f"snapshot not saved: {failure_words(exc)}"
             log.warning(warning)
-            if self.last_stats is not None:
-                self.last_stats.snapshot_warning = warning
+            if stats is not None:
+                stats.snapshot_warning = warning
             return None
         if start == 0:  # a whole-cache snapshot from before segments is superseded
-            remove_files(self.store.drop_snapshots(session_id))
+            remove_files(self._store.drop_snapshots(session_id))
         return path
 
     def _stored_prefix(self, live: Sequence[int]) -> tuple[int, str | None]:
         """Where the session's own segments start: after its pinned prefix when
         that is stored and the live cache begins with it (its KV is not written
         again), else at 0."""
-        pins = self.session.pins
-        record = self.store.prefix(pins[0].prefix_key) if pins and pins[0].prefix_key else None
+        pins = self._open.session.pins
+        record = self._store.prefix(pins[0].prefix_key) if pins and pins[0].prefix_key else None
         if (record is None or list(live[:len(record.token_ids)]) != record.token_ids
                 or len(record.token_ids) >= len(live) or record.file() is None):
             return 0, None
@@ -153,27 +158,25 @@ class SessionCache:
         """The stored prefix a branch's first segment continues, as its first
         reference ([] when it starts at 0, or the prefix is gone: then the
         restore stops there and the turn recomputes)."""
-        record = self.store.prefix(first.prefix_key) if first.start and first.prefix_key else None
+        record = self._store.prefix(first.prefix_key) if first.start and first.prefix_key else None
         file = paths.snapshot_file(record.path) if record else None
         if record is None or file is None or len(record.token_ids) != first.start:
             return []
         return [SegmentRef(file, 0, first.start, record.checksum, record.token_ids)]
 
-    def drop_snapshot(self) -> int:
+    def drop(self) -> int:
         """Forget the live cache and delete the session's snapshot and segment files."""
-        self.engine.drop_cache("cache dropped by /cache drop")
-        return len(self.remove_cache_files(self.session.id))
-
-    def remove_cache_files(self, session_id: int | None) -> list[Path]:
-        """Drop the session's rows of cache files; delete the files nothing else names."""
+        self._engine.drop_cache("cache dropped by /cache drop")
+        session_id = self._open.id
         if session_id is None:
-            return []
-        files = self.store.drop_snapshots(session_id) + self.store.drop_segments(session_id)
+            return 0
+        files = self._store.drop_snapshots(session_id) + self._store.drop_segments(session_id)
         remove_files(files)
-        return files
+        return len(files)
 
-    def cache_on_disk(self) -> CacheOnDisk:
-        rows = self.store.branch_segments(self.session.leaf_id) if self.session.id else []
+    def on_disk(self) -> CacheOnDisk:
+        session = self._open.session
+        rows = self._store.branch_segments(session.leaf_id) if session.id else []
         covered = rows[0].start if rows and rows[0].prefix_key else 0  # the shared prefix
         for r in rows:
             if r.start != covered:

@@ -10,17 +10,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 from mlxchat.chat import NO_SYSTEM_ROLE, Session
 from mlxchat.config import Settings
-from mlxchat.conversation import Conversation
-from mlxchat.session_lock import SessionBusy
+from mlxchat.engine.interface import Engine
+from mlxchat.models.info import LoadedModel
+from mlxchat.session.conversation import Conversation
+from mlxchat.session.lock import SessionBusy
 from mlxchat.store import SessionNotFound, SessionStore, StoreError
-
-if TYPE_CHECKING:
-    from mlxchat.engine.interface import Engine
-    from mlxchat.models.info import LoadedModel
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``, from the loading thread (see ``load_model``)."""

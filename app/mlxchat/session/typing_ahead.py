@@ -8,15 +8,14 @@ job any send supersedes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Callable
 
-from mlxchat.chat import GenerationSettings, Message, TurnStats, attachment_block
+from mlxchat.chat import Attachment
+from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt import common_prefix
 from mlxchat.errors import MlxchatError
-
-if TYPE_CHECKING:
-    from mlxchat.engine.interface import Engine
-    from mlxchat.ledger import Ledger
+from mlxchat.session.current import OpenSession
+from mlxchat.session.pins import PinnedDocs
 
 #: Appended to the cut text to find where its content ends in the message's ids.
 SENTINEL = " x"
@@ -31,25 +30,17 @@ def settled_text(text: str) -> str:
 
 
 class TypingAhead:
-    """Mixed into ``Conversation``."""
+    """Prefills the message being typed, as a job any send supersedes."""
 
-    engine: Engine
-    attachments: list  # of conversation.Attachment
-    turns_started = 0
-    """Turns this conversation started: a prefill planned before one is stale."""
-
-    if TYPE_CHECKING:  # defined by Conversation
-        @property
-        def messages(self) -> list[Message]: ...
-
-        @property
-        def generation(self) -> GenerationSettings: ...
-
-        def _ledger(self) -> Ledger: ...
-
-        def _prepare_prefix(self, tokens: list[int]) -> None: ...
-
-        def _keep_prefix(self, stats: TurnStats | None = None) -> None: ...
+    def __init__(self, open_session: OpenSession, engine: Engine, pins: PinnedDocs, *,
+                 attachments: list[Attachment], turns_started: Callable[[], int]):
+        self._open = open_session
+        self._engine = engine
+        self._pins = pins
+        self._attachments = attachments
+        """The conversation's pending attachments (the same list, read at each call)."""
+        self._turns_started = turns_started
+        """Turns the conversation started: a prefill planned before one is stale."""
 
     def typed_tokens(self, text: str) -> list[int] | None:
         """The prompt tokens sending a message that starts with ``text`` will
@@ -59,16 +50,17 @@ class TypingAhead:
 
     def _typed_plan(self, text: str) -> tuple[list[int], int] | None:
         """The tokens to prefill and where the history in them ends."""
-        if self.generation.history == "template":
+        if self._open.generation.history == "template":
             return None
         cut = settled_text(text)
-        blocks = [attachment_block(a.path.name, a.text) for a in self.attachments]
+        blocks = [a.block for a in self._attachments]
         content = "\n\n".join(blocks + [cut]) if cut else "\n\n".join(blocks)
         if not content.strip():
             return None
-        ledger = self._ledger()
+        ledger = self._open.ledger(self._engine)
+        messages = self._open.messages
         try:
-            plans = [ledger.plan_message(self.messages, content + extra)
+            plans = [ledger.plan_message(messages, content + extra)
                      for extra in ("", SENTINEL)]
         except MlxchatError:
             return None  # too long, or a template that cannot be split: the send decides
@@ -82,14 +74,14 @@ class TypingAhead:
         """Prefill what sending ``text`` (and pending attachments) will surely
         add; returns the tokens the cache holds from typing prefill (0 when
         nothing was done). Blocks until done or superseded by a send."""
-        seen = self.turns_started
+        seen = self._turns_started()
         planned = self._typed_plan(text)
         if planned is None:
             return 0
         tokens, history = planned
-        self._prepare_prefix(tokens)
+        self._pins.prepare(tokens)
         try:
-            return self.engine.prefill(tokens, self.generation, floor=history,
-                                       current=lambda: self.turns_started == seen)
+            return self._engine.prefill(tokens, self._open.generation, floor=history,
+                                        current=lambda: self._turns_started() == seen)
         finally:
-            self._keep_prefix()
+            self._pins.keep()

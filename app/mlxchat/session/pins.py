@@ -18,19 +18,18 @@ import logging
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from mlxchat import paths
-from mlxchat.chat import GenerationSettings, Message, Pin, Session, TurnStats, pinned_system
+from mlxchat.chat import Message, Pin, TurnStats, pinned_system
+from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt import common_prefix
 from mlxchat.engine.segments import SegmentRef
 from mlxchat.errors import MlxchatError
-from mlxchat.ledger import options_for
-from mlxchat.session_life import remove_files
+from mlxchat.files import remove_files
+from mlxchat.session.current import OpenSession
+from mlxchat.session.ledger import options_for
 from mlxchat.store import PinUse, PrefixRecord, SessionStore
-
-if TYPE_CHECKING:
-    from mlxchat.engine.interface import Engine
 
 log = logging.getLogger(__name__)
 
@@ -73,37 +72,32 @@ def prefix_key(fingerprint: str, template_hash: str, kv_bits: int | None,
 
 
 class PinnedDocs:
-    """Mixed into ``Conversation``."""
+    """The open session's pinned documents and the stored KV of their prefix."""
 
-    store: SessionStore
-    engine: Engine
-    session: Session
-    last_prefix: PrefixUse | None = None
-    _prefix_memo: tuple[tuple, list[int]] | None = None
-    _prefix_marked = False
-    """The engine was asked to keep a prefix (so there may be one to record)."""
-    _known_stored: str | None = None
-    """The prefix key this conversation last found in (or wrote to) the store."""
+    def __init__(self, open_session: OpenSession, store: SessionStore, engine: Engine):
+        self._open = open_session
+        self._store = store
+        self._engine = engine
+        self.last_prefix: PrefixUse | None = None
+        """What the last turn (or typing prefill) did with the pinned prefix."""
+        self._prefix_memo: tuple[tuple, list[int]] | None = None
+        self._prefix_marked = False
+        """The engine was asked to keep a prefix (so there may be one to record)."""
+        self._known_stored: str | None = None
+        """The prefix key this conversation last found in (or wrote to) the store."""
 
-    if TYPE_CHECKING:  # defined by Conversation
-        @property
-        def messages(self) -> list[Message]: ...
-
-        @property
-        def generation(self) -> GenerationSettings: ...
-
-        def _require_saved(self) -> None: ...
-
-        def _stored_id(self) -> int: ...
+    def forget(self) -> None:
+        """Another session is open: what the last turn did is not its."""
+        self.last_prefix = None
 
     # -- the prefix ----------------------------------------------------------------------
     def _prefix_for(self, system: str | None) -> list[int]:
-        options = options_for(self.session, self.generation)
-        memo = (self.engine.info.fingerprint, self.engine.info.chat_template_hash, system,
+        options = options_for(self._open.session, self._open.generation)
+        memo = (self._engine.info.fingerprint, self._engine.info.chat_template_hash, system,
                 options)
         if self._prefix_memo is not None and self._prefix_memo[0] == memo:
             return self._prefix_memo[1]
-        a, b = (self.engine.message_ids(stub, system=system, previous=None, options=options)
+        a, b = (self._engine.message_ids(stub, system=system, previous=None, options=options)
                 for stub in _STUBS)
         ids = a[:common_prefix(a, b)]
         self._prefix_memo = (memo, ids)
@@ -112,75 +106,75 @@ class PinnedDocs:
     def prefix_tokens(self) -> list[int]:
         """The token ids of the session's system part with its pinned documents
         (what every first message starts with); [] without pins."""
-        return self._prefix_for(self.session.context_system) if self.session.pins else []
+        session = self._open.session
+        return self._prefix_for(session.context_system) if session.pins else []
 
     def pinned_in_cache(self) -> int:
         """Tokens of the pinned prefix the live cache holds (for the context gauge)."""
         ids = self.prefix_tokens()
-        return len(ids) if ids and self.engine.cached_tokens[:len(ids)] == ids else 0
+        return len(ids) if ids and self._engine.cached_tokens[:len(ids)] == ids else 0
 
     def _key(self, ids: Sequence[int], kv_bits: int | None) -> str:
-        info = self.engine.info
+        info = self._engine.info
         return prefix_key(info.fingerprint, info.chat_template_hash, kv_bits, ids)
 
     # -- pin, unpin, list ------------------------------------------------------------------
     def pin(self, path: Path, text: str) -> Pin:
         """Pin ``text`` (read from ``path``) after the system prompt and the
         documents pinned already; PinError when it is there already or does not fit."""
-        self._require_saved()
         name = path.name or str(path)
-        if any(p.name == name or p.text == text for p in self.session.pins):
+        session, settings, messages = self._open.session, self._open.generation, self._open.messages
+        if any(p.name == name or p.text == text for p in session.pins):
             raise PinError(f"{name} is pinned already; /unpin {name} removes it.")
-        now = self._prefix_for(self.session.context_system)
+        now = self._prefix_for(session.context_system)
         pin = Pin(name=name, path=str(path), text=text)
-        system = pinned_system(self.session.system_prompt, [*self.session.pins, pin])
+        system = pinned_system(session.system_prompt, [*session.pins, pin])
         ids = self._prefix_for(system)
         tokens = len(ids) - len(now)
-        window = self.engine.window(self.generation)
-        used = (self.engine.count_tokens([Message("system", system or ""), *self.messages])
-                if self.messages else len(ids))
-        room = window - self.engine.reply_reserve(self.generation)
+        window = self._engine.window(settings)
+        used = (self._engine.count_tokens([Message("system", system or ""), *messages])
+                if messages else len(ids))
+        room = window - self._engine.reply_reserve(settings)
         if used > room:
             left = room - (used - tokens)
             raise PinError(f"{name} is {tokens:,} tokens; only {max(left, 0):,} are left in the "
                            f"{window:,}-token window (after room for a reply).")
         pin = dataclasses.replace(pin, tokens=tokens)
-        self._store_pins([*self.session.pins, pin], ids)
+        self._store_pins([*session.pins, pin], ids)
         return pin
 
     def unpin(self, name: str) -> list[Pin]:
         """Unpin the document called ``name`` ('all': every one); returns those removed."""
-        self._require_saved()
-        pins = self.session.pins
+        pins = self._open.session.pins
         gone = list(pins) if name == "all" else [p for p in pins if p.name == name]
         if not gone:
             pinned = ", ".join(p.name for p in pins) or "none"
             raise PinError(f"No pinned document is called {name!r} (pinned: {pinned}).")
         kept = [p for p in pins if p not in gone]
-        system = pinned_system(self.session.system_prompt, kept)
+        system = pinned_system(self._open.session.system_prompt, kept)
         self._store_pins(kept, self._prefix_for(system) if kept else [])
         return gone
 
     def _store_pins(self, pins: list[Pin], ids: list[int]) -> None:
-        key = self._key(ids, self.generation.kv_bits) if pins else None
+        key = self._key(ids, self._open.generation.kv_bits) if pins else None
         pins = [dataclasses.replace(p, prefix_key=key) for p in pins]
-        session, files = self.store.set_pins(self._stored_id(), pins)
+        session, files = self._store.set_pins(self._open.stored_id(), pins)
         remove_files(files)
         self._known_stored = None  # the files of unused prefixes may just have gone
-        self.session = session
+        self._open.session = session
 
     def pins(self) -> list[PinView]:
         """The session's pinned documents with their cost and who else pins them."""
-        pins = self.session.pins
+        pins = self._open.session.pins
         if not pins:
             return []
-        record = self.store.prefix(pins[0].prefix_key or "")
+        record = self._store.prefix(pins[0].prefix_key or "")
         stored = record is not None and record.file() is not None
-        return [PinView(p.name, p.path, p.tokens, self.store.sessions_pinning(p.text_hash),
+        return [PinView(p.name, p.path, p.tokens, self._store.sessions_pinning(p.text_hash),
                         stored) for p in pins]
 
     # -- around a prefill --------------------------------------------------------------------
-    def _prepare_prefix(self, tokens: Sequence[int]) -> None:
+    def prepare(self, tokens: Sequence[int]) -> None:
         """Before a prefill toward ``tokens``: load the pinned prefix from the store
         when the live cache lacks it, or mark it to be kept once computed."""
         ids = self.prefix_tokens()
@@ -190,26 +184,26 @@ class PinnedDocs:
             self.last_prefix = (PrefixUse(n, "none", "the prompt does not start with the "
                                                       "pinned documents") if ids else None)
             return
-        key = self._key(ids, self.generation.kv_bits)
-        if any(p.prefix_key != key for p in self.session.pins):  # another model or KV width
-            self._store_pins(self.session.pins, ids)
-        live = common_prefix(self.engine.cached_tokens, tokens) >= n
+        key = self._key(ids, self._open.generation.kv_bits)
+        if any(p.prefix_key != key for p in self._open.session.pins):  # another model or KV width
+            self._store_pins(self._open.session.pins, ids)
+        live = common_prefix(self._engine.cached_tokens, tokens) >= n
         if live and self._known_stored == key:
             # A follow-up (or a typed word) on a cache that holds the stored
             # prefix: no store read, no file check.
             self.last_prefix = PrefixUse(n, "live")
             self._mark(None)
             return
-        record = self.store.prefix(key)
+        record = self._store.prefix(key)
         file = record.file() if record else None
         stored = record is not None and file is not None and record.token_ids == ids
         if live:
             self.last_prefix = PrefixUse(n, "live")
         elif stored:
             assert record is not None and file is not None
-            load = self.engine.load_segments(
+            load = self._engine.load_segments(
                 [SegmentRef(file, 0, n, record.checksum, ids)],
-                conversation=[Message("system", self.session.context_system or "")])
+                conversation=[Message("system", self._open.session.context_system or "")])
             if load.ok and load.tokens == n and load.reason is None:
                 self.last_prefix = PrefixUse(n, "loaded")
             else:
@@ -229,15 +223,15 @@ class PinnedDocs:
     def _mark(self, ids: list[int] | None, path: Path | None = None) -> None:
         if ids is None and not self._prefix_marked:
             return  # nothing to forget: no engine job (typing prefill stays cheap)
-        self.engine.mark_prefix(ids, path)
+        self._engine.mark_prefix(ids, path)
         self._prefix_marked = ids is not None
 
-    def _keep_prefix(self, stats: TurnStats | None = None) -> None:
+    def keep(self, stats: TurnStats | None = None) -> None:
         """After a prefill: record a prefix the engine wrote (or say why it did not,
         on the turn's ``stats``)."""
         if not self._prefix_marked:
             return
-        saved = self.engine.take_prefix()
+        saved = self._engine.take_prefix()
         if saved is None:
             return
         self._prefix_marked = False
@@ -251,7 +245,7 @@ class PinnedDocs:
         name = Path(info.path).name
         record = PrefixRecord(key, f"snapshots/{name}", info.checksum, saved.tokens,
                               info.bytes, info.kv_bits)
-        left = remove_files(self.store.record_prefix(record))
+        left = remove_files(self._store.record_prefix(record))
         self._known_stored = key
         if left:
             log.warning("unused pinned prefixes not deleted: %s", ", ".join(left))

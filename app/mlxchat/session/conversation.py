@@ -1,0 +1,435 @@
+"""Conversation: one open session driving one engine, shared by the CLI, the
+slash commands and the UI (which only render what this reports).
+
+It is the face of the conversation layer: the turn (send, retry, edit, undo)
+and which session is open are its own; everything else is done by the parts it
+holds, each handed what it needs: ``OpenSession`` (the one place the open
+session is assigned), ``TurnRunner``, ``CacheKeeper`` (the KV on disk),
+``PinnedDocs``, ``TypingAhead``, ``Speculation``, ``SavedSessions``,
+``EngineViews``, ``UnsavedReplies`` and ``SessionLocks``. Commands and the UI
+call only the methods below.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Callable, Iterator
+
+from mlxchat.chat import (Attachment, GenerationSettings, Message, Pin, Session, SessionSummary,
+                          TurnStats)
+from mlxchat.config import Settings
+from mlxchat.engine.events import EngineState, Event, SnapshotLoad
+from mlxchat.engine.interface import Engine
+from mlxchat.engine.spec_auto import VerifyCost
+from mlxchat.errors import MlxchatError
+from mlxchat.models.info import LoadedModel, ModelInfo
+from mlxchat.session.cache_keeper import CacheKeeper, CacheOnDisk
+from mlxchat.session.current import OpenSession
+from mlxchat.session.ledger import Plan
+from mlxchat.session.lock import SessionLocks
+from mlxchat.session.pending import UnsavedReplies, store_unsaved
+from mlxchat.session.pins import PinnedDocs, PinView, PrefixUse
+from mlxchat.session.saved import Deleted, ExportFormat, SavedSessions
+from mlxchat.session.speculation import Speculation
+from mlxchat.session.turns import TurnRunner
+from mlxchat.session.typing_ahead import TypingAhead
+from mlxchat.session.views import EngineViews
+from mlxchat.store import BranchInfo, SessionStore, SnapshotRecord
+
+log = logging.getLogger(__name__)
+
+ModelLoader = Callable[[str], LoadedModel]
+
+
+class ConversationError(MlxchatError):
+    """A request that cannot be carried out; one line for the user."""
+
+
+#: How long a new action waits for a pending reply to be stored before refusing.
+PENDING_WAIT_S = 2.0
+#: On quit, how long a pending reply may take before it is kept in a file instead.
+QUIT_SAVE_WAIT_S = 10.0
+
+
+class Conversation:
+    def __init__(self, *, settings: Settings, store: SessionStore, engine: Engine,
+                 model_spec: str, load_model: ModelLoader | None = None,
+                 session: Session | None = None, keep_snapshots: bool = True,
+                 lock_wait_s: float = 0.0):
+        self.settings = settings
+        self.store = store
+        self.engine = engine
+        self.model_spec = model_spec
+        self._load_model = load_model
+        self.attachments: list[Attachment] = []
+        self.speculation_notice: str | None = None
+        """Why speculation was turned off by the last open or model switch."""
+        self._open = OpenSession(store, session or self._new_session())
+        self._locks = SessionLocks(store.path, wait_s=lock_wait_s)
+        self._unsaved = UnsavedReplies(store)
+        self._cache = CacheKeeper(self._open, store, engine, keep_segments=keep_snapshots)
+        self._pins = PinnedDocs(self._open, store, engine)
+        self._turns = TurnRunner(self._open, store, engine, cache=self._cache, pins=self._pins,
+                                 unsaved=self._unsaved)
+        self._typing = TypingAhead(self._open, engine, self._pins, attachments=self.attachments,
+                                   turns_started=lambda: self._turns.started)
+        self._speculation = Speculation(self._open, engine, model_spec=lambda: self.model_spec,
+                                        load_model=load_model)
+        self._saved = SavedSessions(self._open, store)
+        self._views = EngineViews(self._open, engine, self._pins,
+                                  last_stats=lambda: self._turns.last_stats)
+        self._locks.hold(self.session)
+        if session is not None and session.id is not None and self._locks.held:
+            self.reload()  # another process may have written to it while we waited
+        self.recover()
+
+    # -- the open session --------------------------------------------------------
+    @property
+    def session(self) -> Session:
+        return self._open.session
+
+    @session.setter
+    def session(self, session: Session) -> None:
+        self._open.session = session
+
+    def _new_session(self) -> Session:
+        return self.store.create_session(self.model_spec, self.settings.system_prompt,
+                                         dataclasses.replace(self.settings.generation))
+
+    def _switch_to(self, session: Session) -> None:
+        self._open.switch_to(session)
+        self.attachments.clear()
+        self._turns.last_stats = None
+        self._cache.forget()
+        self._pins.forget()
+
+    def new_session(self) -> Session:
+        """Start an empty session; the engine cache stays until the next turn trims it."""
+        self._require_saved()
+        session = self._new_session()
+        self._locks.switch(session)
+        self._switch_to(session)
+        self.speculation_notice = self.resume_speculation()  # frees another session's draft
+        return self.session
+
+    def open_session(self, id_or_title: str | int) -> Session:
+        """Open a saved session and restore its KV snapshot when one is usable."""
+        self._require_saved()
+        session = (self.store.get_session(id_or_title) if isinstance(id_or_title, int)
+                   else self.store.find_session(id_or_title))
+        with self._locks.switching(session):  # SessionBusy, or a failed load: nothing changes
+            if session.model and session.model != self.model_spec:
+                self.switch_model(session.model, resume=False)
+        self._switch_to(session)
+        self.recover()
+        self.restore_snapshot()
+        self.speculation_notice = self.resume_speculation()
+        return self.session
+
+    def recover(self) -> Message | None:
+        """Store a reply a previous run could not (the database was locked), and
+        one left half-written by a crash or kill, marked stopped."""
+        if self.session.id is not None and store_unsaved(self.store, self.session.id):
+            self.reload()
+        message = self.store.recover_draft(self.session.id)
+        if message is not None:
+            self.reload()
+        return message
+
+    def _require_saved(self) -> None:
+        """Nothing may follow a reply the database has not taken yet."""
+        if not self._unsaved.waiting:
+            return
+        if not self._unsaved.wait(PENDING_WAIT_S):
+            raise ConversationError(
+                "Your last reply is not saved yet: the session database is locked by another "
+                "process. It is kept and retried; try again in a moment.")
+        self.reload()
+        self.save_snapshot()
+
+    def reload(self) -> Session:
+        return self._open.reload()
+
+    @property
+    def messages(self) -> list[Message]:
+        """The current branch (user and assistant messages), root first."""
+        return self._open.messages
+
+    @property
+    def generation(self) -> GenerationSettings:
+        """This call's settings when ``use_settings`` set them, else the session's."""
+        return self._open.generation
+
+    def use_settings(self, settings: GenerationSettings) -> None:
+        """Generation settings for the turns of this call only (not stored)."""
+        self._open.use_settings(settings)
+
+    def engine_messages(self, extra: list[Message] | None = None) -> list[Message]:
+        return self._open.with_system(self.messages + (extra or []))
+
+    # -- turns -----------------------------------------------------------------------
+    def compose(self, text: str) -> str:
+        """The user's text with any pending attachments in front."""
+        parts = [a.block for a in self.attachments]
+        return "\n\n".join(parts + [text]) if parts else text
+
+    def send(self, text: str) -> Iterator[Event]:
+        """Commit the user message, then run the turn; yields the engine's events."""
+        self._require_saved()
+        if not text.strip():
+            raise ConversationError("Nothing to send.")
+        content = self.compose(text)
+        plan = self._open.ledger(self.engine).plan_message(self.messages, content)
+        self._add_user(content, plan)  # the plan refused what cannot fit: nothing stored then
+        self.attachments.clear()
+        return self._turns.run(plan)
+
+    def retry(self) -> Iterator[Event]:
+        """Answer the last user message again, as a new branch beside the old reply."""
+        self._require_saved()
+        msgs = self.messages
+        if not msgs:
+            raise ConversationError("Nothing to retry yet.")
+        if msgs[-1].role == "assistant":
+            self.store.set_leaf(self.session.id, msgs[-1].parent_id)
+            self.reload()
+        if not self.messages or self.messages[-1].role != "user":
+            raise ConversationError("The conversation does not end with a message to answer.")
+        plan = self._open.ledger(self.engine).plan_existing(self.messages)
+        last = self.messages[-1]
+        if plan.user_ids is not None and last.id is not None and plan.key is not None:
+            self.store.set_message_ledger(last.id, plan.user_ids, plan.key, start=plan.start)
+            self.reload()
+        return self._turns.run(plan)
+
+    def edit_last(self, text: str) -> Iterator[Event]:
+        """Replace the last user message with ``text`` on a new branch and answer it."""
+        self._require_saved()
+        last = self.last_user_message()
+        if last is None:
+            raise ConversationError("There is no message to edit yet.")
+        if not text.strip():
+            raise ConversationError("The edited message is empty.")
+        before = self.messages[:self.messages.index(last)]
+        # Planned (and refused when it cannot fit) before anything is committed.
+        plan = self._open.ledger(self.engine).plan_message(before, text)
+        self.store.set_leaf(self.session.id, last.parent_id)
+        self._add_user(text, plan)
+        return self._turns.run(plan)
+
+    def _add_user(self, content: str, plan: Plan) -> None:
+        self.store.add_message(self.session.id, "user", content, token_ids=plan.user_ids,
+                               ledger_key=plan.key, ledger_start=plan.start)
+        self.reload()
+
+    def undo(self) -> int:
+        """Step back before the last user message (kept on its branch); returns
+        how many messages left the current branch."""
+        self._require_saved()
+        last = self.last_user_message()
+        if last is None:
+            raise ConversationError("Nothing to undo.")
+        before = len(self.messages)
+        self.store.set_leaf(self.session.id, last.parent_id)
+        return before - len(self.reload().messages)
+
+    def last_user_message(self) -> Message | None:
+        return next((m for m in reversed(self.messages) if m.role == "user"), None)
+
+    def cancel(self) -> None:
+        self.engine.cancel()
+
+    @property
+    def last_stats(self) -> TurnStats | None:
+        """What the last turn of the open session measured (None: none ran yet)."""
+        return self._turns.last_stats
+
+    # -- settings and model ------------------------------------------------------------
+    def set_system_prompt(self, text: str | None) -> None:
+        self.session = self.store.update_system_prompt(self.session.id, text or None)
+
+    def update_generation(self, settings: GenerationSettings) -> None:
+        self._open.update_generation(settings)
+
+    def switch_model(self, spec: str, *, resume: bool = True) -> LoadedModel:
+        """Load ``spec`` in place of the model; with ``resume`` the session's
+        speculation is checked against it (``speculation_notice`` says why it
+        was turned off)."""
+        if self._load_model is None:
+            raise ConversationError("Switching models is not available here.")
+        loaded = self._load_model(spec)
+        self.engine.switch_model(loaded)
+        self.model_spec = spec
+        if self.session.id is not None:
+            self.session = self.store.update_model(self.session.id, spec)
+        self.speculation_notice = self.resume_speculation() if resume else None
+        return loaded
+
+    def close(self) -> None:
+        self.engine.close()
+        self._locks.release()
+
+    def shutdown(self) -> None:
+        """On exit: stop any turn, store a pending reply (or keep it in a file the
+        next open stores), drop an unused session, stop everything."""
+        self.cancel()
+        if not self._unsaved.wait(QUIT_SAVE_WAIT_S):
+            path = self._unsaved.give_up()
+            if path is not None:
+                log.warning("the database stayed locked; the last reply is kept in %s", path)
+        self.discard_if_empty()
+        self.close()
+        self.store.close()
+
+    # -- saved sessions (SavedSessions) ----------------------------------------------------
+    def list_sessions(self, *, limit: int = 100, search: str | None = None
+                      ) -> list[SessionSummary]:
+        return self._saved.list(limit=limit, search=search)
+
+    def find_session(self, id_or_title: str) -> Session:
+        return self._saved.find(id_or_title)
+
+    def branches(self) -> list[BranchInfo]:
+        return self._saved.branches()
+
+    def snapshot_record(self, session_id: int | None = None) -> SnapshotRecord | None:
+        return self._saved.snapshot_record(session_id)
+
+    def leaves_holding(self, message_id: int) -> list[int]:
+        return self._saved.leaves_holding(message_id)
+
+    def rename(self, title: str, session_id: int | None = None) -> Session:
+        return self._saved.rename(title, session_id)
+
+    def delete_session(self, session_id: int | None = None) -> Deleted:
+        """Delete a session, every branch and its snapshot files. Deleting the
+        open one drops the live cache and opens a new empty session."""
+        done = self._saved.delete(session_id)
+        if done.session_id == self.session.id:
+            self.engine.drop_cache("session deleted")
+            done.replacement = self.new_session()
+        return done
+
+    def fork(self) -> tuple[Session, Session]:
+        """Copy the open branch into a new session and open it: (source, copy)."""
+        source = self.session
+        copy = self._saved.fork()
+        assert copy.id is not None
+        self.open_session(copy.id)
+        return source, copy
+
+    def switch_branch(self, leaf_id: int) -> Session:
+        return self._saved.switch_branch(leaf_id)
+
+    def export(self, fmt: ExportFormat, dest: str | None, *, base_dir: Path) -> Path:
+        return self._saved.export(fmt, dest, base_dir=base_dir)
+
+    def import_file(self, path: Path) -> Session:
+        return self._saved.import_file(path)
+
+    def discard_if_empty(self) -> bool:
+        return self._saved.discard_if_empty()
+
+    # -- the KV cache on disk (CacheKeeper) -------------------------------------------------
+    @property
+    def last_snapshot(self) -> SnapshotLoad | None:
+        """What restoring the session's KV from disk found when it was opened."""
+        return self._cache.last_load
+
+    def snapshot_words(self) -> str:
+        return self._cache.snapshot_words()
+
+    def restore_snapshot(self) -> SnapshotLoad | None:
+        return self._cache.restore()
+
+    def save_snapshot(self) -> Path | None:
+        return self._cache.save(self.last_stats)
+
+    def drop_snapshot(self) -> int:
+        return self._cache.drop()
+
+    def cache_on_disk(self) -> CacheOnDisk:
+        return self._cache.on_disk()
+
+    # -- pinned documents (PinnedDocs) ---------------------------------------------------
+    @property
+    def last_prefix(self) -> PrefixUse | None:
+        return self._pins.last_prefix
+
+    def pin(self, path: Path, text: str) -> Pin:
+        self._require_saved()
+        return self._pins.pin(path, text)
+
+    def unpin(self, name: str) -> list[Pin]:
+        self._require_saved()
+        return self._pins.unpin(name)
+
+    def pins(self) -> list[PinView]:
+        return self._pins.pins()
+
+    def prefix_tokens(self) -> list[int]:
+        return self._pins.prefix_tokens()
+
+    # -- typing prefill (TypingAhead) ---------------------------------------------------
+    def typed_tokens(self, text: str) -> list[int] | None:
+        return self._typing.typed_tokens(text)
+
+    def prefill_typed(self, text: str) -> int:
+        return self._typing.prefill_typed(text)
+
+    # -- speculative decoding (Speculation) ------------------------------------------------
+    def verify_cost(self) -> VerifyCost | None:
+        return self._speculation.verify_cost()
+
+    def draft_name(self) -> str | None:
+        return self._speculation.draft_name()
+
+    def paired_draft_hint(self) -> str | None:
+        return self._speculation.paired_draft_hint()
+
+    def paired_draft(self) -> str:
+        return self._speculation.paired_draft()
+
+    def set_draft(self, spec: str | None) -> str | None:
+        return self._speculation.set_draft(spec)
+
+    def set_speculative(self, mode: str) -> None:
+        self._speculation.set_speculative(mode)
+
+    def resume_speculation(self) -> str | None:
+        return self._speculation.resume()
+
+    # -- read-only views of the engine (EngineViews) ----------------------------------------
+    @property
+    def model_info(self) -> ModelInfo:
+        return self._views.model_info
+
+    @property
+    def context_window(self) -> int:
+        return self._views.context_window
+
+    def state(self) -> EngineState:
+        return self._views.state()
+
+    def branch_stats(self) -> TurnStats | None:
+        return self._views.branch_stats()
+
+    def count_tokens(self, messages: list[Message]) -> int:
+        return self._views.count_tokens(messages)
+
+    def message_tokens(self, messages: list[Message]) -> list[int]:
+        return self._views.message_tokens(messages)
+
+    def display_text(self, content: str) -> str:
+        return self._views.display_text(content)
+
+    def kv_bytes_per_token(self) -> int:
+        return self._views.kv_bytes_per_token()
+
+    def ledger_note(self) -> str | None:
+        return self._views.ledger_note()
+
+    def window_left(self) -> int:
+        return self._views.window_left()

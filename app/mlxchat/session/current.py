@@ -1,0 +1,73 @@
+"""The session a conversation has open: the one place it is assigned, read by
+every part of the conversation (turns, cache keeper, pins, typing, speculation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mlxchat.chat import GenerationSettings, Message, Session
+from mlxchat.engine.interface import Engine
+from mlxchat.session.ledger import Ledger
+from mlxchat.store import SessionStore, StoreError
+
+
+class OpenSession:
+    """The open session and this call's generation settings."""
+
+    def __init__(self, store: SessionStore, session: Session):
+        self.store = store
+        self.session = session
+        self.call_settings: GenerationSettings | None = None
+        """Settings for this call's turns only (``use_settings``); never stored."""
+
+    @property
+    def id(self) -> int | None:
+        return self.session.id
+
+    def stored_id(self) -> int:
+        if self.session.id is None:
+            raise StoreError("This session is not saved.")
+        return self.session.id
+
+    @property
+    def messages(self) -> list[Message]:
+        """The current branch (user and assistant messages), root first."""
+        return list(self.session.messages)
+
+    @property
+    def generation(self) -> GenerationSettings:
+        """This call's settings when ``use_settings`` set them, else the session's."""
+        return self.call_settings or self.session.settings
+
+    def use_settings(self, settings: GenerationSettings) -> None:
+        settings.check()
+        self.call_settings = settings
+
+    def change_generation(self, **changes: Any) -> None:
+        """Into this call's settings when ``use_settings`` set them, else the session's."""
+        if self.call_settings is not None:
+            self.call_settings = dataclasses.replace(self.call_settings, **changes)
+        else:
+            self.update_generation(dataclasses.replace(self.session.settings, **changes))
+
+    def update_generation(self, settings: GenerationSettings) -> None:
+        self.session = self.store.update_session_settings(self.session.id, settings)
+
+    def with_system(self, messages: list[Message]) -> list[Message]:
+        """``messages`` after the session's system part (prompt and pinned documents)."""
+        system = self.session.context_system
+        return ([Message("system", system)] if system else []) + list(messages)
+
+    def ledger(self, engine: Engine) -> Ledger:
+        return Ledger(engine, self.session, self.generation)
+
+    def reload(self) -> Session:
+        self.session = self.store.get_session(self.session.id)
+        return self.session
+
+    def switch_to(self, session: Session) -> None:
+        """Another session is open now: this call's settings end with the old one."""
+        self.session = session
+        self.call_settings = None
