@@ -115,7 +115,7 @@ class CommandResult:
 
 @dataclass(frozen=True)
 class Completion:
-    """One completion of the input line (same fields as ``mlxchat.tui.completion``)."""
+    """One completion of the input line, as the registry offers it and the prompt lists it."""
 
     value: str
     """The full replacement text of the input line, e.g. '/model llama3.2-3b'."""
