@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from mlxchat.chat import TurnStats
     from mlxchat.conversation import Conversation
     from mlxchat.conversation import Event
+    from mlxchat.models import ModelEntry
 
 ResultKind = Literal["info", "error", "markdown", "table", "confirm"]
 Screen = Literal["sessions", "models", "help"]
@@ -129,6 +130,13 @@ def _default_cwd() -> Path:
     return Path.cwd()
 
 
+def catalog_models() -> list[ModelEntry]:
+    """Every catalog alias as a /models row (imports the models package on first use)."""
+    from mlxchat.models import list_models
+
+    return list_models()
+
+
 @dataclass
 class CommandContext:
     """What a command acts on: the conversation plus what the UI or CLI provides."""
@@ -147,8 +155,8 @@ class CommandContext:
     """A UI that can open screens (``open_screen``); False for the CLI."""
     assume_yes: bool = False
     """Accept confirmations without asking (``--yes`` on the command line)."""
-    list_models: Callable[[], Sequence[Any]] | None = None
-    """Rows for /models (``mlxchat.models.list_models`` when None)."""
+    list_models: Callable[[], Sequence[ModelEntry]] = catalog_models
+    """Rows for /models and the model picker."""
 
 
 @dataclass(frozen=True)
