@@ -303,8 +303,7 @@ class SlashCommandsProvider(Provider):
     """The registry's commands in the command palette (ctrl+p)."""
 
     def _commands(self) -> list:
-        registry = getattr(self.app, "registry", None)
-        return registry.commands if registry is not None else []
+        return self.app.registry.commands  # type: ignore[attr-defined]
 
     def _run(self, name: str) -> None:
         self.app.palette_command(name)  # type: ignore[attr-defined]

@@ -39,6 +39,21 @@ def source_badge(source: str) -> str:
     return f"[b {style}]{escape(cache_source_label(source))}[/]"
 
 
+class GaugeText(Static):
+    """A figure's text, redrawn only when it changed."""
+
+    shown: str | None = None
+
+    def show(self, markup: str) -> None:
+        if markup == self.shown:
+            return  # unchanged (the weights while a reply streams): nothing to draw
+        # Same number of lines: a repaint will do. A layout pass of the whole
+        # screen costs ~10 ms, and live figures change many times a second.
+        same = self.shown is not None and self.shown.count("\n") == markup.count("\n")
+        self.shown = markup
+        self.update(markup, layout=not same)
+
+
 class GaugesPanel(Vertical):
     """Shows exactly the figures it is given; it never measures anything itself.
 
@@ -68,32 +83,32 @@ class GaugesPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="gauges-full"):
-            yield Static("no model loaded", id="gauge-model", markup=False)
+            yield GaugeText("no model loaded", id="gauge-model", markup=False)
             with Vertical(id="gauge-context", classes="gauge") as box:
                 box.border_title = "Context"
                 yield Meter(id="context-meter")
-                yield Static(id="context-text")
+                yield GaugeText(id="context-text")
             with Vertical(id="gauge-kv", classes="gauge") as box:
                 box.border_title = "KV cache"
                 yield Meter(id="kv-meter")
-                yield Static("empty", id="kv-source")
-                yield Static(id="kv-text")
+                yield GaugeText("empty", id="kv-source")
+                yield GaugeText(id="kv-text")
             with Vertical(id="gauge-weights", classes="gauge") as box:
                 box.border_title = "Weights"
-                yield Static(id="weights-text")
+                yield GaugeText(id="weights-text")
             with Vertical(id="gauge-turn", classes="gauge") as box:
                 box.border_title = "Last turn"
-                yield Static("no turn yet", id="turn-text")
+                yield GaugeText("no turn yet", id="turn-text")
             with Vertical(id="gauge-live", classes="gauge") as box:
                 box.border_title = "Now"
                 yield Meter(id="live-meter")
-                yield Static("idle", id="live-text")
+                yield GaugeText("idle", id="live-text")
         with Vertical(id="gauges-compact"):
             with Horizontal(id="compact-row"):
                 yield Static("ctx", id="compact-label")
                 yield Meter(id="compact-context-meter")
-                yield Static(id="compact-context")
-            yield Static("idle", id="compact-live")
+                yield GaugeText(id="compact-context")
+            yield GaugeText("idle", id="compact-live")
 
     def on_mount(self) -> None:
         self.query_one("#live-meter", Meter).display = False
@@ -197,15 +212,7 @@ class GaugesPanel(Vertical):
             meter.display = False
 
     def _text(self, selector: str, markup: str) -> None:
-        widget = self.query_one(selector, Static)
-        shown = getattr(widget, "_gauge_markup", None)
-        if shown == markup:
-            return  # unchanged (the weights while a reply streams): nothing to draw
-        # Same number of lines: a repaint will do. A layout pass of the whole
-        # screen costs ~10 ms, and live figures change many times a second.
-        same = shown is not None and shown.count("\n") == markup.count("\n")
-        widget._gauge_markup = markup  # type: ignore[attr-defined]
-        widget.update(markup, layout=not same)
+        self.query_one(selector, GaugeText).show(markup)
 
     def _render_state(self) -> None:
         state = self.state
