@@ -28,7 +28,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "app" / "mlxchat"
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("mlxchat.errors", "mlxchat.paths", "mlxchat.files", "mlxchat.chat",
-                "mlxchat.config", "mlxchat.__init__")),
+                "mlxchat.config", "mlxchat.__init__", "mlxchat.units")),
     ("core", ("mlxchat.engine.*", "mlxchat.store.*", "mlxchat.models.*")),
     ("conversation", ("mlxchat.conversation", "mlxchat.app_root", "mlxchat.ledger",
                       "mlxchat.pending_reply",

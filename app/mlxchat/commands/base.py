@@ -223,20 +223,7 @@ def last_stats(ctx: CommandContext) -> TurnStats | None:
     return ctx.conversation.branch_stats()
 
 
-# -- formatting shared by the command modules ---------------------------------
-
-
-def fmt_int(n: float) -> str:
-    return f"{int(n):,}"
-
-
-def plural(n: int, word: str) -> str:
-    """'1 message', '3 messages'."""
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
-
-
-def percent(part: float, whole: float) -> str:
-    return f"{100 * part / whole:.1f}%" if whole else "-"
+# -- formatting shared by the command modules (numbers: mlxchat.units) ---------
 
 
 def ago(timestamp: float | None, now: float) -> str:

@@ -20,11 +20,11 @@ from mlxchat.commands.base import (
     CommandError,
     CommandResult,
     field_docs,
-    fmt_int,
     one_line,
 )
 from mlxchat.config import remember
 from mlxchat.paths import config_file
+from mlxchat.units import fmt_int
 
 
 def _number(name: str, raw: str, kind: type) -> Any:

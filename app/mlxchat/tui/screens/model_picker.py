@@ -14,7 +14,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, ProgressBar, Static
 
-from mlxchat.tui.formatting import fmt_bytes, fmt_int
+from mlxchat.chat import human_bytes
+from mlxchat.units import fmt_int
 
 if TYPE_CHECKING:
     from mlxchat.models import ModelEntry
@@ -64,7 +65,7 @@ class ModelPickerScreen(ModalScreen[str | None]):
                 Text(entry.source, style="dim"),
                 Text(f"{entry.bits}" if entry.bits else "–"),
                 Text(fmt_int(entry.context_window or 0)),
-                Text(fmt_bytes(entry.size_bytes or 0)),
+                Text(human_bytes(entry.size_bytes or 0)),
                 Text("yes", style="green") if entry.available_offline else Text("download", style="yellow"),
                 key=entry.alias)
         self.query_one("#models-download").display = False
@@ -109,8 +110,8 @@ class ModelPickerScreen(ModalScreen[str | None]):
             return
         bar = self.query_one(ProgressBar)
         bar.update(total=total, progress=done)
-        of = f" / {fmt_bytes(total)}" if total else ""
-        self._status(f"Downloading {self.downloading}…  {fmt_bytes(done)}{of}  esc cancels")
+        of = f" / {human_bytes(total)}" if total else ""
+        self._status(f"Downloading {self.downloading}…  {human_bytes(done)}{of}  esc cancels")
 
     @work(thread=True, exclusive=True, group="model-download")
     def _download_worker(self, alias: str) -> None:

@@ -14,22 +14,18 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.widgets import Static
 
-from mlxchat.chat import TurnStats
+from mlxchat.chat import TurnStats, human_bytes
 from mlxchat.conversation import EngineState, PrefillProgress
 from mlxchat.tui.formatting import (
     cache_source_label,
     fmt_bits_per_weight,
-    fmt_bytes,
-    fmt_int,
-    fmt_percent,
-    fmt_seconds,
-    fmt_tps,
     kv_bits_label,
     kv_room,
     speculation_text,
     usage_level,
 )
 from mlxchat.tui.widgets.meter import Meter
+from mlxchat.units import fmt_gauge_percent, fmt_int, fmt_seconds, fmt_tps
 
 SOURCE_STYLES = {"warm": "$success", "snapshot": "$accent", "cold": "$warning"}
 
@@ -227,7 +223,8 @@ class GaugesPanel(Vertical):
                                                       pinned / window if window else 0.0)
         self._text("#gauge-model", state.model_name or "no model loaded")
         self._text("#context-text",
-                   f"{fmt_int(used)} / {fmt_int(window)} tokens  [b]{fmt_percent(used, window)}[/]"
+                   f"{fmt_int(used)} / {fmt_int(window)} tokens  "
+                   f"[b]{fmt_gauge_percent(used, window)}[/]"
                    "\n[dim]held in the KV cache[/]"
                    + (f"\n[$accent]█[/] pinned {fmt_int(pinned)}" if pinned else ""))
 
@@ -242,12 +239,12 @@ class GaugesPanel(Vertical):
         room = kv_room(kv_bytes=state.kv_bytes, cached_tokens=used,
                        budget_bytes=budget, context_window=window)
         lines = [
-            (f"{fmt_bytes(state.kv_bytes)} · {fmt_percent(state.kv_bytes, budget)}"
-             f" of {fmt_bytes(budget)} budget"),
+            (f"{human_bytes(state.kv_bytes)} · {fmt_gauge_percent(state.kv_bytes, budget)}"
+             f" of {human_bytes(budget)} budget"),
             f"room [b]{fmt_int(room.tokens)}[/] tokens ({room.limit} limit)",
         ]
         if state.draft_kv_bytes:
-            lines.append(f"+ draft {escape(state.draft_model)} {fmt_bytes(state.draft_kv_bytes)}")
+            lines.append(f"+ draft {escape(state.draft_model)} {human_bytes(state.draft_kv_bytes)}")
         if room.by_memory is None:
             lines.append("memory rate: after the first turn")
         elif room.limit == "window":
@@ -257,12 +254,13 @@ class GaugesPanel(Vertical):
         self._text("#kv-text", "\n".join(lines))
 
         self._text("#weights-text",
-                   f"{fmt_bytes(state.weights_bytes)} in memory\n"
+                   f"{human_bytes(state.weights_bytes)} in memory\n"
                    f"{fmt_bits_per_weight(state.bits_per_weight, state.scales_dtype)}\n"
-                   f"peak memory {fmt_bytes(state.peak_memory_bytes)}")
+                   f"peak memory {human_bytes(state.peak_memory_bytes)}")
         self._text("#compact-context",
-                   f"{fmt_percent(used, window)} {fmt_int(used)}/{fmt_int(window)}"
-                   f" · KV {fmt_bytes(state.kv_bytes)} {bits} {fmt_percent(state.kv_bytes, budget)}"
+                   f"{fmt_gauge_percent(used, window)} {fmt_int(used)}/{fmt_int(window)}"
+                   f" · KV {human_bytes(state.kv_bytes)} {bits}"
+                   f" {fmt_gauge_percent(state.kv_bytes, budget)}"
                    f" · room {fmt_int(room.tokens)} tok")
 
     @staticmethod
