@@ -7,14 +7,19 @@ import json
 import sys
 from pathlib import Path
 
+LIST_LIMIT = 50
+"""Sessions `mlxchat sessions list` prints without --limit."""
+
 
 def add_sessions_parser(sub) -> None:
     p = sub.add_parser("sessions", help="list, show, export, rename or delete saved sessions",
                        description="Manage saved sessions.")
+    # A bare `mlxchat sessions` lists: give it the list options' defaults.
+    p.set_defaults(search=None, limit=LIST_LIMIT, json=False)
     ss = p.add_subparsers(dest="action", metavar="ACTION")
     ls = ss.add_parser("list", help="newest first; --search finds what was said")
     ls.add_argument("--search", help="full-text search over messages")
-    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--limit", type=int, default=LIST_LIMIT)
     ls.add_argument("--json", action="store_true")
     show = ss.add_parser("show", help="print a session's current branch as Markdown")
     show.add_argument("session", help="id or title")
@@ -41,13 +46,12 @@ def run_sessions(args: argparse.Namespace) -> int:
     store = open_store()
     action = args.action or "list"
     if action == "list":
-        rows = store.list_sessions(limit=getattr(args, "limit", 50),
-                                   search=getattr(args, "search", None))
-        if getattr(args, "json", False):
+        rows = store.list_sessions(limit=args.limit, search=args.search)
+        if args.json:
             print(json.dumps([r.__dict__ for r in rows], indent=2))
             return 0
         if not rows:
-            print("no sessions" if not getattr(args, "search", None) else "no matches")
+            print("no sessions" if not args.search else "no matches")
             return 0
         for r in rows:
             snap = f"  kv {human_bytes(r.snapshot_bytes)}" if r.snapshot_bytes else ""

@@ -13,11 +13,11 @@ def values(registry, ctx, text: str) -> list[str]:
     return [c.value for c in registry.complete(text, ctx)]
 
 
-def test_same_fields_as_the_tui_completion():
-    from mlxchat.tui.completion import Completion as TuiCompletion
+def test_the_prompt_lists_the_registrys_completions():
+    from mlxchat.tui.widgets import prompt
 
-    names = [f.name for f in dataclasses.fields(Completion)]
-    assert names == [f.name for f in dataclasses.fields(TuiCompletion)]
+    assert prompt.Completion is Completion
+    assert [f.name for f in dataclasses.fields(Completion)] == ["value", "display", "help"]
 
 
 def test_command_names(registry, ctx):

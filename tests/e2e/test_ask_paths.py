@@ -126,6 +126,18 @@ def test_sessions_delete_removes_its_kv_segment_files(capsys, tiny_model_dir):
     assert not any(p.exists() for p in segments) and titles() == []
 
 
+def test_bare_sessions_lists_as_sessions_list_does(capsys, tiny_model_dir):
+    assert cli.main(["sessions"]) == 0
+    assert capsys.readouterr().out == "no sessions\n"
+    assert ask(capsys, tiny_model_dir, "--max-tokens", "2", "--session", "kept", "hi")[0] == 0
+    assert cli.main(["sessions"]) == 0
+    bare = capsys.readouterr().out
+    assert cli.main(["sessions", "list"]) == 0
+    assert bare == capsys.readouterr().out and "kept" in bare
+    assert cli.main(["sessions", "list", "--search", "nothing-said"]) == 0
+    assert capsys.readouterr().out == "no matches\n"
+
+
 def test_ask_speculates_with_a_draft_or_lookup_and_replies_the_same(capsys, tiny_model_dir):
     code, plain, _ = ask(capsys, tiny_model_dir, "--max-tokens", "12", "abc abc abc")
     assert code == 0 and plain["spec_mode"] == "off"

@@ -17,7 +17,7 @@ from mlxchat.session import Conversation
 from mlxchat.engine import ChatEngine, TurnDone
 from mlxchat.engine import segments as segments_module
 from mlxchat.store import open_store
-from mlxchat.tui.formatting import stats_line
+from mlxchat.tui.formatting import transcript_stats_line
 
 
 def make(tiny, tmp_path) -> Conversation:
@@ -41,7 +41,7 @@ def fail_with(exc: BaseException):
 
 def check_warned(conv: Conversation, done: TurnDone, words: str) -> None:
     assert done.stats.snapshot_warning == f"snapshot not saved: {words}"
-    assert done.stats.snapshot_warning in stats_line(done.stats)
+    assert done.stats.snapshot_warning in transcript_stats_line(done.stats)
     reply = conv.messages[-1]
     assert reply.role == "assistant" and not reply.cancelled and reply.content == done.reply
     assert conv.store.branch_segments(conv.session.leaf_id) == []

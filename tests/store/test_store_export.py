@@ -17,10 +17,10 @@ from mlxchat.store import SessionStore, StoreError, open_store, title_from
 from mlxchat.store.export import (
     export_session,
     import_json,
+    markdown_stats_line,
     render_session,
     safe_filename,
     session_document,
-    stats_line,
 )
 
 STATS = TurnStats(
@@ -51,9 +51,10 @@ def branched(store: SessionStore) -> int:
     return s.id  # type: ignore[return-value]
 
 
-def test_stats_line() -> None:
-    assert stats_line(STATS) == "_ttft 0.12 s · 45.1 tok/s · 132 tokens · reused 1200/1250 · warm_"
-    assert stats_line(TurnStats(kv_bits=4, finish_reason="length")).endswith(
+def test_markdown_stats_line() -> None:
+    assert markdown_stats_line(STATS) == (
+        "_ttft 0.12 s · 45.1 tok/s · 132 tokens · reused 1200/1250 · warm_")
+    assert markdown_stats_line(TurnStats(kv_bits=4, finish_reason="length")).endswith(
         "· cold · kv 4-bit · length_"
     )
 

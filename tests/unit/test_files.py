@@ -34,7 +34,7 @@ def test_config_strings_with_control_characters_round_trip(tmp_path):
 
 def test_relative_time_is_shared_by_the_cli_and_the_ui():
     from mlxchat.chat import relative_time
-    from mlxchat.tui import formatting
+    from mlxchat.tui.screens import sessions
 
-    assert formatting.relative_time is relative_time
+    assert sessions.relative_time is relative_time
     assert relative_time(1000.0, 1000.0 + 7200) == "2 h ago"

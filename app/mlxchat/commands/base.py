@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from mlxchat.chat import TurnStats
     from mlxchat.session import Conversation
     from mlxchat.session import Event
+    from mlxchat.models import ModelEntry
 
 ResultKind = Literal["info", "error", "markdown", "table", "confirm"]
 Screen = Literal["sessions", "models", "help"]
@@ -115,7 +116,7 @@ class CommandResult:
 
 @dataclass(frozen=True)
 class Completion:
-    """One completion of the input line (same fields as ``mlxchat.tui.completion``)."""
+    """One completion of the input line, as the registry offers it and the prompt lists it."""
 
     value: str
     """The full replacement text of the input line, e.g. '/model llama3.2-3b'."""
@@ -127,6 +128,13 @@ class Completion:
 
 def _default_cwd() -> Path:
     return Path.cwd()
+
+
+def catalog_models() -> list[ModelEntry]:
+    """Every catalog alias as a /models row (imports the models package on first use)."""
+    from mlxchat.models import list_models
+
+    return list_models()
 
 
 @dataclass
@@ -147,8 +155,8 @@ class CommandContext:
     """A UI that can open screens (``open_screen``); False for the CLI."""
     assume_yes: bool = False
     """Accept confirmations without asking (``--yes`` on the command line)."""
-    list_models: Callable[[], Sequence[Any]] | None = None
-    """Rows for /models (``mlxchat.models.list_models`` when None)."""
+    list_models: Callable[[], Sequence[ModelEntry]] = catalog_models
+    """Rows for /models and the model picker."""
 
 
 @dataclass(frozen=True)
@@ -215,20 +223,7 @@ def last_stats(ctx: CommandContext) -> TurnStats | None:
     return ctx.conversation.branch_stats()
 
 
-# -- formatting shared by the command modules ---------------------------------
-
-
-def fmt_int(n: float) -> str:
-    return f"{int(n):,}"
-
-
-def plural(n: int, word: str) -> str:
-    """'1 message', '3 messages'."""
-    return f"{n:,} {word}" + ("" if n == 1 else "s")
-
-
-def percent(part: float, whole: float) -> str:
-    return f"{100 * part / whole:.1f}%" if whole else "-"
+# -- formatting shared by the command modules (numbers: mlxchat.units) ---------
 
 
 def ago(timestamp: float | None, now: float) -> str:

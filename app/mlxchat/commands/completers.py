@@ -14,8 +14,8 @@ from mlxchat.commands.base import (
     CommandError,
     ago,
     one_line,
-    plural,
 )
+from mlxchat.units import plural
 
 SCAN_LIMIT = 2000
 

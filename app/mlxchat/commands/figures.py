@@ -14,18 +14,16 @@ from mlxchat.commands.base import (
     CommandResult,
     ago,
     first_words,
-    fmt_int,
     last_stats,
-    percent,
-    plural,
 )
+from mlxchat.units import fmt_int, fmt_report_percent, plural
 
 
 def speculation_line(s: TurnStats) -> str:
     """What speculation proposed, kept and saved in a turn."""
     line = (f"{s.spec_mode}: {fmt_int(s.draft_tokens_accepted)} of "
             f"{fmt_int(s.draft_tokens_proposed)} proposed tokens accepted "
-            f"({percent(s.draft_tokens_accepted, s.draft_tokens_proposed)}), "
+            f"({fmt_report_percent(s.draft_tokens_accepted, s.draft_tokens_proposed)}), "
             f"{s.tokens_per_pass:.2f} tokens per pass of the model")
     if s.draft_prefilled_tokens:
         line += (f"; the draft prefilled {fmt_int(s.draft_prefilled_tokens)} tokens"
@@ -52,7 +50,7 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
                    f"finished by {s.finish_reason}")),
         ("total time", f"{s.total_s:.2f} s"),
         ("context", (f"{fmt_int(s.context_used)} of {fmt_int(s.context_window)} tokens "
-                     f"({percent(s.context_used, s.context_window)})")),
+                     f"({fmt_report_percent(s.context_used, s.context_window)})")),
         ("KV cache", f"{human_bytes(s.kv_bytes)}, {_bits(s.kv_bits)}"),
         ("weights", human_bytes(s.weights_bytes)),
         ("peak memory", human_bytes(s.peak_memory_bytes)),
@@ -115,8 +113,9 @@ def cache(ctx: CommandContext, args: Args) -> CommandResult:
     if action:
         raise CommandError("Usage: /cache [save|drop]")
     dtype = state.kv_dtype if state.kv_dtype != "-" else _bits(state.kv_bits)
+    share = fmt_report_percent(state.cached_tokens, state.context_window)
     cached = (f"{fmt_int(state.cached_tokens)} of {fmt_int(state.context_window)} "
-              f"({percent(state.cached_tokens, state.context_window)}), {state.cache_source}")
+              f"({share}), {state.cache_source}")
     rows = [("cached tokens", cached),
             ("KV cache", f"{human_bytes(state.kv_bytes)}, {dtype}")]
     if state.draft_model:
@@ -153,7 +152,7 @@ def context(ctx: CommandContext, args: Args) -> CommandResult:
     counts = conv.message_tokens(messages) if messages else []
     total = conv.count_tokens(messages) if messages else 0
     rows: list[tuple[str, ...]] = [
-        (str(i), m.role, first_words(m.content), fmt_int(n), percent(n, window))
+        (str(i), m.role, first_words(m.content), fmt_int(n), fmt_report_percent(n, window))
         for i, (m, n) in enumerate(zip(messages, counts, strict=True), 1)]
     pins = conv.pins()
     if pins and messages and messages[0].role == "system":
@@ -161,19 +160,21 @@ def context(ctx: CommandContext, args: Args) -> CommandResult:
         own = counts[0] - sum(p.tokens for p in pins)
         prompt = conv.session.system_prompt
         rows[0] = ("1", "system", first_words(prompt) if prompt else "(pinned documents only)",
-                   fmt_int(own), percent(own, window))
-        rows[1:1] = [("", "pinned", p.name, fmt_int(p.tokens), percent(p.tokens, window))
-                     for p in pins]
+                   fmt_int(own), fmt_report_percent(own, window))
+        rows[1:1] = [("", "pinned", p.name, fmt_int(p.tokens),
+                      fmt_report_percent(p.tokens, window)) for p in pins]
     overhead = total - sum(counts)
     if overhead > 0:
         rows.append(("", "template", "start of the reply", fmt_int(overhead),
-                     percent(overhead, window)))
+                     fmt_report_percent(overhead, window)))
     for a in pending:
-        rows.append(("+", "attached", a.path.name, fmt_int(a.tokens), percent(a.tokens, window)))
+        rows.append(("+", "attached", a.path.name, fmt_int(a.tokens),
+                     fmt_report_percent(a.tokens, window)))
     used = total + sum(a.tokens for a in pending)
     cached = conv.state().cached_tokens
-    caption = (f"{fmt_int(used)} of {fmt_int(window)} tokens ({percent(used, window)}) in "
-               f"the next prompt (messages, template and generation prompt) · "
+    caption = (f"{fmt_int(used)} of {fmt_int(window)} tokens "
+               f"({fmt_report_percent(used, window)}) in the next prompt (messages, template "
+               "and generation prompt) · "
                f"{fmt_int(window - used)} free · replies up to "
                f"{fmt_int(conv.generation.max_tokens)} tokens · the KV cache holds "
                f"{fmt_int(cached)} now (the Context gauge: prompt and reply so far)")

@@ -6,10 +6,11 @@ from collections.abc import Sequence
 
 from mlxchat.chat import human_bytes
 from mlxchat.commands.base import (Args, Candidates, Command, CommandContext, CommandResult,
-                                   fmt_int, one_line, percent, plural)
+                                   one_line)
 from mlxchat.commands.completers import complete_files
 from mlxchat.commands.turns import kv_bytes_per_token, read_text_file
 from mlxchat.errors import MlxchatError
+from mlxchat.units import fmt_int, fmt_report_percent, plural
 
 
 def pin(ctx: CommandContext, args: Args) -> CommandResult:
@@ -23,9 +24,9 @@ def pin(ctx: CommandContext, args: Args) -> CommandResult:
     kv = human_bytes(pinned.tokens * kv_bytes_per_token(ctx)[0])
     return CommandResult.info(
         f"Pinned {pinned.name}: {fmt_int(pinned.tokens)} tokens after the system prompt "
-        f"({percent(pinned.tokens, window)} of the {fmt_int(window)}-token window, ~{kv} of "
-        "KV cache). Its KV is computed once and shared by every session that pins it; the "
-        "next turn starts a new token ledger.", session_changed=True, clear_input=True)
+        f"({fmt_report_percent(pinned.tokens, window)} of the {fmt_int(window)}-token window, "
+        f"~{kv} of KV cache). Its KV is computed once and shared by every session that pins "
+        "it; the next turn starts a new token ledger.", session_changed=True, clear_input=True)
 
 
 def unpin(ctx: CommandContext, args: Args) -> CommandResult:

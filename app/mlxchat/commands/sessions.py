@@ -17,9 +17,7 @@ from mlxchat.commands.base import (
     CommandResult,
     Confirmation,
     ago,
-    fmt_int,
     one_line,
-    plural,
     stored_id,
 )
 from mlxchat.commands.completers import (
@@ -30,6 +28,7 @@ from mlxchat.commands.completers import (
     user_path,
 )
 from mlxchat.store.export import FORMATS, ExportFormat
+from mlxchat.units import fmt_int, plural
 
 if TYPE_CHECKING:
     from mlxchat.store import BranchInfo

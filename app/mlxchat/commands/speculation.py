@@ -8,9 +8,9 @@ from mlxchat.commands.base import (
     Command,
     CommandContext,
     CommandResult,
-    fmt_int,
     last_stats,
 )
+from mlxchat.units import fmt_int
 
 HARDWARE_NOTE = (
     "Speculation never changes the reply: at temperature 0 it is token for token what plain "

@@ -20,11 +20,11 @@ from mlxchat.commands.base import (
     CommandError,
     CommandResult,
     field_docs,
-    fmt_int,
     one_line,
 )
 from mlxchat.config import remember
 from mlxchat.paths import config_file
+from mlxchat.units import fmt_int
 
 
 def _number(name: str, raw: str, kind: type) -> Any:
@@ -284,30 +284,24 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
 def complete_models(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
     from mlxchat.models import catalog
 
-    return [(e.alias, one_line(getattr(e, "description", "") or e.source, 60))
+    return [(e.alias, one_line(e.description or e.source, 60))
             for e in catalog.list_entries()]
 
 
 def models(ctx: CommandContext, args: Args) -> CommandResult:
-    if ctx.list_models is not None:
-        entries = list(ctx.list_models())
-    else:
-        from mlxchat.models import list_models
-        entries = list(list_models())
+    entries = list(ctx.list_models())
     current = ctx.conversation.model_spec
     rows = []
     for e in entries:
-        size = getattr(e, "size_bytes", None)
-        on_disk = getattr(e, "size_on_disk", True)
-        context = getattr(e, "context_window", None)
-        bits = getattr(e, "bits", None)
+        size = (human_bytes(e.size_bytes) + ("" if e.size_on_disk else " download")
+                if e.size_bytes else "?")
         rows.append((e.alias + (" *" if e.alias == current else ""),
-                     f"{bits}-bit" if bits else "-",
-                     (human_bytes(size) + ("" if on_disk else " download")) if size else "?",
-                     fmt_int(context) if context else "?",
-                     getattr(e, "fits", "?"),
-                     "yes" if getattr(e, "available_offline", False) else "no",
-                     one_line(getattr(e, "description", ""), 60)))
+                     f"{e.bits}-bit" if e.bits else "-",
+                     size,
+                     fmt_int(e.context_window) if e.context_window else "?",
+                     e.fits,
+                     "yes" if e.available_offline else "no",
+                     one_line(e.description, 60)))
     if current not in {e.alias for e in entries}:
         info = ctx.conversation.model_info
         rows.append((f"{info.name} *", f"{info.bits_per_weight:.1f} b/w",

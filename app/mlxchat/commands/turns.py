@@ -17,14 +17,12 @@ from mlxchat.commands.base import (
     CommandContext,
     CommandError,
     CommandResult,
-    fmt_int,
     last_stats,
     one_line,
-    percent,
-    plural,
 )
 from mlxchat.commands.completers import complete_files, user_path
 from mlxchat.files import FileRefused, FileTooLarge, read_limited
+from mlxchat.units import fmt_int, fmt_report_percent, plural
 
 ATTACH_LIMIT_BYTES = 8 << 20
 MAX_BYTES_PER_TOKEN = 24
@@ -180,8 +178,9 @@ def attach(ctx: CommandContext, args: Args) -> CommandResult:
         prefill = "prefill time unknown until the first turn"
     pending.append(Attachment(path, text, tokens))
     return CommandResult.info(
-        f"Attached {path.name}: {fmt_int(tokens)} tokens ({percent(tokens, window)} of the "
-        f"{fmt_int(window)}-token window; {fmt_int(free - tokens)} left after it) · "
+        f"Attached {path.name}: {fmt_int(tokens)} tokens "
+        f"({fmt_report_percent(tokens, window)} of the {fmt_int(window)}-token window; "
+        f"{fmt_int(free - tokens)} left after it) · "
         f"~{human_bytes(tokens * per_token)} of KV cache ({human_bytes(per_token)}/token, "
         f"{how}) · {prefill}. It goes in front of your next message.", clear_input=True)
 

@@ -37,8 +37,9 @@ _INT64 = 2**63
 # -- Markdown ------------------------------------------------------------------
 
 
-def stats_line(stats: TurnStats, cancelled: bool = False) -> str:
-    """'_ttft 0.12 s · 45.1 tok/s · 132 tokens · reused 1200/1250 · warm_'."""
+def markdown_stats_line(stats: TurnStats, cancelled: bool = False) -> str:
+    """Under a reply in the Markdown export (plain figures, unlike the transcript's):
+    '_ttft 0.12 s · 45.1 tok/s · 132 tokens · reused 1200/1250 · warm_'."""
     parts = [
         f"ttft {stats.ttft_s:.2f} s",
         f"{stats.decode_tps:.1f} tok/s",
@@ -84,7 +85,7 @@ def session_markdown(session: Session) -> str:
             out += ["", "#### Answer"]
         out += ["", message.content.rstrip()]
         if message.stats is not None:
-            out += ["", stats_line(message.stats, message.cancelled)]
+            out += ["", markdown_stats_line(message.stats, message.cancelled)]
         elif message.cancelled:
             out += ["", "_cancelled_"]
     return "\n".join(out) + "\n"

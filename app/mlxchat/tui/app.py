@@ -31,7 +31,7 @@ from mlxchat.config import ConfigError, Settings, remember
 from mlxchat.models import STAGE_LABELS
 from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
 from mlxchat.tui.app_commands import CommandsMixin, SlashCommandsProvider, error_text
-from mlxchat.tui.streaming import Batch, Pacer, pump_turn
+from mlxchat.tui.streaming import Pacer, pump_turn
 from mlxchat.tui.typing_prefill import TypingPrefill
 from mlxchat.tui.widgets import GaugesPanel, PromptInput, ReplyHandle, ThinkingBlock, Transcript
 from mlxchat.tui.widgets.activity import ActivityBar
@@ -39,7 +39,7 @@ from mlxchat.tui.widgets.header import TitleHeader
 
 if TYPE_CHECKING:
     from mlxchat.session import Conversation
-    from mlxchat.session import Event, PrefillProgress, TurnDone
+    from mlxchat.session import Event, PrefillProgress, TextDelta, TurnDone
 
 QUIT_WAIT_SECONDS = 10.0
 """On quit, how long a stopped reply gets to be committed before the app exits."""
@@ -288,7 +288,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         pacer = self._pacer
         pacer.restart()
 
-        def show(batch: Batch) -> None:
+        def show(batch: TextDelta) -> None:
             pacer.record(self._ui(self._show_batch, reply, batch))
         try:
             done = pump_turn(events, on_text=show, interval=pacer,
@@ -317,7 +317,7 @@ class MlxChatApp(CommandsMixin, App[int]):
             self._next_gauge = 0.0 if done else now + LIVE_GAUGE_SECONDS
             self.gauges.live_cache(progress.cached_tokens, progress.kv_bytes)
 
-    async def _show_batch(self, reply: ReplyHandle, batch: Batch) -> float:
+    async def _show_batch(self, reply: ReplyHandle, batch: TextDelta) -> float:
         """Returns this thread's CPU time, from which the pacer learns what drawing costs."""
         await reply.append(batch.text, batch.part)
         now = time.monotonic()

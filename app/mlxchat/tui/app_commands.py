@@ -18,12 +18,12 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from mlxchat.session.root import release_thread_streams
 from mlxchat.commands import CommandResult
+from mlxchat.commands.base import catalog_models
 from mlxchat.commands.pins import pin_files
 from mlxchat.errors import user_message
 from mlxchat.tui.screens import (
     ConfirmScreen,
     HelpScreen,
-    ModelEntry,
     ModelPickerScreen,
     SessionsScreen,
 )
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from mlxchat.commands import CommandContext, Registry
     from mlxchat.session import Conversation
     from mlxchat.session import Event
+    from mlxchat.models import ModelEntry
     from mlxchat.tui.widgets import PromptInput, Transcript
     from mlxchat.tui.typing_prefill import TypingPrefill
     from mlxchat.tui.widgets.activity import ActivityBar
@@ -257,17 +258,11 @@ class CommandsMixin(_Host):
     @work(thread=True, group="command", exit_on_error=False)
     def _models_worker(self) -> None:
         try:
-            if self.ctx is not None and self.ctx.list_models is not None:
-                found = list(self.ctx.list_models())
-            else:
-                from mlxchat.models import list_models
-                found = list_models()
+            found = list((self.ctx.list_models if self.ctx is not None else catalog_models)())
         except Exception as exc:  # noqa: BLE001 - shown, never a traceback
             self._ui(self.transcript.add_notice, error_text(exc), "error")
             return
-        entries = [ModelEntry(e.alias, e.source, e.bits, e.context_window or 0,
-                              e.size_bytes or 0, e.available_offline) for e in found]
-        self._ui(self._push_models, entries)
+        self._ui(self._push_models, found)
 
     def _push_models(self, entries: list[ModelEntry]) -> None:
         cancel = threading.Event()
@@ -308,8 +303,7 @@ class SlashCommandsProvider(Provider):
     """The registry's commands in the command palette (ctrl+p)."""
 
     def _commands(self) -> list:
-        registry = getattr(self.app, "registry", None)
-        return registry.commands if registry is not None else []
+        return self.app.registry.commands  # type: ignore[attr-defined]
 
     def _run(self, name: str) -> None:
         self.app.palette_command(name)  # type: ignore[attr-defined]

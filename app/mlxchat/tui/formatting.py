@@ -1,7 +1,6 @@
-"""How the UI writes numbers: pure functions, no Textual, one place to test.
-
-Every figure on screen goes through one of these, so a test can compare the
-screen with ``fmt_*(value)`` of the value it passed in.
+"""The UI's labels and lines for what the engine reports: pure functions, no
+Textual, one place to test. Plain numbers are written by ``mlxchat.units``, so a
+test can compare the screen with ``fmt_*(value)`` of the value it passed in.
 """
 
 from __future__ import annotations
@@ -9,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mlxchat.chat import TurnStats, human_bytes, relative_time  # noqa: F401 - re-exported
+from mlxchat.chat import TurnStats
+from mlxchat.units import fmt_int, fmt_seconds, fmt_tps
 
 Level = Literal["ok", "warning", "error"]
 
@@ -23,48 +23,11 @@ CACHE_SOURCE_LABELS = {
 }
 
 
-def fmt_int(n: int) -> str:
-    """1234567 -> '1,234,567'."""
-    return f"{n:,}"
-
-
-def fmt_seconds(s: float) -> str:
-    """0.0421 -> '42 ms', 1.5 -> '1.50 s', 75 -> '1 min 15 s'."""
-    if s < 1:
-        return f"{s * 1000:.0f} ms"
-    if s < 60:
-        return f"{s:.2f} s"
-    minutes, seconds = divmod(round(s), 60)
-    return f"{minutes} min {seconds} s"
-
-
-def fmt_tps(tps: float) -> str:
-    """1234.56 -> '1,234.6 tok/s'."""
-    return f"{tps:,.1f} tok/s"
-
-
-def fmt_bytes(n: float) -> str:
-    """Decimal units, as the memory gauges show (1536 -> '1.5 KB')."""
-    return human_bytes(n)
-
-
 def fmt_bits_per_weight(bpw: float, scales_dtype: str | None = None) -> str:
     """'4.52 bits/weight (float32 scales)': with the scales' dtype when quantized,
     which is why the figure in memory can exceed the file's (float16 scales)."""
     scales = f" ({scales_dtype} scales)" if scales_dtype and scales_dtype != "-" else ""
     return f"{bpw:.2f} bits/weight{scales}"
-
-
-def percent(part: int, whole: int) -> int | None:
-    """Whole percent, rounded down so the figure never shows a level it has not reached."""
-    if whole <= 0:
-        return None
-    return part * 100 // whole
-
-
-def fmt_percent(part: int, whole: int) -> str:
-    p = percent(part, whole)
-    return "–" if p is None else f"{p}%"
 
 
 def usage_level(part: int, whole: int) -> Level:
@@ -126,8 +89,8 @@ def speculation_text(acceptance: float | None, tokens_per_pass: float | None,
     return (f"{mode} " if mode else "") + f"{accepted} · {tokens_per_pass or 0:.2f} tok/pass"
 
 
-def stats_line(stats: TurnStats) -> str:
-    """The compact line under an assistant reply."""
+def transcript_stats_line(stats: TurnStats) -> str:
+    """The compact line under an assistant reply in the transcript."""
     parts = [
         f"ttft {fmt_seconds(stats.ttft_s)}",
         fmt_tps(stats.decode_tps),

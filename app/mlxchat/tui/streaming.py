@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import replace
 
 from mlxchat.session import Event, PrefillProgress, TextDelta, TurnDone
 
@@ -71,29 +71,13 @@ class Pacer:
         return self.interval
 
 
-@dataclass
-class Batch:
-    """Text that arrived since the last batch, and the latest decode figures."""
-
-    text: str
-    generated_tokens: int
-    decode_tps: float
-    cached_tokens: int = 0
-    """Tokens in the KV cache as of the batch's last piece."""
-    kv_bytes: int = 0
-    part: str = "answer"
-    """'reasoning' or 'answer': a batch holds one part."""
-    acceptance: float | None = None
-    """While speculating: the share of proposed tokens accepted so far."""
-    tokens_per_pass: float | None = None
-
-
-def pump_turn(events: Iterable[Event], *, on_text: Callable[[Batch], None],
+def pump_turn(events: Iterable[Event], *, on_text: Callable[[TextDelta], None],
               on_prefill: Callable[[PrefillProgress], None],
               interval: float | Callable[[], float] = FLUSH_SECONDS,
               stop: Callable[[], bool] = lambda: False,
               clock: Callable[[], float] = time.monotonic) -> TurnDone | None:
-    """Iterate ``events`` to the end; returns the TurnDone (None if ``stop()``
+    """Iterate ``events`` to the end, handing ``on_text`` the text since the
+    last update as one TextDelta of one part; returns the TurnDone (None if ``stop()``
     turned true first: the iterator is then closed, which cancels the turn).
     ``interval`` may be a callable (a ``Pacer``), read after each update."""
     pace = interval if callable(interval) else (lambda: interval)
@@ -105,9 +89,8 @@ def pump_turn(events: Iterable[Event], *, on_text: Callable[[Batch], None],
     def flush() -> None:
         nonlocal pending
         if last is not None and pending:
-            on_text(Batch("".join(pending), last.generated_tokens, last.decode_tps,
-                          last.cached_tokens, last.kv_bytes, last.part, last.acceptance,
-                          last.tokens_per_pass))
+            # One TextDelta for the batch: its text, the last piece's figures.
+            on_text(replace(last, text="".join(pending)))
         pending = []
 
     iterator = iter(events)

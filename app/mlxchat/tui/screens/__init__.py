@@ -2,7 +2,7 @@
 
 from mlxchat.tui.screens.confirm import ConfirmScreen
 from mlxchat.tui.screens.help import HelpScreen
-from mlxchat.tui.screens.model_picker import ModelEntry, ModelPickerScreen
+from mlxchat.tui.screens.model_picker import ModelPickerScreen
 from mlxchat.tui.screens.sessions import SessionsScreen
 
-__all__ = ["ConfirmScreen", "HelpScreen", "ModelEntry", "ModelPickerScreen", "SessionsScreen"]
+__all__ = ["ConfirmScreen", "HelpScreen", "ModelPickerScreen", "SessionsScreen"]

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual import on, work
@@ -15,26 +14,17 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, ProgressBar, Static
 
-from mlxchat.tui.formatting import fmt_bytes, fmt_int
+from mlxchat.chat import human_bytes
+from mlxchat.units import fmt_int
+
+if TYPE_CHECKING:
+    from mlxchat.models import ModelEntry
 
 ProgressCallback = Callable[[int, "int | None"], None]
 """``progress(done_bytes, total_bytes_or_None)``; safe to call from any thread."""
 StartDownload = Callable[[str, ProgressCallback], object]
 """``start_download(alias, progress)`` blocks until done; it runs in a thread and
 stops early (returning or raising) once the picker's cancel event is set."""
-
-
-@dataclass(frozen=True)
-class ModelEntry:
-    """One row; the catalog may pass its own objects with these attributes."""
-
-    alias: str
-    source: str
-    bits: int | None
-    context_window: int
-    size_bytes: int
-    available: bool
-    """On disk already: usable offline."""
 
 
 class ModelPickerScreen(ModalScreen[str | None]):
@@ -74,9 +64,9 @@ class ModelPickerScreen(ModalScreen[str | None]):
                 Text(mark + entry.alias, style="bold"),
                 Text(entry.source, style="dim"),
                 Text(f"{entry.bits}" if entry.bits else "–"),
-                Text(fmt_int(entry.context_window)),
-                Text(fmt_bytes(entry.size_bytes)),
-                Text("yes", style="green") if entry.available else Text("download", style="yellow"),
+                Text(fmt_int(entry.context_window or 0)),
+                Text(human_bytes(entry.size_bytes or 0)),
+                Text("yes", style="green") if entry.available_offline else Text("download", style="yellow"),
                 key=entry.alias)
         self.query_one("#models-download").display = False
         table.focus()
@@ -94,7 +84,7 @@ class ModelPickerScreen(ModalScreen[str | None]):
         if self.downloading:
             return
         entry = self._entry(alias)
-        if entry.available:
+        if entry.available_offline:
             self.dismiss(alias)
         elif self._start_download is None:
             self._status(f"{alias} is not on disk and downloads are off.")
@@ -120,8 +110,8 @@ class ModelPickerScreen(ModalScreen[str | None]):
             return
         bar = self.query_one(ProgressBar)
         bar.update(total=total, progress=done)
-        of = f" / {fmt_bytes(total)}" if total else ""
-        self._status(f"Downloading {self.downloading}…  {fmt_bytes(done)}{of}  esc cancels")
+        of = f" / {human_bytes(total)}" if total else ""
+        self._status(f"Downloading {self.downloading}…  {human_bytes(done)}{of}  esc cancels")
 
     @work(thread=True, exclusive=True, group="model-download")
     def _download_worker(self, alias: str) -> None:

@@ -15,9 +15,9 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, Static
 
-from mlxchat.chat import SessionSummary
-from mlxchat.tui.formatting import fmt_bytes, fmt_int, relative_time
+from mlxchat.chat import SessionSummary, human_bytes, relative_time
 from mlxchat.tui.screens.confirm import ConfirmScreen
+from mlxchat.units import fmt_int
 
 COLUMNS = ("Title", "Model", "Msgs", "Cache", "Last used")
 FIXED_WIDTHS = (6, 8, 10)
@@ -121,7 +121,7 @@ class SessionsScreen(ModalScreen[int | None]):
             table.add_row(Text(cut(s.title, title_w - len(pins))) + Text(pins, style="dim"),
                           Text(cut(short_model(s.model), model_w), style="dim"),
                           Text(fmt_int(s.message_count)),
-                          Text(fmt_bytes(s.snapshot_bytes) if s.snapshot_bytes else "–"),
+                          Text(human_bytes(s.snapshot_bytes) if s.snapshot_bytes else "–"),
                           Text(relative_time(s.updated, now)),
                           key=str(s.id))
         # A refresh after rename or delete keeps the cursor on the same session.

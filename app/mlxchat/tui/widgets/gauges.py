@@ -14,22 +14,18 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.widgets import Static
 
-from mlxchat.chat import TurnStats
+from mlxchat.chat import TurnStats, human_bytes
 from mlxchat.session import EngineState, PrefillProgress
 from mlxchat.tui.formatting import (
     cache_source_label,
     fmt_bits_per_weight,
-    fmt_bytes,
-    fmt_int,
-    fmt_percent,
-    fmt_seconds,
-    fmt_tps,
     kv_bits_label,
     kv_room,
     speculation_text,
     usage_level,
 )
 from mlxchat.tui.widgets.meter import Meter
+from mlxchat.units import fmt_gauge_percent, fmt_int, fmt_seconds, fmt_tps
 
 SOURCE_STYLES = {"warm": "$success", "snapshot": "$accent", "cold": "$warning"}
 
@@ -37,6 +33,21 @@ SOURCE_STYLES = {"warm": "$success", "snapshot": "$accent", "cold": "$warning"}
 def source_badge(source: str) -> str:
     style = SOURCE_STYLES.get(source, "$foreground")
     return f"[b {style}]{escape(cache_source_label(source))}[/]"
+
+
+class GaugeText(Static):
+    """A figure's text, redrawn only when it changed."""
+
+    shown: str | None = None
+
+    def show(self, markup: str) -> None:
+        if markup == self.shown:
+            return  # unchanged (the weights while a reply streams): nothing to draw
+        # Same number of lines: a repaint will do. A layout pass of the whole
+        # screen costs ~10 ms, and live figures change many times a second.
+        same = self.shown is not None and self.shown.count("\n") == markup.count("\n")
+        self.shown = markup
+        self.update(markup, layout=not same)
 
 
 class GaugesPanel(Vertical):
@@ -68,32 +79,32 @@ class GaugesPanel(Vertical):
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="gauges-full"):
-            yield Static("no model loaded", id="gauge-model", markup=False)
+            yield GaugeText("no model loaded", id="gauge-model", markup=False)
             with Vertical(id="gauge-context", classes="gauge") as box:
                 box.border_title = "Context"
                 yield Meter(id="context-meter")
-                yield Static(id="context-text")
+                yield GaugeText(id="context-text")
             with Vertical(id="gauge-kv", classes="gauge") as box:
                 box.border_title = "KV cache"
                 yield Meter(id="kv-meter")
-                yield Static("empty", id="kv-source")
-                yield Static(id="kv-text")
+                yield GaugeText("empty", id="kv-source")
+                yield GaugeText(id="kv-text")
             with Vertical(id="gauge-weights", classes="gauge") as box:
                 box.border_title = "Weights"
-                yield Static(id="weights-text")
+                yield GaugeText(id="weights-text")
             with Vertical(id="gauge-turn", classes="gauge") as box:
                 box.border_title = "Last turn"
-                yield Static("no turn yet", id="turn-text")
+                yield GaugeText("no turn yet", id="turn-text")
             with Vertical(id="gauge-live", classes="gauge") as box:
                 box.border_title = "Now"
                 yield Meter(id="live-meter")
-                yield Static("idle", id="live-text")
+                yield GaugeText("idle", id="live-text")
         with Vertical(id="gauges-compact"):
             with Horizontal(id="compact-row"):
                 yield Static("ctx", id="compact-label")
                 yield Meter(id="compact-context-meter")
-                yield Static(id="compact-context")
-            yield Static("idle", id="compact-live")
+                yield GaugeText(id="compact-context")
+            yield GaugeText("idle", id="compact-live")
 
     def on_mount(self) -> None:
         self.query_one("#live-meter", Meter).display = False
@@ -197,15 +208,7 @@ class GaugesPanel(Vertical):
             meter.display = False
 
     def _text(self, selector: str, markup: str) -> None:
-        widget = self.query_one(selector, Static)
-        shown = getattr(widget, "_gauge_markup", None)
-        if shown == markup:
-            return  # unchanged (the weights while a reply streams): nothing to draw
-        # Same number of lines: a repaint will do. A layout pass of the whole
-        # screen costs ~10 ms, and live figures change many times a second.
-        same = shown is not None and shown.count("\n") == markup.count("\n")
-        widget._gauge_markup = markup  # type: ignore[attr-defined]
-        widget.update(markup, layout=not same)
+        self.query_one(selector, GaugeText).show(markup)
 
     def _render_state(self) -> None:
         state = self.state
@@ -220,7 +223,8 @@ class GaugesPanel(Vertical):
                                                       pinned / window if window else 0.0)
         self._text("#gauge-model", state.model_name or "no model loaded")
         self._text("#context-text",
-                   f"{fmt_int(used)} / {fmt_int(window)} tokens  [b]{fmt_percent(used, window)}[/]"
+                   f"{fmt_int(used)} / {fmt_int(window)} tokens  "
+                   f"[b]{fmt_gauge_percent(used, window)}[/]"
                    "\n[dim]held in the KV cache[/]"
                    + (f"\n[$accent]█[/] pinned {fmt_int(pinned)}" if pinned else ""))
 
@@ -235,12 +239,12 @@ class GaugesPanel(Vertical):
         room = kv_room(kv_bytes=state.kv_bytes, cached_tokens=used,
                        budget_bytes=budget, context_window=window)
         lines = [
-            (f"{fmt_bytes(state.kv_bytes)} · {fmt_percent(state.kv_bytes, budget)}"
-             f" of {fmt_bytes(budget)} budget"),
+            (f"{human_bytes(state.kv_bytes)} · {fmt_gauge_percent(state.kv_bytes, budget)}"
+             f" of {human_bytes(budget)} budget"),
             f"room [b]{fmt_int(room.tokens)}[/] tokens ({room.limit} limit)",
         ]
         if state.draft_kv_bytes:
-            lines.append(f"+ draft {escape(state.draft_model)} {fmt_bytes(state.draft_kv_bytes)}")
+            lines.append(f"+ draft {escape(state.draft_model)} {human_bytes(state.draft_kv_bytes)}")
         if room.by_memory is None:
             lines.append("memory rate: after the first turn")
         elif room.limit == "window":
@@ -250,12 +254,13 @@ class GaugesPanel(Vertical):
         self._text("#kv-text", "\n".join(lines))
 
         self._text("#weights-text",
-                   f"{fmt_bytes(state.weights_bytes)} in memory\n"
+                   f"{human_bytes(state.weights_bytes)} in memory\n"
                    f"{fmt_bits_per_weight(state.bits_per_weight, state.scales_dtype)}\n"
-                   f"peak memory {fmt_bytes(state.peak_memory_bytes)}")
+                   f"peak memory {human_bytes(state.peak_memory_bytes)}")
         self._text("#compact-context",
-                   f"{fmt_percent(used, window)} {fmt_int(used)}/{fmt_int(window)}"
-                   f" · KV {fmt_bytes(state.kv_bytes)} {bits} {fmt_percent(state.kv_bytes, budget)}"
+                   f"{fmt_gauge_percent(used, window)} {fmt_int(used)}/{fmt_int(window)}"
+                   f" · KV {human_bytes(state.kv_bytes)} {bits}"
+                   f" {fmt_gauge_percent(state.kv_bytes, budget)}"
                    f" · room {fmt_int(room.tokens)} tok")
 
     @staticmethod

@@ -8,6 +8,8 @@ to edit the last message. While completions show: up/down move, tab accepts
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
@@ -16,11 +18,14 @@ from textual.message import Message
 from textual.widgets import OptionList, TextArea
 from textual.widgets.option_list import Option
 
-from mlxchat.tui.completion import Completion, CompletionSource
+from mlxchat.commands.base import Completion
 
 NEWLINE_KEYS = frozenset({"ctrl+j", "alt+enter", "shift+enter"})
 """A legacy terminal sends alt+enter as ESC CR, which Textual reads as a plain
 enter; ctrl+j (a bare LF) is the one newline key every terminal delivers."""
+
+CompletionSource = Callable[[str], "list[Completion]"]
+"""``complete(text)`` -> completions for the whole input text (which starts with '/')."""
 
 
 class CompletionList(OptionList, can_focus=False):

@@ -17,7 +17,8 @@ from textual.widgets import Markdown, Static
 from textual.widgets._markdown import MarkdownBlock, MarkdownParagraph
 
 from mlxchat.chat import Message, TurnStats
-from mlxchat.tui.formatting import fmt_int, fmt_seconds, stats_line
+from mlxchat.tui.formatting import transcript_stats_line
+from mlxchat.units import fmt_int, fmt_seconds
 
 NoticeLevel = Literal["info", "warning", "error"]
 
@@ -170,7 +171,7 @@ class AssistantMessage(_OnePass, Vertical):
         if self.stats is not None:
             if parts:
                 parts.append("  ")
-            parts.append(stats_line(self.stats))
+            parts.append(transcript_stats_line(self.stats))
         return Content.assemble(*parts)
 
 
