@@ -1,5 +1,7 @@
 # Every target sets itself up from nothing: venv, packages, the bundled model.
 PYTHON ?= python3
+# Test workers (pytest-xdist); a file's tests stay on one worker (they share fixtures).
+TEST_WORKERS ?= 2
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mlxchat-installed
@@ -23,7 +25,8 @@ run: model
 test: model
 	# The TUI end-to-end test drives the real app in tmux.
 	command -v tmux >/dev/null || (apt-get update -qq && apt-get install -y -qq tmux)
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider tests
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile \
+		--durations=20 tests
 
 # BENCH_FLAGS=--quick runs the engine and TUI benchmarks on a random small llama.
 bench: model

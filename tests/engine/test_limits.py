@@ -51,8 +51,11 @@ def test_cancel_mid_prefill_keeps_the_chunks_done(tiny):
         assert done.reply == "" and done.stats.generated_tokens == 0
         held = done.stats.context_used
         assert 0 < held < done.stats.prompt_tokens
-        # The cancel lands within one chunk of the progress event that asked.
-        assert len(seen) <= 3 and held <= 64 + 16
+        # The engine checks the cancel at every chunk: it stops within one chunk
+        # of the last progress it reported (how many chunks ran between the
+        # event and the consumer's cancel is the scheduler's business: with the
+        # suite on both cores the consumer thread can wait several chunks).
+        assert held <= seen[-1].done + 16
         assert engine.state().cached_tokens == held
         again = run(engine, msgs)
         assert again.stats.reused_tokens == held and again.stats.miss_reason is None
