@@ -34,6 +34,7 @@ from mlxchat.tui.app_commands import CommandsMixin, SlashCommandsProvider, error
 from mlxchat.tui.streaming import Pacer, pump_turn
 from mlxchat.tui.typing_prefill import TypingPrefill
 from mlxchat.tui.widgets import GaugesPanel, PromptInput, ReplyHandle, ThinkingBlock, Transcript
+from mlxchat.tui.widgets.transcript import UserMessage
 from mlxchat.tui.widgets.activity import ActivityBar
 from mlxchat.tui.widgets.header import TitleHeader
 
@@ -61,6 +62,7 @@ class MlxChatApp(CommandsMixin, App[int]):
     BINDINGS: ClassVar[list[BindingType]] = [
         # Priority, so they win over the prompt's own keys (ctrl+c copy, ctrl+y
         # redo); check_action lets a key through when its action does not apply.
+        Binding("escape", "withdraw", "Withdraw", priority=True),
         Binding("escape", "stop", "Stop", priority=True),
         Binding("ctrl+c", "stop", "Stop", priority=True, show=False),
         Binding("escape", "leave_edit", "Cancel"),
@@ -71,8 +73,8 @@ class MlxChatApp(CommandsMixin, App[int]):
         Binding("f1", "help", "Help", priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
-    MAIN_SCREEN_ACTIONS = frozenset({"stop", "leave_edit", "new_session", "sessions",
-                                     "copy_reply", "help", "toggle_thinking"})
+    MAIN_SCREEN_ACTIONS = frozenset({"withdraw", "stop", "leave_edit", "new_session",
+                                     "sessions", "copy_reply", "help", "toggle_thinking"})
 
     generating: var[bool] = var(False, bindings=True)
     """A reply is being generated (escape stops it)."""
@@ -80,6 +82,9 @@ class MlxChatApp(CommandsMixin, App[int]):
     """Enter answers the edited last message on a new branch."""
     running: var[str | None] = var(None, bindings=True)
     """The slash command running in a thread, e.g. '/model'."""
+    queued: var[str | None] = var(None, bindings=True)
+    """A message sent while the model loads: it goes once the model is ready
+    (escape withdraws it)."""
 
     def __init__(self, settings: Settings, *, model_spec: str | None,
                  conversation_factory: ConversationFactory, continue_last: bool,
@@ -104,6 +109,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         self._pacer = Pacer()
         """Learns what drawing an update costs; kept from turn to turn."""
         self.typing = TypingPrefill(self)
+        self._queued_widget: UserMessage | None = None
 
     # -- layout ----------------------------------------------------------------------
 
@@ -175,6 +181,7 @@ class MlxChatApp(CommandsMixin, App[int]):
                                   interactive=True)
         self.activity.hide()
         await self.reload_session()
+        await self._show_queued()  # the reload cleared it; it goes once nothing runs
         if not gc.get_freeze_count():
             # What exists now (the model, its tokenizer, the libraries, the widgets)
             # lives as long as the app: out of the collector's sight, a full
@@ -186,11 +193,60 @@ class MlxChatApp(CommandsMixin, App[int]):
             await self.transcript.add_notice(text, level)
         if self._pins:  # mlxchat --pin FILE
             self._start_command("/pin", partial(pin_files, self.ctx, self._pins))
+        self._send_queued()
 
     async def _start_failed(self, text: str) -> None:
         self.start_error = text
         self.activity.hide()
         await self.transcript.add_notice(f"Could not load the model: {text}", "error")
+        if self.queued is not None:
+            self._take_back_queued()
+            await self.transcript.add_notice("Your message was not sent; it is back in the "
+                                             "input.", "warning")
+
+    # -- a message sent while the model loads ---------------------------------------------
+
+    def _queue(self, text: str) -> None:
+        if self.queued is not None:
+            return self._refuse(text, "A message is already waiting for the model; escape "
+                                      "withdraws it.")
+        self.queued = text
+        self.call_next(self._show_queued)
+        self.notify("The model is still loading: your message goes once it is ready "
+                    "(escape withdraws it).")
+
+    async def _show_queued(self) -> None:
+        if self.queued is not None and self._queued_widget is None:
+            self._queued_widget = await self.transcript.add_user(self.queued, pending=True)
+
+    def _take_back_queued(self) -> str | None:
+        """Forget the waiting message (off the screen) and put it back in the input."""
+        text, self.queued = self.queued, None
+        if self._queued_widget is not None:
+            self._queued_widget.remove()
+            self._queued_widget = None
+        if text is not None and not self.prompt.text:
+            self.prompt.restore(text)
+        return text
+
+    def _send_queued(self) -> None:
+        """Send the waiting message once the model is ready and nothing else runs."""
+        if (self.queued is None or self.conversation is None or self.running
+                or self.generating):
+            return
+        text, self.queued = self.queued, None
+        if self._queued_widget is not None:
+            self._queued_widget.remove()  # shown again as sent, or back in the input
+            self._queued_widget = None
+        self.submit(text)
+
+    def watch_running(self, running: str | None) -> None:
+        if running is None:
+            self._send_queued()  # a start-up /pin finished
+
+    def action_withdraw(self) -> None:
+        if self._take_back_queued() is not None:
+            self.notify("Withdrawn: nothing was sent.")
 
     async def reload_session(self) -> None:
         """Show the conversation's current branch, figures and title."""
@@ -233,6 +289,8 @@ class MlxChatApp(CommandsMixin, App[int]):
     def submit(self, text: str) -> None:
         """What Enter does with ``text``: a /command, an edit, or a message."""
         if self.conversation is None:
+            if self.start_error is None and not Registry.is_command(text):
+                return self._queue(text)
             why = self.start_error or "The model is still loading"
             return self._refuse(text, f"{why}. Nothing was sent.")
         if self.running:
@@ -349,6 +407,8 @@ class MlxChatApp(CommandsMixin, App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in self.MAIN_SCREEN_ACTIONS and len(self.screen_stack) > 1:
             return False  # a dialog is open: its own keys apply
+        if action == "withdraw":
+            return self.queued is not None
         if action == "stop":
             return self.generating
         if action == "leave_edit":

@@ -41,6 +41,12 @@ class UserMessage(PlainMessage):
     LABEL = "you"
 
 
+class PendingMessage(UserMessage):
+    """A message waiting for the model to load; sent once it is ready."""
+
+    LABEL = "you · waiting for the model to load · escape withdraws it"
+
+
 class SystemMessage(PlainMessage):
     LABEL = "system prompt"
 
@@ -260,8 +266,8 @@ class Transcript(VerticalScroll):
     async def clear(self) -> None:
         await self.remove_children()
 
-    async def add_user(self, text: str) -> UserMessage:
-        widget = UserMessage(text)
+    async def add_user(self, text: str, *, pending: bool = False) -> UserMessage:
+        widget = PendingMessage(text) if pending else UserMessage(text)
         await self.mount(widget)
         self.anchor()  # sending a message brings the view back to the bottom
         return widget
