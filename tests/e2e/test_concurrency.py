@@ -83,6 +83,10 @@ def test_a_locked_database_never_stalls_the_stream_and_loses_no_reply(tiny, tmp_
     assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
     assert stored[1].content == done.reply and stored[3].content == follow.reply
     assert stored[1].token_ids == done.token_ids  # its ledger entry too
+    # What was shown live ("not saved yet") is kept as what happened.
+    assert stored[1].stats.save_warning.startswith("stored late: the session database was "
+                                                   "locked")
+    assert stored[3].stats.save_warning is None
     conv.shutdown()
 
 

@@ -44,6 +44,9 @@ def check_warned(conv: Conversation, done: TurnDone, words: str) -> None:
     assert done.stats.snapshot_warning in transcript_stats_line(done.stats)
     reply = conv.messages[-1]
     assert reply.role == "assistant" and not reply.cancelled and reply.content == done.reply
+    # Stored with the reply: a reopened session still says why it recomputes.
+    again = conv.store.get_session(conv.session.id).messages[-1]
+    assert again.id == reply.id and again.stats.snapshot_warning == done.stats.snapshot_warning
     assert conv.store.branch_segments(conv.session.leaf_id) == []
     folder = paths.snapshots_dir()
     assert not folder.is_dir() or not [p for p in folder.iterdir() if ".tmp." in p.name]

@@ -105,10 +105,23 @@ class TurnRunner:
             try:
                 reply.store_in(self._store, wait_s=FIRST_SAVE_WAIT_S)
             except StoreLocked:
-                # Shown already: keep it and retry until the other process lets go.
+                # Shown already: keep it and retry until the other process lets go;
+                # stored, it says it was late.
                 stats.save_warning = ("reply not saved yet: the session database is locked "
                                       "by another process; retrying")
+                reply.stats["save_warning"] = ("stored late: the session database was locked "
+                                               "by another process")
                 self._unsaved.keep(reply)
                 return
-        self._open.reload()
+        stored = self._open.session.leaf_id != self._open.reload().leaf_id
         self._cache.save(stats)
+        if stored and stats.snapshot_warning and self._open.session.leaf_id is not None:
+            self._keep_warning(self._open.session.leaf_id, stats)
+
+    def _keep_warning(self, reply_id: int, stats: TurnStats) -> None:
+        """The segment failed after the reply was stored: say so with the reply,
+        so a reopened session still shows why it recomputes."""
+        try:
+            self._store.set_message_stats(reply_id, stats)
+        except StoreError as exc:
+            log.warning("reply figures not updated: %s", exc)

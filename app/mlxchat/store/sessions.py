@@ -258,6 +258,13 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
                 (ids_to_blob(token_ids), key, int(start), message_id),
             )
 
+    def set_message_stats(self, message_id: int, stats: TurnStats) -> None:
+        """Replace a stored reply's figures (what happened after it was stored,
+        such as its KV segment failing to save, is said there too)."""
+        with self._writing() as cur:
+            cur.execute("UPDATE messages SET stats = ? WHERE id = ?",
+                        (json.dumps(stats.to_dict()), message_id))
+
     def branch_path(self, leaf_id: int) -> list[Message]:
         """The messages from the root down to ``leaf_id``, root first."""
         with self._reading() as cur:
