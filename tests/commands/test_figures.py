@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.commands.conftest import send
+from mlxchat.engine import prompt as prompt_module
+from mlxchat.session.ledger import options_for
+from tests.commands.conftest import SYSTEM, send
 
 
 def test_stats(registry, ctx, conv):
@@ -57,20 +59,59 @@ def test_cache_report_save_and_drop(registry, ctx, conv, home):
     assert registry.run("/cache flush", ctx).text == "Usage: /cache [save|drop]"
 
 
-def test_context_per_message(registry, ctx, conv, tmp_path):
+def _row_tokens(result) -> list[int]:
+    return [int(row[3].replace(",", "")) for row in result.rows]
+
+
+def test_context_per_message(registry, ctx, conv, tmp_path, monkeypatch):
+    renders = []
+    real = prompt_module.render
+    monkeypatch.setattr(prompt_module, "render",
+                        lambda *a, **k: renders.append(1) or real(*a, **k))
+
+    def renders_for_context() -> int:
+        renders.clear()
+        registry.run("/context", ctx)
+        return len(renders)
     send(conv, "What fills the window?")
+    after_one = renders_for_context()
+    send(conv, "And then?")
+    send(conv, "And after that?")
+    # Read off the token ledger: each message's ids as sent, not re-rendered
+    # prefix by prefix (so a longer branch costs no more renders).
+    assert renders_for_context() <= after_one
+    monkeypatch.undo()
     result = registry.run("/context", ctx)
     assert result.kind == "table"
     roles = [row[1] for row in result.rows]
-    assert roles == ["system", "user", "assistant", "template"]
-    total = sum(int(row[3].replace(",", "")) for row in result.rows)
-    assert total == conv.engine.count_tokens(conv.engine_messages())
+    assert roles == ["system"] + ["user", "assistant"] * 3
+    ledger = [len(m.token_ids) for m in conv.messages]
+    tokens = _row_tokens(result)
+    assert tokens[2:] == ledger[1:] and tokens[0] + tokens[1] == ledger[0]
+    system = conv.engine.message_ids("x", system=SYSTEM, previous=None,
+                                     options=options_for(conv.session))
+    assert conv.messages[0].token_ids[:tokens[0]] == system[:tokens[0]] and tokens[0] > 0
+    total = sum(tokens)
     assert result.text.startswith(f"{total} of 2,048 tokens")
     # Says what it counts, and how that differs from the cache (the Context gauge).
-    assert "the next prompt" in result.text and "generation prompt" in result.text
+    assert "the next prompt" in result.text and "token ledger" in result.text
+    cached = conv.state().cached_tokens
+    assert f"the KV cache holds {cached:,}" in result.text
+    assert result.rows[1][2] == "What fills the window?"
+
+
+def test_context_without_a_ledger_renders_the_template(registry, ctx, conv, tmp_path):
+    assert registry.run("/set history template", ctx).ok
+    send(conv, "What fills the window?")
+    result = registry.run("/context", ctx)
+    roles = [row[1] for row in result.rows]
+    assert roles == ["system", "user", "assistant", "template"]
+    total = sum(_row_tokens(result))
+    assert total == conv.engine.count_tokens(conv.engine_messages())
+    assert result.text.startswith(f"{total} of 2,048 tokens")
+    assert "generation prompt" in result.text
     cached = conv.state().cached_tokens
     assert cached != total and f"the KV cache holds {cached:,}" in result.text
-    assert result.rows[1][2] == "What fills the window?"
     (tmp_path / "work" / "a.txt").write_text("attached text")
     registry.run("/attach a.txt", ctx)
     with_file = registry.run("/context", ctx)

@@ -145,12 +145,11 @@ def complete_cache(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> 
 def context(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
     window = conv.context_window
-    messages = conv.engine_messages()
+    costs = conv.context_costs()
+    messages, counts, total = costs.messages, costs.counts, costs.total
     pending = conv.attachments
     if not messages and not pending:
         return CommandResult.info(f"The conversation is empty: 0 of {fmt_int(window)} tokens.")
-    counts = conv.message_tokens(messages) if messages else []
-    total = conv.count_tokens(messages) if messages else 0
     rows: list[tuple[str, ...]] = [
         (str(i), m.role, first_words(m.content), fmt_int(n), fmt_report_percent(n, window))
         for i, (m, n) in enumerate(zip(messages, counts, strict=True), 1)]
@@ -172,9 +171,10 @@ def context(ctx: CommandContext, args: Args) -> CommandResult:
                      fmt_report_percent(a.tokens, window)))
     used = total + sum(a.tokens for a in pending)
     cached = conv.state().cached_tokens
+    what = ("the conversation's token ledger, as the model saw it" if costs.from_ledger
+            else "messages, template and generation prompt")
     caption = (f"{fmt_int(used)} of {fmt_int(window)} tokens "
-               f"({fmt_report_percent(used, window)}) in the next prompt (messages, template "
-               "and generation prompt) · "
+               f"({fmt_report_percent(used, window)}) in the next prompt ({what}) · "
                f"{fmt_int(window - used)} free · replies up to "
                f"{fmt_int(conv.generation.max_tokens)} tokens · the KV cache holds "
                f"{fmt_int(cached)} now (the Context gauge: prompt and reply so far)")

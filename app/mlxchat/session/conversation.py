@@ -35,7 +35,7 @@ from mlxchat.session.saved import Deleted, ExportFormat, SavedSessions
 from mlxchat.session.speculation import Speculation
 from mlxchat.session.turns import TurnRunner
 from mlxchat.session.typing_ahead import TypingAhead
-from mlxchat.session.views import EngineViews
+from mlxchat.session.views import ContextCosts, EngineViews
 from mlxchat.store import BranchInfo, SessionStore, SnapshotRecord
 
 log = logging.getLogger(__name__)
@@ -421,6 +421,9 @@ class Conversation:
 
     def message_tokens(self, messages: list[Message]) -> list[int]:
         return self._views.message_tokens(messages)
+
+    def context_costs(self) -> ContextCosts:
+        return self._views.context_costs()
 
     def display_text(self, content: str) -> str:
         return self._views.display_text(content)

@@ -154,6 +154,22 @@ class Ledger:
                 f"the template would render it differently from token {shared:,} today — "
                 "/set history template follows it exactly, re-prefilling each turn")
 
+    def costs(self, branch: Sequence[Message], system_ids: Sequence[int]) -> list[int] | None:
+        """Tokens each message of ``branch`` holds in the ledger, with the system
+        part (``system_ids``) first when the session has one; None when the
+        branch has no usable ledger from its first message on."""
+        if self.settings.history == "template" or not branch or not branch[0].ledger_start:
+            return None
+        ids, _ = branch_ids(branch, self.key)
+        if ids is None or any(m.ledger_start for m in branch[1:]):
+            return None  # a later message restarted the ledger: it re-rendered the history
+        counts = [len(m.token_ids or ()) for m in branch]
+        if not self.session.context_system:
+            return counts
+        first = branch[0].token_ids or []
+        system = len(system_ids) if list(first[:len(system_ids)]) == list(system_ids) else 0
+        return [system, counts[0] - system, *counts[1:]]
+
     def plan_existing(self, branch: Sequence[Message]) -> Plan:
         """The prompt to answer the branch's last (user) message again."""
         if self.settings.history == "template":

@@ -109,6 +109,12 @@ class PinnedDocs:
         session = self._open.session
         return self._prefix_for(session.context_system) if session.pins else []
 
+    def system_tokens(self) -> list[int]:
+        """The token ids of the session's system part (prompt and pinned
+        documents) at the start of a first message; [] without one."""
+        system = self._open.session.context_system
+        return self._prefix_for(system) if system else []
+
     def pinned_in_cache(self) -> int:
         """Tokens of the pinned prefix the live cache holds (for the context gauge)."""
         ids = self.prefix_tokens()

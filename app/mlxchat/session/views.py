@@ -3,7 +3,7 @@ figures, token counts and how a reply is shown. Nothing here changes state."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from mlxchat.chat import Message, TurnStats
@@ -12,6 +12,20 @@ from mlxchat.engine.interface import Engine
 from mlxchat.models.info import ModelInfo
 from mlxchat.session.current import OpenSession
 from mlxchat.session.pins import PinnedDocs
+
+
+@dataclass
+class ContextCosts:
+    """What fills the window, message by message (``/context``)."""
+
+    messages: list[Message]
+    """The branch with the system part first (when the session has one)."""
+    counts: list[int]
+    """Tokens of each message, in order."""
+    total: int
+    """Tokens of the next prompt before the new message: from the ledger, the
+    sum of the counts; rendered, the counts plus the generation prompt."""
+    from_ledger: bool
 
 
 class EngineViews:
@@ -62,6 +76,20 @@ class EngineViews:
 
     def message_tokens(self, messages: list[Message]) -> list[int]:
         return self._engine.message_tokens(messages)
+
+    def context_costs(self) -> ContextCosts:
+        """What each message of the branch (system part first) costs in the
+        window: read off the token ledger (no rendering) when the branch has
+        one, else rendered prefix by prefix."""
+        messages = self._open.with_system(self._open.messages)
+        costs = self._open.ledger(self._engine).costs(self._open.messages,
+                                                      self._pins.system_tokens())
+        if costs is not None:
+            return ContextCosts(messages, costs, sum(costs), from_ledger=True)
+        if not messages:
+            return ContextCosts([], [], 0, from_ledger=False)
+        return ContextCosts(messages, self._engine.message_tokens(messages),
+                            self._engine.count_tokens(messages), from_ledger=False)
 
     def ledger_note(self) -> str | None:
         """Where the cached token ledger differs from today's template rendering."""
