@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 
 from mlxchat.chat import Message, TurnStats
-from mlxchat.engine import prompt, segment_restore, segments, snapshot
+from mlxchat.engine import kv, prompt, segment_restore, segments, snapshot
 from mlxchat.engine.events import SnapshotInfo, SnapshotLoad
 
 if TYPE_CHECKING:
@@ -103,5 +103,5 @@ class DiskCache:
         def job() -> bool:
             live = self._live
             return (prompt.common_prefix(live.tokens, tokens) < len(live.tokens)
-                    and not can_trim_prompt_cache(live.layers))
+                    and not kv.trimmable(live.layers))
         return self._call(job)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from mlxchat.engine import segments
+from mlxchat.engine import layers, segments
 from mlxchat.engine.snapshot import failure_words
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class PrefixMarks:
             live, mark = self._live, self._mark
             if (mark is not None and live.tokens[:len(mark.tokens)] == mark.tokens
                     and (len(live.tokens) == len(mark.tokens)
-                         or all(segments.sliceable(c) for c in live.layers))):
+                         or all(layers.row(c).sliceable(c) for c in live.layers))):
                 self._write_mark()
         self._call(job)
 
