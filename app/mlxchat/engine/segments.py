@@ -143,26 +143,26 @@ def _checksum_or_none(ref: SegmentRef) -> str:
 
 
 def read(ref: SegmentRef, *, fingerprint: str, template_hash: str,
-         crc: Future[str] | None = None, verify: bool = True
+         checksum: Future[str] | None = None, verify: bool = True
          ) -> tuple[dict[str, mx.array], list[dict[str, Any]]]:
     """The arrays of one segment (read lazily, when evaluated) and its layer
-    descriptions, or SegmentRejected. ``crc`` is the file's checksum being
+    descriptions, or SegmentRejected. ``checksum`` is the file's checksum being
     computed (see ``checksums``); ``verify=False`` leaves checking it to the
     caller (``segment_restore``), who must before trusting the arrays."""
     arrays, meta = load_checked(
         ref.path, lambda p: mx.load(p, return_metadata=True), FORMAT, "an mlxchat KV segment",
         fingerprint=fingerprint, template_hash=template_hash,
         checksum_ok=None if not verify else
-        lambda: (crc.result() if crc else _checksum_or_none(ref)) == ref.checksum)
+        lambda: (checksum.result() if checksum else _checksum_or_none(ref)) == ref.checksum)
     try:
         span = int(meta["start"]), int(meta["end"])
         tokens = [int(t) for t in json.loads(meta["tokens"])]
-        layers = json.loads(meta["layers"])
+        described = json.loads(meta["layers"])
     except (KeyError, ValueError, TypeError):
         raise SegmentRejected("damaged metadata") from None
     if span != (ref.start, ref.end) or tokens != ref.token_ids:
         raise SegmentRejected("holds other tokens than the conversation")
-    return arrays, layers
+    return arrays, described
 
 
 def layout(piece: tuple[dict[str, mx.array], list[dict[str, Any]]]) -> list[tuple]:
