@@ -22,7 +22,7 @@ def sliding(tmp_path_factory):
 def test_rotating_cache_reuses_follow_ups_and_recomputes_edits(sliding, tmp_path):
     engine = ChatEngine(sliding)
     try:
-        assert any(isinstance(c, RotatingKVCache) for c in engine._live.layers)  # noqa: SLF001
+        assert any(isinstance(c, RotatingKVCache) for c in engine.live_view().cache())
         msgs = [Message("user", "A first question that is long enough to wrap.")]
         first = run(engine, msgs)
         msgs += [Message("assistant", first.reply), Message("user", "Next?")]

@@ -10,7 +10,7 @@ import pytest
 from mlx_lm.models.cache import load_prompt_cache, make_prompt_cache
 
 from mlxchat.chat import Message
-from mlxchat.engine import ChatEngine, kv, snapshot
+from mlxchat.engine import ChatEngine, snapshot
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
 
@@ -35,7 +35,7 @@ def next_logits(model, cache, token: int) -> mx.array:
 
 def test_round_trip_gives_same_next_token_logits(tiny, saved):
     engine, _, info = saved
-    live = kv.trimmed_copy(engine._live.layers)  # noqa: SLF001 - the test reads the live cache
+    live = engine.live_view().cache()
     loaded = snapshot.load(info.path, fingerprint=tiny.info.fingerprint,
                            template_hash=tiny.info.chat_template_hash,
                            num_layers=len(live), expected_checksum=info.checksum)

@@ -30,6 +30,7 @@ from mlxchat.engine.prefix import PrefixMarks
 from mlxchat.engine.progress import LiveFigures
 from mlxchat.engine.results import Decode, Prefill, Cancelled
 from mlxchat.engine.template_delta import TemplateOptions
+from mlxchat.engine.view import LiveView, view_of
 from mlxchat.models.info import LoadedModel, ModelInfo
 
 _DONE = object()
@@ -106,6 +107,15 @@ class ChatEngine(TypingPrefill, DiskCache, Drafting, PrefixMarks):
 
     def state(self) -> EngineState:
         return self._state
+
+    def live_view(self) -> LiveView:
+        """A read-only picture of the live cache now: its tokens, figures and
+        copies of its layers (what tests check instead of the engine's insides)."""
+        return self._call(lambda: view_of(self._live))
+
+    def draft_view(self) -> LiveView | None:
+        """The same of the draft model's cache (None without a draft)."""
+        return self._call(lambda: None if self._draft is None else view_of(self._draft.live))
 
     def cancel(self) -> None:
         """Stop the running (and any queued) turn within about one token or chunk."""
