@@ -7,7 +7,7 @@ from typing import Any
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from mlxchat.engine.layers import copy, row
+from mlxchat.engine.layers import row
 
 
 def offset(cache: list[Any]) -> int:
@@ -80,8 +80,3 @@ def probe_bytes_per_token(model: Any, kv_bits: int | None, head_dim: int) -> int
         mx.eval([c.state for c in cache])
         sizes.append(kv_bytes(quantize(cache, kv_bits, head_dim) if kv_bits else cache))
     return sizes[1] - sizes[0]
-
-
-def trimmed_copy(cache: list[Any]) -> list[Any]:
-    """Cache objects whose arrays stop at the used length, for saving to disk."""
-    return [copy(c) if row(c).sliceable(c) else c for c in cache]

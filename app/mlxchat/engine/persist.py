@@ -1,5 +1,5 @@
-"""The engine's cache on disk: whole snapshots (sessions from before segments)
-and KV segments, all read and written on the engine thread."""
+"""The engine's cache on disk: KV segments written and read, and whole
+snapshots (sessions from before segments) read, all on the engine thread."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from mlxchat.chat import Message, TurnStats
 from mlxchat.engine import kv, prompt, segment_restore, segments, snapshot
-from mlxchat.engine.events import SnapshotInfo, SnapshotLoad
+from mlxchat.engine.events import SnapshotLoad
 
 if TYPE_CHECKING:
     from mlxchat.engine.live import LiveCache
@@ -28,17 +28,6 @@ class DiskCache:
 
         def _refresh_state(self, stats: TurnStats | None = None, busy: bool = False
                            ) -> None: ...
-
-    def save_snapshot(self, path: Path) -> SnapshotInfo:
-        info = self._loaded.info
-
-        def job() -> SnapshotInfo:
-            if not self._live.tokens:
-                raise ValueError("the KV cache is empty: nothing to save")
-            return snapshot.save(path, self._live.layers, self._live.tokens,
-                                 fingerprint=info.fingerprint,
-                                 template_hash=info.chat_template_hash)
-        return self._call(job)
 
     def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,
                       conversation: Sequence[Message] = ()) -> SnapshotLoad:
