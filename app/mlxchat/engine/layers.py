@@ -93,14 +93,8 @@ class Row:
         raise NotImplementedError
 
 
-class _Positions(Row):
-    """Keys and values of every position so far, (B, H, T, D) arrays."""
-
-    count = 1
-    """Arrays per keys (and per values)."""
-
-    def sliceable(self, c: Any) -> bool:
-        return True
+class _KeysValues(Row):
+    """Attention keys and values: (B, H, T, D) arrays, allocated in steps."""
 
     def length(self, c: Any) -> int:
         return int(c.offset)
@@ -108,7 +102,27 @@ class _Positions(Row):
     def nbytes(self, c: Any) -> int:
         if c.keys is None:
             return 0
-        return _used_bytes((c.keys, c.values), min(int(c.offset), self._parts(c.keys)[0].shape[-2]))
+        return _used_bytes((c.keys, c.values), min(self._held(c), self._parts(c.keys)[0].shape[-2]))
+
+    def dtype(self, c: Any) -> mx.Dtype | None:
+        return None if c.keys is None else c.keys.dtype
+
+    def _held(self, c: Any) -> int:
+        """Positions the arrays hold from their start."""
+        return int(c.offset)
+
+    def _parts(self, x: Any) -> tuple:
+        return (x,)
+
+
+class _Positions(_KeysValues):
+    """Keys and values of every position so far."""
+
+    count = 1
+    """Arrays per keys (and per values)."""
+
+    def sliceable(self, c: Any) -> bool:
+        return True
 
     def arrays(self, c: Any, start: int, end: int) -> Arrays:
         if c.keys is None:
@@ -133,9 +147,6 @@ class _Positions(Row):
         layer.offset = length
         return layer
 
-    def _parts(self, x: Any) -> tuple:
-        return (x,)
-
     def _whole(self, parts: list[mx.array]) -> Any:
         return parts[0]
 
@@ -145,9 +156,6 @@ class _Positions(Row):
 
 class _Plain(_Positions):
     cls = KVCache
-
-    def dtype(self, c: Any) -> mx.Dtype | None:
-        return None if c.keys is None else c.keys.dtype
 
     def quantize(self, c: Any, bits: int, group: int) -> Any:
         return c.to_quantized(group_size=group, bits=bits)
@@ -161,6 +169,9 @@ class _Quantized(_Positions):
 
     def bits(self, c: Any) -> int:
         return c.bits
+
+    def dtype(self, c: Any) -> mx.Dtype | None:
+        return None  # its bits say what it holds
 
     def meta(self, c: Any) -> Meta:
         return {"type": type(c).__name__, "bits": c.bits, "group": c.group_size}
@@ -196,21 +207,10 @@ class _Checkpoint(Row):
         raise NotImplementedError
 
 
-class _Window(_Checkpoint):
+class _Window(_KeysValues, _Checkpoint):
     """A sliding window: the last ``max_size`` positions, wrapped in place."""
 
     cls = RotatingKVCache
-
-    def length(self, c: Any) -> int:
-        return int(c.offset)
-
-    def nbytes(self, c: Any) -> int:
-        if c.keys is None:
-            return 0
-        return _used_bytes((c.keys, c.values), min(int(c.offset), c.keys.shape[-2]))
-
-    def dtype(self, c: Any) -> mx.Dtype | None:
-        return None if c.keys is None else c.keys.dtype
 
     def arrays(self, c: Any, start: int, end: int) -> Arrays:
         return {} if c.keys is None else {"s.0": c.keys, "s.1": c.values}
@@ -228,24 +228,13 @@ class _Window(_Checkpoint):
         layer.state = (arrays.get("s.0"), arrays.get("s.1"), offset, keep, max_size, idx)
 
 
-class _Chunked(_Checkpoint):
+class _Chunked(_KeysValues, _Checkpoint):
     """Chunked attention: the positions since the current chunk's start."""
 
     cls = ChunkedKVCache
 
-    def length(self, c: Any) -> int:
-        return int(c.offset)
-
     def trims_anywhere(self, c: Any) -> bool:
         return self.trimmable(c)  # within the chunk, as mlx-lm trims it
-
-    def nbytes(self, c: Any) -> int:
-        if c.keys is None:
-            return 0
-        return _used_bytes((c.keys, c.values), min(self._held(c), c.keys.shape[-2]))
-
-    def dtype(self, c: Any) -> mx.Dtype | None:
-        return None if c.keys is None else c.keys.dtype
 
     def arrays(self, c: Any, start: int, end: int) -> Arrays:
         if c.keys is None:

@@ -3,9 +3,10 @@
 A segment holds the keys and values of the positions ``[start, end)`` for the
 layers that keep every position, plus a checkpoint at ``end`` of the layers
 that cannot be sliced (sliding windows, recurrent states: small, fixed size);
-``engine.layers`` says which is which and what each keeps. A branch's segments laid end to end restore its cache; a turn writes
-only what it added. Files are safetensors written here, so the checksum
-(``engine.checksum``) is computed while writing and the file is never read back.
+``engine.layers`` says which is which and what each keeps. A branch's
+segments laid end to end restore its cache; a turn writes only what it added.
+Files are safetensors written here, so the checksum (``engine.checksum``) is
+computed while writing and the file is never read back.
 """
 
 from __future__ import annotations
