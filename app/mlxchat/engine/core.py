@@ -101,10 +101,8 @@ class ChatEngine:
 
     def draft_view(self) -> LiveView | None:
         """The same of the draft model's cache (None without a draft)."""
-        def job() -> LiveView | None:
-            draft = self._drafting.draft
-            return None if draft is None else view_of(draft.live)
-        return self._call(job)
+        return self._call(lambda: None if (draft := self._drafting.draft) is None
+                          else view_of(draft.live))
 
     def cancel(self) -> None:
         """Stop the running (and any queued) turn within about one token or chunk."""
@@ -386,7 +384,10 @@ class ChatEngine:
             context_used=len(live.tokens), kv_bytes=live.nbytes,
             peak_memory_bytes=mx.get_peak_memory())
         self._refresh_state(stats)
-        self._measure_after(settings, decoded)
+        measure = self._drafting.measurement(self._loaded, settings, decoded.generated,
+                                             decoded.decode_tps)
+        if measure is not None:  # speculative=auto: a verifying pass timed after this turn
+            self._worker.later(lambda: measure(self._loaded, self._live))
         figures.done(TurnDone(reply=decoded.reply, stats=stats, dropped_messages=fitted.dropped,
                               token_ids=decoded.token_ids, reasoning=decoded.reasoning))
 
@@ -399,11 +400,3 @@ class ChatEngine:
                       cancelled=self._worker.cancelled,
                       open_stream=lambda **kw: self._drafting.stream(
                           loaded, live, fed, reply.settings, prompt_tokens=tokens, **kw))
-
-    def _measure_after(self, settings: GenerationSettings, decoded: Decode) -> None:
-        """After a reply under auto: queue the measurement of a verifying pass,
-        to run after this turn."""
-        job = self._drafting.measurement(self._loaded, settings, decoded.generated,
-                                         decoded.decode_tps)
-        if job is not None:
-            self._worker.later(lambda: job(self._loaded, self._live))
