@@ -7,6 +7,8 @@ import pytest
 from mlxchat.chat import GenerationSettings, Message
 from mlxchat.engine import ChatEngine, ContextOverflowError, PrefillProgress, TextDelta, TurnDone
 
+from tests.old_snapshots import write_old_snapshot
+
 from .conftest import GREEDY, run
 
 
@@ -135,7 +137,7 @@ def test_quantized_kv_cache_saves_bytes_and_survives_snapshots(tiny64, tmp_path,
         assert a.stats.context_used == b.stats.context_used
         assert b.stats.kv_bits == bits and quant.state().kv_bits == bits
         assert b.stats.kv_bytes / a.stats.kv_bytes <= limit
-        info = quant.save_snapshot(tmp_path / "q.safetensors")
+        info = write_old_snapshot(quant, tmp_path / "q.safetensors")
         assert info.kv_bits == bits
         fresh = ChatEngine(tiny64)
         assert fresh.load_snapshot(info.path, expected_checksum=info.checksum,

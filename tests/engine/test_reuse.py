@@ -5,6 +5,8 @@ from __future__ import annotations
 from mlxchat.chat import Message
 from mlxchat.engine import ChatEngine
 
+from tests.old_snapshots import write_old_snapshot
+
 from .conftest import GREEDY, run
 
 
@@ -28,7 +30,7 @@ def five_turns(make_engine, tmp_path, mode: str) -> tuple[list[str], list]:
         stats.append(done.stats)
         msgs.append(Message("assistant", done.reply))
         if mode == "snapshot":
-            snap = engine.save_snapshot(tmp_path / f"turn{i}.safetensors")
+            snap = write_old_snapshot(engine, tmp_path / f"turn{i}.safetensors")
     engine.close()
     return replies, stats
 

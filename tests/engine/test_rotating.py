@@ -11,6 +11,8 @@ from mlxchat.engine import ChatEngine
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
 
+from tests.old_snapshots import write_old_snapshot
+
 from .conftest import run
 
 
@@ -22,7 +24,7 @@ def sliding(tmp_path_factory):
 def test_rotating_cache_reuses_follow_ups_and_recomputes_edits(sliding, tmp_path):
     engine = ChatEngine(sliding)
     try:
-        assert any(isinstance(c, RotatingKVCache) for c in engine._live.layers)  # noqa: SLF001
+        assert any(isinstance(c, RotatingKVCache) for c in engine.live_view().cache())
         msgs = [Message("user", "A first question that is long enough to wrap.")]
         first = run(engine, msgs)
         msgs += [Message("assistant", first.reply), Message("user", "Next?")]
@@ -37,7 +39,7 @@ def test_rotating_cache_reuses_follow_ups_and_recomputes_edits(sliding, tmp_path
         fresh = ChatEngine(sliding)
         assert run(fresh, edited).reply == e.reply
         # A snapshot of a rotating cache round-trips too.
-        info = engine.save_snapshot(tmp_path / "r.safetensors")
+        info = write_old_snapshot(engine, tmp_path / "r.safetensors")
         assert fresh.load_snapshot(info.path, expected_checksum=info.checksum,
                                    conversation=edited + [Message("assistant", e.reply)]).ok
         follow = edited + [Message("assistant", e.reply), Message("user", "And?")]

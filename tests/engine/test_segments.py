@@ -10,6 +10,7 @@ from mlxchat.config import Settings
 from mlxchat.session import Conversation
 from mlxchat.engine import ChatEngine, TurnDone
 from mlxchat.store import open_store
+from tests.old_snapshots import record_old_snapshot, write_old_snapshot
 
 
 def make(tiny, db: Path, *, keep_snapshots: bool = True) -> Conversation:
@@ -112,10 +113,10 @@ def test_a_whole_cache_snapshot_from_before_segments_still_resumes(tiny, tmp_pat
     one = last(conv.send("One."))
     old = paths.snapshots_dir() / "session-old.safetensors"
     paths.ensure_private_dir(old.parent)
-    info = conv.engine.save_snapshot(old)
-    conv.store.record_snapshot(conv.session.id, conv.session.leaf_id, old,
-                               sha256=info.checksum, token_count=info.tokens,
-                               file_bytes=info.bytes, mlx_lm_version=info.mlx_lm_version)
+    info = write_old_snapshot(conv.engine, old)
+    record_old_snapshot(conv.store, conv.session.id, conv.session.leaf_id, old,
+                        sha256=info.checksum, token_count=info.tokens,
+                        file_bytes=info.bytes, mlx_lm_version=info.mlx_lm_version)
     sid = conv.session.id
     conv.close()
     again = make(tiny, tmp_path / "s.db")

@@ -1,5 +1,6 @@
-"""KV snapshots: a faithful round trip, and every damaged or mismatched file
-falls back to a cold prefill with the reason."""
+"""Whole-cache KV snapshots (sessions saved before KV segments): a faithful
+round trip, and every damaged or mismatched file falls back to a cold prefill
+with the reason. The files are written as old mlxchat wrote them."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import pytest
 from mlx_lm.models.cache import load_prompt_cache, make_prompt_cache
 
 from mlxchat.chat import Message
-from mlxchat.engine import ChatEngine, kv, snapshot
+from mlxchat.engine import ChatEngine, snapshot
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
+
+from tests.old_snapshots import write_old_snapshot
 
 from .conftest import GREEDY, run
 
@@ -24,7 +27,7 @@ def saved(tiny, tmp_path):
     msgs = [Message("system", "Terse."), Message("user", "Tell me a story about a cat.")]
     first = run(engine, msgs)
     msgs += [Message("assistant", first.reply), Message("user", "And a dog?")]
-    info = engine.save_snapshot(tmp_path / "s.safetensors")
+    info = write_old_snapshot(engine, tmp_path / "s.safetensors")
     yield engine, msgs, info
     engine.close()
 
@@ -35,7 +38,7 @@ def next_logits(model, cache, token: int) -> mx.array:
 
 def test_round_trip_gives_same_next_token_logits(tiny, saved):
     engine, _, info = saved
-    live = kv.trimmed_copy(engine._live.layers)  # noqa: SLF001 - the test reads the live cache
+    live = engine.live_view().cache()
     loaded = snapshot.load(info.path, fingerprint=tiny.info.fingerprint,
                            template_hash=tiny.info.chat_template_hash,
                            num_layers=len(live), expected_checksum=info.checksum)
@@ -145,6 +148,8 @@ def test_snapshot_metadata_names_its_dependencies(tiny, saved):
 
 
 def test_empty_cache_is_not_saved(engine, tmp_path):
-    with pytest.raises(ValueError, match="empty"):
-        engine.save_snapshot(tmp_path / "x.safetensors")
+    """Only segments are written now: an empty cache has no new tokens to save."""
+    with pytest.raises(ValueError, match="nothing new"):
+        engine.save_segment(tmp_path / "x.safetensors", 0)
+    assert not (tmp_path / "x.safetensors").exists()
     assert GREEDY.max_tokens > 0

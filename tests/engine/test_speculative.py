@@ -195,10 +195,10 @@ def test_cancel_mid_speculation_keeps_the_caches_consistent(models):
         elif isinstance(event, TurnDone):
             done = event
     assert done.stats.finish_reason == "cancelled" and done.stats.generated_tokens < 200
-    live, draft = engine._live, engine._draft  # noqa: SLF001 - the test reads the caches
-    assert len(live.tokens) == kv.offset(live.layers)
-    assert len(draft.live.tokens) == kv.offset(draft.live.layers)
-    assert draft.live.tokens == live.tokens[:len(draft.live.tokens)]
+    live, draft = engine.live_view(), engine.draft_view()
+    assert len(live.tokens) == live.length == kv.offset(live.cache())
+    assert len(draft.tokens) == draft.length == kv.offset(draft.cache())
+    assert draft.tokens == live.tokens[:len(draft.tokens)]
     follow = msgs + [Message("assistant", done.reply), Message("user", "go on")]
     got = run(engine, follow, replace(PLAIN, speculative="draft"))
     assert got.stats.reused_tokens > 0
@@ -235,7 +235,7 @@ def test_auto_measures_once_then_decides_by_what_it_measured(models):
     decided = "lookup" if cost.pays else "off"
     assert [d.stats.spec_mode for d in done[1:]] == [decided, decided]
     assert [d.token_ids for d in done] == want
-    assert kv.offset(engine._live.layers) == len(engine.cached_tokens)
+    assert engine.live_view().length == len(engine.cached_tokens)
     engine.close()
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
 
 from mlxchat.config import Settings
@@ -145,13 +144,13 @@ def wait_for(condition, timeout: float = 30.0) -> None:
 def test_a_send_supersedes_a_waiting_typing_prefill(tiny, tmp_path):
     conv, plain = make(tiny, tmp_path / "a.db"), make(tiny, tmp_path / "b.db")
     engine = conv.engine
-    gate, held = threading.Event(), Future()
-    engine._jobs.put((gate.wait, held))  # the engine thread is busy until the gate opens
+    gate = threading.Event()
+    engine._worker.later(gate.wait)  # noqa: SLF001 - the engine thread is busy until it opens
     counted: list[int] = []
     typing = threading.Thread(target=lambda: counted.append(conv.prefill_typed(MESSAGE)))
     typing.start()
-    wait_for(lambda: engine._typing is not None)
-    waiting = engine._typing
+    wait_for(lambda: engine._typing.current is not None)  # noqa: SLF001
+    waiting = engine._typing.current  # noqa: SLF001
     reply: list[TurnDone] = []
     sending = threading.Thread(target=lambda: reply.append(last(conv.send(MESSAGE))))
     sending.start()

@@ -95,7 +95,9 @@ def test_edit_of_turn_two_and_a_retry(family, tmp_path):
         ask(conv, q)
     first_reply = conv.messages[1]
     assert first_reply.role == "assistant"
-    trimmable = can_trim_prompt_cache(conv.engine._live.layers)  # noqa: SLF001
+    view = conv.engine.live_view()
+    trimmable = can_trim_prompt_cache(view.cache())
+    assert trimmable == view.trimmable
     conv.store.set_leaf(conv.session.id, first_reply.id)  # step back to after turn 1
     conv.reload()
     edited = ask(conv, "A different second question.")

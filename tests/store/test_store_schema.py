@@ -13,6 +13,7 @@ import pytest
 from mlxchat import paths
 from mlxchat.store import SCHEMA_VERSION, SessionStore, StoreError, open_store
 from mlxchat.store.schema import MIGRATIONS
+from tests.old_snapshots import record_old_snapshot
 
 # The v1 schema exactly as mlxchat 0.1 shipped it: frozen here on purpose, so a
 # change to migration 1 in the code cannot make this test pass by accident.
@@ -84,19 +85,10 @@ def test_a_v1_database_migrates_and_keeps_its_data(db_path: Path) -> None:
     assert [r.id for r in store.list_sessions(search="pelicans")] == [1]
     new = store.add_message(1, "user", "and herons?")
     assert store.list_sessions(search="herons")[0].snippet == "and [herons]?"
-    # v2: snapshots work.
-    assert (
-        store.record_snapshot(
-            1,
-            new.id,
-            paths.snapshots_dir() / "x.safetensors",
-            sha256="ab",
-            token_count=9,
-            file_bytes=5,
-            mlx_lm_version="0.32.0",
-        )
-        == []
-    )
+    # v2: snapshots work (rows as mlxchat kept them before segments).
+    record_old_snapshot(store, 1, new.id, paths.snapshots_dir() / "x.safetensors",
+                        sha256="ab", token_count=9, file_bytes=5, mlx_lm_version="0.32.0")
+    assert store.referenced_snapshot_paths() == {paths.snapshots_dir().resolve() / "x.safetensors"}
     assert store.latest_snapshot(1).token_count == 9  # type: ignore[union-attr]
     store.close()
     # Reopening applies nothing twice.

@@ -9,6 +9,7 @@ import pytest
 from mlxchat import paths
 from mlxchat.chat import GenerationSettings, TurnStats
 from mlxchat.store import SessionStore, StoreError, title_from
+from tests.old_snapshots import record_old_snapshot
 
 
 def test_create_and_get_round_trip(store: SessionStore) -> None:
@@ -144,15 +145,8 @@ def test_delete_session_removes_everything(store: SessionStore, tmp_path) -> Non
     keep = store.create_session("m")
     u = store.add_message(s.id, "user", "secret words")
     store.add_message(keep.id, "user", "other words")
-    store.record_snapshot(
-        s.id,
-        u.id,
-        paths.snapshots_dir() / "a.safetensors",
-        sha256="x",
-        token_count=5,
-        file_bytes=10,
-        mlx_lm_version="0.32.0",
-    )
+    record_old_snapshot(store, s.id, u.id, paths.snapshots_dir() / "a.safetensors",
+                        sha256="x", token_count=5, file_bytes=10, mlx_lm_version="0.32.0")
     assert store.delete_session(s.id) == [paths.snapshots_dir().resolve() / "a.safetensors"]
     with pytest.raises(StoreError):
         store.get_session(s.id)

@@ -1,4 +1,6 @@
-"""Snapshot rows: newest wins, older files are handed back only after the new row commits."""
+"""Snapshot rows from before KV segments: the newest is the one read, dropping
+hands back each file once (only after the rows are gone), and a file another
+session's row still names is never handed back."""
 
 from __future__ import annotations
 
@@ -8,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from mlxchat import paths
-from mlxchat.store import SessionStore, StoreError
+from mlxchat.store import SessionStore
+from tests.old_snapshots import record_old_snapshot
 
 
 @pytest.fixture
@@ -17,34 +20,23 @@ def snaps() -> Path:
     return paths.snapshots_dir().resolve()
 
 
-def _record(
-    store: SessionStore, sid: int, leaf: int | None, path: Path | str, tokens: int = 10
-) -> list[Path]:
-    return store.record_snapshot(
-        sid,
-        leaf,
-        path,
-        sha256="0" * 64,
-        token_count=tokens,
-        file_bytes=tokens * 100,
-        mlx_lm_version="0.32.1",
-        kv_bits=8,
-    )
+def _record(store: SessionStore, sid: int, leaf: int | None, path: Path | str,
+            tokens: int = 10) -> None:
+    record_old_snapshot(store, sid, leaf, path, sha256="0" * 64, token_count=tokens,
+                        file_bytes=tokens * 100, mlx_lm_version="0.32.1", kv_bits=8)
 
 
-def test_record_returns_obsolete_files_and_latest_is_the_new_one(
+def test_latest_is_the_newest_row_and_dropping_returns_every_file(
     store: SessionStore, snaps: Path, db_path: Path
 ) -> None:
     s = store.create_session("m")
     m1 = store.add_message(s.id, "user", "hi")
     assert store.latest_snapshot(s.id) is None
-    assert _record(store, s.id, m1.id, snaps / "one.safetensors") == []
+    _record(store, s.id, m1.id, snaps / "one.safetensors")
     m2 = store.add_message(s.id, "assistant", "hello")
-    obsolete = _record(store, s.id, m2.id, snaps / "two.safetensors", tokens=20)
-    assert obsolete == [snaps / "one.safetensors"]
-    # By the time the caller sees the list, the new row is committed: another connection sees it.
-    row = sqlite3.connect(db_path).execute("SELECT path FROM snapshots").fetchall()
-    assert row == [("snapshots/two.safetensors",)]  # relative to the data folder
+    _record(store, s.id, m2.id, snaps / "two.safetensors", tokens=20)
+    rows = sqlite3.connect(db_path).execute("SELECT path FROM snapshots ORDER BY id").fetchall()
+    assert rows == [("snapshots/one.safetensors",), ("snapshots/two.safetensors",)]
     latest = store.latest_snapshot(s.id)
     assert latest is not None
     assert (latest.leaf_id, latest.path, latest.token_count, latest.file_bytes, latest.kv_bits) == (
@@ -56,25 +48,29 @@ def test_record_returns_obsolete_files_and_latest_is_the_new_one(
     )
     assert latest.mlx_lm_version == "0.32.1" and latest.sha256 == "0" * 64
     assert store.list_sessions()[0].snapshot_bytes == 2000
+    assert store.drop_snapshots(s.id) == [snaps / "one.safetensors", snaps / "two.safetensors"]
+    # By the time the caller sees the list, the rows are gone: another connection agrees.
+    assert sqlite3.connect(db_path).execute("SELECT count(*) FROM snapshots").fetchone() == (0,)
 
 
-def test_rewriting_the_same_file_name_never_returns_it(store: SessionStore, snaps: Path) -> None:
+def test_a_file_named_twice_is_returned_once(store: SessionStore, snaps: Path) -> None:
     s = store.create_session("m")
     path = snaps / "session-1.safetensors"
     _record(store, s.id, None, path)
-    assert _record(store, s.id, None, path) == []
+    _record(store, s.id, None, path)
     assert store.referenced_snapshot_paths() == {path}
+    assert store.drop_snapshots(s.id) == [path]
+    assert store.referenced_snapshot_paths() == set()
 
 
-def test_drop_snapshots_and_leaf_checks(store: SessionStore, snaps: Path) -> None:
+def test_drop_snapshots_keeps_other_sessions_and_their_files(store: SessionStore,
+                                                             snaps: Path) -> None:
     s, other = store.create_session("m"), store.create_session("m")
-    foreign = store.add_message(other.id, "user", "x")
-    with pytest.raises(StoreError):
-        _record(store, s.id, foreign.id, snaps / "x")
-    with pytest.raises(StoreError):
-        _record(store, 999, None, snaps / "x")
     _record(store, s.id, None, snaps / "a")
+    _record(store, s.id, None, snaps / "shared")
     _record(store, other.id, None, snaps / "b")
-    assert store.drop_snapshots(s.id) == [snaps / "a"]
+    _record(store, other.id, None, snaps / "shared")
+    assert store.drop_snapshots(s.id) == [snaps / "a"]  # "shared" is still named
     assert store.latest_snapshot(s.id) is None and store.latest_snapshot(other.id) is not None
     assert store.drop_snapshots(s.id) == []
+    assert store.referenced_snapshot_paths() == {snaps / "b", snaps / "shared"}

@@ -116,12 +116,21 @@ async def until(condition, timeout: float = 30.0) -> None:
         await asyncio.sleep(1 / 60)
 
 
+def steady_verify_cost(model, layers, *, proposed: int, step_s: float) -> VerifyCost:
+    """speculative=auto's measurement is a clock reading too: fixed at what this
+    CPU measures (a verifying pass costs about k+1 steps: plain)."""
+    return VerifyCost(proposed=proposed, ratio=proposed + 1.0, context=0)
+
+
 class SteadyEngine(ChatEngine):
     """A real engine whose clock-dependent figures are fixed, for snapshots."""
 
     FIXED: ClassVar[dict[str, float]] = {"ttft_s": 0.042, "prefill_tps": 1234.5,
                                          "decode_tps": 87.6, "total_s": 0.5}
     PEAK = 123_456_789
+
+    def __init__(self, loaded: LoadedModel, **options):
+        super().__init__(loaded, measure_verify=steady_verify_cost, **options)
 
     def turn(self, messages, settings):
         for event in super().turn(messages, settings):
@@ -135,10 +144,3 @@ class SteadyEngine(ChatEngine):
 
     def state(self):
         return dataclasses.replace(super().state(), peak_memory_bytes=self.PEAK)
-
-    def _measure_after(self, settings, generated, decode_tps):
-        """speculative=auto's measurement is a clock reading too: fixed at what
-        this CPU measures (a verifying pass costs about k+1 steps: plain)."""
-        if settings.speculative == "auto" and settings.seed is None:
-            self._verify_cost = VerifyCost(proposed=settings.draft_tokens,
-                                           ratio=settings.draft_tokens + 1.0, context=0)

@@ -65,7 +65,7 @@ async def test_a_real_turn_shows_figures_counted_from_the_cache_and_the_tokenize
                 if isinstance(ev, TurnDone)]
         assert len(done) == 1
         state = engine.state()
-        cache = engine._live.layers  # noqa: SLF001 - the test counts the live arrays itself
+        cache = engine.live_view().cache()  # copies: the test counts the arrays itself
     finally:
         engine.close()
     # Counted here: tokens held from each layer's offset, bytes from the used

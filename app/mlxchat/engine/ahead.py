@@ -1,10 +1,10 @@
 """Prefill while the user types: the engine side.
 
-``prefill(tokens)`` is a job on the engine thread that extends the live cache
-toward ``tokens`` (the history plus the part of a message being typed that can
-no longer change). A newer prefill or any turn supersedes it within one chunk;
-it never trims into the history it was planned on, and does nothing once a
-turn has run since it was planned.
+``ChatEngine.prefill(tokens)`` queues a job on the engine thread that extends
+the live cache toward ``tokens`` (the history plus the part of a message being
+typed that can no longer change). A newer prefill or any turn supersedes it
+within one chunk; it never trims into the history it was planned on, and does
+nothing once a turn has run since it was planned.
 """
 
 from __future__ import annotations
@@ -14,67 +14,69 @@ import time
 from concurrent.futures import Future
 from typing import Callable, Sequence
 
-from mlxchat.chat import GenerationSettings
+from mlxchat.engine.live import LiveCache
 from mlxchat.engine.progress import LiveFigures
 from mlxchat.engine.results import Cancelled
 
+Submit = Callable[[Callable[[], int], threading.Event], Future]
+"""Queues a job on the engine thread, to run as the work ``cancel`` stops."""
+
+Feed = Callable[[Sequence[int], LiveFigures], object]
+"""The engine's chunked, cancellable prefill of tokens after the live cache's."""
+
 
 class TypingPrefill:
-    """Mixed into ChatEngine (which provides the queue, the cache and ``_prefill``)."""
+    """The typing prefill queued or running (at most one): started, superseded
+    and waited for from any thread, run on the engine thread."""
 
-    _typing: threading.Event | None = None
+    def __init__(self, *, submit: Submit, alive: Callable[[], bool], feed: Feed,
+                 refresh: Callable[[], None]):
+        self._submit, self._alive, self._feed, self._refresh = submit, alive, feed, refresh
+        self._current: threading.Event | None = None
 
-    def supersede_typing(self) -> None:
+    @property
+    def current(self) -> threading.Event | None:
+        """The cancel signal of the typing prefill queued or running, if any."""
+        return self._current
+
+    def supersede(self) -> None:
         """Stop a running or queued typing prefill (a turn takes precedence)."""
-        ev = self._typing
+        ev = self._current
         if ev is not None:
             ev.set()
 
-    def prefill(self, tokens: Sequence[int], settings: GenerationSettings, *, floor: int = 0,
-                current: Callable[[], bool] = lambda: True) -> int:
-        """Extend the cache toward ``tokens``, trimming it no shorter than
-        ``floor``; blocks until done, superseded or cancelled. ``current()`` is
-        asked on the engine thread first: False (a turn ran since ``tokens``
-        were planned) leaves the cache alone. Returns the tokens the cache
-        holds from typing prefill (0 when it was left alone)."""
-        self.supersede_typing()
-        if not self._thread.is_alive():  # type: ignore[attr-defined]
+    def run(self, job: Callable[[], int]) -> int:
+        """Supersede the one before, queue ``job`` and wait for its result: 0
+        when it was superseded before it ran, or the engine is closed."""
+        self.supersede()
+        if not self._alive():
             return 0  # closed: no job would ever run
         cancel = threading.Event()
-        self._typing = cancel
-        self._cancels.add(cancel)  # type: ignore[attr-defined]
-        wanted = list(tokens)
-        fut: Future = Future()
-
-        def job() -> int:
-            if cancel.is_set() or not current():
-                return 0
-            self._cancel = cancel
-            return self._prefill_ahead(wanted, settings, floor)
-        self._jobs.put((job, fut))  # type: ignore[attr-defined]
+        self._current = cancel
+        fut = self._submit(lambda: 0 if cancel.is_set() else job(), cancel)
         try:
             return fut.result()
         finally:
-            self._cancels.discard(cancel)  # type: ignore[attr-defined]
-            if self._typing is cancel:
-                self._typing = None
+            if self._current is cancel:
+                self._current = None
 
-    def _prefill_ahead(self, tokens: list[int], settings: GenerationSettings,
-                       floor: int) -> int:
-        live = self._live  # type: ignore[attr-defined]
-        if live.bits is not None and live.bits != settings.kv_bits:
+    def extend(self, live: LiveCache, tokens: list[int], *, kv_bits: int | None,
+               floor: int) -> int:
+        """Engine thread: extend ``live`` toward ``tokens``, trimming it no
+        shorter than ``floor``. Returns the tokens it holds from typing prefill."""
+        if live.bits is not None and live.bits != kv_bits:
             return 0  # the turn would start cold anyway
         start = live.extend_ahead(tokens, floor)
         if start is None:
             return 0
         t0 = time.perf_counter()
         try:
-            self._prefill(tokens[start:], LiveFigures(live, len(tokens) - start,  # type: ignore
-                                                      lambda _event: None))
+            self._feed(tokens[start:], LiveFigures(live, len(tokens) - start,
+                                                   lambda _event: None))
         except Cancelled:
             pass
         finally:
             live.ahead_s += time.perf_counter() - t0
             live.settle_ahead()
-            self._refresh_state()  # type: ignore[attr-defined]
+            self._refresh()
         return len(live.tokens) - live.ahead_end

@@ -12,24 +12,28 @@ import queue
 import threading
 import time
 import weakref
-from concurrent.futures import Future
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
-from mlx_lm.sample_utils import make_logits_processors, make_sampler
 
 from mlxchat.chat import GenerationSettings, Message, TurnStats
-from mlxchat.engine import kv, prompt, reasoning, template_delta
-from mlxchat.engine.events import (EngineError, EngineState, Event, PrefillProgress, TextDelta,
-                                   TurnDone)
+from mlxchat.engine import kv, prompt, reasoning, spec_auto, template_delta
 from mlxchat.engine.ahead import TypingPrefill
-from mlxchat.engine.drafting import Drafting
+from mlxchat.engine.decode import Reply, decode
+from mlxchat.engine.drafting import Drafting, MeasureVerify
+from mlxchat.engine.events import (EngineError, EngineState, Event, PrefillProgress,
+                                   SnapshotLoad, TurnDone)
 from mlxchat.engine.live import LiveCache
 from mlxchat.engine.persist import DiskCache
-from mlxchat.engine.prefix import PrefixMarks
+from mlxchat.engine.prefix import PrefixMarks, PrefixSaved
 from mlxchat.engine.progress import LiveFigures
-from mlxchat.engine.results import Decode, Prefill, Cancelled
+from mlxchat.engine.results import Cancelled, Decode, Prefill, turn_stats
+from mlxchat.engine.segments import SegmentInfo, SegmentRef
+from mlxchat.engine.speculative import trim_problem
 from mlxchat.engine.template_delta import TemplateOptions
+from mlxchat.engine.view import LiveView, view_of
+from mlxchat.engine.worker import EngineThread
 from mlxchat.models.info import LoadedModel, ModelInfo
 
 _DONE = object()
@@ -42,54 +46,37 @@ def _close_live_engines() -> None:
         engine.close()
 
 
-class ChatEngine(TypingPrefill, DiskCache, Drafting, PrefixMarks):
-    """Drive one loaded model; every public method is safe from any thread."""
+class ChatEngine:
+    """Drive one loaded model; every public method is safe from any thread.
 
-    def __init__(self, loaded: LoadedModel, *, chunk_seconds: float = 0.25):
+    Its parts with state of their own are collaborators it makes and hands what
+    they need: the draft model and verify cost (``Drafting``), prefix marks
+    (``PrefixMarks``), typing prefill (``TypingPrefill``) and, per model, the
+    disk cache (``DiskCache``). ``measure_verify`` times a verifying pass for
+    ``speculative=auto`` (``spec_auto.measure``; tests fix it)."""
+
+    def __init__(self, loaded: LoadedModel, *, chunk_seconds: float = 0.25,
+                 measure_verify: MeasureVerify = spec_auto.measure):
         # Prefill chunks aim at chunk_seconds each, so a cancel lands quickly.
         self.chunk_seconds = chunk_seconds
         self._loaded = loaded
-        self._jobs: queue.Queue = queue.Queue()
-        self._cancel = threading.Event()  # the running turn's; read on the engine thread
-        self._cancels: set[threading.Event] = set()
         self._live: LiveCache
+        self._disk: DiskCache
         self._state = EngineState()
         self._chunk = 64
-        self._thread = threading.Thread(target=self._run, name="mlxchat-engine", daemon=True)
-        self._thread.start()
+        self._drafting = Drafting(measure=measure_verify)
+        self._marks = PrefixMarks()
+        self._worker = EngineThread()
+        self._call = self._worker.call  # fn() on the engine thread, waited for
+        self._typing = TypingPrefill(submit=self._worker.submit, alive=self._worker.alive,
+                                     feed=self._prefill, refresh=self._refresh_state)
         _LIVE.add(self)
         self._call(self._start_cold)
-
-    # -- thread plumbing -------------------------------------------------
-    def _run(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                # MLX aborts the process at exit if a thread's streams outlive it.
-                mx.synchronize()
-                mx.clear_streams()
-                return
-            fn, fut = job
-            if fut.set_running_or_notify_cancel():
-                try:
-                    fut.set_result(fn())
-                except BaseException as exc:  # handed to the caller's thread
-                    fut.set_exception(exc)
-
-    def _call(self, fn: Callable[[], Any]) -> Any:
-        if threading.current_thread() is self._thread:
-            return fn()
-        fut: Future = Future()
-        self._jobs.put((fn, fut))
-        return fut.result()
 
     def close(self) -> None:
         """Cancel any turn and stop the thread; called at exit for live engines."""
         _LIVE.discard(self)
-        if self._thread.is_alive():
-            self.cancel()
-            self._jobs.put(None)
-            self._thread.join(timeout=30)
+        self._worker.close()
 
     # -- public API ------------------------------------------------------
     @property
@@ -107,10 +94,19 @@ class ChatEngine(TypingPrefill, DiskCache, Drafting, PrefixMarks):
     def state(self) -> EngineState:
         return self._state
 
+    def live_view(self) -> LiveView:
+        """A read-only picture of the live cache now: its tokens, figures and
+        copies of its layers (what tests check instead of the engine's insides)."""
+        return self._call(lambda: view_of(self._live))
+
+    def draft_view(self) -> LiveView | None:
+        """The same of the draft model's cache (None without a draft)."""
+        return self._call(lambda: None if (draft := self._drafting.draft) is None
+                          else view_of(draft.live))
+
     def cancel(self) -> None:
         """Stop the running (and any queued) turn within about one token or chunk."""
-        for ev in list(self._cancels):
-            ev.set()
+        self._worker.cancel_all()
 
     def turn(self, conversation: Sequence[Message] | prompt.FittedPrompt,
              settings: GenerationSettings) -> Iterator[Event]:
@@ -124,15 +120,9 @@ class ChatEngine(TypingPrefill, DiskCache, Drafting, PrefixMarks):
         self.supersede_typing()  # a send takes precedence over typing prefill
         events: queue.Queue = queue.Queue()
         cancel = threading.Event()
-        self._cancels.add(cancel)
-        fut: Future = Future()
         planned = (conversation if isinstance(conversation, prompt.FittedPrompt)
                    else list(conversation))
-
-        def job() -> None:
-            self._cancel = cancel
-            self._turn(planned, settings, events.put)
-        self._jobs.put((job, fut))
+        fut = self._worker.submit(lambda: self._turn(planned, settings, events.put), cancel)
         fut.add_done_callback(lambda _: events.put(_DONE))
         try:
             while True:
@@ -145,7 +135,21 @@ class ChatEngine(TypingPrefill, DiskCache, Drafting, PrefixMarks):
             if not fut.done():
                 cancel.set()
                 fut.exception()
-            self._cancels.discard(cancel)
+
+    def prefill(self, tokens: Sequence[int], settings: GenerationSettings, *, floor: int = 0,
+                current: Callable[[], bool] = lambda: True) -> int:
+        """Extend the cache toward ``tokens`` while the user types, trimming it no
+        shorter than ``floor``; blocks until done, superseded or cancelled.
+        ``current()`` is asked on the engine thread first: False (a turn ran since
+        ``tokens`` were planned) leaves the cache alone. Returns the tokens the
+        cache holds from typing prefill (0 when it was left alone)."""
+        wanted = list(tokens)
+        return self._typing.run(lambda: self._typing.extend(
+            self._live, wanted, kv_bits=settings.kv_bits, floor=floor) if current() else 0)
+
+    def supersede_typing(self) -> None:
+        """Stop a running or queued typing prefill (a turn takes precedence)."""
+        self._typing.supersede()
 
     def fit(self, messages: Sequence[Message], settings: GenerationSettings, *,
             options: TemplateOptions = TemplateOptions()) -> prompt.FittedPrompt:
@@ -203,17 +207,13 @@ class ChatEngine(TypingPrefill, DiskCache, Drafting, PrefixMarks):
         return prompt.message_token_counts(self._loaded.tokenizer, messages)
 
     def drop_cache(self, reason: str = "cache dropped") -> None:
-        def job() -> None:
-            self._live.reset(reason)
-            self._refresh_state()
-        self._call(job)
+        self._refreshed(lambda: self._live.reset(reason))
 
     def switch_model(self, loaded: LoadedModel) -> None:
         def job() -> None:
             had = bool(self._live.tokens)
             self._loaded = loaded
             self._start_cold()
-            self._keep_fitting_draft()
             if had:
                 self._live.reset("model changed", report=True)
                 self._refresh_state()
@@ -221,11 +221,90 @@ class ChatEngine(TypingPrefill, DiskCache, Drafting, PrefixMarks):
 
     def _start_cold(self) -> None:
         self._live = LiveCache(self._loaded.model)
-        self._verify_cost = None  # measured again for this model
+        self._disk = DiskCache(self._loaded, self._live)
+        self._drafting.model_changed(self._loaded)
         self._window = self._loaded.info.context_window
         self._refresh_state()
 
+    # -- the cache on disk -----------------------------------------------
+    def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,
+                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
+        """Make a whole-cache snapshot (a session saved before segments) the live
+        cache. ``conversation`` is what it holds (for miss reasons). On rejection
+        the live cache is left cold and the reason is reported by the next turn."""
+        return self._refreshed(lambda: self._disk.load_snapshot(
+            path, expected_checksum=expected_checksum, conversation=conversation))
+
+    def save_segment(self, path: Path, start: int) -> SegmentInfo:
+        """Write the live cache's positions from ``start`` on (a turn's new tokens)
+        and the checkpoints of layers that cannot be sliced."""
+        return self._call(lambda: self._disk.save_segment(path, start))
+
+    def load_segments(self, refs: Sequence[SegmentRef], *,
+                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
+        """Make consecutive segments the live cache. A damaged or mismatched one
+        stops the restore there: the tokens before it are kept, the rest recomputed."""
+        return self._refreshed(lambda: self._disk.load_segments(refs, conversation=conversation))
+
+    def needs_restore(self, tokens: Sequence[int]) -> bool:
+        """The live cache holds tokens the prompt does not, and cannot be trimmed
+        back to them (a wrapped sliding window, a recurrent state)."""
+        return self._call(lambda: self._disk.needs_restore(tokens))
+
+    def mark_prefix(self, tokens: Sequence[int] | None, path: Path | None = None) -> None:
+        """Checkpoint the cache to ``path`` once it holds exactly ``tokens`` (None:
+        forget the mark). A cache that holds them already is written now when
+        its layers can be sliced."""
+        self._call(lambda: self._marks.mark(tokens, path, self._live, self._loaded.info))
+
+    def take_prefix(self) -> PrefixSaved | None:
+        """The prefix written since the last call (or why it was not), once."""
+        return self._call(self._marks.take)
+
+    # -- speculation -------------------------------------------------------
+    def set_draft(self, loaded: LoadedModel | None, spec: str = "") -> None:
+        """Make ``loaded`` the draft model (None unloads it). Raises EngineError
+        (and keeps the current draft) when it cannot draft for this model."""
+        def job() -> None:
+            self._drafting.set(self._loaded, loaded, spec)
+            mx.clear_cache()
+            self._refresh_state()
+        self._call(job)
+
+    @property
+    def draft_info(self) -> ModelInfo | None:
+        return self._drafting.info
+
+    @property
+    def draft_spec(self) -> str | None:
+        """The spec the draft model was loaded from (None: no draft)."""
+        return self._drafting.spec
+
+    @property
+    def draft_cached_tokens(self) -> list[int]:
+        """The token ids the draft model's cache holds (empty without a draft)."""
+        return self._drafting.cached_tokens
+
+    def verify_cost(self) -> spec_auto.VerifyCost | None:
+        """What verifying proposals costs on this device, once measured for the
+        loaded model (``speculative=auto``; None before)."""
+        return self._drafting.cost
+
+    def speculation_problem(self, mode: str) -> str | None:
+        """Why the loaded model cannot speculate in ``mode`` now, or None
+        (auto never refuses: it decodes plainly where lookup cannot run)."""
+        return self._drafting.problem(
+            mode, lambda: self._call(lambda: trim_problem(self._loaded, "the model")))
+
     # -- engine-thread internals -----------------------------------------
+    def _refreshed(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on the engine thread, then the gauges' figures read again."""
+        def job() -> Any:
+            result = fn()
+            self._refresh_state()
+            return result
+        return self._call(job)
+
     def _refresh_state(self, stats: TurnStats | None = None, busy: bool = False) -> None:
         info, live = self._loaded.info, self._live
         self._state = EngineState(
@@ -236,24 +315,24 @@ class ChatEngine(TypingPrefill, DiskCache, Drafting, PrefixMarks):
             weights_bytes=info.weights_bytes,
             bits_per_weight=info.bits_per_weight, scales_dtype=info.scales_dtype,
             peak_memory_bytes=mx.get_peak_memory(),
-            draft_model=self.draft_info.name if self.draft_info else "",
-            draft_kv_bytes=self._draft_kv_bytes,
+            draft_model=self._drafting.info.name if self._drafting.info else "",
+            draft_kv_bytes=self._drafting.kv_bytes,
             busy=busy, last_stats=stats or self._state.last_stats)
 
-    def _prefill(self, tokens: list[int], emit: LiveFigures) -> Prefill:
+    def _prefill(self, tokens: Sequence[int], emit: LiveFigures) -> Prefill:
         """Feed ``tokens`` in chunks sized to ~chunk_seconds; progress counts
         them against every token the turn computes (the tail too)."""
         model, live = self._loaded.model, self._live
         total, done, start = len(tokens), 0, time.perf_counter()
         emit(PrefillProgress(0, emit.total))
         while done < total:
-            if self._cancel.is_set():
+            if self._worker.cancelled():
                 raise Cancelled
-            n = self._chunk_to_mark(min(self._chunk, total - done))
+            n = self._marks.chunk(min(self._chunk, total - done), held=len(live.tokens))
             t0 = time.perf_counter()
             live.feed(model, tokens[done:done + n])
             dt = time.perf_counter() - t0
-            self._reach_mark()
+            self._marks.reached(live, self._loaded.info)
             done += n
             if n == self._chunk:
                 self._chunk = max(16, min(2048, int(n * self.chunk_seconds / max(dt, 1e-4))))
@@ -279,105 +358,45 @@ class ChatEngine(TypingPrefill, DiskCache, Drafting, PrefixMarks):
         tail = 1 if settings.repetition_penalty == 1.0 else min(20, len(tokens))
         reuse = live.reuse(fitted, messages, tail=tail, kv_bits=settings.kv_bits,
                            head_dim=info.head_dim)
-        typed, typed_s = live.typed_ahead(reuse.tokens)
+        typed = live.typed_ahead(reuse.tokens)
         if settings.seed is not None:
             mx.random.seed(settings.seed)
         self._window = self.window(settings)
         self._refresh_state(busy=True)
-        prefill, decode, drafted = Prefill(), Decode(), (0, False)
+        prefill, decoded, drafted = Prefill(), Decode(), (0, False)
         figures = LiveFigures(live, len(tokens) - reuse.tokens, emit)
         try:
             prefill = self._prefill(tokens[reuse.tokens:len(tokens) - tail], figures)
-            drafted = self._follow_draft(tokens[:len(tokens) - tail], settings)
-            decode = self._decode(tokens[len(tokens) - tail:], settings, emit=figures,
-                                  turn_start=start, prompt_tokens=tokens)
+            drafted = self._drafting.follow(tokens[:len(tokens) - tail], settings,
+                                            cancelled=self._worker.cancelled)
+            decoded = self._decode(tokens, tail, Reply(settings, self._window, start, tokens),
+                                   figures)
         except Cancelled:
-            decode.finish_reason = "cancelled"
+            decoded.finish_reason = "cancelled"
         finally:
             live.settle(fitted.messages)
-        live.conversation.append(("assistant", decode.reply))
+        live.conversation.append(("assistant", decoded.reply))
         live.source = "warm"
-        stats = TurnStats(
-            prompt_tokens=len(tokens), reused_tokens=reuse.tokens,
-            prefilled_tokens=len(tokens) - reuse.tokens, miss_reason=reuse.reason,
-            typed_prefill_tokens=typed, typed_prefill_s=typed_s,
-            cache_source=reuse.source, dropped_messages=fitted.dropped,
-            context_window=self.window(settings), kv_bits=settings.kv_bits,
-            weights_bytes=info.weights_bytes, finish_reason=decode.finish_reason,
-            generated_tokens=decode.generated, reasoning_tokens=decode.reasoning_tokens,
-            reasoning_s=decode.reasoning_s, ttft_s=decode.ttft_s,
-            decode_tps=decode.decode_tps,
-            prefill_tps=(len(tokens) - reuse.tokens)
-            / max(prefill.seconds + decode.first_pass_s, 1e-9) if decode.generated else 0.0,
-            total_s=time.perf_counter() - start, context_used=len(live.tokens),
-            kv_bytes=live.nbytes, peak_memory_bytes=mx.get_peak_memory(),
-            spec_mode=decode.speculation.mode,
-            draft_tokens_proposed=decode.speculation.proposed,
-            draft_tokens_accepted=decode.speculation.accepted,
-            target_passes=decode.speculation.passes,
-            draft_prefilled_tokens=drafted[0], draft_rebuilt=drafted[1] and reuse.tokens > 0)
+        stats = turn_stats(
+            len(tokens), reuse, prefill, decoded, typed=typed, drafted=drafted,
+            dropped=fitted.dropped, window=self.window(settings), kv_bits=settings.kv_bits,
+            weights_bytes=info.weights_bytes, total_s=time.perf_counter() - start,
+            context_used=len(live.tokens), kv_bytes=live.nbytes,
+            peak_memory_bytes=mx.get_peak_memory())
         self._refresh_state(stats)
-        self._measure_after(settings, decode.generated, decode.decode_tps)
-        figures.done(TurnDone(reply=decode.reply, stats=stats, dropped_messages=fitted.dropped,
-                              token_ids=decode.token_ids, reasoning=decode.reasoning))
+        measure = self._drafting.measurement(self._loaded, settings, decoded.generated,
+                                             decoded.decode_tps)
+        if measure is not None:  # speculative=auto: a verifying pass timed after this turn
+            self._worker.later(lambda: measure(self._loaded, self._live))
+        figures.done(TurnDone(reply=decoded.reply, stats=stats, dropped_messages=fitted.dropped,
+                              token_ids=decoded.token_ids, reasoning=decoded.reasoning))
 
-    def _decode(self, tail: list[int], settings: GenerationSettings, *,
-                emit: Callable[[Event], None], turn_start: float,
-                prompt_tokens: Sequence[int] = ()) -> Decode:
-        """Feed the tail and sample until an end token, a budget or a cancel;
-        reasoning and answer are streamed as separate parts."""
-        tokenizer, live = self._loaded.tokenizer, self._live
-        window = self.window(settings)
-        sampler = make_sampler(settings.temperature, settings.top_p, settings.min_p)
-        processors = make_logits_processors(
-            repetition_penalty=settings.repetition_penalty
-            if settings.repetition_penalty != 1.0 else None)
-        split = reasoning.Splitter.for_prompt(tokenizer, prompt_tokens,
-                                              reasoning.cached_markup(tokenizer))
-        think_budget = settings.max_reasoning_tokens if split.markup.reasons else 0
-        budget = max(1, min(settings.max_tokens + think_budget,
-                            window - len(live.tokens) - len(tail) + 1))
-        out = Decode(finish_reason="length")
-        def shown(segment: str, part: str) -> None:
-            (out.reasoning_pieces if part == reasoning.REASONING else out.pieces).append(segment)
-            emit(TextDelta(segment, out.generated, out.decode_tps, part=part,
-                           acceptance=out.speculation.acceptance,
-                           tokens_per_pass=out.speculation.tokens_per_pass(out.generated)))
-        text = reasoning.PartText(tokenizer.detokenizer, shown)
-        t_prompt = time.perf_counter()
-        gen = self._token_stream(tail, settings, budget=budget, sampler=sampler,
-                                 processors=processors, prompt_tokens=prompt_tokens,
-                                 count=out.speculation)
-        live.tokens.extend(tail)
-        first_at = None
-        try:
-            for token, _ in gen:
-                live.tokens.append(token)
-                out.token_ids.append(token)
-                now = time.perf_counter()
-                if first_at is None:
-                    first_at = now
-                    out.ttft_s, out.first_pass_s = now - turn_start, now - t_prompt
-                out.generated += 1
-                if token in tokenizer.eos_token_ids:
-                    out.finish_reason = "stop"
-                    break
-                if out.generated > 1:
-                    out.decode_tps = (out.generated - 1) / max(now - first_at, 1e-9)
-                was = split.part
-                text.add(split.feed(token))
-                out.reasoning_tokens = split.reasoning_tokens
-                if reasoning.REASONING in (was, split.part):
-                    out.reasoning_s = now - t_prompt
-                if self._cancel.is_set():
-                    out.finish_reason = "cancelled"
-                    break
-                if split.answer_tokens >= settings.max_tokens or (
-                        split.part == reasoning.REASONING
-                        and split.reasoning_tokens >= think_budget):
-                    break  # a budget is spent: finish_reason stays 'length'
-        finally:
-            gen.close()
-            text.add(split.flush())
-            text.close()
-        return out
+    def _decode(self, tokens: list[int], tail: int, reply: Reply,
+                emit: Callable[[Event], None]) -> Decode:
+        """Feed the prompt's last ``tail`` tokens and sample the reply."""
+        loaded, live = self._loaded, self._live
+        fed = tokens[len(tokens) - tail:]
+        return decode(loaded.tokenizer, live, fed, reply, emit=emit,
+                      cancelled=self._worker.cancelled,
+                      open_stream=lambda **kw: self._drafting.stream(
+                          loaded, live, fed, reply.settings, prompt_tokens=tokens, **kw))

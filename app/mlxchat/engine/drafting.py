@@ -4,10 +4,8 @@ model or prompt lookup), all yielding (token, from_draft)."""
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from typing import Any, Callable, Sequence
 
-import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxchat.chat import GenerationSettings
@@ -36,114 +34,121 @@ def pair_problem(target: LoadedModel, draft: LoadedModel) -> str | None:
             or _layout_problem(target) or vocab_problem(target, draft))
 
 
+MeasureVerify = Callable[..., spec_auto.VerifyCost]
+"""Times a verifying pass: ``(model, layers, *, proposed, step_s)``, as ``spec_auto.measure``."""
+
+MeasureJob = Callable[[LoadedModel, LiveCache], None]
+"""A measurement queued after a reply, run on the engine thread with the model
+and live cache as they are then."""
+
+
 class Drafting:
-    """Mixed into ChatEngine (which provides ``_call``, ``_loaded``, ``_live``,
-    ``_cancel`` and ``_refresh_state``)."""
+    """The draft model and what verifying proposals costs: the engine's
+    speculation. Changed on the engine thread; the draft and the cost are read
+    from any thread (each is replaced whole, never changed in place)."""
 
-    _draft: Draft | None = None
-    _verify_cost: spec_auto.VerifyCost | None = None
-    _loaded: LoadedModel
-    _live: LiveCache
-    _call: Callable[[Callable[[], Any]], Any]
+    def __init__(self, *, measure: MeasureVerify = spec_auto.measure):
+        self.draft: Draft | None = None
+        self.cost: spec_auto.VerifyCost | None = None
+        """What verifying proposals costs on this device, measured for the
+        loaded model (``speculative=auto``; None before)."""
+        self._measure = measure
 
-    def set_draft(self, loaded: LoadedModel | None, spec: str = "") -> None:
+    def set(self, target: LoadedModel, loaded: LoadedModel | None, spec: str = "") -> None:
         """Make ``loaded`` the draft model (None unloads it). Raises EngineError
-        (and keeps the current draft) when it cannot draft for this model."""
-        def job() -> None:
-            if loaded is not None:
-                problem = pair_problem(self._loaded, loaded)
-                if problem:
-                    raise EngineError(f"cannot use {spec or loaded.info.name} as a draft: "
-                                      f"{problem}")
-            self._draft = None if loaded is None else Draft(loaded, spec or loaded.info.name)
-            mx.clear_cache()
-            self._refresh_state()  # type: ignore[attr-defined]
-        self._call(job)
+        (and keeps the current draft) when it cannot draft for ``target``."""
+        if loaded is not None:
+            problem = pair_problem(target, loaded)
+            if problem:
+                raise EngineError(f"cannot use {spec or loaded.info.name} as a draft: {problem}")
+        self.draft = None if loaded is None else Draft(loaded, spec or loaded.info.name)
 
     @property
-    def draft_info(self) -> ModelInfo | None:
-        draft = self._draft
+    def info(self) -> ModelInfo | None:
+        draft = self.draft
         return None if draft is None else draft.loaded.info
 
     @property
-    def draft_spec(self) -> str | None:
+    def spec(self) -> str | None:
         """The spec the draft model was loaded from (None: no draft)."""
-        draft = self._draft
+        draft = self.draft
         return None if draft is None else draft.spec
 
     @property
-    def draft_cached_tokens(self) -> list[int]:
+    def cached_tokens(self) -> list[int]:
         """The token ids the draft model's cache holds (empty without a draft)."""
-        draft = self._draft
+        draft = self.draft
         return [] if draft is None else list(draft.live.tokens)
 
-    def verify_cost(self) -> spec_auto.VerifyCost | None:
-        """What verifying proposals costs on this device, once measured for the
-        loaded model (``speculative=auto``; None before)."""
-        return self._verify_cost
+    @property
+    def kv_bytes(self) -> int:
+        draft = self.draft
+        return 0 if draft is None else draft.live.nbytes
 
-    def speculation_problem(self, mode: str) -> str | None:
-        """Why the loaded model cannot speculate in ``mode`` now, or None
-        (auto never refuses: it decodes plainly where lookup cannot run)."""
+    def problem(self, mode: str, model_problem: Callable[[], str | None]) -> str | None:
+        """Why the model cannot speculate in ``mode`` now, or None (auto never
+        refuses: it decodes plainly where lookup cannot run). ``model_problem``
+        is asked only when the mode needs a trimmable model."""
         if mode in ("off", "auto"):
             return None
-        problem = self._call(lambda: trim_problem(self._loaded, "the model"))
+        problem = model_problem()
         if problem:
             return problem
-        if mode == "draft" and self._draft is None:
+        if mode == "draft" and self.draft is None:
             return "no draft model is loaded (/set draft SPEC loads one)"
         return None
 
-    def _keep_fitting_draft(self) -> None:
-        """After a model switch: drop a draft that cannot draft for the new model."""
-        if self._draft is not None and pair_problem(self._loaded, self._draft.loaded):
-            self._draft = None
+    def model_changed(self, target: LoadedModel) -> None:
+        """A new model: its cost is measured again, and a draft that cannot
+        draft for it is dropped."""
+        self.cost = None
+        if self.draft is not None and pair_problem(target, self.draft.loaded):
+            self.draft = None
 
     # -- engine thread -------------------------------------------------------------
-    def _auto_mode(self, settings: GenerationSettings) -> str:
+    def _auto_mode(self, target: LoadedModel, settings: GenerationSettings) -> str:
         """What ``speculative=auto`` decodes with now: 'lookup' or 'off'."""
-        cost = self._verify_cost
+        cost = self.cost
         if (settings.seed is not None or cost is None or not cost.pays
                 or cost.proposed != settings.draft_tokens
-                or trim_problem(self._loaded, "the model")):
+                or trim_problem(target, "the model")):
             return "off"
         return "lookup"
 
-    def _measure_after(self, settings: GenerationSettings, generated: int,
-                       decode_tps: float) -> None:
-        """After a reply under auto: queue the measurement of a verifying pass
-        (once per model and k), timed against that reply's decode step."""
+    def measurement(self, target: LoadedModel, settings: GenerationSettings, generated: int,
+                    decode_tps: float) -> MeasureJob | None:
+        """After a reply under auto: the measurement of a verifying pass to run
+        after this turn (once per model and k), timed against that reply's
+        decode step; None when there is nothing to measure."""
         k = settings.draft_tokens
         if (settings.speculative != "auto" or settings.seed is not None
                 or generated - 1 < spec_auto.MIN_STEPS or decode_tps <= 0
-                or (self._verify_cost is not None and self._verify_cost.proposed == k)):
-            return
-        step_s, loaded = 1.0 / decode_tps, self._loaded
+                or (self.cost is not None and self.cost.proposed == k)):
+            return None
+        step_s = 1.0 / decode_tps
 
-        def job() -> None:
-            if (self._loaded is not loaded or not self._live.tokens
-                    or trim_problem(loaded, "the model")):
+        def job(loaded: LoadedModel, live: LiveCache) -> None:
+            if loaded is not target or not live.tokens or trim_problem(target, "the model"):
                 return
-            self._verify_cost = spec_auto.measure(loaded.model, self._live.layers,
-                                                  proposed=k, step_s=step_s)
-        self._jobs.put((job, Future()))  # type: ignore[attr-defined]  # after this turn
+            self.cost = self._measure(target.model, live.layers, proposed=k, step_s=step_s)
+        return job
 
-    def _follow_draft(self, tokens: Sequence[int], settings: GenerationSettings
-                      ) -> tuple[int, bool]:
+    def follow(self, tokens: Sequence[int], settings: GenerationSettings,
+               cancelled: Callable[[], bool]) -> tuple[int, bool]:
         """Bring the draft's cache to ``tokens`` (the prompt less its fed tail)."""
-        if settings.speculative != "draft" or self._draft is None:
+        if settings.speculative != "draft" or self.draft is None:
             return 0, False
-        cancel = self._cancel  # type: ignore[attr-defined]
-        return self._draft.follow(tokens, kv_bits=settings.kv_bits, cancelled=cancel.is_set)
+        return self.draft.follow(tokens, kv_bits=settings.kv_bits, cancelled=cancelled)
 
-    def _token_stream(self, tail: Sequence[int], settings: GenerationSettings, *,
-                      budget: int, sampler: Any, processors: Any,
-                      prompt_tokens: Sequence[int], count: Speculation) -> Stream:
-        model, live, k = self._loaded.model, self._live, settings.draft_tokens
-        count.mode = (self._auto_mode(settings) if settings.speculative == "auto"
+    def stream(self, target: LoadedModel, live: LiveCache, tail: Sequence[int],
+               settings: GenerationSettings, *, budget: int, sampler: Any, processors: Any,
+               prompt_tokens: Sequence[int], count: Speculation) -> Stream:
+        """The tokens a reply decodes, by the settings' mode of speculation."""
+        model, k = target.model, settings.draft_tokens
+        count.mode = (self._auto_mode(target, settings) if settings.speculative == "auto"
                       else settings.speculative)
-        if count.mode == "draft" and self._draft is not None:
-            return draft_stream(model, live, self._draft, tail, k=k, budget=budget,
+        if count.mode == "draft" and self.draft is not None:
+            return draft_stream(model, live, self.draft, tail, k=k, budget=budget,
                                 sampler=sampler, processors=processors, count=count)
         if count.mode == "lookup":
             return lookup_stream(model, live, tail, history=prompt_tokens, k=k, budget=budget,
@@ -151,8 +156,3 @@ class Drafting:
         count.mode = "off"
         return plain_stream(model, live, tail, budget=budget, sampler=sampler,
                             processors=processors, count=count)
-
-    @property
-    def _draft_kv_bytes(self) -> int:
-        draft = self._draft
-        return 0 if draft is None else draft.live.nbytes

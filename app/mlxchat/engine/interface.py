@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Protocol, Sequence
 
 from mlxchat.chat import GenerationSettings, Message
-from mlxchat.engine.events import EngineState, Event, SnapshotInfo, SnapshotLoad
+from mlxchat.engine.events import EngineState, Event, SnapshotLoad
 from mlxchat.engine.prefix import PrefixSaved
 from mlxchat.engine.prompt import FittedPrompt
 from mlxchat.engine.segments import SegmentInfo, SegmentRef
@@ -53,8 +53,6 @@ class Engine(Protocol):
                       options: TemplateOptions = TemplateOptions()) -> list[int]: ...
 
     def message_tokens(self, messages: Sequence[Message]) -> list[int]: ...
-
-    def save_snapshot(self, path: Path) -> SnapshotInfo: ...
 
     def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,
                       conversation: Sequence[Message] = ()) -> SnapshotLoad: ...

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import mlx.core as mx
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache, trim_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from mlxchat.chat import CacheSource, Message
 from mlxchat.engine import kv, prompt
@@ -107,7 +107,7 @@ class LiveCache:
         shared = prompt.common_prefix(self.tokens, tokens)
         common = min(shared, len(tokens) - tail)
         if common < len(self.tokens):
-            if not can_trim_prompt_cache(self.layers):
+            if not kv.trimmable(self.layers):
                 self.reset()
                 return Reuse(0, "cache not trimmable", "cold")
             # Text prefilled while typing and edited since is no miss.
@@ -159,7 +159,7 @@ class LiveCache:
         None to leave the cache alone."""
         shared = prompt.common_prefix(self.tokens, tokens)
         if shared < len(self.tokens):
-            if shared < floor or not can_trim_prompt_cache(self.layers):
+            if shared < floor or not kv.trimmable(self.layers):
                 return None  # the cache holds another conversation: the turn decides
             self._trim_to(shared)
         self.ahead_from = shared if self.ahead_from is None else min(self.ahead_from, shared)

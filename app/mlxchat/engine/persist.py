@@ -1,107 +1,68 @@
-"""The engine's cache on disk: whole snapshots (sessions from before segments)
-and KV segments, all read and written on the engine thread."""
+"""The engine's cache on disk: KV segments written and read, and whole
+snapshots (sessions from before segments) read, all on the engine thread."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Sequence
 
-from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 
-from mlxchat.chat import Message, TurnStats
-from mlxchat.engine import prompt, segment_restore, segments, snapshot
-from mlxchat.engine.events import SnapshotInfo, SnapshotLoad
-
-if TYPE_CHECKING:
-    from mlxchat.engine.live import LiveCache
-    from mlxchat.models.info import LoadedModel
+from mlxchat.chat import Message
+from mlxchat.engine import kv, prompt, segment_restore, segments, snapshot
+from mlxchat.engine.events import SnapshotLoad
+from mlxchat.engine.live import LiveCache
+from mlxchat.models.info import LoadedModel
 
 
 class DiskCache:
-    """Mixed into ``ChatEngine``: moves the live cache to and from files."""
+    """Moves one model's live cache to and from files. Engine thread only; a
+    model switch makes a new one."""
 
-    _loaded: LoadedModel
-    _live: LiveCache
-
-    if TYPE_CHECKING:  # defined by ChatEngine
-        def _call(self, fn: Callable[[], Any]) -> Any: ...
-
-        def _refresh_state(self, stats: TurnStats | None = None, busy: bool = False
-                           ) -> None: ...
-
-    def save_snapshot(self, path: Path) -> SnapshotInfo:
-        info = self._loaded.info
-
-        def job() -> SnapshotInfo:
-            if not self._live.tokens:
-                raise ValueError("the KV cache is empty: nothing to save")
-            return snapshot.save(path, self._live.layers, self._live.tokens,
-                                 fingerprint=info.fingerprint,
-                                 template_hash=info.chat_template_hash)
-        return self._call(job)
+    def __init__(self, loaded: LoadedModel, live: LiveCache):
+        self._loaded, self._live = loaded, live
+        info = loaded.info
+        self._origin = dict(fingerprint=info.fingerprint, template_hash=info.chat_template_hash)
 
     def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,
                       conversation: Sequence[Message] = ()) -> SnapshotLoad:
-        """Make a saved cache the live one. ``conversation`` is what it holds
-        (for miss reasons). On rejection the live cache is left cold and the
-        reason is reported by the next turn."""
-        info = self._loaded.info
-
-        def job() -> SnapshotLoad:
-            try:
-                snap = snapshot.load(path, fingerprint=info.fingerprint,
-                                     template_hash=info.chat_template_hash,
-                                     num_layers=len(make_prompt_cache(self._loaded.model)),
-                                     expected_checksum=expected_checksum)
-            except snapshot.SnapshotRejected as exc:
-                self._live.reset(f"snapshot rejected: {exc}", report=True)
-                self._refresh_state()
-                return SnapshotLoad(ok=False, reason=str(exc))
-            self._live.adopt(snap.cache, snap.tokens, conversation, "snapshot")
-            self._refresh_state()
-            return SnapshotLoad(ok=True, tokens=len(snap.tokens))
-        return self._call(job)
+        """Make a saved whole cache the live one. ``conversation`` is what it
+        holds (for miss reasons). On rejection the live cache is left cold and
+        the reason is reported by the next turn."""
+        try:
+            snap = snapshot.load(path, num_layers=len(make_prompt_cache(self._loaded.model)),
+                                 expected_checksum=expected_checksum, **self._origin)
+        except snapshot.SnapshotRejected as exc:
+            self._live.reset(f"snapshot rejected: {exc}", report=True)
+            return SnapshotLoad(ok=False, reason=str(exc))
+        self._live.adopt(snap.cache, snap.tokens, conversation, "snapshot")
+        return SnapshotLoad(ok=True, tokens=len(snap.tokens))
 
     def save_segment(self, path: Path, start: int) -> segments.SegmentInfo:
         """Write the live cache's positions from ``start`` on (a turn's new tokens)
         and the checkpoints of layers that cannot be sliced."""
-        info = self._loaded.info
-
-        def job() -> segments.SegmentInfo:
-            live = self._live
-            if not 0 <= start < len(live.tokens):
-                raise ValueError("nothing new in the KV cache to save")
-            return segments.write(path, live.layers, start, len(live.tokens),
-                                  live.tokens[start:], fingerprint=info.fingerprint,
-                                  template_hash=info.chat_template_hash)
-        return self._call(job)
+        live = self._live
+        if not 0 <= start < len(live.tokens):
+            raise ValueError("nothing new in the KV cache to save")
+        return segments.write(path, live.layers, start, len(live.tokens), live.tokens[start:],
+                              **self._origin)
 
     def load_segments(self, refs: Sequence[segments.SegmentRef], *,
                       conversation: Sequence[Message] = ()) -> SnapshotLoad:
         """Make consecutive segments the live cache. A damaged or mismatched one
         stops the restore there: the tokens before it are kept, the rest recomputed."""
-        info = self._loaded.info
-
-        def job() -> SnapshotLoad:
-            got = segment_restore.restore(self._loaded.model, refs,
-                                          fingerprint=info.fingerprint,
-                                          template_hash=info.chat_template_hash)
-            if got.layers is None:
-                self._live.reset(f"snapshot rejected: {got.reason}", report=True)
-                self._refresh_state()
-                return SnapshotLoad(ok=False, reason=got.reason)
-            tokens = [t for ref in refs[:got.used] for t in ref.token_ids]
-            self._live.adopt(got.layers, tokens,
-                             conversation if got.reason is None else (), "snapshot")
-            self._refresh_state()
-            return SnapshotLoad(ok=True, tokens=got.end, reason=got.reason)
-        return self._call(job)
+        got = segment_restore.restore(self._loaded.model, refs, **self._origin)
+        if got.layers is None:
+            self._live.reset(f"snapshot rejected: {got.reason}", report=True)
+            return SnapshotLoad(ok=False, reason=got.reason)
+        tokens = [t for ref in refs[:got.used] for t in ref.token_ids]
+        self._live.adopt(got.layers, tokens, conversation if got.reason is None else (),
+                         "snapshot")
+        return SnapshotLoad(ok=True, tokens=got.end, reason=got.reason)
 
     def needs_restore(self, tokens: Sequence[int]) -> bool:
         """The live cache holds tokens the prompt does not, and cannot be trimmed
         back to them (a wrapped sliding window, a recurrent state)."""
-        def job() -> bool:
-            live = self._live
-            return (prompt.common_prefix(live.tokens, tokens) < len(live.tokens)
-                    and not can_trim_prompt_cache(live.layers))
-        return self._call(job)
+        live = self._live
+        return (prompt.common_prefix(live.tokens, tokens) < len(live.tokens)
+                and not kv.trimmable(live.layers))

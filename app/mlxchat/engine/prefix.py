@@ -12,14 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import Sequence
 
-from mlxchat.engine import segments
+from mlxchat.engine import layers, segments
+from mlxchat.engine.live import LiveCache
 from mlxchat.engine.snapshot import failure_words
-
-if TYPE_CHECKING:
-    from mlxchat.engine.live import LiveCache
-    from mlxchat.models.info import LoadedModel
+from mlxchat.models.info import ModelInfo
 
 
 @dataclass
@@ -38,51 +36,46 @@ class PrefixSaved:
 
 
 class PrefixMarks:
-    """Mixed into ``ChatEngine``."""
+    """The marked prefix, and the one written since last asked. Engine thread only:
+    each call is handed the live cache and the model it belongs to."""
 
-    _loaded: LoadedModel
-    _live: LiveCache
-    _mark: PrefixMark | None = None
-    _saved: PrefixSaved | None = None
+    def __init__(self) -> None:
+        self._mark: PrefixMark | None = None
+        self._saved: PrefixSaved | None = None
 
-    if TYPE_CHECKING:  # defined by ChatEngine
-        def _call(self, fn: Callable[[], Any]) -> Any: ...
-
-    def mark_prefix(self, tokens: Sequence[int] | None, path: Path | None = None) -> None:
+    def mark(self, tokens: Sequence[int] | None, path: Path | None, live: LiveCache,
+             info: ModelInfo) -> None:
         """Checkpoint the cache to ``path`` once it holds exactly ``tokens`` (None:
         forget the mark). A cache that holds them already is written now when
         its layers can be sliced."""
-        def job() -> None:
-            self._mark = PrefixMark(list(tokens), path) if tokens and path else None
-            live, mark = self._live, self._mark
-            if (mark is not None and live.tokens[:len(mark.tokens)] == mark.tokens
-                    and (len(live.tokens) == len(mark.tokens)
-                         or all(segments.sliceable(c) for c in live.layers))):
-                self._write_mark()
-        self._call(job)
+        self._mark = PrefixMark(list(tokens), path) if tokens and path else None
+        mark = self._mark
+        if (mark is not None and live.tokens[:len(mark.tokens)] == mark.tokens
+                and (len(live.tokens) == len(mark.tokens)
+                     or all(layers.row(c).sliceable(c) for c in live.layers))):
+            self._write(live, info)
 
-    def take_prefix(self) -> PrefixSaved | None:
+    def take(self) -> PrefixSaved | None:
         """The prefix written since the last call (or why it was not), once."""
-        def job() -> PrefixSaved | None:
-            saved, self._saved = self._saved, None
-            return saved
-        return self._call(job)
+        saved, self._saved = self._saved, None
+        return saved
 
-    # -- engine thread -------------------------------------------------------------------
-    def _chunk_to_mark(self, n: int) -> int:
-        """A prefill chunk of ``n`` tokens cut to end where the marked prefix does."""
-        mark, held = self._mark, len(self._live.tokens)
+    def chunk(self, n: int, held: int) -> int:
+        """A prefill chunk of ``n`` tokens after the ``held`` ones, cut to end
+        where the marked prefix does."""
+        mark = self._mark
         if mark is not None and held < len(mark.tokens) < held + n:
             return len(mark.tokens) - held
         return n
 
-    def _reach_mark(self) -> None:
+    def reached(self, live: LiveCache, info: ModelInfo) -> None:
+        """After a chunk: write the mark if the cache now holds exactly it."""
         mark = self._mark
-        if mark is not None and self._live.tokens == mark.tokens:
-            self._write_mark()
+        if mark is not None and live.tokens == mark.tokens:
+            self._write(live, info)
 
-    def _write_mark(self) -> None:
-        mark, live, info = self._mark, self._live, self._loaded.info
+    def _write(self, live: LiveCache, info: ModelInfo) -> None:
+        mark = self._mark
         assert mark is not None
         self._mark = None
         n = len(mark.tokens)

@@ -1,8 +1,12 @@
-"""What a turn's prefill and decode return, and the signal that stops them."""
+"""What a turn's prefill and decode return, the signal that stops them, and
+the turn's stats made of them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from mlxchat.chat import TurnStats
+from mlxchat.engine.live import Reuse
 
 
 class Cancelled(Exception):
@@ -66,3 +70,28 @@ class Decode:
     @property
     def reasoning(self) -> str:
         return "".join(self.reasoning_pieces).rstrip()
+
+
+def turn_stats(tokens: int, reuse: Reuse, prefill: Prefill, decode: Decode, *,
+               typed: tuple[int, float], drafted: tuple[int, bool], dropped: int,
+               window: int, kv_bits: int | None, weights_bytes: int, total_s: float,
+               context_used: int, kv_bytes: int, peak_memory_bytes: int) -> TurnStats:
+    """A turn's figures: ``tokens`` in the prompt, ``typed`` (tokens, seconds)
+    prefilled while typing, ``drafted`` (tokens, rebuilt) by the draft model."""
+    spec = decode.speculation
+    return TurnStats(
+        prompt_tokens=tokens, reused_tokens=reuse.tokens,
+        prefilled_tokens=tokens - reuse.tokens, miss_reason=reuse.reason,
+        typed_prefill_tokens=typed[0], typed_prefill_s=typed[1],
+        cache_source=reuse.source, dropped_messages=dropped,
+        context_window=window, kv_bits=kv_bits,
+        weights_bytes=weights_bytes, finish_reason=decode.finish_reason,
+        generated_tokens=decode.generated, reasoning_tokens=decode.reasoning_tokens,
+        reasoning_s=decode.reasoning_s, ttft_s=decode.ttft_s, decode_tps=decode.decode_tps,
+        prefill_tps=(tokens - reuse.tokens)
+        / max(prefill.seconds + decode.first_pass_s, 1e-9) if decode.generated else 0.0,
+        total_s=total_s, context_used=context_used, kv_bytes=kv_bytes,
+        peak_memory_bytes=peak_memory_bytes, spec_mode=spec.mode,
+        draft_tokens_proposed=spec.proposed, draft_tokens_accepted=spec.accepted,
+        target_passes=spec.passes,
+        draft_prefilled_tokens=drafted[0], draft_rebuilt=drafted[1] and reuse.tokens > 0)

@@ -32,7 +32,7 @@ class Restored:
 
 def restore(model: Any, refs: Sequence[SegmentRef], *, fingerprint: str,
             template_hash: str) -> Restored:
-    crcs = segments.checksums(refs)
+    computing = segments.checksums(refs)
     pieces: list[tuple[dict, list]] = []
     reason = None
     for n, ref in enumerate(refs, 1):
@@ -54,8 +54,8 @@ def restore(model: Any, refs: Sequence[SegmentRef], *, fingerprint: str,
             mx.eval([c.state for c in layers])  # reads the files while the hashes run
         except Exception as exc:  # a damaged header can make shapes disagree
             failure = exc
-        bad = next((i for i, (ref, crc) in enumerate(zip(refs, crcs[:len(pieces)]))
-                    if crc.result() != ref.checksum), None)
+        bad = next((i for i, (ref, checksum) in enumerate(zip(refs, computing[:len(pieces)]))
+                    if checksum.result() != ref.checksum), None)
         if bad is None:
             if failure is not None:
                 raise failure  # undamaged files MLX cannot join: a bug, not the user's

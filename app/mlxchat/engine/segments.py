@@ -1,12 +1,12 @@
 """KV segments: the cache on disk one turn at a time.
 
 A segment holds the keys and values of the positions ``[start, end)`` for the
-layers that grow with the sequence (``KVCache``, ``QuantizedKVCache``), plus a
-checkpoint at ``end`` of the layers that cannot be sliced (sliding-window
-``RotatingKVCache`` windows, recurrent ``ArraysCache`` states: small, fixed
-size). A branch's segments laid end to end restore its cache; a turn writes
-only what it added. Files are safetensors written here, so the checksum
-(``engine.checksum``) is computed while writing and the file is never read back.
+layers that keep every position, plus a checkpoint at ``end`` of the layers
+that cannot be sliced (sliding windows, recurrent states: small, fixed size);
+``engine.layers`` says which is which and what each keeps. A branch's
+segments laid end to end restore its cache; a turn writes only what it added.
+Files are safetensors written here, so the checksum (``engine.checksum``) is
+computed while writing and the file is never read back.
 """
 
 from __future__ import annotations
@@ -22,10 +22,12 @@ from typing import Any, BinaryIO, Sequence
 import mlx.core as mx
 import numpy as np
 from mlx_lm import __version__ as MLX_LM_VERSION
+from mlx_lm.models.cache import make_prompt_cache
+
 from mlxchat.engine import checksum as checksum_of
+from mlxchat.engine import kv, layers
 from mlxchat.engine.snapshot import SnapshotRejected, load_checked, write_failed
-from mlx_lm.models.cache import (ArraysCache, KVCache, QuantizedKVCache, RotatingKVCache,
-                                 make_prompt_cache)
+from mlxchat.paths import snapshot_temp_file
 
 FORMAT = "mlxchat-kv-segment-1"
 _DTYPES = {mx.float16: "F16", mx.bfloat16: "BF16", mx.float32: "F32", mx.uint32: "U32",
@@ -72,57 +74,18 @@ def _host(arr: mx.array) -> np.ndarray:
     return np.ascontiguousarray(np.array(arr, copy=False))
 
 
-def sliceable(c: Any) -> bool:
-    """The layer keeps every position (any span of it can be cut out); sliding
-    windows and recurrent states are saved whole instead."""
-    return isinstance(c, (KVCache, QuantizedKVCache)) and not isinstance(c, RotatingKVCache)
-
-
-def _layer_tensors(i: int, c: Any, start: int, end: int) -> dict[str, mx.array]:
-    """The arrays a segment keeps of layer ``i``."""
-    if sliceable(c):
-        if c.keys is None:
-            return {}
-        out = {}
-        for name, part in (("k", c.keys), ("v", c.values)):
-            parts = part if isinstance(part, (tuple, list)) else (part,)
-            for j, a in enumerate(parts):
-                out[f"{i}.{name}.{j}"] = a[..., start:end, :]
-        return out
-    # A checkpoint of a layer that cannot be sliced: its whole state at ``end``.
-    if isinstance(c, RotatingKVCache):
-        flat = [c.keys, c.values] if c.keys is not None else []
-    elif isinstance(c, ArraysCache):
-        flat = [a for a in c.cache if a is not None]
-    else:
-        raise ValueError(f"cannot save a {type(c).__name__} layer")
-    return {f"{i}.s.{j}": a for j, a in enumerate(flat)}
-
-
-def _layer_meta(c: Any) -> dict[str, Any]:
-    meta: dict[str, Any] = {"type": type(c).__name__}
-    if isinstance(c, QuantizedKVCache):
-        meta.update(bits=c.bits, group=c.group_size)
-    elif isinstance(c, RotatingKVCache):
-        meta["meta"] = [int(c.offset), int(c.keep), int(c.max_size), int(c._idx)]
-    elif isinstance(c, ArraysCache):
-        meta["slots"] = [a is not None for a in c.cache]
-    return meta
-
-
-def write(path: Path, layers: Sequence[Any], start: int, end: int, tokens: Sequence[int], *,
+def write(path: Path, cache: Sequence[Any], start: int, end: int, tokens: Sequence[int], *,
           fingerprint: str, template_hash: str) -> SegmentInfo:
     """Write positions ``[start, end)`` (and the checkpoints at ``end``) atomically."""
-    tensors: dict[str, mx.array] = {}
-    for i, c in enumerate(layers):
-        tensors.update(_layer_tensors(i, c, start, end))
+    tensors = {f"{i}.{name}": a for i, c in enumerate(cache)
+               for name, a in layers.row(c).arrays(c, start, end).items()}
     mx.eval(list(tensors.values()))
     metadata = {"format": FORMAT, "mlx_lm_version": MLX_LM_VERSION,
                 "model_fingerprint": fingerprint, "template_hash": template_hash,
                 "start": str(start), "end": str(end), "tokens": json.dumps(list(tokens)),
-                "layers": json.dumps([_layer_meta(c) for c in layers])}
+                "layers": json.dumps([layers.row(c).meta(c) for c in cache])}
     path = Path(path)
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.safetensors")
+    tmp = snapshot_temp_file(path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -135,9 +98,8 @@ def write(path: Path, layers: Sequence[Any], start: int, end: int, tokens: Seque
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    bits = next((c.bits for c in layers if isinstance(c, QuantizedKVCache)), None)
     return SegmentInfo(path=str(path), start=start, end=end, bytes=size,
-                       checksum=checksum, kv_bits=bits)
+                       checksum=checksum, kv_bits=kv.bits(list(cache)))
 
 
 def _write_safetensors(fh: BinaryIO, tensors: dict[str, mx.array],
@@ -182,67 +144,54 @@ def _checksum_or_none(ref: SegmentRef) -> str:
 
 
 def read(ref: SegmentRef, *, fingerprint: str, template_hash: str,
-         crc: Future[str] | None = None, verify: bool = True
+         checksum: Future[str] | None = None, verify: bool = True
          ) -> tuple[dict[str, mx.array], list[dict[str, Any]]]:
     """The arrays of one segment (read lazily, when evaluated) and its layer
-    descriptions, or SegmentRejected. ``crc`` is the file's checksum being
+    descriptions, or SegmentRejected. ``checksum`` is the file's checksum being
     computed (see ``checksums``); ``verify=False`` leaves checking it to the
     caller (``segment_restore``), who must before trusting the arrays."""
     arrays, meta = load_checked(
         ref.path, lambda p: mx.load(p, return_metadata=True), FORMAT, "an mlxchat KV segment",
         fingerprint=fingerprint, template_hash=template_hash,
         checksum_ok=None if not verify else
-        lambda: (crc.result() if crc else _checksum_or_none(ref)) == ref.checksum)
+        lambda: (checksum.result() if checksum else _checksum_or_none(ref)) == ref.checksum)
     try:
         span = int(meta["start"]), int(meta["end"])
         tokens = [int(t) for t in json.loads(meta["tokens"])]
-        layers = json.loads(meta["layers"])
+        described = json.loads(meta["layers"])
     except (KeyError, ValueError, TypeError):
         raise SegmentRejected("damaged metadata") from None
     if span != (ref.start, ref.end) or tokens != ref.token_ids:
         raise SegmentRejected("holds other tokens than the conversation")
-    return arrays, layers
+    return arrays, described
 
 
 def layout(piece: tuple[dict[str, mx.array], list[dict[str, Any]]]) -> list[tuple]:
     """Layer types and bit widths of a segment: consecutive segments must agree."""
-    return [(m["type"], m.get("bits"), m.get("group")) for m in piece[1]]
+    return [layers.layout(m) for m in piece[1]]
 
 
 def assemble(model: Any, pieces: Sequence[tuple[dict[str, mx.array], list[dict[str, Any]]]],
              length: int) -> list[Any]:
     """A live cache from consecutive segments (the first starts at 0)."""
     cache = make_prompt_cache(model)
-    last_arrays, last_layers = pieces[-1]
+    last_layers = pieces[-1][1]
     if len(last_layers) != len(cache):
         raise SegmentRejected("layer count does not match the model")
-    for i, (c, meta) in enumerate(zip(cache, last_layers)):
-        if meta["type"] in ("KVCache", "QuantizedKVCache"):
-            cache[i] = _concat_layer(i, meta, pieces, length)
-        elif meta["type"] == "RotatingKVCache" and isinstance(c, RotatingKVCache):
-            offset, keep, max_size, idx = meta["meta"]
-            keys, values = (last_arrays.get(f"{i}.s.0"), last_arrays.get(f"{i}.s.1"))
-            c.state = (keys, values, offset, keep, max_size, idx)
-        elif meta["type"] == "ArraysCache" and isinstance(c, ArraysCache):
-            arrays = iter(last_arrays[f"{i}.s.{j}"] for j in range(sum(meta["slots"])))
-            c.cache = [next(arrays) if present else None for present in meta["slots"]]
-        else:
+    runs = [_by_layer(arrays) for arrays, _ in pieces]
+    out = []
+    for i, (fresh, meta) in enumerate(zip(cache, last_layers)):
+        row = layers.restoring(meta, fresh)
+        if row is None:
             raise SegmentRejected("cache types do not match the model")
-    return cache
+        out.append(row.restore(meta, [run.get(i, {}) for run in runs], length, into=fresh))
+    return out
 
 
-def _concat_layer(i: int, meta: dict[str, Any], pieces: Sequence[tuple[dict, list]],
-                  length: int) -> Any:
-    quantized = meta["type"] == "QuantizedKVCache"
-    layer = (QuantizedKVCache(group_size=meta["group"], bits=meta["bits"]) if quantized
-             else KVCache())
-    parts = 3 if quantized else 1
-    for name in ("k", "v"):
-        joined = []
-        for j in range(parts):
-            runs = [arrays[f"{i}.{name}.{j}"] for arrays, _ in pieces]
-            joined.append(mx.concatenate(runs, axis=-2) if len(runs) > 1 else runs[0])
-        value = tuple(joined) if quantized else joined[0]
-        setattr(layer, "keys" if name == "k" else "values", value)
-    layer.offset = length
-    return layer
+def _by_layer(arrays: dict[str, mx.array]) -> dict[int, dict[str, mx.array]]:
+    """A segment's arrays by layer index, each under its name within the layer."""
+    out: dict[int, dict[str, mx.array]] = {}
+    for name, a in arrays.items():
+        i, _, own = name.partition(".")
+        out.setdefault(int(i), {})[own] = a
+    return out

@@ -1,8 +1,11 @@
-"""KV snapshots: the live cache on disk, validated before it is trusted again.
+"""Whole-cache KV snapshots, read only: sessions saved before KV segments
+still resume from them. Also what cache files of both kinds share: the
+checks of a file's origin, and the words for a failed write.
 
-A safetensors file written by mlx-lm's ``save_prompt_cache`` (trimmed to the
-used length), with metadata naming everything the cache depends on. Any
-mismatch or damage is a ``SnapshotRejected`` with a reason, never a crash.
+A snapshot is a safetensors file written by mlx-lm's ``save_prompt_cache``
+(trimmed to the used length), with metadata naming everything the cache
+depends on. Any mismatch or damage is a ``SnapshotRejected`` with a reason,
+never a crash. Nothing writes them any more (KV segments replaced them).
 """
 
 from __future__ import annotations
@@ -20,12 +23,10 @@ import mlx.core as mx
 import numpy as np
 from mlx.utils import tree_flatten
 from mlx_lm import __version__ as MLX_LM_VERSION
-from mlx_lm.models.cache import load_prompt_cache, save_prompt_cache
+from mlx_lm.models.cache import load_prompt_cache
 
 from mlxchat.engine import kv
-from mlxchat.paths import ensure_private_dir, snapshot_temp_file
 from mlxchat.files import sha256_file
-from mlxchat.engine.events import SnapshotInfo
 
 FORMAT = "mlxchat-kv-1"
 
@@ -116,43 +117,6 @@ def _tensor_digest(cache: list[Any]) -> str:
             h.update(memoryview(np.ascontiguousarray(arr.view(mx.uint8) if arr.dtype == mx.bfloat16
                                            else arr)).cast("B"))
     return h.hexdigest()
-
-
-def save(path: Path, cache: list[Any], tokens: list[int], *, fingerprint: str,
-         template_hash: str) -> SnapshotInfo:
-    """Write the cache atomically: temp file, fsync, rename."""
-    if kv.offset(cache) != len(tokens):
-        raise ValueError("cache and token list disagree")
-    path = Path(path)
-    ensure_private_dir(path.parent)
-    trimmed = kv.trimmed_copy(cache)
-    mx.eval([c.state for c in trimmed])
-    bits = kv.bits(cache)
-    metadata = {
-        "format": FORMAT,
-        "mlx_lm_version": MLX_LM_VERSION,
-        "model_fingerprint": fingerprint,
-        "template_hash": template_hash,
-        "kv_bits": str(bits or 0),
-        "tokens": json.dumps(tokens),
-        "tensor_sha256": _tensor_digest(trimmed),
-    }
-    tmp = snapshot_temp_file(path, os.getpid())
-    try:
-        # Private from the first byte: MLX writes into the file made here.
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
-        try:
-            save_prompt_cache(str(tmp), trimmed, metadata)
-        except RuntimeError as exc:  # MLX: "Unable to write" (disk full, no permission)
-            raise write_failed(exc, path.parent, kv.kv_bytes(trimmed)) from exc
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return SnapshotInfo(path=str(path), bytes=path.stat().st_size, checksum=sha256_file(path),
-                        tokens=len(tokens), mlx_lm_version=MLX_LM_VERSION, kv_bits=bits)
 
 
 def load(path: Path, *, fingerprint: str, template_hash: str, num_layers: int,

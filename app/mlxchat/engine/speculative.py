@@ -13,9 +13,9 @@ from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 from mlx_lm.generate import generate_step, speculative_generate_step
-from mlx_lm.models.cache import ArraysCache, RotatingKVCache, make_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 
-from mlxchat.engine import kv
+from mlxchat.engine import kv, layers
 from mlxchat.engine.live import LiveCache
 from mlxchat.engine.results import Cancelled, Speculation
 from mlxchat.models.info import LoadedModel
@@ -28,7 +28,7 @@ def untrimmable(model: Any) -> list[str]:
     """Cache classes of ``model`` that cannot give tokens back at any length
     (sliding windows once wrapped, recurrent states)."""
     return sorted({type(c).__name__ for c in make_prompt_cache(model)
-                   if isinstance(c, (RotatingKVCache, ArraysCache)) or not c.is_trimmable()})
+                   if not layers.row(c).trims_anywhere(c)})
 
 
 def trim_problem(loaded: LoadedModel, role: str) -> str | None:

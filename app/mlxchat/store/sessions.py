@@ -183,7 +183,7 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
         files to delete (segment files other sessions still share are kept)."""
         with self._writing() as cur:
             self._session_row(cur, session_id)
-            files = self._drop_rows(cur, session_id, keep_id=None)
+            files = self._drop_rows(cur, session_id)
             files += self._drop_segment_rows(cur, session_id)
             cur.execute("UPDATE sessions SET leaf_id = NULL WHERE id = ?", (session_id,))
             cur.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))

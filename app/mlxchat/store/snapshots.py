@@ -1,10 +1,10 @@
-"""Bookkeeping of KV-cache snapshot files: the rows, never the files themselves.
+"""Bookkeeping of whole-cache KV snapshot files: the rows, never the files themselves.
 
-Ordering that keeps a snapshot on disk for every committed row: the caller
-writes the new file (temp + rename), then ``record_snapshot`` commits its row
-and returns the files it superseded, and only then does the caller delete
-those. A crash in between leaves an orphan file, never a row without a file;
-``referenced_snapshot_paths`` lets a cleanup find orphans.
+Nothing records new snapshots any more (KV segments replaced them); the rows
+that sessions saved before segments left are read (``latest_snapshot``) so
+those sessions resume, and dropped once done with (``drop_snapshots``, which
+hands back the files for the caller to delete after the rows are gone).
+``referenced_snapshot_paths`` lets a cleanup find orphan files.
 
 Rows hold the file's path relative to the data folder ('snapshots/NAME'), so a
 moved or copied home uses its own files. A row is only ever resolved inside
@@ -21,52 +21,10 @@ from pathlib import Path
 
 from mlxchat import paths
 from mlxchat.store.base import StoreBase
-from mlxchat.store.errors import StoreError
 from mlxchat.store.records import SnapshotRecord
 
 
 class SnapshotOps(StoreBase):
-    def record_snapshot(
-        self,
-        session_id: int,
-        leaf_id: int | None,
-        path: Path | str,
-        *,
-        sha256: str,
-        token_count: int,
-        file_bytes: int,
-        mlx_lm_version: str,
-        kv_bits: int | None = None,
-    ) -> list[Path]:
-        """Commit the row of a new snapshot file and return the older files it makes obsolete.
-
-        Delete the returned files only after this returns: the new row is committed by then.
-        """
-        new_path = paths.snapshot_name(path)
-        if new_path is None:
-            raise StoreError(f"Refusing to record a snapshot outside {paths.snapshots_dir()}: "
-                             f"{path}")
-        with self._writing() as cur:
-            self._session_row(cur, session_id)
-            if leaf_id is not None:
-                self._check_message(cur, session_id, leaf_id)
-            cur.execute(
-                "INSERT INTO snapshots (session_id, leaf_id, path, sha256, token_count, file_bytes,"
-                " mlx_lm_version, kv_bits, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    session_id,
-                    leaf_id,
-                    new_path,
-                    sha256,
-                    token_count,
-                    file_bytes,
-                    mlx_lm_version,
-                    kv_bits,
-                    time.time(),
-                ),
-            )
-            return self._drop_rows(cur, session_id, keep_id=cur.lastrowid)
-
     def latest_snapshot(self, session_id: int) -> SnapshotRecord | None:
         """The newest snapshot row of the session, or None (also when its path
         leads outside the snapshots folder)."""
@@ -94,7 +52,7 @@ class SnapshotOps(StoreBase):
     def drop_snapshots(self, session_id: int) -> list[Path]:
         """Forget every snapshot of the session; return the files for the caller to delete."""
         with self._writing() as cur:
-            return self._drop_rows(cur, session_id, keep_id=None)
+            return self._drop_rows(cur, session_id)
 
     def referenced_snapshot_paths(self) -> set[Path]:
         """Every file a snapshot row points to; other files in the snapshots folder are orphans."""
@@ -102,14 +60,11 @@ class SnapshotOps(StoreBase):
             rows = [row[0] for row in cur.execute("SELECT path FROM snapshots")]
         return {file for file in map(paths.snapshot_file, rows) if file is not None}
 
-    def _drop_rows(self, cur: sqlite3.Cursor, session_id: int, keep_id: int | None) -> list[Path]:
-        keep = -1 if keep_id is None else keep_id
-        rows = cur.execute(
-            "SELECT path FROM snapshots WHERE session_id = ? AND id != ?", (session_id, keep)
-        )
+    def _drop_rows(self, cur: sqlite3.Cursor, session_id: int) -> list[Path]:
+        rows = cur.execute("SELECT path FROM snapshots WHERE session_id = ?", (session_id,))
         recorded = list(dict.fromkeys(row[0] for row in rows))
-        cur.execute("DELETE FROM snapshots WHERE session_id = ? AND id != ?", (session_id, keep))
-        # A file some remaining row still names (the new one, say) is not obsolete.
+        cur.execute("DELETE FROM snapshots WHERE session_id = ?", (session_id,))
+        # A file some remaining row (another session's) still names is not obsolete.
         still_used = {
             p
             for p in recorded

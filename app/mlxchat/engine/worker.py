@@ -1,0 +1,83 @@
+"""The engine's one thread: every MLX call of an engine runs on it (MLX streams
+are per thread), one job at a time, in the order they were queued."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable
+
+import mlx.core as mx
+
+
+class EngineThread:
+    """A thread, its job queue, and the cancel signals of queued and running
+    work: ``cancel_all`` sets them all, ``cancelled`` reads the running one's."""
+
+    def __init__(self, name: str = "mlxchat-engine"):
+        self._jobs: queue.Queue = queue.Queue()
+        self._cancels: set[threading.Event] = set()
+        self._current = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                # MLX aborts the process at exit if a thread's streams outlive it.
+                mx.synchronize()
+                mx.clear_streams()
+                return
+            fn, fut = job
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(fn())
+                except BaseException as exc:  # handed to the caller's thread
+                    fut.set_exception(exc)
+
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on the thread (at once when already on it), its result or exception."""
+        if threading.current_thread() is self._thread:
+            return fn()
+        fut: Future = Future()
+        self._jobs.put((fn, fut))
+        return fut.result()
+
+    def later(self, fn: Callable[[], Any]) -> Future:
+        """Queue ``fn`` after the jobs already queued, without waiting for it."""
+        fut: Future = Future()
+        self._jobs.put((fn, fut))
+        return fut
+
+    def submit(self, fn: Callable[[], Any], cancel: threading.Event) -> Future:
+        """Queue ``fn`` as the work ``cancel`` stops: while it runs, ``cancelled()``
+        reads ``cancel``, and ``cancel_all()`` sets it until it is done."""
+        self._cancels.add(cancel)
+
+        def job() -> Any:
+            self._current = cancel
+            return fn()
+        fut = self.later(job)
+        fut.add_done_callback(lambda _: self._cancels.discard(cancel))
+        return fut
+
+    def cancelled(self) -> bool:
+        """The running work was cancelled (read on the thread, between chunks and tokens)."""
+        return self._current.is_set()
+
+    def cancel_all(self) -> None:
+        """Stop the running (and any queued) work within about one token or chunk."""
+        for ev in list(self._cancels):
+            ev.set()
+
+    def close(self) -> None:
+        """Cancel the work and stop the thread once the queued jobs are done."""
+        if self._thread.is_alive():
+            self.cancel_all()
+            self._jobs.put(None)
+            self._thread.join(timeout=30)

@@ -1,0 +1,86 @@
+"""Whole-cache KV snapshots as mlxchat wrote and recorded them before KV
+segments, for the tests of what still reads them (sessions saved back then
+must resume). The app no longer writes this format; this is its writer, kept
+as it was: mlx-lm's ``save_prompt_cache`` of the cache cut to its used length
+with mlxchat's metadata, written privately and renamed into place, and the
+row the store kept of it. The tensor digest is copied here on purpose: a
+change to the reader's must fail these tests, as real old files would.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import numpy as np
+from mlx.utils import tree_flatten
+from mlx_lm import __version__ as MLX_LM_VERSION
+from mlx_lm.models.cache import save_prompt_cache
+
+from mlxchat import paths
+from mlxchat.engine import ChatEngine, SnapshotInfo
+from mlxchat.files import sha256_file
+from mlxchat.store import SessionStore
+
+FORMAT = "mlxchat-kv-1"
+
+
+def _tensor_digest(cache: list[Any]) -> str:
+    """sha256 over every array's name and bytes, as the old writer computed it."""
+    h = hashlib.sha256()
+    for name, arr in tree_flatten([c.state for c in cache]):
+        if isinstance(arr, mx.array):
+            h.update(name.encode())
+            h.update(memoryview(np.ascontiguousarray(
+                arr.view(mx.uint8) if arr.dtype == mx.bfloat16 else arr)).cast("B"))
+    return h.hexdigest()
+
+
+def write_old_snapshot(engine: ChatEngine, path: Path) -> SnapshotInfo:
+    """The engine's live cache written as a whole-cache snapshot file."""
+    view = engine.live_view()
+    if not view.tokens:
+        raise ValueError("the KV cache is empty: nothing to save")
+    assert view.length == len(view.tokens), "cache and token list disagree"
+    path = Path(path)
+    paths.ensure_private_dir(path.parent)
+    cache = view.cache()  # cut to the used length, as the old writer cut it
+    mx.eval([c.state for c in cache])
+    metadata = {
+        "format": FORMAT,
+        "mlx_lm_version": MLX_LM_VERSION,
+        "model_fingerprint": engine.info.fingerprint,
+        "template_hash": engine.info.chat_template_hash,
+        "kv_bits": str(view.bits or 0),
+        "tokens": json.dumps(list(view.tokens)),
+        "tensor_sha256": _tensor_digest(cache),
+    }
+    tmp = paths.snapshot_temp_file(path, os.getpid())
+    try:
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        save_prompt_cache(str(tmp), cache, metadata)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return SnapshotInfo(path=str(path), bytes=path.stat().st_size, checksum=sha256_file(path),
+                        tokens=len(view.tokens), mlx_lm_version=MLX_LM_VERSION, kv_bits=view.bits)
+
+
+def record_old_snapshot(store: SessionStore, session_id: int, leaf_id: int | None,
+                        path: Path | str, *, sha256: str, token_count: int, file_bytes: int,
+                        mlx_lm_version: str, kv_bits: int | None = None) -> None:
+    """The row the store kept of a snapshot file (its path relative to the data folder)."""
+    name = paths.snapshot_name(path)
+    assert name is not None, f"{path} is not in {paths.snapshots_dir()}"
+    with store._writing() as cur:  # noqa: SLF001 - a row as an older mlxchat wrote it
+        cur.execute(
+            "INSERT INTO snapshots (session_id, leaf_id, path, sha256, token_count, file_bytes,"
+            " mlx_lm_version, kv_bits, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (session_id, leaf_id, name, sha256, token_count, file_bytes, mlx_lm_version,
+             kv_bits, time.time()))
