@@ -44,7 +44,7 @@ def check_warned(conv: Conversation, done: TurnDone, words: str) -> None:
     assert done.stats.snapshot_warning in stats_line(done.stats)
     reply = conv.messages[-1]
     assert reply.role == "assistant" and not reply.cancelled and reply.content == done.reply
-    assert conv.store.branch_segments(conv.session.leaf_id) == []
+    assert conv.store.segments.on_branch(conv.session.leaf_id) == []
     folder = paths.snapshots_dir()
     assert not folder.is_dir() or not [p for p in folder.iterdir() if ".tmp." in p.name]
 

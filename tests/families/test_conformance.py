@@ -96,7 +96,7 @@ def test_edit_of_turn_two_and_a_retry(family, tmp_path):
     first_reply = conv.messages[1]
     assert first_reply.role == "assistant"
     trimmable = can_trim_prompt_cache(conv.engine._live.layers)  # noqa: SLF001
-    conv.store.set_leaf(conv.session.id, first_reply.id)  # step back to after turn 1
+    conv.store.branches.set_leaf(conv.session.id, first_reply.id)  # step back to after turn 1
     conv.reload()
     edited = ask(conv, "A different second question.")
     # Back to the end of turn 1 without recomputing it: at most the new message

@@ -86,7 +86,7 @@ def test_a_v1_database_migrates_and_keeps_its_data(db_path: Path) -> None:
     assert store.list_sessions(search="herons")[0].snippet == "and [herons]?"
     # v2: snapshots work.
     assert (
-        store.record_snapshot(
+        store.snapshots.record(
             1,
             new.id,
             paths.snapshots_dir() / "x.safetensors",
@@ -97,7 +97,7 @@ def test_a_v1_database_migrates_and_keeps_its_data(db_path: Path) -> None:
         )
         == []
     )
-    assert store.latest_snapshot(1).token_count == 9  # type: ignore[union-attr]
+    assert store.snapshots.latest(1).token_count == 9  # type: ignore[union-attr]
     store.close()
     # Reopening applies nothing twice.
     again = open_store(db_path)

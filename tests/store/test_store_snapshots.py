@@ -20,7 +20,7 @@ def snaps() -> Path:
 def _record(
     store: SessionStore, sid: int, leaf: int | None, path: Path | str, tokens: int = 10
 ) -> list[Path]:
-    return store.record_snapshot(
+    return store.snapshots.record(
         sid,
         leaf,
         path,
@@ -37,7 +37,7 @@ def test_record_returns_obsolete_files_and_latest_is_the_new_one(
 ) -> None:
     s = store.create_session("m")
     m1 = store.add_message(s.id, "user", "hi")
-    assert store.latest_snapshot(s.id) is None
+    assert store.snapshots.latest(s.id) is None
     assert _record(store, s.id, m1.id, snaps / "one.safetensors") == []
     m2 = store.add_message(s.id, "assistant", "hello")
     obsolete = _record(store, s.id, m2.id, snaps / "two.safetensors", tokens=20)
@@ -45,7 +45,7 @@ def test_record_returns_obsolete_files_and_latest_is_the_new_one(
     # By the time the caller sees the list, the new row is committed: another connection sees it.
     row = sqlite3.connect(db_path).execute("SELECT path FROM snapshots").fetchall()
     assert row == [("snapshots/two.safetensors",)]  # relative to the data folder
-    latest = store.latest_snapshot(s.id)
+    latest = store.snapshots.latest(s.id)
     assert latest is not None
     assert (latest.leaf_id, latest.path, latest.token_count, latest.file_bytes, latest.kv_bits) == (
         m2.id,
@@ -63,7 +63,7 @@ def test_rewriting_the_same_file_name_never_returns_it(store: SessionStore, snap
     path = snaps / "session-1.safetensors"
     _record(store, s.id, None, path)
     assert _record(store, s.id, None, path) == []
-    assert store.referenced_snapshot_paths() == {path}
+    assert store.snapshots.referenced_paths() == {path}
 
 
 def test_drop_snapshots_and_leaf_checks(store: SessionStore, snaps: Path) -> None:
@@ -75,6 +75,6 @@ def test_drop_snapshots_and_leaf_checks(store: SessionStore, snaps: Path) -> Non
         _record(store, 999, None, snaps / "x")
     _record(store, s.id, None, snaps / "a")
     _record(store, other.id, None, snaps / "b")
-    assert store.drop_snapshots(s.id) == [snaps / "a"]
-    assert store.latest_snapshot(s.id) is None and store.latest_snapshot(other.id) is not None
-    assert store.drop_snapshots(s.id) == []
+    assert store.snapshots.drop(s.id) == [snaps / "a"]
+    assert store.snapshots.latest(s.id) is None and store.snapshots.latest(other.id) is not None
+    assert store.snapshots.drop(s.id) == []

@@ -1,10 +1,10 @@
 """Bookkeeping of KV-cache snapshot files: the rows, never the files themselves.
 
 Ordering that keeps a snapshot on disk for every committed row: the caller
-writes the new file (temp + rename), then ``record_snapshot`` commits its row
+writes the new file (temp + rename), then ``Snapshots.record`` commits its row
 and returns the files it superseded, and only then does the caller delete
 those. A crash in between leaves an orphan file, never a row without a file;
-``referenced_snapshot_paths`` lets a cleanup find orphans.
+``Snapshots.referenced_paths`` lets a cleanup find orphans.
 
 Rows hold the file's path relative to the data folder ('snapshots/NAME'), so a
 moved or copied home uses its own files. A row is only ever resolved inside
@@ -20,13 +20,19 @@ import time
 from pathlib import Path
 
 from mlxchat import paths
-from mlxchat.store.base import StoreBase
+from mlxchat.store.database import Database
 from mlxchat.store.errors import StoreError
 from mlxchat.store.records import SnapshotRecord
+from mlxchat.store.rows import check_message, session_row
 
 
-class SnapshotOps(StoreBase):
-    def record_snapshot(
+class Snapshots:
+    """The whole-cache snapshot rows of sessions saved before segments."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def record(
         self,
         session_id: int,
         leaf_id: int | None,
@@ -46,10 +52,10 @@ class SnapshotOps(StoreBase):
         if new_path is None:
             raise StoreError(f"Refusing to record a snapshot outside {paths.snapshots_dir()}: "
                              f"{path}")
-        with self._writing() as cur:
-            self._session_row(cur, session_id)
+        with self._db.writing() as cur:
+            session_row(cur, session_id)
             if leaf_id is not None:
-                self._check_message(cur, session_id, leaf_id)
+                check_message(cur, session_id, leaf_id)
             cur.execute(
                 "INSERT INTO snapshots (session_id, leaf_id, path, sha256, token_count, file_bytes,"
                 " mlx_lm_version, kv_bits, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -65,12 +71,12 @@ class SnapshotOps(StoreBase):
                     time.time(),
                 ),
             )
-            return self._drop_rows(cur, session_id, keep_id=cur.lastrowid)
+            return drop_rows(cur, session_id, keep_id=cur.lastrowid)
 
-    def latest_snapshot(self, session_id: int) -> SnapshotRecord | None:
+    def latest(self, session_id: int) -> SnapshotRecord | None:
         """The newest snapshot row of the session, or None (also when its path
         leads outside the snapshots folder)."""
-        with self._reading() as cur:
+        with self._db.reading() as cur:
             row = cur.execute(
                 "SELECT * FROM snapshots WHERE session_id = ? ORDER BY id DESC LIMIT 1",
                 (session_id,),
@@ -91,32 +97,34 @@ class SnapshotOps(StoreBase):
             created=row["created"],
         )
 
-    def drop_snapshots(self, session_id: int) -> list[Path]:
+    def drop(self, session_id: int) -> list[Path]:
         """Forget every snapshot of the session; return the files for the caller to delete."""
-        with self._writing() as cur:
-            return self._drop_rows(cur, session_id, keep_id=None)
+        with self._db.writing() as cur:
+            return drop_rows(cur, session_id)
 
-    def referenced_snapshot_paths(self) -> set[Path]:
+    def referenced_paths(self) -> set[Path]:
         """Every file a snapshot row points to; other files in the snapshots folder are orphans."""
-        with self._reading() as cur:
+        with self._db.reading() as cur:
             rows = [row[0] for row in cur.execute("SELECT path FROM snapshots")]
         return {file for file in map(paths.snapshot_file, rows) if file is not None}
 
-    def _drop_rows(self, cur: sqlite3.Cursor, session_id: int, keep_id: int | None) -> list[Path]:
-        keep = -1 if keep_id is None else keep_id
-        rows = cur.execute(
-            "SELECT path FROM snapshots WHERE session_id = ? AND id != ?", (session_id, keep)
-        )
-        recorded = list(dict.fromkeys(row[0] for row in rows))
-        cur.execute("DELETE FROM snapshots WHERE session_id = ? AND id != ?", (session_id, keep))
-        # A file some remaining row still names (the new one, say) is not obsolete.
-        still_used = {
-            p
-            for p in recorded
-            if cur.execute("SELECT 1 FROM snapshots WHERE path = ?", (p,)).fetchone()
-        }
-        files = (paths.snapshot_file(p) for p in recorded if p not in still_used)
-        return [file for file in files if file is not None]
+
+def drop_rows(cur: sqlite3.Cursor, session_id: int, keep_id: int | None = None) -> list[Path]:
+    """Delete the session's snapshot rows but ``keep_id``; return the files no row names."""
+    keep = -1 if keep_id is None else keep_id
+    rows = cur.execute(
+        "SELECT path FROM snapshots WHERE session_id = ? AND id != ?", (session_id, keep)
+    )
+    recorded = list(dict.fromkeys(row[0] for row in rows))
+    cur.execute("DELETE FROM snapshots WHERE session_id = ? AND id != ?", (session_id, keep))
+    # A file some remaining row still names (the new one, say) is not obsolete.
+    still_used = {
+        p
+        for p in recorded
+        if cur.execute("SELECT 1 FROM snapshots WHERE path = ?", (p,)).fetchone()
+    }
+    files = (paths.snapshot_file(p) for p in recorded if p not in still_used)
+    return [file for file in files if file is not None]
 
 
 STALE_TEMP_S = 10 * 60
