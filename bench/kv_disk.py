@@ -121,21 +121,21 @@ def branch_storage(folder: Path, history: int) -> float:
     layers = cache_of(history + 3 * 64)
     info = segments.write(folder / "trunk.safetensors", layers, 0, history, [0] * history,
                           fingerprint="bench", template_hash="bench")
-    store.record_segment(sid, trunk.id, start=0, end=history, path="trunk.safetensors",
-                         checksum=info.checksum, file_bytes=info.bytes, kv_bits=None,
-                         token_ids=[0] * history)
+    store.segments.record(sid, trunk.id, start=0, end=history, path="trunk.safetensors",
+                          checksum=info.checksum, file_bytes=info.bytes, kv_bits=None,
+                          token_ids=[0] * history)
     leaves = []
     for b in range(3):  # three replies to the same history: three branches
         reply = store.add_message(sid, "assistant", f"reply {b}", parent_id=trunk.id)
         name = f"branch-{b}.safetensors"
         binfo = segments.write(folder / name, layers, history, history + 64, [0] * 64,
                                fingerprint="bench", template_hash="bench")
-        store.record_segment(sid, reply.id, start=history, end=history + 64, path=name,
-                             checksum=binfo.checksum, file_bytes=binfo.bytes, kv_bits=None,
-                             token_ids=[0] * 64)
+        store.segments.record(sid, reply.id, start=history, end=history + 64, path=name,
+                              checksum=binfo.checksum, file_bytes=binfo.bytes, kv_bits=None,
+                              token_ids=[0] * 64)
         leaves.append(reply.id)
-    session = store.session_segment_bytes(sid)
-    longest = max(sum(r.file_bytes for r in store.branch_segments(leaf)) for leaf in leaves)
+    session = store.segments.session_bytes(sid)
+    longest = max(sum(r.file_bytes for r in store.segments.on_branch(leaf)) for leaf in leaves)
     store.close()
     print(f"three branches off {history:,} tokens: {session / 1e6:.1f} MB on disk; "
           f"one branch alone {longest / 1e6:.1f} MB")

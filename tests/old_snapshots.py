@@ -78,7 +78,7 @@ def record_old_snapshot(store: SessionStore, session_id: int, leaf_id: int | Non
     """The row the store kept of a snapshot file (its path relative to the data folder)."""
     name = paths.snapshot_name(path)
     assert name is not None, f"{path} is not in {paths.snapshots_dir()}"
-    with store._writing() as cur:  # noqa: SLF001 - a row as an older mlxchat wrote it
+    with store.db.writing() as cur:  # noqa: SLF001 - a row as an older mlxchat wrote it
         cur.execute(
             "INSERT INTO snapshots (session_id, leaf_id, path, sha256, token_count, file_bytes,"
             " mlx_lm_version, kv_bits, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -50,12 +50,12 @@ def test_cache_report_save_and_drop(registry, ctx, conv, home):
     assert saved.ok and saved.text == (f"All {state.cached_tokens} tokens are on disk "
                                        "already (2 KV segments).")
     files = [paths.snapshot_file(r.path)
-             for r in conv.store.branch_segments(conv.session.leaf_id)]
+             for r in conv.store.segments.on_branch(conv.session.leaf_id)]
     assert len(files) == 2 and all(f is not None and f.exists() for f in files)
     dropped = registry.run("/cache drop", ctx)
     assert dropped.ok and dropped.session_changed
     assert conv.state().cached_tokens == 0 and not any(f.exists() for f in files)
-    assert conv.store.branch_segments(conv.session.leaf_id) == []
+    assert conv.store.segments.on_branch(conv.session.leaf_id) == []
     assert registry.run("/cache flush", ctx).text == "Usage: /cache [save|drop]"
 
 

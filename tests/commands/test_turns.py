@@ -15,7 +15,7 @@ def test_retry_keeps_the_old_reply_on_a_branch(registry, ctx, conv):
     done = finish(result)
     assert done.stats.generated_tokens > 0
     assert conv.messages[-1].id != first_reply
-    assert first_reply in {b.leaf_id for b in conv.store.branches(conv.session.id)}
+    assert first_reply in {b.leaf_id for b in conv.store.branches.of(conv.session.id)}
 
 
 def test_retry_edit_undo_on_an_empty_session(registry, ctx):
@@ -39,7 +39,7 @@ def test_edit_answers_the_new_text_on_a_new_branch(registry, ctx, conv):
     finish(result)
     assert [m.role for m in conv.messages] == ["user", "assistant"]
     assert conv.messages[0].content == "Better wording"
-    assert len(conv.store.branches(conv.session.id)) == 2
+    assert len(conv.store.branches.of(conv.session.id)) == 2
 
 
 def test_edit_that_cannot_fit_is_refused_before_it_is_stored(registry, ctx, conv):

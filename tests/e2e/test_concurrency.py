@@ -56,7 +56,7 @@ def test_a_locked_database_never_stalls_the_stream_and_loses_no_reply(tiny, tmp_
     conv = make(tiny, tmp_path / "s.db")
     sid = conv.session.id
     stalls = []
-    real = conv.store.save_draft  # a checkpoint: what waits for the lock, if anything
+    real = conv.store.drafts.save  # a checkpoint: what waits for the lock, if anything
 
     def timed(*args, **kwargs):
         t0 = time.perf_counter()
@@ -64,7 +64,7 @@ def test_a_locked_database_never_stalls_the_stream_and_loses_no_reply(tiny, tmp_
             return real(*args, **kwargs)
         finally:
             stalls.append(time.perf_counter() - t0)
-    monkeypatch.setattr(conv.store, "save_draft", timed)
+    monkeypatch.setattr(conv.store.drafts, "save", timed)
     events = conv.send("Hello there.")  # the question is stored before the lock is taken
     holder = hold_write_lock(tmp_path / "s.db")
     try:

@@ -54,7 +54,7 @@ def test_sigkill_mid_reply_keeps_what_was_shown(tmp_path, mlxchat_home):
     session = store.find_session("killed")
     assert [m.role for m in session.messages] == ["user"]  # the reply never finished
     assert session.messages[0].content == "Tell me everything."
-    recovered = store.recover_draft(session.id)
+    recovered = store.drafts.recover(session.id)
     assert recovered is not None and recovered.cancelled
     # What was checkpointed is exactly what the user saw, up to the last checkpoint.
     assert len(recovered.content) > 100

@@ -31,7 +31,7 @@ def test_damaged_snapshot_still_opens_the_session(tiny, tmp_path, damage):
     conv = make(tiny, tmp_path / "s.db")
     first = last(conv.send("Hello there."))
     sid = conv.session.id
-    [record] = conv.store.branch_segments(conv.session.leaf_id)
+    [record] = conv.store.segments.on_branch(conv.session.leaf_id)
     assert record.start == 0 and record.end == first.stats.context_used
     conv.close()
     path = paths.snapshot_file(record.path)
@@ -89,7 +89,7 @@ def test_a_snapshot_that_cannot_be_written_loses_nothing(tiny, tmp_path, mlxchat
     assert done.stats.generated_tokens > 0
     stored = conv.store.get_session(conv.session.id).messages
     assert [m.content for m in stored] == ["Hello?", done.reply]
-    assert conv.store.branch_segments(conv.session.leaf_id) == []
+    assert conv.store.segments.on_branch(conv.session.leaf_id) == []
     follow = last(conv.send("Again?"))  # the live cache is still warm
     assert follow.stats.cache_source == "warm" and follow.stats.miss_reason is None
     conv.close()

@@ -159,7 +159,7 @@ def test_a_pinned_session_saves_only_what_follows_the_prefix_and_resumes(tiny, t
     n = len(conv.prefix_tokens())
     ask(conv, "When does it open?")
     second = ask(conv, "And on Sunday?")
-    rows = conv.store.branch_segments(conv.session.leaf_id)
+    rows = conv.store.segments.on_branch(conv.session.leaf_id)
     assert rows[0].start == n and {r.prefix_key for r in rows} == {conv.session.pins[0].prefix_key}
     assert conv.cache_on_disk().tokens == conv.state().cached_tokens
     sid = conv.session.id

@@ -26,14 +26,15 @@ def last(events) -> TurnDone:
 
 
 def files_of(conv: Conversation) -> list[Path]:
-    return [paths.snapshot_file(r.path) for r in conv.store.branch_segments(conv.session.leaf_id)]
+    rows = conv.store.segments.on_branch(conv.session.leaf_id)
+    return [paths.snapshot_file(r.path) for r in rows]
 
 
 def test_each_turn_writes_only_its_new_tokens(tiny, tmp_path):
     conv = make(tiny, tmp_path / "s.db")
     for q in ("One.", "Two?", "Three!"):
         last(conv.send(q))
-    rows = conv.store.branch_segments(conv.session.leaf_id)
+    rows = conv.store.segments.on_branch(conv.session.leaf_id)
     assert [r.start for r in rows] == [0, rows[0].end, rows[1].end]
     assert rows[-1].end == conv.state().cached_tokens
     per_token = conv.state().kv_bytes / conv.state().cached_tokens
@@ -46,7 +47,7 @@ def test_each_turn_writes_only_its_new_tokens(tiny, tmp_path):
 def test_damage_in_one_segment_recomputes_from_that_segment_on(tiny, tmp_path):
     conv = make(tiny, tmp_path / "s.db")
     replies = [last(conv.send(q)) for q in ("One.", "Two?", "Three!")]
-    sid, rows = conv.session.id, conv.store.branch_segments(conv.session.leaf_id)
+    sid, rows = conv.session.id, conv.store.segments.on_branch(conv.session.leaf_id)
     conv.close()
     second = paths.snapshot_file(rows[1].path)
     data = bytearray(second.read_bytes())
@@ -96,8 +97,8 @@ def test_a_crafted_segment_path_is_never_read(tiny, tmp_path):
     sid, leaf = conv.session.id, conv.session.leaf_id
     secret = tmp_path / "secret.safetensors"
     secret.write_bytes(paths.snapshot_file(
-        conv.store.branch_segments(leaf)[0].path).read_bytes())
-    with conv.store._writing() as cur:  # noqa: SLF001 - a crafted row
+        conv.store.segments.on_branch(leaf)[0].path).read_bytes())
+    with conv.store.db.writing() as cur:  # a crafted row
         cur.execute("UPDATE kv_segments SET path = ?", (str(secret),))
     conv.close()
     again = make(tiny, tmp_path / "s.db")
@@ -125,8 +126,8 @@ def test_a_whole_cache_snapshot_from_before_segments_still_resumes(tiny, tmp_pat
     two = last(again.send("Two?"))
     assert two.stats.reused_tokens == one.stats.context_used
     # Its first segment starts at 0 and the old file is gone.
-    assert again.store.branch_segments(again.session.leaf_id)[0].start == 0
-    assert not old.exists() and again.store.latest_snapshot(sid) is None
+    assert again.store.segments.on_branch(again.session.leaf_id)[0].start == 0
+    assert not old.exists() and again.store.snapshots.latest(sid) is None
     again.close()
 
 
@@ -163,13 +164,13 @@ def test_a_segment_of_another_conversation_is_refused_by_its_tokens(tiny, tmp_pa
     a.close()
     b = make(tiny, tmp_path / "s.db")
     last(b.send("Pears are different."))
-    [row_b] = b.store.branch_segments(b.session.leaf_id)
+    [row_b] = b.store.segments.on_branch(b.session.leaf_id)
     b.close()
     store = open_store(tmp_path / "s.db")
-    [row_a] = store.branch_segments(leaf_a)
+    [row_a] = store.segments.on_branch(leaf_a)
     # Swap the file and its checksum: only the token ids can tell.
     paths.snapshot_file(row_a.path).write_bytes(paths.snapshot_file(row_b.path).read_bytes())
-    with store._writing() as cur:  # noqa: SLF001
+    with store.db.writing() as cur:
         cur.execute("UPDATE kv_segments SET checksum = ?, end_token = ? WHERE id = ?",
                     (row_b.checksum, row_b.end, row_a.id))
     store.close()
@@ -186,7 +187,7 @@ def test_a_segment_cut_short_keeps_the_ones_before_it(tiny, tmp_path):
     only cost the segments from it on, and never crash the reader."""
     conv = make(tiny, tmp_path / "s.db")
     replies = [last(conv.send(q)) for q in ("One.", "Two?", "Three!")]
-    sid, rows = conv.session.id, conv.store.branch_segments(conv.session.leaf_id)
+    sid, rows = conv.session.id, conv.store.segments.on_branch(conv.session.leaf_id)
     conv.close()
     for cut, kept in ((2, rows[1].end), (1, rows[0].end), (0, 0)):
         victim = paths.snapshot_file(rows[cut].path)
@@ -211,7 +212,7 @@ def test_a_damaged_header_is_refused_by_its_checksum_not_a_crash(tiny, tmp_path)
     conv = make(tiny, tmp_path / "s.db")
     for q in ("One.", "Two?", "Three!"):
         last(conv.send(q))
-    sid, rows = conv.session.id, conv.store.branch_segments(conv.session.leaf_id)
+    sid, rows = conv.session.id, conv.store.segments.on_branch(conv.session.leaf_id)
     conv.close()
     victim = paths.snapshot_file(rows[1].path)
     data = victim.read_bytes()
@@ -240,7 +241,7 @@ def test_segments_checksummed_by_an_older_version_still_resume(tiny, tmp_path):
     conv = make(tiny, tmp_path / "s.db")
     for q in ("One.", "Two?"):
         last(conv.send(q))
-    sid, rows = conv.session.id, conv.store.branch_segments(conv.session.leaf_id)
+    sid, rows = conv.session.id, conv.store.segments.on_branch(conv.session.leaf_id)
     assert all(r.checksum.startswith("xxh3:") and len(r.checksum) == 21 for r in rows)
     conv.close()
     db = sqlite3.connect(tmp_path / "s.db")

@@ -47,7 +47,7 @@ def check_warned(conv: Conversation, done: TurnDone, words: str) -> None:
     # Stored with the reply: a reopened session still says why it recomputes.
     again = conv.store.get_session(conv.session.id).messages[-1]
     assert again.id == reply.id and again.stats.snapshot_warning == done.stats.snapshot_warning
-    assert conv.store.branch_segments(conv.session.leaf_id) == []
+    assert conv.store.segments.on_branch(conv.session.leaf_id) == []
     folder = paths.snapshots_dir()
     assert not folder.is_dir() or not [p for p in folder.iterdir() if ".tmp." in p.name]
 

@@ -98,7 +98,7 @@ def test_edit_of_turn_two_and_a_retry(family, tmp_path):
     view = conv.engine.live_view()
     trimmable = can_trim_prompt_cache(view.cache())
     assert trimmable == view.trimmable
-    conv.store.set_leaf(conv.session.id, first_reply.id)  # step back to after turn 1
+    conv.store.branches.set_leaf(conv.session.id, first_reply.id)  # step back to after turn 1
     conv.reload()
     edited = ask(conv, "A different second question.")
     # Back to the end of turn 1 without recomputing it: at most the new message

@@ -52,7 +52,7 @@ def test_a_copied_home_neither_reads_nor_deletes_the_originals_snapshots(
     again = make(tiny)
     again.open_session(sid)
     assert again.last_snapshot is not None and again.last_snapshot.ok
-    [record] = again.store.branch_segments(again.session.leaf_id)
+    [record] = again.store.segments.on_branch(again.session.leaf_id)
     assert paths.snapshot_file(record.path).is_relative_to(copy.resolve())
     turn(again, "And then?")
     close(again)
@@ -91,12 +91,12 @@ def test_a_crafted_row_is_never_read_or_deleted(tiny, mlxchat_home, tmp_path,  #
     db.execute("UPDATE kv_segments SET path = ?", (row,))
     db.commit()
     db.close()
-    [crafted] = conv.store.branch_segments(conv.session.leaf_id)
+    [crafted] = conv.store.segments.on_branch(conv.session.leaf_id)
     assert paths.snapshot_file(crafted.path) is None  # treated as missing
     conv.restore_snapshot()
     assert not conv.last_snapshot.ok and "file missing" in conv.last_snapshot.reason
     turn(conv, "Again.")  # a new segment, in the snapshots folder
-    assert paths.snapshot_file(conv.store.branch_segments(conv.session.leaf_id)[-1].path)
+    assert paths.snapshot_file(conv.store.segments.on_branch(conv.session.leaf_id)[-1].path)
     db = sqlite3.connect(paths.database_file())
     db.execute("UPDATE kv_segments SET path = ?", (row,))
     db.commit()
@@ -124,6 +124,6 @@ def test_the_migration_keeps_rows_inside_the_data_folder_and_drops_the_rest(tmp_
     rows = sqlite3.connect(db_file).execute(
         "SELECT session_id, path FROM snapshots ORDER BY session_id").fetchall()
     assert rows == [(1, "snapshots/session-1-None.safetensors")]
-    assert store.latest_snapshot(1).path == inside.resolve()  # type: ignore[union-attr]
-    assert store.latest_snapshot(2) is None
+    assert store.snapshots.latest(1).path == inside.resolve()  # type: ignore[union-attr]
+    assert store.snapshots.latest(2) is None
     store.close()

@@ -60,7 +60,7 @@ def test_markdown_stats_line() -> None:
 
 
 def test_markdown_has_header_and_current_branch(store: SessionStore, branched: int) -> None:
-    store.switch_branch(branched, store.branches(branched)[0].leaf_id)
+    store.branches.switch(branched, store.branches.of(branched)[0].leaf_id)
     text = render_session(store, branched, "md")
     assert text.startswith("# What is MLX?\n")
     for part in (
@@ -111,7 +111,7 @@ def test_json_round_trip_keeps_every_branch(
     assert {m.id for m in store.all_messages(copy.id)}.isdisjoint(
         {m.id for m in store.all_messages(branched)}
     )
-    assert len(store.branches(copy.id)) == 2
+    assert len(store.branches.of(copy.id)) == 2
 
 
 def _doc(store: SessionStore, sid: int) -> dict:

@@ -25,37 +25,37 @@ def _file(key: str) -> Path:
 def test_pins_keep_their_order_and_a_fork_keeps_them(store: SessionStore, home: Path) -> None:
     s = store.create_session("m", "sys")
     pins = [Pin("b.md", "/x/b.md", "bee", 3, "k1"), Pin("a.md", "/x/a.md", "ay", 2, "k1")]
-    session, files = store.set_pins(s.id, pins)
+    session, files = store.pins.replace(s.id, pins)
     assert session.pins == pins and files == []
     assert store.get_session(s.id).pins == pins
     assert store.list_sessions()[0].pins == 2
     store.add_message(s.id, "user", "hi")
-    fork = store.fork_session(s.id)
+    fork = store.branches.fork(s.id)
     assert fork.pins == pins
-    users = store.sessions_pinning(pins[0].text_hash)
+    users = store.pins.sessions_pinning(pins[0].text_hash)
     assert [u.session_id for u in users] == [s.id, fork.id]
 
 
 def test_a_prefix_goes_when_no_session_pins_it(store: SessionStore, home: Path) -> None:
     a, b = store.create_session("m"), store.create_session("m")
     doc = Pin("d.md", "/d.md", "text", 1, "k1")
-    store.set_pins(a.id, [doc])
-    store.set_pins(b.id, [doc])
-    assert store.record_prefix(_prefix("k1")) == []
-    assert store.record_prefix(_prefix("orphan")) == [_file("orphan")]  # no pin names it
-    assert store.prefix("orphan") is None and store.prefix("k1").token_ids == [1, 2, 3]
+    store.pins.replace(a.id, [doc])
+    store.pins.replace(b.id, [doc])
+    assert store.prefixes.record(_prefix("k1")) == []
+    assert store.prefixes.record(_prefix("orphan")) == [_file("orphan")]  # no pin names it
+    assert store.prefixes.get("orphan") is None and store.prefixes.get("k1").token_ids == [1, 2, 3]
     assert store.delete_session(a.id) == []  # b still pins it
-    _, files = store.set_pins(b.id, [])
-    assert files == [_file("k1")] and store.prefix("k1") is None
+    _, files = store.pins.replace(b.id, [])
+    assert files == [_file("k1")] and store.prefixes.get("k1") is None
 
 
 def test_deleting_the_last_session_returns_its_prefix_file(store: SessionStore,
                                                             home: Path) -> None:
     a = store.create_session("m")
-    store.set_pins(a.id, [Pin("d.md", "/d.md", "text", 1, "k2")])
-    store.record_prefix(_prefix("k2"))
+    store.pins.replace(a.id, [Pin("d.md", "/d.md", "text", 1, "k2")])
+    store.prefixes.record(_prefix("k2"))
     assert _file("k2") in store.delete_session(a.id)
-    assert store.prefix("k2") is None
+    assert store.prefixes.get("k2") is None
 
 
 def test_pinned_documents_travel_with_an_export(store: SessionStore, home: Path) -> None:
@@ -67,7 +67,7 @@ def test_pinned_documents_travel_with_an_export(store: SessionStore, home: Path)
 
     s = store.create_session("m", "sys")
     pins = [Pin("b.md", "/x/b.md", "bee\nline two", 3, "k1"), Pin("a.md", "/x/a.md", "ay", 2, "k1")]
-    store.set_pins(s.id, pins)
+    store.pins.replace(s.id, pins)
     store.add_message(s.id, "user", "hi")
     text = json.dumps(session_document(store, s.id))
     again = import_json(store, text)

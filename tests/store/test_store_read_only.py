@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlxchat.store import StoreError, open_store
-from mlxchat.store import database
+from mlxchat.store import opening
 
 
 def refuse_writing(real_open):
@@ -25,7 +25,7 @@ def refuse_writing(real_open):
 def test_a_database_on_a_read_only_file_system_is_called_read_only(db_path: Path,
                                                                     monkeypatch):
     open_store(db_path).close()
-    monkeypatch.setattr(database.os, "open", refuse_writing(os.open))
+    monkeypatch.setattr(opening.os, "open", refuse_writing(os.open))
     with pytest.raises(StoreError) as err:
         open_store(db_path)
     text = str(err.value)

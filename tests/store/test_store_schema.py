@@ -88,8 +88,8 @@ def test_a_v1_database_migrates_and_keeps_its_data(db_path: Path) -> None:
     # v2: snapshots work (rows as mlxchat kept them before segments).
     record_old_snapshot(store, 1, new.id, paths.snapshots_dir() / "x.safetensors",
                         sha256="ab", token_count=9, file_bytes=5, mlx_lm_version="0.32.0")
-    assert store.referenced_snapshot_paths() == {paths.snapshots_dir().resolve() / "x.safetensors"}
-    assert store.latest_snapshot(1).token_count == 9  # type: ignore[union-attr]
+    assert store.snapshots.referenced_paths() == {paths.snapshots_dir().resolve() / "x.safetensors"}
+    assert store.snapshots.latest(1).token_count == 9  # type: ignore[union-attr]
     store.close()
     # Reopening applies nothing twice.
     again = open_store(db_path)

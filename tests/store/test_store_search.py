@@ -49,7 +49,7 @@ def test_search_prefix_diacritics_and_titles(store: SessionStore, searchable) ->
 def test_search_of_a_deleted_session_finds_nothing(store: SessionStore, searchable) -> None:
     store.delete_session(searchable["rust"])
     assert store.list_sessions(search="lifetimes") == []
-    conn = store._conn  # noqa: SLF001 - checking the index itself
+    conn = store.db._conn  # noqa: SLF001 - checking the index itself
     conn.execute("INSERT INTO messages_fts(messages_fts) VALUES ('integrity-check')")
 
 

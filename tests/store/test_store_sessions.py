@@ -63,7 +63,7 @@ def test_title_follows_first_user_message_until_renamed(store: SessionStore) -> 
     assert store.get_session(s.id).title == "How do I bake bread?"
     renamed = store.rename_session(s.id, "  Bread  ")
     assert renamed.title == "Bread" and renamed.title_locked
-    store.set_leaf(s.id, None)
+    store.branches.set_leaf(s.id, None)
     store.add_message(s.id, "user", "a new first message")
     assert store.get_session(s.id).title == "Bread"
     with pytest.raises(StoreError, match="empty"):
@@ -73,7 +73,7 @@ def test_title_follows_first_user_message_until_renamed(store: SessionStore) -> 
 def test_editing_the_first_message_retitles_an_unlocked_session(store: SessionStore) -> None:
     s = store.create_session("m")
     store.add_message(s.id, "user", "typo questoin")
-    store.set_leaf(s.id, None)
+    store.branches.set_leaf(s.id, None)
     store.add_message(s.id, "user", "fixed question")
     assert store.get_session(s.id).title == "fixed question"
 
@@ -152,7 +152,7 @@ def test_delete_session_removes_everything(store: SessionStore, tmp_path) -> Non
         store.get_session(s.id)
     assert store.list_sessions(search="secret") == []
     assert [r.id for r in store.list_sessions()] == [keep.id]
-    assert store.referenced_snapshot_paths() == set()
+    assert store.snapshots.referenced_paths() == set()
     with pytest.raises(StoreError):
         store.delete_session(s.id)
     # Ids are never reused, so a stale id cannot reach another session.
@@ -183,16 +183,16 @@ def test_a_leftover_draft_becomes_a_stopped_reply(tmp_path: Path) -> None:
     store = open_store(tmp_path / "d.db")
     session = store.create_session("m")
     user = store.add_message(session.id, "user", "tell me a story")
-    store.save_draft(session.id, user.id, "Once upon")
-    store.save_draft(session.id, user.id, "Once upon a time")
+    store.drafts.save(session.id, user.id, "Once upon")
+    store.drafts.save(session.id, user.id, "Once upon a time")
     store.close()
     store = open_store(tmp_path / "d.db")
-    recovered = store.recover_draft(session.id)
+    recovered = store.drafts.recover(session.id)
     assert recovered is not None and recovered.cancelled and recovered.parent_id == user.id
     msgs = store.get_session(session.id).messages
     assert [(m.role, m.content, m.cancelled) for m in msgs] == [
         ("user", "tell me a story", False), ("assistant", "Once upon a time", True)]
-    assert store.recover_draft(session.id) is None  # recovered once
+    assert store.drafts.recover(session.id) is None  # recovered once
 
 
 def test_a_draft_killed_while_reasoning_keeps_its_reasoning(tmp_path: Path) -> None:
@@ -201,10 +201,10 @@ def test_a_draft_killed_while_reasoning_keeps_its_reasoning(tmp_path: Path) -> N
     store = open_store(tmp_path / "d.db")
     session = store.create_session("m")
     user = store.add_message(session.id, "user", "why?")
-    store.save_draft(session.id, user.id, "", "Let me think about")
+    store.drafts.save(session.id, user.id, "", "Let me think about")
     store.close()
     store = open_store(tmp_path / "d.db")
-    recovered = store.recover_draft(session.id)
+    recovered = store.drafts.recover(session.id)
     assert recovered is not None and recovered.cancelled
     stored = store.get_session(session.id).messages[-1]
     assert (stored.content, stored.reasoning) == ("", "Let me think about")
@@ -216,7 +216,7 @@ def test_a_finished_reply_clears_its_draft(tmp_path: Path) -> None:
     store = open_store(tmp_path / "d.db")
     session = store.create_session("m")
     user = store.add_message(session.id, "user", "q")
-    store.save_draft(session.id, user.id, "partial")
+    store.drafts.save(session.id, user.id, "partial")
     store.add_message(session.id, "assistant", "the whole reply")
-    assert store.recover_draft(session.id) is None
+    assert store.drafts.recover(session.id) is None
     assert [m.content for m in store.get_session(session.id).messages] == ["q", "the whole reply"]

@@ -31,13 +31,13 @@ def test_latest_is_the_newest_row_and_dropping_returns_every_file(
 ) -> None:
     s = store.create_session("m")
     m1 = store.add_message(s.id, "user", "hi")
-    assert store.latest_snapshot(s.id) is None
+    assert store.snapshots.latest(s.id) is None
     _record(store, s.id, m1.id, snaps / "one.safetensors")
     m2 = store.add_message(s.id, "assistant", "hello")
     _record(store, s.id, m2.id, snaps / "two.safetensors", tokens=20)
     rows = sqlite3.connect(db_path).execute("SELECT path FROM snapshots ORDER BY id").fetchall()
     assert rows == [("snapshots/one.safetensors",), ("snapshots/two.safetensors",)]
-    latest = store.latest_snapshot(s.id)
+    latest = store.snapshots.latest(s.id)
     assert latest is not None
     assert (latest.leaf_id, latest.path, latest.token_count, latest.file_bytes, latest.kv_bits) == (
         m2.id,
@@ -48,7 +48,7 @@ def test_latest_is_the_newest_row_and_dropping_returns_every_file(
     )
     assert latest.mlx_lm_version == "0.32.1" and latest.sha256 == "0" * 64
     assert store.list_sessions()[0].snapshot_bytes == 2000
-    assert store.drop_snapshots(s.id) == [snaps / "one.safetensors", snaps / "two.safetensors"]
+    assert store.snapshots.drop(s.id) == [snaps / "one.safetensors", snaps / "two.safetensors"]
     # By the time the caller sees the list, the rows are gone: another connection agrees.
     assert sqlite3.connect(db_path).execute("SELECT count(*) FROM snapshots").fetchone() == (0,)
 
@@ -58,9 +58,9 @@ def test_a_file_named_twice_is_returned_once(store: SessionStore, snaps: Path) -
     path = snaps / "session-1.safetensors"
     _record(store, s.id, None, path)
     _record(store, s.id, None, path)
-    assert store.referenced_snapshot_paths() == {path}
-    assert store.drop_snapshots(s.id) == [path]
-    assert store.referenced_snapshot_paths() == set()
+    assert store.snapshots.referenced_paths() == {path}
+    assert store.snapshots.drop(s.id) == [path]
+    assert store.snapshots.referenced_paths() == set()
 
 
 def test_drop_snapshots_keeps_other_sessions_and_their_files(store: SessionStore,
@@ -70,7 +70,7 @@ def test_drop_snapshots_keeps_other_sessions_and_their_files(store: SessionStore
     _record(store, s.id, None, snaps / "shared")
     _record(store, other.id, None, snaps / "b")
     _record(store, other.id, None, snaps / "shared")
-    assert store.drop_snapshots(s.id) == [snaps / "a"]  # "shared" is still named
-    assert store.latest_snapshot(s.id) is None and store.latest_snapshot(other.id) is not None
-    assert store.drop_snapshots(s.id) == []
-    assert store.referenced_snapshot_paths() == {snaps / "b", snaps / "shared"}
+    assert store.snapshots.drop(s.id) == [snaps / "a"]  # "shared" is still named
+    assert store.snapshots.latest(s.id) is None and store.snapshots.latest(other.id) is not None
+    assert store.snapshots.drop(s.id) == []
+    assert store.snapshots.referenced_paths() == {snaps / "b", snaps / "shared"}

@@ -193,7 +193,7 @@ async def test_up_arrow_edits_the_last_message_on_a_new_branch(tmp_path, tiny):
         conv = app.conversation
         assert conv.messages[0].content == "Better question"
         assert rows(app)[0] == ("user", "Better question")
-        assert len(conv.store.branches(conv.session.id)) == 2
+        assert len(conv.store.branches.of(conv.session.id)) == 2
         assert not app.editing
 
 
@@ -255,7 +255,7 @@ async def test_continue_restores_the_snapshot_and_prefills_only_the_new_message(
         await pilot.press("ctrl+q")
         await pilot.pause()
     store = open_store(db)
-    assert store.branch_segments(store.get_session(session_id).leaf_id)  # its KV on disk
+    assert store.segments.on_branch(store.get_session(session_id).leaf_id)  # its KV on disk
     store.close()
 
     app = tiny_app(db, tiny, continue_last=True)
@@ -378,7 +378,7 @@ async def test_retry_edit_prefill_and_quit_commands(tmp_path, tiny):
         conv = app.conversation
         await send(pilot, "/retry")  # a turn result: streamed like a send, on a new branch
         assert [k for k, _ in rows(app)] == ["user", "assistant"]
-        assert len(conv.store.branches(conv.session.id)) == 2
+        assert len(conv.store.branches.of(conv.session.id)) == 2
         assert conv.last_stats.finish_reason in ("length", "stop")
         await send(pilot, "/edit")  # no text: the last message comes back to edit
         assert app.prompt.text == "/edit Question"

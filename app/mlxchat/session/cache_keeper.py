@@ -77,7 +77,7 @@ class CacheKeeper:
         """Load the branch's KV from disk into the engine (a rejection is reported
         by the next turn as its miss reason)."""
         session = self._open.session
-        rows = self._store.branch_segments(session.leaf_id) if session.id else []
+        rows = self._store.segments.on_branch(session.leaf_id) if session.id else []
         if rows:
             covered = self._path_to(rows[-1].message_id)
             self.last_load = self._engine.load_segments(
@@ -95,7 +95,7 @@ class CacheKeeper:
     def _restore_whole_snapshot(self) -> SnapshotLoad | None:
         """A session saved before segments existed: its one whole-cache file."""
         session_id = self._open.id
-        record = self._store.latest_snapshot(session_id) if session_id else None
+        record = self._store.snapshots.latest(session_id) if session_id else None
         if record is None:
             self.last_load = None
             return None
@@ -115,7 +115,7 @@ class CacheKeeper:
         live = self._engine.cached_tokens
         start, prefix_key = self._stored_prefix(live)
         base = start
-        for row in self._store.branch_segments(leaf):
+        for row in self._store.segments.on_branch(leaf):
             file = paths.snapshot_file(row.path)
             if (row.start != start or live[row.start:row.end] != row.token_ids
                     or file is None or not file.is_file()
@@ -129,7 +129,7 @@ class CacheKeeper:
         try:
             paths.ensure_private_dir(path.parent)
             info = self._engine.save_segment(path, start)
-            self._store.record_segment(
+            self._store.segments.record(
                 session_id, leaf, start=start, end=info.end, path=f"snapshots/{name}",
                 checksum=info.checksum, file_bytes=info.bytes, kv_bits=info.kv_bits,
                 token_ids=live[start:info.end], prefix_key=prefix_key if start else None)
@@ -140,15 +140,15 @@ class CacheKeeper:
                 stats.snapshot_warning = warning
             return None
         if start == 0:  # a whole-cache snapshot from before segments is superseded
-            remove_files(self._store.drop_snapshots(session_id))
+            remove_files(self._store.snapshots.drop(session_id))
         return path
 
     def _stored_prefix(self, live: Sequence[int]) -> tuple[int, str | None]:
         """Where the session's own segments start: after its pinned prefix when
         that is stored and the live cache begins with it (its KV is not written
         again), else at 0."""
-        pins = self._open.session.pins
-        record = self._store.prefix(pins[0].prefix_key) if pins and pins[0].prefix_key else None
+        key = self._open.session.pins[0].prefix_key if self._open.session.pins else None
+        record = self._store.prefixes.get(key) if key else None
         if (record is None or list(live[:len(record.token_ids)]) != record.token_ids
                 or len(record.token_ids) >= len(live) or record.file() is None):
             return 0, None
@@ -158,7 +158,8 @@ class CacheKeeper:
         """The stored prefix a branch's first segment continues, as its first
         reference ([] when it starts at 0, or the prefix is gone: then the
         restore stops there and the turn recomputes)."""
-        record = self._store.prefix(first.prefix_key) if first.start and first.prefix_key else None
+        key = first.prefix_key if first.start else None
+        record = self._store.prefixes.get(key) if key else None
         file = paths.snapshot_file(record.path) if record else None
         if record is None or file is None or len(record.token_ids) != first.start:
             return []
@@ -170,13 +171,13 @@ class CacheKeeper:
         session_id = self._open.id
         if session_id is None:
             return 0
-        files = self._store.drop_snapshots(session_id) + self._store.drop_segments(session_id)
+        files = self._store.snapshots.drop(session_id) + self._store.segments.drop(session_id)
         remove_files(files)
         return len(files)
 
     def on_disk(self) -> CacheOnDisk:
         session = self._open.session
-        rows = self._store.branch_segments(session.leaf_id) if session.id else []
+        rows = self._store.segments.on_branch(session.leaf_id) if session.id else []
         covered = rows[0].start if rows and rows[0].prefix_key else 0  # the shared prefix
         for r in rows:
             if r.start != covered:

@@ -133,7 +133,7 @@ class Conversation:
         one left half-written by a crash or kill, marked stopped."""
         if self.session.id is not None and store_unsaved(self.store, self.session.id):
             self.reload()
-        message = self.store.recover_draft(self.session.id)
+        message = self.store.drafts.recover(self.session.id)
         if message is not None:
             self.reload()
         return message
@@ -193,7 +193,7 @@ class Conversation:
         if not msgs:
             raise ConversationError("Nothing to retry yet.")
         if msgs[-1].role == "assistant":
-            self.store.set_leaf(self.session.id, msgs[-1].parent_id)
+            self.store.branches.set_leaf(self.session.id, msgs[-1].parent_id)
             self.reload()
         if not self.messages or self.messages[-1].role != "user":
             raise ConversationError("The conversation does not end with a message to answer.")
@@ -215,7 +215,7 @@ class Conversation:
         before = self.messages[:self.messages.index(last)]
         # Planned (and refused when it cannot fit) before anything is committed.
         plan = self._open.ledger(self.engine).plan_message(before, text)
-        self.store.set_leaf(self.session.id, last.parent_id)
+        self.store.branches.set_leaf(self.session.id, last.parent_id)
         self._add_user(text, plan)
         return self._turns.run(plan)
 
@@ -232,7 +232,7 @@ class Conversation:
         if last is None:
             raise ConversationError("Nothing to undo.")
         before = len(self.messages)
-        self.store.set_leaf(self.session.id, last.parent_id)
+        self.store.branches.set_leaf(self.session.id, last.parent_id)
         return before - len(self.reload().messages)
 
     def last_user_message(self) -> Message | None:

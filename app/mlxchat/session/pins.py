@@ -164,7 +164,7 @@ class PinnedDocs:
     def _store_pins(self, pins: list[Pin], ids: list[int]) -> None:
         key = self._key(ids, self._open.generation.kv_bits) if pins else None
         pins = [dataclasses.replace(p, prefix_key=key) for p in pins]
-        session, files = self._store.set_pins(self._open.stored_id(), pins)
+        session, files = self._store.pins.replace(self._open.stored_id(), pins)
         remove_files(files)
         self._known_stored = None  # the files of unused prefixes may just have gone
         self._open.session = session
@@ -174,9 +174,9 @@ class PinnedDocs:
         pins = self._open.session.pins
         if not pins:
             return []
-        record = self._store.prefix(pins[0].prefix_key or "")
+        record = self._store.prefixes.get(pins[0].prefix_key or "")
         stored = record is not None and record.file() is not None
-        return [PinView(p.name, p.path, p.tokens, self._store.sessions_pinning(p.text_hash),
+        return [PinView(p.name, p.path, p.tokens, self._store.pins.sessions_pinning(p.text_hash),
                         stored) for p in pins]
 
     # -- around a prefill --------------------------------------------------------------------
@@ -200,7 +200,7 @@ class PinnedDocs:
             self.last_prefix = PrefixUse(n, "live")
             self._mark(None)
             return
-        record = self._store.prefix(key)
+        record = self._store.prefixes.get(key)
         file = record.file() if record else None
         stored = record is not None and file is not None and record.token_ids == ids
         if live:
@@ -251,7 +251,7 @@ class PinnedDocs:
         name = Path(info.path).name
         record = PrefixRecord(key, f"snapshots/{name}", info.checksum, saved.tokens,
                               info.bytes, info.kv_bits)
-        left = remove_files(self._store.record_prefix(record))
+        left = remove_files(self._store.prefixes.record(record))
         self._known_stored = key
         if left:
             log.warning("unused pinned prefixes not deleted: %s", ", ".join(left))

@@ -47,15 +47,15 @@ class SavedSessions:
         return self._store.find_session(id_or_title)
 
     def branches(self) -> list[BranchInfo]:
-        return self._store.branches(self._open.stored_id())
+        return self._store.branches.of(self._open.stored_id())
 
     def snapshot_record(self, session_id: int | None = None) -> SnapshotRecord | None:
         """The newest snapshot file recorded for the session (default: the open one)."""
-        return self._store.latest_snapshot(session_id or self._open.stored_id())
+        return self._store.snapshots.latest(session_id or self._open.stored_id())
 
     def leaves_holding(self, message_id: int) -> list[int]:
         """The leaves of this session's branches that hold ``message_id``."""
-        return self._store.leaves_holding(self._open.stored_id(), message_id)
+        return self._store.branches.leaves_holding(self._open.stored_id(), message_id)
 
     # -- changes -------------------------------------------------------------------
     def rename(self, title: str, session_id: int | None = None) -> Session:
@@ -77,15 +77,15 @@ class SavedSessions:
 
     def fork(self) -> Session:
         """Copy the open branch into a new session (not opened)."""
-        return self._store.fork_session(self._open.stored_id())
+        return self._store.branches.fork(self._open.stored_id())
 
     def switch_branch(self, leaf_id: int) -> Session:
         """Make the branch ending at ``leaf_id`` (or holding it) the current one."""
         session_id = self._open.stored_id()
-        if leaf_id in {b.leaf_id for b in self._store.branches(session_id)}:
-            self._store.set_leaf(session_id, leaf_id)
+        if leaf_id in {b.leaf_id for b in self._store.branches.of(session_id)}:
+            self._store.branches.set_leaf(session_id, leaf_id)
         else:
-            self._store.switch_branch(session_id, leaf_id)
+            self._store.branches.switch(session_id, leaf_id)
         return self._open.reload()
 
     def export(self, fmt: ExportFormat, dest: str | None, *, base_dir: Path) -> Path:

@@ -87,7 +87,7 @@ class TurnRunner:
     def _checkpoint(self, parent: int | None, text: str, reasoning: str = "") -> None:
         try:
             with self._store.patience(DRAFT_WAIT_S):
-                self._store.save_draft(self._open.id, parent, text, reasoning.rstrip())
+                self._store.drafts.save(self._open.id, parent, text, reasoning.rstrip())
         except StoreError as exc:  # a full disk or a locked database must not stop the reply
             log.warning("reply checkpoint not saved: %s", exc)
 

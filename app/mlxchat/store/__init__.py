@@ -3,14 +3,14 @@
 Stdlib only (sqlite3, json); never imports textual or mlx.
 """
 
-from mlxchat.store.base import CURRENT_LEAF, title_from
-from mlxchat.store.database import open_store
 from mlxchat.store.errors import SessionNotFound, StoreError, StoreLocked
+from mlxchat.store.opening import open_store
 from mlxchat.store.pins import PinUse, PrefixRecord
 from mlxchat.store.records import BranchInfo, SegmentRecord, SnapshotRecord
+from mlxchat.store.rows import title_from
 from mlxchat.store.schema import SCHEMA_VERSION
 from mlxchat.store.search import fts_query
-from mlxchat.store.sessions import SessionStore
+from mlxchat.store.sessions import CURRENT_LEAF, SessionStore
 
 __all__ = [
     "CURRENT_LEAF",

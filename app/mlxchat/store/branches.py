@@ -8,9 +8,12 @@ import time
 from collections.abc import Iterator, Sequence
 
 from mlxchat.chat import Message, Session
-from mlxchat.store.base import StoreBase, title_from
+from mlxchat.store import segments
+from mlxchat.store.database import Database
 from mlxchat.store.errors import StoreError
 from mlxchat.store.records import BranchInfo
+from mlxchat.store.rows import (check_message, insert_message, insert_session, path_to,
+                                read_session, session_row, title_from)
 
 PREVIEW_LENGTH = 50
 
@@ -44,11 +47,16 @@ def _up(nodes: dict[int, sqlite3.Row], end: int) -> Iterator[int]:
         node = nodes[node]["parent_id"]
 
 
-class BranchOps(StoreBase):
-    def branches(self, session_id: int) -> list[BranchInfo]:
+class Branches:
+    """The message trees of sessions: their branches, the current position, copies."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def of(self, session_id: int) -> list[BranchInfo]:
         """Every branch of the session, oldest first, with the current one marked."""
-        with self._reading() as cur:
-            current = self._session_row(cur, session_id)["leaf_id"]
+        with self._db.reading() as cur:
+            current = session_row(cur, session_id)["leaf_id"]
             rows = cur.execute(
                 "SELECT id, parent_id, role, substr(content, 1, 400) AS head, created"
                 " FROM messages WHERE session_id = ? ORDER BY id",
@@ -79,82 +87,84 @@ class BranchOps(StoreBase):
 
     def leaves_holding(self, session_id: int, message_id: int) -> list[int]:
         """The leaves of the branches that hold ``message_id``, oldest first."""
-        with self._reading() as cur:
-            self._check_message(cur, session_id, message_id)
+        with self._db.reading() as cur:
+            check_message(cur, session_id, message_id)
             rows = cur.execute(_LEAVES_BELOW, (message_id,)).fetchall()
         return sorted(row[0] for row in rows)
 
-    def switch_branch(self, session_id: int, message_id: int) -> Session:
+    def switch(self, session_id: int, message_id: int) -> Session:
         """Make the newest branch through ``message_id`` current (a leaf picks that branch)."""
-        with self._writing() as cur:
-            self._session_row(cur, session_id)
-            self._check_message(cur, session_id, message_id)
+        with self._db.writing() as cur:
+            session_row(cur, session_id)
+            check_message(cur, session_id, message_id)
             leaf = cur.execute(_NEWEST_LEAF_BELOW, (message_id,)).fetchone()[0]
-            return self._move_leaf(cur, session_id, leaf)
+            return _move_leaf(cur, session_id, leaf)
 
     def set_leaf(self, session_id: int, message_id: int | None) -> Session:
         """Move the current position to ``message_id`` (None: before the first message).
 
         For /undo and /edit: the next message branches from there; nothing is deleted.
         """
-        with self._writing() as cur:
-            self._session_row(cur, session_id)
+        with self._db.writing() as cur:
+            session_row(cur, session_id)
             if message_id is not None:
-                self._check_message(cur, session_id, message_id)
-            return self._move_leaf(cur, session_id, message_id)
+                check_message(cur, session_id, message_id)
+            return _move_leaf(cur, session_id, message_id)
 
-    def fork_session(self, session_id: int, at_message_id: int | None = None) -> Session:
+    def fork(self, session_id: int, at_message_id: int | None = None) -> Session:
         """A new session with copies of the branch up to ``at_message_id`` (default: the leaf).
 
         The copies get new ids; the original session is untouched. They share the
         originals' KV segment files (rows are copied, files are not).
         """
-        with self._writing() as cur:
-            source = self._session(cur, session_id)
+        with self._db.writing() as cur:
+            source = read_session(cur, session_id)
             end = source.leaf_id
             if at_message_id is not None:
-                self._check_message(cur, session_id, at_message_id)
+                check_message(cur, session_id, at_message_id)
                 end = at_message_id
-            path = self._path(cur, end)
+            path = path_to(cur, end)
             meta = dataclasses.replace(
                 source, title=f"{source.title} (fork)", leaf_id=end, created=None
             )
-            return self._copy_in(cur, meta, path, share_segments=True)
+            return _copy_in(cur, meta, path, share_segments=True)
 
-    def import_session(self, session: Session, messages: Sequence[Message]) -> Session:
+    def import_tree(self, session: Session, messages: Sequence[Message]) -> Session:
         """Store a new session with copies of ``messages`` (parents before children).
 
         Message ids and ``session.leaf_id`` are the source's; they are remapped to new ids.
         """
-        with self._writing() as cur:
-            return self._copy_in(cur, session, messages)
+        with self._db.writing() as cur:
+            return _copy_in(cur, session, messages)
 
-    def _move_leaf(self, cur: sqlite3.Cursor, session_id: int, leaf_id: int | None) -> Session:
-        cur.execute(
-            "UPDATE sessions SET leaf_id = ?, updated = ? WHERE id = ?",
-            (leaf_id, time.time(), session_id),
-        )
-        return self._session(cur, session_id)
 
-    def _copy_in(self, cur: sqlite3.Cursor, meta: Session, messages: Sequence[Message], *,
-                 share_segments: bool = False) -> Session:
-        session_id = self._new_session(cur, dataclasses.replace(meta, updated=None))
-        new_ids: dict[int, int] = {}
-        for message in messages:
-            if message.parent_id is not None and message.parent_id not in new_ids:
-                raise StoreError(
-                    f"Message {message.id} comes before its parent {message.parent_id}."
-                )
-            parent = None if message.parent_id is None else new_ids[message.parent_id]
-            new_id = self._insert_message(cur, session_id, parent, message)
-            if message.id is not None:
-                new_ids[message.id] = new_id
-        if share_segments:
-            self._copy_segment_rows(cur, new_ids, session_id)  # type: ignore[attr-defined]
-        if meta.leaf_id is not None:
-            if meta.leaf_id not in new_ids:
-                raise StoreError(f"The current message {meta.leaf_id} is not among the messages.")
-            cur.execute(
-                "UPDATE sessions SET leaf_id = ? WHERE id = ?", (new_ids[meta.leaf_id], session_id)
+def _move_leaf(cur: sqlite3.Cursor, session_id: int, leaf_id: int | None) -> Session:
+    cur.execute(
+        "UPDATE sessions SET leaf_id = ?, updated = ? WHERE id = ?",
+        (leaf_id, time.time(), session_id),
+    )
+    return read_session(cur, session_id)
+
+
+def _copy_in(cur: sqlite3.Cursor, meta: Session, messages: Sequence[Message], *,
+             share_segments: bool = False) -> Session:
+    session_id = insert_session(cur, dataclasses.replace(meta, updated=None))
+    new_ids: dict[int, int] = {}
+    for message in messages:
+        if message.parent_id is not None and message.parent_id not in new_ids:
+            raise StoreError(
+                f"Message {message.id} comes before its parent {message.parent_id}."
             )
-        return self._session(cur, session_id)
+        parent = None if message.parent_id is None else new_ids[message.parent_id]
+        new_id = insert_message(cur, session_id, parent, message)
+        if message.id is not None:
+            new_ids[message.id] = new_id
+    if share_segments:
+        segments.copy_rows(cur, new_ids, session_id)
+    if meta.leaf_id is not None:
+        if meta.leaf_id not in new_ids:
+            raise StoreError(f"The current message {meta.leaf_id} is not among the messages.")
+        cur.execute(
+            "UPDATE sessions SET leaf_id = ? WHERE id = ?", (new_ids[meta.leaf_id], session_id)
+        )
+    return read_session(cur, session_id)

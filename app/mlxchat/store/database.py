@@ -1,78 +1,90 @@
-"""Opening the session database file: private permissions, then ``SessionStore``."""
+"""The session database's connection and its transactions, which every table of
+the store goes through."""
 
 from __future__ import annotations
 
-import errno
-import os
 import sqlite3
-from pathlib import Path
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from mlxchat import paths
-from mlxchat.store.base import DEFAULT_BUSY_TIMEOUT_S
-from mlxchat.store.errors import StoreError, sqlite_errors
-from mlxchat.store.sessions import SessionStore
-from mlxchat.store.snapshots import remove_stale_temp_files
+from mlxchat.store.errors import sqlite_errors
+from mlxchat.store.schema import migrate
 
-
-def _make_private_file(path: Path) -> None:
-    """Create the file 0600 before SQLite does (it would honour the umask); its
-    -wal and -shm files take the same mode from it."""
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-        os.close(fd)
-        for name in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-            if name.exists():
-                name.chmod(0o600)
-    except OSError as exc:
-        if path.exists() and exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            raise StoreError(
-                f"The session database {path} is read-only ({exc.strerror or exc}); "
-                "mlxchat needs to write it: make it writable or set MLXCHAT_HOME elsewhere."
-            ) from exc
-        verb = "open" if path.exists() else "create"
-        raise StoreError(
-            f"Cannot {verb} the session database {path}: {exc.strerror or exc}."
-        ) from exc
+DEFAULT_BUSY_TIMEOUT_S = 5.0
 
 
-def open_store(
-    path: Path | str | None = None, *, timeout: float = DEFAULT_BUSY_TIMEOUT_S
-) -> SessionStore:
-    """Open (creating and migrating as needed) the session database.
+class Database:
+    """One SQLite connection, set up and migrated, and its transactions.
 
-    ``path`` defaults to ``paths.database_file()``, whose folder is made 0700;
-    ``":memory:"`` gives a throwaway store. ``timeout`` is how long a write waits
-    for another process's lock before failing with a StoreError.
+    ``Database(conn)`` puts the connection in autocommit mode (transactions are
+    run here), turns on WAL, foreign keys and a busy timeout, and migrates the
+    schema. It may be shared between threads when the connection was opened
+    with ``check_same_thread=False``, as ``open_store`` does.
     """
-    if path is None or str(path) != ":memory:":
-        if path is None:
-            file = paths.database_file()
+
+    def __init__(self, conn: sqlite3.Connection, *, busy_timeout: float | None = None) -> None:
+        """``busy_timeout`` (seconds) overrides the connection's; one of 0 becomes 5 s."""
+        self._conn = conn
+        self._lock = threading.RLock()
+        self.path = ""
+        """The database file; empty for an in-memory database."""
+        with sqlite_errors():
+            conn.isolation_level = None
+            self.path = next(
+                (row[2] for row in conn.execute("PRAGMA database_list") if row[1] == "main"), ""
+            )
+        with sqlite_errors(self.path):
+            conn.execute("PRAGMA foreign_keys = ON")
+            if busy_timeout is not None:
+                conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
+            elif conn.execute("PRAGMA busy_timeout").fetchone()[0] == 0:
+                conn.execute(f"PRAGMA busy_timeout = {int(DEFAULT_BUSY_TIMEOUT_S * 1000)}")
+            conn.execute("PRAGMA journal_mode = WAL")  # stays 'memory' for :memory:
+            conn.execute("PRAGMA synchronous = FULL")
+        migrate(conn, self.path)
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Cursor]:
+        """One read transaction, so that several statements see the same snapshot."""
+        with self._transaction("BEGIN") as cursor:
+            yield cursor
+
+    @contextmanager
+    def writing(self) -> Iterator[sqlite3.Cursor]:
+        """One write transaction: committed on success, rolled back on any error."""
+        with self._transaction("BEGIN IMMEDIATE") as cursor:
+            yield cursor
+
+    @contextmanager
+    def patience(self, seconds: float) -> Iterator[None]:
+        """Writes inside wait at most ``seconds`` for another process's lock
+        (instead of the store's busy timeout), then fail with StoreLocked."""
+        with self._lock:
+            before = self._conn.execute("PRAGMA busy_timeout").fetchone()[0]
+            self._conn.execute(f"PRAGMA busy_timeout = {max(0, int(seconds * 1000))}")
             try:
-                paths.ensure_private_dir(file.parent)
-            except OSError as exc:
-                raise StoreError(
-                    f"Cannot create the data folder {file.parent}: {exc.strerror or exc}."
-                ) from exc
-        else:
-            file = Path(path).expanduser()
-            if not file.parent.exists():
-                try:
-                    file.parent.mkdir(parents=True, mode=0o700)
-                except OSError as exc:
-                    raise StoreError(
-                        f"Cannot create the folder {file.parent}: {exc.strerror or exc}."
-                    ) from exc
-        _make_private_file(file)
-        remove_stale_temp_files(paths.snapshots_dir())
-        target = str(file)
-    else:
-        target = ":memory:"
-    with sqlite_errors(target):
-        conn = sqlite3.connect(
-            target, timeout=timeout, isolation_level=None, check_same_thread=False
-        )
-    try:
-        return SessionStore(conn, busy_timeout=timeout)
-    except BaseException:
-        conn.close()
-        raise
+                yield
+            finally:
+                self._conn.execute(f"PRAGMA busy_timeout = {int(before)}")
+
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[sqlite3.Cursor]:
+        with self._lock, sqlite_errors(self.path):
+            cursor = self._conn.cursor()
+            cursor.row_factory = sqlite3.Row
+            cursor.execute(begin)
+            try:
+                yield cursor
+                cursor.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    try:
+                        self._conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                raise

@@ -20,7 +20,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 from mlxchat import __version__
 from mlxchat.files import FileRefused, read_limited, write_private_text
 from mlxchat.chat import GenerationSettings, Message, Pin, Session, TurnStats
-from mlxchat.store.base import ROLES
+from mlxchat.store.rows import ROLES
 from mlxchat.store.errors import StoreError
 from mlxchat.store.sessions import SessionStore
 
@@ -305,7 +305,7 @@ def import_json(store: SessionStore, source: Path | str | bytes) -> Session:
     except RecursionError as exc:
         raise StoreError(f"{label} is nested too deeply to be a session export.") from exc
     session, messages = parse_document(data)
-    return store.import_session(session, messages)
+    return store.branches.import_tree(session, messages)
 
 
 # -- files ---------------------------------------------------------------------

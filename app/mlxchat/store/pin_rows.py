@@ -1,6 +1,6 @@
 """Rows of pinned documents: read with a session, written with a new one (a
-fork keeps its source's pins). Plain functions over a cursor, so the store's
-base can use them without importing the pin operations."""
+fork keeps its source's pins). Kept out of ``pins.py``, which builds on
+``rows.py``, so that ``rows.py`` can read them without an import cycle."""
 
 from __future__ import annotations
 

@@ -17,8 +17,9 @@ from typing import Sequence
 
 from mlxchat.chat import Pin, Session
 from mlxchat.paths import snapshot_file
-from mlxchat.store.base import StoreBase, ids_from_blob, ids_to_blob
+from mlxchat.store.database import Database
 from mlxchat.store.pin_rows import write_pins
+from mlxchat.store.rows import ids_from_blob, ids_to_blob, read_session, session_row
 
 
 @dataclass(frozen=True)
@@ -47,27 +48,39 @@ class PinUse:
     title: str
 
 
-class PinOps(StoreBase):
-    def set_pins(self, session_id: int, pins: Sequence[Pin]) -> tuple[Session, list[Path]]:
+class Pins:
+    """The pinned documents of sessions."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def replace(self, session_id: int, pins: Sequence[Pin]) -> tuple[Session, list[Path]]:
         """Replace the session's pins; returns it as stored, and the prefix files
         no session uses any more."""
-        with self._writing() as cur:
-            self._session_row(cur, session_id)
+        with self._db.writing() as cur:
+            session_row(cur, session_id)
             write_pins(cur, session_id, pins)
             cur.execute("UPDATE sessions SET updated = ? WHERE id = ?", (time.time(), session_id))
-            files = self._drop_unused_prefixes(cur)
-            return self._session(cur, session_id), files
+            files = drop_unused_prefixes(cur)
+            return read_session(cur, session_id), files
 
     def sessions_pinning(self, text_hash: str) -> list[PinUse]:
-        with self._reading() as cur:
+        with self._db.reading() as cur:
             rows = cur.execute(
                 "SELECT DISTINCT s.id, s.title FROM session_pins AS p JOIN sessions AS s"
                 " ON s.id = p.session_id WHERE p.text_hash = ? ORDER BY s.id",
                 (text_hash,)).fetchall()
         return [PinUse(r[0], r[1]) for r in rows]
 
-    def prefix(self, key: str) -> PrefixRecord | None:
-        with self._reading() as cur:
+
+class Prefixes:
+    """The content-addressed KV prefixes that pinned sessions share."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def get(self, key: str) -> PrefixRecord | None:
+        with self._db.reading() as cur:
             row = cur.execute("SELECT * FROM kv_prefixes WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
@@ -75,21 +88,23 @@ class PinOps(StoreBase):
                             ids_from_blob(row["token_ids"]) or [], row["file_bytes"],
                             row["kv_bits"])
 
-    def record_prefix(self, record: PrefixRecord) -> list[Path]:
+    def record(self, record: PrefixRecord) -> list[Path]:
         """Commit the row of a prefix file already written. A prefix no session
         pins (any more) is not kept: its file is returned for deletion."""
-        with self._writing() as cur:
+        with self._db.writing() as cur:
             cur.execute(
                 "INSERT OR REPLACE INTO kv_prefixes (key, path, checksum, token_ids, file_bytes,"
                 " kv_bits, created) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (record.key, record.path, record.checksum, ids_to_blob(record.token_ids),
                  record.file_bytes, record.kv_bits, time.time()))
-            return self._drop_unused_prefixes(cur)
+            return drop_unused_prefixes(cur)
 
-    def _drop_unused_prefixes(self, cur: sqlite3.Cursor) -> list[Path]:
-        rows = cur.execute(
-            "SELECT key, path FROM kv_prefixes WHERE key NOT IN"
-            " (SELECT prefix_key FROM session_pins WHERE prefix_key IS NOT NULL)").fetchall()
-        cur.executemany("DELETE FROM kv_prefixes WHERE key = ?", [(r[0],) for r in rows])
-        files = (snapshot_file(r[1]) for r in rows)
-        return [f for f in files if f is not None]
+
+def drop_unused_prefixes(cur: sqlite3.Cursor) -> list[Path]:
+    """Delete the prefix rows no pin names; return their files."""
+    rows = cur.execute(
+        "SELECT key, path FROM kv_prefixes WHERE key NOT IN"
+        " (SELECT prefix_key FROM session_pins WHERE prefix_key IS NOT NULL)").fetchall()
+    cur.executemany("DELETE FROM kv_prefixes WHERE key = ?", [(r[0],) for r in rows])
+    files = (snapshot_file(r[1]) for r in rows)
+    return [f for f in files if f is not None]

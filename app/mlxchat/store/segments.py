@@ -4,7 +4,7 @@ forks and branches share rows' files, and a file is deleted only when no row
 names it any more. Paths are stored relative to the data folder.
 
 Ordering that keeps a file for every committed row: the caller writes the file
-(temp + rename), then ``record_segment`` commits its row; files are returned
+(temp + rename), then ``Segments.record`` commits its row; files are returned
 for deletion only after the rows naming them are gone.
 """
 
@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 from mlxchat.paths import snapshot_file
-from mlxchat.store.base import PATH_UP, StoreBase, ids_from_blob, ids_to_blob
+from mlxchat.store.database import Database
 from mlxchat.store.records import SegmentRecord
+from mlxchat.store.rows import PATH_UP, check_message, ids_from_blob, ids_to_blob
 
 
 def _record(row: sqlite3.Row) -> SegmentRecord:
@@ -28,14 +29,19 @@ def _record(row: sqlite3.Row) -> SegmentRecord:
                          created=row["created"], prefix_key=row["prefix_key"])
 
 
-class SegmentOps(StoreBase):
-    def record_segment(self, session_id: int, message_id: int, *, start: int, end: int,
-                       path: str, checksum: str, file_bytes: int, kv_bits: int | None,
-                       token_ids: list[int], prefix_key: str | None = None) -> SegmentRecord:
+class Segments:
+    """The KV segment rows of sessions' turns."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def record(self, session_id: int, message_id: int, *, start: int, end: int,
+               path: str, checksum: str, file_bytes: int, kv_bits: int | None,
+               token_ids: list[int], prefix_key: str | None = None) -> SegmentRecord:
         """Commit the row of a segment file already written (``path`` relative);
         ``prefix_key``: the stored prefix a segment starting after 0 continues."""
-        with self._writing() as cur:
-            self._check_message(cur, session_id, message_id)
+        with self._db.writing() as cur:
+            check_message(cur, session_id, message_id)
             cur.execute(
                 "INSERT INTO kv_segments (session_id, message_id, start_token, end_token, path,"
                 " checksum, file_bytes, kv_bits, token_ids, created, prefix_key)"
@@ -46,12 +52,12 @@ class SegmentOps(StoreBase):
                               (cur.lastrowid,)).fetchone()
         return _record(row)
 
-    def branch_segments(self, leaf_id: int | None) -> list[SegmentRecord]:
+    def on_branch(self, leaf_id: int | None) -> list[SegmentRecord]:
         """Segments of the messages from the root to ``leaf_id``, in token order
         (for a span saved twice, the newest row)."""
         if leaf_id is None:
             return []
-        with self._reading() as cur:
+        with self._db.reading() as cur:
             rows = cur.execute(
                 PATH_UP + "SELECT s.* FROM path JOIN kv_segments AS s ON s.message_id = path.id"
                 " ORDER BY s.start_token, s.id DESC", (leaf_id,)).fetchall()
@@ -61,34 +67,38 @@ class SegmentOps(StoreBase):
                 out.append(_record(row))
         return out
 
-    def session_segment_bytes(self, session_id: int) -> int:
+    def session_bytes(self, session_id: int) -> int:
         """Bytes of the distinct segment files the session's rows name."""
-        with self._reading() as cur:
+        with self._db.reading() as cur:
             row = cur.execute(
                 "SELECT coalesce(sum(file_bytes), 0) FROM (SELECT DISTINCT path, file_bytes"
                 " FROM kv_segments WHERE session_id = ?)", (session_id,)).fetchone()
         return int(row[0])
 
-    def drop_segments(self, session_id: int) -> list[Path]:
+    def drop(self, session_id: int) -> list[Path]:
         """Forget the session's segments; return the files no row names any more
         (only those inside this home's snapshots folder)."""
-        with self._writing() as cur:
-            return self._drop_segment_rows(cur, session_id)
+        with self._db.writing() as cur:
+            return drop_rows(cur, session_id)
 
-    def _copy_segment_rows(self, cur: sqlite3.Cursor, mapping: dict[int, int],
-                           session_id: int) -> None:
-        for old, new in mapping.items():
-            cur.execute(
-                "INSERT INTO kv_segments (session_id, message_id, start_token, end_token, path,"
-                " checksum, file_bytes, kv_bits, token_ids, created, prefix_key)"
-                " SELECT ?, ?, start_token, end_token, path, checksum, file_bytes, kv_bits,"
-                " token_ids, created, prefix_key FROM kv_segments WHERE message_id = ?",
-                (session_id, new, old))
 
-    def _drop_segment_rows(self, cur: sqlite3.Cursor, session_id: int) -> list[Path]:
-        paths = [row[0] for row in cur.execute(
-            "SELECT DISTINCT path FROM kv_segments WHERE session_id = ?", (session_id,))]
-        cur.execute("DELETE FROM kv_segments WHERE session_id = ?", (session_id,))
-        files = (snapshot_file(p) for p in paths if not cur.execute(
-            "SELECT 1 FROM kv_segments WHERE path = ?", (p,)).fetchone())
-        return [f for f in files if f is not None]
+def copy_rows(cur: sqlite3.Cursor, mapping: dict[int, int], session_id: int) -> None:
+    """Give the copies of messages (old id -> new id, in ``session_id``) the
+    originals' segments: the rows are copied, the files shared."""
+    for old, new in mapping.items():
+        cur.execute(
+            "INSERT INTO kv_segments (session_id, message_id, start_token, end_token, path,"
+            " checksum, file_bytes, kv_bits, token_ids, created, prefix_key)"
+            " SELECT ?, ?, start_token, end_token, path, checksum, file_bytes, kv_bits,"
+            " token_ids, created, prefix_key FROM kv_segments WHERE message_id = ?",
+            (session_id, new, old))
+
+
+def drop_rows(cur: sqlite3.Cursor, session_id: int) -> list[Path]:
+    """Delete the session's segment rows; return the files no row names any more."""
+    paths = [row[0] for row in cur.execute(
+        "SELECT DISTINCT path FROM kv_segments WHERE session_id = ?", (session_id,))]
+    cur.execute("DELETE FROM kv_segments WHERE session_id = ?", (session_id,))
+    files = (snapshot_file(p) for p in paths if not cur.execute(
+        "SELECT 1 FROM kv_segments WHERE path = ?", (p,)).fetchone())
+    return [f for f in files if f is not None]

@@ -8,37 +8,72 @@ Every write is one ``BEGIN IMMEDIATE`` transaction, committed before it returns.
 
 from __future__ import annotations
 
+import enum
 import json
+import sqlite3
 import time
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any, Self
 
 from mlxchat.chat import GenerationSettings, Message, Role, Session, SessionSummary, TurnStats
-from mlxchat.store.base import (
-    CURRENT_LEAF,
-    DEFAULT_TITLE,
-    PATH_UP,
-    Position,
-    ids_to_blob,
-    message_from_row,
-    title_from,
-)
-from mlxchat.store.branches import BranchOps
-from mlxchat.store.drafts import DraftOps
+from mlxchat.store import pins, segments, snapshots
+from mlxchat.store.branches import Branches
+from mlxchat.store.database import Database
+from mlxchat.store.drafts import Drafts
 from mlxchat.store.errors import SessionNotFound, StoreError
+from mlxchat.store.rows import (DEFAULT_TITLE, PATH_UP, check_message, ids_to_blob,
+                                insert_message, insert_session, message_from_row, path_to,
+                                read_session, session_row, title_from)
 from mlxchat.store.search import matching_sessions
-from mlxchat.store.pins import PinOps
-from mlxchat.store.segments import SegmentOps
-from mlxchat.store.snapshots import SnapshotOps
 
 
-class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
-    """Sessions, branching messages and KV-snapshot bookkeeping over one connection.
+class Position(enum.Enum):
+    CURRENT_LEAF = "current leaf"
 
-    ``SessionStore(conn)`` puts the connection in autocommit mode (the store runs
-    its own transactions), turns on WAL, foreign keys and a busy timeout, and
-    migrates the schema. It may be shared between threads when the connection
-    was opened with ``check_same_thread=False``, as ``open_store`` does.
+
+CURRENT_LEAF = Position.CURRENT_LEAF
+"""Default parent of ``add_message``: the session's current leaf."""
+
+
+class SessionStore:
+    """Sessions and their messages over one connection; the other tables are
+    its collaborators, each over the same ``db``.
+
+    ``SessionStore(conn)`` sets the connection up and migrates it (``Database``).
+    It may be shared between threads when the connection was opened with
+    ``check_same_thread=False``, as ``open_store`` does.
     """
+
+    def __init__(self, conn: sqlite3.Connection, *, busy_timeout: float | None = None) -> None:
+        """``busy_timeout`` (seconds) overrides the connection's; one of 0 becomes 5 s."""
+        self.db = Database(conn, busy_timeout=busy_timeout)
+        self.branches = Branches(self.db)
+        self.segments = segments.Segments(self.db)
+        self.pins = pins.Pins(self.db)
+        self.prefixes = pins.Prefixes(self.db)
+        self.drafts = Drafts(self.db)
+        self.snapshots = snapshots.Snapshots(self.db)
+        """Whole-cache snapshots of sessions saved before segments."""
+
+    @property
+    def path(self) -> str:
+        """The database file; empty for an in-memory database."""
+        return self.db.path
+
+    def patience(self, seconds: float) -> AbstractContextManager[None]:
+        """``Database.patience``: writes inside give up on another process's
+        lock after ``seconds``."""
+        return self.db.patience(seconds)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- sessions --------------------------------------------------------------
 
@@ -59,25 +94,25 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
             settings=settings or GenerationSettings(),
             title_locked=bool(clean),
         )
-        with self._writing() as cur:
-            return self._session(cur, self._new_session(cur, draft))
+        with self.db.writing() as cur:
+            return read_session(cur, insert_session(cur, draft))
 
     def get_session(self, session_id: int) -> Session:
         """The session with ``messages`` set to its current branch, root first."""
-        with self._reading() as cur:
-            return self._session(cur, session_id)
+        with self.db.reading() as cur:
+            return read_session(cur, session_id)
 
     def find_session(self, id_or_title: str, *, prefix: bool = True) -> Session:
         """By id (``12`` or ``#12``), exact title, then (with ``prefix``) the title
         case-insensitively or a unique title prefix. Several matches at the first
         level that has any is an error listing them; none is ``SessionNotFound``."""
         wanted = id_or_title.strip()
-        with self._reading() as cur:
+        with self.db.reading() as cur:
             number = wanted.removeprefix("#")
             if number.isdigit() and number.isascii() and len(number) < 19:
                 row = cur.execute("SELECT id FROM sessions WHERE id = ?", (int(number),)).fetchone()
                 if row is not None:
-                    return self._session(cur, row[0])
+                    return read_session(cur, row[0])
             rows = cur.execute(
                 "SELECT id, title FROM sessions ORDER BY updated DESC, id DESC"
             ).fetchall()
@@ -88,7 +123,7 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
                 levels.append([(r[0], r[1]) for r in rows if r[1].casefold().startswith(key)])
             for hits in levels if key else ():
                 if len(hits) == 1:
-                    return self._session(cur, hits[0][0])
+                    return read_session(cur, hits[0][0])
                 if len(hits) > 1:
                     shown = ", ".join(f"#{i} {t!r}" for i, t in hits[:8])
                     more = f" and {len(hits) - 8} more" if len(hits) > 8 else ""
@@ -99,11 +134,11 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
 
     def most_recent_session(self) -> Session | None:
         """The session updated last, or None when there is none."""
-        with self._reading() as cur:
+        with self.db.reading() as cur:
             row = cur.execute(
                 "SELECT id FROM sessions ORDER BY updated DESC, id DESC LIMIT 1"
             ).fetchone()
-            return None if row is None else self._session(cur, row[0])
+            return None if row is None else read_session(cur, row[0])
 
     def list_sessions(
         self, limit: int | None = 50, search: str | None = None
@@ -114,7 +149,7 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
         """
         if limit is not None and limit < 0:
             limit = None
-        with self._reading() as cur:
+        with self.db.reading() as cur:
             snippets: dict[int, str] = {}
             if search is not None and search.strip():
                 snippets = matching_sessions(cur.connection, search)
@@ -124,7 +159,7 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
                 ids = [r[0] for r in cur.execute(sql, (-1 if limit is None else limit,))]
             out = []
             for session_id in ids:
-                row = self._session_row(cur, session_id)
+                row = session_row(cur, session_id)
                 snap = cur.execute(
                     "SELECT coalesce((SELECT file_bytes FROM snapshots WHERE session_id = ?"
                     " ORDER BY id DESC LIMIT 1), 0) + (SELECT coalesce(sum(file_bytes), 0)"
@@ -158,13 +193,24 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
         clean = title_from(title, 200)
         if not clean:
             raise StoreError("A session title cannot be empty.")
-        with self._writing() as cur:
-            self._session_row(cur, session_id)
+        with self.db.writing() as cur:
+            session_row(cur, session_id)
             cur.execute(
                 "UPDATE sessions SET title = ?, title_locked = 1, updated = ? WHERE id = ?",
                 (clean, time.time(), session_id),
             )
-            return self._session(cur, session_id)
+            return read_session(cur, session_id)
+
+    def _update(self, session_id: int, column: str, value: Any) -> Session:
+        # ``column`` is always one of our literals, never user text.
+        assert column in {"model", "system_prompt", "settings"}
+        with self.db.writing() as cur:
+            session_row(cur, session_id)
+            cur.execute(
+                f"UPDATE sessions SET {column} = ?, updated = ? WHERE id = ?",
+                (value, time.time(), session_id),
+            )
+            return read_session(cur, session_id)
 
     def update_model(self, session_id: int, model: str) -> Session:
         """Change the session's model spec."""
@@ -181,14 +227,14 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
     def delete_session(self, session_id: int) -> list[Path]:
         """Delete the session, its messages, snapshot and segment rows; return the
         files to delete (segment files other sessions still share are kept)."""
-        with self._writing() as cur:
-            self._session_row(cur, session_id)
-            files = self._drop_rows(cur, session_id)
-            files += self._drop_segment_rows(cur, session_id)
+        with self.db.writing() as cur:
+            session_row(cur, session_id)
+            files = snapshots.drop_rows(cur, session_id)
+            files += segments.drop_rows(cur, session_id)
             cur.execute("UPDATE sessions SET leaf_id = NULL WHERE id = ?", (session_id,))
             cur.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             cur.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
-            files += self._drop_unused_prefixes(cur)
+            files += pins.drop_unused_prefixes(cur)
         return files
 
     # -- messages --------------------------------------------------------------
@@ -218,15 +264,15 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
             token_ids=token_ids, ledger_key=ledger_key, ledger_start=ledger_start,
             reasoning=reasoning,
         )
-        with self._writing() as cur:
-            row = self._session_row(cur, session_id)
+        with self.db.writing() as cur:
+            row = session_row(cur, session_id)
             parent = row["leaf_id"] if parent_id is CURRENT_LEAF else parent_id
             assert not isinstance(parent, Position)
             if parent is not None:
-                self._check_message(cur, session_id, parent)
+                check_message(cur, session_id, parent)
             draft.parent_id = parent
             draft.created = time.time()
-            draft.id = self._insert_message(cur, session_id, parent, draft)
+            draft.id = insert_message(cur, session_id, parent, draft)
             if role == "assistant":
                 cur.execute("DELETE FROM drafts WHERE session_id = ?", (session_id,))
             cur.execute(
@@ -252,7 +298,7 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
                            start: bool) -> None:
         """Record the token ids a stored message adds (an older message that now
         starts a token ledger)."""
-        with self._writing() as cur:
+        with self.db.writing() as cur:
             cur.execute(
                 "UPDATE messages SET token_ids = ?, ledger_key = ?, ledger_start = ? WHERE id = ?",
                 (ids_to_blob(token_ids), key, int(start), message_id),
@@ -261,22 +307,22 @@ class SessionStore(BranchOps, SnapshotOps, SegmentOps, PinOps, DraftOps):
     def set_message_stats(self, message_id: int, stats: TurnStats) -> None:
         """Replace a stored reply's figures (what happened after it was stored,
         such as its KV segment failing to save, is said there too)."""
-        with self._writing() as cur:
+        with self.db.writing() as cur:
             cur.execute("UPDATE messages SET stats = ? WHERE id = ?",
                         (json.dumps(stats.to_dict()), message_id))
 
     def branch_path(self, leaf_id: int) -> list[Message]:
         """The messages from the root down to ``leaf_id``, root first."""
-        with self._reading() as cur:
-            path = self._path(cur, leaf_id)
+        with self.db.reading() as cur:
+            path = path_to(cur, leaf_id)
         if not path:
             raise StoreError(f"There is no message {leaf_id}.")
         return path
 
     def all_messages(self, session_id: int) -> list[Message]:
         """Every message of the session, on every branch, in the order stored."""
-        with self._reading() as cur:
-            self._session_row(cur, session_id)
+        with self.db.reading() as cur:
+            session_row(cur, session_id)
             rows = cur.execute(
                 "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)
             )

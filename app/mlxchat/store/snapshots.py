@@ -1,10 +1,10 @@
 """Bookkeeping of whole-cache KV snapshot files: the rows, never the files themselves.
 
 Nothing records new snapshots any more (KV segments replaced them); the rows
-that sessions saved before segments left are read (``latest_snapshot``) so
-those sessions resume, and dropped once done with (``drop_snapshots``, which
+that sessions saved before segments left are read (``Snapshots.latest``) so
+those sessions resume, and dropped once done with (``Snapshots.drop``, which
 hands back the files for the caller to delete after the rows are gone).
-``referenced_snapshot_paths`` lets a cleanup find orphan files.
+``Snapshots.referenced_paths`` lets a cleanup find orphan files.
 
 Rows hold the file's path relative to the data folder ('snapshots/NAME'), so a
 moved or copied home uses its own files. A row is only ever resolved inside
@@ -20,15 +20,20 @@ import time
 from pathlib import Path
 
 from mlxchat import paths
-from mlxchat.store.base import StoreBase
+from mlxchat.store.database import Database
 from mlxchat.store.records import SnapshotRecord
 
 
-class SnapshotOps(StoreBase):
-    def latest_snapshot(self, session_id: int) -> SnapshotRecord | None:
+class Snapshots:
+    """The whole-cache snapshot rows of sessions saved before segments."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    def latest(self, session_id: int) -> SnapshotRecord | None:
         """The newest snapshot row of the session, or None (also when its path
         leads outside the snapshots folder)."""
-        with self._reading() as cur:
+        with self._db.reading() as cur:
             row = cur.execute(
                 "SELECT * FROM snapshots WHERE session_id = ? ORDER BY id DESC LIMIT 1",
                 (session_id,),
@@ -49,29 +54,31 @@ class SnapshotOps(StoreBase):
             created=row["created"],
         )
 
-    def drop_snapshots(self, session_id: int) -> list[Path]:
+    def drop(self, session_id: int) -> list[Path]:
         """Forget every snapshot of the session; return the files for the caller to delete."""
-        with self._writing() as cur:
-            return self._drop_rows(cur, session_id)
+        with self._db.writing() as cur:
+            return drop_rows(cur, session_id)
 
-    def referenced_snapshot_paths(self) -> set[Path]:
+    def referenced_paths(self) -> set[Path]:
         """Every file a snapshot row points to; other files in the snapshots folder are orphans."""
-        with self._reading() as cur:
+        with self._db.reading() as cur:
             rows = [row[0] for row in cur.execute("SELECT path FROM snapshots")]
         return {file for file in map(paths.snapshot_file, rows) if file is not None}
 
-    def _drop_rows(self, cur: sqlite3.Cursor, session_id: int) -> list[Path]:
-        rows = cur.execute("SELECT path FROM snapshots WHERE session_id = ?", (session_id,))
-        recorded = list(dict.fromkeys(row[0] for row in rows))
-        cur.execute("DELETE FROM snapshots WHERE session_id = ?", (session_id,))
-        # A file some remaining row (another session's) still names is not obsolete.
-        still_used = {
-            p
-            for p in recorded
-            if cur.execute("SELECT 1 FROM snapshots WHERE path = ?", (p,)).fetchone()
-        }
-        files = (paths.snapshot_file(p) for p in recorded if p not in still_used)
-        return [file for file in files if file is not None]
+
+def drop_rows(cur: sqlite3.Cursor, session_id: int) -> list[Path]:
+    """Delete the session's snapshot rows; return the files no row names any more."""
+    rows = cur.execute("SELECT path FROM snapshots WHERE session_id = ?", (session_id,))
+    recorded = list(dict.fromkeys(row[0] for row in rows))
+    cur.execute("DELETE FROM snapshots WHERE session_id = ?", (session_id,))
+    # A file another session's row still names (a fork's, say) is not obsolete.
+    still_used = {
+        p
+        for p in recorded
+        if cur.execute("SELECT 1 FROM snapshots WHERE path = ?", (p,)).fetchone()
+    }
+    files = (paths.snapshot_file(p) for p in recorded if p not in still_used)
+    return [file for file in files if file is not None]
 
 
 STALE_TEMP_S = 10 * 60

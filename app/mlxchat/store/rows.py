@@ -1,0 +1,194 @@
+"""Row mapping and the statements several tables share: plain functions over a
+cursor, so that one transaction can span the tables of a change."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+from array import array
+
+from mlxchat.chat import (GENERATION_RULES, GenerationSettings, Message, Session, TurnStats,
+                          generation_problem, typed_text)
+from mlxchat.store.errors import StoreError
+from mlxchat.store.pin_rows import read_pins, write_pins
+
+ROLES: tuple[str, ...] = ("system", "user", "assistant")
+DEFAULT_TITLE = "New chat"
+TITLE_LENGTH = 60
+
+
+def title_from(text: str, limit: int = TITLE_LENGTH) -> str:
+    """First non-blank line of ``text`` (attached files skipped: ``chat.typed_text``),
+    whitespace collapsed, cut at a word to ``limit``."""
+    text = typed_text(text).encode("utf-8", "replace").decode("utf-8")
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    line = " ".join("".join(ch if ch.isprintable() else " " for ch in line).split())
+    if len(line) <= limit:
+        return line
+    cut = line[: limit - 1]
+    if " " in cut[limit // 2 :]:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" .,;:-") + "…"
+
+
+def message_from_row(row: sqlite3.Row) -> Message:
+    stats = None
+    if row["stats"]:
+        try:
+            stats = TurnStats.from_dict(json.loads(row["stats"]))
+        except (ValueError, TypeError):
+            stats = None
+    return Message(
+        role=row["role"],
+        content=row["content"],
+        id=row["id"],
+        parent_id=row["parent_id"],
+        token_count=row["token_count"],
+        stats=stats,
+        cancelled=bool(row["cancelled"]),
+        created=row["created"],
+        token_ids=ids_from_blob(row["token_ids"]),
+        ledger_key=row["ledger_key"],
+        ledger_start=bool(row["ledger_start"]),
+        reasoning=row["reasoning"],
+    )
+
+
+def ids_to_blob(ids: list[int] | None) -> bytes | None:
+    """Token ids as little-endian int32 (4 bytes a token)."""
+    if ids is None:
+        return None
+    arr = array("i", ids)
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return arr.tobytes()
+
+
+def ids_from_blob(blob: bytes | None) -> list[int] | None:
+    if blob is None or len(blob) % 4:
+        return None
+    arr = array("i")
+    arr.frombytes(blob)
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return arr.tolist()
+
+
+def settings_from_json(text: str | None) -> GenerationSettings:
+    """Stored settings; a value the rule table refuses (an import from before it
+    was checked, a hand edit) falls back to its default, so the session stays usable."""
+    try:
+        settings = GenerationSettings.from_dict(json.loads(text or "{}"))
+    except (ValueError, TypeError):
+        return GenerationSettings()
+    default = GenerationSettings()
+    for name in GENERATION_RULES:
+        if generation_problem(name, getattr(settings, name)):
+            setattr(settings, name, getattr(default, name))
+    return settings
+
+
+PATH_UP = """
+    WITH RECURSIVE path(id, depth) AS (
+        SELECT id, 0 FROM messages WHERE id = ?
+        UNION ALL
+        SELECT m.parent_id, path.depth + 1 FROM messages AS m JOIN path ON m.id = path.id
+        WHERE m.parent_id IS NOT NULL
+    )
+"""
+
+
+def session_row(cur: sqlite3.Cursor, session_id: int) -> sqlite3.Row:
+    row: sqlite3.Row | None = cur.execute(
+        "SELECT * FROM sessions WHERE id = ?", (session_id,)
+    ).fetchone()
+    if row is None:
+        raise StoreError(f"There is no session #{session_id}.")
+    return row
+
+
+def check_message(cur: sqlite3.Cursor, session_id: int, message_id: int) -> None:
+    row = cur.execute("SELECT session_id FROM messages WHERE id = ?", (message_id,)).fetchone()
+    if row is None or row[0] != session_id:
+        raise StoreError(f"Message {message_id} is not part of session #{session_id}.")
+
+
+def path_to(cur: sqlite3.Cursor, leaf_id: int | None) -> list[Message]:
+    """The messages from the root down to ``leaf_id``, root first."""
+    if leaf_id is None:
+        return []
+    sql = PATH_UP + "SELECT m.* FROM path JOIN messages AS m USING (id) ORDER BY path.depth DESC"
+    return [message_from_row(row) for row in cur.execute(sql, (leaf_id,))]
+
+
+def read_session(cur: sqlite3.Cursor, session_id: int) -> Session:
+    """The session with its current branch and pins."""
+    row = session_row(cur, session_id)
+    return Session(
+        id=row["id"],
+        title=row["title"],
+        model=row["model"],
+        system_prompt=row["system_prompt"],
+        settings=settings_from_json(row["settings"]),
+        messages=path_to(cur, row["leaf_id"]),
+        leaf_id=row["leaf_id"],
+        created=row["created"],
+        updated=row["updated"],
+        title_locked=bool(row["title_locked"]),
+        pins=read_pins(cur, session_id),
+    )
+
+
+def insert_message(
+    cur: sqlite3.Cursor, session_id: int, parent_id: int | None, message: Message
+) -> int:
+    if message.role not in ROLES:
+        raise StoreError(
+            f"Unknown message role {message.role!r}; expected one of {', '.join(ROLES)}."
+        )
+    stats = json.dumps(message.stats.to_dict()) if message.stats is not None else None
+    cur.execute(
+        "INSERT INTO messages (session_id, parent_id, role, content, token_count, stats,"
+        " cancelled, created, token_ids, ledger_key, ledger_start, reasoning)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            session_id,
+            parent_id,
+            message.role,
+            message.content,
+            message.token_count,
+            stats,
+            int(message.cancelled),
+            message.created if message.created is not None else time.time(),
+            ids_to_blob(message.token_ids),
+            message.ledger_key,
+            int(message.ledger_start),
+            message.reasoning or None,
+        ),
+    )
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+def insert_session(cur: sqlite3.Cursor, session: Session) -> int:
+    """A new sessions row (and its pins) from ``session``'s metadata; its id."""
+    now = time.time()
+    cur.execute(
+        "INSERT INTO sessions (title, title_locked, model, system_prompt, settings, created,"
+        " updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            title_from(session.title, 200) or DEFAULT_TITLE,
+            int(session.title_locked),
+            session.model,
+            session.system_prompt,
+            json.dumps(session.settings.to_dict()),
+            session.created if session.created is not None else now,
+            session.updated if session.updated is not None else now,
+        ),
+    )
+    session_id = cur.lastrowid
+    assert session_id is not None
+    write_pins(cur, session_id, session.pins)  # a fork pins what its source did
+    return session_id
