@@ -3,7 +3,7 @@ also keep MLX out.
 
 Every module of app/mlxchat is imported in a fresh interpreter, except the UI:
 mlxchat.tui.* (but for its start-up and streaming helpers, which the UI runs
-outside Textual), the command line mlxchat.cli* and mlxchat.__main__ (which runs
+outside Textual), the command line mlxchat.cli.* and mlxchat.__main__ (which runs
 the app when imported).
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "app" / "mlxchat"
-UI = ("mlxchat.tui", "mlxchat.tui.*", "mlxchat.cli*", "mlxchat.__main__")
+UI = ("mlxchat.tui", "mlxchat.tui.*", "mlxchat.cli", "mlxchat.cli.*", "mlxchat.__main__")
 UI_FREE = ("mlxchat.tui.streaming",)
 # Beyond Textual: the store never needs MLX or numpy, and building the command
 # registry never needs MLX (the engine loads it when a model is used); nor do the

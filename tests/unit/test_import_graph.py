@@ -9,7 +9,7 @@ folder:
               may import models; store and models import neither)
     session   mlxchat/session/ (the conversation layer and its composition root)
     commands  mlxchat/commands/
-    tui, cli  mlxchat/tui/, mlxchat.cli*, mlxchat.__main__
+    tui, cli  mlxchat/tui/, mlxchat/cli/, mlxchat.__main__
 
 A module imports only its own layer or those below; errors imports nothing of
 the project. `from pkg import sub`, where sub is a submodule, is an import of
@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("session", ("mlxchat.session.*",)),
     ("commands", ("mlxchat.commands.*",)),
     ("tui", ("mlxchat.tui.*",)),
-    ("cli", ("mlxchat.cli*", "mlxchat.__main__")),
+    ("cli", ("mlxchat.cli.*", "mlxchat.__main__")),
 ]
 # Within the core layer, the only import between different packages allowed.
 PEER_IMPORTS = {("mlxchat.engine", "mlxchat.models")}
@@ -234,11 +234,11 @@ def _write(root: Path, files: dict[str, str]) -> Path:
 
 
 def test_the_checker_reports_a_cycle_and_an_upward_import(tmp_path):
-    pkg = _write(tmp_path, {"__init__.py": "", "errors.py": "import mlxchat.cli\n",
-                            "cli.py": "from mlxchat.errors import UserError\n"})
+    pkg = _write(tmp_path, {"__init__.py": "", "errors.py": "import mlxchat.cli.main\n",
+                            "cli/main.py": "from mlxchat.errors import UserError\n"})
     assert check(pkg) == [
-        "cycle: mlxchat.cli -> mlxchat.errors -> mlxchat.cli",
-        "mlxchat.errors -> mlxchat.cli (line 1): up a layer, ground imports cli",
+        "cycle: mlxchat.cli.main -> mlxchat.errors -> mlxchat.cli.main",
+        "mlxchat.errors -> mlxchat.cli.main (line 1): up a layer, ground imports cli",
     ]
     pkg.joinpath("errors.py").write_text("from mlxchat import paths\n")
     pkg.joinpath("paths.py").write_text("")

@@ -13,7 +13,7 @@ import sys
 from typing import Sequence
 
 from mlxchat import __version__
-from mlxchat.cli_progress import progress_printer
+from mlxchat.cli.progress import progress_printer
 from mlxchat.errors import UserError, user_message
 
 
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--bits", type=int, default=4, help="weight bits (default 4)")
     conv.add_argument("--out", help="output folder (default: the models cache)")
 
-    from mlxchat.cli_sessions import add_sessions_parser
+    from mlxchat.cli.sessions import add_sessions_parser
 
     add_sessions_parser(sub)
     return parser
@@ -148,7 +148,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise UserError(str(exc)) from None
         settings.generation = gen
     if args.command == "ask":
-        from mlxchat.cli_ask import run_ask
+        from mlxchat.cli.ask import run_ask
 
         return run_ask(args, settings)
     if args.command == "models":
@@ -163,7 +163,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(out)
         return 0
     if args.command == "sessions":
-        from mlxchat.cli_sessions import run_sessions
+        from mlxchat.cli.sessions import run_sessions
 
         return run_sessions(args)
     for name in args.pin:

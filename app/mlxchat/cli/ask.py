@@ -9,7 +9,7 @@ import sys
 from dataclasses import replace
 
 from mlxchat.chat import GenerationSettings, TurnStats
-from mlxchat.cli_progress import progress_printer
+from mlxchat.cli.progress import progress_printer
 from mlxchat.config import Settings
 from mlxchat.session import TextDelta, TurnDone
 from mlxchat.errors import UserError
