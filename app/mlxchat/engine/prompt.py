@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mlxchat.chat import Message
-from mlxchat.engine import template
+from mlxchat.engine import template, template_render
 from mlxchat.engine.events import ContextOverflowError
 from mlxchat.models.info import takes_system
 
@@ -38,9 +38,8 @@ def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bo
     if template.has_control_text(tokenizer, [m["content"] for m in dicts]):
         return template.render_ids(tokenizer, dicts, generation_prompt=generation_prompt,
                                    **template_kwargs)
-    ids = tokenizer.apply_chat_template(dicts, add_generation_prompt=generation_prompt,
-                                        **template_kwargs)
-    return list(ids)
+    return template_render.render(tokenizer, dicts, generation_prompt=generation_prompt,
+                                  tokenize=True, **template_kwargs)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
