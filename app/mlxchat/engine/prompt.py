@@ -27,7 +27,8 @@ def fold_system(dicts: list[dict[str, str]]) -> list[dict[str, str]]:
 def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bool = True,
            **template_kwargs: Any) -> list[int]:
     """Token ids of the conversation through the model's chat template;
-    ``template_kwargs`` reach the template (``date_string``, ``enable_thinking``).
+    ``template_kwargs`` reach the template (``date_string``, ``enable_thinking``;
+    a function such as ``strftime_now`` as a global, see template_render).
 
     Message text is always plain text: when some message spells one of the
     tokenizer's control tokens, the template is rendered around the messages
