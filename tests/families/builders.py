@@ -5,6 +5,7 @@ control tokens and a template from ``templates``). Each loads in milliseconds.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 from dataclasses import dataclass
@@ -75,6 +76,13 @@ FAMILIES = (
             "layer_types": ["sliding_attention", "full_attention"]},
            window=24),
 )
+
+
+def with_template(base: str, template: str, **changes) -> Family:
+    """The family named ``base`` (its architecture and control tokens)
+    rendering ``template``; ``changes`` replace other fields (name, specials)."""
+    family = next(f for f in FAMILIES if f.name == base)
+    return dataclasses.replace(family, template=template, **changes)
 
 
 def write_family_model(family: Family, folder: Path, *, seed: int = 0) -> Path:

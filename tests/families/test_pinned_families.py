@@ -6,8 +6,6 @@ it gives the reply computing it gives."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from mlxchat import paths
@@ -18,15 +16,14 @@ from mlxchat.models.loader import load_folder
 from mlxchat.store import open_store
 
 from . import templates
-from .builders import FAMILIES, write_family_model
+from .builders import FAMILIES, with_template, write_family_model
 
 DOC = " ".join(f"Fact {i} is {i * 3}." for i in range(30))
 
 
 def _family(name: str):
     if name == "gemma2":
-        gemma3 = next(f for f in FAMILIES if f.name == "gemma3")
-        return dataclasses.replace(gemma3, name="gemma2", template=templates.GEMMA2)
+        return with_template("gemma3", templates.GEMMA2, name="gemma2")
     return next(f for f in FAMILIES if f.name == name)
 
 

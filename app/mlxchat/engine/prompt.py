@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mlxchat.chat import Message
-from mlxchat.engine import template
+from mlxchat.engine import template, template_render
 from mlxchat.engine.events import ContextOverflowError
 from mlxchat.models.info import takes_system
 
@@ -27,7 +27,8 @@ def fold_system(dicts: list[dict[str, str]]) -> list[dict[str, str]]:
 def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bool = True,
            **template_kwargs: Any) -> list[int]:
     """Token ids of the conversation through the model's chat template;
-    ``template_kwargs`` reach the template (``date_string``, ``enable_thinking``).
+    ``template_kwargs`` reach the template (``date_string``, ``enable_thinking``;
+    a function such as ``strftime_now`` as a global, see template_render).
 
     Message text is always plain text: when some message spells one of the
     tokenizer's control tokens, the template is rendered around the messages
@@ -38,9 +39,8 @@ def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bo
     if template.has_control_text(tokenizer, [m["content"] for m in dicts]):
         return template.render_ids(tokenizer, dicts, generation_prompt=generation_prompt,
                                    **template_kwargs)
-    ids = tokenizer.apply_chat_template(dicts, add_generation_prompt=generation_prompt,
-                                        **template_kwargs)
-    return list(ids)
+    return template_render.render(tokenizer, dicts, generation_prompt=generation_prompt,
+                                  tokenize=True, **template_kwargs)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -22,12 +22,10 @@ import weakref
 from functools import lru_cache
 from typing import Any, Sequence
 
+from mlxchat.engine import template_render
+from mlxchat.engine.template_render import hf_tokenizer
+
 _MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"  # private use: no tokenizer's control text
-
-
-def hf_tokenizer(tokenizer: Any) -> Any:
-    """The Hugging Face tokenizer inside mlx-lm's TokenizerWrapper (or itself)."""
-    return getattr(tokenizer, "_tokenizer", tokenizer)
 
 
 def added_tokens(tokenizer: Any) -> dict[str, int]:
@@ -86,8 +84,8 @@ def encode_plain(tokenizer: Any, text: str, *, at_start: bool = True) -> list[in
 
 def _render_text(tokenizer: Any, messages: list[dict[str, str]], generation_prompt: bool,
                  kw: dict[str, Any]) -> str:
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt,
-                                         tokenize=False, **kw)
+    return template_render.render(tokenizer, messages, generation_prompt=generation_prompt,
+                                  tokenize=False, **kw)
 
 
 def _spliced_text(tokenizer: Any, messages: list[dict[str, str]], generation_prompt: bool,

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from mlxchat.chat import Message
 from mlxchat.engine import prompt
 from mlxchat.engine.events import EngineError
+from mlxchat.engine.template_render import SessionClock
 
 _STUB_USER = "Stub question for the token ledger."
 # Two replies that end in different tokens: their renders share only the closing.
@@ -44,7 +45,7 @@ class TemplateOptions:
         if self.date is not None:
             day = dt.datetime.fromtimestamp(self.date)
             out["date_string"] = day.strftime("%d %b %Y")
-            out["strftime_now"] = day.strftime  # shadows the template global
+            out["strftime_now"] = SessionClock(self.date)  # a template global, see template_render
         if self.enable_thinking is not None:
             out["enable_thinking"] = self.enable_thinking
         if self.reasoning_effort is not None:
