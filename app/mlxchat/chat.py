@@ -182,6 +182,9 @@ class TurnStats(Record):
     """Of generated_tokens, those of the reasoning (its markup included)."""
     reasoning_s: float = 0.0
     """Seconds spent reasoning, from the start of sampling."""
+    reasoning_budget_closed: bool = False
+    """max_reasoning_tokens was spent: the reasoning was closed with the family's
+    markup (counted in generated and reasoning tokens) and the answer followed."""
     finish_reason: str = "stop"
     """'stop' (end-of-turn token), 'length' (max_tokens), 'cancelled', 'error'."""
     context_used: int = 0

@@ -92,8 +92,9 @@ def test_reasoning_goes_to_stderr_and_the_answer_to_stdout(capsys, tmp_path):
     folder = write_family_model(fam, tmp_path / "r1")
     flags = ["--max-tokens", "3", "--max-reasoning-tokens", "5"]
     code, data, _ = ask(capsys, folder, *flags, "why?")
-    assert code == 0 and data["reasoning"] and 0 < data["reasoning_tokens"] <= 5
-    assert data["reasoning_tokens"] <= data["generated_tokens"]
+    assert code == 0 and data["reasoning"] and data["reasoning_budget_closed"]
+    assert data["reasoning_tokens"] == 5 + 1  # the budget, then '</think>' closing it
+    assert data["reasoning_tokens"] < data["generated_tokens"]  # and the answer after it
     code = cli.main(["ask", "--model", str(folder), "--temp", "0", *flags, "why?"])
     out, err = capsys.readouterr()
     assert code == 0 and out == data["reply"] + "\n"

@@ -86,7 +86,7 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
             "kv_bytes", "kv_bits", "context_used", "context_window", "weights_bytes",
             "peak_memory_bytes", "finish_reason", "reused_tokens", "prefilled_tokens",
             "cache_source", "miss_reason", "dropped_messages", "snapshot_warning", "save_warning",
-            "reasoning_tokens", "reasoning_s", "spec_mode", "draft_tokens_proposed",
+            "reasoning_tokens", "reasoning_s", "reasoning_budget_closed", "spec_mode", "draft_tokens_proposed",
             "draft_tokens_accepted", "target_passes")
     data = {"reply": reply, "model": model}
     data.update({k: getattr(stats, k) for k in keys})

@@ -60,7 +60,9 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
     if s.reasoning_tokens:
         rows.insert(rows.index(next(r for r in rows if r[0] == "reply")) + 1,
                     ("reasoning", f"{fmt_int(s.reasoning_tokens)} tokens in {s.reasoning_s:.1f} s; "
-                                  f"answer {fmt_int(s.answer_tokens)} tokens"))
+                                  f"answer {fmt_int(s.answer_tokens)} tokens"
+                                  + ("; closed at max_reasoning_tokens, then answered"
+                                     if s.reasoning_budget_closed else "")))
     if s.dropped_messages:
         rows.append(("dropped to fit", f"{plural(s.dropped_messages, 'oldest message')}"))
     if s.spec_mode != "off":

@@ -30,7 +30,7 @@ from mlxchat.engine.prefix import PrefixMarks, PrefixSaved
 from mlxchat.engine.progress import LiveFigures
 from mlxchat.engine.results import Cancelled, Decode, Prefill, turn_stats
 from mlxchat.engine.segments import SegmentInfo, SegmentRef
-from mlxchat.engine.speculative import trim_problem
+from mlxchat.engine.speculative import Stream, trim_problem
 from mlxchat.engine.template_delta import TemplateOptions
 from mlxchat.engine.view import LiveView, view_of
 from mlxchat.engine.worker import EngineThread
@@ -394,9 +394,14 @@ class ChatEngine:
     def _decode(self, tokens: list[int], tail: int, reply: Reply,
                 emit: Callable[[Event], None]) -> Decode:
         """Feed the prompt's last ``tail`` tokens and sample the reply."""
-        loaded, live = self._loaded, self._live
-        fed = tokens[len(tokens) - tail:]
-        return decode(loaded.tokenizer, live, fed, reply, emit=emit,
-                      cancelled=self._worker.cancelled,
-                      open_stream=lambda **kw: self._drafting.stream(
-                          loaded, live, fed, reply.settings, prompt_tokens=tokens, **kw))
+        loaded, live, settings = self._loaded, self._live, reply.settings
+        cancelled = self._worker.cancelled
+
+        def open_stream(*, tail: list[int], history: list[int], **kw: Any) -> Stream:
+            # After a reasoning budget's close the draft catches up first: a token
+            # or two, not cancelled (a no-op before the first stream).
+            self._drafting.follow(live.tokens, settings, cancelled=lambda: False)
+            return self._drafting.stream(loaded, live, tail, settings, prompt_tokens=history,
+                                         **kw)
+        return decode(loaded.tokenizer, live, tokens[len(tokens) - tail:], reply, emit=emit,
+                      cancelled=cancelled, open_stream=open_stream)

@@ -10,24 +10,48 @@ is reasoning, every other channel the answer.
 
 The splitter only labels tokens: markup is not shown, every token is counted
 under the part it belongs to, and the ids themselves are left as sampled
-(the token ledger keeps them whole).
+(the token ledger keeps them whole). One exception is shown as text: a
+harmony message to a recipient (``to=functions.NAME``, a tool call) is
+written into the answer as its template renders a call back,
+``<|start|>assistant to=functions.NAME<|channel|>commentary json<|message|>
+ARGS<|call|>``, which ``models.tools`` reads as a tool call.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
 from mlxchat.models.markup import Markup, cached_markup, markup_of
 
-__all__ = ["ANSWER", "REASONING", "Markup", "PartText", "Splitter", "cached_markup",
-           "markup_of", "split_reply", "starts_in_reasoning"]
+__all__ = ["ANSWER", "CALL_END", "REASONING", "Labelled", "Markup", "PartText", "Splitter",
+           "cached_markup", "call_start", "markup_of", "split_reply", "starts_in_reasoning"]
 
 Part = Literal["reasoning", "answer"]
 HEADER_MAX = 64
 """Tokens a harmony header (role, channel, recipient) may take before '<|message|>'."""
 REASONING: Part = "reasoning"
 ANSWER: Part = "answer"
+Labelled = tuple[int | str, Part]
+"""A token and its part, or markup text to show as it is (a tool call's frame)."""
+CALL_END = "<|call|>"
+_RECIPIENT = re.compile(r"to=([^\s<]+)")
+
+
+def call_start(recipient: str) -> str:
+    """How gpt-oss's template writes the head of a call to ``recipient``."""
+    return f"<|start|>assistant to={recipient}<|channel|>commentary json<|message|>"
+
+
+def _header(tokenizer: Any, ids: Sequence[int]) -> tuple[str, str | None]:
+    """A harmony header's channel and recipient, from its text: 'assistant
+    to=functions.f<|channel|>commentary json' or 'assistant<|channel|>commentary
+    to=functions.f <|constrain|>json'."""
+    text = tokenizer.decode(list(ids)).strip()
+    channel = (text.split("<|channel|>")[-1].split() or [""])[0]
+    recipient = _RECIPIENT.search(text)
+    return channel, recipient.group(1) if recipient else None
 
 def _rfind(tokens: Sequence[int], seq: tuple[int, ...]) -> int:
     n = len(seq)
@@ -62,6 +86,10 @@ class Splitter:
     _held: list[int] = field(default_factory=list)
     _header: list[int] | None = None
 
+    call: str | None = None
+    """The recipient of the harmony tool call being written (None: no call)."""
+    _after_end: bool = False
+
     @classmethod
     def for_prompt(cls, tokenizer: Any, prompt: Sequence[int],
                    markup: Markup | None = None) -> "Splitter":
@@ -69,9 +97,14 @@ class Splitter:
         out = cls(markup, tokenizer)
         if starts_in_reasoning(markup, prompt):
             out.part = REASONING
-        elif markup.kind == "harmony" and _last(prompt, markup.turn_start) > max(
-                _last(prompt, markup.message), _last(prompt, markup.turn_end)):
-            out._header = []  # the prompt ends '<|start|>assistant': a header follows
+        elif markup.kind == "harmony":
+            start, message = _last(prompt, markup.turn_start), _last(prompt, markup.message)
+            if start > max(message, _last(prompt, markup.turn_end)):
+                out._header = []  # the prompt ends '<|start|>assistant': a header follows
+            elif start >= 0 and message > max(start, _last(prompt, markup.turn_end)):
+                # The prompt opens the message itself ('...<|channel|>analysis<|message|>').
+                channel, _ = _header(tokenizer, prompt[start + 1:message])
+                out.part = REASONING if channel == "analysis" else ANSWER
         return out
 
     @property
@@ -82,7 +115,7 @@ class Splitter:
     def answer_tokens(self) -> int:
         return self.counts[ANSWER]
 
-    def feed(self, token: int) -> list[tuple[int, Part]]:
+    def feed(self, token: int) -> list[Labelled]:
         if self.markup.kind == "harmony":
             return self._harmony(token)
         if self.markup.kind == "think":
@@ -90,13 +123,47 @@ class Splitter:
         self.counts[ANSWER] += 1
         return [(token, ANSWER)]
 
-    def flush(self) -> list[tuple[int, Part]]:
+    def flush(self) -> list[Labelled]:
         """At the end of the reply: tokens held back as a possible marker are text."""
         held, self._held = self._held, []
         return [(t, self.part) for t in held]
 
+    def end(self, token: int) -> list[Labelled]:
+        """The reply ended with ``token`` (an end token, not fed): a harmony
+        call it ends ('<|call|>') is closed in the text."""
+        if self.call is not None and token == self.markup.call:
+            self.call = None
+            return [(CALL_END, ANSWER)]
+        return []
+
+    def force(self, tokens: Sequence[int]) -> list[Labelled]:
+        """Feed the tokens that close the reasoning (``closing``): all of them
+        are counted as the reasoning's markup, the answer's head included."""
+        before = self.counts[ANSWER]
+        out = [pair for token in tokens for pair in self.feed(token)]
+        moved = self.counts[ANSWER] - before
+        self.counts[ANSWER] -= moved
+        self.counts[REASONING] += moved
+        return out
+
+    def closing(self) -> tuple[int, ...] | None:
+        """The tokens that close the reasoning now, as the family writes it:
+        the think-end tag, or the end of the analysis message and the head of
+        the final one. None: not now (a harmony header is being read); ():
+        there is nothing this markup can close."""
+        m = self.markup
+        if self.part != REASONING:
+            return ()
+        if m.kind == "think":
+            return m.end
+        if m.kind != "harmony" or not m.final:
+            return ()
+        if self._header is not None:
+            return None
+        return m.final if self._after_end else (m.turn_end, *m.final)
+
     # -- think tags --------------------------------------------------------
-    def _think(self, token: int) -> list[tuple[int, Part]]:
+    def _think(self, token: int) -> list[Labelled]:
         marker = self.markup.end if self.part == REASONING else self.markup.start
         self._held.append(token)
         self.counts[self.part] += 1
@@ -117,15 +184,18 @@ class Splitter:
         return out + [(last, self.part)]
 
     # -- harmony channels --------------------------------------------------
-    def _harmony(self, token: int) -> list[tuple[int, Part]]:
+    def _harmony(self, token: int) -> list[Labelled]:
         m = self.markup
+        self._after_end = token == m.turn_end
         if self._header is not None:
             if token == m.message:
-                name = self.tokenizer.decode(self._header).strip()
-                channel = (name.split("<|channel|>")[-1].split() or [""])[0]
-                self.part = REASONING if channel == "analysis" else ANSWER
+                channel, recipient = _header(self.tokenizer, self._header)
+                self.part = REASONING if channel == "analysis" and not recipient else ANSWER
                 self.counts[self.part] += len(self._header) + 1
                 self._header = None
+                if recipient:  # a tool call: shown framed as its template writes it
+                    self.call = recipient
+                    return [(call_start(recipient), ANSWER)]
             else:
                 self._header.append(token)
                 if len(self._header) > HEADER_MAX:
@@ -135,14 +205,15 @@ class Splitter:
                     self.counts[self.part] += len(held)
                     return [(t, self.part) for t in held]
             return []
-        if token in (m.channel, m.turn_start):
-            self.counts[self.part] += 1
-            self._header = []  # up to '<|message|>': role and channel name, not shown
-            return []
         self.counts[self.part] += 1
-        if token == m.turn_end:
-            return []
-        return [(token, self.part)]
+        if token not in (m.channel, m.turn_start, m.turn_end):
+            return [(token, self.part)]
+        ended: list[Labelled] = []
+        if self.call is not None:  # a call that ends without '<|call|>'
+            self.call, ended = None, [(CALL_END, ANSWER)]
+        if token != m.turn_end:
+            self._header = []  # up to '<|message|>': role and channel name, not shown
+        return ended
 
 
 class PartText:
@@ -156,12 +227,18 @@ class PartText:
         self.shown: set[str] = set()
         detok.reset()
 
-    def add(self, labelled: list[tuple[int, Part]]) -> None:
+    def add(self, labelled: list[Labelled]) -> None:
         for token, part in labelled:
             if part != self.part:
                 self.close()
                 self.detok.reset()
                 self.part = part
+            if isinstance(token, str):  # markup text, after the text so far
+                self.close()
+                self.detok.reset()
+                self.shown.add(part)
+                self.on_text(token, part)
+                continue
             self.detok.add_token(token)
             self._flush()
 
@@ -186,14 +263,18 @@ class SplitReply:
     answer_tokens: int
 
 
-def split_reply(tokenizer: Any, prompt: Sequence[int], ids: Sequence[int]) -> SplitReply:
-    """A whole reply's ids (no end token) split as the engine splits them while streaming."""
+def split_reply(tokenizer: Any, prompt: Sequence[int], ids: Sequence[int], *,
+                end_token: int | None = None) -> SplitReply:
+    """A whole reply's ids (no end token) split as the engine splits them
+    while streaming; ``end_token`` is the end token that followed them."""
     split = Splitter.for_prompt(tokenizer, prompt)
     pieces: dict[str, list[str]] = {REASONING: [], ANSWER: []}
     text = PartText(tokenizer.detokenizer, lambda seg, part: pieces[part].append(seg))
     for token in ids:
         text.add(split.feed(token))
     text.add(split.flush())
+    if end_token is not None:
+        text.add(split.end(end_token))
     text.close()
     return SplitReply("".join(pieces[REASONING]).rstrip(), "".join(pieces[ANSWER]),
                       split.reasoning_tokens, split.answer_tokens)

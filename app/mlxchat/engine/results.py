@@ -59,6 +59,9 @@ class Decode:
     """Sampled tokens that belong to the reasoning, its markup included."""
     reasoning_s: float = 0.0
     """Seconds from the start of sampling to the end of the reasoning."""
+    reasoning_closed: bool = False
+    """The reasoning budget was spent and its closing markup fed (``generated``
+    and ``token_ids`` include it)."""
     speculation: Speculation = field(default_factory=Speculation)
     """What speculation proposed and kept, and the model's passes."""
 
@@ -87,7 +90,8 @@ def turn_stats(tokens: int, reuse: Reuse, prefill: Prefill, decode: Decode, *,
         context_window=window, kv_bits=kv_bits,
         weights_bytes=weights_bytes, finish_reason=decode.finish_reason,
         generated_tokens=decode.generated, reasoning_tokens=decode.reasoning_tokens,
-        reasoning_s=decode.reasoning_s, ttft_s=decode.ttft_s, decode_tps=decode.decode_tps,
+        reasoning_s=decode.reasoning_s, reasoning_budget_closed=decode.reasoning_closed,
+        ttft_s=decode.ttft_s, decode_tps=decode.decode_tps,
         prefill_tps=(tokens - reuse.tokens)
         / max(prefill.seconds + decode.first_pass_s, 1e-9) if decode.generated else 0.0,
         total_s=total_s, context_used=context_used, kv_bytes=kv_bytes,

@@ -8,6 +8,7 @@ from functools import lru_cache
 from typing import Any, Literal
 
 _HARMONY = ("<|channel|>", "<|message|>", "<|start|>", "<|end|>")
+FINAL = "<|start|>assistant<|channel|>final<|message|>"
 
 
 def _vocab(tokenizer: Any) -> dict[str, int]:
@@ -28,6 +29,11 @@ class Markup:
     message: int = -1
     turn_start: int = -1
     turn_end: int = -1
+    call: int = -1
+    """gpt-oss: the token that ends a tool call (an end token of the turn)."""
+    final: tuple[int, ...] = ()
+    """gpt-oss: '<|start|>assistant<|channel|>final<|message|>', how its
+    template opens the answer (what closes reasoning when its budget is spent)."""
 
     @property
     def reasons(self) -> bool:
@@ -40,8 +46,9 @@ def markup_of(tokenizer: Any) -> Markup:
     vocab = _vocab(tokenizer)
     if all(t in vocab for t in _HARMONY):
         channel, message, start, end = (vocab[t] for t in _HARMONY)
+        final = tuple(tokenizer.encode(FINAL, add_special_tokens=False))
         return Markup("harmony", channel=channel, message=message, turn_start=start,
-                      turn_end=end)
+                      turn_end=end, call=vocab.get("<|call|>", -1), final=final)
     if getattr(tokenizer, "has_thinking", False):
         start = tuple(getattr(tokenizer, "think_start_tokens", None) or ())
         end = tuple(getattr(tokenizer, "think_end_tokens", None) or ())

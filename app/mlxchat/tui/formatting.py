@@ -16,6 +16,9 @@ Level = Literal["ok", "warning", "error"]
 WARNING_PERCENT = 80
 ERROR_PERCENT = 95
 
+REASONING_CLOSED = "thinking closed at its budget"
+"""Said of a reply whose reasoning ran to max_reasoning_tokens and was closed."""
+
 CACHE_SOURCE_LABELS = {
     "warm": "warm cache",
     "snapshot": "from snapshot",
@@ -100,6 +103,8 @@ def transcript_stats_line(stats: TurnStats) -> str:
         f"reused {fmt_int(stats.reused_tokens)} / prefilled {fmt_int(stats.prefilled_tokens)}",
         cache_source_label(stats.cache_source),
     ]
+    if stats.reasoning_budget_closed:
+        parts.append(REASONING_CLOSED)
     if stats.spec_mode != "off":
         parts.append(speculation_text(stats.acceptance, stats.tokens_per_pass,
                                       stats.spec_mode))
