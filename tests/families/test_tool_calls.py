@@ -8,7 +8,7 @@ import json
 
 from mlxchat.chat import GenerationSettings, Message
 from mlxchat.config import Settings
-from mlxchat.session import Conversation
+from mlxchat.session import Conversation, TextDelta
 from mlxchat.engine import ChatEngine
 from mlxchat.models import tools
 from mlxchat.models.loader import load_folder
@@ -69,4 +69,51 @@ async def test_the_transcript_shows_the_formatted_block(tmp_path):
         for message in (stored, streamed):
             assert message.text == REPLY  # the answer as sampled is kept
             assert message.markdown.source == conv.display_text(REPLY) != REPLY
+    conv.close()
+
+
+async def test_a_streaming_call_shows_as_a_block_once_complete(tmp_path, monkeypatch):
+    """The reply's Markdown only grows while it streams: text at once, a call's
+    markup never, its block as soon as the call is complete; nothing is
+    rendered again at the end."""
+    conv = conversation(tmp_path)
+    text = REPLY + " Done."
+    deltas = [TextDelta(text[i:i + 4], i // 4 + 1) for i in range(0, len(text), 4)]
+    complete = next(n for n in range(len(text) + 1) if "</tool_call>" in text[:n])
+    app = HostApp(lambda: Transcript())
+    async with app.run_test(size=(100, 30)) as pilot:
+        transcript = app.query_one(Transcript)
+        transcript.formatter, transcript.reply_format = conv.display_text, conv.reply_stream
+        reply = await transcript.start_reply()
+        markdown = reply.message.markdown
+        rerendered: list[str] = []
+        update = markdown.update
+        monkeypatch.setattr(markdown, "update", lambda md: rerendered.append(md) or update(md))
+        shown, block_at, seen = "", None, 0
+        for delta in deltas:
+            await reply.append(delta.text, delta.part)
+            await pilot.pause()
+            seen += len(delta.text)
+            source = markdown.source
+            assert source.startswith(shown) and "tool_call>" not in source
+            assert not source.endswith("<") and "<to" not in source  # a marker's start is held
+            if block_at is None and "**Tool call** `get_weather`" in source:
+                block_at = seen
+            shown = source
+        assert block_at is not None and block_at - 4 < complete <= block_at
+        await reply.finish()
+        await pilot.pause()
+        assert rerendered == []
+        assert markdown.source.strip("\n") == conv.display_text(text).strip("\n")
+        assert "Let me check." in markdown.source and markdown.source.rstrip().endswith("Done.")
+    conv.close()
+
+
+def test_streamed_markdown_is_the_finished_markdown_at_any_chunking(tmp_path):
+    conv = conversation(tmp_path)
+    text = f"a < b <tool<{REPLY}<tool_call>not json</tool_call> then {REPLY}<tool_call>{{\"na"
+    for size in range(1, 9):
+        stream = conv.reply_stream()
+        joined = "".join(stream.add(text[i:i + size]) for i in range(0, len(text), size))
+        assert (joined + stream.finish()).strip("\n") == conv.display_text(text)
     conv.close()

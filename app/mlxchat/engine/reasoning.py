@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
-from mlxchat.models.markup import Markup, cached_markup, markup_of
+from mlxchat.models.markup import CALL_END, Markup, cached_markup, call_start, markup_of
 
 __all__ = ["ANSWER", "CALL_END", "REASONING", "Labelled", "Markup", "PartText", "Splitter",
            "cached_markup", "call_start", "markup_of", "split_reply", "starts_in_reasoning"]
@@ -35,13 +35,7 @@ REASONING: Part = "reasoning"
 ANSWER: Part = "answer"
 Labelled = tuple[int | str, Part]
 """A token and its part, or markup text to show as it is (a tool call's frame)."""
-CALL_END = "<|call|>"
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
-
-
-def call_start(recipient: str) -> str:
-    """How gpt-oss's template writes the head of a call to ``recipient``."""
-    return f"<|start|>assistant to={recipient}<|channel|>commentary json<|message|>"
 
 
 def _header(tokenizer: Any, ids: Sequence[int]) -> tuple[str, str | None]:

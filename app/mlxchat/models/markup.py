@@ -9,6 +9,15 @@ from typing import Any, Literal
 
 _HARMONY = ("<|channel|>", "<|message|>", "<|start|>", "<|end|>")
 FINAL = "<|start|>assistant<|channel|>final<|message|>"
+CALL_HEAD = "<|start|>assistant to="
+CALL_END = "<|call|>"
+"""A gpt-oss tool call is kept in a reply's text as its template renders one:
+CALL_HEAD + 'functions.NAME<|channel|>commentary json<|message|>' + ARGS + CALL_END."""
+
+
+def call_start(recipient: str) -> str:
+    """The head of a gpt-oss call to ``recipient``, as its template writes it."""
+    return f"{CALL_HEAD}{recipient}<|channel|>commentary json<|message|>"
 
 
 def _vocab(tokenizer: Any) -> dict[str, int]:

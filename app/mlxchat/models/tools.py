@@ -1,14 +1,19 @@
 """Tool-call markup in a reply, shown as a formatted block (name and
 arguments) instead of raw tags. The markup and its parser are the ones
 mlx-lm's tokenizer wrapper names for the model (``tool_call_start``,
-``tool_call_end``, ``tool_parser``); running the tools is not done here.
+``tool_call_end``, ``tool_parser``), or, for gpt-oss, a message to a
+recipient on the commentary channel, which the engine keeps in the reply's
+text as gpt-oss's template writes a call (``models.markup.CALL_HEAD``).
+Running the tools is not done here.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
+
+from mlxchat.models.markup import CALL_END, CALL_HEAD, cached_markup
 
 
 @dataclass(frozen=True)
@@ -17,30 +22,73 @@ class ToolCall:
     arguments: Any
 
 
+@dataclass(frozen=True)
+class CallMarkup:
+    """Where a call starts and ends in a reply's text, and how its body reads."""
+
+    start: str
+    end: str | None
+    """None: a call runs to the end of the reply."""
+    parse: Callable[[str], list[ToolCall]]
+    """The calls of a body between the markers; raises on one it cannot read."""
+
+
 def _calls(parsed: Any) -> list[ToolCall]:
     items = parsed if isinstance(parsed, list) else [parsed]
     out = []
     for item in items:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise ValueError("not a tool call")
-        args = item.get("arguments", {})
-        if isinstance(args, str):
-            try:
-                args = json.loads(args)
-            except ValueError:
-                pass
-        out.append(ToolCall(item["name"], args))
+        out.append(ToolCall(item["name"], _arguments(item.get("arguments", {}))))
     return out
+
+
+def _arguments(args: Any) -> Any:
+    if isinstance(args, str):
+        try:
+            return json.loads(args)
+        except ValueError:
+            pass
+    return args
+
+
+def _harmony_calls(body: str) -> list[ToolCall]:
+    """'functions.NAME<|channel|>commentary json<|message|>ARGS' -> the call."""
+    head, sep, args = body.partition("<|message|>")
+    recipient = head.split("<|channel|>")[0].strip()
+    if not sep or not recipient:
+        raise ValueError("not a gpt-oss tool call")
+    return [ToolCall(recipient.removeprefix("functions."), _arguments(args))]
+
+
+def call_markup(tokenizer: Any) -> CallMarkup | None:
+    """The tool-call markup of ``tokenizer``'s model, or None when it has none."""
+    if cached_markup(tokenizer).kind == "harmony":
+        return CallMarkup(CALL_HEAD, CALL_END, _harmony_calls)
+    start = getattr(tokenizer, "tool_call_start", None)
+    parser = getattr(tokenizer, "tool_parser", None)
+    if not start or parser is None:
+        return None
+    return CallMarkup(start, getattr(tokenizer, "tool_call_end", None) or None,
+                      lambda body: _calls(parser(body, None)))
+
+
+def _read_call(markup: CallMarkup, body: str, written: str) -> list[str | ToolCall]:
+    """The calls in ``body``, or what was ``written`` when they cannot be read."""
+    try:
+        return list(markup.parse(body))
+    except Exception:  # noqa: BLE001 - a half-written or malformed call
+        return [written]
 
 
 def split_tool_calls(tokenizer: Any, text: str) -> list[str | ToolCall]:
     """``text`` as plain pieces and the tool calls between the tokenizer's
-    markers; a call its parser cannot read stays plain text."""
-    start = getattr(tokenizer, "tool_call_start", None)
-    end = getattr(tokenizer, "tool_call_end", None)
-    parser = getattr(tokenizer, "tool_parser", None)
-    if not start or parser is None or start not in text:
+    markers; a call its parser cannot read, or without its end marker,
+    stays plain text."""
+    markup = call_markup(tokenizer)
+    if markup is None or markup.start not in text:
         return [text] if text else []
+    start, end = markup.start, markup.end
     out: list[str | ToolCall] = []
     rest = text
     while start in rest:
@@ -48,24 +96,79 @@ def split_tool_calls(tokenizer: Any, text: str) -> list[str | ToolCall]:
         body, sep, rest = after.partition(end) if end else (after, "", "")
         if before:
             out.append(before)
-        try:
-            out.extend(_calls(parser(body, None)))
-        except Exception:  # noqa: BLE001 - a half-written or malformed call
-            out.append(start + body + sep)
+        if end and not sep:  # cut short (a stopped reply): as it was written
+            out.append(start + body)
+        else:
+            out.extend(_read_call(markup, body, start + body + sep))
     if rest:
         out.append(rest)
     return out
 
 
+def _block(call: ToolCall) -> str:
+    args = json.dumps(call.arguments, indent=2, ensure_ascii=False)
+    return f"\n\n**Tool call** `{call.name}`\n\n```json\n{args}\n```\n\n"
+
+
+def _joined(pieces: list[str | ToolCall]) -> str:
+    return "".join(_block(p) if isinstance(p, ToolCall) else p for p in pieces)
+
+
 def as_markdown(pieces: list[str | ToolCall]) -> str:
     """Plain pieces as they are; each call as a heading line and its
     arguments as an indented JSON block."""
-    parts = []
-    for piece in pieces:
-        if isinstance(piece, ToolCall):
-            args = json.dumps(piece.arguments, indent=2, ensure_ascii=False)
-            parts.append(f"\n\n**Tool call** `{piece.name}`\n\n```json\n{args}\n```\n\n")
-        else:
-            parts.append(piece)
-    return "".join(parts).strip("\n") if any(isinstance(p, ToolCall) for p in pieces) \
-        else "".join(parts)
+    text = _joined(pieces)
+    return text.strip("\n") if any(isinstance(p, ToolCall) for p in pieces) else text
+
+
+def _partial(text: str, marker: str) -> int:
+    """Length of the longest end of ``text`` that begins ``marker`` (a marker
+    that may be completed by the next fragment)."""
+    for n in range(min(len(marker) - 1, len(text)), 0, -1):
+        if marker.startswith(text[-n:]):
+            return n
+    return 0
+
+
+class CallStream:
+    """A reply's Markdown as its text streams in: text at once, the markup of a
+    call in progress held back, and the call's block once it is complete, so
+    the shown text only ever grows. Joined, what ``add`` and ``finish``
+    return is ``as_markdown(split_tool_calls(text))`` up to blank lines at its
+    ends."""
+
+    def __init__(self, markup: CallMarkup | None) -> None:
+        self.markup = markup
+        self._held = ""
+
+    def add(self, fragment: str) -> str:
+        """The Markdown to append for ``fragment``."""
+        if self.markup is None:
+            return fragment
+        start, end = self.markup.start, self.markup.end
+        self._held += fragment
+        out: list[str] = []
+        while self._held:
+            held = self._held
+            at = held.find(start)
+            if at != 0:
+                keep = _partial(held, start) if at < 0 else len(held) - at
+                out.append(held[:len(held) - keep])
+                self._held = held[len(held) - keep:]
+                if at < 0:
+                    break
+                continue
+            close = held.find(end, len(start)) if end else -1
+            if close < 0:
+                break  # the call is not complete yet: hidden until it is
+            whole, self._held = held[:close + len(end)], held[close + len(end):]
+            out.append(_joined(_read_call(self.markup, whole[len(start):close], whole)))
+        return "".join(out)
+
+    def finish(self) -> str:
+        """At the end of the reply: a call that runs to the end is read; one
+        cut short is shown as it was written."""
+        held, self._held = self._held, ""
+        if self.markup is None or not held.startswith(self.markup.start) or self.markup.end:
+            return held
+        return _joined(_read_call(self.markup, held[len(self.markup.start):], held))

@@ -25,6 +25,7 @@ from mlxchat.engine.interface import Engine
 from mlxchat.engine.spec_auto import VerifyCost
 from mlxchat.errors import MlxchatError
 from mlxchat.models.info import LoadedModel, ModelInfo
+from mlxchat.models.tools import CallStream
 from mlxchat.session.cache_keeper import CacheKeeper, CacheOnDisk
 from mlxchat.session.current import OpenSession
 from mlxchat.session.ledger import Plan
@@ -427,6 +428,9 @@ class Conversation:
 
     def display_text(self, content: str) -> str:
         return self._views.display_text(content)
+
+    def reply_stream(self) -> CallStream:
+        return self._views.reply_stream()
 
     def kv_bytes_per_token(self) -> int:
         return self._views.kv_bytes_per_token()

@@ -9,6 +9,7 @@ from typing import Callable
 from mlxchat.chat import Message, TurnStats
 from mlxchat.engine.events import EngineState
 from mlxchat.engine.interface import Engine
+from mlxchat.models import tools
 from mlxchat.models.info import ModelInfo
 from mlxchat.session.current import OpenSession
 from mlxchat.session.pins import PinnedDocs
@@ -66,9 +67,12 @@ class EngineViews:
         """A reply's answer as Markdown to show: tool-call markup (in the
         model's own format, read with mlx-lm's parser for it) becomes a block
         with the tool's name and arguments."""
-        from mlxchat.models import tools
-
         return tools.as_markdown(tools.split_tool_calls(self._engine.loaded.tokenizer, content))
+
+    def reply_stream(self) -> tools.CallStream:
+        """Turns a streaming reply's text into the Markdown to append: a tool
+        call's block as soon as the call is complete, its markup never shown."""
+        return tools.CallStream(tools.call_markup(self._engine.loaded.tokenizer))
 
     def kv_bytes_per_token(self) -> int:
         """What one more token adds to the KV cache at this session's kv_bits, measured."""

@@ -255,6 +255,7 @@ class MlxChatApp(CommandsMixin, App[int]):
             return
         self.transcript.assistant_label = conv.model_info.name
         self.transcript.formatter = conv.display_text
+        self.transcript.reply_format = conv.reply_stream
         await self.transcript.load(conv.messages)
         self.refresh_gauges()
         self.set_titles()

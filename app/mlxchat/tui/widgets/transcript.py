@@ -7,7 +7,7 @@ each token appends a fragment instead of re-rendering the whole message.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Literal
+from typing import Literal, Protocol
 
 from markdown_it import MarkdownIt
 from textual.app import ComposeResult
@@ -192,8 +192,28 @@ class NoticeMessage(Static):
         self.level = level
 
 
+class ReplyFormat(Protocol):
+    """A streaming reply's text -> the Markdown to append (``models.tools.CallStream``)."""
+
+    def add(self, fragment: str) -> str: ...
+
+    def finish(self) -> str: ...
+
+
+class Verbatim:
+    """Text shown as it comes."""
+
+    def add(self, fragment: str) -> str:
+        return fragment
+
+    def finish(self) -> str:
+        return ""
+
+
 class ReplyHandle:
-    """Streams one assistant reply: ``append`` fragments, then ``finish`` once."""
+    """Streams one assistant reply: ``append`` fragments, then ``finish`` once.
+    The answer's Markdown only grows: a tool call's markup is held back by the
+    transcript's ``reply_format`` and appended as a block once complete."""
 
     def __init__(self, transcript: Transcript, message: AssistantMessage) -> None:
         self.transcript = transcript
@@ -201,6 +221,7 @@ class ReplyHandle:
         self.text = message.text
         self.finished = False
         self._stream = Markdown.get_stream(message.markdown)
+        self._format = transcript.reply_format()
 
     async def append(self, fragment: str, part: str = "answer") -> None:
         if self.finished:
@@ -216,19 +237,20 @@ class ReplyHandle:
             self.message.thinking.live = False
             self.message.thinking.show()
         self.text += fragment
-        await self._stream.write(fragment)
+        await self._stream.write(self._format.add(fragment))
 
     async def finish(self, stats: TurnStats | None = None, *, cancelled: bool = False) -> None:
-        """End the stream; a cancelled reply keeps the text written so far."""
+        """End the stream; a cancelled reply keeps the text written so far (a
+        call cut short as it was written)."""
         if self.finished:
             return
         self.finished = True
+        await self._stream.write(self._format.finish())
         await self._stream.stop()
         self.message.text = self.text
-        shown = self.transcript.formatter(self.text)
-        if shown != self.text:  # tool calls: the whole reply again, formatted
-            self.message.shown = shown
-            await self.message.markdown.update(shown)
+        shown = self.message.shown = self.transcript.formatter(self.text)
+        if shown.strip("\n") != (self.message.markdown.source or "").strip("\n"):
+            await self.message.markdown.update(shown)  # the stream told it otherwise
         self.message.set_footer(stats, cancelled)
 
 
@@ -243,6 +265,8 @@ class Transcript(VerticalScroll):
         """Label over assistant replies; the app sets it to the model's name."""
         self.formatter: Callable[[str], str] = lambda text: text
         """A reply's text -> the Markdown shown (the app formats tool calls)."""
+        self.reply_format: Callable[[], ReplyFormat] = Verbatim
+        """A new ``ReplyFormat`` for each streaming reply (the app's formats tool calls)."""
 
     def on_mount(self) -> None:
         self.anchor()
