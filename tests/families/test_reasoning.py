@@ -213,8 +213,10 @@ def test_stats_split_reasoning_and_answer(model, tmp_path):
     table = run(conv, "/stats")
     rows = dict(table.rows)
     s = done.stats
+    closed = "; closed at max_reasoning_tokens, then answered" if s.reasoning_budget_closed else ""
     assert rows["reasoning"] == (f"{s.reasoning_tokens} tokens in {s.reasoning_s:.1f} s; "
-                                 f"answer {s.generated_tokens - s.reasoning_tokens} tokens")
+                                 f"answer {s.generated_tokens - s.reasoning_tokens} tokens"
+                                 + closed)
     conv.shutdown()
 
 

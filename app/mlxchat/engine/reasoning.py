@@ -47,6 +47,7 @@ def _header(tokenizer: Any, ids: Sequence[int]) -> tuple[str, str | None]:
     recipient = _RECIPIENT.search(text)
     return channel, recipient.group(1) if recipient else None
 
+
 def _rfind(tokens: Sequence[int], seq: tuple[int, ...]) -> int:
     n = len(seq)
     for i in range(len(tokens) - n, -1, -1):
@@ -79,7 +80,6 @@ class Splitter:
     counts: dict[str, int] = field(default_factory=lambda: {REASONING: 0, ANSWER: 0})
     _held: list[int] = field(default_factory=list)
     _header: list[int] | None = None
-
     call: str | None = None
     """The recipient of the harmony tool call being written (None: no call)."""
     _after_end: bool = False
