@@ -140,6 +140,7 @@ class CallStream:
     def __init__(self, markup: CallMarkup | None) -> None:
         self.markup = markup
         self._held = ""
+        self._searched = 0
 
     def add(self, fragment: str) -> str:
         """The Markdown to append for ``fragment``."""
@@ -158,10 +159,13 @@ class CallStream:
                 if at < 0:
                     break
                 continue
-            close = held.find(end, len(start)) if end else -1
+            # Searched from where the last search stopped: a long call costs O(n).
+            close = held.find(end, max(len(start), self._searched - len(end) + 1)) if end else -1
             if close < 0:
+                self._searched = len(held)
                 break  # the call is not complete yet: hidden until it is
             whole, self._held = held[:close + len(end)], held[close + len(end):]
+            self._searched = 0
             out.append(_joined(_read_call(self.markup, whole[len(start):close], whole)))
         return "".join(out)
 
