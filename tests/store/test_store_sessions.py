@@ -220,3 +220,23 @@ def test_a_finished_reply_clears_its_draft(tmp_path: Path) -> None:
     store.add_message(session.id, "assistant", "the whole reply")
     assert store.drafts.recover(session.id) is None
     assert [m.content for m in store.get_session(session.id).messages] == ["q", "the whole reply"]
+
+
+def test_a_titled_session_is_found_or_created_once(tmp_path: Path) -> None:
+    """Two processes asking for the same new title (two `ask --session A` at
+    once) get one session: the lookup and the insert are one transaction."""
+    from mlxchat.store import open_store
+
+    first, second = open_store(tmp_path / "s.db"), open_store(tmp_path / "s.db")
+    try:
+        made, created = first.titled_session("A", "tiny")
+        found, again = second.titled_session("A", "tiny")
+        assert created and not again and found.id == made.id and found.title_locked
+        assert [s.title for s in first.list_sessions()] == ["A"]
+        first.create_session("tiny", title="A")  # two now: refused, nothing created
+        with pytest.raises(StoreError, match="matches 2 sessions"):
+            second.titled_session("A", "tiny")
+        assert len(second.list_sessions()) == 2
+    finally:
+        first.close()
+        second.close()

@@ -142,7 +142,13 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
         if loaded.info.memory_note:
             notices.append((loaded.info.memory_note + ".", "warning"))
         engine = engine_factory(loaded)
-        if resumed is None:
+        if resumed is None and lookup == "exact" and session and session == new_title:
+            # Not found by name: another process may be creating it right now,
+            # so look again and create it in one transaction.
+            resumed_or_new, created = store.titled_session(
+                new_title, spec, settings.system_prompt, replace(settings.generation))
+            resumed = None if created else resumed_or_new
+        elif resumed is None:
             resumed_or_new = store.create_session(spec, settings.system_prompt,
                                                   replace(settings.generation), title=new_title)
         else:

@@ -97,6 +97,24 @@ class SessionStore:
         with self.db.writing() as cur:
             return read_session(cur, insert_session(cur, draft))
 
+    def titled_session(self, title: str, model: str, system_prompt: str | None = None,
+                       settings: GenerationSettings | None = None) -> tuple[Session, bool]:
+        """The one session titled exactly ``title``, or a new one with that title
+        (locked), in one write transaction: two processes asking at once get the
+        same session. Returns (session, created)."""
+        clean = title_from(title, 200)
+        with self.db.writing() as cur:
+            rows = cur.execute("SELECT id FROM sessions WHERE title = ? ORDER BY id",
+                               (clean,)).fetchall()
+            if len(rows) > 1:
+                raise StoreError(f"{title!r} matches {len(rows)} sessions; give its id.")
+            if rows:
+                return read_session(cur, rows[0][0]), False
+            draft = Session(title=clean or DEFAULT_TITLE, model=model,
+                            system_prompt=system_prompt,
+                            settings=settings or GenerationSettings(), title_locked=bool(clean))
+            return read_session(cur, insert_session(cur, draft)), True
+
     def get_session(self, session_id: int) -> Session:
         """The session with ``messages`` set to its current branch, root first."""
         with self.db.reading() as cur:
