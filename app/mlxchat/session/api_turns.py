@@ -135,6 +135,7 @@ class ApiTurns:
         if conv.session.id != session_id:
             self._same_model(session_id)
             self.store.branches.set_leaf(session_id, message_id)
+            conv.discard_if_empty()  # the server's start-up session, never used
             conv.open_session(session_id)  # restores the branch's segments
         elif conv.session.leaf_id != message_id:
             self.store.branches.set_leaf(session_id, message_id)
@@ -152,6 +153,7 @@ class ApiTurns:
         if named is not None and named.id is not None:
             self._same_model(named.id)
             if conv.session.id != named.id:
+                conv.discard_if_empty()
                 conv.open_session(named.id)
             self.store.branches.set_leaf(named.id, None)
             conv.reload()
