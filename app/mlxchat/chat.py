@@ -327,6 +327,8 @@ class SessionSummary:
     """For a search result: the matching text with the match in [brackets]."""
     pins: int = 0
     """Documents pinned to it."""
+    from_api: bool = False
+    """Started or used by a client of ``mlxchat serve``."""
 
 
 def relative_time(ts: float, now: float | None = None) -> str:

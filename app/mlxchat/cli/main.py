@@ -92,9 +92,11 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--bits", type=int, default=4, help="weight bits (default 4)")
     conv.add_argument("--out", help="output folder (default: the models cache)")
 
+    from mlxchat.cli.serve import add_serve_parser
     from mlxchat.cli.sessions import add_sessions_parser
 
     add_sessions_parser(sub)
+    add_serve_parser(sub)
     return parser
 
 
@@ -162,6 +164,10 @@ def _dispatch(args: argparse.Namespace) -> int:
                                  bits=args.bits, progress=progress_printer())
         print(out)
         return 0
+    if args.command == "serve":
+        from mlxchat.cli.serve import run_serve
+
+        return run_serve(args, settings)
     if args.command == "sessions":
         from mlxchat.cli.sessions import run_sessions
 

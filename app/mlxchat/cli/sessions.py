@@ -55,8 +55,9 @@ def run_sessions(args: argparse.Namespace) -> int:
             return 0
         for r in rows:
             snap = f"  kv {human_bytes(r.snapshot_bytes)}" if r.snapshot_bytes else ""
+            api = "  [api]" if r.from_api else ""
             print(f"#{r.id:<4} {r.title[:50]:<50}  {r.model:<16} {r.message_count:>3} msgs  "
-                  f"{relative_time(r.updated)}{snap}")
+                  f"{relative_time(r.updated)}{snap}{api}")
             if r.snippet:
                 print(f"       {r.snippet}")
         return 0

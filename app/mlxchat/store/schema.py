@@ -202,6 +202,27 @@ V9_PINNED_DOCUMENTS = (
     "ALTER TABLE kv_segments ADD COLUMN prefix_key TEXT",
 )
 
+V10_RESERVED: tuple[Step, ...] = ()
+"""Version 10 belongs to the retrieval tables (another branch); empty here so
+that version 11 keeps its number. Merged, that branch's steps take its place."""
+
+V11_API_MESSAGES = (
+    # Messages that came through the HTTP API (or answered it), keyed by the
+    # hash of the conversation up to and including them, so a stateless request
+    # finds the stored branch it extends without rendering any history. A
+    # session with rows here is one the API started or used.
+    """
+    CREATE TABLE api_messages (
+        message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+        session_id INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        chain_hash TEXT NOT NULL,
+        created REAL NOT NULL
+    )
+    """,
+    "CREATE INDEX api_messages_by_hash ON api_messages(chain_hash)",
+    "CREATE INDEX api_messages_by_session ON api_messages(session_id)",
+)
+
 MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V1_SESSIONS_AND_MESSAGES,
     V2_CANCELLED_AND_SNAPSHOTS,
@@ -212,6 +233,8 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V7_KV_SEGMENTS,
     V8_REASONING,
     V9_PINNED_DOCUMENTS,
+    V10_RESERVED,
+    V11_API_MESSAGES,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -18,6 +18,7 @@ from typing import Any, Self
 
 from mlxchat.chat import GenerationSettings, Message, Role, Session, SessionSummary, TurnStats
 from mlxchat.store import pins, segments, snapshots
+from mlxchat.store.api_messages import ApiMessages
 from mlxchat.store.branches import Branches
 from mlxchat.store.database import Database
 from mlxchat.store.drafts import Drafts
@@ -55,6 +56,8 @@ class SessionStore:
         self.drafts = Drafts(self.db)
         self.snapshots = snapshots.Snapshots(self.db)
         """Whole-cache snapshots of sessions saved before segments."""
+        self.api = ApiMessages(self.db)
+        """Messages the HTTP API saw, by the hash of the conversation up to them."""
 
     @property
     def path(self) -> str:
@@ -202,6 +205,9 @@ class SessionStore:
                         snippet=snippets.get(session_id, ""),
                         pins=cur.execute("SELECT count(*) FROM session_pins WHERE session_id = ?",
                                          (session_id,)).fetchone()[0],
+                        from_api=cur.execute("SELECT EXISTS (SELECT 1 FROM api_messages"
+                                             " WHERE session_id = ?)", (session_id,)
+                                             ).fetchone()[0] == 1,
                     )
                 )
             return out

@@ -117,7 +117,7 @@ class SessionsScreen(ModalScreen[int | None]):
             table.add_column(label, width=width)
         now = self._now()
         for s in results:
-            pins = f" · {s.pins} pinned" if s.pins else ""
+            pins = (f" · {s.pins} pinned" if s.pins else "") + (" · api" if s.from_api else "")
             table.add_row(Text(cut(s.title, title_w - len(pins))) + Text(pins, style="dim"),
                           Text(cut(short_model(s.model), model_w), style="dim"),
                           Text(fmt_int(s.message_count)),

@@ -1,0 +1,54 @@
+"""`mlxchat serve`: the model loaded once, an OpenAI- and Ollama-compatible
+API over it, on loopback unless given a key."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from mlxchat.cli.progress import progress_printer
+from mlxchat.config import Settings
+
+
+def add_serve_parser(sub) -> None:
+    p = sub.add_parser("serve", help="serve the OpenAI and Ollama chat APIs over HTTP",
+                       description="Serve /v1/chat/completions, /v1/models, /api/chat and "
+                       "/api/tags; conversations are ordinary sessions, their KV kept on disk.")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; others need --api-key)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free)")
+    p.add_argument("--model", "-m", help="catalog alias, HF repo id, MLX folder or .gguf file")
+    p.add_argument("--api-key", help="required of every request (Bearer token or x-api-key)")
+    p.add_argument("--queue", type=int, default=8, metavar="N",
+                   help="requests that may wait for the engine before 503 (default 8)")
+
+
+def run_serve(args: argparse.Namespace, settings: Settings) -> int:
+    from mlxchat.errors import UserError
+    from mlxchat.server.app import build_app, check_bind
+    from mlxchat.server.runner import RunningServer
+    from mlxchat.server.service import ChatService
+    from mlxchat.session.root import open_conversation
+
+    check_bind(args.host, args.api_key)  # before the model loads: refused at once
+    if not 0 <= args.port < 65536:
+        raise UserError(f"--port must be 0 to 65535; got {args.port}")
+    if args.queue < 1:
+        raise UserError(f"--queue must be at least 1; got {args.queue}")
+    conv = open_conversation(settings, model_spec=args.model,
+                             progress=progress_printer()).conversation
+    service = ChatService(conv, max_waiting=args.queue)
+    server = RunningServer(build_app(service, api_key=args.api_key), host=args.host,
+                           port=args.port)
+    try:
+        server.start()
+        print(f"mlxchat serve: {service.model_id} at {server.url}/v1 (OpenAI) and "
+              f"{server.url}/api (Ollama); ctrl-c stops", file=sys.stderr, flush=True)
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        service.close()
+        conv.shutdown()
+    return 0

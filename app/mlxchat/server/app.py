@@ -1,0 +1,105 @@
+"""The ASGI app: routes, the API key checked on every request, and every error
+answered in the API's own shape (never a traceback)."""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from mlxchat.errors import MlxchatError
+from mlxchat.server import ollama_api, openai_api
+from mlxchat.server.errors import ApiError, Dialect, internal
+from mlxchat.server.service import ChatService
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
+
+class BindRefused(MlxchatError):
+    """A bind beyond loopback without an API key."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, api_key: str | None) -> None:
+    if not is_loopback(host) and not api_key:
+        raise BindRefused(f"binding to {host} serves every machine that reaches it: "
+                          "give --api-key KEY (clients send it as a Bearer token), "
+                          "or bind to 127.0.0.1")
+
+
+def _dialect(path: str) -> Dialect:
+    return "ollama" if path.startswith("/api/") else "openai"
+
+
+class ApiKeyCheck:
+    """Every request carries the key (``Authorization: Bearer KEY`` or
+    ``x-api-key``), compared in constant time; else 401."""
+
+    def __init__(self, app: ASGIApp, api_key: str | None):
+        self.app = app
+        self.key = api_key.encode() if api_key else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.key is None:
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        given = headers.get(b"x-api-key", b"")
+        auth = headers.get(b"authorization", b"")
+        if auth[:7].lower() == b"bearer ":
+            given = auth[7:].strip()
+        if not hmac.compare_digest(given, self.key):
+            error = ApiError(401, "Missing or wrong API key.", code="invalid_api_key",
+                             kind="authentication_error")
+            await error.response(_dialect(scope["path"]))(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response(_dialect(request.url.path))
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    return ApiError(exc.status_code, str(exc.detail), code=code).response(
+        _dialect(request.url.path))
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.exception("request failed: %s %s", request.method, request.url.path)
+    return internal().response(_dialect(request.url.path))
+
+
+def build_app(service: ChatService, *, api_key: str | None = None,
+              max_body_bytes: int = MAX_BODY_BYTES) -> ASGIApp:
+    routes = [
+        Route("/v1/chat/completions", openai_api.chat_completions, methods=["POST"]),
+        Route("/v1/models", openai_api.models, methods=["GET"]),
+        Route("/api/chat", ollama_api.chat, methods=["POST"]),
+        Route("/api/tags", ollama_api.tags, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, exception_handlers={
+        ApiError: _api_error, HTTPException: _http_error, Exception: _unexpected})
+    app.state.service = service
+    app.state.max_body_bytes = max_body_bytes
+    return ApiKeyCheck(app, api_key)

@@ -1,0 +1,135 @@
+"""One engine, one lane: requests run one at a time on a thread of their own,
+first come first served, with a bounded number waiting. A request whose client
+went away is cancelled: waiting, it never starts; running, its generation
+stops within one decode step (the engine's cancel) and what it said is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+from collections import deque
+from typing import Any, Callable, Iterator
+
+log = logging.getLogger(__name__)
+
+Work = Callable[[threading.Event], Iterator[Any]]
+"""Run on the lane's thread with the job's cancel flag; what it yields
+reaches the request's handler."""
+
+_END = object()
+
+
+class QueueFull(Exception):
+    def __init__(self, retry_after_s: int):
+        super().__init__(f"{retry_after_s}")
+        self.retry_after_s = retry_after_s
+
+
+class Job:
+    """A request's place in the lane, and the items its work yielded."""
+
+    def __init__(self, work: Work, loop: asyncio.AbstractEventLoop, number: int):
+        self.work = work
+        self.number = number
+        self.cancelled = threading.Event()
+        self._loop = loop
+        self._items: asyncio.Queue[Any] = asyncio.Queue()
+
+    def put(self, item: Any) -> None:
+        try:
+            self._loop.call_soon_threadsafe(self._items.put_nowait, item)
+        except RuntimeError:  # the event loop is closed: nobody is listening
+            pass
+
+    async def items(self) -> Any:
+        """What the work yields, in order; an exception it raised is raised here."""
+        while True:
+            item = await self._items.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+
+class EngineLane:
+    """A FIFO of jobs run on one thread; ``cancel`` calls ``stop_running``
+    (the engine's cancel) only while that job runs."""
+
+    def __init__(self, *, stop_running: Callable[[], None], max_waiting: int = 8):
+        self.max_waiting = max_waiting
+        self._stop_running = stop_running
+        self._waiting: deque[Job] = deque()
+        self._running: Job | None = None
+        self._lock = threading.Condition()
+        self._numbers = itertools.count(1)
+        self._closed = False
+        self.turn_seconds = 1.0
+        """How long a job took lately (a guess at Retry-After)."""
+        self._thread = threading.Thread(target=self._run, name="mlxchat-api-lane", daemon=True)
+        self._thread.start()
+
+    def submit(self, work: Work) -> Job:
+        """Queue ``work``; raises QueueFull when ``max_waiting`` jobs wait already."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._closed or len(self._waiting) >= self.max_waiting:
+                ahead = len(self._waiting) + (self._running is not None)
+                raise QueueFull(max(1, round(self.turn_seconds * ahead)))
+            job = Job(work, loop, next(self._numbers))
+            self._waiting.append(job)
+            self._lock.notify()
+        return job
+
+    def cancel(self, job: Job) -> None:
+        with self._lock:
+            job.cancelled.set()
+            if job in self._waiting:
+                self._waiting.remove(job)
+                job.put(_END)
+            elif self._running is job:
+                self._stop_running()
+
+    @property
+    def waiting(self) -> int:
+        with self._lock:
+            return len(self._waiting)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Refuse new jobs, cancel the running one, finish the thread."""
+        with self._lock:
+            self._closed = True
+            for job in self._waiting:
+                job.cancelled.set()
+                job.put(_END)
+            self._waiting.clear()
+            if self._running is not None:
+                self._stop_running()
+            self._lock.notify()
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        import time
+
+        while True:
+            with self._lock:
+                while not self._waiting and not self._closed:
+                    self._lock.wait()
+                if self._closed and not self._waiting:
+                    return
+                job = self._waiting.popleft()
+                self._running = job
+            began = time.monotonic()
+            try:
+                for item in job.work(job.cancelled):
+                    job.put(item)
+            except BaseException as exc:  # noqa: BLE001 - handed to the request's handler
+                job.put(exc)
+            finally:
+                with self._lock:
+                    self._running = None
+                job.put(_END)
+                self.turn_seconds = 0.5 * self.turn_seconds + 0.5 * (time.monotonic() - began)

@@ -1,0 +1,80 @@
+"""Ollama's endpoints: ``POST /api/chat`` (streamed as one JSON object a line,
+or one object) and ``GET /api/tags``."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime, timezone
+from typing import Any, AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from mlxchat.server.errors import ApiError
+from mlxchat.server.requests import ollama_chat, parse_json
+from mlxchat.server.service import ChatService, Finished, Piece
+from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
+
+NS = 1_000_000_000
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def _message(content: str, thinking: str = "") -> dict[str, Any]:
+    message = {"role": "assistant", "content": content}
+    if thinking:
+        message["thinking"] = thinking
+    return message
+
+
+def _final(model: str, end: Finished, message: dict[str, Any]) -> dict[str, Any]:
+    s = end.stats
+    return {"model": model, "created_at": _now(), "message": message, "done": True,
+            "done_reason": end.finish_reason, "total_duration": int(s.total_s * NS),
+            "load_duration": 0, "prompt_eval_count": s.prefilled_tokens,
+            "prompt_eval_duration": int(s.ttft_s * NS), "eval_count": s.generated_tokens,
+            "eval_duration": int(max(s.total_s - s.ttft_s, 0) * NS)}
+
+
+async def chat(request: Request) -> Response:
+    service: ChatService = request.app.state.service
+    chat_request = ollama_chat(parse_json(await read_body(request)),
+                               request.headers.get("x-session"))
+    items, first = await started(service.chat(chat_request))
+    model = service.model_id
+    if not chat_request.stream:
+        end = await finished(first, items)
+        return JSONResponse(_final(model, end, _message(end.content, end.reasoning)))
+    return DisconnectAwareStream(_lines(model, first, items), media_type="application/x-ndjson")
+
+
+async def _lines(model: str, first: Piece | Finished,
+                 items: AsyncIterator[Piece | Finished]) -> AsyncIterator[str]:
+    try:
+        item = first
+        while not isinstance(item, Finished):
+            message = _message("", item.text) if item.part == "reasoning" \
+                else _message(item.text)
+            line = {"model": model, "created_at": _now(), "message": message, "done": False}
+            yield json.dumps(line, ensure_ascii=False) + "\n"
+            item = await anext(items)
+        yield json.dumps(_final(model, item, _message(""))) + "\n"
+    except ApiError as exc:  # after the status went out: said in the stream
+        yield json.dumps({"error": exc.message}) + "\n"
+    finally:
+        await items.aclose()  # type: ignore[attr-defined]
+
+
+async def tags(request: Request) -> Response:
+    service: ChatService = request.app.state.service
+    info = service.conv.model_info
+    return JSONResponse({"models": [{
+        "name": service.model_id, "model": service.model_id,
+        "modified_at": datetime.fromtimestamp(time.time(), timezone.utc).isoformat(),
+        "size": info.weights_bytes, "digest": info.fingerprint,
+        "details": {"format": "mlx", "family": info.architecture,
+                    "parameter_size": f"{info.parameter_count / 1e9:.2f}B",
+                    "quantization_level": info.quantization}}]})

@@ -1,0 +1,99 @@
+"""OpenAI's endpoints: ``POST /v1/chat/completions`` (streamed as server-sent
+events, or one object) and ``GET /v1/models``."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, AsyncIterator
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from mlxchat.chat import TurnStats
+from mlxchat.server.errors import ApiError
+from mlxchat.server.requests import ChatRequest, openai_chat, parse_json
+from mlxchat.server.service import ChatService, Finished, Piece
+from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
+
+
+def usage(stats: TurnStats) -> dict[str, Any]:
+    """What the turn cost; ``cached_tokens`` is what the KV cache supplied."""
+    return {"prompt_tokens": stats.prompt_tokens,
+            "completion_tokens": stats.generated_tokens,
+            "total_tokens": stats.prompt_tokens + stats.generated_tokens,
+            "prompt_tokens_details": {"cached_tokens": stats.reused_tokens},
+            "completion_tokens_details": {"reasoning_tokens": stats.reasoning_tokens}}
+
+
+class _Shape:
+    """The ids and names every object of one reply carries."""
+
+    def __init__(self, model: str):
+        self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        self.created = int(time.time())
+        self.model = model
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None) -> str:
+        body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                "model": self.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    def usage_chunk(self, stats: TurnStats) -> str:
+        body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                "model": self.model, "choices": [], "usage": usage(stats)}
+        return f"data: {json.dumps(body)}\n\n"
+
+    def completion(self, end: Finished) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": end.content}
+        if end.reasoning:
+            message["reasoning_content"] = end.reasoning
+        return {"id": self.id, "object": "chat.completion", "created": self.created,
+                "model": self.model, "usage": usage(end.stats),
+                "choices": [{"index": 0, "message": message,
+                             "finish_reason": end.finish_reason}]}
+
+
+def _delta(piece: Piece) -> dict[str, Any]:
+    return {"reasoning_content" if piece.part == "reasoning" else "content": piece.text}
+
+
+async def chat_completions(request: Request) -> Response:
+    service: ChatService = request.app.state.service
+    chat = openai_chat(parse_json(await read_body(request)), request.headers.get("x-session"))
+    shape = _Shape(service.model_id)
+    items, first = await started(service.chat(chat))
+    if not chat.stream:
+        return JSONResponse(shape.completion(await finished(first, items)))
+    return DisconnectAwareStream(_events(shape, chat, first, items),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+
+async def _events(shape: _Shape, chat: ChatRequest, first: Piece | Finished,
+                  items: AsyncIterator[Piece | Finished]) -> AsyncIterator[str]:
+    yield shape.chunk({"role": "assistant", "content": ""})
+    try:
+        item = first
+        while True:
+            if isinstance(item, Finished):
+                yield shape.chunk({}, item.finish_reason)
+                if chat.include_usage:
+                    yield shape.usage_chunk(item.stats)
+                break
+            yield shape.chunk(_delta(item))
+            item = await anext(items)
+    except ApiError as exc:  # after the status went out: said in the stream
+        yield f"data: {json.dumps({'error': {'message': exc.message, 'code': exc.code}})}\n\n"
+    finally:
+        await items.aclose()
+    yield "data: [DONE]\n\n"
+
+
+async def models(request: Request) -> Response:
+    service: ChatService = request.app.state.service
+    return JSONResponse({"object": "list", "data": [
+        {"id": service.model_id, "object": "model", "created": int(time.time()),
+         "owned_by": "mlxchat"}]})

@@ -1,0 +1,204 @@
+"""Reading a chat request's body (OpenAI's or Ollama's) into an ``ApiRequest``:
+every field checked, each problem one 400 naming the field."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlxchat.session.api_turns import ApiRequest, IncomingMessage
+from mlxchat.server.errors import ApiError, bad_field, missing_field
+
+ROLES = ("system", "developer", "user", "assistant")
+
+
+@dataclass
+class ChatRequest:
+    """A chat request: the conversation and what the reply should look like."""
+
+    model: str
+    turn: ApiRequest
+    stream: bool
+    stop: list[str] = field(default_factory=list)
+    include_usage: bool = False
+
+
+def parse_json(body: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, f"The body is not valid JSON: {exc}.", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "The body must be a JSON object.", code="invalid_json")
+    return data
+
+
+def _text(content: Any, param: str) -> str:
+    """A message's content: a string, null, or a list of text parts."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for i, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text" \
+                    or not isinstance(part.get("text"), str):
+                raise bad_field(f"{param}[{i}]", "Only text content parts are supported.")
+            parts.append(part["text"])
+        return "".join(parts)
+    raise bad_field(param, "A message's content must be a string or a list of text parts.")
+
+
+def tool_signature(calls: Any, param: str) -> str:
+    """Tool calls as the client sees them, canonical (what the index hashes)."""
+    if not calls:
+        return ""
+    if not isinstance(calls, list):
+        raise bad_field(param, "'tool_calls' must be a list.")
+    canonical = []
+    for i, call in enumerate(calls):
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise bad_field(f"{param}[{i}]", "A tool call needs function.name.")
+        args = fn.get("arguments", "{}")
+        try:
+            args = json.loads(args) if isinstance(args, str) else args
+        except ValueError:
+            pass
+        canonical.append([fn["name"], args])
+    return json.dumps(canonical, sort_keys=True, ensure_ascii=False)
+
+
+def _messages(data: dict[str, Any]) -> tuple[str | None, list[IncomingMessage]]:
+    if "messages" not in data:
+        raise missing_field("messages")
+    raw = data["messages"]
+    if not isinstance(raw, list) or not raw:
+        raise bad_field("messages", "'messages' must be a non-empty list.")
+    system: list[str] = []
+    out: list[IncomingMessage] = []
+    for i, m in enumerate(raw):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise bad_field(where, "Each message must be an object.")
+        if "role" not in m:
+            raise missing_field(f"{where}.role")
+        role = m["role"]
+        if role not in ROLES:
+            raise bad_field(f"{where}.role", f"Role {role!r} is not supported; use one of "
+                            + ", ".join(ROLES) + ".")
+        content = _text(m.get("content"), f"{where}.content")
+        if role in ("system", "developer"):
+            if out:
+                raise bad_field(where, "System messages are supported only before the others.")
+            system.append(content)
+            continue
+        signature = tool_signature(m.get("tool_calls"), f"{where}.tool_calls") \
+            if role == "assistant" else ""
+        if role == "user" and "content" not in m:
+            raise missing_field(f"{where}.content")
+        out.append(IncomingMessage(role, content, signature))
+    if not out or out[-1].role != "user":
+        raise bad_field("messages", "The last message must be the user's.")
+    return ("\n\n".join(system) if system else None), out
+
+
+def _number(data: dict[str, Any], name: str, low: float, high: float) -> float | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or not low <= value <= high:
+        raise bad_field(name, f"'{name}' must be a number from {low:g} to {high:g}.")
+    return float(value)
+
+
+def _whole(data: dict[str, Any], name: str, low: int) -> int | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or value >= 2**63:
+        raise bad_field(name, f"'{name}' must be a whole number >= {low}.")
+    return value
+
+
+def _stop(value: Any) -> list[str]:
+    if value is None:
+        return []
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or len(stops) > 4 \
+            or not all(isinstance(s, str) and s for s in stops):
+        raise bad_field("stop", "'stop' must be a string or a list of up to 4 strings.")
+    return stops
+
+
+def sampling(data: dict[str, Any], *, max_names: tuple[str, ...]) -> dict[str, Any]:
+    """Generation settings the request gives (temperature, top_p, max tokens, seed)."""
+    settings: dict[str, Any] = {}
+    temperature = _number(data, "temperature", 0.0, 2.0)
+    if temperature is not None:
+        settings["temperature"] = temperature
+    top_p = _number(data, "top_p", 0.0, 1.0)
+    if top_p is not None:
+        if top_p == 0:
+            raise bad_field("top_p", "'top_p' must be above 0.")
+        settings["top_p"] = top_p
+    for name in max_names:
+        limit = _whole(data, name, 1)
+        if limit is not None:
+            settings["max_tokens"] = limit
+    seed = _whole(data, "seed", 0)
+    if seed is not None:
+        settings["seed"] = seed
+    return settings
+
+
+def session_name(data: dict[str, Any], header: str | None) -> str | None:
+    user = data.get("user")
+    if user is not None and not isinstance(user, str):
+        raise bad_field("user", "'user' must be a string.")
+    return (header or user or "").strip() or None
+
+
+def openai_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest:
+    model = data.get("model")
+    if model is None:
+        raise missing_field("model")
+    if not isinstance(model, str):
+        raise bad_field("model", "'model' must be a string.")
+    system, messages = _messages(data)
+    n = _whole(data, "n", 1)
+    if n not in (None, 1):
+        raise bad_field("n", "Only one choice per request (n = 1) is supported.")
+    if data.get("tools"):
+        raise ApiError(400, "Tools are not supported by this server yet.", param="tools",
+                       code="unsupported_parameter")
+    stream = data.get("stream", False)
+    if not isinstance(stream, bool):
+        raise bad_field("stream", "'stream' must be true or false.")
+    options = data.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise bad_field("stream_options", "'stream_options' must be an object.")
+    settings = sampling(data, max_names=("max_tokens", "max_completion_tokens"))
+    turn = ApiRequest(system, messages, settings, session_name(data, header_session))
+    return ChatRequest(model, turn, stream, _stop(data.get("stop")),
+                       bool(options.get("include_usage")))
+
+
+def ollama_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest:
+    model = data.get("model")
+    if not isinstance(model, str) or not model:
+        raise missing_field("model")
+    system, messages = _messages(data)
+    options = data.get("options") or {}
+    if not isinstance(options, dict):
+        raise bad_field("options", "'options' must be an object.")
+    settings = sampling(options, max_names=("num_predict",))
+    stream = data.get("stream", True)
+    if not isinstance(stream, bool):
+        raise bad_field("stream", "'stream' must be true or false.")
+    turn = ApiRequest(system, messages, settings, session_name({}, header_session))
+    return ChatRequest(model, turn, stream, _stop(options.get("stop")))

@@ -1,0 +1,140 @@
+"""The chat service behind every endpoint: a request becomes a turn on the one
+conversation, run in the engine lane; what it says comes back as pieces the
+endpoints put in their own shapes."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import AsyncIterator, Iterator
+
+from mlxchat.chat import TurnStats
+from mlxchat.engine.events import ContextOverflowError, TextDelta, TurnDone
+from mlxchat.errors import MlxchatError
+from mlxchat.session.api_turns import ApiTurns, IncomingMessage
+from mlxchat.session.conversation import Conversation
+from mlxchat.server.errors import ApiError, context_exceeded, queue_full, unknown_model
+from mlxchat.server.lane import EngineLane, QueueFull
+from mlxchat.server.requests import ChatRequest
+
+
+@dataclass
+class Piece:
+    """New text of the reply: its answer or its reasoning."""
+
+    text: str
+    part: str = "answer"
+
+
+@dataclass
+class Finished:
+    """The end of a reply: what the client saw of it and the turn's figures."""
+
+    content: str
+    reasoning: str
+    stats: TurnStats
+    finish_reason: str
+    session_id: int
+
+
+@dataclass
+class StopWatch:
+    """Cuts the answer at the first stop string, holding back text that may be
+    the start of one."""
+
+    stops: list[str]
+    seen: str = ""
+    sent: int = 0
+    stopped: bool = False
+
+    def feed(self, text: str) -> str:
+        """The text that is safe to send now."""
+        if self.stopped:
+            return ""
+        self.seen += text
+        if not self.stops:
+            return self._send(len(self.seen))
+        cut = min((i for i in (self.seen.find(s) for s in self.stops) if i >= 0), default=-1)
+        if cut >= 0:
+            self.stopped = True
+            self.seen = self.seen[:cut]
+            return self._send(cut)
+        hold = max(len(s) - 1 for s in self.stops)
+        return self._send(max(self.sent, len(self.seen) - hold))
+
+    def flush(self) -> str:
+        return self._send(len(self.seen))
+
+    def _send(self, upto: int) -> str:
+        out = self.seen[self.sent:upto]
+        self.sent = max(self.sent, upto)
+        return out
+
+
+class ChatService:
+    """One conversation, one engine lane, every endpoint's turns."""
+
+    def __init__(self, conv: Conversation, *, max_waiting: int = 8):
+        self.conv = conv
+        self.turns = ApiTurns(conv)
+        self.lane = EngineLane(stop_running=conv.cancel, max_waiting=max_waiting)
+        self.model_id = conv.model_spec
+        self._names = {conv.model_spec, conv.model_info.name,
+                       Path(conv.model_spec).name, conv.model_info.name.split("/")[-1]}
+
+    def check_model(self, name: str) -> None:
+        if name not in self._names:
+            raise unknown_model(name, self.model_id)
+
+    def close(self) -> None:
+        self.lane.close()
+
+    async def chat(self, request: ChatRequest) -> AsyncIterator[Piece | Finished]:
+        """The reply's pieces, then ``Finished``; errors before the first piece
+        are ``ApiError``s. Leaving early (the client went away) cancels the turn."""
+        self.check_model(request.model)
+        try:
+            job = self.lane.submit(lambda cancelled: self._work(request, cancelled))
+        except QueueFull as exc:
+            raise queue_full(exc.retry_after_s) from None
+        try:
+            async for item in job.items():
+                yield item
+        except ContextOverflowError as exc:
+            raise context_exceeded(exc.user_text()) from None
+        except ApiError:
+            raise
+        except MlxchatError as exc:
+            raise ApiError(400, exc.user_text(), code="invalid_request") from None
+        except ValueError as exc:  # a setting out of range
+            raise ApiError(400, str(exc), code="invalid_value") from None
+        finally:
+            self.lane.cancel(job)
+
+    def _work(self, request: ChatRequest, cancelled: threading.Event
+              ) -> Iterator[Piece | Finished]:
+        """On the lane's thread: place the request, run its turn, yield its pieces."""
+        if cancelled.is_set():
+            return
+        watch = StopWatch(request.stop)
+        turn = self.turns.begin(request.turn,
+                                lambda done: IncomingMessage("assistant", watch.seen))
+        done: TurnDone | None = None
+        for event in turn.events:
+            if cancelled.is_set() or watch.stopped:
+                self.conv.cancel()  # also a turn that started after the cancel
+            if isinstance(event, TextDelta):
+                text = event.text if event.part == "reasoning" else watch.feed(event.text)
+                if text:
+                    yield Piece(text, event.part)
+            elif isinstance(event, TurnDone):
+                done = event
+        if done is None:
+            return
+        rest = watch.flush()
+        if rest:
+            yield Piece(rest)
+        reason = "stop" if watch.stopped else {"length": "length"}.get(
+            done.stats.finish_reason, "stop")
+        yield Finished(watch.seen, done.reasoning, done.stats, reason, turn.session_id)

@@ -1,0 +1,79 @@
+"""What every endpoint does with a request's body and a reply's stream: the
+body read within its size limit, the first piece of the reply awaited before
+any status goes out (so a refusal gets its own status), and a streamed reply
+that notices at once when its client goes away."""
+
+from __future__ import annotations
+
+from typing import AsyncIterator, TypeVar
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from mlxchat.server.errors import ApiError
+from mlxchat.server.service import Finished, Piece
+
+T = TypeVar("T")
+
+
+async def read_body(request: Request) -> bytes:
+    """The whole body; 413 as soon as it passes the server's limit."""
+    limit: int = request.app.state.max_body_bytes
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _too_large(limit: int) -> ApiError:
+    return ApiError(413, f"The body is over this server's limit of {limit:,} bytes.",
+                    code="request_too_large")
+
+
+async def started(items: AsyncIterator[T]) -> tuple[AsyncIterator[T], T]:
+    """The stream and its first item (an error before it is raised here)."""
+    try:
+        first = await anext(items)
+    except BaseException:
+        await items.aclose()  # type: ignore[attr-defined]
+        raise
+    return items, first
+
+
+async def finished(first: Piece | Finished, items: AsyncIterator[Piece | Finished]
+                   ) -> Finished:
+    """Read the reply to its end (a reply asked for whole)."""
+    item = first
+    try:
+        while not isinstance(item, Finished):
+            item = await anext(items)
+    finally:
+        await items.aclose()  # type: ignore[attr-defined]
+    return item
+
+
+class DisconnectAwareStream(StreamingResponse):
+    """Streams while listening for the client's disconnect, whatever ASGI
+    version the server speaks: a client that goes away cancels the stream
+    (and with it the turn) at once, not at the next write."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async with anyio.create_task_group() as group:
+            async def stream() -> None:
+                try:
+                    await self.stream_response(send)
+                except OSError:
+                    pass  # the client went away mid-write
+                group.cancel_scope.cancel()
+
+            group.start_soon(stream)
+            await self.listen_for_disconnect(receive)
+            group.cancel_scope.cancel()

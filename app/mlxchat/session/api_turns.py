@@ -1,0 +1,201 @@
+"""Turns for clients of the HTTP API, who send the whole conversation every
+time: the request finds the stored branch it extends, that branch's KV comes
+back from its segments (or stays warm), and only what is new is prefilled.
+
+Every message the API sees is indexed by the hash of the conversation up to
+and including it (``chain_hashes``); the lookup is one query over the
+request's hashes, with no rendering of history. A request that extends no
+stored branch starts a session, with the earlier messages stored as given;
+their first turn renders them once and starts a token ledger. API sessions
+are ordinary sessions: listed, titled from their first message, openable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+from mlxchat.chat import Role, Session
+from mlxchat.engine.events import Event, TurnDone
+from mlxchat.errors import MlxchatError
+from mlxchat.session.conversation import Conversation, ConversationError
+from mlxchat.store import SessionNotFound
+
+HASH_VERSION = "mlxchat-api/1"
+
+
+@dataclass(frozen=True)
+class IncomingMessage:
+    """One message of a request as the API client sees it."""
+
+    role: Role
+    content: str
+    signature: str = ""
+    """What else the client sees of it (tool calls, canonical JSON): hashed too."""
+
+
+@dataclass(frozen=True)
+class ApiRequest:
+    system: str | None
+    messages: Sequence[IncomingMessage]
+    """The conversation after the system prompt; the last is the new user message."""
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Generation settings of this request (names of ``GenerationSettings``)."""
+    session_name: str | None = None
+    """A session the client names (``X-Session``, ``user``): id or exact title."""
+
+
+@dataclass
+class ApiTurn:
+    session_id: int
+    events: Iterator[Event]
+    extended: int
+    """Messages of the request found stored (the branch it extends)."""
+
+
+def _link(previous: str, message: IncomingMessage) -> str:
+    text = "\0".join((previous, message.role, message.content, message.signature))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def chain_hashes(model: str, system: str | None,
+                 messages: Sequence[IncomingMessage]) -> list[str]:
+    """One hash per message: of the model, the system prompt and every message
+    up to and including it."""
+    root = hashlib.sha256("\0".join((HASH_VERSION, model, system or "")).encode(
+        "utf-8", "surrogatepass")).hexdigest()[:32]
+    out: list[str] = []
+    for message in messages:
+        out.append(_link(out[-1] if out else root, message))
+    return out
+
+
+ReplyForm = Callable[[TurnDone], IncomingMessage]
+"""How the client will see a reply (its content and tool calls), to index it."""
+
+
+class ApiTurns:
+    """Places each API request on its session and branch of one conversation."""
+
+    def __init__(self, conv: Conversation):
+        self.conv = conv
+        self.store = conv.store
+
+    def begin(self, request: ApiRequest, reply_form: ReplyForm) -> ApiTurn:
+        """Find or start the request's branch, commit its new user message and
+        return the turn's events (the reply is indexed once they are consumed).
+        Raises an ``MlxchatError`` (nothing stored) when it is refused."""
+        messages = list(request.messages)
+        if not messages or messages[-1].role != "user":
+            raise ConversationError("The last message must be the user's.")
+        hashes = chain_hashes(self.conv.model_spec, request.system, messages)
+        named = self._named(request.session_name)
+        hit = self.store.api.longest(hashes[:-1], session_id=named.id if named else None)
+        created = False
+        if hit is not None:
+            self._open_at(hit.session_id, hit.message_id)
+            start = hit.position + 1
+        else:
+            created = named is None
+            self._open_empty(named, request.system)
+            start = 0
+        added = self._add_history(messages[start:-1], hashes[start:-1])
+        self.conv.use_settings(dataclasses.replace(self.conv.session.settings,
+                                                   context_policy="stop", **request.settings))
+        session_id = self.conv.session.id
+        assert session_id is not None
+        try:
+            events = self.conv.send(messages[-1].content)
+        except MlxchatError:
+            self._undo(created, added)
+            raise
+        user = self.conv.messages[-1]
+        assert user.id is not None
+        self.store.api.record(session_id, user.id, hashes[-1])
+        return ApiTurn(session_id, self._indexed(events, hashes[-1], reply_form), start)
+
+    # -- where the request goes ---------------------------------------------------------
+    def _named(self, name: str | None) -> Session | None:
+        """The session the client named, created (titled so) when there is none."""
+        if not name:
+            return None
+        try:
+            return self.store.find_session(name, prefix=False)
+        except SessionNotFound:
+            return self.store.create_session(self.conv.model_spec, None,
+                                             dataclasses.replace(self.conv.settings.generation),
+                                             title=name)
+
+    def _open_at(self, session_id: int, message_id: int) -> None:
+        """Open the session at ``message_id``: its branch's KV stays warm when
+        it is the live one, else comes back from the segments."""
+        conv = self.conv
+        if conv.session.id != session_id:
+            self._same_model(session_id)
+            self.store.branches.set_leaf(session_id, message_id)
+            conv.discard_if_empty()  # the server's start-up session, never used
+            conv.open_session(session_id)  # restores the branch's segments
+        elif conv.session.leaf_id != message_id:
+            self.store.branches.set_leaf(session_id, message_id)
+            conv.reload()
+            conv.restore_snapshot()
+
+    def _same_model(self, session_id: int) -> None:
+        """A session stays on the served model (never loads another)."""
+        if self.store.get_session(session_id).model != self.conv.model_spec:
+            self.store.update_model(session_id, self.conv.model_spec)
+
+    def _open_empty(self, named: Session | None, system: str | None) -> None:
+        """A new session, or the named one from its root (a new branch)."""
+        conv = self.conv
+        if named is not None and named.id is not None:
+            self._same_model(named.id)
+            if conv.session.id != named.id:
+                conv.discard_if_empty()
+                conv.open_session(named.id)
+            self.store.branches.set_leaf(named.id, None)
+            conv.reload()
+        elif conv.messages or conv.session.pins or conv.model_spec != conv.session.model:
+            conv.new_session()
+        if conv.session.system_prompt != system:
+            conv.set_system_prompt(system)
+
+    def _add_history(self, messages: Sequence[IncomingMessage], hashes: Sequence[str]
+                     ) -> list[int]:
+        """Store the request's messages the branch lacks (but the last), as given."""
+        session_id = self.conv.session.id
+        assert session_id is not None
+        added = []
+        for message, chain_hash in zip(messages, hashes):
+            stored = self.store.add_message(session_id, message.role, message.content)
+            assert stored.id is not None
+            self.store.api.record(session_id, stored.id, chain_hash)
+            added.append(stored.id)
+        if added:
+            self.conv.reload()
+        return added
+
+    def _undo(self, created: bool, added: list[int]) -> None:
+        """A refused request leaves no session behind; a refused branch of an
+        existing session is left, its position back where it was."""
+        if created:
+            self.conv.delete_session()
+        elif added:
+            first = next(m for m in self.conv.messages if m.id == added[0])
+            self.store.branches.set_leaf(self.conv.session.id, first.parent_id)
+            self.conv.reload()
+
+    def _indexed(self, events: Iterator[Event], user_hash: str,
+                 reply_form: ReplyForm) -> Iterator[Event]:
+        done: TurnDone | None = None
+        for event in events:
+            if isinstance(event, TurnDone):
+                done = event
+            yield event
+        last = self.conv.messages[-1] if self.conv.messages else None
+        if done is not None and last is not None and last.role == "assistant":
+            assert last.id is not None and self.conv.session.id is not None
+            self.store.api.record(self.conv.session.id, last.id,
+                                  _link(user_hash, reply_form(done)))

@@ -1,0 +1,183 @@
+"""Server benchmark: the same stateless 5-turn conversation (a ~2k-token first
+message, then short ones) against `mlxchat serve` and `mlx_lm.server` on the
+same model folder, both started as real processes on loopback.
+
+    .venv/bin/python bench/serve.py [--quick] [--model smollm2-135m|small-llama|FOLDER]
+
+The last line is: ratios: api_turn5_ttft_ratio=X (our turn-5 TTFT / mlx_lm.server's)
+api_restart_ttft_ratio=X (our turn 5 sent again right after a restart / our turn 5;
+mlx_lm.server's printed beside it) api_overhead=X (decode tok/s through the API /
+the engine alone, in this process, on the same prompt)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from common import median  # noqa: E402
+
+from openai import OpenAI  # noqa: E402
+
+FILLER = ("The history of the region is long and varied, shaped by rivers, trade routes, "
+          "harvests and the people who settled along the coast over many centuries. ")
+MAX_TOKENS = 48
+
+
+def model_folder(name: str) -> Path:
+    if name == "small-llama":
+        from mlxchat.models.tiny import write_tiny_model
+
+        return write_tiny_model(Path(tempfile.mkdtemp(prefix="mlxchat-bench-")),
+                                hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2,
+                                intermediate_size=688, context_window=8192)
+    if Path(name).is_dir():
+        return Path(name)
+    from mlxchat.models import resolve_folder
+
+    return resolve_folder(name)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A server process on a free loopback port, stopped at the end."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]):
+        self.port = free_port()
+        self.proc = subprocess.Popen([*argv, "--port", str(self.port)], env=env,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        self.client = OpenAI(base_url=f"http://127.0.0.1:{self.port}/v1", api_key="x",
+                             max_retries=0, timeout=600)
+        deadline = time.monotonic() + 300
+        while True:
+            try:  # listening (mlx_lm.server's /v1/models needs a Hugging Face cache)
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"server did not start: {argv}")
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def timed_turn(server: Server, model: str, messages: list[dict]) -> tuple[float, float, str]:
+    """(TTFT s, decode tok/s, reply) of one streamed request: decode is (tokens - 1)
+    over first text to end, tokens from the usage when the server gives it."""
+    start = time.perf_counter()
+    stamps, text, tokens = [], [], 0
+    for chunk in server.client.chat.completions.create(
+            model=model, messages=messages, temperature=0, max_tokens=MAX_TOKENS, stream=True,
+            stream_options={"include_usage": True}):
+        if chunk.choices and chunk.choices[0].delta.content:
+            stamps.append(time.perf_counter())
+            text.append(chunk.choices[0].delta.content)
+        if getattr(chunk, "usage", None):
+            tokens = chunk.usage.completion_tokens
+    end = time.perf_counter()
+    tokens = tokens or len(stamps)
+    ttft = stamps[0] - start if stamps else float("nan")
+    tps = (tokens - 1) / max(end - stamps[0], 1e-9) if len(stamps) > 1 else 0.0
+    return ttft, tps, "".join(text)
+
+
+def conversation(server: Server, model: str, history_words: int) -> tuple[list[dict], float,
+                                                                          float]:
+    """Five turns; returns turn 5's request, its TTFT and the decode tok/s of the turns."""
+    first = (FILLER * (history_words // len(FILLER.split()) + 1))
+    asks = [f"{first}\nSummarize this.", "Name one river.", "And a harvest?",
+            "Who settled there?", "What came next?"]
+    messages: list[dict] = []
+    ttft, rates = 0.0, []
+    for ask in asks:
+        messages.append({"role": "user", "content": ask})
+        ttft, tps, reply = timed_turn(server, model, messages)
+        rates.append(tps)
+        messages.append({"role": "assistant", "content": reply})
+    return messages[:-1], ttft, median(rates)
+
+
+def measure(argv: list[str], env: dict[str, str], model: str, words: int) -> dict[str, float]:
+    server = Server(argv, env)
+    try:
+        turn5, ttft5, tps = conversation(server, model, words)
+    finally:
+        server.stop()
+    again = Server(argv, env)
+    try:
+        restart, _, _ = timed_turn(again, model, turn5)
+    finally:
+        again.stop()
+    return {"turn5": ttft5, "restart": restart, "tps": tps}
+
+
+def engine_tps(folder: Path, words: int) -> float:
+    """Decode tok/s of the engine alone on turn 1's prompt."""
+    from mlxchat.chat import GenerationSettings, Message
+    from mlxchat.engine import ChatEngine, TextDelta, TurnDone
+    from mlxchat.models.loader import load_folder
+
+    engine = ChatEngine(load_folder(folder))
+    try:
+        text = FILLER * (words // len(FILLER.split()) + 1) + "\nSummarize this."
+        settings = GenerationSettings(temperature=0.0, max_tokens=MAX_TOKENS)
+        rates = []
+        for _ in range(3):  # timed as through the API: first text to the end
+            first = None
+            for event in engine.turn([Message("user", text)], settings):
+                if isinstance(event, TextDelta) and first is None:
+                    first = time.perf_counter()
+                elif isinstance(event, TurnDone):
+                    span = time.perf_counter() - (first or time.perf_counter())
+                    rates.append((event.stats.generated_tokens - 1) / max(span, 1e-9))
+        return median(rates)
+    finally:
+        engine.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--quick", action="store_true", help="a random small llama, ~1k tokens")
+    args = parser.parse_args()
+    folder = model_folder("small-llama" if args.quick else args.model)
+    words = 400 if args.quick else 1500
+    home = tempfile.mkdtemp(prefix="mlxchat-bench-home-")
+    env = {**os.environ, "MLXCHAT_HOME": home, "HF_HUB_OFFLINE": "1"}
+    ours = measure([sys.executable, "-m", "mlxchat", "serve", "--model", str(folder)], env,
+                   str(folder), words)
+    theirs = measure([sys.executable, "-m", "mlx_lm.server", "--model", str(folder)], env,
+                     str(folder), words)
+    alone = engine_tps(folder, words)
+    print(f"model: {folder}")
+    for name, m in (("mlxchat serve", ours), ("mlx_lm.server", theirs)):
+        print(f"{name:14} turn-5 TTFT {m['turn5'] * 1000:8.1f} ms   after restart "
+              f"{m['restart'] * 1000:8.1f} ms   decode {m['tps']:7.1f} tok/s (client-side)")
+    print(f"engine alone   decode {alone:7.1f} tok/s")
+    print(f"mlx_lm.server restart ratio: {theirs['restart'] / theirs['turn5']:.2f}")
+    print(f"ratios: api_turn5_ttft_ratio={ours['turn5'] / theirs['turn5']:.3f} "
+          f"api_restart_ttft_ratio={ours['restart'] / ours['turn5']:.3f} "
+          f"api_overhead={ours['tps'] / alone:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The real server on the tiny model: a conversation opened through the
+composition root on a store in the test's folder, served on a free
+127.0.0.1 port in a thread, stopped (bounded) at the end."""
+
+from __future__ import annotations
+
+import http.client
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from mlxchat.chat import GenerationSettings
+from mlxchat.config import Settings
+from mlxchat.server.app import build_app
+from mlxchat.server.runner import RunningServer
+from mlxchat.server.service import ChatService
+from mlxchat.session.conversation import Conversation
+from mlxchat.session.root import open_conversation
+from mlxchat.store import open_store
+
+
+def tiny_settings(max_tokens: int = 8) -> Settings:
+    return Settings(model="tiny", memory_budget_bytes=16 * 10**9,
+                    generation=GenerationSettings(temperature=0.0, max_tokens=max_tokens))
+
+
+def open_tiny(tiny, db: Path, max_tokens: int = 8) -> Conversation:
+    return open_conversation(tiny_settings(max_tokens), store_factory=lambda: open_store(db),
+                             load_model=lambda spec, progress=None: tiny).conversation
+
+
+@dataclass
+class Served:
+    conv: Conversation
+    service: ChatService
+    server: RunningServer
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    def stop(self) -> None:
+        self.server.stop(timeout_s=10)
+        self.service.close()
+        self.conv.shutdown()
+
+
+def serve(tiny, db: Path, *, api_key: str | None = None, max_waiting: int = 8,
+          max_body_bytes: int = 1 << 20, max_tokens: int = 8) -> Served:
+    conv = open_tiny(tiny, db, max_tokens)
+    service = ChatService(conv, max_waiting=max_waiting)
+    app = build_app(service, api_key=api_key, max_body_bytes=max_body_bytes)
+    server = RunningServer(app, host="127.0.0.1", port=0).start()
+    return Served(conv, service, server)
+
+
+@pytest.fixture
+def served(tiny, tmp_path):
+    running = serve(tiny, tmp_path / "s.db")
+    yield running
+    running.stop()
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self):
+        return json.loads(self.body)
+
+    def lines(self) -> list[str]:
+        return [line for line in self.body.decode().splitlines() if line]
+
+
+def request(url: str, method: str, path: str, body: object = None, *,
+         headers: dict[str, str] | None = None, timeout_s: float = 60) -> Reply:
+    """One raw HTTP request (bytes or JSON), read to its end."""
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout_s)
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    try:
+        conn.request(method, path, body=data,
+                     headers={"Content-Type": "application/json", **(headers or {})})
+        response = conn.getresponse()
+        return Reply(response.status, dict(response.getheaders()), response.read())
+    finally:
+        conn.close()

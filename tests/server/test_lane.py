@@ -1,0 +1,63 @@
+"""The engine lane: first come first served, bounded, cancellable."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from mlxchat.server.lane import EngineLane, QueueFull
+
+
+async def test_jobs_run_in_order_a_full_queue_refuses_and_a_waiting_job_can_leave():
+    release = threading.Event()
+    ran: list[str] = []
+    stopped: list[bool] = []
+
+    def work(name: str, *, block: bool = False):
+        def run(cancelled: threading.Event):
+            ran.append(name)
+            if block:
+                release.wait(10)
+            yield name
+        return run
+
+    lane = EngineLane(stop_running=lambda: stopped.append(True), max_waiting=2)
+    try:
+        first = lane.submit(work("first", block=True))
+        while not ran:  # running, so it no longer waits
+            await asyncio.sleep(0.01)
+        second = lane.submit(work("second"))
+        leaving = lane.submit(work("leaving"))
+        with pytest.raises(QueueFull) as full:
+            lane.submit(work("third"))
+        assert full.value.retry_after_s >= 1
+        lane.cancel(leaving)  # waiting: it never starts
+        assert lane.waiting == 1 and not stopped
+        lane.cancel(first)  # running: the engine is told to stop
+        assert stopped == [True]
+        release.set()
+        assert [x async for x in first.items()] == ["first"]
+        assert [x async for x in second.items()] == ["second"]
+        assert [x async for x in leaving.items()] == []
+        assert ran == ["first", "second"]
+    finally:
+        lane.close()
+
+
+async def test_an_error_in_the_work_reaches_the_request():
+    def failing(cancelled):
+        yield 1
+        raise ValueError("temperature must be >= 0")
+
+    lane = EngineLane(stop_running=lambda: None)
+    try:
+        job = lane.submit(failing)
+        got = []
+        with pytest.raises(ValueError, match="temperature"):
+            async for item in job.items():
+                got.append(item)
+        assert got == [1]
+    finally:
+        lane.close()

@@ -1,0 +1,215 @@
+"""`mlxchat serve` on the tiny model, driven by the official OpenAI client and
+raw HTTP: replies equal the conversation's own, stateless conversations
+prefill only their new message (after a restart too), and disconnects cancel."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+from openai import OpenAI
+
+from mlxchat.engine.events import TurnDone
+from tests.server.conftest import open_tiny, request, serve
+
+
+def client(url: str) -> OpenAI:
+    return OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def direct_reply(tiny, tmp_path, text: str, max_tokens: int) -> str:
+    conv = open_tiny(tiny, tmp_path / "direct.db", max_tokens)
+    try:
+        return next(e for e in conv.send(text) if isinstance(e, TurnDone)).reply
+    finally:
+        conv.shutdown()
+
+
+def test_replies_equal_the_conversations_own_at_temperature_0(tiny, tmp_path, served):
+    expected = direct_reply(tiny, tmp_path, "What is MLX?", 12)
+    api = client(served.url)
+    messages = [{"role": "user", "content": "What is MLX?"}]
+    whole = api.chat.completions.create(model="tiny", messages=messages, temperature=0,
+                                        max_tokens=12)
+    assert whole.choices[0].message.content == expected
+    assert whole.usage.completion_tokens == 12
+    chunks = list(api.chat.completions.create(model="tiny", messages=messages, temperature=0,
+                                              max_tokens=12, stream=True,
+                                              stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == expected
+    assert chunks[-1].usage.prompt_tokens == whole.usage.prompt_tokens
+    ollama = request(served.url, "POST", "/api/chat",
+                     {"model": "tiny", "messages": messages, "stream": False,
+                      "options": {"temperature": 0, "num_predict": 12}})
+    assert ollama.status == 200 and ollama.json()["message"]["content"] == expected
+    assert [m["name"] for m in request(served.url, "GET", "/api/tags").json()["models"]] \
+        == ["tiny"]
+    assert [m.id for m in api.models.list().data] == ["tiny"]
+
+
+def _turn(api: OpenAI, messages: list[dict], text: str):
+    messages.append({"role": "user", "content": text})
+    reply = api.chat.completions.create(model="tiny", messages=messages, temperature=0,
+                                        max_tokens=8)
+    messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+    return reply.usage
+
+
+def _check_reuse(served, usage, previous) -> None:
+    """The cache supplied the whole earlier conversation; only the new message
+    was prefilled, as the engine counted it."""
+    stats = served.conv.last_stats
+    assert usage.prompt_tokens_details.cached_tokens == stats.reused_tokens
+    assert usage.prompt_tokens == stats.prompt_tokens
+    if previous is not None:
+        assert stats.reused_tokens == previous.prompt_tokens + previous.completion_tokens
+        user = served.conv.messages[-2]
+        assert user.role == "user" and stats.prefilled_tokens == len(user.token_ids or [])
+
+
+def test_a_stateless_conversation_prefills_only_each_new_message(served):
+    api = client(served.url)
+    messages: list[dict] = [{"role": "system", "content": "Be brief."}]
+    previous = None
+    for i in range(5):
+        usage = _turn(api, messages, f"Question {i}: tell me about topic {i * 7}.")
+        _check_reuse(served, usage, previous)
+        if previous is not None:
+            assert usage.prompt_tokens_details.cached_tokens \
+                > previous.prompt_tokens_details.cached_tokens
+        previous = usage
+    listed = served.conv.store.list_sessions()
+    assert len(listed) == 1 and listed[0].from_api and listed[0].message_count == 10
+    assert listed[0].title.startswith("Question 0")
+
+
+def test_after_a_restart_the_segments_supply_the_history(tiny, tmp_path):
+    db = tmp_path / "s.db"
+    messages: list[dict] = []
+    first = serve(tiny, db)
+    try:
+        api = client(first.url)
+        for i in range(3):
+            previous = _turn(api, messages, f"Turn {i} before the restart.")
+    finally:
+        first.stop()
+    again = serve(tiny, db)
+    try:
+        api = client(again.url)
+        for i in range(2):
+            usage = _turn(api, messages, f"Turn {i} after the restart.")
+            _check_reuse(again, usage, previous)
+            if i == 0:
+                assert again.conv.last_stats.cache_source == "snapshot"
+            previous = usage
+        assert len(again.conv.store.list_sessions()) == 1
+    finally:
+        again.stop()
+
+
+def test_two_clients_interleaving_keep_exact_reuse(served):
+    api = client(served.url)
+    conversations: dict[str, list[dict]] = {"a": [], "b": []}
+    last: dict[str, object] = {"a": None, "b": None}
+    for i in range(3):
+        for name, messages in conversations.items():
+            usage = _turn(api, messages, f"Client {name}, message {i}.")
+            _check_reuse(served, usage, last[name])
+            last[name] = usage
+    assert len(served.conv.store.list_sessions()) == 2
+
+
+def test_a_named_session_is_found_by_header_or_user_field(served):
+    api = client(served.url)
+    api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                user="notes", max_tokens=4)
+    reply = request(served.url, "POST", "/v1/chat/completions",
+                    {"model": "tiny", "messages": [{"role": "user", "content": "other"}],
+                     "max_tokens": 4}, headers={"X-Session": "notes"})
+    assert reply.status == 200
+    [session] = served.conv.store.list_sessions()
+    assert session.title == "notes" and session.from_api
+    assert len(served.conv.branches()) == 2  # two conversations, two branches of one session
+
+
+def test_a_client_that_disconnects_cancels_and_keeps_the_partial_reply(served):
+    body = json.dumps({"model": "tiny", "stream": True, "max_tokens": 1500,
+                       "messages": [{"role": "user", "content": "Go on for a long time."}]})
+    sock = socket.create_connection((served.server.host, served.server.port), timeout=30)
+    sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                  + body).encode())
+    seen = b""
+    while seen.count(b"data: ") < 4:
+        seen += sock.recv(4096)
+    assert seen.startswith(b"HTTP/1.1 200")
+    sock.close()
+    store, deadline = served.conv.store, time.monotonic() + 20
+    while time.monotonic() < deadline:
+        session = store.most_recent_session()
+        if session.messages and session.messages[-1].role == "assistant":
+            break
+        time.sleep(0.05)
+    reply = session.messages[-1]
+    assert reply.role == "assistant" and reply.cancelled
+    assert reply.stats.finish_reason == "cancelled" and 0 < reply.stats.generated_tokens < 1500
+
+
+def test_each_bad_request_gets_its_status_and_error(served):
+    def error(body, path="/v1/chat/completions", **kw):
+        reply = request(served.url, "POST", path, body, **kw)
+        return reply.status, reply.json()["error"]
+
+    status, err = error(b"{not json")
+    assert status == 400 and err["code"] == "invalid_json"
+    status, err = error({"model": "tiny"})
+    assert status == 400 and err["param"] == "messages"
+    status, err = error({"messages": [{"role": "user", "content": "hi"}]})
+    assert status == 400 and err["param"] == "model"
+    status, err = error({"model": "tiny", "messages": [{"role": "user", "content": "hi"}],
+                         "temperature": "hot"})
+    assert status == 400 and err["param"] == "temperature"
+    status, err = error({"model": "tiny", "messages": [{"content": "hi"}]})
+    assert status == 400 and err["param"] == "messages[0].role"
+    status, err = error({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]})
+    assert status == 404 and err["code"] == "model_not_found"
+    status, err = error({"model": "tiny", "messages": [{"role": "user", "content": "w " * 3000}]})
+    assert status == 400 and err["code"] == "context_length_exceeded"
+    assert "2,048" in err["message"]
+    status, err = error(b"x" * (2 << 20))
+    assert status == 413 and err["code"] == "request_too_large"
+    status, err = error({"model": "tiny", "messages": "hi"}, path="/api/chat")
+    assert status == 400 and "messages" in err  # Ollama's shape: the message alone
+    assert request(served.url, "GET", "/v1/nothing").status == 404
+    # Nothing of the refused requests was stored.
+    assert served.conv.store.list_sessions() == [] or all(
+        s.message_count == 0 for s in served.conv.store.list_sessions())
+
+
+def test_a_key_is_checked_on_every_request(tiny, tmp_path):
+    keyed = serve(tiny, tmp_path / "s.db", api_key="s3cret")
+    try:
+        assert request(keyed.url, "GET", "/v1/models").status == 401
+        wrong = request(keyed.url, "GET", "/v1/models", headers={"Authorization": "Bearer no"})
+        assert wrong.status == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+        assert request(keyed.url, "GET", "/api/tags", headers={"x-api-key": "s3cret"}).status \
+            == 200
+        api = OpenAI(base_url=f"{keyed.url}/v1", api_key="s3cret", max_retries=0)
+        assert api.models.list().data[0].id == "tiny"
+    finally:
+        keyed.stop()
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.20"])
+def test_a_bind_beyond_loopback_needs_a_key(host):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "mlxchat", "serve", "--host", host,
+                           "--port", "0"], capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1
+    assert "--api-key" in proc.stderr and proc.stderr.count("\n") == 1
