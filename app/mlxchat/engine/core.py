@@ -220,11 +220,15 @@ class ChatEngine:
         self._call(job)
 
     def _start_cold(self) -> None:
-        self._live = LiveCache(self._loaded.model)
+        self._live = self._new_live()
         self._disk = DiskCache(self._loaded, self._live)
         self._drafting.model_changed(self._loaded)
         self._window = self._loaded.info.context_window
         self._refresh_state()
+
+    def _new_live(self) -> LiveCache:
+        """The live cache of the loaded model (a distributed engine mirrors it)."""
+        return LiveCache(self._loaded.model)
 
     # -- the cache on disk -----------------------------------------------
     def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,

@@ -52,7 +52,7 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
                        tokens_per_pass=out.speculation.tokens_per_pass(out.generated)))
     text = reasoning.PartText(tokenizer.detokenizer, shown)
     t_prompt = time.perf_counter()
-    gen = open_stream(budget=budget, count=out.speculation, **_sampling(settings))
+    gen = open_stream(budget=budget, count=out.speculation, **sampling(settings))
     live.tokens.extend(tail)
     first_at = None
     try:
@@ -87,7 +87,7 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
     return out
 
 
-def _sampling(settings: GenerationSettings) -> dict[str, Any]:
+def sampling(settings: GenerationSettings) -> dict[str, Any]:
     """The sampler and logits processors of the settings."""
     penalty = settings.repetition_penalty
     return dict(sampler=make_sampler(settings.temperature, settings.top_p, settings.min_p),

@@ -1,0 +1,1 @@
+WORKER_JOBS: dict = {}
