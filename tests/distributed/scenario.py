@@ -26,6 +26,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--db", required=True)
     p.add_argument("--session", default=None, help="reopen this session id")
     p.add_argument("--turns", type=int, default=5)
+    p.add_argument("--skip", type=int, default=0, help="start at this message (a resume)")
     p.add_argument("--max-tokens", type=int, default=12)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=None)
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         restored = None if load is None else {"ok": load.ok, "tokens": load.tokens,
                                               "reason": load.reason}
     turns = []
-    for n, text in enumerate(MESSAGES[:args.turns], 1):
+    for n, text in enumerate(MESSAGES[args.skip:args.turns], args.skip + 1):
         done, shown = None, 0
         t0 = time.perf_counter()
         for event in conv.send(text):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import mlx.core as mx
 
@@ -46,16 +46,22 @@ class Channel:
         self.lost: RankLost | None = None
         """Set once a collective failed: the ranks are out of step for good."""
 
-    def _sum(self, data: mx.array) -> mx.array:
+    def _collective(self, op: Callable[..., mx.array], data: mx.array) -> mx.array:
         if self.lost is not None:
             raise self.lost
         try:
-            out = mx.distributed.all_sum(data, group=self.group)
+            out = op(data, group=self.group)
             mx.eval(out)
             return out
         except RuntimeError as exc:
             self.lost = _lost(exc)
             raise self.lost from None
+
+    def _sum(self, data: mx.array) -> mx.array:
+        return self._collective(mx.distributed.all_sum, data)
+
+    def _gather(self, data: mx.array) -> mx.array:
+        return self._collective(mx.distributed.all_gather, data)
 
     def send(self, op: str, **args: Any) -> None:
         """Rank 0: send a job ``{"op": op, **args}`` to every other rank."""
@@ -74,6 +80,16 @@ class Channel:
             return Message(kind)
         raw = bytes(self._sum(mx.zeros((length,), dtype=mx.uint8)).tolist())
         return Message(JOB, json.loads(raw))
+
+    def gather(self, mine: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every rank: each rank's ``mine``, in rank order (an ``all_gather`` of
+        the lengths, then of the JSON padded to the longest)."""
+        raw = json.dumps(mine, separators=(",", ":")).encode()
+        lengths = self._gather(mx.array([len(raw)], dtype=mx.int32)).tolist()
+        width = max(lengths)
+        padded = mx.array(list(raw + b" " * (width - len(raw))), dtype=mx.uint8)
+        rows = self._gather(padded).reshape(self.size, width).tolist()
+        return [json.loads(bytes(row[:n])) for row, n in zip(rows, lengths)]
 
     def failed(self, exc: RuntimeError) -> RankLost:
         """Note that a collective inside the model failed (a rank was lost)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from mlxchat.chat import GenerationSettings, Message
@@ -25,7 +26,9 @@ from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.decode import Reply, decode, sampling
 from mlxchat.engine.events import EngineError, Event, SnapshotLoad, TurnDone
 from mlxchat.engine.live import LiveCache
+from mlxchat.engine.rank_segments import RankDisk
 from mlxchat.engine.results import Decode
+from mlxchat.engine.segments import SegmentInfo, SegmentRef
 from mlxchat.engine.speculative import Stream, plain_stream
 from mlxchat.models.info import LoadedModel
 from mlxchat.models.sharding import ShardPlan
@@ -160,6 +163,21 @@ class DistributedEngine(ChatEngine):
         reason = f"a whole-cache snapshot holds one rank's cache; {NOT_ACROSS_RANKS}"
         self.drop_cache(reason)
         return SnapshotLoad(ok=False, reason=reason)
+
+    # -- KV segments, one file per rank -------------------------------------------
+    def save_segment(self, path: Path, start: int) -> SegmentInfo:
+        """Every rank writes its shard of the positions from ``start`` on; rank 0's
+        file is the segment's and a manifest beside it names the others."""
+        return self._call(lambda: self._ranks_disk().save(path, start))
+
+    def load_segments(self, refs: Sequence[SegmentRef], *,
+                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
+        """Every rank restores its shard of the segments; a segment made on
+        another layout (or that any rank cannot use) stops the restore there."""
+        return self._refreshed(lambda: self._ranks_disk().load(refs, conversation))
+
+    def _ranks_disk(self) -> RankDisk:
+        return RankDisk(self._loaded, self._live, self.channel, self.plan.label)
 
     def kv_bytes_per_token(self, kv_bits: int | None = None) -> int:
         """This rank's share of one more token's KV (each rank probes its own)."""

@@ -13,7 +13,7 @@ from mlx_lm.utils import load_model, load_tokenizer, maybe_set_recommended_wired
 
 from mlxchat.models import memory
 from mlxchat.models.errors import ModelError
-from mlxchat.models.sharding import ShardPlan, apply_plan, plan_split
+from mlxchat.models.sharding import ShardPlan, apply_plan, plan_split, split_fingerprint
 from mlxchat.models.info import (LoadedModel, describe, on_cpu, use_cpu_precision,
                                  use_gpu_precision)
 
@@ -94,6 +94,9 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     config = {**config, "max_position_embeddings": fit.context}
     info = describe(model, tokenizer, config, name=name or folder.name,
                     spec=spec or str(folder), path=folder)
+    if split is not None:
+        info = replace(info, fingerprint=split_fingerprint(info.fingerprint, split[0],
+                                                           split[1].rank()))
     return LoadedModel(model=model, tokenizer=tokenizer,
                        info=replace(info, memory_note=fit.note,
                                     needed_bytes=fit.needed_bytes))

@@ -119,6 +119,12 @@ def plan_split(config: dict, ranks: int, *, name: str = "the model",
     return ShardPlan(want, ranks, model_type)
 
 
+def split_fingerprint(fingerprint: str, plan: ShardPlan, rank: int) -> str:
+    """The fingerprint of one rank's shard: its KV files are kept apart from
+    the whole model's and other layouts' (``engine.snapshot.layout_problem``)."""
+    return f"{fingerprint}@{plan.mode}{plan.ranks}r{rank}"
+
+
 def apply_plan(model: Any, plan: ShardPlan, group: Any) -> None:
     """Split a (lazily loaded) model over ``group`` as ``plan`` says."""
     if plan.mode == "tensor":
