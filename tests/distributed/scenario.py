@@ -34,12 +34,25 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--kv-bits", type=int, default=None)
     p.add_argument("--cancel-after", type=int, default=None,
                    help="rank 0 cancels the last turn after this many reply tokens")
+    p.add_argument("--hosts", default=None, help="start the other ranks from this hostfile")
+    p.add_argument("--port", type=int, default=32323, help="the ring's first port (--hosts)")
+    p.add_argument("--rank-timeout", type=float, default=30.0)
+    p.add_argument("--kill-after", type=int, default=None,
+                   help="kill rank 1 when the last turn has shown this many reply tokens")
     return p.parse_args(argv)
 
 
-def engine_for(args: argparse.Namespace):
-    """The engine of this process, or None after serving as a rank other than 0."""
-    if not args.split:
+def engine_for(args: argparse.Namespace, ranks: list):
+    """The engine of this process (rank 0's, or a lone one); a rank other than 0
+    serves its shard and exits."""
+    if args.hosts:
+        from mlxchat.cli import ranks as launcher
+
+        started = launcher.start(launcher.read_hostfile(args.hosts), ["--model", args.model],
+                                 starting_port=args.port)
+        ranks.append(started)
+        Path(args.out + ".pids").write_text(json.dumps([p.pid for p in started.procs]))
+    elif not args.split:
         from mlxchat.engine import ChatEngine
         from mlxchat.models.loader import load_folder
 
@@ -51,7 +64,8 @@ def engine_for(args: argparse.Namespace):
     joined = join(args.model)
     if joined.rank != 0:
         sys.exit(serve(joined))
-    return DistributedEngine(joined.loaded, Channel(joined.group), joined.plan)
+    return DistributedEngine(joined.loaded, Channel(joined.group), joined.plan,
+                             rank_timeout_s=args.rank_timeout)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -62,7 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     from mlxchat.store import open_store
 
     args = parse(argv)
-    engine = engine_for(args)
+    ranks: list = []
+    engine = engine_for(args, ranks)
     settings = Settings()
     settings.system_prompt = "Be brief."
     gen = settings.generation
@@ -86,6 +101,9 @@ def main(argv: list[str] | None = None) -> None:
                 shown = event.generated_tokens
                 if args.cancel_after and n == args.turns and shown >= args.cancel_after:
                     engine.cancel()
+                if args.kill_after and n == args.turns and shown >= args.kill_after and ranks:
+                    ranks[0].kill(1)
+                    args.kill_after = None
             if isinstance(event, TurnDone):
                 done = event
         stats = done.stats
@@ -100,6 +118,8 @@ def main(argv: list[str] | None = None) -> None:
               "words": conv.snapshot_words() if args.session is not None else None,
               "weights_bytes": engine.info.weights_bytes, "pid": os.getpid()}
     conv.close()
+    for started in ranks:
+        started.stop()
     Path(args.out).write_text(json.dumps(result))
 
 

@@ -10,6 +10,7 @@ surfaces as ``RankLost`` (MLX's ring backend raises when a socket closes).
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -45,6 +46,8 @@ class Channel:
         self.size = group.size()
         self.lost: RankLost | None = None
         """Set once a collective failed: the ranks are out of step for good."""
+        self.progress_at = time.monotonic()
+        """When the last collective of this channel finished."""
 
     def _collective(self, op: Callable[..., mx.array], data: mx.array) -> mx.array:
         if self.lost is not None:
@@ -52,6 +55,7 @@ class Channel:
         try:
             out = op(data, group=self.group)
             mx.eval(out)
+            self.progress_at = time.monotonic()
             return out
         except RuntimeError as exc:
             self.lost = _lost(exc)
@@ -90,6 +94,12 @@ class Channel:
         padded = mx.array(list(raw + b" " * (width - len(raw))), dtype=mx.uint8)
         rows = self._gather(padded).reshape(self.size, width).tolist()
         return [json.loads(bytes(row[:n])) for row, n in zip(rows, lengths)]
+
+    def give_up(self, reason: str) -> RankLost:
+        """Declare the ranks lost (one hangs): every later call refuses at once."""
+        if self.lost is None:
+            self.lost = RankLost(reason)
+        return self.lost
 
     def failed(self, exc: RuntimeError) -> RankLost:
         """Note that a collective inside the model failed (a rank was lost)."""

@@ -14,17 +14,19 @@ prefixes, speculative decoding, whole-cache snapshots, switching models.
 
 from __future__ import annotations
 
+import queue
 import random
+import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
-from mlxchat.chat import GenerationSettings, Message
+from mlxchat.chat import GenerationSettings, Message, TurnStats
 from mlxchat.engine import kv
-from mlxchat.engine.channel import GO_ON, STOP, Channel
-from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.channel import GO_ON, STOP, Channel, RankLost
+from mlxchat.engine.core import _LIVE, ABANDONED, ChatEngine
 from mlxchat.engine.decode import Reply, decode, sampling
-from mlxchat.engine.events import EngineError, Event, SnapshotLoad, TurnDone
+from mlxchat.engine.events import EngineError, Event, SnapshotLoad, TextDelta, TurnDone
 from mlxchat.engine.live import LiveCache
 from mlxchat.engine.rank_segments import RankDisk
 from mlxchat.engine.results import Decode
@@ -79,13 +81,15 @@ class MirroredLive(LiveCache):
 
 
 def mirrored_stream(channel: Channel, job: dict[str, Any],
-                    open_inner: Callable[[], Stream]) -> Stream:
+                    open_inner: Callable[[], Stream], shown: list[int]) -> Stream:
     """Rank 0's reply tokens, each after telling the other ranks to go on;
-    closing it early tells them to stop. A lost rank ends the stream."""
-    channel.send("decode", **job)
-    inner = open_inner()
+    closing it early tells them to stop. A lost rank ends the stream. Tokens
+    are noted in ``shown`` (what a turn given up on keeps)."""
+    inner: Stream | None = None
     ended = False
     try:
+        channel.send("decode", **job)
+        inner = open_inner()
         first = True
         while True:
             if not first:
@@ -96,25 +100,42 @@ def mirrored_stream(channel: Channel, job: dict[str, Any],
             except StopIteration:
                 ended = True
                 return
+            shown.append(item[0])
             yield item
-    except RuntimeError as exc:  # a collective inside the model failed
-        channel.failed(exc)
+    except (RuntimeError, RankLost) as exc:  # a rank was lost: the reply ends here
+        if isinstance(exc, RuntimeError):
+            channel.failed(exc)
         ended = True
     finally:
         if not ended and channel.lost is None:
             channel.flag(STOP)
-        inner.close()
+        if inner is not None:
+            inner.close()
 
 
 class DistributedEngine(ChatEngine):
     """Rank 0's engine: the app's side of a model split by ``plan`` over ``channel``'s group."""
 
-    def __init__(self, loaded: LoadedModel, channel: Channel, plan: ShardPlan, **kwargs: Any):
+    def __init__(self, loaded: LoadedModel, channel: Channel, plan: ShardPlan, *,
+                 rank_timeout_s: float = 30.0, **kwargs: Any):
         self.channel, self.plan = channel, plan
+        self.rank_timeout_s = rank_timeout_s
+        """A turn that hears nothing from the ranks this long ends, cut short."""
+        self._shown_ids: list[int] = []
+        self._watch = TurnWatch()
         super().__init__(loaded, **kwargs)
+        self._call = self._call_unless_lost
+
+    def _call_unless_lost(self, fn: Callable[[], Any]) -> Any:
+        if self._watch.abandoned:  # the engine thread waits on a rank forever
+            raise EngineError(f"{self.channel.lost}; start mlxchat --hosts again")
+        return self._worker.call(fn)
 
     def close(self) -> None:
         """Tell the other ranks to exit, then stop the engine thread."""
+        if self._watch.abandoned:
+            _LIVE.discard(self)
+            return  # its thread is stuck in a collective: leave it (a daemon)
         if self._worker.alive() and self.channel.lost is None:
             try:
                 self._call(lambda: self.channel.send("close"))
@@ -168,7 +189,15 @@ class DistributedEngine(ChatEngine):
     def save_segment(self, path: Path, start: int) -> SegmentInfo:
         """Every rank writes its shard of the positions from ``start`` on; rank 0's
         file is the segment's and a manifest beside it names the others."""
-        return self._call(lambda: self._ranks_disk().save(path, start))
+        if self.channel.lost is not None:
+            raise OSError(str(self.channel.lost))
+
+        def job() -> SegmentInfo:
+            try:
+                return self._ranks_disk().save(path, start)
+            except RankLost as exc:  # said as the snapshot's warning; the reply is stored
+                raise OSError(str(exc)) from None
+        return self._call(job)
 
     def load_segments(self, refs: Sequence[SegmentRef], *,
                       conversation: Sequence[Message] = ()) -> SnapshotLoad:
@@ -196,6 +225,7 @@ class DistributedEngine(ChatEngine):
                               "cannot answer without it: start mlxchat --hosts again")
         if settings.speculative == "auto":
             settings = replace(settings, speculative="off")
+        self._shown_ids = []
 
         def emit_lost(event: Event) -> None:
             if isinstance(event, TurnDone) and self.channel.lost is not None:
@@ -219,9 +249,57 @@ class DistributedEngine(ChatEngine):
                 return plain_stream(loaded.model, live, fed, budget=budget, sampler=sampler,
                                     processors=processors, count=count)
             job = dict(tail=fed, budget=budget, seed=seed, **sampling_job(settings))
-            return mirrored_stream(self.channel, job, inner)
+            self._shown_ids = []
+            return mirrored_stream(self.channel, job, inner, self._shown_ids)
         out = decode(loaded.tokenizer, live, fed, reply, emit=emit,
                      cancelled=self._worker.cancelled, open_stream=open_stream)
         if self.channel.lost is not None:
             out.finish_reason = "cancelled"
         return out
+
+    def turn(self, conversation: Any, settings: GenerationSettings) -> Iterator[Event]:
+        self._watch.started_at = time.monotonic()  # the ranks' silence counts from here
+        return super().turn(conversation, settings)
+
+    def _next_event(self, events: queue.Queue) -> Any:
+        """The turn's next event; when the ranks have been silent for
+        ``rank_timeout_s``, the turn ends here with what was shown, cancelled."""
+        watch = self._watch
+        if watch.abandoned:
+            return ABANDONED
+        while True:
+            try:
+                return watch.saw(events.get(timeout=0.25))
+            except queue.Empty:
+                pass
+            silent = time.monotonic() - max(self.channel.progress_at, watch.started_at)
+            if silent >= self.rank_timeout_s:
+                lost = self.channel.give_up(f"a rank did not answer for {silent:.0f} s")
+                watch.abandoned = True
+                return watch.cut_short(lost, list(self._shown_ids))
+
+
+class TurnWatch:
+    """What the consumer of a turn saw, to end it without the engine thread."""
+
+    def __init__(self) -> None:
+        self.started_at = time.monotonic()
+        self.abandoned = False
+        self._text: dict[str, list[str]] = {}
+        self._generated = 0
+
+    def saw(self, event: Any) -> Any:
+        if isinstance(event, TurnDone):
+            self.started_at, self._text, self._generated = time.monotonic(), {}, 0
+        elif isinstance(event, TextDelta):
+            self._text.setdefault(event.part, []).append(event.text)
+            self._generated = event.generated_tokens
+        return event
+
+    def cut_short(self, lost: Exception, token_ids: list[int]) -> TurnDone:
+        stats = TurnStats(finish_reason="cancelled", generated_tokens=len(token_ids),
+                          engine_warning=f"{lost}: the reply was cut short and kept as "
+                                         "cancelled")
+        return TurnDone(reply="".join(self._text.get("answer", [])), stats=stats,
+                        token_ids=token_ids,
+                        reasoning="".join(self._text.get("reasoning", [])).rstrip())
