@@ -80,10 +80,12 @@ class Ranks:
     procs: list[subprocess.Popen] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
     hostfile_path: Path | None = None
+    killed: set[int] = field(default_factory=set)
 
     def kill(self, rank: int) -> None:
         """End rank ``rank`` now (tests: a rank lost mid-turn)."""
         os.killpg(self.procs[rank - 1].pid, signal.SIGKILL)
+        self.killed.add(rank)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Wait for the ranks to exit (rank 0 closed them), then end any left."""
@@ -93,8 +95,8 @@ class Ranks:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
-        for proc, log in zip(self.procs, self.logs):
-            if proc.returncode == 0:
+        for rank, (proc, log) in enumerate(zip(self.procs, self.logs), 1):
+            if proc.returncode == 0 or rank in self.killed:
                 log.unlink(missing_ok=True)  # kept when a rank failed: its traceback
         if self.hostfile_path is not None:
             self.hostfile_path.unlink(missing_ok=True)
