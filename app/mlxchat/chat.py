@@ -241,6 +241,9 @@ class TurnStats(Record):
         return self.generated_tokens - self.reasoning_tokens
 
     snapshot_warning: str | None = None
+    engine_warning: str | None = None
+    """Why the turn ended early outside the user's control (a rank of a split
+    model was lost); the reply so far is kept as cancelled."""
     save_warning: str | None = None
     """Set when the reply could not be stored at once (the database was locked)."""
     """Why the KV snapshot after this turn was not saved ('snapshot not saved: disk

@@ -37,6 +37,8 @@ from mlxchat.engine.worker import EngineThread
 from mlxchat.models.info import LoadedModel, ModelInfo
 
 _DONE = object()
+ABANDONED = object()
+"""Ends a turn whose engine thread will never finish it (``_next_event``)."""
 _LIVE: "weakref.WeakSet[ChatEngine]" = weakref.WeakSet()
 
 
@@ -124,17 +126,24 @@ class ChatEngine:
                    else list(conversation))
         fut = self._worker.submit(lambda: self._turn(planned, settings, events.put), cancel)
         fut.add_done_callback(lambda _: events.put(_DONE))
+        item = None
         try:
             while True:
-                item = events.get()
+                item = self._next_event(events)
                 if item is _DONE:
                     fut.result()  # re-raise a refusal or failure here
                     return
+                if item is ABANDONED:
+                    return  # the engine thread is stuck for good (a lost rank)
                 yield item
         finally:
-            if not fut.done():
+            if not fut.done() and item is not ABANDONED:
                 cancel.set()
                 fut.exception()
+
+    def _next_event(self, events: queue.Queue) -> Any:
+        """The turn's next event (a distributed engine also watches its ranks)."""
+        return events.get()
 
     def prefill(self, tokens: Sequence[int], settings: GenerationSettings, *, floor: int = 0,
                 current: Callable[[], bool] = lambda: True) -> int:
@@ -220,11 +229,15 @@ class ChatEngine:
         self._call(job)
 
     def _start_cold(self) -> None:
-        self._live = LiveCache(self._loaded.model)
+        self._live = self._new_live()
         self._disk = DiskCache(self._loaded, self._live)
         self._drafting.model_changed(self._loaded)
         self._window = self._loaded.info.context_window
         self._refresh_state()
+
+    def _new_live(self) -> LiveCache:
+        """The live cache of the loaded model (a distributed engine mirrors it)."""
+        return LiveCache(self._loaded.model)
 
     # -- the cache on disk -----------------------------------------------
     def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,

@@ -134,11 +134,11 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
     run = _Sampling(tokenizer, live, reply, emit)
     budget = max(1, min(settings.max_tokens + run.think_budget, run.room(tail)))
     feeding, history = tuple(tail), list(reply.prompt_tokens)
-    sampling = _sampling(settings)
+    sample_kw = sampling(settings)
     try:
         while feeding:
             gen = open_stream(tail=list(feeding), history=history, budget=budget,
-                              count=run.out.speculation, **sampling)
+                              count=run.out.speculation, **sample_kw)
             live.tokens.extend(feeding)
             try:
                 closing = run.take(gen, cancelled)
@@ -156,7 +156,7 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
     return run.out
 
 
-def _sampling(settings: GenerationSettings) -> dict[str, Any]:
+def sampling(settings: GenerationSettings) -> dict[str, Any]:
     """The sampler and logits processors of the settings."""
     penalty = settings.repetition_penalty
     return dict(sampler=make_sampler(settings.temperature, settings.top_p, settings.min_p),

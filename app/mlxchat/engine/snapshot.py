@@ -14,6 +14,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,10 +84,25 @@ def origin_problem(meta: dict[str, str], fmt: str, what: str, *, fingerprint: st
     if meta.get("mlx_lm_version") != MLX_LM_VERSION:
         return f"written by mlx-lm {meta.get('mlx_lm_version')}, running {MLX_LM_VERSION}"
     if meta.get("model_fingerprint") != fingerprint:
-        return "made with other model weights"
+        return layout_problem(str(meta.get("model_fingerprint")), fingerprint) \
+            or "made with other model weights"
     if meta.get("template_hash") != template_hash:
         return "made with another chat template"
     return None
+
+
+def layout_problem(stored: str, running: str) -> str | None:
+    """The same weights split another way ('FINGERPRINT@tensor2r0': tensor
+    parallel over 2 ranks, rank 0; no '@': one rank), in words; else None."""
+    (base, _, made), (now_base, _, now) = stored.partition("@"), running.partition("@")
+    if base != now_base:
+        return None
+
+    def words(layout: str) -> str:
+        split = re.fullmatch(r"([a-z]+)(\d+)r(\d+)", layout)
+        return (f"rank {split[3]} of {split[2]}, {split[1]} parallel" if split
+                else "one rank" if not layout else layout)
+    return f"made on another layout ({words(made)}; running {words(now)})"
 
 
 def write_failed(exc: RuntimeError, folder: Path, needed: int) -> SnapshotWriteError:

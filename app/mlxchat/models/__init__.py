@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from mlxchat.models.info import LoadedModel, ModelInfo
     from mlxchat.models.loader import load_folder
     from mlxchat.models.resolve import (ModelEntry, convert_checkpoint, import_gguf,
-                                        list_models, load_model, resolve_folder)
+                                        list_models, load_model, load_sharded, resolve_folder)
 
 _EXPORTS = {
     "ModelError": "errors",
@@ -26,6 +26,7 @@ _EXPORTS = {
     "bundled_gguf": "gguf_import",
     "ModelEntry": "resolve", "load_model": "resolve", "list_models": "resolve",
     "import_gguf": "resolve", "convert_checkpoint": "resolve", "resolve_folder": "resolve",
+    "load_sharded": "resolve",
 }
 __all__ = sorted(_EXPORTS)
 

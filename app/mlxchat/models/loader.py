@@ -8,10 +8,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import mlx.core as mx
 from mlx_lm.utils import load_model, load_tokenizer, maybe_set_recommended_wired_limit
 
 from mlxchat.models import memory
 from mlxchat.models.errors import ModelError
+from mlxchat.models.sharding import ShardPlan, apply_plan, plan_split, split_fingerprint
 from mlxchat.models.info import (LoadedModel, describe, on_cpu, use_cpu_precision,
                                  use_gpu_precision)
 
@@ -28,20 +30,27 @@ def _config(folder: Path) -> dict:
 
 
 def _fit(folder: Path, config: dict, name: str, context_window: int | None,
-         available: memory.Available | None) -> memory.Fit:
+         available: memory.Available | None, ranks: int = 1) -> memory.Fit:
+    """The context that fits; split over ``ranks``, each rank holds its share
+    of the weights and of the KV cache (heads or layers)."""
     cfg = config.get("text_config", config)
     native = int(config.get("max_position_embeddings") or cfg.get("max_position_embeddings")
                  or 4096)
     dtype_bytes = 4 if on_cpu() else 2  # the CPU path runs float32 (info.use_cpu_precision)
-    return memory.fit_context(name, memory.folder_weights_bytes(folder),
-                              memory.kv_layout(config, dtype_bytes),
+    layout = memory.kv_layout(config, dtype_bytes)
+    if ranks > 1:
+        layout = replace(layout, full_bytes_per_token=-(-layout.full_bytes_per_token // ranks),
+                         sliding_bytes_per_token=-(-layout.sliding_bytes_per_token // ranks))
+        name = f"{name} (one of {ranks} ranks)"
+    return memory.fit_context(name, -(-memory.folder_weights_bytes(folder) // ranks), layout,
                               context_window or native, available,
                               asked=context_window is not None)
 
 
 def load_folder(folder: Path, *, name: str | None = None, spec: str | None = None,
                 context_window: int | None = None, rope_scaling: dict | None = None,
-                available: memory.Available | None = _UNSET) -> LoadedModel:
+                available: memory.Available | None = _UNSET,
+                split: tuple[ShardPlan, Any] | None = None) -> LoadedModel:
     """Load the MLX model in ``folder`` (config.json, *.safetensors, tokenizer).
 
     Refuses (ModelError, one line with the numbers) a model whose weights leave
@@ -49,6 +58,9 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     machine can give now); a context that does not fit is lowered to the largest
     that does (``info.memory_note`` says so), one asked for explicitly is refused.
     ``rope_scaling`` replaces the config's (e.g. YaRN to stretch the window).
+    ``split`` (a plan and an ``mx.distributed`` group) loads only this rank's
+    shard: the plan is checked against the config and the memory fit counts
+    one rank's share before any weight is read.
     """
     folder = Path(folder)
     if not (folder / "config.json").is_file():
@@ -58,10 +70,16 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
         config["rope_scaling"] = rope_scaling
     if available is _UNSET:
         available = memory.available_memory()
-    fit = _fit(folder, config, name or folder.name, context_window, available)
+    if split is not None:
+        plan_split(config, split[1].size(), name=name or folder.name, mode=split[0].mode)
+    fit = _fit(folder, config, name or folder.name, context_window, available,
+               ranks=split[1].size() if split else 1)
     try:
-        model, config = load_model(folder, model_config=(
+        model, config = load_model(folder, lazy=split is not None, model_config=(
             {"rope_scaling": rope_scaling} if rope_scaling is not None else None))
+        if split is not None:
+            apply_plan(model, *split)
+            mx.eval(model.parameters())
         tokenizer = load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
     except (ValueError, FileNotFoundError, KeyError, OSError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
@@ -76,6 +94,9 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     config = {**config, "max_position_embeddings": fit.context}
     info = describe(model, tokenizer, config, name=name or folder.name,
                     spec=spec or str(folder), path=folder)
+    if split is not None:
+        info = replace(info, fingerprint=split_fingerprint(info.fingerprint, split[0],
+                                                           split[1].rank()))
     return LoadedModel(model=model, tokenizer=tokenizer,
                        info=replace(info, memory_note=fit.note,
                                     needed_bytes=fit.needed_bytes))

@@ -15,7 +15,7 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from mlxchat import paths
 from mlxchat.models import catalog, hub, memory
@@ -23,6 +23,7 @@ from mlxchat.models.errors import ModelError
 
 if TYPE_CHECKING:
     from mlxchat.models.info import LoadedModel
+    from mlxchat.models.sharding import ShardPlan
 
 Progress = Callable[[str, int, int], None]
 
@@ -148,6 +149,26 @@ def load_model(spec: str, *, progress: Progress | None = None) -> "LoadedModel":
     if progress:
         progress("load", 1, 1)
     return loaded
+
+
+def load_sharded(spec: str, group: Any, *, mode: str | None = None,
+                 progress: Progress | None = None) -> tuple["LoadedModel", "ShardPlan"]:
+    """This rank's shard of ``spec`` split over ``group``; refused (ModelError,
+    one line with the numbers) before loading when it cannot be split so or
+    one rank's share does not fit this machine."""
+    from mlxchat.models.loader import load_folder
+    from mlxchat.models.sharding import plan_split
+
+    folder = resolve_folder(spec, progress=progress)
+    name = _display_name(spec.strip())
+    plan = plan_split(_read_config(folder), group.size(), name=name,
+                      mode=mode)  # type: ignore[arg-type]
+    entry = catalog.lookup(spec.strip())
+    rope = entry.rope_scaling if entry else None
+    loaded = load_folder(folder, name=name, spec=spec.strip(), rope_scaling=rope,
+                         context_window=entry.context_window if entry and rope else None,
+                         split=(plan, group))
+    return loaded, plan
 
 
 def _read_config(folder: Path) -> dict:

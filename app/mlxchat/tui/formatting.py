@@ -116,6 +116,8 @@ def transcript_stats_line(stats: TurnStats) -> str:
         parts.append(f"{fmt_int(stats.dropped_messages)} oldest messages left out")
     if stats.snapshot_warning:
         parts.append(stats.snapshot_warning)
+    if stats.engine_warning:
+        parts.append(stats.engine_warning)
     if stats.save_warning:
         parts.append(stats.save_warning)
     return " · ".join(parts)
