@@ -64,11 +64,11 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
                 first_at = now
                 out.ttft_s, out.first_pass_s = now - reply.turn_start, now - t_prompt
             out.generated += 1
+            if out.generated > 1:  # the end token was sampled too: it counts
+                out.decode_tps = (out.generated - 1) / max(now - first_at, 1e-9)
             if token in tokenizer.eos_token_ids:
                 out.finish_reason = "stop"
                 break
-            if out.generated > 1:
-                out.decode_tps = (out.generated - 1) / max(now - first_at, 1e-9)
             was = split.part
             text.add(split.feed(token))
             out.reasoning_tokens = split.reasoning_tokens
