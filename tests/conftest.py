@@ -80,3 +80,13 @@ def tiny(tmp_path_factory: pytest.TempPathFactory):
 
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny")), name="tiny",
                        spec="tiny")
+
+
+@pytest.fixture(scope="session")
+def tiny64(tmp_path_factory: pytest.TempPathFactory):
+    """A tiny llama with head_dim 64, so the KV cache can be quantized."""
+    from mlxchat.models.loader import load_folder
+    from mlxchat.models.tiny import write_tiny_model
+
+    return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny64"), hidden_size=128,
+                                        num_heads=2, num_kv_heads=1, intermediate_size=128))

@@ -170,10 +170,13 @@ class TurnStats(Record):
 
     ttft_s: float = 0.0
     """Seconds from the start of the turn to the first generated token."""
-    prefill_tps: float = 0.0
-    """Prompt tokens processed per second (prefilled tokens only)."""
-    decode_tps: float = 0.0
-    """Generated tokens per second after the first."""
+    prefill_tps: float | None = None
+    """Prompt tokens processed per second (prefilled tokens only); None when
+    nothing was timed: no token came, or only the one token the first decode
+    step feeds was computed (a fully warm turn)."""
+    decode_tps: float | None = None
+    """Generated tokens per second after the first; None for a reply of one
+    token (no interval to measure)."""
     prompt_tokens: int = 0
     """Tokens of the rendered conversation sent to the model this turn."""
     generated_tokens: int = 0
@@ -223,6 +226,14 @@ class TurnStats(Record):
     draft_rebuilt: bool = False
     """The draft's cache was rebuilt from the prompt's token ids (after a resume
     from disk or a model change: the draft's cache is not saved)."""
+
+    def __post_init__(self) -> None:
+        # Rows stored before the rates could be None say 0.0 for "not measured":
+        # a measured rate is never 0, so read those as None.
+        if not self.prefill_tps:
+            self.prefill_tps = None
+        if not self.decode_tps:
+            self.decode_tps = None
 
     @property
     def acceptance(self) -> float:

@@ -27,9 +27,9 @@ def fmt_seconds(s: float) -> str:
     return f"{minutes} min {seconds} s"
 
 
-def fmt_tps(tps: float) -> str:
-    """1234.56 -> '1,234.6 tok/s'."""
-    return f"{tps:,.1f} tok/s"
+def fmt_tps(tps: float | None) -> str:
+    """1234.56 -> '1,234.6 tok/s'; None (nothing measured yet) -> '— tok/s'."""
+    return "— tok/s" if tps is None else f"{tps:,.1f} tok/s"
 
 
 def fmt_gauge_percent(part: int, whole: int) -> str:

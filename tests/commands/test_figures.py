@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from mlxchat.engine import TurnDone
 from mlxchat.engine import prompt as prompt_module
 from mlxchat.session.ledger import options_for
 from tests.commands.conftest import SYSTEM, send
@@ -18,6 +20,20 @@ def test_stats(registry, ctx, conv):
     assert rows["prompt"].startswith(f"{done.stats.prompt_tokens} tokens: 0 reused (cold cache)")
     assert rows["reply"].startswith(f"{done.stats.generated_tokens} tokens at")
     assert "tok/s" in rows["prefill speed"] and rows["KV cache"].endswith("full precision")
+
+
+def test_stats_of_a_one_token_reply_say_no_rate_was_measured(registry, ctx, conv):
+    conv.update_generation(replace(conv.generation, max_tokens=1))
+    done = send(conv, "Measure this")
+    assert done.stats.generated_tokens == 1
+    rows = dict(registry.run("/stats", ctx).rows)
+    assert rows["reply"] == "1 tokens at — tok/s (one token: no rate), finished by length"
+    assert rows["prefill speed"].endswith(" tok/s") and rows["prefill speed"][0].isdigit()
+    conv.update_generation(replace(conv.generation, max_tokens=8))
+    done = [e for e in conv.retry() if isinstance(e, TurnDone)][0]
+    assert done.stats.prefilled_tokens == 1  # the same prompt again: all of it cached
+    rows = dict(registry.run("/stats", ctx).rows)
+    assert rows["prefill speed"] == "not measured (nothing prefilled)"
 
 
 def test_stats_after_reopening_come_from_the_stored_reply(registry, ctx, conv):

@@ -40,6 +40,15 @@ def test_ask_with_and_without_a_session_go_through_conversation_send(
     assert titles() == ["kept"]
 
 
+def test_a_one_token_reply_reports_no_decode_rate(capsys, tiny_model_dir):
+    """One decoded token has no interval to time: null, not a measured-looking 0.0."""
+    code, data, _ = ask(capsys, tiny_model_dir, "--max-tokens", "1", "hi")
+    assert code == 0 and data["generated_tokens"] == 1
+    assert data["decode_tps"] is None and data["prefill_tps"] > 0
+    code, data, _ = ask(capsys, tiny_model_dir, "--max-tokens", "6", "hi")
+    assert code == 0 and data["generated_tokens"] > 1 and data["decode_tps"] > 0
+
+
 def test_flags_apply_to_the_call_on_an_existing_session(capsys, tiny_model_dir):
     code, _, _ = ask(capsys, tiny_model_dir, "--max-tokens", "16", "--session", "A", "first")
     assert code == 0

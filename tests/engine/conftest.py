@@ -11,13 +11,6 @@ from mlxchat.models.tiny import write_tiny_model
 
 
 @pytest.fixture(scope="session")
-def tiny64(tmp_path_factory):
-    """A tiny llama with head_dim 64, so the KV cache can be quantized."""
-    return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny64"), hidden_size=128,
-                                        num_heads=2, num_kv_heads=1, intermediate_size=128))
-
-
-@pytest.fixture(scope="session")
 def tiny_small_window(tmp_path_factory):
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny-w"), context_window=256))
 

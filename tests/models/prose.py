@@ -1,5 +1,5 @@
 """A paragraph of plain English, for perplexity figures of the bundled model
-(its test and bench/gguf_figures.py measure on the same text)."""
+(bench/gguf_figures.py measures on all of it, its test on the first tokens)."""
 
 PROSE = (
     "Paris is the capital and most populous city of France. It is located on the Seine "

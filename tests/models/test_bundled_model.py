@@ -14,6 +14,12 @@ from tests.models.prose import PROSE
 
 pytestmark = pytest.mark.bundled
 
+PPL_TOKENS = 32
+"""Perplexity is measured on PROSE's first 32 tokens, not all ~100: a forward pass
+of this model costs ~0.3 s a token on this CPU, and each comparison below is of
+two models on the same tokens, which a wrong weight or kernel breaks on any of
+them; 'below 8' still tells English from noise (a uniform guess is ~49,000)."""
+
 COMMON_WORDS = {"the", "a", "an", "of", "is", "in", "and", "to", "capital", "city", "france",
                 "paris", "it", "that", "this", "was", "for", "on", "with", "as", "are", "be"}
 
@@ -39,6 +45,15 @@ def dequantized_copy(model: nn.Module) -> nn.Module:
     return plain
 
 
+@pytest.fixture(scope="module")
+def prose(bundled_model) -> tuple[list[int], float]:
+    """The tokens perplexity is measured on, and the bundled model's, computed once."""
+    ids = bundled_model.tokenizer.encode(PROSE)
+    assert 90 <= len(ids) <= 110
+    ids = ids[:PPL_TOKENS]
+    return ids, perplexity(bundled_model.model, ids)
+
+
 def test_weights_stay_int4_with_float32_scales(bundled_model):
     info = bundled_model.info
     assert info.name == "smollm2-135m" and info.architecture == "llama"
@@ -56,10 +71,9 @@ def test_weights_stay_int4_with_float32_scales(bundled_model):
     assert inner.norm.weight.dtype == mx.float32
 
 
-def test_perplexity_int4_and_dequantized(bundled_model):
-    ids = bundled_model.tokenizer.encode(PROSE)
-    assert 90 <= len(ids) <= 110
-    int4 = perplexity(bundled_model.model, ids)
+def test_perplexity_int4_and_dequantized(bundled_model, prose):
+    ids, int4 = prose
+    assert len(ids) == PPL_TOKENS
     dense = perplexity(dequantized_copy(bundled_model.model), ids)
     print(f"perplexity over {len(ids)} tokens: int4 {int4:.4f}, dequantized float32 "
           f"{dense:.4f} ({(int4 - dense) / dense:+.2e})")
@@ -112,8 +126,7 @@ def test_tokenizer_round_trip_and_digits(bundled_model):
     assert prompt.endswith("<|im_start|>assistant\n")
 
 
-def test_new_reader_keeps_the_old_arrays_and_perplexity(bundled_model, bundled_model_dir,
-                                                        tmp_path):
+def test_new_reader_keeps_the_old_arrays_and_perplexity(bundled_model_dir, prose, tmp_path):
     """mx.load used to read the bundled Q4_1 file; the gguf-package path must give the
     very same arrays (after the q/k row fix) and so the same perplexity."""
     import shutil
@@ -138,5 +151,5 @@ def test_new_reader_keeps_the_old_arrays_and_perplexity(bundled_model, bundled_m
     folder = tmp_path / "old-path"
     shutil.copytree(bundled_model_dir, folder)
     mx.save_safetensors(str(folder / "model.safetensors"), rebuilt, {"format": "mlx"})
-    ids = bundled_model.tokenizer.encode(PROSE)
-    assert perplexity(load_folder(folder).model, ids) == perplexity(bundled_model.model, ids)
+    ids, ours_perplexity = prose
+    assert perplexity(load_folder(folder).model, ids) == ours_perplexity

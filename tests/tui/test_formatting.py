@@ -30,7 +30,8 @@ def test_kv_bits_label():
     assert kv_bits_label(4) == "4-bit"
     assert kv_bits_label(None, "float16") == "fp16"
     assert kv_bits_label(None, "mlx.core.float32") == "fp32"
-    assert kv_bits_label(None) == "native"
+    assert kv_bits_label(None) == "—"  # no model: nothing to name
+    assert kv_bits_label(None, "-") == "—"
 
 
 def test_kv_room_is_the_budget_formula_capped_by_the_window():

@@ -42,7 +42,7 @@ async def test_shows_exactly_the_given_figures():
         assert kv == ["24.2 MB · 0% of 48.0 GB budget",  # 24 MB of 48 GB is 0.05%
                       "room 7,008 tokens (window limit)",
                       "memory would fit 2,342,566"]
-        assert panel.query_one("#gauge-kv").border_title == "KV cache · native"
+        assert panel.query_one("#gauge-kv").border_title == "KV cache · fp16"
         assert text(panel, "#kv-source") == "from snapshot · 1,184 tokens"
         assert text(panel, "#weights-text") == (
             "77.5 MB in memory\n4.52 bits/weight (float32 scales)\npeak memory 120.3 MB")
@@ -142,6 +142,22 @@ async def test_live_prefill_then_decode_then_idle():
         panel.idle()
         assert text(panel, "#live-text") == "idle"
         assert text(panel, "#compact-live").startswith("from snapshot · ttft 123 ms")
+
+
+async def test_live_rates_show_a_dash_until_measured():
+    app = host()
+    async with app.run_test(size=(200, 50)):
+        panel = app.query_one(GaugesPanel)
+        panel.prefill(PrefillProgress(done=0, total=2048))  # a prefill's first event
+        assert text(panel, "#live-text") == "prefill 0 / 2,048 tokens\n— tok/s"
+        assert text(panel, "#compact-live") == "prefill 0 / 2,048 tokens · — tok/s"
+        panel.decoding(1, None)  # the first token: no interval yet
+        assert text(panel, "#live-text") == "decoding 1 tokens\n— tok/s"
+        panel.update_stats(replace(SAMPLE_STATS, decode_tps=None, prefill_tps=None))
+        panel.idle()
+        turn = text(panel, "#turn-text").splitlines()
+        assert turn[2:4] == ["prefill      — tok/s", "decode       — tok/s"]
+        assert "decode — tok/s" in text(panel, "#compact-live")
 
 
 async def test_sidebar_when_wide_compact_bar_at_80x24():

@@ -25,7 +25,8 @@ SAMPLE_STATS = TurnStats(
 
 SAMPLE_STATE = EngineState(
     model_name="smollm2-135m", cached_tokens=1184, context_window=8192,
-    kv_bytes=24_248_320, kv_bits=None, weights_bytes=77_500_000, bits_per_weight=4.52,
+    kv_bytes=24_248_320, kv_bits=None, kv_dtype="fp16", weights_bytes=77_500_000,
+    bits_per_weight=4.52,
     peak_memory_bytes=120_300_000, cache_source="snapshot", scales_dtype="float32",
 )
 

@@ -1,7 +1,8 @@
 """No module outside the UI imports Textual; the store and the command registry
 also keep MLX out.
 
-Every module of app/mlxchat is imported in a fresh interpreter, except the UI:
+Every module of app/mlxchat is imported as in a fresh interpreter (see
+import_probe.py), except the UI:
 mlxchat.tui.* (but for its start-up and streaming helpers, which the UI runs
 outside Textual), the command line mlxchat.cli.* and mlxchat.__main__ (which runs
 the app when imported).
@@ -9,6 +10,7 @@ the app when imported).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from fnmatch import fnmatchcase
@@ -17,6 +19,7 @@ from pathlib import Path
 import pytest
 
 PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "app" / "mlxchat"
+PROBE = Path(__file__).with_name("import_probe.py")
 UI = ("mlxchat.tui", "mlxchat.tui.*", "mlxchat.cli", "mlxchat.cli.*", "mlxchat.__main__")
 UI_FREE = ("mlxchat.tui.streaming",)
 # Beyond Textual: the store never needs MLX or numpy, and building the command
@@ -49,19 +52,36 @@ def test_the_module_list_is_the_whole_package_but_the_ui():
                                  "mlxchat.tui.app")) for m in modules)
 
 
+def banned_for(module: str) -> tuple[str, ...]:
+    return ("textual", *(b for pattern, names in ALSO_BANNED.items()
+                         if fnmatchcase(module, pattern) for b in names))
+
+
+@pytest.fixture(scope="module")
+def probed() -> dict[str, dict]:
+    """Every module's import, probed once per banned set (tests/unit/import_probe.py:
+    each module imported as in a fresh interpreter, the heavy packages shared)."""
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for module in non_ui_modules():
+        groups.setdefault(banned_for(module), []).append(module)
+    results = {}
+    for banned, modules in groups.items():
+        spec = json.dumps({"modules": modules, "banned": banned,
+                           "exercise": {m: EXERCISE[m] for m in modules if m in EXERCISE}})
+        proc = subprocess.run([sys.executable, str(PROBE), spec], capture_output=True,
+                              text=True, check=False, stdin=subprocess.DEVNULL, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        for line in proc.stdout.splitlines():
+            result = json.loads(line)
+            results[result["module"]] = result
+    return results
+
+
 @pytest.mark.parametrize("module", non_ui_modules())
-def test_non_ui_modules_leave_textual_out(module):
-    banned = ["textual"]
-    banned += [b for pattern, names in ALSO_BANNED.items() if fnmatchcase(module, pattern)
-               for b in names]
-    code = (f"import importlib, sys\nmodule = importlib.import_module({module!r})\n"
-            f"{EXERCISE.get(module, '')}\nbanned = {tuple(banned)!r}\n"
-            "print(' '.join(sorted(m for m in sys.modules\n"
-            "                      if any(m == b or m.startswith(b + '.') for b in banned))))\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=False, stdin=subprocess.DEVNULL, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "", f"{module} imported {proc.stdout.strip()}"
+def test_non_ui_modules_leave_textual_out(module, probed):
+    result = probed[module]
+    assert result["error"] is None, result["error"]
+    assert result["found"] == [], f"{module} imported {' '.join(result['found'])}"
 
 
 def test_the_engine_package_imports_chat_engine_and_mlx_on_first_use():

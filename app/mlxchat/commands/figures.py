@@ -45,9 +45,12 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
         ("time to first token", f"{s.ttft_s:.2f} s"),
         ("prompt", (f"{fmt_int(s.prompt_tokens)} tokens: {fmt_int(s.reused_tokens)} reused "
                     f"({s.cache_source} cache), {fmt_int(s.prefilled_tokens)} prefilled")),
-        ("prefill speed", f"{s.prefill_tps:,.0f} tok/s"),
-        ("reply", (f"{fmt_int(s.generated_tokens)} tokens at {s.decode_tps:.1f} tok/s, "
-                   f"finished by {s.finish_reason}")),
+        ("prefill speed", "not measured (nothing prefilled)" if s.prefill_tps is None
+         else f"{s.prefill_tps:,.0f} tok/s"),
+        ("reply", (f"{fmt_int(s.generated_tokens)} tokens at "
+                   + ("— tok/s (one token: no rate)" if s.decode_tps is None
+                      else f"{s.decode_tps:.1f} tok/s")
+                   + f", finished by {s.finish_reason}")),
         ("total time", f"{s.total_s:.2f} s"),
         ("context", (f"{fmt_int(s.context_used)} of {fmt_int(s.context_window)} tokens "
                      f"({fmt_report_percent(s.context_used, s.context_window)})")),

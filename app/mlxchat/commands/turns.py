@@ -171,7 +171,7 @@ def attach(ctx: CommandContext, args: Args) -> CommandResult:
                            f"are left in the {fmt_int(window)}-token window.")
     per_token, how = kv_bytes_per_token(ctx)
     stats = last_stats(ctx)
-    if stats is not None and stats.prefill_tps > 0 and stats.prefilled_tokens > 0:
+    if stats is not None and stats.prefill_tps is not None:
         prefill = (f"~{tokens / stats.prefill_tps:.1f} s to prefill at "
                    f"{stats.prefill_tps:,.0f} tok/s (last turn)")
     else:

@@ -83,13 +83,13 @@ class _Sampling:
                 self.first_at = now
                 out.ttft_s, out.first_pass_s = now - self.reply.turn_start, now - self.t_prompt
             out.generated += 1
+            if out.generated - self.forced > 1:  # the end token was sampled too: it counts
+                out.decode_tps = (out.generated - self.forced - 1) / max(now - self.first_at,
+                                                                         1e-9)
             if token in self.tokenizer.eos_token_ids:
                 out.finish_reason = "stop"
                 self.text.add(split.end(token))
                 return ()
-            if out.generated - self.forced > 1:
-                out.decode_tps = (out.generated - self.forced - 1) / max(now - self.first_at,
-                                                                         1e-9)
             was = split.part
             self.text.add(split.feed(token))
             out.reasoning_tokens = split.reasoning_tokens

@@ -116,13 +116,13 @@ class Drafting:
         return "lookup"
 
     def measurement(self, target: LoadedModel, settings: GenerationSettings, generated: int,
-                    decode_tps: float) -> MeasureJob | None:
+                    decode_tps: float | None) -> MeasureJob | None:
         """After a reply under auto: the measurement of a verifying pass to run
         after this turn (once per model and k), timed against that reply's
         decode step; None when there is nothing to measure."""
         k = settings.draft_tokens
         if (settings.speculative != "auto" or settings.seed is not None
-                or generated - 1 < spec_auto.MIN_STEPS or decode_tps <= 0
+                or generated - 1 < spec_auto.MIN_STEPS or not decode_tps
                 or (self.cost is not None and self.cost.proposed == k)):
             return None
         step_s = 1.0 / decode_tps

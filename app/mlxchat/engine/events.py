@@ -24,7 +24,8 @@ class PrefillProgress:
 
     done: int
     total: int
-    tps: float = 0.0
+    tps: float | None = None
+    """None until a chunk was timed (and for a prefill of the one fed token)."""
     cached_tokens: int = 0
     """Tokens in the KV cache now, for the live Context gauge."""
     kv_bytes: int = 0
@@ -37,7 +38,8 @@ class TextDelta:
 
     text: str
     generated_tokens: int
-    decode_tps: float = 0.0
+    decode_tps: float | None = None
+    """None until a second token came (no interval to measure before)."""
     cached_tokens: int = 0
     """Tokens in the KV cache now (prompt and reply so far)."""
     kv_bytes: int = 0

@@ -7,6 +7,7 @@ from typing import Callable
 
 from mlxchat.engine.events import Event, PrefillProgress, TextDelta, TurnDone
 from mlxchat.engine.live import LiveCache
+from mlxchat.engine.results import prefill_rate
 
 
 class LiveFigures:
@@ -36,7 +37,7 @@ class LiveFigures:
 
     def _close_prefill(self) -> None:
         self._prefill_open = False
-        rate = self.total / max(time.perf_counter() - self._start, 1e-9)
+        rate = prefill_rate(self.total, time.perf_counter() - self._start)
         self(PrefillProgress(self.total, self.total, rate))
 
     def done(self, event: TurnDone) -> None:

@@ -53,7 +53,8 @@ class Decode:
     ttft_s: float = 0.0
     first_pass_s: float = 0.0
     """Seconds of the first forward pass (the tail of the prompt)."""
-    decode_tps: float = 0.0
+    decode_tps: float | None = None
+    """Tokens per second after the first; None until a second token came."""
     reasoning_pieces: list[str] = field(default_factory=list)
     reasoning_tokens: int = 0
     """Sampled tokens that belong to the reasoning, its markup included."""
@@ -75,6 +76,12 @@ class Decode:
         return "".join(self.reasoning_pieces).rstrip()
 
 
+def prefill_rate(tokens: int, seconds: float) -> float | None:
+    """Prompt tokens a second, or None when at most one token was computed: that
+    one is the tail the first decode step feeds, and its time a decode step's."""
+    return tokens / max(seconds, 1e-9) if tokens > 1 else None
+
+
 def turn_stats(tokens: int, reuse: Reuse, prefill: Prefill, decode: Decode, *,
                typed: tuple[int, float], drafted: tuple[int, bool], dropped: int,
                window: int, kv_bits: int | None, weights_bytes: int, total_s: float,
@@ -92,8 +99,8 @@ def turn_stats(tokens: int, reuse: Reuse, prefill: Prefill, decode: Decode, *,
         generated_tokens=decode.generated, reasoning_tokens=decode.reasoning_tokens,
         reasoning_s=decode.reasoning_s, reasoning_budget_closed=decode.reasoning_closed,
         ttft_s=decode.ttft_s, decode_tps=decode.decode_tps,
-        prefill_tps=(tokens - reuse.tokens)
-        / max(prefill.seconds + decode.first_pass_s, 1e-9) if decode.generated else 0.0,
+        prefill_tps=prefill_rate(tokens - reuse.tokens, prefill.seconds + decode.first_pass_s)
+        if decode.generated else None,
         total_s=total_s, context_used=context_used, kv_bytes=kv_bytes,
         peak_memory_bytes=peak_memory_bytes, spec_mode=spec.mode,
         draft_tokens_proposed=spec.proposed, draft_tokens_accepted=spec.accepted,

@@ -45,7 +45,13 @@ class EngineViews:
         return self._engine.info
 
     def state(self) -> EngineState:
-        return replace(self._engine.state(), pinned_tokens=self._pins.pinned_in_cache())
+        state = replace(self._engine.state(), pinned_tokens=self._pins.pinned_in_cache())
+        bits = self._open.generation.kv_bits
+        if bits and not state.cached_tokens and state.kv_bits != bits:
+            # An empty cache is quantized to the session's width as the first
+            # turn starts: name that width now rather than the float type.
+            state = replace(state, kv_bits=bits, kv_dtype=f"{bits}-bit")
+        return state
 
     def branch_stats(self) -> TurnStats | None:
         """The live turn's stats, else those stored with the branch's last reply."""

@@ -42,7 +42,7 @@ def markdown_stats_line(stats: TurnStats, cancelled: bool = False) -> str:
     '_ttft 0.12 s · 45.1 tok/s · 132 tokens · reused 1200/1250 · warm_'."""
     parts = [
         f"ttft {stats.ttft_s:.2f} s",
-        f"{stats.decode_tps:.1f} tok/s",
+        "— tok/s" if stats.decode_tps is None else f"{stats.decode_tps:.1f} tok/s",
         f"{stats.generated_tokens} tokens"
         + (f" ({stats.reasoning_tokens} thinking)" if stats.reasoning_tokens else ""),
     ]

@@ -46,13 +46,14 @@ def usage_level(part: int, whole: int) -> Level:
 
 def kv_bits_label(kv_bits: int | None, dtype: str | None = None) -> str:
     """8 -> '8-bit'; None with dtype 'float16' -> 'fp16'; None alone (or the
-    engine's '-' for an empty cache) -> 'native'."""
+    engine's '-': no model to tell) -> '—'. The engine names an empty cache's
+    type from the model, so a loaded model always shows a real one."""
     if kv_bits is not None:
         return {16: "fp16", 32: "fp32"}.get(kv_bits, f"{kv_bits}-bit")
     if dtype and dtype != "-":
         short = dtype.replace("mlx.core.", "")
         return {"float16": "fp16", "float32": "fp32", "bfloat16": "bf16"}.get(short, short)
-    return "native"
+    return "—"
 
 
 def cache_source_label(source: str) -> str:

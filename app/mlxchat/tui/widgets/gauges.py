@@ -179,7 +179,7 @@ class GaugesPanel(Vertical):
                              cache_source="warm")
         self._render_state()
 
-    def decoding(self, generated_tokens: int, tps: float, part: str = "answer", *,
+    def decoding(self, generated_tokens: int, tps: float | None, part: str = "answer", *,
                  speculation: Any = None) -> None:
         """``speculation``: anything with ``acceptance`` and ``tokens_per_pass``
         (None on both, or no object, when not speculating)."""
