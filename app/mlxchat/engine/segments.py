@@ -18,7 +18,7 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Sequence
+from typing import Any, BinaryIO, Callable, Sequence
 
 import mlx.core as mx
 import numpy as np
@@ -83,22 +83,37 @@ def write(path: Path, cache: Sequence[Any], start: int, end: int, tokens: Sequen
                 "model_fingerprint": fingerprint, "template_hash": template_hash,
                 "start": str(start), "end": str(end), "tokens": json.dumps(list(tokens)),
                 "layers": json.dumps([layers.row(c).meta(c) for c in cache])}
-    path = Path(path)
+    checksum, size = write_durably(
+        Path(path), lambda fh: _write_safetensors(fh, tensors, metadata),
+        needed=sum(a.nbytes for a in tensors.values()))
+    return SegmentInfo(path=str(path), start=start, end=end, bytes=size,
+                       checksum=checksum, kv_bits=kv.bits(list(cache)))
+
+
+def write_durably(path: Path, fill: Callable[[BinaryIO], tuple[str, int]], *,
+                  needed: int) -> tuple[str, int]:
+    """``fill(file)`` -> (checksum, size) run on a temp file beside ``path``, which
+    then replaces ``path`` once its bytes are on disk (fsync, rename, fsync of
+    the folder): a kill leaves the old file or the new one, never half of one."""
     tmp = snapshot_temp_file(path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
             try:
-                checksum, size = _write_safetensors(fh, tensors, metadata)
+                checksum, size = fill(fh)
                 fh.flush()
                 os.fsync(fh.fileno())
             except RuntimeError as exc:  # a failed write below Python, as MLX reports it
-                raise write_failed(exc, path.parent, sum(a.nbytes for a in tensors.values()))
+                raise write_failed(exc, path.parent, needed)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    return SegmentInfo(path=str(path), start=start, end=end, bytes=size,
-                       checksum=checksum, kv_bits=kv.bits(list(cache)))
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    return checksum, size
 
 
 def _write_safetensors(fh: BinaryIO, tensors: dict[str, mx.array],
