@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from pathlib import Path
 from typing import Any, BinaryIO, Sequence
 
-from mlxchat.engine import checksum as checksum_of
 from mlxchat.engine import segment_io
 from mlxchat.engine.segment_io import Reader, SegmentFile
-from mlxchat.engine.segments import SegmentInfo, SegmentRef, SegmentRejected, write_durably
+from mlxchat.engine.segments import (SegmentInfo, SegmentRef, SegmentRejected, write_durably,
+                                     write_header)
 
 _ORIGIN = ("format", "mlx_lm_version", "model_fingerprint", "template_hash", "layers")
 
@@ -96,12 +95,7 @@ def _join(fh: BinaryIO, files: list[SegmentFile], readers: list[Reader], expecte
         header[t.name] = {"dtype": t.dtype, "shape": shape,
                           "data_offsets": [offset, offset + nbytes]}
         offset += nbytes
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    hasher = checksum_of.Hasher()
-    for piece in (struct.pack("<Q", len(raw)), raw):
-        fh.write(piece)
-        hasher.update(piece)
+    hasher, head = write_header(fh, header)
     buffer = bytearray(max(_row_bytes(f.by_name[t.name]) for f in files for t in f.tensors))
     for t in files[0].tensors:
         for r in range(math.prod(t.shape[:-2])):
@@ -114,7 +108,7 @@ def _join(fh: BinaryIO, files: list[SegmentFile], readers: list[Reader], expecte
     for n, (reader, checksum) in enumerate(zip(readers, expected)):
         if reader.checksum() != checksum:
             raise SegmentRejected(f"segment {n + 1}: checksum mismatch (file changed or damaged)")
-    return hasher.label(), 8 + len(raw) + offset
+    return hasher.label(), head + offset
 
 
 def _row_bytes(t: segment_io.Tensor) -> int:

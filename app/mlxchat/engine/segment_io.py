@@ -26,6 +26,7 @@ import xxhash
 
 from mlxchat.engine.checksum import PREFIX as XXH3
 from mlxchat.engine.snapshot import SnapshotRejected
+from mlxchat.files import open_nonblocking
 
 ITEMSIZE = {"F16": 2, "BF16": 2, "F32": 4, "U32": 4, "I32": 4, "U8": 1}
 HEADER_LIMIT = 64 << 20
@@ -68,7 +69,7 @@ def open_file(path: Path) -> SegmentFile:
     SnapshotRejected saying why not."""
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = open_nonblocking(path)
     except FileNotFoundError:
         raise SnapshotRejected(f"file missing ({path.name})") from None
     except OSError as exc:

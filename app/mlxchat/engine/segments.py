@@ -126,16 +126,22 @@ def _write_safetensors(fh: BinaryIO, tensors: dict[str, mx.array],
                         "data_offsets": [offset, offset + host.nbytes]}
         offset += host.nbytes
         hosts.append(host)
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    hasher = checksum_of.Hasher()
-    for piece in (struct.pack("<Q", len(raw)), raw):
-        fh.write(piece)
-        hasher.update(piece)
+    hasher, head = write_header(fh, header)
     for host in hosts:
         view = memoryview(host).cast("B")
         for i in range(0, len(view), _CHUNK):
             chunk = view[i:i + _CHUNK]
             fh.write(chunk)
             hasher.update(chunk)
-    return hasher.label(), 8 + len(raw) + offset
+    return hasher.label(), head + offset
+
+
+def write_header(fh: BinaryIO, header: dict[str, Any]) -> tuple[checksum_of.Hasher, int]:
+    """Write a safetensors header; the checksum fed with it, and its size."""
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    hasher = checksum_of.Hasher()
+    for piece in (struct.pack("<Q", len(raw)), raw):
+        fh.write(piece)
+        hasher.update(piece)
+    return hasher, 8 + len(raw)
