@@ -1,5 +1,7 @@
 """The KV cache on disk at 8B scale: what a turn's save costs as the history
-grows, how fast a long history is restored, what branches cost on disk.
+grows, how fast a long history is restored (from one file per turn, and from
+the one file a join makes of them), what joining 16 segments costs, what
+branches cost on disk.
 
 Used by bench/engine.py; real arrays shaped like Llama-3-8B's cache (32 layers,
 8 KV heads, head_dim 128, fp16) through the real segment writer and reader.
@@ -14,14 +16,14 @@ from pathlib import Path
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-from mlxchat.engine import segment_restore, segments
+from mlxchat.engine import segment_compact, segment_restore, segments
 
 LAYERS, KV_HEADS, HEAD_DIM = 32, 8, 128
 PER_TOKEN = LAYERS * 2 * KV_HEADS * HEAD_DIM * 2  # bytes of fp16 K and V
 
 
 class _Model:
-    """What ``segments.assemble`` needs of a model: its cache layout."""
+    """What a restore needs of a model: its cache layout."""
 
     def make_cache(self) -> list[KVCache]:
         return [KVCache() for _ in range(LAYERS)]
@@ -68,6 +70,28 @@ def restore_s(refs: list[segments.SegmentRef]) -> float:
     return time.perf_counter() - t0
 
 
+def compact(folder: Path, refs: list[segments.SegmentRef]
+            ) -> tuple[float, list[segments.SegmentRef]]:
+    """Seconds to join ``refs`` into one file, and the references into it."""
+    t0 = time.perf_counter()
+    info = segment_compact.compact([[r] for r in refs], folder / "joined.safetensors")
+    seconds = time.perf_counter() - t0
+    return seconds, [segments.SegmentRef(Path(info.path), r.start, r.end, info.checksum,
+                                         r.token_ids) for r in refs]
+
+
+def fresh_memory_s(tokens: int) -> float:
+    """Seconds to allocate and first touch arrays the size of a restored cache:
+    what a restore into new memory pays beyond reading (page faults)."""
+    t0 = time.perf_counter()
+    arrays = [mx.zeros((1, KV_HEADS, tokens, HEAD_DIM), dtype=mx.float16)
+              for _ in range(2 * LAYERS)]
+    mx.eval(arrays)
+    seconds = time.perf_counter() - t0
+    del arrays
+    return seconds
+
+
 def plain_read_s(refs: list[segments.SegmentRef]) -> float:
     t0 = time.perf_counter()
     for r in refs:
@@ -88,7 +112,7 @@ def measure(*, long: int, short: int, branch_history: int) -> dict[str, float]:
         print(f"save one 64-token turn: after {short:,} tokens {short_s * 1000:.1f} ms, after "
               f"{long:,} tokens {long_s * 1000:.1f} ms ({long_bytes / 1e6:.2f} MB written; "
               f"KV {PER_TOKEN * 64 / 1e6:.2f} MB)")
-        refs = write_history(folder, layers, long, 1024)
+        refs = write_history(folder, layers, long, long // 16)
         del layers
         mx.clear_cache()
         restore, plain = [], []
@@ -96,8 +120,20 @@ def measure(*, long: int, short: int, branch_history: int) -> dict[str, float]:
             plain.append(plain_read_s(refs))
             restore.append(restore_s(refs))
         size = sum(r.path.stat().st_size for r in refs)
+        fresh = fresh_memory_s(long)
         print(f"restore {long:,} tokens ({size / 1e9:.2f} GB in {len(refs)} segments): "
-              f"{min(restore):.2f} s; plain read of the same files {min(plain):.2f} s")
+              f"{min(restore):.2f} s (first {restore[0]:.2f} s); plain read of the same files "
+              f"{min(plain):.2f} s; allocating and zeroing fresh arrays of that size "
+              f"{fresh:.2f} s")
+        compact_s, joined = compact(folder, refs)
+        for r in refs:
+            r.path.unlink()
+        joined_restore, joined_plain = [], []
+        for _ in range(2):
+            joined_plain.append(plain_read_s(joined[:1]))
+            joined_restore.append(restore_s(joined))
+        print(f"join the {len(refs)} segments into one file: {compact_s:.2f} s; restore from "
+              f"it {min(joined_restore):.2f} s, plain read {min(joined_plain):.2f} s")
         for f in folder.iterdir():
             f.unlink()
         branch_ratio = branch_storage(folder, branch_history)
@@ -107,6 +143,8 @@ def measure(*, long: int, short: int, branch_history: int) -> dict[str, float]:
         folder.rmdir()
     return {"save_growth": long_s / short_s, "save_bytes_ratio": long_bytes / (64 * PER_TOKEN),
             "resume_read_ratio": min(restore) / min(plain),
+            "joined_read_ratio": min(joined_restore) / min(joined_plain),
+            "compact_s": compact_s, "fresh_memory_s": fresh,
             "branch_storage_ratio": branch_ratio}
 
 

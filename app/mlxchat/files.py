@@ -36,6 +36,12 @@ def _size(n: int) -> str:
     return f"{n:.1f} GB"
 
 
+def open_nonblocking(path: Path) -> int:
+    """A read-only descriptor of ``path`` whose open never waits (a FIFO with no
+    writer opens at once); the caller checks ``os.fstat`` for the file type."""
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+
+
 def read_limited(path: Path, limit: int) -> bytes:
     """The bytes of a regular file of at most ``limit`` bytes, or FileRefused.
 
@@ -44,7 +50,7 @@ def read_limited(path: Path, limit: int) -> bytes:
     memory. The size on disk is not trusted: /proc files say 0 and have text."""
     path = Path(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = open_nonblocking(path)
     except IsADirectoryError:
         raise FileRefused(f"{path} is a folder, not a file.") from None
     except OSError as exc:

@@ -15,7 +15,7 @@ from mlx.utils import tree_flatten
 from mlx_lm.models.cache import (ArraysCache, CacheList, ChunkedKVCache, KVCache,
                                  QuantizedKVCache, RotatingKVCache, make_prompt_cache)
 
-from mlxchat.engine import kv, layers, segments
+from mlxchat.engine import kv, layers, segment_restore, segments
 from tests.families.builders import _BASE, FAMILIES
 
 HEADS, DIM = 2, 32
@@ -191,7 +191,7 @@ def test_a_copy_stays_as_it_was(name):
 
 
 class _Model:
-    """What ``segments.assemble`` needs of a model: fresh layers like these."""
+    """What a restore needs of a model: fresh layers like these."""
 
     def __init__(self, make: Callable[[], list[Any]]):
         self.make_cache = make
@@ -210,9 +210,11 @@ def _through_files(tmp_path, cache: list[Any], split: int, make: Callable[[], li
         tokens = list(range(start, end))
         info = segments.write(path, cache, start, end, tokens, fingerprint="f", template_hash="t")
         refs.append(segments.SegmentRef(path, start, end, info.checksum, tokens))
-    pieces = [segments.read(r, fingerprint="f", template_hash="t") for r in refs]
-    assert segments.layout(pieces[0]) == segments.layout(pieces[1])
-    return segments.assemble(_Model(make), pieces, refs[-1].end)
+    got = segment_restore.restore(_Model(make), refs, fingerprint="f", template_hash="t")
+    if got.layers is None:
+        raise segments.SegmentRejected(got.reason)
+    assert got.reason is None and got.end == refs[-1].end
+    return got.layers
 
 
 @pytest.mark.parametrize("name", sorted(BUILD))

@@ -1,22 +1,39 @@
-"""A branch's KV segments back into a live cache, checksums overlapped.
+"""A branch's KV segments back into a live cache, at the speed of the disk.
 
-The files' checksums are computed in worker threads while MLX reads and joins
-the same files on the engine thread, and checked once the cache is built: a
-restore costs about the slower of the two instead of their sum. A segment
-whose checksum then fails is dropped with every one after it, and the cache
-is joined again from those before it (the tokens they hold are kept; the rest
-is recomputed), as when a segment is refused outright.
+Every file is opened and its header checked first (``segment_io``). Then
+each array that keeps positions (keys, values, their scales) is allocated
+once at the branch's whole length and filled straight from the files, each
+file read front to back exactly once with its checksum computed on the same
+bytes: there is no join pass and no second pass for the check. MLX allocates
+the array and asks for its bytes through a file-like object (``_Joined``)
+that stands for the joined tensor, so nothing is zeroed or copied first.
+
+A file whose header is refused stops the restore there; one whose checksum
+then fails drops its positions and every one after it (they are beyond the
+restored length). The tokens before are kept, the rest recomputed.
 """
 
 from __future__ import annotations
 
+import bisect
+import io
+import json
+import struct
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import mlx.core as mx
+import numpy as np
+from mlx_lm.models.cache import make_prompt_cache
 
-from mlxchat.engine import segments
-from mlxchat.engine.segments import SegmentRef, SegmentRejected
+from mlxchat.engine import layers, segment_io
+from mlxchat.engine.segment_io import Reader, SegmentFile, Tensor
+from mlxchat.engine.segments import FORMAT, SegmentRef, SegmentRejected
+from mlxchat.engine.snapshot import origin_problem
+
+STEP = 256
+"""Positions are allocated in mlx-lm's steps, so the next turn's tokens
+usually fit without copying the cache."""
 
 
 @dataclass
@@ -30,37 +47,239 @@ class Restored:
     """Why the restore stopped before the last segment, or None."""
 
 
+@dataclass
+class _Group:
+    """Consecutive references into one file (a compacted file holds many)."""
+
+    first: int
+    """Index of its first reference."""
+    refs: list[SegmentRef]
+    file: SegmentFile
+    layers: list[dict[str, Any]]
+
+    @property
+    def start(self) -> int:
+        return self.refs[0].start
+
+    @property
+    def end(self) -> int:
+        return self.refs[-1].end
+
+
 def restore(model: Any, refs: Sequence[SegmentRef], *, fingerprint: str,
             template_hash: str) -> Restored:
-    computing = segments.checksums(refs)
-    pieces: list[tuple[dict, list]] = []
-    reason = None
-    for n, ref in enumerate(refs, 1):
+    groups: list[_Group] = []
+    try:
+        reason = _open_groups(refs, groups, fingerprint=fingerprint,
+                              template_hash=template_hash)
+        if not groups:
+            return Restored(None, 0, 0, reason)
+        fresh = make_prompt_cache(model)
+        problem = _fits(groups[0].layers, fresh)
+        if problem:
+            return Restored(None, 0, 0, f"segment 1 of {len(refs)}: {problem}")
+        readers, arrays = _read(groups)
+        good = next((i for i, (g, r) in enumerate(zip(groups, readers))
+                     if r.checksum() != g.refs[0].checksum), len(groups))
+        if good < len(groups):
+            reason = (f"segment {groups[good].first + 1} of {len(refs)}: checksum mismatch "
+                      "(file changed or damaged)")
+        if not good:
+            return Restored(None, 0, 0, reason)
+        last = groups[good - 1]
+        cache = _layers(last, readers[good - 1], arrays, fresh)
+        return Restored(cache, last.end, last.first + len(last.refs), reason)
+    finally:
+        for g in groups:
+            g.file.close()
+
+
+def _open_groups(refs: Sequence[SegmentRef], groups: list[_Group], *, fingerprint: str,
+                 template_hash: str) -> str | None:
+    """Open and check the files of ``refs`` in order into ``groups``; the reason
+    the first one refused was, or None."""
+    n = 0
+    while n < len(refs):
+        ref = refs[n]
         try:
-            if ref.start != (refs[n - 2].end if n > 1 else 0):
+            if ref.start != (refs[n - 1].end if n else 0):
                 raise SegmentRejected("it does not continue the one before")
-            piece = segments.read(ref, fingerprint=fingerprint, template_hash=template_hash,
-                                  verify=False)
-            if pieces and segments.layout(piece) != segments.layout(pieces[0]):
-                raise SegmentRejected("the KV bit width changed")
+            file = segment_io.open_file(ref.path)
+            try:
+                group = _group(file, refs, n, fingerprint, template_hash)
+                if groups:
+                    _agrees(groups[0], group)
+            except SegmentRejected:
+                file.close()
+                raise
         except SegmentRejected as exc:
-            reason = f"segment {n} of {len(refs)}: {exc}"
-            break
-        pieces.append(piece)
-    while pieces:
-        failure, layers = None, None
-        try:
-            layers = segments.assemble(model, pieces, refs[len(pieces) - 1].end)
-            mx.eval([c.state for c in layers])  # reads the files while the hashes run
-        except Exception as exc:  # a damaged header can make shapes disagree
-            failure = exc
-        bad = next((i for i, (ref, checksum) in enumerate(zip(refs, computing[:len(pieces)]))
-                    if checksum.result() != ref.checksum), None)
-        if bad is None:
-            if failure is not None:
-                raise failure  # undamaged files MLX cannot join: a bug, not the user's
-            return Restored(layers, refs[len(pieces) - 1].end, len(pieces), reason)
-        del layers
-        reason = f"segment {bad + 1} of {len(refs)}: checksum mismatch (file changed or damaged)"
-        pieces = pieces[:bad]
-    return Restored(None, 0, 0, reason)
+            return f"segment {n + 1} of {len(refs)}: {exc}"
+        groups.append(group)
+        n += len(group.refs)
+    return None
+
+
+def _group(file: SegmentFile, refs: Sequence[SegmentRef], n: int, fingerprint: str,
+           template_hash: str) -> _Group:
+    meta = file.meta
+    problem = origin_problem(meta, FORMAT, "an mlxchat KV segment", fingerprint=fingerprint,
+                             template_hash=template_hash)
+    if problem:
+        raise SegmentRejected(problem)
+    try:
+        start, end = int(meta["start"]), int(meta["end"])
+        tokens = [int(t) for t in json.loads(meta["tokens"])]
+        described = json.loads(meta["layers"])
+    except (KeyError, ValueError, TypeError):
+        raise SegmentRejected("damaged metadata") from None
+    mine = [refs[n]]
+    while (n + len(mine) < len(refs) and refs[n + len(mine)].path == file.path
+           and refs[n + len(mine)].checksum == refs[n].checksum):
+        mine.append(refs[n + len(mine)])
+    held = [t for r in mine for t in r.token_ids]
+    if (start != mine[0].start or not mine[-1].end <= end or len(tokens) != end - start
+            or tokens[:len(held)] != held or len(held) != mine[-1].end - start):
+        raise SegmentRejected("holds other tokens than the conversation")
+    if mine[-1].end < end and any(not _positional(t.name) for t in file.tensors):
+        raise SegmentRejected("holds no checkpoint where the branch ends")
+    if not isinstance(described, list):
+        raise SegmentRejected("damaged metadata")
+    for t in file.tensors:
+        if _positional(t.name) and (len(t.shape) < 2 or t.shape[-2] != end - start):
+            raise SegmentRejected("damaged header (a length that is not the span's)")
+    return _Group(n, mine, file, described)
+
+
+def _agrees(first: _Group, later: _Group) -> None:
+    """Consecutive files must describe the same layers with the same arrays."""
+    if [layers.layout(m) for m in first.layers] != [layers.layout(m) for m in later.layers]:
+        raise SegmentRejected("the KV bit width changed")
+    mine, theirs = first.file.by_name, later.file.by_name
+    if [t.name for t in first.file.tensors] != [t.name for t in later.file.tensors] or any(
+            _positional(name) and (t.dtype, t.shape[:-2], t.shape[-1])
+            != (theirs[name].dtype, theirs[name].shape[:-2], theirs[name].shape[-1])
+            for name, t in mine.items()):
+        raise SegmentRejected("its arrays do not match the segment before")
+
+
+def _fits(described: list[dict[str, Any]], fresh: list[Any]) -> str | None:
+    if len(described) != len(fresh):
+        return "layer count does not match the model"
+    if any(layers.restoring(m, c) is None for m, c in zip(described, fresh)):
+        return "cache types do not match the model"
+    return None
+
+
+def _positional(name: str) -> bool:
+    """A tensor of positions (``k.J``/``v.J``), as ``engine.layers`` names them."""
+    parts = name.split(".")
+    return len(parts) >= 3 and parts[-2] in ("k", "v")
+
+
+def _read(groups: list[_Group]) -> tuple[list[Reader], dict[str, mx.array]]:
+    """Every array of positions at the branch's whole length, each file read
+    once; the readers then hold the checkpoints and give the checksums."""
+    keep = frozenset(t.name for t in groups[0].file.tensors if not _positional(t.name))
+    readers = [Reader(g.file, g.refs[0].checksum, keep) for g in groups]
+    length = groups[-1].end
+    arrays = {t.name: _joined(t, groups, readers, length)
+              for t in groups[0].file.tensors if _positional(t.name)}
+    return readers, arrays
+
+
+def _layers(last: _Group, reader: Reader, arrays: dict[str, mx.array],
+            fresh: list[Any]) -> list[Any]:
+    """The live layers holding the positions up to ``last``'s end, with the
+    checkpoints ``last`` keeps."""
+    arrays = dict(arrays)
+    for name, data in reader.kept.items():
+        arrays[name] = _array(data, last.file.by_name[name])
+    out = []
+    for i, (meta, c) in enumerate(zip(last.layers, fresh)):
+        prefix = f"{i}."
+        own = {name[len(prefix):]: a for name, a in arrays.items() if name.startswith(prefix)}
+        out.append(layers.restoring(meta, c).restore(meta, [own], last.end, into=c))
+    return out
+
+
+def _array(data: bytearray, t: Tensor) -> mx.array:
+    dtype = {"F16": np.float16, "F32": np.float32, "U32": np.uint32, "I32": np.int32,
+             "U8": np.uint8, "BF16": np.uint16}[t.dtype]
+    host = np.frombuffer(data, dtype=dtype).reshape(t.shape)
+    out = mx.array(host)
+    return out.view(mx.bfloat16) if t.dtype == "BF16" else out
+
+
+def _joined(t: Tensor, groups: list[_Group], readers: list[Reader], length: int) -> mx.array:
+    """One tensor of positions at the branch's whole length, read from every file."""
+    size = segment_io.ITEMSIZE[t.dtype]
+    rows, width = int(np.prod(t.shape[:-2])), t.shape[-1] * size
+    alloc = -(-length // STEP) * STEP
+    joined = _Joined(t.dtype, (*t.shape[:-2], alloc, t.shape[-1]))
+    for r in range(rows):
+        at = r * alloc * width
+        for g, reader in zip(groups, readers):
+            own = g.file.by_name[t.name]
+            span = own.shape[-2] * width
+            joined.add(at + g.start * width, (g.end - g.start) * width, reader,
+                       own.begin + r * span)
+        joined.add(at + length * width, (alloc - length) * width, None, 0)
+    array = mx.load(joined, format="safetensors")["t"]
+    mx.eval(array)
+    return array
+
+
+class _Joined(io.RawIOBase):
+    """A safetensors file of one tensor whose bytes come from other files'
+    spans: MLX allocates the tensor and reads into it through ``readinto``."""
+
+    def __init__(self, dtype: str, shape: tuple[int, ...]):
+        nbytes = int(np.prod(shape)) * segment_io.ITEMSIZE[dtype]
+        raw = json.dumps({"t": {"dtype": dtype, "shape": list(shape),
+                                "data_offsets": [0, nbytes]}}).encode()
+        raw += b" " * (-len(raw) % 8)
+        self._head = struct.pack("<Q", len(raw)) + raw
+        self._size = len(self._head) + nbytes
+        self._pos = 0
+        self._starts: list[int] = []
+        self._spans: list[tuple[int, Reader | None, int]] = []
+
+    def add(self, at: int, n: int, reader: Reader | None, offset: int) -> None:
+        """Data bytes ``[at, at + n)`` are the file's from ``offset`` (zeros if None)."""
+        if n:
+            self._starts.append(len(self._head) + at)
+            self._spans.append((n, reader, offset))
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self._pos = offset + (0, self._pos, self._size)[whence]
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), self._size - self._pos)
+        done = 0
+        if self._pos < len(self._head):
+            done = min(n, len(self._head) - self._pos)
+            view[:done] = self._head[self._pos:self._pos + done]
+        i = bisect.bisect_right(self._starts, self._pos + done) - 1
+        while done < n:
+            start, (span, reader, offset) = self._starts[i], self._spans[i]
+            skip = self._pos + done - start
+            piece = view[done:min(n, done + span - skip)]
+            if reader is None:
+                piece[:] = bytes(len(piece))
+            else:
+                reader.into(piece, offset + skip)
+            done += len(piece)
+            i += 1
+        self._pos += n
+        return n

@@ -6,7 +6,9 @@ that cannot be sliced (sliding windows, recurrent states: small, fixed size);
 ``engine.layers`` says which is which and what each keeps. A branch's
 segments laid end to end restore its cache; a turn writes only what it added.
 Files are safetensors written here, so the checksum (``engine.checksum``) is
-computed while writing and the file is never read back.
+computed while writing and the file is never read back; ``segment_restore``
+reads them (through ``segment_io``) and ``segment_compact`` joins a branch's
+into one.
 """
 
 from __future__ import annotations
@@ -14,26 +16,23 @@ from __future__ import annotations
 import json
 import os
 import struct
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Sequence
+from typing import Any, BinaryIO, Callable, Sequence
 
 import mlx.core as mx
 import numpy as np
 from mlx_lm import __version__ as MLX_LM_VERSION
-from mlx_lm.models.cache import make_prompt_cache
 
 from mlxchat.engine import checksum as checksum_of
 from mlxchat.engine import kv, layers
-from mlxchat.engine.snapshot import SnapshotRejected, load_checked, write_failed
+from mlxchat.engine.snapshot import SnapshotRejected, write_failed
 from mlxchat.paths import snapshot_temp_file
 
 FORMAT = "mlxchat-kv-segment-1"
 _DTYPES = {mx.float16: "F16", mx.bfloat16: "BF16", mx.float32: "F32", mx.uint32: "U32",
            mx.int32: "I32", mx.uint8: "U8"}
 _CHUNK = 8 << 20
-_HASHERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mlxchat-hash")
 
 
 SegmentRejected = SnapshotRejected
@@ -84,22 +83,37 @@ def write(path: Path, cache: Sequence[Any], start: int, end: int, tokens: Sequen
                 "model_fingerprint": fingerprint, "template_hash": template_hash,
                 "start": str(start), "end": str(end), "tokens": json.dumps(list(tokens)),
                 "layers": json.dumps([layers.row(c).meta(c) for c in cache])}
-    path = Path(path)
+    checksum, size = write_durably(
+        Path(path), lambda fh: _write_safetensors(fh, tensors, metadata),
+        needed=sum(a.nbytes for a in tensors.values()))
+    return SegmentInfo(path=str(path), start=start, end=end, bytes=size,
+                       checksum=checksum, kv_bits=kv.bits(list(cache)))
+
+
+def write_durably(path: Path, fill: Callable[[BinaryIO], tuple[str, int]], *,
+                  needed: int) -> tuple[str, int]:
+    """``fill(file)`` -> (checksum, size) run on a temp file beside ``path``, which
+    then replaces ``path`` once its bytes are on disk (fsync, rename, fsync of
+    the folder): a kill leaves the old file or the new one, never half of one."""
     tmp = snapshot_temp_file(path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:
             try:
-                checksum, size = _write_safetensors(fh, tensors, metadata)
+                checksum, size = fill(fh)
                 fh.flush()
                 os.fsync(fh.fileno())
             except RuntimeError as exc:  # a failed write below Python, as MLX reports it
-                raise write_failed(exc, path.parent, sum(a.nbytes for a in tensors.values()))
+                raise write_failed(exc, path.parent, needed)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    return SegmentInfo(path=str(path), start=start, end=end, bytes=size,
-                       checksum=checksum, kv_bits=kv.bits(list(cache)))
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    return checksum, size
 
 
 def _write_safetensors(fh: BinaryIO, tensors: dict[str, mx.array],
@@ -112,86 +126,22 @@ def _write_safetensors(fh: BinaryIO, tensors: dict[str, mx.array],
                         "data_offsets": [offset, offset + host.nbytes]}
         offset += host.nbytes
         hosts.append(host)
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    hasher = checksum_of.Hasher()
-    for piece in (struct.pack("<Q", len(raw)), raw):
-        fh.write(piece)
-        hasher.update(piece)
+    hasher, head = write_header(fh, header)
     for host in hosts:
         view = memoryview(host).cast("B")
         for i in range(0, len(view), _CHUNK):
             chunk = view[i:i + _CHUNK]
             fh.write(chunk)
             hasher.update(chunk)
-    return hasher.label(), 8 + len(raw) + offset
+    return hasher.label(), head + offset
 
 
-# -- reading --------------------------------------------------------------------------
-
-
-def checksums(refs: Sequence[SegmentRef]) -> list[Future[str]]:
-    """Start the files' checksums in threads (the hashes let go of the GIL), so
-    they overlap with MLX reading the same files on the engine thread."""
-    return [_HASHERS.submit(_checksum_or_none, ref) for ref in refs]
-
-
-def _checksum_or_none(ref: SegmentRef) -> str:
-    try:
-        return checksum_of.of_file(ref.path, ref.checksum)
-    except OSError:
-        return ""
-
-
-def read(ref: SegmentRef, *, fingerprint: str, template_hash: str,
-         checksum: Future[str] | None = None, verify: bool = True
-         ) -> tuple[dict[str, mx.array], list[dict[str, Any]]]:
-    """The arrays of one segment (read lazily, when evaluated) and its layer
-    descriptions, or SegmentRejected. ``checksum`` is the file's checksum being
-    computed (see ``checksums``); ``verify=False`` leaves checking it to the
-    caller (``segment_restore``), who must before trusting the arrays."""
-    arrays, meta = load_checked(
-        ref.path, lambda p: mx.load(p, return_metadata=True), FORMAT, "an mlxchat KV segment",
-        fingerprint=fingerprint, template_hash=template_hash,
-        checksum_ok=None if not verify else
-        lambda: (checksum.result() if checksum else _checksum_or_none(ref)) == ref.checksum)
-    try:
-        span = int(meta["start"]), int(meta["end"])
-        tokens = [int(t) for t in json.loads(meta["tokens"])]
-        described = json.loads(meta["layers"])
-    except (KeyError, ValueError, TypeError):
-        raise SegmentRejected("damaged metadata") from None
-    if span != (ref.start, ref.end) or tokens != ref.token_ids:
-        raise SegmentRejected("holds other tokens than the conversation")
-    return arrays, described
-
-
-def layout(piece: tuple[dict[str, mx.array], list[dict[str, Any]]]) -> list[tuple]:
-    """Layer types and bit widths of a segment: consecutive segments must agree."""
-    return [layers.layout(m) for m in piece[1]]
-
-
-def assemble(model: Any, pieces: Sequence[tuple[dict[str, mx.array], list[dict[str, Any]]]],
-             length: int) -> list[Any]:
-    """A live cache from consecutive segments (the first starts at 0)."""
-    cache = make_prompt_cache(model)
-    last_layers = pieces[-1][1]
-    if len(last_layers) != len(cache):
-        raise SegmentRejected("layer count does not match the model")
-    runs = [_by_layer(arrays) for arrays, _ in pieces]
-    out = []
-    for i, (fresh, meta) in enumerate(zip(cache, last_layers)):
-        row = layers.restoring(meta, fresh)
-        if row is None:
-            raise SegmentRejected("cache types do not match the model")
-        out.append(row.restore(meta, [run.get(i, {}) for run in runs], length, into=fresh))
-    return out
-
-
-def _by_layer(arrays: dict[str, mx.array]) -> dict[int, dict[str, mx.array]]:
-    """A segment's arrays by layer index, each under its name within the layer."""
-    out: dict[int, dict[str, mx.array]] = {}
-    for name, a in arrays.items():
-        i, _, own = name.partition(".")
-        out.setdefault(int(i), {})[own] = a
-    return out
+def write_header(fh: BinaryIO, header: dict[str, Any]) -> tuple[checksum_of.Hasher, int]:
+    """Write a safetensors header; the checksum fed with it, and its size."""
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    hasher = checksum_of.Hasher()
+    for piece in (struct.pack("<Q", len(raw)), raw):
+        fh.write(piece)
+        hasher.update(piece)
+    return hasher, 8 + len(raw)

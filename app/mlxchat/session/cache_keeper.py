@@ -7,6 +7,7 @@ the old file is removed.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -18,6 +19,7 @@ from mlxchat.engine.interface import Engine
 from mlxchat.engine.segments import SegmentRef
 from mlxchat.engine.snapshot import failure_words
 from mlxchat.files import remove_files
+from mlxchat.session import compaction
 from mlxchat.session.current import OpenSession
 from mlxchat.store import SegmentRecord, SessionStore, StoreError
 
@@ -57,6 +59,9 @@ class CacheKeeper:
         self._keep = keep_segments
         self.last_load: SnapshotLoad | None = None
         """What the last restore found (None: nothing on disk, or not restored yet)."""
+        self._writing = threading.Lock()
+        """Held while a segment file is written and recorded, or files are joined
+        (a sweep must never see a file whose row is not committed yet)."""
 
     def forget(self) -> None:
         self.last_load = None
@@ -109,6 +114,24 @@ class CacheKeeper:
         """Write what the last turn added to the cache as a segment of the leaf;
         never raises (disk full, permissions): the conversation is already
         committed. A failure is said on ``stats``."""
+        with self._writing:
+            return self._save(stats)
+
+    def compact(self) -> compaction.Compacted | None:
+        """Join the open branch's segment files into one (see ``compaction``);
+        None when there is no saved branch. Cheap when there is nothing to join
+        (two queries and a folder listing); never raises."""
+        session_id, leaf = self._open.id, self._open.session.leaf_id
+        if not self._keep or session_id is None or leaf is None:
+            return None
+        with self._writing:
+            try:
+                return compaction.compact(self._store, session_id, leaf, segment_refs)
+            except (OSError, StoreError) as exc:
+                log.warning("KV segments not joined: %s", exc)
+                return compaction.Compacted(0, 0, 0, warning=str(exc))
+
+    def _save(self, stats: TurnStats | None) -> Path | None:
         session_id, leaf = self._open.id, self._open.session.leaf_id
         if not self._keep or session_id is None or leaf is None:
             return None
@@ -184,4 +207,5 @@ class CacheKeeper:
                 break
             covered = r.end
         newest = paths.snapshot_file(rows[-1].path) if rows else None
-        return CacheOnDisk(len(rows), covered, sum(r.file_bytes for r in rows), newest)
+        files = {r.path: r.file_bytes for r in rows}  # a joined file is named by many rows
+        return CacheOnDisk(len(files), covered, sum(files.values()), newest)

@@ -27,6 +27,7 @@ from mlxchat.errors import MlxchatError
 from mlxchat.models.info import LoadedModel, ModelInfo
 from mlxchat.models.tools import CallStream
 from mlxchat.session.cache_keeper import CacheKeeper, CacheOnDisk
+from mlxchat.session.compaction import Compacted
 from mlxchat.session.current import OpenSession
 from mlxchat.session.ledger import Plan
 from mlxchat.session.lock import SessionLocks
@@ -109,6 +110,7 @@ class Conversation:
     def new_session(self) -> Session:
         """Start an empty session; the engine cache stays until the next turn trims it."""
         self._require_saved()
+        self.compact_cache()  # the session left behind is idle now
         session = self._new_session()
         self._locks.switch(session)
         self._switch_to(session)
@@ -120,6 +122,8 @@ class Conversation:
         self._require_saved()
         session = (self.store.get_session(id_or_title) if isinstance(id_or_title, int)
                    else self.store.find_session(id_or_title))
+        if session.id != self.session.id:
+            self.compact_cache()  # the session left behind is idle now
         with self._locks.switching(session):  # SessionBusy, or a failed load: nothing changes
             if session.model and session.model != self.model_spec:
                 self.switch_model(session.model, resume=False)
@@ -268,7 +272,11 @@ class Conversation:
         self.speculation_notice = self.resume_speculation() if resume else None
         return loaded
 
-    def close(self) -> None:
+    def close(self, *, compact: bool = True) -> None:
+        """Join the open branch's KV segment files (unless ``compact`` is False),
+        stop the engine, let go of the session."""
+        if compact:
+            self.compact_cache()
         self.engine.close()
         self._locks.release()
 
@@ -350,6 +358,13 @@ class Conversation:
 
     def drop_snapshot(self) -> int:
         return self._cache.drop()
+
+    def compact_cache(self) -> Compacted | None:
+        """Join the open branch's KV segment files into one (also done on close
+        and when another session is opened); cheap when there is nothing to do."""
+        if self.store.path and not self._locks.held:
+            return None  # another process writes this session's files
+        return self._cache.compact()
 
     def cache_on_disk(self) -> CacheOnDisk:
         return self._cache.on_disk()

@@ -75,6 +75,34 @@ class Segments:
                 " FROM kv_segments WHERE session_id = ?)", (session_id,)).fetchone()
         return int(row[0])
 
+    def spans(self, paths: list[str]) -> dict[str, tuple[int, int]]:
+        """The positions each file covers, as far as the rows naming it (in any
+        session) say: (first start, last end)."""
+        with self._db.reading() as cur:
+            return {p: (row[0], row[1]) for p in paths if (row := cur.execute(
+                "SELECT min(start_token), max(end_token) FROM kv_segments WHERE path = ?",
+                (p,)).fetchone())[0] is not None}
+
+    def unnamed(self, paths: list[str]) -> list[str]:
+        """Those of ``paths`` (relative) that no row names."""
+        with self._db.reading() as cur:
+            return [p for p in paths if not cur.execute(
+                "SELECT 1 FROM kv_segments WHERE path = ?", (p,)).fetchone()]
+
+    def replace_files(self, old: list[tuple[str, str]], *, path: str, checksum: str,
+                      file_bytes: int) -> list[Path]:
+        """Point every row naming one of the ``old`` files (path, checksum), in any
+        session, at ``path``, a file already written that holds all their
+        positions; return the old files no row names any more."""
+        with self._db.writing() as cur:
+            for old_path, old_checksum in old:
+                cur.execute("UPDATE kv_segments SET path = ?, checksum = ?, file_bytes = ?"
+                            " WHERE path = ? AND checksum = ?",
+                            (path, checksum, file_bytes, old_path, old_checksum))
+            gone = [p for p, _ in old if not cur.execute(
+                "SELECT 1 FROM kv_segments WHERE path = ?", (p,)).fetchone()]
+        return [f for f in (snapshot_file(p) for p in gone) if f is not None]
+
     def drop(self, session_id: int) -> list[Path]:
         """Forget the session's segments; return the files no row names any more
         (only those inside this home's snapshots folder)."""

@@ -1,0 +1,116 @@
+"""A branch's KV segment files joined into one, when the session is left.
+
+A turn writes one segment file; a long session restores from many. When the
+session is closed or another one opened, each run of consecutive files the
+open branch uses whole is joined into one (``engine.segment_compact``), and
+every row naming a joined file, in any session, is pointed at the new one:
+branches and forks keep sharing what they shared, and a shared prefix file
+is never joined. Files a branch uses only in part (another branch's joined
+file) are left as they are.
+
+Kill-safe by its order: the new file is written to a temp file, synced and
+renamed; then the rows move to it in one transaction; then the old files,
+which no row names any more, are deleted. Leftovers of a kill (a temp file,
+a joined file no row names, old files no row names) are deleted by the next
+compaction of the session; the rows always name files that exist.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from mlxchat import paths
+from mlxchat.engine import segment_compact
+from mlxchat.engine.segments import SegmentRef, SegmentRejected
+from mlxchat.files import remove_files
+from mlxchat.store import SegmentRecord, SessionStore, StoreError
+
+log = logging.getLogger(__name__)
+
+Run = list[list[SegmentRecord]]
+"""Consecutive files, each as the consecutive rows of the branch naming it."""
+
+
+@dataclass
+class Compacted:
+    """What a compaction of the open branch did."""
+
+    joined: int
+    """Files joined (0: nothing to do)."""
+    written: int
+    """Files written in their place."""
+    removed: int
+    """Files deleted (old files, and leftovers of an earlier kill)."""
+    warning: str | None = None
+
+
+def runs(rows: Sequence[SegmentRecord], spans: dict[str, tuple[int, int]]) -> list[Run]:
+    """The runs of two or more consecutive files the branch's ``rows`` use
+    whole (``spans``: what each file covers, from the rows naming it)."""
+    groups: list[list[SegmentRecord]] = []
+    for r in rows:
+        if groups and groups[-1][-1].path == r.path and groups[-1][-1].end == r.start:
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    out: list[Run] = []
+    current: Run = []
+    for g in groups:
+        whole = spans.get(g[0].path) == (g[0].start, g[-1].end)
+        if whole and current and current[-1][-1].end == g[0].start:
+            current.append(g)
+            continue
+        if len(current) > 1:
+            out.append(current)
+        current = [g] if whole else []
+    if len(current) > 1:
+        out.append(current)
+    return out
+
+
+def compact(store: SessionStore, session_id: int, leaf: int,
+            refs: Callable[[Sequence[SegmentRecord]], list[SegmentRef]]) -> Compacted:
+    """Join the branch's runs of files; never raises (the rows keep naming the
+    old files when anything fails)."""
+    removed = sweep(store, session_id)
+    rows = store.segments.on_branch(leaf)
+    todo = runs(rows, store.segments.spans(sorted({r.path for r in rows})))
+    done = Compacted(joined=0, written=0, removed=removed)
+    for run in todo:
+        name = (f"cmp-{session_id}-{run[0][0].start}-{run[-1][-1].end}-"
+                f"{time.time_ns():x}.safetensors")
+        out = paths.snapshots_dir() / name
+        try:
+            info = segment_compact.compact([refs(g) for g in run], out)
+            gone = store.segments.replace_files([(g[0].path, g[0].checksum) for g in run],
+                                                path=f"snapshots/{name}",
+                                                checksum=info.checksum, file_bytes=info.bytes)
+        except (SegmentRejected, OSError, StoreError) as exc:
+            done.warning = f"KV segments not joined: {exc}"
+            log.warning(done.warning)
+            if store.segments.unnamed([f"snapshots/{name}"]):
+                remove_files([out])
+            continue
+        done.joined += len(run)
+        done.written += 1
+        done.removed += len(gone) - len(remove_files(gone))
+    return done
+
+
+def sweep(store: SessionStore, session_id: int) -> int:
+    """Delete the session's segment files no row names and its compaction temp
+    files: what a kill left. Only this session's writer calls it (the
+    session lock), between turns."""
+    folder = paths.snapshots_dir()
+    if not folder.is_dir():
+        return 0
+    temps = list(folder.glob(f".cmp-{session_id}-*.tmp.safetensors"))
+    named = [f"snapshots/{p.name}" for pattern in (f"seg-{session_id}-*", f"cmp-{session_id}-*")
+             for p in folder.glob(pattern + ".safetensors")]
+    unnamed = [folder / Path(p).name for p in store.segments.unnamed(named)]
+    files = temps + unnamed
+    return len(files) - len(remove_files(files))
