@@ -57,6 +57,10 @@ class ChatEngine:
     disk cache (``DiskCache``). ``measure_verify`` times a verifying pass for
     ``speculative=auto`` (``spec_auto.measure``; tests fix it)."""
 
+    segments_per_rank = False
+    """Each rank writes its own shard of a segment (a split model): the files
+    of a branch are not joined (compaction would split them from their ranks)."""
+
     def __init__(self, loaded: LoadedModel, *, chunk_seconds: float = 0.25,
                  measure_verify: MeasureVerify = spec_auto.measure):
         # Prefill chunks aim at chunk_seconds each, so a cancel lands quickly.

@@ -116,6 +116,8 @@ def mirrored_stream(channel: Channel, job: dict[str, Any],
 class DistributedEngine(ChatEngine):
     """Rank 0's engine: the app's side of a model split by ``plan`` over ``channel``'s group."""
 
+    segments_per_rank = True
+
     def __init__(self, loaded: LoadedModel, channel: Channel, plan: ShardPlan, *,
                  rank_timeout_s: float = 30.0, **kwargs: Any):
         self.channel, self.plan = channel, plan

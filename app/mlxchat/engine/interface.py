@@ -17,6 +17,9 @@ from mlxchat.models.info import LoadedModel, ModelInfo
 
 
 class Engine(Protocol):
+    segments_per_rank: bool
+    """A split model: each rank keeps its own shard of every segment."""
+
     @property
     def loaded(self) -> LoadedModel: ...
 

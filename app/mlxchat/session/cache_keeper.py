@@ -122,7 +122,8 @@ class CacheKeeper:
         None when there is no saved branch. Cheap when there is nothing to join
         (two queries and a folder listing); never raises."""
         session_id, leaf = self._open.id, self._open.session.leaf_id
-        if not self._keep or session_id is None or leaf is None:
+        if (not self._keep or session_id is None or leaf is None
+                or self._engine.segments_per_rank):
             return None
         with self._writing:
             try:

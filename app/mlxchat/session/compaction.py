@@ -109,8 +109,10 @@ def sweep(store: SessionStore, session_id: int) -> int:
     if not folder.is_dir():
         return 0
     temps = list(folder.glob(f".cmp-{session_id}-*.tmp.safetensors"))
+    # A split model's other ranks' shards (NAME.rankRofN.safetensors) are named
+    # by rank 0's manifest, not by a row: never theirs to sweep.
     named = [f"snapshots/{p.name}" for pattern in (f"seg-{session_id}-*", f"cmp-{session_id}-*")
-             for p in folder.glob(pattern + ".safetensors")]
+             for p in folder.glob(pattern + ".safetensors") if ".rank" not in p.name]
     unnamed = [folder / Path(p).name for p in store.segments.unnamed(named)]
     files = temps + unnamed
     return len(files) - len(remove_files(files))
