@@ -68,7 +68,7 @@ def _make_v1(path: Path) -> None:
 
 
 def test_migrations_are_ordered_and_versioned() -> None:
-    assert SCHEMA_VERSION == len(MIGRATIONS) == 9
+    assert SCHEMA_VERSION == len(MIGRATIONS) == 10
 
 
 def test_a_v1_database_migrates_and_keeps_its_data(db_path: Path) -> None:
