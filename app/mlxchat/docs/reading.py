@@ -126,7 +126,7 @@ class _HtmlText(HTMLParser):
         if tag in self.HIDDEN:
             self.hidden = max(0, self.hidden - 1)
         elif (len(tag) == 2 and tag[0] == "h" and tag[1] in "123456") or tag in self.BLOCKS:
-            self.parts.append("\n\n" if tag != "li" else "\n")
+            self.parts.append("" if tag == "li" else "\n\n")
 
     def handle_data(self, data) -> None:
         if not self.hidden:
