@@ -52,6 +52,18 @@ def test_update_re_embeds_only_the_changed_file(tmp_path, store, tiny_embed):
     assert (changed.files_indexed, changed.files_removed, changed.files_unchanged) == (1, 1, 1)
     assert tiny_embed.embedded == ["c\ndef c():\n    return 4  # changed"]
     assert sorted(_chunks_by_file(store, "notes")) == [str(root / "a.md"), str(root / "sub/c.py")]
+    _fts_matches_chunks(store)
+    store.documents.delete("notes")
+    _fts_matches_chunks(store)
+    with store.db.reading() as cur:
+        assert [cur.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+                for t in ("doc_collections", "doc_files", "doc_chunks")] == [0, 0, 0]
+
+
+def _fts_matches_chunks(store):
+    """FTS5 checks its index against the chunks table (raises when they differ)."""
+    with store.db.writing() as cur:
+        cur.execute("INSERT INTO doc_chunks_fts(doc_chunks_fts, rank) VALUES ('integrity-check', 1)")
 
 
 def test_bad_files_are_skipped_and_counted(tmp_path, store, tiny_embed):

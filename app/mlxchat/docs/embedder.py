@@ -87,6 +87,13 @@ def parse_safetensors(data: bytes) -> dict[str, np.ndarray]:
     return tensors
 
 
+def input_embeddings(w: dict, ids):
+    """Token + position + type-0 embeddings; ``w`` and ``ids`` both MLX or both numpy."""
+    return (w["embeddings.word_embeddings.weight"][ids]
+            + w["embeddings.position_embeddings.weight"][:ids.shape[1]]
+            + w["embeddings.token_type_embeddings.weight"][0])
+
+
 class BertEmbedder:
     """A BERT encoder run with MLX: token, position and type embeddings, the
     layers (attention, GELU feed-forward, post-norm), then the mean over the
@@ -133,11 +140,7 @@ class BertEmbedder:
 
     def encode(self, ids: mx.array, keep: mx.array) -> mx.array:
         """Unit vectors (batch, dims) of padded token ids; ``keep`` is 1 on real tokens."""
-        n = ids.shape[1]
-        x = (self.w["embeddings.word_embeddings.weight"][ids]
-             + self.w["embeddings.position_embeddings.weight"][:n]
-             + self.w["embeddings.token_type_embeddings.weight"][0])
-        x = self._norm(x, "embeddings.LayerNorm")
+        x = self._norm(input_embeddings(self.w, ids), "embeddings.LayerNorm")
         mask = ((1.0 - keep.astype(x.dtype)) * -1e9)[:, None, None, :]
         for i in range(self.config.num_hidden_layers):
             x = self._layer(x, mask, i)
@@ -212,19 +215,20 @@ class NumpyBert:
     def encode(self, ids: np.ndarray, keep: np.ndarray) -> np.ndarray:
         b, n = ids.shape
         heads = self.config.num_attention_heads
-        x = (self.w["embeddings.word_embeddings.weight"][ids]
-             + self.w["embeddings.position_embeddings.weight"][:n]
-             + self.w["embeddings.token_type_embeddings.weight"][0])
-        x = self._norm(x, "embeddings.LayerNorm")
+        x = self._norm(input_embeddings(self.w, ids), "embeddings.LayerNorm")
         mask = ((1.0 - keep.astype(np.float32)) * -1e9)[:, None, None, :]
         for i in range(self.config.num_hidden_layers):
             p = f"encoder.layer.{i}"
-            q, k, v = (self._dense(x, f"{p}.attention.self.{part}")
-                       .reshape(b, n, heads, -1).transpose(0, 2, 1, 3)
+            # Contiguous heads: numpy's stacked product of strided arrays skips BLAS.
+            q, k, v = (np.ascontiguousarray(self._dense(x, f"{p}.attention.self.{part}")
+                                            .reshape(b, n, heads, -1).transpose(0, 2, 1, 3))
                        for part in ("query", "key", "value"))
-            scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(q.shape[-1]) + mask
-            scores = np.exp(scores - scores.max(-1, keepdims=True))
-            att = (scores / scores.sum(-1, keepdims=True)) @ v
+            q *= np.float32(1 / math.sqrt(q.shape[-1]))
+            scores = q @ np.ascontiguousarray(k.transpose(0, 1, 3, 2)) + mask
+            scores -= scores.max(-1, keepdims=True)
+            np.exp(scores, out=scores)
+            scores /= scores.sum(-1, keepdims=True)
+            att = scores @ v
             att = att.transpose(0, 2, 1, 3).reshape(b, n, -1)
             x = self._norm(x + self._dense(att, f"{p}.attention.output.dense"),
                            f"{p}.attention.output.LayerNorm")

@@ -163,13 +163,11 @@ class Documents:
                         (json.dumps(list(roots)), collection_id))
 
     def delete(self, name: str) -> CollectionInfo:
-        """Drop the collection with its files and chunks; sessions using it stop."""
+        """Drop the collection with its files and chunks."""
         with self._db.writing() as cur:
             info = self._get(cur, name)
             cur.execute("DELETE FROM doc_chunks WHERE collection_id = ?", (info.id,))
             cur.execute("DELETE FROM doc_collections WHERE id = ?", (info.id,))
-            cur.execute("UPDATE sessions SET docs_collection = NULL WHERE docs_collection = ?",
-                        (name,))
             return info
 
     # -- files -----------------------------------------------------------------

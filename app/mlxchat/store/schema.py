@@ -269,27 +269,6 @@ V10_DOCUMENT_COLLECTIONS = (
             VALUES ('delete', old.id, old.text, old.heading);
     END
     """,
-    # The collection a session retrieves from, and what a message was sent
-    # with: the chunks as quoted (text, place), so reopening never re-retrieves.
-    # chunk_id is no foreign key: the record outlives a re-indexed chunk.
-    "ALTER TABLE sessions ADD COLUMN docs_collection TEXT",
-    """
-    CREATE TABLE message_sources (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        message_id INTEGER NOT NULL REFERENCES messages(id) ON DELETE CASCADE,
-        number INTEGER NOT NULL,
-        chunk_id INTEGER,
-        collection TEXT NOT NULL,
-        path TEXT NOT NULL,
-        start_line INTEGER NOT NULL,
-        end_line INTEGER NOT NULL,
-        heading TEXT NOT NULL DEFAULT '',
-        text TEXT NOT NULL,
-        token_count INTEGER NOT NULL,
-        score REAL NOT NULL,
-        UNIQUE (message_id, number)
-    )
-    """,
 )
 
 MIGRATIONS: tuple[tuple[Step, ...], ...] = (
