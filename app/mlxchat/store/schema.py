@@ -202,9 +202,74 @@ V9_PINNED_DOCUMENTS = (
     "ALTER TABLE kv_segments ADD COLUMN prefix_key TEXT",
 )
 
-V10_RESERVED: tuple[Step, ...] = ()
-"""Version 10 belongs to the retrieval tables (another branch); empty here so
-that version 11 keeps its number. Merged, that branch's steps take its place."""
+V10_DOCUMENT_COLLECTIONS = (
+    # Named collections of the user's files, chunked for retrieval. ``roots``
+    # (JSON) are the paths given to ``docs add``, walked again by an update;
+    # ``generation`` changes with every write so a search's matrix is reloaded.
+    """
+    CREATE TABLE doc_collections (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL UNIQUE,
+        roots TEXT NOT NULL DEFAULT '[]',
+        embedder TEXT NOT NULL,
+        dims INTEGER NOT NULL,
+        generation INTEGER NOT NULL DEFAULT 0,
+        created REAL NOT NULL,
+        updated REAL NOT NULL
+    )
+    """,
+    # One row per indexed file: size, mtime and hash decide whether an update
+    # re-chunks it.
+    """
+    CREATE TABLE doc_files (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        collection_id INTEGER NOT NULL REFERENCES doc_collections(id) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        sha256 TEXT NOT NULL,
+        replaced_chars INTEGER NOT NULL DEFAULT 0,
+        indexed REAL NOT NULL,
+        UNIQUE (collection_id, path)
+    )
+    """,
+    # A chunk keeps its place (lines, heading path) and its embedding as a
+    # little-endian float16 blob; collection_id is repeated for the search scan.
+    """
+    CREATE TABLE doc_chunks (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        file_id INTEGER NOT NULL REFERENCES doc_files(id) ON DELETE CASCADE,
+        collection_id INTEGER NOT NULL,
+        position INTEGER NOT NULL,
+        start_line INTEGER NOT NULL,
+        end_line INTEGER NOT NULL,
+        heading TEXT NOT NULL DEFAULT '',
+        text TEXT NOT NULL,
+        token_count INTEGER NOT NULL,
+        vector BLOB NOT NULL
+    )
+    """,
+    "CREATE INDEX doc_chunks_by_collection ON doc_chunks(collection_id, id)",
+    "CREATE INDEX doc_chunks_by_file ON doc_chunks(file_id)",
+    """
+    CREATE VIRTUAL TABLE doc_chunks_fts USING fts5(
+        text, heading, content='doc_chunks', content_rowid='id',
+        tokenize='porter unicode61 remove_diacritics 2'
+    )
+    """,
+    """
+    CREATE TRIGGER doc_chunks_fts_insert AFTER INSERT ON doc_chunks BEGIN
+        INSERT INTO doc_chunks_fts(rowid, text, heading) VALUES (new.id, new.text, new.heading);
+    END
+    """,
+    """
+    CREATE TRIGGER doc_chunks_fts_delete AFTER DELETE ON doc_chunks BEGIN
+        INSERT INTO doc_chunks_fts(doc_chunks_fts, rowid, text, heading)
+            VALUES ('delete', old.id, old.text, old.heading);
+    END
+    """,
+)
 
 V11_API_MESSAGES = (
     # Messages that came through the HTTP API (or answered it), keyed by the
@@ -233,7 +298,7 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V7_KV_SEGMENTS,
     V8_REASONING,
     V9_PINNED_DOCUMENTS,
-    V10_RESERVED,
+    V10_DOCUMENT_COLLECTIONS,
     V11_API_MESSAGES,
 )
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from mlxchat.chat import GenerationSettings, Message, Role, Session, SessionSummary, TurnStats
-from mlxchat.store import pins, segments, snapshots
+from mlxchat.store import documents, pins, segments, snapshots
 from mlxchat.store.api_messages import ApiMessages
 from mlxchat.store.branches import Branches
 from mlxchat.store.database import Database
@@ -54,6 +54,8 @@ class SessionStore:
         self.pins = pins.Pins(self.db)
         self.prefixes = pins.Prefixes(self.db)
         self.drafts = Drafts(self.db)
+        self.documents = documents.Documents(self.db)
+        """Document collections for retrieval: files, chunks, BM25."""
         self.snapshots = snapshots.Snapshots(self.db)
         """Whole-cache snapshots of sessions saved before segments."""
         self.api = ApiMessages(self.db)

@@ -1,0 +1,198 @@
+"""Cutting a document's text into chunks that keep their place.
+
+The text is split into blocks (paragraphs, headings, fenced code blocks);
+blocks are packed into chunks of about ``target`` tokens and never more than
+``limit``, a heading starting a new chunk once the current one has some body.
+A chunk cut for size starts with the last few lines of the one before (the
+overlap). Every chunk keeps its first and last line (1-based) and the heading
+path in effect where it starts.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+WORD = re.compile(r"\w+|[^\w\s]")
+LONG_LINE = 2000
+"""Characters; a longer line (minified code) is cut into pieces of this size,
+all with its line number."""
+
+
+def count_tokens(text: str) -> int:
+    """About the embedder's word pieces: a word or a punctuation mark each, a long
+    word one more per 8 characters."""
+    return sum(1 + (len(w) - 1) // 8 for w in WORD.findall(text))
+
+
+@dataclass(frozen=True)
+class ChunkSizes:
+    target: int = 280
+    limit: int = 400
+    overlap: int = 40
+    heading_break: int = 60
+    """A heading starts a new chunk when the current one has this many tokens."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    start_line: int
+    end_line: int
+    heading: tuple[str, ...]
+    text: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class _Block:
+    first: int
+    """Row index of its first row; it ends where the next block starts."""
+    heading: tuple[str, ...] | None
+    """The heading path this block sets, when it is a heading."""
+
+
+_ATX = re.compile(r"^ {0,3}(#{1,6})\s+(.*?)\s*#*\s*$")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+_ADORN = re.compile(r"^([=\-~^*+#`'\":.])\1{2,}\s*$")
+_PY_DEF = re.compile(r"^(\s*)(?:async\s+def|def|class)\s+(\w+)")
+_CODE_DEF = re.compile(r"^(?:export\s+)?(?:pub\s+)?(?:async\s+)?"
+                       r"(?:fn|func|function|class|struct|impl|interface|enum|trait)\s+(\w+)")
+
+
+def _rows(text: str) -> list[tuple[int, str]]:
+    rows = []
+    for number, line in enumerate(text.split("\n"), 1):
+        line = line.rstrip("\r")
+        if len(line) <= LONG_LINE:
+            rows.append((number, line))
+        else:
+            rows.extend((number, line[i:i + LONG_LINE]) for i in range(0, len(line), LONG_LINE))
+    return rows
+
+
+class _Headings:
+    """The heading path as headings of each level are met."""
+
+    def __init__(self) -> None:
+        self.path: tuple[str, ...] = ()
+        self.adornments: list[str] = []  # reStructuredText: levels in order first seen
+
+    def set(self, level: int, title: str) -> tuple[str, ...]:
+        self.path = self.path[:level - 1] + (title.strip(),)
+        return self.path
+
+    def adorned(self, char: str, title: str) -> tuple[str, ...]:
+        if char not in self.adornments:
+            self.adornments.append(char)
+        return self.set(self.adornments.index(char) + 1, title)
+
+
+def _heading_at(rows, i: int, kind: str, heads: _Headings) -> tuple[int, tuple[str, ...]] | None:
+    """(rows the heading takes, new path) when a heading starts at row i."""
+    line = rows[i][1]
+    nxt = rows[i + 1][1] if i + 1 < len(rows) else ""
+    if kind == "code":
+        m = _PY_DEF.match(line)
+        if m:
+            return 1, heads.set(min(1 + len(m.group(1).expandtabs()) // 4, 3), m.group(2))
+        m = _CODE_DEF.match(line)
+        return (1, heads.set(1, m.group(1))) if m else None
+    if kind == "markdown" and (m := _ATX.match(line)):
+        return 1, heads.set(len(m.group(1)), m.group(2))
+    if line.strip() and not _ADORN.match(line) and _ADORN.match(nxt) \
+            and len(nxt.strip()) >= len(line.strip()) - 1:
+        if kind == "markdown" and nxt.strip()[0] in "=-":
+            return 2, heads.set(1 if nxt.strip()[0] == "=" else 2, line)
+        if kind == "rst":
+            return 2, heads.adorned(nxt.strip()[0], line)
+    if kind == "rst" and _ADORN.match(line) and i + 2 < len(rows) \
+            and rows[i + 2][1].strip() == line.strip() and rows[i + 1][1].strip():
+        return 3, heads.adorned(line.strip()[0] * 2, rows[i + 1][1])  # over- and underline
+    return None
+
+
+def _blocks(rows, kind: str) -> list[_Block]:
+    """Blocks: a heading, a fenced code block, or lines up to a blank line."""
+    blocks: list[_Block] = []
+    heads = _Headings()
+    i, fence, open_block = 0, None, False
+    while i < len(rows):
+        line = rows[i][1]
+        if fence is not None:
+            if line.lstrip().startswith(fence):
+                fence = None
+            i += 1
+            continue
+        if kind == "markdown" and (m := _FENCE.match(line)):
+            blocks.append(_Block(i, None))
+            fence, open_block = m.group(1), False
+            i += 1
+            continue
+        head = _heading_at(rows, i, kind, heads)
+        if head is not None:
+            blocks.append(_Block(i, head[1]))
+            i += head[0]
+            open_block = False
+            continue
+        if not line.strip():
+            open_block = False
+        elif not open_block:
+            blocks.append(_Block(i, None))
+            open_block = True
+        i += 1
+    if not blocks or blocks[0].first != 0:
+        blocks.insert(0, _Block(0, None))
+    return blocks
+
+
+def chunk_text(text: str, kind: str = "text", *, sizes: ChunkSizes = ChunkSizes()) -> list[Chunk]:
+    """The chunks of a document; ``kind`` is markdown, rst, code or text."""
+    rows = _rows(text)
+    tokens = [count_tokens(line) for _, line in rows]
+    blocks = _blocks(rows, kind)
+    bounds = [b.first for b in blocks] + [len(rows)]
+    chunks: list[Chunk] = []
+    start, size, path = 0, 0, ()
+    cut = start  # rows before `cut` belong to the previous chunk (overlap)
+
+    def flush(end: int, overlap: bool) -> int:
+        nonlocal start, size, cut
+        body = [row for row in rows[start:end]]
+        while body and not body[-1][1].strip():
+            body.pop()
+        while body and not body[0][1].strip():
+            body.pop(0)
+        if any(t for t in tokens[cut:end]):
+            chunks.append(Chunk(body[0][0], body[-1][0], path,
+                                "\n".join(line for _, line in body),
+                                sum(tokens[start:end])))
+        back = end
+        if overlap:
+            kept = 0
+            while back - 1 > start and kept + tokens[back - 1] <= sizes.overlap:
+                back -= 1
+                kept += tokens[back]
+        start, cut, size = back, end, sum(tokens[back:end])
+        return start
+
+    heading_path: tuple[str, ...] = ()
+    for block, (first, end) in zip(blocks, zip(bounds, bounds[1:])):
+        weight = sum(tokens[first:end])
+        if block.heading is not None and size - sum(tokens[start:cut]) >= sizes.heading_break:
+            flush(first, overlap=False)
+        elif size and weight <= sizes.limit and size + weight > sizes.limit:
+            flush(first, overlap=True)
+        if start == first or size == sum(tokens[start:cut]):
+            path = block.heading if block.heading is not None else heading_path
+        if block.heading is not None:
+            heading_path = block.heading
+        if weight > sizes.limit:  # one block too big: cut it by lines
+            for row in range(first, end):
+                if size and size + tokens[row] > sizes.target:
+                    flush(row, overlap=True)
+                    path = heading_path
+                size += tokens[row]
+        else:
+            size += weight
+    flush(len(rows), overlap=False)
+    return chunks

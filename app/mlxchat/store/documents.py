@@ -1,0 +1,258 @@
+"""Document collections: their files, chunks (text, place, embedding bytes) and
+the BM25 index over the chunks (FTS5).
+
+Vectors are stored and returned as bytes; what they hold is the caller's
+business (the store never imports numpy or mlx). A file is replaced in one
+transaction, so an index interrupted between files has no half-written file.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from mlxchat.store.database import Database
+from mlxchat.store.errors import StoreError
+
+
+class CollectionNotFound(StoreError):
+    """No collection has that name."""
+
+
+class CollectionExists(StoreError):
+    """A collection of that name is already there."""
+
+
+@dataclass(frozen=True)
+class CollectionInfo:
+    id: int
+    name: str
+    roots: list[str]
+    """The files and folders given when it was made, walked again by an update."""
+    embedder: str
+    dims: int
+    generation: int
+    """Changes with every write to its chunks."""
+    files: int
+    chunks: int
+    bytes: int
+    """The indexed files' sizes on disk, summed."""
+    created: float
+    updated: float
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    id: int
+    path: str
+    kind: str
+    size: int
+    mtime_ns: int
+    sha256: str
+    chunks: int
+
+
+@dataclass(frozen=True)
+class FileUpdate:
+    """A file's row as indexed now."""
+
+    path: str
+    kind: str
+    size: int
+    mtime_ns: int
+    sha256: str
+    replaced_chars: int
+
+
+@dataclass(frozen=True)
+class NewChunk:
+    """A chunk to store: its place in the file, its text and its vector's bytes."""
+
+    start_line: int
+    end_line: int
+    heading: str
+    text: str
+    token_count: int
+    vector: bytes
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    id: int
+    path: str
+    position: int
+    start_line: int
+    end_line: int
+    heading: str
+    text: str
+    token_count: int
+    file_size: int
+    file_mtime_ns: int
+
+
+_COLLECTION_SELECT = """
+    SELECT c.*,
+           (SELECT COUNT(*) FROM doc_files f WHERE f.collection_id = c.id) AS n_files,
+           (SELECT COALESCE(SUM(size), 0) FROM doc_files f WHERE f.collection_id = c.id) AS n_bytes,
+           (SELECT COUNT(*) FROM doc_chunks k WHERE k.collection_id = c.id) AS n_chunks
+    FROM doc_collections c
+"""
+
+
+def _collection(row) -> CollectionInfo:
+    return CollectionInfo(id=row["id"], name=row["name"], roots=json.loads(row["roots"]),
+                          embedder=row["embedder"], dims=row["dims"],
+                          generation=row["generation"], files=row["n_files"],
+                          chunks=row["n_chunks"], bytes=row["n_bytes"],
+                          created=row["created"], updated=row["updated"])
+
+
+def _drop_file(cur, collection_id: int, path: str) -> None:
+    cur.execute("DELETE FROM doc_chunks WHERE file_id IN (SELECT id FROM doc_files"
+                " WHERE collection_id = ? AND path = ?)", (collection_id, path))
+    cur.execute("DELETE FROM doc_files WHERE collection_id = ? AND path = ?",
+                (collection_id, path))
+
+
+def _bump(cur, collection_id: int) -> None:
+    cur.execute("UPDATE doc_collections SET generation = generation + 1, updated = ?"
+                " WHERE id = ?", (time.time(), collection_id))
+
+
+class Documents:
+    """The document collections over one database."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    # -- collections -----------------------------------------------------------
+
+    def create(self, name: str, roots: Sequence[str], *, embedder: str,
+               dims: int) -> CollectionInfo:
+        with self._db.writing() as cur:
+            if cur.execute("SELECT 1 FROM doc_collections WHERE name = ?", (name,)).fetchone():
+                raise CollectionExists(f"A collection named {name!r} already exists; "
+                                       "use `docs update` or another name.")
+            now = time.time()
+            cur.execute("INSERT INTO doc_collections (name, roots, embedder, dims, created,"
+                        " updated) VALUES (?, ?, ?, ?, ?, ?)",
+                        (name, json.dumps(list(roots)), embedder, dims, now, now))
+            return self._get(cur, name)
+
+    def get(self, name: str) -> CollectionInfo:
+        with self._db.reading() as cur:
+            return self._get(cur, name)
+
+    @staticmethod
+    def _get(cur, name: str) -> CollectionInfo:
+        row = cur.execute(_COLLECTION_SELECT + " WHERE c.name = ?", (name,)).fetchone()
+        if row is None:
+            raise CollectionNotFound(f"No document collection named {name!r} "
+                                     "(`mlxchat docs list` shows them).")
+        return _collection(row)
+
+    def list(self) -> list[CollectionInfo]:
+        with self._db.reading() as cur:
+            return [_collection(r) for r in cur.execute(_COLLECTION_SELECT + " ORDER BY c.name")]
+
+    def set_roots(self, collection_id: int, roots: Sequence[str]) -> None:
+        with self._db.writing() as cur:
+            cur.execute("UPDATE doc_collections SET roots = ? WHERE id = ?",
+                        (json.dumps(list(roots)), collection_id))
+
+    def delete(self, name: str) -> CollectionInfo:
+        """Drop the collection with its files and chunks."""
+        with self._db.writing() as cur:
+            info = self._get(cur, name)
+            cur.execute("DELETE FROM doc_chunks WHERE collection_id = ?", (info.id,))
+            cur.execute("DELETE FROM doc_collections WHERE id = ?", (info.id,))
+            return info
+
+    # -- files -----------------------------------------------------------------
+
+    def files(self, collection_id: int) -> dict[str, FileRecord]:
+        with self._db.reading() as cur:
+            rows = cur.execute(
+                "SELECT f.*, (SELECT COUNT(*) FROM doc_chunks k WHERE k.file_id = f.id) AS n"
+                " FROM doc_files f WHERE f.collection_id = ?", (collection_id,)).fetchall()
+        return {r["path"]: FileRecord(id=r["id"], path=r["path"], kind=r["kind"], size=r["size"],
+                                      mtime_ns=r["mtime_ns"], sha256=r["sha256"], chunks=r["n"])
+                for r in rows}
+
+    def replace_files(self, collection_id: int,
+                      files: Sequence[tuple[FileUpdate, Sequence[NewChunk]]]) -> None:
+        """Put each file's chunks in place of what it had, all in one transaction."""
+        with self._db.writing() as cur:
+            for update, chunks in files:
+                _drop_file(cur, collection_id, update.path)
+                cur.execute("INSERT INTO doc_files (collection_id, path, kind, size, mtime_ns,"
+                            " sha256, replaced_chars, indexed) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            (collection_id, update.path, update.kind, update.size,
+                             update.mtime_ns, update.sha256, update.replaced_chars, time.time()))
+                file_id = int(cur.lastrowid)
+                cur.executemany(
+                    "INSERT INTO doc_chunks (file_id, collection_id, position, start_line,"
+                    " end_line, heading, text, token_count, vector)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [(file_id, collection_id, i, c.start_line, c.end_line, c.heading, c.text,
+                      c.token_count, c.vector) for i, c in enumerate(chunks)])
+            _bump(cur, collection_id)
+
+    def touch_file(self, file_id: int, *, size: int, mtime_ns: int) -> None:
+        """The file changed on disk but not in content: keep its chunks."""
+        with self._db.writing() as cur:
+            cur.execute("UPDATE doc_files SET size = ?, mtime_ns = ? WHERE id = ?",
+                        (size, mtime_ns, file_id))
+
+    def remove_files(self, collection_id: int, paths: Sequence[str]) -> None:
+        if not paths:
+            return
+        with self._db.writing() as cur:
+            for path in paths:
+                _drop_file(cur, collection_id, path)
+            _bump(cur, collection_id)
+
+    # -- search ----------------------------------------------------------------
+
+    def vectors(self, collection_id: int) -> tuple[int, list[int], bytes]:
+        """(generation, chunk ids, their vectors' bytes concatenated in that order)."""
+        with self._db.reading() as cur:
+            generation = cur.execute("SELECT generation FROM doc_collections WHERE id = ?",
+                                     (collection_id,)).fetchone()
+            rows = cur.execute("SELECT id, vector FROM doc_chunks WHERE collection_id = ?"
+                               " ORDER BY id", (collection_id,)).fetchall()
+        return (generation[0] if generation else -1, [r[0] for r in rows],
+                b"".join(r[1] for r in rows))
+
+    def generation(self, collection_id: int) -> int:
+        with self._db.reading() as cur:
+            row = cur.execute("SELECT generation FROM doc_collections WHERE id = ?",
+                              (collection_id,)).fetchone()
+        return row[0] if row else -1
+
+    def bm25(self, collection_id: int, match: str, limit: int) -> list[tuple[int, float]]:
+        """(chunk id, BM25 score, higher is better) for an FTS5 MATCH expression;
+        a heading match weighs twice a text match."""
+        with self._db.reading() as cur:
+            rows = cur.execute(
+                "SELECT k.id, -bm25(doc_chunks_fts, 1.0, 2.0) AS score"
+                " FROM doc_chunks_fts JOIN doc_chunks k ON k.id = doc_chunks_fts.rowid"
+                " WHERE doc_chunks_fts MATCH ? AND k.collection_id = ?"
+                " ORDER BY bm25(doc_chunks_fts, 1.0, 2.0) LIMIT ?",
+                (match, collection_id, limit)).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def chunks(self, ids: Sequence[int]) -> list[StoredChunk]:
+        """The chunks with these ids, in that order (missing ones left out)."""
+        if not ids:
+            return []
+        marks = ",".join("?" * len(ids))
+        with self._db.reading() as cur:
+            rows = cur.execute(
+                "SELECT k.id, f.path, k.position, k.start_line, k.end_line, k.heading, k.text,"
+                f" k.token_count, f.size, f.mtime_ns FROM doc_chunks k JOIN doc_files f ON f.id = k.file_id"
+                f" WHERE k.id IN ({marks})", list(ids)).fetchall()
+        found = {r[0]: StoredChunk(*r) for r in rows}
+        return [found[i] for i in ids if i in found]

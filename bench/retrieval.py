@@ -1,0 +1,198 @@
+"""Retrieval over document collections: recall on Python's language reference
+topics, query time over 100,000 chunks, indexing and re-indexing speed.
+
+The corpus is `pydoc_data.topics` (present with every Python), one file per
+topic; the questions below are written by hand, paraphrased, each with the
+topic that answers it. Recall@5: the topic's file is among the top 5 chunks.
+The last line is:
+ratios: recall_at_5=X recall_at_5_bm25=X recall_at_5_dense=X hybrid_gain=X
+        query_ms_100k=X index_chunks_per_s=X reindex_unchanged_s=X reindex_share=X
+"""
+
+from __future__ import annotations
+
+import os
+
+# One BLAS thread: on a shared 2-core machine OpenBLAS's spinning threads made
+# small products 100x slower (measured); set before numpy loads.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
+
+from mlxchat.docs import Indexer, Retriever  # noqa: E402
+from mlxchat.docs.embedder import default_embedder, load_embedder  # noqa: E402
+from mlxchat.docs.indexer import vector_blobs  # noqa: E402
+from mlxchat.store import open_store  # noqa: E402
+from mlxchat.store.documents import FileUpdate, NewChunk  # noqa: E402
+
+QUESTIONS = [
+    ("assert", "How can I add a debugging check that fails when a condition is false?"),
+    ("assignment", "How do I unpack a tuple into several variables in one statement?"),
+    ("async", "How do I write a coroutine function and iterate asynchronously?"),
+    ("augassign", "What does x += 1 do compared with x = x + 1?"),
+    ("await", "How do I suspend a coroutine until an awaitable object finishes?"),
+    ("break", "How do I leave a loop early before it has finished?"),
+    ("continue", "How do I skip the rest of this loop iteration and go on to the next?"),
+    ("class", "How do I define a new class with base classes and a body?"),
+    ("comparisons", "How do chained comparisons like a < b < c get evaluated?"),
+    ("context-managers", "Which methods must an object provide to manage entering and "
+                         "exiting a runtime context?"),
+    ("del", "How do I remove a name binding or delete an item from a list?"),
+    ("dict", "How do I write a mapping display with key value pairs in braces?"),
+    ("exceptions", "What happens when an error is raised and how does the interpreter "
+                   "look for a handler?"),
+    ("for", "How do I loop over the items of a sequence one by one?"),
+    ("formatstrings", "What is the mini-language for padding, alignment and precision "
+                      "when formatting values?"),
+    ("function", "How do I define a function with default parameter values and "
+                 "annotations?"),
+    ("global", "How can code inside a function assign to a module-level variable?"),
+    ("nonlocal", "How do I rebind a variable of an enclosing function from a nested one?"),
+    ("if", "How do I choose between alternatives with elif and else branches?"),
+    ("import", "How does Python find and load a module when I bring it in by name?"),
+    ("lambda", "How do I create a small anonymous function inside an expression?"),
+    ("pass", "Which statement does nothing and serves as a placeholder?"),
+    ("raise", "How do I throw an exception and chain it to another one?"),
+    ("return", "How does a function hand a result back to its caller?"),
+    ("try", "How do I catch errors and always run clean-up code afterwards?"),
+    ("while", "How do I repeat a block for as long as a condition stays true?"),
+    ("yield", "How does a generator function produce values one at a time?"),
+    ("slicings", "How do I take a range of items from a sequence with start, stop and step?"),
+    ("lists", "How do I write a list display in square brackets?"),
+    ("booleans", "How do the and, or and not operators evaluate their operands?"),
+    ("truth", "Which values count as false when tested in an if condition?"),
+    ("string-methods", "Which method splits text into words or turns it to upper case?"),
+    ("typesmapping", "What methods do dictionaries offer, such as get, setdefault and "
+                     "update?"),
+    ("typesseq-mutable", "Which operations change a list in place, like append and extend?"),
+    ("specialattrs", "What are attributes like __dict__ and __class__ that every object has?"),
+    ("customization", "How can I control how my object is shown by repr and str?"),
+    ("attribute-access", "How can my class intercept lookups of attributes that are missing?"),
+    ("numeric-types", "Which special methods let my objects support arithmetic operators "
+                      "like addition?"),
+    ("sequence-types", "How do I make my own container support len() and indexing?"),
+    ("identifiers", "Which characters may a variable name contain, and which words are "
+                    "reserved?"),
+    ("integers", "How do I write whole-number literals in hexadecimal, octal or binary?"),
+    ("floating", "How do I write a floating point literal with an exponent?"),
+    ("strings", "How do I write raw string literals and escape sequences like a newline?"),
+    ("operator-summary", "Which operators bind more tightly than others? Give the "
+                         "precedence table."),
+    ("naming", "How are names bound and resolved in nested scopes and code blocks?"),
+    ("debugger", "What commands does the interactive debugger have for stepping through "
+                 "code?"),
+    ("power", "What does the ** operator do with negative exponents?"),
+    ("shifting", "What do the << and >> operators do to integers?"),
+    ("imaginary", "How do I write a complex number literal?"),
+    ("typesseq", "What operations do all sequences share, like in, concatenation and "
+                 "repetition?"),
+]
+
+
+def write_corpus(folder: Path) -> None:
+    from pydoc_data.topics import topics
+
+    for name, text in topics.items():
+        (folder / f"{name}.rst").write_text(text)
+
+
+def recall(retriever: Retriever, folder: Path, mode: str) -> float:
+    found = 0
+    for topic, question in QUESTIONS:
+        hits = retriever.search("pydoc", question, k=5, mode=mode)
+        found += any(Path(h.path).stem == topic for h in hits)
+    return found / len(QUESTIONS)
+
+
+def synthetic(store, embedder, n_chunks: int) -> float:
+    """A collection of ``n_chunks`` made-up chunks (words from the corpus, random
+    unit vectors); the seconds it took to write."""
+    from pydoc_data.topics import topics
+
+    words = np.array(" ".join(topics.values()).split())
+    rng = np.random.default_rng(0)
+    info = store.documents.create("synthetic", [], embedder=embedder.name, dims=embedder.dims)
+    started = time.perf_counter()
+    per_file = 100
+    for f in range(n_chunks // per_file):
+        vectors = rng.normal(size=(per_file, embedder.dims)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        chunks = [NewChunk(1, 10, "", " ".join(rng.choice(words, 120)), 150, blob)
+                  for blob in vector_blobs(vectors)]
+        store.documents.replace_files(info.id, [(FileUpdate(f"/synthetic/{f}.txt", "text",
+                                                            1, 1, "0", 0), chunks)])
+    return time.perf_counter() - started
+
+
+def query_times(retriever: Retriever, name: str) -> tuple[float, list[float]]:
+    """(first query's ms, which loads the matrix; the others' ms)."""
+    times = []
+    for _, question in QUESTIONS:
+        started = time.perf_counter()
+        retriever.search(name, question, k=5)
+        times.append((time.perf_counter() - started) * 1000)
+    return times[0], times[1:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--chunks", type=int, default=100_000, help="synthetic collection size")
+    parser.add_argument("--mlx-sample", type=int, default=16,
+                        help="chunks embedded with the MLX backend too, to compare its speed")
+    args = parser.parse_args()
+    embedder = default_embedder()
+    print(f"embedder: {embedder.name}, backend {embedder.backend}, {len(QUESTIONS)} questions")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "pydoc"
+        folder.mkdir()
+        write_corpus(folder)
+        store = open_store(Path(tmp) / "bench.db")
+        indexer = Indexer(store.documents, embedder)
+        report = indexer.add("pydoc", [folder])
+        print(f"indexed {report.files_indexed} topics, {report.chunks_added} chunks in "
+              f"{report.seconds:.1f} s ({report.chunks_per_s:.1f} chunks/s)")
+        again = indexer.update("pydoc")
+        print(f"re-index unchanged: {again.seconds * 1000:.1f} ms "
+              f"({again.files_unchanged} files unchanged)")
+        retriever = Retriever(store.documents, embedder)
+        scores = {mode: recall(retriever, folder, mode) for mode in ("hybrid", "bm25", "dense")}
+        for mode, value in scores.items():
+            print(f"recall@5 {mode}: {value:.3f}")
+        texts = [c.text for c in store.documents.chunks(list(range(1, args.mlx_sample + 1)))]
+        ratio = float("nan")
+        if texts:
+            timed = {}
+            for backend in ("numpy", "mlx"):
+                other = load_embedder(backend=backend)
+                started = time.perf_counter()
+                other.embed(texts)
+                timed[backend] = time.perf_counter() - started
+            ratio = timed["mlx"] / timed["numpy"]
+            print(f"embedding {len(texts)} chunks: numpy {timed['numpy']:.2f} s, "
+                  f"mlx {timed['mlx']:.2f} s (mlx/numpy {ratio:.1f})")
+        wrote = synthetic(store, embedder, args.chunks)
+        print(f"synthetic collection: {args.chunks} chunks written in {wrote:.1f} s")
+        first, rest = query_times(Retriever(store.documents, embedder), "synthetic")
+        p95 = float(np.percentile(rest, 95))
+        print(f"query over {args.chunks} chunks: first {first:.0f} ms (loads the matrix), "
+              f"median {np.median(rest):.0f} ms, p95 {p95:.0f} ms")
+        store.close()
+    best = max(scores["bm25"], scores["dense"])
+    share = again.seconds / report.seconds
+    print(f"ratios: recall_at_5={scores['hybrid']:.3f} recall_at_5_bm25={scores['bm25']:.3f} "
+          f"recall_at_5_dense={scores['dense']:.3f} hybrid_gain={scores['hybrid'] / best:.3f} "
+          f"query_ms_100k={p95:.1f} index_chunks_per_s={report.chunks_per_s:.1f} "
+          f"reindex_unchanged_s={again.seconds:.4f} reindex_share={share:.4f} "
+          f"mlx_embed_slowdown={ratio:.1f}")
+
+
+if __name__ == "__main__":
+    main()

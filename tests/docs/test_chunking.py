@@ -1,0 +1,73 @@
+"""Chunks fall on paragraph, heading and code-block boundaries, stay within
+their size, overlap a little when cut for size, and keep lines and headings."""
+
+from __future__ import annotations
+
+from mlxchat.docs.chunking import LONG_LINE, ChunkSizes, chunk_text, count_tokens
+
+SMALL = ChunkSizes(target=60, limit=80, overlap=12, heading_break=10)
+
+
+def _lines(text: str, chunk) -> str:
+    return "\n".join(text.split("\n")[chunk.start_line - 1:chunk.end_line])
+
+
+def test_markdown_cuts_at_headings_and_keeps_the_heading_path():
+    text = ("# Guide\n\nIntro to the guide, a few words here to pass the break.\n\n"
+            "## Install\n\nRun the installer and wait for it to finish.\n\n"
+            "## Use\n\nType a question.\n")
+    chunks = chunk_text(text, "markdown", sizes=SMALL)
+    assert [(c.start_line, c.end_line, c.heading) for c in chunks] == [
+        (1, 3, ("Guide",)), (5, 7, ("Guide", "Install")), (9, 11, ("Guide", "Use"))]
+    for c in chunks:  # a chunk's text is exactly its lines
+        assert c.text == _lines(text, c)
+
+
+def test_a_long_section_is_cut_on_lines_with_a_small_overlap_and_within_the_limit():
+    body = "\n".join(f"line {i} alpha beta gamma delta." for i in range(60))
+    text = "# Long\n\n" + body + "\n"
+    chunks = chunk_text(text, "markdown", sizes=SMALL)
+    assert len(chunks) > 3
+    assert all(c.tokens <= SMALL.limit for c in chunks)
+    for before, after in zip(chunks, chunks[1:]):
+        overlap = before.end_line - after.start_line + 1
+        assert 1 <= overlap and count_tokens(_lines(text, after).split("\n")[0]) * overlap \
+            <= SMALL.overlap
+        assert after.heading == ("Long",)
+        assert after.text == _lines(text, after)
+    assert chunks[-1].end_line == 62 and chunks[0].start_line == 1
+
+
+def test_a_fenced_code_block_is_never_split_at_its_blank_lines():
+    code = "```python\ndef f():\n\n    return 1\n\n\nprint(f())\n```"
+    text = "Some words before the code block here.\n\n" + code + "\n\nAfter.\n"
+    chunks = chunk_text(text, "markdown", sizes=ChunkSizes(target=14, limit=20, overlap=0))
+    holding = [c for c in chunks if "def f()" in c.text]
+    assert len(holding) == 1 and "print(f())" in holding[0].text
+    assert holding[0].start_line == 3 and holding[0].end_line == 10
+
+
+def test_rst_and_code_headings():
+    rst = "Title\n=====\n\nSome body text for the title.\n\nPart\n----\n\nMore text.\n"
+    chunks = chunk_text(rst, "rst", sizes=ChunkSizes(heading_break=1))
+    assert [(c.start_line, c.end_line, c.heading) for c in chunks] == [
+        (1, 4, ("Title",)), (6, 9, ("Title", "Part"))]
+    code = ("import os\n\n\nclass Loader:\n    x = 1\n\n    def load(self):\n"
+            "        return os.sep\n")
+    chunks = chunk_text(code, "code", sizes=ChunkSizes(heading_break=1))
+    assert [(c.start_line, c.end_line, c.heading) for c in chunks] == [
+        (1, 1, ()), (4, 5, ("Loader",)), (7, 8, ("Loader", "load"))]
+
+
+def test_a_huge_single_line_is_cut_and_keeps_its_line_number():
+    text = "first\n" + "x" * (LONG_LINE * 3 + 5) + "\nlast\n"
+    chunks = chunk_text(text, "text", sizes=ChunkSizes(target=3, limit=4, overlap=0))
+    assert {c.start_line for c in chunks if "xxx" in c.text} == {2}
+    assert sum(c.text.count("x") for c in chunks) == LONG_LINE * 3 + 5
+    assert chunks[-1].text.endswith("\nlast") and chunks[-1].end_line == 3
+    assert chunks[0].text == "first" and chunks[0].end_line == 1
+
+
+def test_empty_and_blank_text_give_no_chunks():
+    assert chunk_text("", "text") == []
+    assert chunk_text("\n\n  \n", "markdown") == []
