@@ -57,6 +57,10 @@ def test_what_cannot_run_across_ranks_is_refused_in_one_line(engine):
     assert engine.speculation_problem("auto") is None
     engine.mark_prefix(None)  # forgetting a mark is fine
     assert engine.layout_label == "2 ranks · tensor"
+    from mlxchat.chat import human_bytes
+
+    each = human_bytes(engine.info.weights_bytes)
+    assert engine.state().layout == f"2 ranks · tensor · {each} each"
 
 
 def test_a_split_engine_runs_turns_with_one_rank(engine):

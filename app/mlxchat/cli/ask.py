@@ -7,6 +7,7 @@ import json
 import signal
 import sys
 from dataclasses import replace
+from typing import Any
 
 from mlxchat.chat import GenerationSettings, TurnStats
 from mlxchat.cli.progress import progress_printer
@@ -97,17 +98,25 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
 def run_ask(args: argparse.Namespace, settings: Settings) -> int:
     """One prompt through ``Conversation.send``: in the named session (created
     when missing or with ``--new``), else in a throwaway in-memory session."""
-    from mlxchat.session.root import default_store, open_conversation, throwaway_store
+    from mlxchat.cli.split import split_launch
 
     text = _read_prompt(args.prompt)
-    named = args.session is not None
-    if args.new and not named:
+    if args.new and args.session is None:
         raise UserError("--new needs --session NAME (the title of the new session)")
+    with split_launch(getattr(args, "hosts", None)) as split:
+        return _ask(args, settings, text, split)
+
+
+def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) -> int:
+    from mlxchat.cli.split import factories
+    from mlxchat.session.root import default_store, open_conversation, throwaway_store
+
+    named = args.session is not None
     opened = open_conversation(
         settings, model_spec=args.model, session=None if args.new else args.session,
         lookup="exact", new_title=args.session, progress=progress_printer(),
         store_factory=default_store if named else throwaway_store, keep_snapshots=named,
-        lock_wait_s=SESSION_WAIT_S)
+        lock_wait_s=SESSION_WAIT_S, **factories(split))
     conv = opened.conversation
     previous = signal.signal(signal.SIGINT, lambda *_: conv.cancel())
     try:
@@ -128,6 +137,8 @@ def run_ask(args: argparse.Namespace, settings: Settings) -> int:
                      "snapshot": None if snap is None else {"ok": snap.ok,
                                                             "reason": snap.reason}}
         name = conv.model_info.name
+        if split is not None:
+            extra["layout"] = conv.state().layout
     finally:
         signal.signal(signal.SIGINT, previous)
         conv.shutdown()  # a session a refused prompt left empty is removed

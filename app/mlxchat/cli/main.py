@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--session", "-s", help="open a saved session by id or title")
     parser.add_argument("--context", type=int, metavar="N",
                         help="cap the context window of new sessions at N tokens")
+    parser.add_argument("--hosts", metavar="HOSTFILE",
+                        help="split the model over the hosts of this mlx.launch hostfile "
+                             "(ring backend; this process is rank 0)")
     parser.add_argument("--pin", action="append", default=[], metavar="FILE",
                         help="pin FILE after the system prompt of the session it opens "
                              "(repeatable); its KV is shared with other sessions pinning it")
@@ -71,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--new", action="store_true",
                      help="start a new session titled by --session even if one has that title")
     ask.add_argument("--json", action="store_true", help="print one JSON object with the stats")
+    ask.add_argument("--hosts", metavar="HOSTFILE",
+                     help="split the model over the hosts of this mlx.launch hostfile")
 
     models = sub.add_parser("models", help="list catalog and local models",
                             description="List catalog and local models and whether they work "
@@ -182,10 +187,16 @@ def _dispatch(args: argparse.Namespace) -> int:
         if not os.path.isfile(name):
             raise UserError(f"--pin {name}: no such file")
     _need_terminal()
+    from functools import partial
+
+    from mlxchat.cli.split import factories, split_launch
+    from mlxchat.session.root import open_conversation
     from mlxchat.tui.app import run_app
 
-    return run_app(settings, model=args.model, continue_last=args.continue_last,
-                   session=args.session, pins=args.pin)
+    with split_launch(args.hosts) as split:
+        factory = partial(open_conversation, **factories(split)) if split else None
+        return run_app(settings, model=args.model, continue_last=args.continue_last,
+                       session=args.session, pins=args.pin, conversation_factory=factory)
 
 
 def _need_terminal() -> None:

@@ -277,6 +277,9 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
             ("layers · kv heads · head dim",
              f"{info.num_layers} · {info.kv_heads} · {info.head_dim}"),
             ("device", info.device), ("folder", info.path)]
+    layout = conv.state().layout
+    if layout:
+        rows.insert(7, ("split across ranks", layout))
     return CommandResult.table("Current model (/model SPEC switches; /models lists them)",
                                ("", ""), rows)
 

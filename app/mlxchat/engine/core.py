@@ -334,7 +334,11 @@ class ChatEngine:
             peak_memory_bytes=mx.get_peak_memory(),
             draft_model=self._drafting.info.name if self._drafting.info else "",
             draft_kv_bytes=self._drafting.kv_bytes,
-            busy=busy, last_stats=stats or self._state.last_stats)
+            busy=busy, last_stats=stats or self._state.last_stats, layout=self._layout_text())
+
+    def _layout_text(self) -> str:
+        """How the model is split across ranks, for the gauges ('' on one rank)."""
+        return ""
 
     def _prefill(self, tokens: Sequence[int], emit: LiveFigures) -> Prefill:
         """Feed ``tokens`` in chunks sized to ~chunk_seconds; progress counts

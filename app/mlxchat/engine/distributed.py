@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from mlxchat.chat import GenerationSettings, Message, TurnStats
+from mlxchat.chat import GenerationSettings, Message, TurnStats, human_bytes
 from mlxchat.engine import kv
 from mlxchat.engine.channel import GO_ON, STOP, Channel, RankLost
 from mlxchat.engine.core import _LIVE, ABANDONED, ChatEngine
@@ -149,6 +149,10 @@ class DistributedEngine(ChatEngine):
     def layout_label(self) -> str:
         """'2 ranks · tensor' for the gauges."""
         return self.plan.label
+
+    def _layout_text(self) -> str:
+        """'2 ranks · tensor · 3.1 GB each': rank 0's shard stands for every rank's."""
+        return f"{self.plan.label} · {human_bytes(self._loaded.info.weights_bytes)} each"
 
     def _new_live(self) -> LiveCache:
         return MirroredLive(self._loaded.model, self.channel)

@@ -120,3 +120,5 @@ class EngineState:
     last_stats: TurnStats | None = field(default=None)
     pinned_tokens: int = 0
     """Of ``cached_tokens``, the pinned documents' shared prefix (set by the conversation)."""
+    layout: str = ""
+    """How the model is split: '2 ranks · tensor · 3.1 GB each'; '' on one rank."""

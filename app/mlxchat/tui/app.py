@@ -499,10 +499,11 @@ def create_app(settings: Settings, *, model_spec: str | None = None,
 
 
 def run_app(settings: Settings, *, model: str | None = None, continue_last: bool = False,
-            session: str | None = None, pins: Sequence[str] = ()) -> int:
+            session: str | None = None, pins: Sequence[str] = (),
+            conversation_factory: ConversationFactory | None = None) -> int:
     """Run the chat UI until the user quits; returns the exit status."""
     app = create_app(settings, model_spec=model, continue_last=continue_last, session=session,
-                     pins=pins)
+                     pins=pins, conversation_factory=conversation_factory)
     with log_to_file():
         result = app.run()
     release_thread_streams()

@@ -254,7 +254,8 @@ class GaugesPanel(Vertical):
         self._text("#kv-text", "\n".join(lines))
 
         self._text("#weights-text",
-                   f"{human_bytes(state.weights_bytes)} in memory\n"
+                   (f"{escape(state.layout)}\n" if state.layout else "")
+                   + f"{human_bytes(state.weights_bytes)} in memory\n"
                    f"{fmt_bits_per_weight(state.bits_per_weight, state.scales_dtype)}\n"
                    f"peak memory {human_bytes(state.peak_memory_bytes)}")
         self._text("#compact-context",
