@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_sessions_parser(sub)
     add_docs_parser(sub)
     add_serve_parser(sub)
+    from mlxchat.cli.host_check import add_hosts_parser
+
+    add_hosts_parser(sub)
     return parser
 
 
@@ -179,6 +182,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from mlxchat.cli.sessions import run_sessions
 
         return run_sessions(args)
+    if args.command == "hosts":
+        from mlxchat.cli.host_check import run_hosts
+
+        return run_hosts(args, settings.model)
     if args.command == "docs":
         from mlxchat.cli.docs import run_docs
 

@@ -70,7 +70,13 @@ def main(argv: list[str] | None = None) -> int:
                                      description="serve one rank of a split model")
     parser.add_argument("--model", required=True, help="the same spec rank 0 loads")
     parser.add_argument("--mode", choices=("tensor", "pipeline"), default=None)
+    parser.add_argument("--check", action="store_true",
+                        help="measure for `mlxchat hosts check` instead of serving")
     args = parser.parse_args(argv)
+    if args.check:
+        from mlxchat.cli.host_check import rank_main
+
+        return rank_main(args.model)
     try:
         joined = join(args.model, mode=args.mode)
     except MlxchatError as exc:
