@@ -88,7 +88,9 @@ def run_sessions(args: argparse.Namespace) -> int:
             if answer.strip().lower() not in ("y", "yes"):
                 print("kept")
                 return 1
-        for f in store.delete_session(session.id):
-            Path(f).unlink(missing_ok=True)
+        from mlxchat.engine.rank_segments import with_rank_files
+
+        for f in with_rank_files(store.delete_session(session.id)):
+            f.unlink(missing_ok=True)
         print(f"deleted #{session.id} {session.title!r}")
     return 0

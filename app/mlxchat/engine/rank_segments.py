@@ -19,7 +19,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from mlx_lm.models.cache import trim_prompt_cache
 
@@ -43,6 +43,19 @@ def rank_file(name: str, rank: int, size: int) -> str:
 
 def manifest_path(path: Path) -> Path:
     return path.with_name(path.name + ".ranks.json")
+
+
+def with_rank_files(files: Iterable[Path | str]) -> list[Path]:
+    """``files`` (segment files being deleted) and, for a split model's, the
+    other ranks' files on this machine and rank 0's manifest: rank files first,
+    the manifest last, so what a failed delete leaves is still named."""
+    out: list[Path] = []
+    for path in map(Path, files):
+        manifest = Manifest.read(path)
+        size = manifest.ranks if isinstance(manifest, Manifest) else 0
+        out += [path.with_name(rank_file(path.name, r, size)) for r in range(1, size)]
+        out += [path] + ([manifest_path(path)] if manifest_path(path).exists() else [])
+    return out
 
 
 @dataclass(frozen=True)

@@ -195,7 +195,10 @@ class CacheKeeper:
         session_id = self._open.id
         if session_id is None:
             return 0
-        files = self._store.snapshots.drop(session_id) + self._store.segments.drop(session_id)
+        from mlxchat.engine.rank_segments import with_rank_files
+
+        files = self._store.snapshots.drop(session_id) + with_rank_files(
+            self._store.segments.drop(session_id))
         remove_files(files)
         return len(files)
 

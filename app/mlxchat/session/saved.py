@@ -72,7 +72,7 @@ class SavedSessions:
         target = session_id or self._open.stored_id()
         title = (self._open.session.title if target == self._open.id
                  else self._store.get_session(target).title)
-        files = self._store.delete_session(target)  # its snapshot and segment files too
+        files = _with_rank_files(self._store.delete_session(target))  # snapshot, segments
         return Deleted(target, title, len(files), remove_files(files))
 
     def fork(self) -> Session:
@@ -105,7 +105,7 @@ class SavedSessions:
         try:
             if self._store.all_messages(session_id) or self._open.session.pins:
                 return False  # a pinned document is something written to it too
-            remove_files(self._store.delete_session(session_id))
+            remove_files(_with_rank_files(self._store.delete_session(session_id)))
         except Exception as exc:  # noqa: BLE001 - cleanup on exit must not fail the exit
             log.warning("empty session #%s not removed: %s", session_id, exc)
             return False
@@ -113,3 +113,10 @@ class SavedSessions:
 
 
 __all__ = ["FORMATS", "Deleted", "ExportFormat", "SavedSessions"]
+
+
+def _with_rank_files(files: list[Path]) -> list[Path]:
+    """A split model's segments: the other ranks' local files and the manifests too."""
+    from mlxchat.engine.rank_segments import with_rank_files
+
+    return with_rank_files(files)
