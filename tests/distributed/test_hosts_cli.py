@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.distributed.bounded import communicate
+
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 240
 
@@ -42,11 +44,7 @@ def ask(model: Path, home: Path, prompt: str, *args: str) -> dict:
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, text=True)
     try:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"ask ran past {TIMEOUT_S} s:\n{err[-3000:]}")
+        out, err = communicate(proc, TIMEOUT_S)
     finally:
         left = rank_pids(model)
         for pid in left:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from mlxchat.cli.ranks import free_port
+from tests.distributed.bounded import communicate
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIO = Path(__file__).with_name("scenario.py")
@@ -37,11 +38,7 @@ def _run(cmd: list[str], home: Path, out: Path) -> dict:
     proc = subprocess.Popen(cmd, env=_env(home), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True, text=True)
     try:
-        log, _ = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        log, _ = proc.communicate()
-        pytest.fail(f"{cmd[0]} ran past {TIMEOUT_S} s:\n{log[-3000:]}")
+        log, _ = communicate(proc, TIMEOUT_S)
     finally:
         _end_ranks(out)
     assert proc.returncode == 0 and out.exists(), log[-3000:]
