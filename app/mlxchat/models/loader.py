@@ -10,10 +10,9 @@ from typing import Any
 
 from mlx_lm.utils import load_model, load_tokenizer, maybe_set_recommended_wired_limit
 
-from mlxchat.models import memory
+from mlxchat.models import memory, precision
 from mlxchat.models.errors import ModelError
-from mlxchat.models.info import (LoadedModel, describe, on_cpu, use_cpu_precision,
-                                 use_gpu_precision)
+from mlxchat.models.info import LoadedModel, describe, on_cpu
 
 __all__ = ["ModelError", "load_folder"]
 
@@ -28,20 +27,20 @@ def _config(folder: Path) -> dict:
 
 
 def _fit(folder: Path, config: dict, name: str, context_window: int | None,
-         available: memory.Available | None) -> memory.Fit:
+         available: memory.Available | None, compute_dtype: str) -> memory.Fit:
     cfg = config.get("text_config", config)
     native = int(config.get("max_position_embeddings") or cfg.get("max_position_embeddings")
                  or 4096)
-    dtype_bytes = 4 if on_cpu() else 2  # the CPU path runs float32 (info.use_cpu_precision)
     return memory.fit_context(name, memory.folder_weights_bytes(folder),
-                              memory.kv_layout(config, dtype_bytes),
+                              memory.kv_layout(config, precision.bytes_per_value(compute_dtype)),
                               context_window or native, available,
                               asked=context_window is not None)
 
 
 def load_folder(folder: Path, *, name: str | None = None, spec: str | None = None,
                 context_window: int | None = None, rope_scaling: dict | None = None,
-                available: memory.Available | None = _UNSET) -> LoadedModel:
+                available: memory.Available | None = _UNSET,
+                compute_dtype: str | None = None) -> LoadedModel:
     """Load the MLX model in ``folder`` (config.json, *.safetensors, tokenizer).
 
     Refuses (ModelError, one line with the numbers) a model whose weights leave
@@ -49,6 +48,7 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     machine can give now); a context that does not fit is lowered to the largest
     that does (``info.memory_note`` says so), one asked for explicitly is refused.
     ``rope_scaling`` replaces the config's (e.g. YaRN to stretch the window).
+    ``compute_dtype`` overrides the policy's (models/precision.py).
     """
     folder = Path(folder)
     if not (folder / "config.json").is_file():
@@ -58,7 +58,9 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
         config["rope_scaling"] = rope_scaling
     if available is _UNSET:
         available = memory.available_memory()
-    fit = _fit(folder, config, name or folder.name, context_window, available)
+    default = precision.default_dtype(config, cpu=on_cpu())
+    dtype = compute_dtype or default
+    fit = _fit(folder, config, name or folder.name, context_window, available, dtype)
     try:
         model, config = load_model(folder, model_config=(
             {"rope_scaling": rope_scaling} if rope_scaling is not None else None))
@@ -66,16 +68,14 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     except (ValueError, FileNotFoundError, KeyError, OSError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ModelError(f"cannot load the model in {folder}: {reason}") from None
-    if on_cpu():
-        use_cpu_precision(model)
-    else:
-        use_gpu_precision(model)
+    precision.apply(model, dtype)
+    if not on_cpu():
         # As mlx-lm does: keep the weights wired (a no-op where the device
         # reports no recommended working set).
         maybe_set_recommended_wired_limit()
     config = {**config, "max_position_embeddings": fit.context}
     info = describe(model, tokenizer, config, name=name or folder.name,
-                    spec=spec or str(folder), path=folder)
+                    spec=spec or str(folder), path=folder, default_compute_dtype=default)
     return LoadedModel(model=model, tokenizer=tokenizer,
                        info=replace(info, memory_note=fit.note,
                                     needed_bytes=fit.needed_bytes))

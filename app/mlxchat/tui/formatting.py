@@ -30,6 +30,12 @@ def fmt_bits_per_weight(bpw: float, scales_dtype: str | None = None) -> str:
     return f"{bpw:.2f} bits/weight{scales}"
 
 
+def fmt_precision(quantization: str, compute_dtype: str) -> str:
+    """'int4 g32 · computes in float32': the weights' format and the activations' dtype."""
+    weights = quantization.replace(" (g", " g").replace(")", "")
+    return f"{weights} · computes in {compute_dtype}" if weights else f"computes in {compute_dtype}"
+
+
 def usage_level(part: int, whole: int) -> Level:
     """'warning' from 80% of ``whole``, 'error' from 95% (integer maths, no float edge)."""
     if whole <= 0:
