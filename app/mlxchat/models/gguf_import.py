@@ -84,6 +84,8 @@ def _convert_tensor(header: GGUFHeader, arch: gguf_arch.Arch, t) -> dict[str, mx
         parts = {k: gguf_arch.unpermute(v, heads) for k, v in parts.items()}
     if arch.norm_shift and t.name.endswith("norm.weight"):
         parts = {"weight": parts["weight"] - arch.norm_shift}
+    if t.name.endswith("ffn_gate_inp_shexp.weight") and parts["weight"].ndim == 1:
+        parts = {"weight": parts["weight"][None]}  # a vector in the file, Linear(dim, 1) here
     return parts
 
 
@@ -138,10 +140,12 @@ def convert_gguf(path: Path, out: Path, *, progress: Progress | None = None,
     chat, notice = gguf_vocab.chat_template(header, template)
     gguf_vocab.write_tokenizer(header, out, chat)
     gguf_vocab.verify_tokenizer(header, out)
+    total, active = gguf_arch.active_parameters(header)
     provenance = {
         "source": str(Path(path).resolve()), "sha256": sha256,
         "converter_version": CONVERTER_VERSION, "name": header.metadata.get("general.name"),
         "architecture": header.architecture, "tensor_types": report,
+        "parameters": {"total": total, "active": active},
         "notes": ([notice] if notice else []) + list(notes),
     }
     (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))
