@@ -75,7 +75,7 @@ def encode(values: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
         return values.astype(np.float16), values.astype(np.float16).astype(np.float32)
     qtype = gguf.GGMLQuantizationType[kind]
     rows = values.reshape(-1, values.shape[-1])
-    if kind in ("Q4_0", "Q4_1", "Q8_0", "BF16"):
+    if kind in ("Q4_0", "Q4_1", "Q8_0", "BF16", "MXFP4"):
         raw = gguf.quants.quantize(rows, qtype)
     else:
         raw = encode_blocks(rows, kind)

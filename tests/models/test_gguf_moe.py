@@ -51,17 +51,19 @@ def greedy(model, prompt: list[int], n: int = 12) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("arch", list(CONFIGS))
-def test_moe_imports_token_identically(tmp_path, arch):
+@pytest.mark.parametrize("arch, experts", [("qwen3moe", "Q4_0"), ("qwen2moe", "Q4_0"),
+                                           ("qwen3moe", "MXFP4")])
+def test_moe_imports_token_identically(tmp_path, arch, experts):
     config = CONFIGS[arch]
     path = tmp_path / f"{arch}.gguf"
-    kinds = {f"blk.{i}.ffn_{p}_exps": "Q4_0" for i in range(2) for p in ("gate", "up", "down")}
+    kinds = {f"blk.{i}.ffn_{p}_exps": experts for i in range(2) for p in ("gate", "up", "down")}
     held = write_model(path, arch, random_params(arch, config, seed=11), config,
                        moe_metadata(arch, config), kind="Q8_0", kinds=kinds)
     loaded = load_model(str(path))
     mlp = loaded.model.model.layers[1].mlp
     assert type(mlp.switch_mlp.gate_proj).__name__ == "QuantizedSwitchLinear"
     assert (mlp.switch_mlp.gate_proj.bits, mlp.switch_mlp.down_proj.weight.shape[0]) == (4, 8)
+    assert mlp.switch_mlp.up_proj.mode == ("mxfp4" if experts == "MXFP4" else "affine")
     ref = reference_model(arch, config, held)
     ids = mx.array(IDS)[None]
     assert rel_error(loaded.model(ids), ref(ids)) < 1e-4

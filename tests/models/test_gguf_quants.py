@@ -19,7 +19,7 @@ from mlxchat.models.gguf_quants import PLANS, REQUANT_ERROR, pack, to_mlx
 from tests.models.gguf_files import encode
 
 REPACKED = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K"]
-REQUANTIZED = ["Q6_K", "Q3_K", "Q2_K"]
+REQUANTIZED = ["Q6_K", "Q3_K", "Q2_K", "IQ4_NL", "IQ4_XS"]
 MLX_WIDTHS = (2, 3, 4, 5, 6, 8)
 
 
@@ -85,6 +85,19 @@ def test_legacy_repack_equals_what_mx_load_gave(tmp_path, kind):
     for part in ("weight", "scales", "biases"):
         a, b = ours[part], theirs[f"blk.0.ffn_down.{part}"]
         assert a.dtype == b.dtype and mx.array_equal(a, b).item(), part
+
+
+def test_mxfp4_repack_is_exact_in_mlx_mxfp4_mode(tmp_path):
+    x = weights()
+    t, held = one_tensor_file(tmp_path, x, "MXFP4")
+    parts = to_mlx(t)
+    assert set(parts) == {"weight", "scales"} and parts["scales"].dtype == mx.uint8
+    got = mx.dequantize(parts["weight"], parts["scales"], group_size=32, bits=4,
+                        mode="mxfp4").astype(mx.float32)  # e2m1 times 2**k: exact
+    assert np.array_equal(np.array(got), held)
+    # and it is what MLX itself makes of those values
+    w, s = mx.quantize(mx.array(held), group_size=32, bits=4, mode="mxfp4")
+    assert mx.array_equal(w, parts["weight"]).item() and mx.array_equal(s, parts["scales"]).item()
 
 
 @pytest.mark.parametrize("kind", REQUANTIZED)

@@ -62,18 +62,18 @@ def _quantization(header: GGUFHeader, arch: gguf_arch.Arch) -> dict | None:
     """mlx-lm's per-layer dict: the commonest bits as default, the rest by path."""
     layers = {}
     for t in header.tensors:
-        bits = gguf_quants.PLANS[t.type_name].bits
+        plan = gguf_quants.PLANS[t.type_name]
         name = gguf_arch.mlx_name(arch, t.name)
-        if bits and name:
-            layers[name.removesuffix(".weight")] = bits
+        if plan.bits and name:
+            layers[name.removesuffix(".weight")] = (plan.bits, plan.mode)
     if not layers:
         return None
-    default = Counter(layers.values()).most_common(1)[0][0]
+    bits, mode = Counter(layers.values()).most_common(1)[0][0]
     group = gguf_quants.GROUP_SIZE
-    quant: dict = {"group_size": group, "bits": default}
-    for path, bits in sorted(layers.items()):
-        if bits != default:
-            quant[path] = {"group_size": group, "bits": bits}
+    quant: dict = {"group_size": group, "bits": bits, "mode": mode}
+    for path, own in sorted(layers.items()):
+        if own != (bits, mode):
+            quant[path] = {"group_size": group, "bits": own[0], "mode": own[1]}
     return quant
 
 
@@ -103,7 +103,8 @@ def _weights(header: GGUFHeader, progress: Progress | None) -> tuple[dict[str, m
             for part, a in parts.items():
                 weights[f"{base}.{part}" if len(parts) > 1 else name] = a
             plan = gguf_quants.PLANS[t.type_name]
-            became = (f"int{plan.bits} g{gguf_quants.GROUP_SIZE} ({plan.how})" if plan.bits
+            width = f"int{plan.bits}" if plan.mode == "affine" else plan.mode
+            became = (f"{width} g{gguf_quants.GROUP_SIZE} ({plan.how})" if plan.bits
                       else str(parts["weight"].dtype).removeprefix("mlx.core."))
             row = report.setdefault(t.type_name, {"tensors": 0, "elements": 0, "bytes": 0,
                                                   "became": became})
