@@ -68,12 +68,13 @@ def _quantization(header: GGUFHeader, arch: gguf_arch.Arch) -> dict | None:
             layers[name.removesuffix(".weight")] = (plan.bits, plan.mode)
     if not layers:
         return None
-    bits, mode = Counter(layers.values()).most_common(1)[0][0]
-    group = gguf_quants.GROUP_SIZE
-    quant: dict = {"group_size": group, "bits": bits, "mode": mode}
-    for path, own in sorted(layers.items()):
-        if own != (bits, mode):
-            quant[path] = {"group_size": group, "bits": own[0], "mode": own[1]}
+    def entry(bits: int, mode: str) -> dict:  # affine is mlx-lm's default: left unsaid
+        return {"group_size": gguf_quants.GROUP_SIZE, "bits": bits,
+                **({"mode": mode} if mode != "affine" else {})}
+
+    default = Counter(layers.values()).most_common(1)[0][0]
+    quant = entry(*default)
+    quant.update({path: entry(*own) for path, own in sorted(layers.items()) if own != default})
     return quant
 
 

@@ -12,7 +12,7 @@ parameter is cast to it:
 - GPU: the dtype the family was trained in (bfloat16 for Gemma, Qwen, Llama 3,
   gpt-oss, Mistral), never float16 for families known to overflow in it.
 
-``/set compute_dtype`` overrides it per session (``recast``).
+``/set compute_dtype`` overrides it per session (``info.recast``).
 """
 
 from __future__ import annotations
@@ -34,12 +34,8 @@ TRAINED_IN = {
 }
 """Families whose released weights are bfloat16 (a GGUF does not say; its config
 records this table's answer)."""
-OVERFLOWS_IN_FLOAT16 = ("gemma", "gemma2", "gemma3", "gemma3_text", "t5")
+OVERFLOWS_IN_FLOAT16 = ("gemma", "gemma2", "gemma3", "gemma3_text")
 """Families whose activations exceed float16's 65504 (Gemma's embedding scale)."""
-
-
-def _dtype(name: str) -> mx.Dtype:
-    return getattr(mx, name)
 
 
 def gpu_dtype(config: dict) -> str:
@@ -99,7 +95,7 @@ def apply(model: nn.Module, dtype: str, *, folder: Path | None = None) -> None:
     scales and biases too (MLX promotes mixed dtypes: one float32 scale turns
     the activations after it float32). ``folder``: start from the stored
     weights where names and shapes match, not from the values in memory."""
-    target = _dtype(dtype)
+    target = getattr(mx, dtype)
     source = _source_floats(model, folder)
     updates = []
     for name, value in tree_flatten(model.parameters()):
@@ -112,8 +108,3 @@ def apply(model: nn.Module, dtype: str, *, folder: Path | None = None) -> None:
     if updates:
         model.load_weights(updates, strict=False)
         mx.eval(model.parameters())
-
-
-def label(quantization: str, dtype: str) -> str:
-    """'int4 (g32) · computes in float32' for the gauges and /model."""
-    return f"{quantization} · computes in {dtype}"
