@@ -9,7 +9,10 @@ same converted folder, in the same run, alternating.
 Then it imports a Q4_K GGUF made from the bundled weights (bench/gguf_figures.py).
 The last line is: ratios: prefill=X decode=X import_ppl_ratio=X import_s_per_gb=X
 (prefill/decode: mlxchat / raw, target >= 0.97; import_ppl_ratio: perplexity of the
-imported Q4_K model / the same weights dequantized to float32, target <= 1.01)
+imported Q4_K model / the same weights dequantized to float32, target <= 1.01), then
+the compute-dtype figures (bench/precision_figures.py): import_ppl_ratio_bundled,
+_q4_k and _q5_0 (target <= 1.01), f16_ppl_ratio_* (the same files in float16) and
+fp32_cost (decode tok/s float32 / float16 here)
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ def main() -> int:
     ap.add_argument("--import-only", action="store_true", help="only the GGUF import figures")
     args = ap.parse_args()
     from gguf_figures import import_figures
+    from precision_figures import precision_figures
 
-    figures = import_figures()
+    figures = {**import_figures(), **precision_figures()}
     imported = " ".join(f"{k}={v:.3f}" for k, v in figures.items())
     if args.import_only:
         print(f"ratios: {imported}")

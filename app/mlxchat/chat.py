@@ -24,6 +24,7 @@ NO_SYSTEM_ROLE = ("this model's chat template has no system role: the system pro
                   "the start of the first message")
 """The one-line notice for templates that refuse a system message (Gemma 2)."""
 REASONING_EFFORTS: tuple[str, ...] = ("low", "medium", "high")
+COMPUTE_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "temperature": (lambda v: v >= 0, ">= 0"),
@@ -44,13 +45,15 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "draft": (lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
               "off or a model spec"),
     "draft_tokens": (lambda v: 1 <= v <= 16, "1 to 16"),
+    "compute_dtype": (lambda v: v in (None, *COMPUTE_DTYPES), "auto, " + ", ".join(COMPUTE_DTYPES)),
 }
 """What each generation setting allows (a check and the rule in words): the one
 place the /set command, `mlxchat ask` flags and the config file are checked against."""
 
 _WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
           "draft_tokens")
-_WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft")
+_WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft",
+          "compute_dtype")
 
 
 def generation_problem(name: str, value: Any) -> str | None:
@@ -155,6 +158,9 @@ class GenerationSettings(Record):
     """The draft model's spec (an alias, repo, folder) for speculative=draft."""
     draft_tokens: int = 3
     """Tokens proposed per verifying pass of the model."""
+    compute_dtype: str | None = None
+    """What activations and the KV cache compute in; None (auto): float32 on
+    the CPU, the family's training dtype on a GPU (models/precision.py)."""
 
     def check(self) -> None:
         """Raise ValueError (one line) for the first setting out of its range."""

@@ -24,13 +24,19 @@ LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
          "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
          "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
          "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
-         "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
+         "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm",
+         "mlp.gate": "ffn_gate_inp", "mlp.switch_mlp.gate_proj": "ffn_gate_exps",
+         "mlp.switch_mlp.up_proj": "ffn_up_exps", "mlp.switch_mlp.down_proj": "ffn_down_exps",
+         "mlp.shared_expert.gate_proj": "ffn_gate_shexp",
+         "mlp.shared_expert.up_proj": "ffn_up_shexp",
+         "mlp.shared_expert.down_proj": "ffn_down_shexp",
+         "mlp.shared_expert_gate": "ffn_gate_inp_shexp"}
 GEMMA_LAYER = {**LAYER, "pre_feedforward_layernorm": "ffn_norm",
                "post_attention_layernorm": "post_attention_norm",
                "post_feedforward_layernorm": "post_ffw_norm"}
 TOP = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
 MLX_MODULE = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
-              "gemma3": "gemma3_text"}
+              "gemma3": "gemma3_text", "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe"}
 
 
 def random_params(arch: str, config: dict, seed: int = 0) -> dict[str, np.ndarray]:
@@ -69,7 +75,7 @@ def encode(values: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
         return values.astype(np.float16), values.astype(np.float16).astype(np.float32)
     qtype = gguf.GGMLQuantizationType[kind]
     rows = values.reshape(-1, values.shape[-1])
-    if kind in ("Q4_0", "Q4_1", "Q8_0", "BF16"):
+    if kind in ("Q4_0", "Q4_1", "Q8_0", "BF16", "MXFP4"):
         raw = gguf.quants.quantize(rows, qtype)
     else:
         raw = encode_blocks(rows, kind)
@@ -112,8 +118,13 @@ def write_model(path: Path, arch: str, params: dict[str, np.ndarray], config: di
             stored = llama_cpp_permute(value, heads)
         elif arch == "llama" and ".attn_k.weight" in name:
             stored = llama_cpp_permute(value, kv_heads)
-        own = (kinds or {}).get(name.rsplit(".", 1)[0], kind) if value.ndim == 2 else "F32"
+        if name.endswith("ffn_gate_inp_shexp.weight"):
+            stored = value.reshape(-1)  # llama.cpp keeps the shared expert's gate a vector
+        own = (kinds or {}).get(name.rsplit(".", 1)[0], kind) if stored.ndim >= 2 else "F32"
         raw, decoded = encode(stored, own)
+        if own not in ("F32", "F16"):  # expert stacks: (experts, rows, bytes per row)
+            raw = raw.reshape(*stored.shape[:-1], -1)
+        decoded = decoded.reshape(value.shape)
         raw_dtype = None if own in ("F32", "F16") else gguf.GGMLQuantizationType[own]
         w.add_tensor(name, raw, raw_dtype=raw_dtype)
         if arch == "llama" and ".attn_q.weight" in name:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-TYPE_IDS = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "BF16": 30, "Q4_K": 12, "IQ4_XS": 23}
+TYPE_IDS = {"F32": 0, "F16": 1, "Q4_0": 2, "Q4_1": 3, "Q8_0": 8, "BF16": 30, "Q4_K": 12, "IQ2_XXS": 16}
 Q4_0 = np.dtype([("d", "<f2"), ("qs", "u1", 16)])
 Q4_1 = np.dtype([("d", "<f2"), ("m", "<f2"), ("qs", "u1", 16)])
 Q8_0 = np.dtype([("d", "<f2"), ("qs", "i1", 32)])
@@ -101,8 +101,8 @@ def write_gguf(path: Path, metadata: dict[str, Any], tensors: list[tuple[str, np
     """Write a GGUF file; returns each tensor as a reader should decode it."""
     data, infos, decoded = bytearray(), bytearray(), {}
     for name, array, kind in tensors:
-        if kind == "IQ4_XS":  # only the header matters: the importer must refuse it
-            raw, dec = b"\0" * (array.size // 256 * 136), array
+        if kind == "IQ2_XXS":  # only the header matters: the importer must refuse it
+            raw, dec = b"\0" * (array.size // 256 * 66), array
         else:
             raw, dec = encode(array, kind)
         data += b"\0" * (-len(data) % alignment)

@@ -124,10 +124,41 @@ def _q5_legacy(x: np.ndarray, with_min: bool) -> np.ndarray:
     return _bytes(*parts)
 
 
+IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                      np.float32)
+
+
+def _iq4_codes(x: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Nearest of the 16 non-linear IQ4 levels to x / d, packed as ggml's nibbles."""
+    scaled = _div(x, d[..., None])
+    q = np.abs(scaled[..., None] - IQ4_VALUES).argmin(-1).astype(np.uint8)
+    q = q.reshape(-1, 32)
+    return (q[:, :16] | (q[:, 16:] << 4)).reshape(*x.shape[:-1], 16)
+
+
+def _iq4_nl(x: np.ndarray) -> np.ndarray:
+    b = x.reshape(-1, 32)
+    d = _h(b[np.arange(len(b)), np.abs(b).argmax(-1)] / -127).astype(np.float32)
+    return _bytes(_h(d), _iq4_codes(b, d))
+
+
+def _iq4_xs(x: np.ndarray) -> np.ndarray:
+    b = x.reshape(-1, 8, 32)
+    sub = b[np.arange(len(b))[:, None], np.arange(8), np.abs(b).argmax(-1)] / -127
+    d = _h(np.abs(sub).max(-1) / 31).astype(np.float32)
+    ls = np.clip(np.round(_div(sub, d[:, None])), -32, 31).astype(np.int16)
+    codes = _iq4_codes(b, d[:, None] * ls).reshape(len(b), 128)
+    u = (ls + 32).astype(np.uint16)
+    high = ((u >> 4) << (2 * np.arange(8, dtype=np.uint16))).sum(-1, dtype=np.uint16)
+    low = (u[:, 0::2] & 0x0F) | ((u[:, 1::2] & 0x0F) << 4)
+    return _bytes(_h(d), high.astype("<u2"), low.astype(np.uint8), codes)
+
+
 def encode_blocks(x: np.ndarray, kind: str) -> np.ndarray:
     """Blocks of ``kind`` for float32 ``x`` (rows, cols): uint8 (rows, bytes per row)."""
     x = np.asarray(x, np.float32)
     encoders = {"Q4_K": lambda v: _q4_5_k(v, 4), "Q5_K": lambda v: _q4_5_k(v, 5),
                 "Q6_K": _q6_k, "Q3_K": _q3_k, "Q2_K": _q2_k,
-                "Q5_0": lambda v: _q5_legacy(v, False), "Q5_1": lambda v: _q5_legacy(v, True)}
+                "Q5_0": lambda v: _q5_legacy(v, False), "Q5_1": lambda v: _q5_legacy(v, True),
+                "IQ4_NL": _iq4_nl, "IQ4_XS": _iq4_xs}
     return encoders[kind](x).reshape(x.shape[0], -1)

@@ -179,17 +179,19 @@ def test_i_quant_is_refused_by_name(tmp_path):
     path = tmp_path / "iq.gguf"
     meta = {"general.architecture": "llama", "tokenizer.ggml.model": "gpt2"}
     write_gguf(path, meta, [("token_embd.weight", np.zeros((8, 256), np.float32), "Q8_0"),
-                            ("blk.0.ffn_down.weight", np.zeros((8, 256), np.float32), "IQ4_XS")])
+                            ("blk.0.ffn_down.weight", np.zeros((8, 256), np.float32), "IQ2_XXS")])
     assert one_line_error(str(path)) == (
-        "tensor blk.0.ffn_down.weight is IQ4_XS: i-quants are not supported; F32, F16, BF16, "
-        "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K are supported")
+        "tensor blk.0.ffn_down.weight is IQ2_XXS: 2- and 3-bit i-quants pick each group from "
+        "a lattice codebook MLX has no layout for, and no requantization width is measured "
+        "for them here; use an IQ4_XS, Q4_K_M or larger file")
 
 
 def test_other_architecture_is_refused(tmp_path, source):
     path = tmp_path / "phi.gguf"
     write(path, source, "Q8_0", arch="phi3")
     assert one_line_error(str(path)).startswith(
-        "architecture 'phi3' is not supported (only llama, qwen2, qwen3, gemma2, gemma3)")
+        "architecture 'phi3' is not supported (only llama, qwen2, qwen3, gemma2, gemma3, "
+        "qwen2moe, qwen3moe)")
 
 
 def test_old_gguf_version_is_refused(tmp_path):

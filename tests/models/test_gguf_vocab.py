@@ -21,8 +21,14 @@ LLAMA3 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L
           r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
          r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Mistral's tokenizer.json (tekken), as written there. llama.cpp rewrites its case
+# classes as ((?=[\p{L}])([^a-z])) for std::regex, which splits non-ASCII capitals
+# apart (" ÉCOLE" -> " É", "COLE"); the model was trained on this form.
+TEKKEN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+          r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+          r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 SAMPLES = ["Hello world 1234567 it's", "IT'S   spaced\n\n  lines\t!", "café €12,345.67 Zürich",
-           "x=a+b;// 42ms", "日本語のテキスト 2024年"]
+           "x=a+b;// 42ms", "日本語のテキスト 2024年", "HTTPServer camelCaseWord ÉCOLE a/b\n/c"]
 CONFIG = {**BASE, "model_type": "llama", "rope_theta": 10000.0}
 
 
@@ -34,17 +40,23 @@ def gguf_with_vocab(tmp_path, name: str, **tokenizer_meta):
     return path
 
 
-@pytest.mark.parametrize("pre, pattern", [("llama-bpe", LLAMA3), ("qwen2", QWEN2)])
+@pytest.mark.parametrize("pre, pattern", [("llama-bpe", LLAMA3), ("qwen2", QWEN2),
+                                          ("tekken", TEKKEN)])
 def test_bpe_pre_tokenizer_splits_like_llama_cpp(tmp_path, pre, pattern):
     folder = import_gguf(gguf_with_vocab(tmp_path, pre, **{"tokenizer.ggml.pre": pre}))
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
     chars = _byte_chars()
     for text in SAMPLES:
         ours = [piece for piece, _ in tok.pre_tokenizer.pre_tokenize_str(text)]
-        theirs = ["".join(chars[b] for b in p.encode()) for p in regex.findall(pattern, text)]
+        theirs = ["".join(chars[b] for b in m.group().encode())
+                  for m in regex.finditer(pattern, text)]
         assert ours == theirs, text
     digits = [piece for piece, _ in tok.pre_tokenizer.pre_tokenize_str("1234567")]
     assert digits == (["123", "456", "7"] if pre == "llama-bpe" else list("1234567"))
+    # the vocabulary round-trips: every token string to its id, text through ids
+    assert all(tok.token_to_id(t) == i for i, t in enumerate(TOKENS))
+    for text in SAMPLES:
+        assert tok.decode(tok.encode(text, add_special_tokens=False).ids) == text
 
 
 def test_unknown_pre_tokenizer_is_refused(tmp_path):

@@ -77,6 +77,7 @@ async def test_send_shows_the_reply_and_the_engine_figures(tmp_path, tiny):
         assert gauge(app, "#weights-text") == (
             f"{human_bytes(state.weights_bytes)} in memory\n"
             f"{fmt_bits_per_weight(state.bits_per_weight, conv.model_info.scales_dtype)}\n"
+            "computes in float32\n"  # a float model: no format besides its dtype
             f"peak memory {human_bytes(state.peak_memory_bytes)}")
         assert gauge(app, "#live-text") == "idle"
         assert state.cached_tokens == st.context_used and state.kv_bytes == st.kv_bytes

@@ -3,6 +3,7 @@ import time
 from mlxchat.chat import TurnStats, relative_time
 from mlxchat.tui.formatting import (
     fmt_bits_per_weight,
+    fmt_precision,
     kv_bits_label,
     kv_room,
     transcript_stats_line,
@@ -13,6 +14,13 @@ from mlxchat.units import fmt_gauge_percent
 
 def test_bits_per_weight():
     assert fmt_bits_per_weight(4.5) == "4.50 bits/weight"
+
+
+def test_precision_line_names_the_format_and_the_compute_dtype():
+    assert fmt_precision("int4 (g32)", "float32") == "int4 g32 · computes in float32"
+    assert fmt_precision("int4 (g32) + int8 (g32)", "bfloat16") == \
+        "int4 g32 + int8 g32 · computes in bfloat16"
+    assert fmt_precision("float32", "float32") == "computes in float32"
 
 
 def test_percent_rounds_down_and_levels_switch_at_80_and_95():

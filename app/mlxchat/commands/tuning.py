@@ -9,8 +9,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mlxchat.chat import (CONTEXT_POLICIES, GENERATION_RULES, HISTORY_MODES, REASONING_EFFORTS,
-                          SPECULATIVE_MODES, GenerationSettings, generation_problem, human_bytes)
+from mlxchat.chat import (COMPUTE_DTYPES, CONTEXT_POLICIES, GENERATION_RULES, HISTORY_MODES,
+                          REASONING_EFFORTS, SPECULATIVE_MODES, GenerationSettings,
+                          generation_problem, human_bytes)
 from mlxchat.commands import speculation
 from mlxchat.commands.base import (
     Args,
@@ -66,6 +67,10 @@ def _optional_word(name: str, raw: str) -> Any:
     return None if raw.lower() in ("none", "default") else _allowed(name, raw.lower(), raw)
 
 
+def _dtype_word(name: str, raw: str) -> Any:
+    return None if raw.lower() in ("auto", "none", "default") else _allowed(name, raw.lower(), raw)
+
+
 def _switch(name: str, raw: str) -> Any:
     words = {"on": True, "true": True, "yes": True, "off": False, "false": False, "no": False,
              "none": None, "default": None}
@@ -102,6 +107,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("speculative", _policy, ", ".join(SPECULATIVE_MODES), SPECULATIVE_MODES),
     Setting("draft", lambda name, raw: raw, "off, auto or a model spec", ("auto", "off")),
     Setting("draft_tokens", _ranged(int), "1 to 16"),
+    Setting("compute_dtype", _dtype_word, "auto, " + ", ".join(COMPUTE_DTYPES),
+            ("auto", *COMPUTE_DTYPES)),
 )}
 
 
@@ -181,6 +188,10 @@ def set_(ctx: CommandContext, args: Args) -> CommandResult:
     if setting.name == "kv_bits":
         note = (" The next turn quantizes the cache." if value else
                 " The next turn recomputes the cache at full precision.")
+    if setting.name == "compute_dtype":
+        dtype = value or conv.model_info.default_compute_dtype
+        if dtype != conv.model_info.compute_dtype:
+            note = f" The next turn computes in {dtype}: a new token ledger, the cache cold."
     return CommandResult.info(f"{setting.name} = {show(value)} {where}.{note}",
                               clear_input=True)
 
@@ -269,7 +280,10 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
                 f" total · {_params(info.active_parameter_count)} active per token"
                 if 0 < info.active_parameter_count < info.parameter_count else "")),
             ("quantization", info.quantization + (f", scales {info.scales_dtype}"
-                                                  if info.scales_dtype not in ("", "-") else "")),
+                                                  if info.scales_dtype not in ("", "-") else "")
+             + f" · computes in {info.compute_dtype}"
+             + ("" if info.compute_dtype == info.default_compute_dtype
+                else f" (this session; default {info.default_compute_dtype})")),
             ("bits per weight", f"{info.bits_per_weight:.2f} in memory"
              + (f" ({info.scales_dtype} scales)" if info.scales_dtype not in ("", "-") else "")),
             ("weights in memory", human_bytes(info.weights_bytes)),

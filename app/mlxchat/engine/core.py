@@ -34,7 +34,8 @@ from mlxchat.engine.speculative import Stream, trim_problem
 from mlxchat.engine.template_delta import TemplateOptions
 from mlxchat.engine.view import LiveView, view_of
 from mlxchat.engine.worker import EngineThread
-from mlxchat.models.info import LoadedModel, ModelInfo
+from mlxchat.models import precision
+from mlxchat.models.info import LoadedModel, ModelInfo, recast
 
 _DONE = object()
 ABANDONED = object()
@@ -157,8 +158,13 @@ class ChatEngine:
         ``tokens`` were planned) leaves the cache alone. Returns the tokens the
         cache holds from typing prefill (0 when it was left alone)."""
         wanted = list(tokens)
-        return self._typing.run(lambda: self._typing.extend(
-            self._live, wanted, kv_bits=settings.kv_bits, floor=floor) if current() else 0)
+
+        def extend() -> int:
+            if not current():
+                return 0
+            self._match_compute(settings.compute_dtype)
+            return self._typing.extend(self._live, wanted, kv_bits=settings.kv_bits, floor=floor)
+        return self._typing.run(extend)
 
     def supersede_typing(self) -> None:
         """Stop a running or queued typing prefill (a turn takes precedence)."""
@@ -231,6 +237,19 @@ class ChatEngine:
                 self._live.reset("model changed", report=True)
                 self._refresh_state()
         self._call(job)
+
+    def _match_compute(self, wanted: str | None) -> None:
+        """Cast the model to the session's compute dtype (None: the policy's);
+        the cache, computed in the other one, starts cold."""
+        info = self._loaded.info
+        dtype = wanted or info.default_compute_dtype
+        if dtype == info.compute_dtype == precision.current_dtype(self._loaded.model):
+            return  # (the arrays are asked too: another engine may have cast them)
+        had = bool(self._live.tokens)
+        self._loaded = recast(self._loaded, dtype)
+        self._start_cold()
+        if had:
+            self._live.reset("compute dtype changed", report=True)
 
     def _start_cold(self) -> None:
         self._live = self._new_live()
@@ -331,6 +350,7 @@ class ChatEngine:
             cache_source=live.source if live.tokens else "cold",
             weights_bytes=info.weights_bytes,
             bits_per_weight=info.bits_per_weight, scales_dtype=info.scales_dtype,
+            quantization=info.quantization, compute_dtype=info.compute_dtype,
             peak_memory_bytes=mx.get_peak_memory(),
             draft_model=self._drafting.info.name if self._drafting.info else "",
             draft_kv_bytes=self._drafting.kv_bytes,
@@ -363,6 +383,7 @@ class ChatEngine:
 
     def _turn(self, planned: list[Message] | prompt.FittedPrompt,
               settings: GenerationSettings, emit: Callable[[Event], None]) -> None:
+        self._match_compute(settings.compute_dtype)
         info, live = self._loaded.info, self._live
         start = time.perf_counter()
         if isinstance(planned, prompt.FittedPrompt):

@@ -181,6 +181,11 @@ class DistributedEngine(ChatEngine):
         if loaded is not None:
             raise EngineError(self.speculation_problem("draft") or "")
 
+    def _match_compute(self, wanted: str | None) -> None:
+        if (wanted or self._loaded.info.default_compute_dtype) != self._loaded.info.compute_dtype:
+            raise EngineError(f"changing the compute dtype is {NOT_ACROSS_RANKS}: every rank "
+                              "loaded its shard in the policy's dtype; /set compute_dtype auto")
+
     def switch_model(self, loaded: LoadedModel) -> None:
         raise EngineError(f"switching models is {NOT_ACROSS_RANKS}: every rank loaded its "
                           "shard at start; restart with the other model")

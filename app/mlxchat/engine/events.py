@@ -111,6 +111,10 @@ class EngineState:
     """Of the weights as loaded (scales and biases included), not as in the file."""
     scales_dtype: str = "-"
     """dtype of the quantization scales in memory ('-' when not quantized)."""
+    quantization: str = ""
+    """The weights' format, e.g. 'int4 (g32)'."""
+    compute_dtype: str = ""
+    """What activations and the KV cache compute in (models/precision.py)."""
     peak_memory_bytes: int = 0
     draft_model: str = ""
     """The draft model's name, when one is loaded for speculative decoding."""

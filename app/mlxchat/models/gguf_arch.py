@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mlxchat.models import precision
 from mlxchat.models.errors import ModelError
 from mlxchat.models.gguf import GGUFHeader
 
@@ -26,6 +27,16 @@ _LAYER = {
 _GEMMA_LAYER = {**_LAYER, "ffn_norm": "pre_feedforward_layernorm",
                 "post_attention_norm": "post_attention_layernorm",
                 "post_ffw_norm": "post_feedforward_layernorm"}
+_MOE_LAYER = {**_LAYER, "ffn_gate_inp": "mlp.gate",
+              "ffn_gate_exps": "mlp.switch_mlp.gate_proj",
+              "ffn_up_exps": "mlp.switch_mlp.up_proj",
+              "ffn_down_exps": "mlp.switch_mlp.down_proj",
+              "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+              "ffn_up_shexp": "mlp.shared_expert.up_proj",
+              "ffn_down_shexp": "mlp.shared_expert.down_proj",
+              "ffn_gate_inp_shexp": "mlp.shared_expert_gate"}
+"""Mixture of experts: the router, the stacked experts (mlx-lm's SwitchGLU takes
+them as llama.cpp stores them, (experts, rows, columns)) and a shared expert."""
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
@@ -39,6 +50,7 @@ class Arch:
     """Gemma: the file holds 1 + w for every norm weight."""
     skip: tuple[str, ...] = ()
     """Tensors consumed into the config, not weights."""
+    moe: bool = False
 
 
 ARCHS = {
@@ -47,8 +59,11 @@ ARCHS = {
     "qwen3": Arch("qwen3"),
     "gemma2": Arch("gemma2", layer=_GEMMA_LAYER, norm_shift=1.0),
     "gemma3": Arch("gemma3_text", layer=_GEMMA_LAYER, norm_shift=1.0),
+    "qwen2moe": Arch("qwen2_moe", layer=_MOE_LAYER, moe=True),
+    "qwen3moe": Arch("qwen3_moe", layer=_MOE_LAYER, moe=True),
 }
 REQUIRED = ("block_count", "embedding_length", "feed_forward_length", "attention.head_count")
+MOE_REQUIRED = ("expert_count", "expert_used_count", "expert_feed_forward_length")
 
 
 def arch_of(header: GGUFHeader) -> Arch:
@@ -62,9 +77,13 @@ def arch_of(header: GGUFHeader) -> Arch:
 def check_architecture(header: GGUFHeader) -> None:
     """One-line errors for a file whose architecture or metadata we cannot map."""
     arch = arch_of(header)
-    if int(header.arch_value("expert_count", 0) or 0) > 0:
-        raise ModelError(f"mixture-of-experts GGUFs are not supported: {header.path}")
-    missing = [f"{header.architecture}.{k}" for k in REQUIRED if header.arch_value(k) is None]
+    experts = int(header.arch_value("expert_count", 0) or 0)
+    if experts and not arch.moe:
+        raise ModelError(f"a mixture-of-experts {header.architecture} GGUF is not supported "
+                         f"(only {', '.join(k for k, a in ARCHS.items() if a.moe)}): "
+                         f"{header.path}")
+    required = REQUIRED + (MOE_REQUIRED if arch.moe else ())
+    missing = [f"{header.architecture}.{k}" for k in required if header.arch_value(k) is None]
     missing += [k for k in ("tokenizer.ggml.tokens", "tokenizer.ggml.eos_token_id")
                 if k not in header.metadata]
     if missing:
@@ -179,6 +198,33 @@ def _gemma_extras(header: GGUFHeader, c: dict) -> dict:
     return extras
 
 
+def _moe_extras(header: GGUFHeader, arch: Arch) -> dict:
+    extras = {"num_experts": int(header.arch_value("expert_count")),
+              "num_experts_per_tok": int(header.arch_value("expert_used_count")),
+              "moe_intermediate_size": int(header.arch_value("expert_feed_forward_length"))}
+    if arch.model_type == "qwen3_moe":  # llama.cpp renormalises the top k for qwen3moe
+        extras.update(decoder_sparse_step=1, mlp_only_layers=[], norm_topk_prob=True)
+    else:
+        shared = header.arch_value("expert_shared_feed_forward_length")
+        t = header.tensor("blk.0.ffn_up_shexp.weight")
+        extras["shared_expert_intermediate_size"] = int(shared or (t.shape[0] if t else 0))
+    return extras
+
+
+def active_parameters(header: GGUFHeader) -> tuple[int, int]:
+    """(total, active per token) parameters of the file's tensors: a routed expert
+    stack counts k/E toward the active figure, everything else in full."""
+    experts = int(header.arch_value("expert_count", 0) or 0)
+    used = int(header.arch_value("expert_used_count", 0) or 0)
+    total = active = 0
+    for t in header.tensors:
+        n = int(np.prod(t.shape))
+        total += n
+        routed = experts and "_exps." in t.name
+        active += n * used // experts if routed else n
+    return total, active
+
+
 def build_config(header: GGUFHeader, quantization: dict | None) -> dict:
     """config.json for mlx-lm from the GGUF metadata."""
     arch, m = arch_of(header), header.metadata
@@ -212,6 +258,9 @@ def build_config(header: GGUFHeader, quantization: dict | None) -> dict:
         config["rope_scaling"] = scaling
     if arch.norm_shift:
         config.update(_gemma_extras(header, config))
+    if arch.moe:
+        config.update(_moe_extras(header, arch))
+    config["compute_dtype"] = precision.import_record(arch.model_type)
     if quantization:
         config["quantization"] = quantization
         config["quantization_config"] = quantization

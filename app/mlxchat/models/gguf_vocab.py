@@ -21,6 +21,11 @@ SPLIT_PATTERNS: dict[str, str | None] = {
     "llama-bpe": _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|" + _TAIL,
     "llama3": _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|" + _TAIL,
     "qwen2": _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|" + _TAIL,
+    # Mistral Nemo 2407, Mistral Small 3.x: tokenizer.json's regex, which the model
+    # was trained with (llama.cpp's std::regex rewrite splits " ÉCOLE" as " É" "COLE")
+    "tekken": (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+               r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+               r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
 }
 PLAIN_TEMPLATE = (
     "{{ bos_token if add_bos else '' }}{% for message in messages %}"

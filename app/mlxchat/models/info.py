@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
-from mlx.utils import tree_flatten, tree_map
+from mlx.utils import tree_flatten
+
+from mlxchat.models import precision
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,14 @@ class ModelInfo:
     """dtype of quantization scales/biases in memory (float32 on the CPU path)."""
     device: str
     """'cpu' or 'gpu'."""
+    model_fingerprint: str = ""
+    """``fingerprint`` at the policy's compute dtype, kept when a session casts
+    the model to another: the token ledger's model key (the session's own dtype
+    goes into the key apart)."""
+    compute_dtype: str = "float32"
+    """What activations and the KV cache compute in (models/precision.py)."""
+    default_compute_dtype: str = "float32"
+    """What the policy picks for this model on this device (a session may override it)."""
     num_layers: int = 0
     kv_heads: int = 0
     head_dim: int = 0
@@ -67,36 +77,6 @@ class LoadedModel:
 
 def on_cpu() -> bool:
     return mx.default_device().type == mx.cpu
-
-
-def use_cpu_precision(model: nn.Module) -> None:
-    """On the CPU device keep every float parameter in float32.
-
-    Quantized matmul with half-precision scales and activations is ~30x slower
-    on the Linux CPU backend than with float32 ones (measured on mlx[cpu];
-    bench/model.py compares the loaded model with raw mlx-lm).
-    """
-    halves = (mx.float16, mx.bfloat16)
-    model.update(tree_map(lambda x: x.astype(mx.float32) if x.dtype in halves else x,
-                          model.parameters()))
-    mx.eval(model.parameters())
-
-
-def use_gpu_precision(model: nn.Module) -> None:
-    """On the GPU keep quantization scales and biases in float16, as MLX's own
-    conversions do. Exact K-quant repacks store float32 scales; left so, they
-    would turn every activation and the KV cache float32 (relative scale error
-    of the cast: at most 2**-11)."""
-    updates = []
-    for name, module in model.named_modules():
-        if hasattr(module, "bits") and getattr(module, "scales", None) is not None:
-            if module.scales.dtype == mx.float32:
-                updates.append((f"{name}.scales", module.scales.astype(mx.float16)))
-                if getattr(module, "biases", None) is not None:
-                    updates.append((f"{name}.biases", module.biases.astype(mx.float16)))
-    if updates:
-        model.load_weights(updates, strict=False)
-        mx.eval(model.parameters())
 
 
 def weights_bytes(model: nn.Module) -> int:
@@ -207,8 +187,30 @@ def folder_fingerprint(folder: Path, precision: str) -> str:
     return h.hexdigest()[:24]
 
 
+def _fingerprint(path: Path, device: str, scales: str, quant: str, compute: str) -> str:
+    # The dominant format only, as before mixed formats were named: snapshots stay valid.
+    precision_key = f"{device}:{scales}:{quant.split(' + ')[0]}"
+    if scales not in ("-", compute):  # MXFP4's uint8 scales do not say it
+        precision_key += f":computes {compute}"
+    return folder_fingerprint(path, precision_key)
+
+
+def recast(loaded: LoadedModel, dtype: str) -> LoadedModel:
+    """``loaded`` computing in ``dtype`` (its parameters cast in place, from the
+    folder's stored values): the same model, a new fingerprint."""
+    info = loaded.info
+    precision.apply(loaded.model, dtype, folder=Path(info.path))
+    quant, scales = quantization_label(loaded.model)
+    compute = precision.current_dtype(loaded.model)
+    return LoadedModel(loaded.model, loaded.tokenizer, replace(
+        info, compute_dtype=compute, scales_dtype=scales,
+        weights_bytes=weights_bytes(loaded.model),
+        bits_per_weight=weights_bytes(loaded.model) * 8 / max(info.parameter_count, 1),
+        fingerprint=_fingerprint(Path(info.path), info.device, scales, quant, compute)))
+
+
 def describe(model: nn.Module, tokenizer: Any, config: dict, *, name: str, spec: str,
-             path: Path) -> ModelInfo:
+             path: Path, default_compute_dtype: str | None = None) -> ModelInfo:
     """Build the ModelInfo of a model already loaded (and cast for this device)."""
     from mlxchat.models.markup import markup_of
 
@@ -216,6 +218,7 @@ def describe(model: nn.Module, tokenizer: Any, config: dict, *, name: str, spec:
     nbytes = weights_bytes(model)
     quant, scales = quantization_label(model)
     device = "cpu" if on_cpu() else "gpu"
+    compute = precision.current_dtype(model)
     text_cfg = config.get("text_config", config)
     heads = text_cfg.get("num_attention_heads", 0)
     hidden = text_cfg.get("hidden_size", 0)
@@ -231,11 +234,13 @@ def describe(model: nn.Module, tokenizer: Any, config: dict, *, name: str, spec:
         weights_bytes=nbytes,
         context_window=int(context),
         chat_template_hash=template_hash(tokenizer),
-        # The dominant format only, as before mixed formats were named: snapshots stay valid.
-        fingerprint=folder_fingerprint(path, f"{device}:{scales}:{quant.split(' + ')[0]}"),
+        fingerprint=(fingerprint := _fingerprint(path, device, scales, quant, compute)),
+        model_fingerprint=fingerprint,
         quantization=quant,
         scales_dtype=scales,
         device=device,
+        compute_dtype=compute,
+        default_compute_dtype=default_compute_dtype or compute,
         num_layers=len(getattr(model, "layers", [])),
         kv_heads=text_cfg.get("num_key_value_heads", heads) or 0,
         head_dim=text_cfg.get("head_dim") or (hidden // heads if heads else 0),

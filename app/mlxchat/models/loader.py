@@ -11,11 +11,10 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.utils import load_model, load_tokenizer, maybe_set_recommended_wired_limit
 
-from mlxchat.models import memory
+from mlxchat.models import memory, precision
 from mlxchat.models.errors import ModelError
 from mlxchat.models.sharding import ShardPlan, apply_plan, plan_split, split_fingerprint
-from mlxchat.models.info import (LoadedModel, describe, on_cpu, use_cpu_precision,
-                                 use_gpu_precision)
+from mlxchat.models.info import LoadedModel, describe, on_cpu
 
 __all__ = ["ModelError", "load_folder"]
 
@@ -30,14 +29,14 @@ def _config(folder: Path) -> dict:
 
 
 def _fit(folder: Path, config: dict, name: str, context_window: int | None,
-         available: memory.Available | None, ranks: int = 1) -> memory.Fit:
+         available: memory.Available | None, compute_dtype: str,
+         ranks: int = 1) -> memory.Fit:
     """The context that fits; split over ``ranks``, each rank holds its share
     of the weights and of the KV cache (heads or layers)."""
     cfg = config.get("text_config", config)
     native = int(config.get("max_position_embeddings") or cfg.get("max_position_embeddings")
                  or 4096)
-    dtype_bytes = 4 if on_cpu() else 2  # the CPU path runs float32 (info.use_cpu_precision)
-    layout = memory.kv_layout(config, dtype_bytes)
+    layout = memory.kv_layout(config, precision.bytes_per_value(compute_dtype))
     if ranks > 1:
         layout = replace(layout, full_bytes_per_token=-(-layout.full_bytes_per_token // ranks),
                          sliding_bytes_per_token=-(-layout.sliding_bytes_per_token // ranks))
@@ -50,7 +49,8 @@ def _fit(folder: Path, config: dict, name: str, context_window: int | None,
 def load_folder(folder: Path, *, name: str | None = None, spec: str | None = None,
                 context_window: int | None = None, rope_scaling: dict | None = None,
                 available: memory.Available | None = _UNSET,
-                split: tuple[ShardPlan, Any] | None = None) -> LoadedModel:
+                split: tuple[ShardPlan, Any] | None = None,
+                compute_dtype: str | None = None) -> LoadedModel:
     """Load the MLX model in ``folder`` (config.json, *.safetensors, tokenizer).
 
     Refuses (ModelError, one line with the numbers) a model whose weights leave
@@ -61,6 +61,7 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     ``split`` (a plan and an ``mx.distributed`` group) loads only this rank's
     shard: the plan is checked against the config and the memory fit counts
     one rank's share before any weight is read.
+    ``compute_dtype`` overrides the policy's (models/precision.py).
     """
     folder = Path(folder)
     if not (folder / "config.json").is_file():
@@ -72,7 +73,9 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
         available = memory.available_memory()
     if split is not None:
         plan_split(config, split[1].size(), name=name or folder.name, mode=split[0].mode)
-    fit = _fit(folder, config, name or folder.name, context_window, available,
+    default = precision.default_dtype(config, cpu=on_cpu())
+    dtype = compute_dtype or default
+    fit = _fit(folder, config, name or folder.name, context_window, available, dtype,
                ranks=split[1].size() if split else 1)
     try:
         model, config = load_model(folder, lazy=split is not None, model_config=(
@@ -84,16 +87,14 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     except (ValueError, FileNotFoundError, KeyError, OSError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ModelError(f"cannot load the model in {folder}: {reason}") from None
-    if on_cpu():
-        use_cpu_precision(model)
-    else:
-        use_gpu_precision(model)
+    precision.apply(model, dtype)
+    if not on_cpu():
         # As mlx-lm does: keep the weights wired (a no-op where the device
         # reports no recommended working set).
         maybe_set_recommended_wired_limit()
     config = {**config, "max_position_embeddings": fit.context}
     info = describe(model, tokenizer, config, name=name or folder.name,
-                    spec=spec or str(folder), path=folder)
+                    spec=spec or str(folder), path=folder, default_compute_dtype=default)
     if split is not None:
         info = replace(info, fingerprint=split_fingerprint(info.fingerprint, split[0],
                                                            split[1].rank()))

@@ -23,6 +23,10 @@ def import_report(folder: Path) -> str:
         if isinstance(row, dict):
             rows.append((name, str(row["tensors"]), row["became"], f"{row['bits_per_weight']:.2f}"))
     lines = [_table(rows)] if len(rows) > 1 else []
+    params = meta.get("parameters") or {}
+    if params.get("total"):
+        lines.append(f"parameters: {params['total']:,} total, {params['active']:,} active per "
+                     "token" + (" (experts routed)" if params["active"] < params["total"] else ""))
     lines += [f"note: {n}" for n in meta.get("notes", [])]
     return "\n".join(lines)
 

@@ -46,13 +46,14 @@ def _quantization(header) -> str:
 
 
 def inspect(store: str, spec: str, path: Path) -> FoundModel:
-    """Read one GGUF's header: its quantization and whether we can import it."""
-    from mlxchat.models.gguf import read_header
+    """Read one GGUF's header, its arrays stepped over (gguf_summary): its
+    quantization and whether we can import it."""
     from mlxchat.models.gguf_import import check_file
+    from mlxchat.models.gguf_summary import read_summary
 
     size = path.stat().st_size if path.is_file() else None
     try:
-        header = read_header(path)
+        header = read_summary(path)
     except ModelError as exc:
         return FoundModel(store, spec, size, "?", False, str(exc))
     try:

@@ -47,17 +47,23 @@ def options_for(session: Session, settings: GenerationSettings | None = None
                            reasoning_effort=settings.reasoning_effort)
 
 
-def key_for(engine: Engine, session: Session, options: TemplateOptions) -> str:
-    """model+template · system prompt · template options. The thinking switch
-    is left out: it changes only the generation prompt of the turns after it,
-    never the tokens earlier messages were sent with."""
+def key_for(engine: Engine, session: Session, options: TemplateOptions, *,
+            compute_dtype: str | None = None) -> str:
+    """model+template · system prompt · template options (and the session's
+    compute dtype where it is not the model's default: the cache differs). The
+    thinking switch is left out: it changes only the generation prompt of the
+    turns after it, never the tokens earlier messages were sent with."""
     info = engine.info
     kept = replace(options, enable_thinking=None)
     system = _short_hash(session.system_prompt or "")
     if session.pins:  # sessions without pins keep the keys they always had
         system += "+" + _short_hash(session.context_system or "")
-    return ":".join((_short_hash(info.fingerprint + info.chat_template_hash),
-                     system, _short_hash(repr(kept))))
+    computes = ""
+    if compute_dtype and compute_dtype != info.default_compute_dtype:
+        computes = "+" + compute_dtype
+    return ":".join((_short_hash((info.model_fingerprint or info.fingerprint)
+                                 + info.chat_template_hash),
+                     system, _short_hash(repr(kept)) + computes))
 
 
 def _key_change(old: str | None, new: str) -> str:
@@ -70,6 +76,8 @@ def _key_change(old: str | None, new: str) -> str:
         if parts[0][1].split("+")[0] == parts[1][1].split("+")[0]:
             return "pinned documents changed"
         return "system prompt changed"
+    if parts[0][2].split("+")[0] == parts[1][2].split("+")[0]:
+        return "compute dtype changed: new token ledger"
     return "template options changed: new token ledger"
 
 
@@ -97,7 +105,7 @@ class Ledger:
         self.session = session
         self.settings = settings
         self.options = options_for(session, settings)
-        self.key = key_for(engine, session, self.options)
+        self.key = key_for(engine, session, self.options, compute_dtype=settings.compute_dtype)
 
     def _with_system(self, messages: Sequence[Message]) -> list[Message]:
         system = self.session.context_system

@@ -33,6 +33,14 @@ def fmt_bits_per_weight(bpw: float, scales_dtype: str | None = None) -> str:
     return f"{bpw:.2f} bits/weight{scales}"
 
 
+def fmt_precision(quantization: str, compute_dtype: str) -> str:
+    """'int4 g32 · computes in float32': the weights' format and the activations' dtype."""
+    weights = quantization.replace(" (g", " g").replace(")", "")
+    if weights in ("", compute_dtype):  # a float model: its dtype says it already
+        return f"computes in {compute_dtype}"
+    return f"{weights} · computes in {compute_dtype}"
+
+
 def usage_level(part: int, whole: int) -> Level:
     """'warning' from 80% of ``whole``, 'error' from 95% (integer maths, no float edge)."""
     if whole <= 0:

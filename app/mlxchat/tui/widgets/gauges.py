@@ -19,6 +19,7 @@ from mlxchat.session import EngineState, PrefillProgress
 from mlxchat.tui.formatting import (
     cache_source_label,
     fmt_bits_per_weight,
+    fmt_precision,
     kv_bits_label,
     kv_room,
     speculation_text,
@@ -257,6 +258,8 @@ class GaugesPanel(Vertical):
                    (f"{escape(state.layout)}\n" if state.layout else "")
                    + f"{human_bytes(state.weights_bytes)} in memory\n"
                    f"{fmt_bits_per_weight(state.bits_per_weight, state.scales_dtype)}\n"
+                   + (f"{fmt_precision(state.quantization, state.compute_dtype)}\n"
+                      if state.compute_dtype else "") +
                    f"peak memory {human_bytes(state.peak_memory_bytes)}")
         self._text("#compact-context",
                    f"{fmt_gauge_percent(used, window)} {fmt_int(used)}/{fmt_int(window)}"
