@@ -72,6 +72,23 @@ def tool_signature(calls: Any, param: str) -> str:
     return json.dumps(canonical, sort_keys=True, ensure_ascii=False)
 
 
+def tool_definitions(tools: Any, choice: Any) -> str | None:
+    """OpenAI's ``tools`` as canonical JSON for the template (None: no tools)."""
+    if choice not in (None, "auto", "none"):
+        raise ApiError(400, "Only tool_choice 'auto' or 'none' is supported.",
+                       param="tool_choice", code="unsupported_parameter")
+    if not tools or choice == "none":
+        return None
+    if not isinstance(tools, list):
+        raise bad_field("tools", "'tools' must be a list.")
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" \
+                or not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise bad_field(f"tools[{i}]", "A tool needs type 'function' and function.name.")
+    return json.dumps(tools, sort_keys=True, ensure_ascii=False)
+
+
 def _messages(data: dict[str, Any]) -> tuple[str | None, list[IncomingMessage]]:
     if "messages" not in data:
         raise missing_field("messages")
@@ -87,6 +104,9 @@ def _messages(data: dict[str, Any]) -> tuple[str | None, list[IncomingMessage]]:
         if "role" not in m:
             raise missing_field(f"{where}.role")
         role = m["role"]
+        if role == "tool":
+            raise ApiError(400, "Tool results (role 'tool') are not supported by this "
+                           "server yet.", param=f"{where}.role", code="unsupported_parameter")
         if role not in ROLES:
             raise bad_field(f"{where}.role", f"Role {role!r} is not supported; use one of "
                             + ", ".join(ROLES) + ".")
@@ -173,9 +193,6 @@ def openai_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest
     n = _whole(data, "n", 1)
     if n not in (None, 1):
         raise bad_field("n", "Only one choice per request (n = 1) is supported.")
-    if data.get("tools"):
-        raise ApiError(400, "Tools are not supported by this server yet.", param="tools",
-                       code="unsupported_parameter")
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_field("stream", "'stream' must be true or false.")
@@ -183,6 +200,9 @@ def openai_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest
     if not isinstance(options, dict):
         raise bad_field("stream_options", "'stream_options' must be an object.")
     settings = sampling(data, max_names=("max_tokens", "max_completion_tokens"))
+    tools = tool_definitions(data.get("tools"), data.get("tool_choice"))
+    if tools:
+        settings["tools"] = tools
     turn = ApiRequest(system, messages, settings, session_name(data, header_session))
     return ChatRequest(model, turn, stream, _stop(data.get("stop")),
                        bool(options.get("include_usage")))

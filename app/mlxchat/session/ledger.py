@@ -44,20 +44,22 @@ def options_for(session: Session, settings: GenerationSettings | None = None
     the turn's thinking switch and reasoning effort."""
     settings = settings or session.settings
     return TemplateOptions(date=session.created, enable_thinking=settings.thinking,
-                           reasoning_effort=settings.reasoning_effort)
+                           reasoning_effort=settings.reasoning_effort, tools=settings.tools)
 
 
 def key_for(engine: Engine, session: Session, options: TemplateOptions) -> str:
-    """model+template · system prompt · template options. The thinking switch
-    is left out: it changes only the generation prompt of the turns after it,
-    never the tokens earlier messages were sent with."""
+    """model+template · system prompt · template options (with the tools, which
+    the template renders for every message). The thinking switch is left out:
+    it changes only the generation prompt of the turns after it, never the
+    tokens earlier messages were sent with."""
     info = engine.info
     kept = replace(options, enable_thinking=None)
     system = _short_hash(session.system_prompt or "")
     if session.pins:  # sessions without pins keep the keys they always had
         system += "+" + _short_hash(session.context_system or "")
+    rendered = repr(kept) + (f"tools={options.tools}" if options.tools else "")
     return ":".join((_short_hash(info.fingerprint + info.chat_template_hash),
-                     system, _short_hash(repr(kept))))
+                     system, _short_hash(rendered)))
 
 
 def _key_change(old: str | None, new: str) -> str:
@@ -70,7 +72,7 @@ def _key_change(old: str | None, new: str) -> str:
         if parts[0][1].split("+")[0] == parts[1][1].split("+")[0]:
             return "pinned documents changed"
         return "system prompt changed"
-    return "template options changed: new token ledger"
+    return "template options or tools changed: new token ledger"
 
 
 def branch_ids(messages: Sequence[Message], key: str) -> tuple[list[int] | None, str | None]:
