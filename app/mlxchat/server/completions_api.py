@@ -20,7 +20,7 @@ from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.engine.prompt import FittedPrompt
 from mlxchat.server.errors import ApiError, bad_field, missing_field
 from mlxchat.server.openai_api import usage
-from mlxchat.server.requests import _stop, _whole, parse_json, sampling
+from mlxchat.server.requests import openai_common, parse_json, sampling, stop_strings
 from mlxchat.server.service import ChatService, Finished, Piece, StopWatch
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
 
@@ -38,11 +38,7 @@ class CompletionRequest:
 
 
 def parse(data: dict[str, Any]) -> CompletionRequest:
-    model = data.get("model")
-    if model is None:
-        raise missing_field("model")
-    if not isinstance(model, str):
-        raise bad_field("model", "'model' must be a string.")
+    common = openai_common(data)
     if "prompt" not in data:
         raise missing_field("prompt")
     prompt = data["prompt"]
@@ -50,22 +46,14 @@ def parse(data: dict[str, Any]) -> CompletionRequest:
         prompt = prompt[0]
     if not isinstance(prompt, str) or not prompt:
         raise bad_field("prompt", "'prompt' must be a non-empty string.")
-    if _whole(data, "n", 1) not in (None, 1):
-        raise bad_field("n", "Only one choice per request (n = 1) is supported.")
     for name in ("echo", "logprobs", "suffix", "best_of"):
         if data.get(name) not in (None, False, 1 if name == "best_of" else None):
             raise ApiError(400, f"'{name}' is not supported by this server.", param=name,
                            code="unsupported_parameter")
-    stream = data.get("stream", False)
-    if not isinstance(stream, bool):
-        raise bad_field("stream", "'stream' must be true or false.")
-    options = data.get("stream_options") or {}
-    if not isinstance(options, dict):
-        raise bad_field("stream_options", "'stream_options' must be an object.")
     settings = {"max_tokens": DEFAULT_MAX_TOKENS,
                 **sampling(data, max_names=("max_tokens",))}
-    return CompletionRequest(model, prompt, settings, stream, _stop(data.get("stop")),
-                             bool(options.get("include_usage")))
+    return CompletionRequest(common.model, prompt, settings, common.stream,
+                             stop_strings(data.get("stop")), common.include_usage)
 
 
 def _work(service: ChatService, request: CompletionRequest, cancelled: threading.Event

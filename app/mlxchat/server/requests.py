@@ -136,7 +136,7 @@ def _number(data: dict[str, Any], name: str, low: float, high: float) -> float |
     return float(value)
 
 
-def _whole(data: dict[str, Any], name: str, low: int) -> int | None:
+def whole_number(data: dict[str, Any], name: str, low: int) -> int | None:
     value = data.get(name)
     if value is None:
         return None
@@ -145,7 +145,7 @@ def _whole(data: dict[str, Any], name: str, low: int) -> int | None:
     return value
 
 
-def _stop(value: Any) -> list[str]:
+def stop_strings(value: Any) -> list[str]:
     if value is None:
         return []
     stops = [value] if isinstance(value, str) else value
@@ -167,10 +167,10 @@ def sampling(data: dict[str, Any], *, max_names: tuple[str, ...]) -> dict[str, A
             raise bad_field("top_p", "'top_p' must be above 0.")
         settings["top_p"] = top_p
     for name in max_names:
-        limit = _whole(data, name, 1)
+        limit = whole_number(data, name, 1)
         if limit is not None:
             settings["max_tokens"] = limit
-    seed = _whole(data, "seed", 0)
+    seed = whole_number(data, "seed", 0)
     if seed is not None:
         settings["seed"] = seed
     return settings
@@ -183,14 +183,23 @@ def session_name(data: dict[str, Any], header: str | None) -> str | None:
     return (header or user or "").strip() or None
 
 
-def openai_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest:
+@dataclass
+class OpenAiCommon:
+    """What OpenAI's chat and completion requests share."""
+
+    model: str
+    stream: bool
+    include_usage: bool
+
+
+def openai_common(data: dict[str, Any]) -> OpenAiCommon:
+    """``model``, ``n`` (1 only), ``stream`` and ``stream_options``, checked."""
     model = data.get("model")
     if model is None:
         raise missing_field("model")
     if not isinstance(model, str):
         raise bad_field("model", "'model' must be a string.")
-    system, messages = _messages(data)
-    n = _whole(data, "n", 1)
+    n = whole_number(data, "n", 1)
     if n not in (None, 1):
         raise bad_field("n", "Only one choice per request (n = 1) is supported.")
     stream = data.get("stream", False)
@@ -199,13 +208,19 @@ def openai_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest
     options = data.get("stream_options") or {}
     if not isinstance(options, dict):
         raise bad_field("stream_options", "'stream_options' must be an object.")
+    return OpenAiCommon(model, stream, bool(options.get("include_usage")))
+
+
+def openai_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest:
+    common = openai_common(data)
+    system, messages = _messages(data)
     settings = sampling(data, max_names=("max_tokens", "max_completion_tokens"))
     tools = tool_definitions(data.get("tools"), data.get("tool_choice"))
     if tools:
         settings["tools"] = tools
     turn = ApiRequest(system, messages, settings, session_name(data, header_session))
-    return ChatRequest(model, turn, stream, _stop(data.get("stop")),
-                       bool(options.get("include_usage")))
+    return ChatRequest(common.model, turn, common.stream, stop_strings(data.get("stop")),
+                       common.include_usage)
 
 
 def ollama_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest:
@@ -221,4 +236,4 @@ def ollama_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest
     if not isinstance(stream, bool):
         raise bad_field("stream", "'stream' must be true or false.")
     turn = ApiRequest(system, messages, settings, session_name({}, header_session))
-    return ChatRequest(model, turn, stream, _stop(options.get("stop")))
+    return ChatRequest(model, turn, stream, stop_strings(options.get("stop")))

@@ -15,6 +15,7 @@ from mlxchat.errors import MlxchatError
 from mlxchat.models.tools import ToolCall, call_markup
 from mlxchat.session.api_turns import ApiTurns, IncomingMessage
 from mlxchat.session.conversation import Conversation
+from mlxchat.session.kv_budget import Eviction, KvBudget
 from mlxchat.server.errors import ApiError, context_exceeded, queue_full, unknown_model
 from mlxchat.server.lane import EngineLane, QueueFull, Work
 from mlxchat.server.requests import ChatRequest
@@ -79,8 +80,12 @@ class StopWatch:
 class ChatService:
     """One conversation, one engine lane, every endpoint's turns."""
 
-    def __init__(self, conv: Conversation, *, max_waiting: int = 8):
+    def __init__(self, conv: Conversation, *, max_waiting: int = 8,
+                 kv_budget_bytes: int | None = None):
         self.conv = conv
+        self.kv_budget = None if kv_budget_bytes is None else KvBudget(conv.store,
+                                                                       kv_budget_bytes)
+        self.last_eviction: Eviction | None = None
         self.turns = ApiTurns(conv)
         self.lane = EngineLane(stop_running=conv.cancel, max_waiting=max_waiting)
         self.model_id = conv.model_spec
@@ -163,5 +168,7 @@ class ChatService:
         reply = parts()
         reason = "tool_calls" if reply.calls else "stop" if watch.stopped else {
             "length": "length"}.get(done.stats.finish_reason, "stop")
+        if self.kv_budget is not None:  # before the end goes out: done when the client sees it
+            self.last_eviction = self.kv_budget.enforce(in_use=turn.session_id)
         yield Finished(reply.content, done.reasoning, done.stats, reason, turn.session_id,
                        reply.calls)
