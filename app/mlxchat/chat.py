@@ -44,15 +44,13 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "draft": (lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
               "off or a model spec"),
     "draft_tokens": (lambda v: 1 <= v <= 16, "1 to 16"),
-    "tools": (lambda v: v is None or isinstance(v, str), "none or a JSON list of tools"),
 }
 """What each generation setting allows (a check and the rule in words): the one
 place the /set command, `mlxchat ask` flags and the config file are checked against."""
 
 _WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
           "draft_tokens")
-_WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft",
-          "tools")
+_WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft")
 
 
 def generation_problem(name: str, value: Any) -> str | None:
@@ -157,9 +155,6 @@ class GenerationSettings(Record):
     """The draft model's spec (an alias, repo, folder) for speculative=draft."""
     draft_tokens: int = 3
     """Tokens proposed per verifying pass of the model."""
-    tools: str | None = None
-    """Tool definitions (canonical JSON of OpenAI's ``tools`` list) the chat
-    template renders; set per request by the API server. Part of the ledger key."""
 
     def check(self) -> None:
         """Raise ValueError (one line) for the first setting out of its range."""

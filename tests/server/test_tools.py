@@ -121,6 +121,18 @@ async def test_streamed_calls_arrive_as_delta_tool_calls(qwen3):
     calls = next(d["tool_calls"] for d in deltas if "tool_calls" in d)
     assert calls[0]["index"] == 0 and calls[0]["function"]["name"] == "get_weather"
     assert chunks[-1]["choices"][0]["finish_reason"] == "tool_calls"
+    # A call cut short stays text: streamed whole, though its markup was held back.
+    cut_short = REPLY[:-len("</tool_call>")]
+    parts = reply_parts(qwen3.tokenizer, cut_short, tools=True)
+    assert parts.calls == [] and parts.content == cut_short
+
+    async def cut_end():
+        yield Finished(parts.content, "", TurnStats(), "length", 1, [])
+
+    texts = [json.loads(line[6:])["choices"][0]["delta"].get("content") or "" async for line
+             in _events(_Shape("tiny"), _Chat(), Piece("Let me check."), cut_end())
+             if line != "data: [DONE]\n\n"]
+    assert "".join(texts) == cut_short
     whole = _Shape("tiny").completion(end)["choices"][0]
     assert whole["finish_reason"] == "tool_calls"
     assert whole["message"]["tool_calls"][0]["function"]["name"] == "get_weather"

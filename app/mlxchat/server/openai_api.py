@@ -84,10 +84,12 @@ async def _events(shape: _Shape, chat: ChatRequest, first: Piece | Finished,
         item = first
         while True:
             if isinstance(item, Finished):
-                if item.tool_calls:  # the text held back from the calls' markup, then them
-                    rest = item.content[len(sent):] if item.content.startswith(sent) else ""
-                    if rest:
-                        yield shape.chunk({"content": rest})
+                # Text held back at a call's markup (all of it when the call was cut
+                # short and stays text), then the calls.
+                rest = item.content[len(sent):] if item.content.startswith(sent) else ""
+                if rest:
+                    yield shape.chunk({"content": rest})
+                if item.tool_calls:
                     yield shape.chunk({"tool_calls": openai_calls(item.tool_calls,
                                                                   streamed=True)})
                 yield shape.chunk({}, item.finish_reason)

@@ -216,9 +216,7 @@ def openai_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest
     system, messages = _messages(data)
     settings = sampling(data, max_names=("max_tokens", "max_completion_tokens"))
     tools = tool_definitions(data.get("tools"), data.get("tool_choice"))
-    if tools:
-        settings["tools"] = tools
-    turn = ApiRequest(system, messages, settings, session_name(data, header_session))
+    turn = ApiRequest(system, messages, settings, session_name(data, header_session), tools)
     return ChatRequest(common.model, turn, common.stream, stop_strings(data.get("stop")),
                        common.include_usage)
 

@@ -138,7 +138,7 @@ class ChatService:
             self.conv.restore_snapshot()
         watch = StopWatch(request.stop)
         tokenizer = self.conv.engine.loaded.tokenizer
-        tools = bool(request.turn.settings.get("tools"))
+        tools = request.turn.tools is not None
         cut = CallCut(call_markup(tokenizer) if tools else None)
 
         def parts() -> ReplyParts:

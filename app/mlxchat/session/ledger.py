@@ -38,13 +38,13 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
-def options_for(session: Session, settings: GenerationSettings | None = None
-                ) -> TemplateOptions:
+def options_for(session: Session, settings: GenerationSettings | None = None, *,
+                tools: str | None = None) -> TemplateOptions:
     """What the session fixes for its template: the date it started, and
     the turn's thinking switch and reasoning effort."""
     settings = settings or session.settings
     return TemplateOptions(date=session.created, enable_thinking=settings.thinking,
-                           reasoning_effort=settings.reasoning_effort, tools=settings.tools)
+                           reasoning_effort=settings.reasoning_effort, tools=tools)
 
 
 def key_for(engine: Engine, session: Session, options: TemplateOptions) -> str:
@@ -94,11 +94,12 @@ def branch_ids(messages: Sequence[Message], key: str) -> tuple[list[int] | None,
 class Ledger:
     """Plans turns over one session's ledger with one engine."""
 
-    def __init__(self, engine: Engine, session: Session, settings: GenerationSettings):
+    def __init__(self, engine: Engine, session: Session, settings: GenerationSettings, *,
+                 tools: str | None = None):
         self.engine = engine
         self.session = session
         self.settings = settings
-        self.options = options_for(session, settings)
+        self.options = options_for(session, settings, tools=tools)
         self.key = key_for(engine, session, self.options)
 
     def _with_system(self, messages: Sequence[Message]) -> list[Message]:
