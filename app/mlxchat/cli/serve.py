@@ -4,6 +4,7 @@ API over it, on loopback unless given a key."""
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from mlxchat.cli.progress import progress_printer
@@ -21,6 +22,24 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--api-key", help="required of every request (Bearer token or x-api-key)")
     p.add_argument("--queue", type=int, default=8, metavar="N",
                    help="requests that may wait for the engine before 503 (default 8)")
+    p.add_argument("--kv-budget", default=DEFAULT_KV_BUDGET, metavar="SIZE",
+                   help="disk for the API sessions' KV segments, e.g. 8G, 500M (default "
+                   f"{DEFAULT_KV_BUDGET}); past it the least recently used sessions lose "
+                   "their segments (never their messages) and recompute when used again")
+
+
+DEFAULT_KV_BUDGET = "8G"
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_size(text: str) -> int:
+    """'8G', '500M', '1.5GB', '0' -> bytes (decimal units)."""
+    found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", text.lower())
+    if not found:
+        from mlxchat.errors import UserError
+
+        raise UserError(f"--kv-budget must be a size such as 8G or 500M; got {text!r}")
+    return int(float(found.group(1)) * _UNITS[found.group(2)])
 
 
 def run_serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -35,9 +54,10 @@ def run_serve(args: argparse.Namespace, settings: Settings) -> int:
         raise UserError(f"--port must be 0 to 65535; got {args.port}")
     if args.queue < 1:
         raise UserError(f"--queue must be at least 1; got {args.queue}")
+    budget = parse_size(args.kv_budget)
     conv = open_conversation(settings, model_spec=args.model,
                              progress=progress_printer()).conversation
-    service = ChatService(conv, max_waiting=args.queue)
+    service = ChatService(conv, max_waiting=args.queue, kv_budget_bytes=budget)
     server = RunningServer(build_app(service, api_key=args.api_key), host=args.host,
                            port=args.port)
     try:

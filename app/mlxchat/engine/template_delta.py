@@ -12,7 +12,8 @@ reply, the user turn and the generation prompt.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from mlxchat.chat import Message
@@ -39,6 +40,9 @@ class TemplateOptions:
     """Passed to templates that take it (Qwen3); None keeps the template's default."""
     reasoning_effort: str | None = None
     """'low', 'medium' or 'high' for templates that take it (gpt-oss)."""
+    tools: str | None = field(default=None, repr=False)
+    """Canonical JSON of the tool definitions passed to the template as ``tools``
+    (left out of the repr so keys without tools stay as they were)."""
 
     def kwargs(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -50,6 +54,8 @@ class TemplateOptions:
             out["enable_thinking"] = self.enable_thinking
         if self.reasoning_effort is not None:
             out["reasoning_effort"] = self.reasoning_effort
+        if self.tools:
+            out["tools"] = json.loads(self.tools)
         return out
 
 

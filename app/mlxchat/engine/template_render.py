@@ -86,6 +86,6 @@ def render(tokenizer: Any, messages: Sequence[dict[str, str]], *, generation_pro
     if tokenizer is not hf and hasattr(tokenizer, "has_thinking"):
         data.setdefault("enable_thinking", tokenizer.has_thinking)  # as mlx-lm's wrapper does
     text = _compiled(source, pinned).render(
-        messages=[dict(m) for m in messages], tools=None, documents=None,
+        messages=[dict(m) for m in messages], tools=data.pop("tools", None), documents=None,
         add_generation_prompt=generation_prompt, **{**hf.special_tokens_map, **data})
     return hf.encode(text, add_special_tokens=False) if tokenize else text

@@ -15,7 +15,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlxchat.errors import MlxchatError
-from mlxchat.server import ollama_api, openai_api
+from mlxchat.server import completions_api, ollama_api, openai_api
 from mlxchat.server.errors import ApiError, Dialect, internal
 from mlxchat.server.service import ChatService
 
@@ -95,6 +95,7 @@ def build_app(service: ChatService, *, api_key: str | None = None,
     routes = [
         Route("/v1/chat/completions", openai_api.chat_completions, methods=["POST"]),
         Route("/v1/models", openai_api.models, methods=["GET"]),
+        Route("/v1/completions", completions_api.completions, methods=["POST"]),
         Route("/api/chat", ollama_api.chat, methods=["POST"]),
         Route("/api/tags", ollama_api.tags, methods=["GET"]),
     ]

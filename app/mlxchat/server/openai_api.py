@@ -15,6 +15,7 @@ from mlxchat.chat import TurnStats
 from mlxchat.server.errors import ApiError
 from mlxchat.server.requests import ChatRequest, openai_chat, parse_json
 from mlxchat.server.service import ChatService, Finished, Piece
+from mlxchat.server.tool_calls import openai_calls
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
 
 
@@ -48,6 +49,9 @@ class _Shape:
 
     def completion(self, end: Finished) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": end.content}
+        if end.tool_calls:
+            message["content"] = end.content or None
+            message["tool_calls"] = openai_calls(end.tool_calls)
         if end.reasoning:
             message["reasoning_content"] = end.reasoning
         return {"id": self.id, "object": "chat.completion", "created": self.created,
@@ -75,14 +79,25 @@ async def chat_completions(request: Request) -> Response:
 async def _events(shape: _Shape, chat: ChatRequest, first: Piece | Finished,
                   items: AsyncIterator[Piece | Finished]) -> AsyncIterator[str]:
     yield shape.chunk({"role": "assistant", "content": ""})
+    sent = ""
     try:
         item = first
         while True:
             if isinstance(item, Finished):
+                # Text held back at a call's markup (all of it when the call was cut
+                # short and stays text), then the calls.
+                rest = item.content[len(sent):] if item.content.startswith(sent) else ""
+                if rest:
+                    yield shape.chunk({"content": rest})
+                if item.tool_calls:
+                    yield shape.chunk({"tool_calls": openai_calls(item.tool_calls,
+                                                                  streamed=True)})
                 yield shape.chunk({}, item.finish_reason)
                 if chat.include_usage:
                     yield shape.usage_chunk(item.stats)
                 break
+            if item.part != "reasoning":
+                sent += item.text
             yield shape.chunk(_delta(item))
             item = await anext(items)
     except ApiError as exc:  # after the status went out: said in the stream

@@ -72,6 +72,23 @@ def tool_signature(calls: Any, param: str) -> str:
     return json.dumps(canonical, sort_keys=True, ensure_ascii=False)
 
 
+def tool_definitions(tools: Any, choice: Any) -> str | None:
+    """OpenAI's ``tools`` as canonical JSON for the template (None: no tools)."""
+    if choice not in (None, "auto", "none"):
+        raise ApiError(400, "Only tool_choice 'auto' or 'none' is supported.",
+                       param="tool_choice", code="unsupported_parameter")
+    if not tools or choice == "none":
+        return None
+    if not isinstance(tools, list):
+        raise bad_field("tools", "'tools' must be a list.")
+    for i, tool in enumerate(tools):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(tool, dict) or tool.get("type") != "function" \
+                or not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
+            raise bad_field(f"tools[{i}]", "A tool needs type 'function' and function.name.")
+    return json.dumps(tools, sort_keys=True, ensure_ascii=False)
+
+
 def _messages(data: dict[str, Any]) -> tuple[str | None, list[IncomingMessage]]:
     if "messages" not in data:
         raise missing_field("messages")
@@ -87,6 +104,9 @@ def _messages(data: dict[str, Any]) -> tuple[str | None, list[IncomingMessage]]:
         if "role" not in m:
             raise missing_field(f"{where}.role")
         role = m["role"]
+        if role == "tool":
+            raise ApiError(400, "Tool results (role 'tool') are not supported by this "
+                           "server yet.", param=f"{where}.role", code="unsupported_parameter")
         if role not in ROLES:
             raise bad_field(f"{where}.role", f"Role {role!r} is not supported; use one of "
                             + ", ".join(ROLES) + ".")
@@ -116,7 +136,7 @@ def _number(data: dict[str, Any], name: str, low: float, high: float) -> float |
     return float(value)
 
 
-def _whole(data: dict[str, Any], name: str, low: int) -> int | None:
+def whole_number(data: dict[str, Any], name: str, low: int) -> int | None:
     value = data.get(name)
     if value is None:
         return None
@@ -125,7 +145,7 @@ def _whole(data: dict[str, Any], name: str, low: int) -> int | None:
     return value
 
 
-def _stop(value: Any) -> list[str]:
+def stop_strings(value: Any) -> list[str]:
     if value is None:
         return []
     stops = [value] if isinstance(value, str) else value
@@ -147,10 +167,10 @@ def sampling(data: dict[str, Any], *, max_names: tuple[str, ...]) -> dict[str, A
             raise bad_field("top_p", "'top_p' must be above 0.")
         settings["top_p"] = top_p
     for name in max_names:
-        limit = _whole(data, name, 1)
+        limit = whole_number(data, name, 1)
         if limit is not None:
             settings["max_tokens"] = limit
-    seed = _whole(data, "seed", 0)
+    seed = whole_number(data, "seed", 0)
     if seed is not None:
         settings["seed"] = seed
     return settings
@@ -163,29 +183,42 @@ def session_name(data: dict[str, Any], header: str | None) -> str | None:
     return (header or user or "").strip() or None
 
 
-def openai_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest:
+@dataclass
+class OpenAiCommon:
+    """What OpenAI's chat and completion requests share."""
+
+    model: str
+    stream: bool
+    include_usage: bool
+
+
+def openai_common(data: dict[str, Any]) -> OpenAiCommon:
+    """``model``, ``n`` (1 only), ``stream`` and ``stream_options``, checked."""
     model = data.get("model")
     if model is None:
         raise missing_field("model")
     if not isinstance(model, str):
         raise bad_field("model", "'model' must be a string.")
-    system, messages = _messages(data)
-    n = _whole(data, "n", 1)
+    n = whole_number(data, "n", 1)
     if n not in (None, 1):
         raise bad_field("n", "Only one choice per request (n = 1) is supported.")
-    if data.get("tools"):
-        raise ApiError(400, "Tools are not supported by this server yet.", param="tools",
-                       code="unsupported_parameter")
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_field("stream", "'stream' must be true or false.")
     options = data.get("stream_options") or {}
     if not isinstance(options, dict):
         raise bad_field("stream_options", "'stream_options' must be an object.")
+    return OpenAiCommon(model, stream, bool(options.get("include_usage")))
+
+
+def openai_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest:
+    common = openai_common(data)
+    system, messages = _messages(data)
     settings = sampling(data, max_names=("max_tokens", "max_completion_tokens"))
-    turn = ApiRequest(system, messages, settings, session_name(data, header_session))
-    return ChatRequest(model, turn, stream, _stop(data.get("stop")),
-                       bool(options.get("include_usage")))
+    tools = tool_definitions(data.get("tools"), data.get("tool_choice"))
+    turn = ApiRequest(system, messages, settings, session_name(data, header_session), tools)
+    return ChatRequest(common.model, turn, common.stream, stop_strings(data.get("stop")),
+                       common.include_usage)
 
 
 def ollama_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest:
@@ -201,4 +234,4 @@ def ollama_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest
     if not isinstance(stream, bool):
         raise bad_field("stream", "'stream' must be true or false.")
     turn = ApiRequest(system, messages, settings, session_name({}, header_session))
-    return ChatRequest(model, turn, stream, _stop(options.get("stop")))
+    return ChatRequest(model, turn, stream, stop_strings(options.get("stop")))

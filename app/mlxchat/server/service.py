@@ -5,18 +5,21 @@ endpoints put in their own shapes."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import AsyncIterator, Iterator
 
 from mlxchat.chat import TurnStats
 from mlxchat.engine.events import ContextOverflowError, TextDelta, TurnDone
 from mlxchat.errors import MlxchatError
+from mlxchat.models.tools import ToolCall, call_markup
 from mlxchat.session.api_turns import ApiTurns, IncomingMessage
 from mlxchat.session.conversation import Conversation
+from mlxchat.session.kv_budget import Eviction, KvBudget
 from mlxchat.server.errors import ApiError, context_exceeded, queue_full, unknown_model
-from mlxchat.server.lane import EngineLane, QueueFull
+from mlxchat.server.lane import EngineLane, QueueFull, Work
 from mlxchat.server.requests import ChatRequest
+from mlxchat.server.tool_calls import CallCut, ReplyParts, calls_signature, reply_parts
 
 
 @dataclass
@@ -35,7 +38,9 @@ class Finished:
     reasoning: str
     stats: TurnStats
     finish_reason: str
-    session_id: int
+    session_id: int | None
+    """None for a raw completion (no session)."""
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 @dataclass
@@ -75,11 +80,17 @@ class StopWatch:
 class ChatService:
     """One conversation, one engine lane, every endpoint's turns."""
 
-    def __init__(self, conv: Conversation, *, max_waiting: int = 8):
+    def __init__(self, conv: Conversation, *, max_waiting: int = 8,
+                 kv_budget_bytes: int | None = None):
         self.conv = conv
+        self.kv_budget = None if kv_budget_bytes is None else KvBudget(conv.store,
+                                                                       kv_budget_bytes)
+        self.last_eviction: Eviction | None = None
         self.turns = ApiTurns(conv)
         self.lane = EngineLane(stop_running=conv.cancel, max_waiting=max_waiting)
         self.model_id = conv.model_spec
+        self.cache_taken = False
+        """A raw completion used the engine's live cache since the last chat turn."""
         self._names = {conv.model_spec, conv.model_info.name,
                        Path(conv.model_spec).name, conv.model_info.name.split("/")[-1]}
 
@@ -94,8 +105,13 @@ class ChatService:
         """The reply's pieces, then ``Finished``; errors before the first piece
         are ``ApiError``s. Leaving early (the client went away) cancels the turn."""
         self.check_model(request.model)
+        async for item in self.run(lambda cancelled: self._work(request, cancelled)):
+            yield item
+
+    async def run(self, work: Work) -> AsyncIterator[Piece | Finished]:
+        """``work``'s items, run in the lane; its refusals as ``ApiError``s."""
         try:
-            job = self.lane.submit(lambda cancelled: self._work(request, cancelled))
+            job = self.lane.submit(work)
         except QueueFull as exc:
             raise queue_full(exc.retry_after_s) from None
         try:
@@ -117,24 +133,42 @@ class ChatService:
         """On the lane's thread: place the request, run its turn, yield its pieces."""
         if cancelled.is_set():
             return
+        if self.cache_taken:  # a raw completion ran since: the branch's KV from disk
+            self.cache_taken = False
+            self.conv.restore_snapshot()
         watch = StopWatch(request.stop)
-        turn = self.turns.begin(request.turn,
-                                lambda done: IncomingMessage("assistant", watch.seen))
+        tokenizer = self.conv.engine.loaded.tokenizer
+        tools = request.turn.tools is not None
+        cut = CallCut(call_markup(tokenizer) if tools else None)
+
+        def parts() -> ReplyParts:
+            return reply_parts(tokenizer, watch.seen, tools=tools)
+
+        def reply_form(done: TurnDone) -> IncomingMessage:
+            seen = parts()  # as the client will send it back
+            return IncomingMessage("assistant", seen.content, calls_signature(seen.calls))
+
+        turn = self.turns.begin(request.turn, reply_form)
         done: TurnDone | None = None
         for event in turn.events:
             if cancelled.is_set() or watch.stopped:
                 self.conv.cancel()  # also a turn that started after the cancel
             if isinstance(event, TextDelta):
-                text = event.text if event.part == "reasoning" else watch.feed(event.text)
+                text = event.text if event.part == "reasoning" \
+                    else cut.feed(watch.feed(event.text))
                 if text:
                     yield Piece(text, event.part)
             elif isinstance(event, TurnDone):
                 done = event
         if done is None:
             return
-        rest = watch.flush()
+        rest = cut.feed(watch.flush())
         if rest:
             yield Piece(rest)
-        reason = "stop" if watch.stopped else {"length": "length"}.get(
-            done.stats.finish_reason, "stop")
-        yield Finished(watch.seen, done.reasoning, done.stats, reason, turn.session_id)
+        reply = parts()
+        reason = "tool_calls" if reply.calls else "stop" if watch.stopped else {
+            "length": "length"}.get(done.stats.finish_reason, "stop")
+        if self.kv_budget is not None:  # before the end goes out: done when the client sees it
+            self.last_eviction = self.kv_budget.enforce(in_use=turn.session_id)
+        yield Finished(reply.content, done.reasoning, done.stats, reason, turn.session_id,
+                       reply.calls)

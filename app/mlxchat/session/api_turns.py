@@ -45,6 +45,8 @@ class ApiRequest:
     """Generation settings of this request (names of ``GenerationSettings``)."""
     session_name: str | None = None
     """A session the client names (``X-Session``, ``user``): id or exact title."""
+    tools: str | None = None
+    """Tool definitions for the template (canonical JSON), or None."""
 
 
 @dataclass
@@ -103,7 +105,8 @@ class ApiTurns:
             start = 0
         added = self._add_history(messages[start:-1], hashes[start:-1])
         self.conv.use_settings(dataclasses.replace(self.conv.session.settings,
-                                                   context_policy="stop", **request.settings))
+                                                   context_policy="stop", **request.settings),
+                               tools=request.tools)
         session_id = self.conv.session.id
         assert session_id is not None
         try:

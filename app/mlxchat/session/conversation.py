@@ -167,9 +167,10 @@ class Conversation:
         """This call's settings when ``use_settings`` set them, else the session's."""
         return self._open.generation
 
-    def use_settings(self, settings: GenerationSettings) -> None:
-        """Generation settings for the turns of this call only (not stored)."""
-        self._open.use_settings(settings)
+    def use_settings(self, settings: GenerationSettings, *, tools: str | None = None) -> None:
+        """Generation settings (and tools for the template, canonical JSON) for
+        the turns of this call only (not stored)."""
+        self._open.use_settings(settings, tools=tools)
 
     def engine_messages(self, extra: list[Message] | None = None) -> list[Message]:
         return self._open.with_system(self.messages + (extra or []))

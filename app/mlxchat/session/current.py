@@ -21,6 +21,9 @@ class OpenSession:
         self.session = session
         self.call_settings: GenerationSettings | None = None
         """Settings for this call's turns only (``use_settings``); never stored."""
+        self.call_tools: str | None = None
+        """Tool definitions (canonical JSON) the template renders in this call's
+        turns (``use_settings``); never stored."""
 
     @property
     def id(self) -> int | None:
@@ -41,9 +44,10 @@ class OpenSession:
         """This call's settings when ``use_settings`` set them, else the session's."""
         return self.call_settings or self.session.settings
 
-    def use_settings(self, settings: GenerationSettings) -> None:
+    def use_settings(self, settings: GenerationSettings, *, tools: str | None = None) -> None:
         settings.check()
         self.call_settings = settings
+        self.call_tools = tools
 
     def change_generation(self, **changes: Any) -> None:
         """Into this call's settings when ``use_settings`` set them, else the session's."""
@@ -61,7 +65,7 @@ class OpenSession:
         return ([Message("system", system)] if system else []) + list(messages)
 
     def ledger(self, engine: Engine) -> Ledger:
-        return Ledger(engine, self.session, self.generation)
+        return Ledger(engine, self.session, self.generation, tools=self.call_tools)
 
     def reload(self) -> Session:
         self.session = self.store.get_session(self.session.id)
@@ -71,3 +75,4 @@ class OpenSession:
         """Another session is open now: this call's settings end with the old one."""
         self.session = session
         self.call_settings = None
+        self.call_tools = None

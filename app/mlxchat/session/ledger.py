@@ -38,21 +38,22 @@ def _short_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
-def options_for(session: Session, settings: GenerationSettings | None = None
-                ) -> TemplateOptions:
+def options_for(session: Session, settings: GenerationSettings | None = None, *,
+                tools: str | None = None) -> TemplateOptions:
     """What the session fixes for its template: the date it started, and
     the turn's thinking switch and reasoning effort."""
     settings = settings or session.settings
     return TemplateOptions(date=session.created, enable_thinking=settings.thinking,
-                           reasoning_effort=settings.reasoning_effort)
+                           reasoning_effort=settings.reasoning_effort, tools=tools)
 
 
 def key_for(engine: Engine, session: Session, options: TemplateOptions, *,
             compute_dtype: str | None = None) -> str:
-    """model+template · system prompt · template options (and the session's
-    compute dtype where it is not the model's default: the cache differs). The
-    thinking switch is left out: it changes only the generation prompt of the
-    turns after it, never the tokens earlier messages were sent with."""
+    """model+template · system prompt · template options (with the tools, which
+    the template renders for every message; and the session's compute dtype
+    where it is not the model's default: the cache differs). The thinking
+    switch is left out: it changes only the generation prompt of the turns
+    after it, never the tokens earlier messages were sent with."""
     info = engine.info
     kept = replace(options, enable_thinking=None)
     system = _short_hash(session.system_prompt or "")
@@ -61,9 +62,10 @@ def key_for(engine: Engine, session: Session, options: TemplateOptions, *,
     computes = ""
     if compute_dtype and compute_dtype != info.default_compute_dtype:
         computes = "+" + compute_dtype
+    rendered = repr(kept) + (f"tools={options.tools}" if options.tools else "")
     return ":".join((_short_hash((info.model_fingerprint or info.fingerprint)
                                  + info.chat_template_hash),
-                     system, _short_hash(repr(kept)) + computes))
+                     system, _short_hash(rendered) + computes))
 
 
 def _key_change(old: str | None, new: str) -> str:
@@ -78,7 +80,7 @@ def _key_change(old: str | None, new: str) -> str:
         return "system prompt changed"
     if parts[0][2].split("+")[0] == parts[1][2].split("+")[0]:
         return "compute dtype changed: new token ledger"
-    return "template options changed: new token ledger"
+    return "template options or tools changed: new token ledger"
 
 
 def branch_ids(messages: Sequence[Message], key: str) -> tuple[list[int] | None, str | None]:
@@ -100,11 +102,12 @@ def branch_ids(messages: Sequence[Message], key: str) -> tuple[list[int] | None,
 class Ledger:
     """Plans turns over one session's ledger with one engine."""
 
-    def __init__(self, engine: Engine, session: Session, settings: GenerationSettings):
+    def __init__(self, engine: Engine, session: Session, settings: GenerationSettings, *,
+                 tools: str | None = None):
         self.engine = engine
         self.session = session
         self.settings = settings
-        self.options = options_for(session, settings)
+        self.options = options_for(session, settings, tools=tools)
         self.key = key_for(engine, session, self.options, compute_dtype=settings.compute_dtype)
 
     def _with_system(self, messages: Sequence[Message]) -> list[Message]:

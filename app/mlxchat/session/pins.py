@@ -92,7 +92,8 @@ class PinnedDocs:
 
     # -- the prefix ----------------------------------------------------------------------
     def _prefix_for(self, system: str | None) -> list[int]:
-        options = options_for(self._open.session, self._open.generation)
+        options = options_for(self._open.session, self._open.generation,
+                              tools=self._open.call_tools)
         memo = (self._engine.info.fingerprint, self._engine.info.chat_template_hash, system,
                 options)
         if self._prefix_memo is not None and self._prefix_memo[0] == memo:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from typing import Sequence
 from pathlib import Path
 
 from mlxchat.paths import snapshot_file
@@ -73,6 +74,19 @@ class Segments:
             row = cur.execute(
                 "SELECT coalesce(sum(file_bytes), 0) FROM (SELECT DISTINCT path, file_bytes"
                 " FROM kv_segments WHERE session_id = ?)", (session_id,)).fetchone()
+        return int(row[0])
+
+    def total_bytes(self, session_ids: Sequence[int]) -> int:
+        """Bytes of the distinct segment files the rows of these sessions name
+        (a file two sessions share counted once)."""
+        ids = list(session_ids)
+        if not ids:
+            return 0
+        marks = ",".join("?" * len(ids))
+        with self._db.reading() as cur:
+            row = cur.execute(
+                "SELECT coalesce(sum(file_bytes), 0) FROM (SELECT DISTINCT path, file_bytes"
+                f" FROM kv_segments WHERE session_id IN ({marks}))", ids).fetchone()
         return int(row[0])
 
     def spans(self, paths: list[str]) -> dict[str, tuple[int, int]]:

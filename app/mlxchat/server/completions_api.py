@@ -1,0 +1,140 @@
+"""OpenAI's ``POST /v1/completions``: a raw prompt, no chat template and no
+conversation. It runs on the engine directly, in the lane like every turn,
+and stores nothing (a throwaway); the chat session whose KV it displaced
+gets its branch back from its segments on its next turn."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Iterator
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from mlxchat.engine.events import TextDelta, TurnDone
+from mlxchat.engine.prompt import FittedPrompt
+from mlxchat.server.errors import ApiError, bad_field, missing_field
+from mlxchat.server.openai_api import usage
+from mlxchat.server.requests import openai_common, parse_json, sampling, stop_strings
+from mlxchat.server.service import ChatService, Finished, Piece, StopWatch
+from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
+
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
+
+
+@dataclass
+class CompletionRequest:
+    model: str
+    prompt: str
+    settings: dict[str, Any]
+    stream: bool
+    stop: list[str]
+    include_usage: bool
+
+
+def parse(data: dict[str, Any]) -> CompletionRequest:
+    common = openai_common(data)
+    if "prompt" not in data:
+        raise missing_field("prompt")
+    prompt = data["prompt"]
+    if isinstance(prompt, list) and len(prompt) == 1:
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt:
+        raise bad_field("prompt", "'prompt' must be a non-empty string.")
+    for name in ("echo", "logprobs", "suffix", "best_of"):
+        if data.get(name) not in (None, False, 1 if name == "best_of" else None):
+            raise ApiError(400, f"'{name}' is not supported by this server.", param=name,
+                           code="unsupported_parameter")
+    settings = {"max_tokens": DEFAULT_MAX_TOKENS,
+                **sampling(data, max_names=("max_tokens",))}
+    return CompletionRequest(common.model, prompt, settings, common.stream,
+                             stop_strings(data.get("stop")), common.include_usage)
+
+
+def _work(service: ChatService, request: CompletionRequest, cancelled: threading.Event
+          ) -> Iterator[Piece | Finished]:
+    """On the lane's thread: the prompt's tokens straight through the engine."""
+    if cancelled.is_set():
+        return
+    conv = service.conv
+    settings = dataclasses.replace(conv.settings.generation, context_policy="stop",
+                                   **request.settings)
+    settings.check()
+    tokens = list(conv.engine.loaded.tokenizer.encode(request.prompt))
+    window = conv.engine.window(settings)
+    if len(tokens) + 1 > window:
+        raise ApiError(400, f"The prompt has {len(tokens):,} tokens; this model's window "
+                       f"is {window:,}.", param="prompt", code="context_length_exceeded")
+    service.cache_taken = True
+    watch = StopWatch(request.stop)
+    done: TurnDone | None = None
+    for event in conv.engine.turn(FittedPrompt(tokens, [], 0), settings):
+        if cancelled.is_set() or watch.stopped:
+            conv.engine.cancel()
+        if isinstance(event, TextDelta):
+            text = watch.feed(event.text)  # no template: reasoning is text like any other
+            if text:
+                yield Piece(text)
+        elif isinstance(event, TurnDone):
+            done = event
+    if done is None:
+        return
+    rest = watch.flush()
+    if rest:
+        yield Piece(rest)
+    reason = "stop" if watch.stopped else {"length": "length"}.get(
+        done.stats.finish_reason, "stop")
+    yield Finished(watch.seen, "", done.stats, reason, None)
+
+
+class _Shape:
+    def __init__(self, model: str):
+        self.id = f"cmpl-{uuid.uuid4().hex[:24]}"
+        self.created = int(time.time())
+        self.model = model
+
+    def body(self, text: str, finish: str | None, **extra: Any) -> dict[str, Any]:
+        return {"id": self.id, "object": "text_completion", "created": self.created,
+                "model": self.model, **extra,
+                "choices": [{"index": 0, "text": text, "logprobs": None,
+                             "finish_reason": finish}]}
+
+
+async def completions(request: Request) -> Response:
+    service: ChatService = request.app.state.service
+    completion = parse(parse_json(await read_body(request)))
+    service.check_model(completion.model)
+    shape = _Shape(service.model_id)
+    items, first = await started(service.run(
+        lambda cancelled: _work(service, completion, cancelled)))
+    if not completion.stream:
+        end = await finished(first, items)
+        return JSONResponse(shape.body(end.content, end.finish_reason, usage=usage(end.stats)))
+    return DisconnectAwareStream(_events(shape, completion, first, items),
+                                 media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache"})
+
+
+async def _events(shape: _Shape, completion: CompletionRequest, first: Piece | Finished,
+                  items: AsyncIterator[Piece | Finished]) -> AsyncIterator[str]:
+    def event(body: dict[str, Any]) -> str:
+        return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
+
+    try:
+        item = first
+        while not isinstance(item, Finished):
+            yield event(shape.body(item.text, None))
+            item = await anext(items)
+        yield event(shape.body("", item.finish_reason))
+        if completion.include_usage:
+            yield event({**shape.body("", None), "choices": [], "usage": usage(item.stats)})
+    except ApiError as exc:  # after the status went out: said in the stream
+        yield event({"error": {"message": exc.message, "code": exc.code}})
+    finally:
+        await items.aclose()  # type: ignore[attr-defined]
+    yield "data: [DONE]\n\n"

@@ -1,0 +1,77 @@
+"""Tool calls in a reply, as OpenAI's API shows them: the model's own markup
+(read with ``models.tools``, gpt-oss's harmony calls too) becomes
+``tool_calls`` with an id, type ``function``, the name and the arguments as a
+JSON string; the text around the calls stays the reply's content."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlxchat.models.tools import CallMarkup, ToolCall, split_tool_calls
+
+
+@dataclass
+class ReplyParts:
+    """A reply's text apart from its tool calls."""
+
+    content: str
+    calls: list[ToolCall] = field(default_factory=list)
+
+
+def reply_parts(tokenizer: Any, text: str, *, tools: bool) -> ReplyParts:
+    """``text`` split into content and calls (only when the request gave tools)."""
+    if not tools:
+        return ReplyParts(text)
+    pieces = split_tool_calls(tokenizer, text)
+    calls = [p for p in pieces if isinstance(p, ToolCall)]
+    content = "".join(p for p in pieces if isinstance(p, str))
+    return ReplyParts(content.strip() if calls else content, calls)
+
+
+def calls_signature(calls: list[ToolCall]) -> str:
+    """The calls as ``requests.tool_signature`` reads them back from a client."""
+    if not calls:
+        return ""
+    return json.dumps([[c.name, c.arguments] for c in calls], sort_keys=True,
+                      ensure_ascii=False)
+
+
+def openai_calls(calls: list[ToolCall], *, streamed: bool = False) -> list[dict[str, Any]]:
+    out = []
+    for i, call in enumerate(calls):
+        args = call.arguments if isinstance(call.arguments, str) \
+            else json.dumps(call.arguments, ensure_ascii=False)
+        item: dict[str, Any] = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                                "function": {"name": call.name, "arguments": args}}
+        out.append({"index": i, **item} if streamed else item)
+    return out
+
+
+class CallCut:
+    """Streamed answer text up to the first call's markup: text that may begin
+    the start marker is held back; from the marker on nothing more is sent
+    (the calls go out whole at the end)."""
+
+    def __init__(self, markup: CallMarkup | None):
+        self.start = markup.start if markup else None
+        self.held = ""
+        self.cut = False
+
+    def feed(self, text: str) -> str:
+        if self.start is None:
+            return text
+        if self.cut:
+            return ""
+        self.held += text
+        at = self.held.find(self.start)
+        if at >= 0:
+            self.cut = True
+            out, self.held = self.held[:at], ""
+            return out
+        keep = next((n for n in range(min(len(self.start) - 1, len(self.held)), 0, -1)
+                     if self.start.startswith(self.held[-n:])), 0)
+        out, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
+        return out
