@@ -9,10 +9,6 @@ checksum names.
 
 from __future__ import annotations
 
-import mmap
-import zlib
-from pathlib import Path
-
 import xxhash
 
 PREFIX = "xxh3:"
@@ -29,21 +25,3 @@ class Hasher:
 
     def label(self) -> str:
         return PREFIX + self._h.hexdigest()
-
-
-def of_file(path: Path, like: str) -> str:
-    """The checksum of the file at ``path`` by the algorithm ``like`` (a stored
-    checksum) was made with, read through a memory map (no copies)."""
-    with open(path, "rb") as fh:
-        try:
-            view = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except ValueError:  # an empty file cannot be mapped
-            view = None
-        try:
-            data = view if view is not None else b""
-            if like.startswith(PREFIX):
-                return PREFIX + xxhash.xxh3_64_hexdigest(data)
-            return f"{zlib.crc32(data):08x}"
-        finally:
-            if view is not None:
-                view.close()
