@@ -202,10 +202,10 @@ def recast(loaded: LoadedModel, dtype: str) -> LoadedModel:
     precision.apply(loaded.model, dtype, folder=Path(info.path))
     quant, scales = quantization_label(loaded.model)
     compute = precision.current_dtype(loaded.model)
+    nbytes = weights_bytes(loaded.model)
     return LoadedModel(loaded.model, loaded.tokenizer, replace(
-        info, compute_dtype=compute, scales_dtype=scales,
-        weights_bytes=weights_bytes(loaded.model),
-        bits_per_weight=weights_bytes(loaded.model) * 8 / max(info.parameter_count, 1),
+        info, compute_dtype=compute, scales_dtype=scales, weights_bytes=nbytes,
+        bits_per_weight=nbytes * 8 / max(info.parameter_count, 1),
         fingerprint=_fingerprint(Path(info.path), info.device, scales, quant, compute)))
 
 

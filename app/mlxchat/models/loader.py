@@ -13,7 +13,7 @@ from mlx_lm.utils import load_model, load_tokenizer, maybe_set_recommended_wired
 
 from mlxchat.models import memory, precision
 from mlxchat.models.errors import ModelError
-from mlxchat.models.sharding import ShardPlan, apply_plan, plan_split, split_fingerprint
+from mlxchat.models.sharding import ShardPlan, apply_plan, split_fingerprint
 from mlxchat.models.info import LoadedModel, describe, on_cpu
 
 __all__ = ["ModelError", "load_folder"]
@@ -58,9 +58,9 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     machine can give now); a context that does not fit is lowered to the largest
     that does (``info.memory_note`` says so), one asked for explicitly is refused.
     ``rope_scaling`` replaces the config's (e.g. YaRN to stretch the window).
-    ``split`` (a plan and an ``mx.distributed`` group) loads only this rank's
-    shard: the plan is checked against the config and the memory fit counts
-    one rank's share before any weight is read.
+    ``split`` (a plan ``sharding.plan_split`` made for this config, and an
+    ``mx.distributed`` group) loads only this rank's shard: the memory fit
+    counts one rank's share before any weight is read.
     ``compute_dtype`` overrides the policy's (models/precision.py).
     """
     folder = Path(folder)
@@ -71,8 +71,6 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
         config["rope_scaling"] = rope_scaling
     if available is _UNSET:
         available = memory.available_memory()
-    if split is not None:
-        plan_split(config, split[1].size(), name=name or folder.name, mode=split[0].mode)
     default = precision.default_dtype(config, cpu=on_cpu())
     dtype = compute_dtype or default
     fit = _fit(folder, config, name or folder.name, context_window, available, dtype,

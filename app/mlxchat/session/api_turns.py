@@ -126,10 +126,9 @@ class ApiTurns:
             return None
         try:
             return self.store.find_session(name, prefix=False)
-        except SessionNotFound:
-            return self.store.create_session(self.conv.model_spec, None,
-                                             dataclasses.replace(self.conv.settings.generation),
-                                             title=name)
+        except SessionNotFound:  # two requests may name it at once: one creates it
+            return self.store.titled_session(name, self.conv.model_spec, None,
+                                             dataclasses.replace(self.conv.settings.generation))[0]
 
     def _open_at(self, session_id: int, message_id: int) -> None:
         """Open the session at ``message_id``: its branch's KV stays warm when

@@ -67,8 +67,3 @@ class ApiMessages:
             return [row[0] for row in cur.execute(
                 "SELECT s.id FROM sessions AS s WHERE s.id IN"
                 " (SELECT DISTINCT session_id FROM api_messages) ORDER BY s.updated, s.id")]
-
-    def sessions(self) -> set[int]:
-        """Sessions the API started or used."""
-        with self._db.reading() as cur:
-            return {row[0] for row in cur.execute("SELECT DISTINCT session_id FROM api_messages")}

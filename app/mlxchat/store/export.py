@@ -23,6 +23,7 @@ from mlxchat.chat import GenerationSettings, Message, Pin, Session, TurnStats
 from mlxchat.store.rows import ROLES
 from mlxchat.store.errors import StoreError
 from mlxchat.store.sessions import SessionStore
+from mlxchat.units import fmt_tps
 
 ExportFormat = Literal["md", "json"]
 FORMATS: tuple[str, ...] = ("md", "json")
@@ -42,7 +43,7 @@ def markdown_stats_line(stats: TurnStats, cancelled: bool = False) -> str:
     '_ttft 0.12 s · 45.1 tok/s · 132 tokens · reused 1200/1250 · warm_'."""
     parts = [
         f"ttft {stats.ttft_s:.2f} s",
-        "— tok/s" if stats.decode_tps is None else f"{stats.decode_tps:.1f} tok/s",
+        fmt_tps(stats.decode_tps),
         f"{stats.generated_tokens} tokens"
         + (f" ({stats.reasoning_tokens} thinking)" if stats.reasoning_tokens else ""),
     ]

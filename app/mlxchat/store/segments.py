@@ -70,11 +70,7 @@ class Segments:
 
     def session_bytes(self, session_id: int) -> int:
         """Bytes of the distinct segment files the session's rows name."""
-        with self._db.reading() as cur:
-            row = cur.execute(
-                "SELECT coalesce(sum(file_bytes), 0) FROM (SELECT DISTINCT path, file_bytes"
-                " FROM kv_segments WHERE session_id = ?)", (session_id,)).fetchone()
-        return int(row[0])
+        return self.total_bytes([session_id])
 
     def total_bytes(self, session_ids: Sequence[int]) -> int:
         """Bytes of the distinct segment files the rows of these sessions name

@@ -37,6 +37,15 @@ CURRENT_LEAF = Position.CURRENT_LEAF
 """Default parent of ``add_message``: the session's current leaf."""
 
 
+def _new_session(title: str, model: str, system_prompt: str | None,
+                 settings: GenerationSettings | None) -> Session:
+    """An empty session to insert: a given title is locked, else the first
+    user message sets it."""
+    clean = title_from(title, 200)
+    return Session(title=clean or DEFAULT_TITLE, model=model, system_prompt=system_prompt,
+                   settings=settings or GenerationSettings(), title_locked=bool(clean))
+
+
 class SessionStore:
     """Sessions and their messages over one connection; the other tables are
     its collaborators, each over the same ``db``.
@@ -91,14 +100,7 @@ class SessionStore:
         title: str | None = None,
     ) -> Session:
         """An empty session. A given ``title`` is locked; else the first user message sets it."""
-        clean = title_from(title or "", 200)
-        draft = Session(
-            title=clean or DEFAULT_TITLE,
-            model=model,
-            system_prompt=system_prompt,
-            settings=settings or GenerationSettings(),
-            title_locked=bool(clean),
-        )
+        draft = _new_session(title or "", model, system_prompt, settings)
         with self.db.writing() as cur:
             return read_session(cur, insert_session(cur, draft))
 
@@ -115,9 +117,7 @@ class SessionStore:
                 raise StoreError(f"{title!r} matches {len(rows)} sessions; give its id.")
             if rows:
                 return read_session(cur, rows[0][0]), False
-            draft = Session(title=clean or DEFAULT_TITLE, model=model,
-                            system_prompt=system_prompt,
-                            settings=settings or GenerationSettings(), title_locked=bool(clean))
+            draft = _new_session(title, model, system_prompt, settings)
             return read_session(cur, insert_session(cur, draft)), True
 
     def get_session(self, session_id: int) -> Session:
