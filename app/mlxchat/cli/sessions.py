@@ -88,9 +88,10 @@ def run_sessions(args: argparse.Namespace) -> int:
             if answer.strip().lower() not in ("y", "yes"):
                 print("kept")
                 return 1
-        from mlxchat.engine.rank_segments import with_rank_files
+        from mlxchat.session.saved import delete_stored_session
 
-        for f in with_rank_files(store.delete_session(session.id)):
-            f.unlink(missing_ok=True)
+        _, left = delete_stored_session(store, session.id)
+        for path in left:
+            print(f"could not delete {path}; remove it by hand", file=sys.stderr)
         print(f"deleted #{session.id} {session.title!r}")
     return 0

@@ -368,3 +368,13 @@ def copy(c: Any) -> Any:
     n = r.length(c) or 0
     arrays = {name: mx.array(a) for name, a in r.arrays(c, 0, n).items()}
     return r.restore(r.meta(c), [arrays], n)
+
+
+def meta_bits(metas: Sequence[Meta]) -> int | None:
+    """The KV bit width a segment's layer descriptions record (a mix's parts
+    included), else None: what ``kv.bits`` says of the live layers."""
+    for m in metas:
+        bits = m.get("bits") or meta_bits(m.get("parts", ()))
+        if bits:
+            return bits
+    return None

@@ -18,7 +18,7 @@ import math
 from pathlib import Path
 from typing import Any, BinaryIO, Sequence
 
-from mlxchat.engine import segment_io
+from mlxchat.engine import layers, segment_io
 from mlxchat.engine.segment_io import Reader, SegmentFile
 from mlxchat.engine.segments import (SegmentInfo, SegmentRef, SegmentRejected, write_durably,
                                      write_header)
@@ -47,20 +47,16 @@ def compact(sources: Sequence[Sequence[SegmentRef]], out: Path) -> SegmentInfo:
     finally:
         for f in files:
             f.close()
-    layers = json.loads(meta["layers"])
-    bits = next((m.get("bits") for m in layers if m.get("bits")), None)
+    bits = layers.meta_bits(json.loads(meta["layers"]))
     return SegmentInfo(path=str(out), start=start, end=end, bytes=written, checksum=checksum,
                        kv_bits=bits, mlx_lm_version=meta["mlx_lm_version"])
 
 
 def _check(file: SegmentFile, refs: Sequence[SegmentRef], first: SegmentFile) -> None:
     meta = file.meta
-    try:
-        span = int(meta["start"]), int(meta["end"])
-        tokens = [int(t) for t in json.loads(meta["tokens"])]
-    except (KeyError, ValueError, TypeError):
-        raise SegmentRejected("damaged metadata") from None
-    if span != (refs[0].start, refs[-1].end) or tokens != [t for r in refs for t in r.token_ids]:
+    start, end, tokens = segment_io.span(meta)
+    if (start, end) != (refs[0].start, refs[-1].end) or tokens != [
+            t for r in refs for t in r.token_ids]:
         raise SegmentRejected(f"{file.path.name} is not wholly the branch's")
     if any(meta.get(k) != first.meta.get(k) for k in _ORIGIN):
         raise SegmentRejected(f"{file.path.name} was made for another model or layout")
@@ -68,19 +64,10 @@ def _check(file: SegmentFile, refs: Sequence[SegmentRef], first: SegmentFile) ->
     if names != [t.name for t in first.tensors]:
         raise SegmentRejected(f"{file.path.name} holds other arrays")
     for t in file.tensors:
-        if not _positions(t.name) or t.shape[-2] != span[1] - span[0]:
+        if not segment_io.positional(t.name) or len(t.shape) < 2 or t.shape[-2] != end - start:
             raise SegmentRejected(f"{file.path.name} keeps checkpoints")
-        if (t.dtype, t.shape[:-2], t.shape[-1]) != _kind(first.by_name[t.name]):
+        if segment_io.kind(t) != segment_io.kind(first.by_name[t.name]):
             raise SegmentRejected(f"{file.path.name} holds other arrays")
-
-
-def _positions(name: str) -> bool:
-    parts = name.split(".")
-    return len(parts) >= 3 and parts[-2] in ("k", "v")
-
-
-def _kind(t: segment_io.Tensor) -> tuple[Any, ...]:
-    return t.dtype, t.shape[:-2], t.shape[-1]
 
 
 def _join(fh: BinaryIO, files: list[SegmentFile], readers: list[Reader], expected: list[str],

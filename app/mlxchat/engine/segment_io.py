@@ -64,6 +64,27 @@ class SegmentFile:
             self.fd = -1
 
 
+def positional(name: str) -> bool:
+    """A tensor of positions (``k.J``/``v.J``), as ``engine.layers`` names them."""
+    parts = name.split(".")
+    return len(parts) >= 3 and parts[-2] in ("k", "v")
+
+
+def kind(t: Tensor) -> tuple[Any, ...]:
+    """What two files' arrays of positions must share to be one run: dtype,
+    the leading dimensions and the last (all but the positions)."""
+    return t.dtype, t.shape[:-2], t.shape[-1]
+
+
+def span(meta: dict[str, str]) -> tuple[int, int, list[int]]:
+    """A segment's (start, end, token ids) from its metadata."""
+    try:
+        return (int(meta["start"]), int(meta["end"]),
+                [int(t) for t in json.loads(meta["tokens"])])
+    except (KeyError, ValueError, TypeError):
+        raise SnapshotRejected("damaged metadata") from None
+
+
 def open_file(path: Path) -> SegmentFile:
     """The segment file at ``path`` opened with its header checked, or
     SnapshotRejected saying why not."""

@@ -27,7 +27,7 @@ import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxchat.engine import layers, segment_io
-from mlxchat.engine.segment_io import Reader, SegmentFile, Tensor
+from mlxchat.engine.segment_io import Reader, SegmentFile, Tensor, kind, positional
 from mlxchat.engine.segments import FORMAT, SegmentRef, SegmentRejected
 from mlxchat.engine.snapshot import origin_problem
 
@@ -126,9 +126,8 @@ def _group(file: SegmentFile, refs: Sequence[SegmentRef], n: int, fingerprint: s
                              template_hash=template_hash)
     if problem:
         raise SegmentRejected(problem)
+    start, end, tokens = segment_io.span(meta)
     try:
-        start, end = int(meta["start"]), int(meta["end"])
-        tokens = [int(t) for t in json.loads(meta["tokens"])]
         described = json.loads(meta["layers"])
     except (KeyError, ValueError, TypeError):
         raise SegmentRejected("damaged metadata") from None
@@ -140,12 +139,12 @@ def _group(file: SegmentFile, refs: Sequence[SegmentRef], n: int, fingerprint: s
     if (start != mine[0].start or not mine[-1].end <= end or len(tokens) != end - start
             or tokens[:len(held)] != held or len(held) != mine[-1].end - start):
         raise SegmentRejected("holds other tokens than the conversation")
-    if mine[-1].end < end and any(not _positional(t.name) for t in file.tensors):
+    if mine[-1].end < end and any(not positional(t.name) for t in file.tensors):
         raise SegmentRejected("holds no checkpoint where the branch ends")
     if not isinstance(described, list):
         raise SegmentRejected("damaged metadata")
     for t in file.tensors:
-        if _positional(t.name) and (len(t.shape) < 2 or t.shape[-2] != end - start):
+        if positional(t.name) and (len(t.shape) < 2 or t.shape[-2] != end - start):
             raise SegmentRejected("damaged header (a length that is not the span's)")
     return _Group(n, mine, file, described)
 
@@ -156,9 +155,7 @@ def _agrees(first: _Group, later: _Group) -> None:
         raise SegmentRejected("the KV bit width changed")
     mine, theirs = first.file.by_name, later.file.by_name
     if [t.name for t in first.file.tensors] != [t.name for t in later.file.tensors] or any(
-            _positional(name) and (t.dtype, t.shape[:-2], t.shape[-1])
-            != (theirs[name].dtype, theirs[name].shape[:-2], theirs[name].shape[-1])
-            for name, t in mine.items()):
+            positional(name) and kind(t) != kind(theirs[name]) for name, t in mine.items()):
         raise SegmentRejected("its arrays do not match the segment before")
 
 
@@ -170,20 +167,14 @@ def _fits(described: list[dict[str, Any]], fresh: list[Any]) -> str | None:
     return None
 
 
-def _positional(name: str) -> bool:
-    """A tensor of positions (``k.J``/``v.J``), as ``engine.layers`` names them."""
-    parts = name.split(".")
-    return len(parts) >= 3 and parts[-2] in ("k", "v")
-
-
 def _read(groups: list[_Group]) -> tuple[list[Reader], dict[str, mx.array]]:
     """Every array of positions at the branch's whole length, each file read
     once; the readers then hold the checkpoints and give the checksums."""
-    keep = frozenset(t.name for t in groups[0].file.tensors if not _positional(t.name))
+    keep = frozenset(t.name for t in groups[0].file.tensors if not positional(t.name))
     readers = [Reader(g.file, g.refs[0].checksum, keep) for g in groups]
     length = groups[-1].end
     arrays = {t.name: _joined(t, groups, readers, length)
-              for t in groups[0].file.tensors if _positional(t.name)}
+              for t in groups[0].file.tensors if positional(t.name)}
     return readers, arrays
 
 

@@ -121,7 +121,7 @@ def as_markdown(pieces: list[str | ToolCall]) -> str:
     return text.strip("\n") if any(isinstance(p, ToolCall) for p in pieces) else text
 
 
-def _partial(text: str, marker: str) -> int:
+def partial_marker(text: str, marker: str) -> int:
     """Length of the longest end of ``text`` that begins ``marker`` (a marker
     that may be completed by the next fragment)."""
     for n in range(min(len(marker) - 1, len(text)), 0, -1):
@@ -153,7 +153,7 @@ class CallStream:
             held = self._held
             at = held.find(start)
             if at != 0:
-                keep = _partial(held, start) if at < 0 else len(held) - at
+                keep = partial_marker(held, start) if at < 0 else len(held) - at
                 out.append(held[:len(held) - keep])
                 self._held = held[len(held) - keep:]
                 if at < 0:

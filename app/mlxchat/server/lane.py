@@ -7,7 +7,6 @@ stops within one decode step (the engine's cancel) and what it said is kept.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import threading
 from collections import deque
@@ -31,9 +30,8 @@ class QueueFull(Exception):
 class Job:
     """A request's place in the lane, and the items its work yielded."""
 
-    def __init__(self, work: Work, loop: asyncio.AbstractEventLoop, number: int):
+    def __init__(self, work: Work, loop: asyncio.AbstractEventLoop):
         self.work = work
-        self.number = number
         self.cancelled = threading.Event()
         self._loop = loop
         self._items: asyncio.Queue[Any] = asyncio.Queue()
@@ -65,7 +63,6 @@ class EngineLane:
         self._waiting: deque[Job] = deque()
         self._running: Job | None = None
         self._lock = threading.Condition()
-        self._numbers = itertools.count(1)
         self._closed = False
         self.turn_seconds = 1.0
         """How long a job took lately (a guess at Retry-After)."""
@@ -79,7 +76,7 @@ class EngineLane:
             if self._closed or len(self._waiting) >= self.max_waiting:
                 ahead = len(self._waiting) + (self._running is not None)
                 raise QueueFull(max(1, round(self.turn_seconds * ahead)))
-            job = Job(work, loop, next(self._numbers))
+            job = Job(work, loop)
             self._waiting.append(job)
             self._lock.notify()
         return job

@@ -60,7 +60,9 @@ class StopWatch:
         self.seen += text
         if not self.stops:
             return self._send(len(self.seen))
-        cut = min((i for i in (self.seen.find(s) for s in self.stops) if i >= 0), default=-1)
+        # Text before ``sent`` held no stop's start when it was sent: search after it.
+        cut = min((i for i in (self.seen.find(s, self.sent) for s in self.stops) if i >= 0),
+                  default=-1)
         if cut >= 0:
             self.stopped = True
             self.seen = self.seen[:cut]

@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlxchat.models.tools import CallMarkup, ToolCall, split_tool_calls
+from mlxchat.models.tools import CallMarkup, ToolCall, partial_marker, split_tool_calls
 
 
 @dataclass
@@ -71,7 +71,6 @@ class CallCut:
             self.cut = True
             out, self.held = self.held[:at], ""
             return out
-        keep = next((n for n in range(min(len(self.start) - 1, len(self.held)), 0, -1)
-                     if self.start.startswith(self.held[-n:])), 0)
+        keep = partial_marker(self.held, self.start)
         out, self.held = self.held[:len(self.held) - keep], self.held[len(self.held) - keep:]
         return out

@@ -72,8 +72,8 @@ class SavedSessions:
         target = session_id or self._open.stored_id()
         title = (self._open.session.title if target == self._open.id
                  else self._store.get_session(target).title)
-        files = _with_rank_files(self._store.delete_session(target))  # snapshot, segments
-        return Deleted(target, title, len(files), remove_files(files))
+        files, left = delete_stored_session(self._store, target)
+        return Deleted(target, title, len(files), left)
 
     def fork(self) -> Session:
         """Copy the open branch into a new session (not opened)."""
@@ -105,18 +105,20 @@ class SavedSessions:
         try:
             if self._store.all_messages(session_id) or self._open.session.pins:
                 return False  # a pinned document is something written to it too
-            remove_files(_with_rank_files(self._store.delete_session(session_id)))
+            delete_stored_session(self._store, session_id)
         except Exception as exc:  # noqa: BLE001 - cleanup on exit must not fail the exit
             log.warning("empty session #%s not removed: %s", session_id, exc)
             return False
         return True
 
 
-__all__ = ["FORMATS", "Deleted", "ExportFormat", "SavedSessions"]
+__all__ = ["FORMATS", "Deleted", "ExportFormat", "SavedSessions", "delete_stored_session"]
 
 
-def _with_rank_files(files: list[Path]) -> list[Path]:
-    """A split model's segments: the other ranks' local files and the manifests too."""
+def delete_stored_session(store: SessionStore, session_id: int) -> tuple[list[Path], list[str]]:
+    """Delete the session's rows, then the files only it named (a split model's
+    local rank files and manifests too): (those files, those not deleted)."""
     from mlxchat.engine.rank_segments import with_rank_files
 
-    return with_rank_files(files)
+    files = with_rank_files(store.delete_session(session_id))
+    return files, remove_files(files)
