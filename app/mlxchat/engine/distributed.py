@@ -25,7 +25,7 @@ from mlxchat.chat import GenerationSettings, Message, TurnStats, human_bytes
 from mlxchat.engine import kv
 from mlxchat.engine.channel import GO_ON, STOP, Channel, RankLost
 from mlxchat.engine.core import _LIVE, ABANDONED, ChatEngine
-from mlxchat.engine.decode import Reply, decode, sampling
+from mlxchat.engine.decode import Reply, decode
 from mlxchat.engine.events import EngineError, Event, SnapshotLoad, TextDelta, TurnDone
 from mlxchat.engine.live import LiveCache
 from mlxchat.engine.rank_segments import RankDisk
@@ -262,7 +262,6 @@ class DistributedEngine(ChatEngine):
                 return plain_stream(loaded.model, live, tail, budget=budget, sampler=sampler,
                                     processors=processors, count=count)
             job = dict(tail=list(tail), budget=budget, seed=seed, **sampling_job(settings))
-            self._shown_ids = []
             return mirrored_stream(self.channel, job, inner, self._shown_ids)
         out = decode(loaded.tokenizer, live, fed, reply, emit=emit,
                      cancelled=self._worker.cancelled, open_stream=open_stream)
@@ -299,14 +298,12 @@ class TurnWatch:
         self.started_at = time.monotonic()
         self.abandoned = False
         self._text: dict[str, list[str]] = {}
-        self._generated = 0
 
     def saw(self, event: Any) -> Any:
         if isinstance(event, TurnDone):
-            self.started_at, self._text, self._generated = time.monotonic(), {}, 0
+            self.started_at, self._text = time.monotonic(), {}
         elif isinstance(event, TextDelta):
             self._text.setdefault(event.part, []).append(event.text)
-            self._generated = event.generated_tokens
         return event
 
     def cut_short(self, lost: Exception, token_ids: list[int]) -> TurnDone:

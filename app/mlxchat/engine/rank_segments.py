@@ -16,7 +16,6 @@ rank; the ranks then agree on the segments all of them could use.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from mlx_lm.models.cache import trim_prompt_cache
 
 from mlxchat import paths
+from mlxchat.files import write_private_text
 from mlxchat.engine import kv, segment_restore, segments
 from mlxchat.engine.events import SnapshotLoad
 from mlxchat.engine.segments import SegmentRef
@@ -67,11 +67,9 @@ class Manifest:
     files: list[dict[str, Any]]
 
     def write(self, path: Path) -> None:
-        target = manifest_path(path)
-        tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"format": MANIFEST, "layout": self.layout,
-                                   "ranks": self.ranks, "files": self.files}))
-        os.replace(tmp, target)
+        write_private_text(manifest_path(path), json.dumps(
+            {"format": MANIFEST, "layout": self.layout, "ranks": self.ranks,
+             "files": self.files}))
 
     @classmethod
     def read(cls, path: Path) -> "Manifest | str":
