@@ -80,3 +80,16 @@ def test_recast_starts_from_the_stored_values(loud):
     for k, v in tree_flatten(back.model.parameters()):
         assert v.dtype == before[k].dtype and mx.array_equal(v, before[k]).item(), k
     assert mx.array_equal(back.model(mx.array(ids)[None]), logits).item()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_current_dtype_is_the_first_float_parameter(tiny, dtype):
+    """The early-stopping walk names what flattening every parameter names."""
+    model = tiny.model
+    try:
+        precision.apply(model, dtype)
+        first = next(v.dtype for _, v in tree_flatten(model.parameters())
+                     if mx.issubdtype(v.dtype, mx.floating))
+        assert precision.current_dtype(model) == str(first).removeprefix("mlx.core.") == dtype
+    finally:
+        precision.apply(model, "float32")
