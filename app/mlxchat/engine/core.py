@@ -421,7 +421,7 @@ class ChatEngine:
         live.source = "warm"
         stats = turn_stats(
             len(tokens), reuse, prefill, decoded, typed=typed, drafted=drafted,
-            dropped=fitted.dropped, window=self.window(settings), kv_bits=settings.kv_bits,
+            dropped=fitted.dropped, window=self._window, kv_bits=settings.kv_bits,
             weights_bytes=info.weights_bytes, total_s=time.perf_counter() - start,
             context_used=len(live.tokens), kv_bytes=live.nbytes,
             peak_memory_bytes=mx.get_peak_memory())
@@ -440,9 +440,10 @@ class ChatEngine:
         cancelled = self._worker.cancelled
 
         def open_stream(*, tail: list[int], history: list[int], **kw: Any) -> Stream:
-            # After a reasoning budget's close the draft catches up first: a token
-            # or two, not cancelled (a no-op before the first stream).
-            self._drafting.follow(live.tokens, settings, cancelled=lambda: False)
+            if len(history) > len(reply.prompt_tokens):
+                # After a reasoning budget's close the draft catches up first: a
+                # token or two, not cancelled (the turn already followed the prompt).
+                self._drafting.follow(live.tokens, settings, cancelled=lambda: False)
             return self._drafting.stream(loaded, live, tail, settings, prompt_tokens=history,
                                          **kw)
         return decode(loaded.tokenizer, live, tokens[len(tokens) - tail:], reply, emit=emit,

@@ -219,12 +219,17 @@ class MlxChatApp(CommandsMixin, App[int]):
         if self.queued is not None and self._queued_widget is None:
             self._queued_widget = await self.transcript.add_user(self.queued, pending=True)
 
-    def _take_back_queued(self) -> str | None:
-        """Forget the waiting message (off the screen) and put it back in the input."""
+    def _drop_queued(self) -> str | None:
+        """Forget the waiting message and take it off the screen; its text."""
         text, self.queued = self.queued, None
         if self._queued_widget is not None:
             self._queued_widget.remove()
             self._queued_widget = None
+        return text
+
+    def _take_back_queued(self) -> str | None:
+        """Forget the waiting message and put it back in the input."""
+        text = self._drop_queued()
         if text is not None and not self.prompt.text:
             self.prompt.restore(text)
         return text
@@ -234,10 +239,8 @@ class MlxChatApp(CommandsMixin, App[int]):
         if (self.queued is None or self.conversation is None or self.running
                 or self.generating):
             return
-        text, self.queued = self.queued, None
-        if self._queued_widget is not None:
-            self._queued_widget.remove()  # shown again as sent, or back in the input
-            self._queued_widget = None
+        text = self._drop_queued()  # shown again as sent, or back in the input
+        assert text is not None
         self.submit(text)
 
     def watch_running(self, running: str | None) -> None:
