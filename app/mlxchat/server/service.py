@@ -143,8 +143,13 @@ class ChatService:
         tools = request.turn.tools is not None
         cut = CallCut(call_markup(tokenizer) if tools else None)
 
-        def parts() -> ReplyParts:
-            return reply_parts(tokenizer, watch.seen, tools=tools)
+        parsed: dict[str, ReplyParts] = {}
+
+        def parts() -> ReplyParts:  # indexing the reply and answering it read it once
+            if watch.seen not in parsed:
+                parsed.clear()
+                parsed[watch.seen] = reply_parts(tokenizer, watch.seen, tools=tools)
+            return parsed[watch.seen]
 
         def reply_form(done: TurnDone) -> IncomingMessage:
             seen = parts()  # as the client will send it back
