@@ -9,19 +9,28 @@ checksum names.
 
 from __future__ import annotations
 
+import zlib
+
 import xxhash
 
 PREFIX = "xxh3:"
 
 
 class Hasher:
-    """The checksum of a file being written, fed its bytes in order."""
+    """The checksum of a file's bytes fed in order, by the algorithm ``like`` (a
+    stored checksum) names: XXH3-64 for new files, CRC-32 for older ones."""
 
-    def __init__(self) -> None:
-        self._h = xxhash.xxh3_64()
+    def __init__(self, like: str = PREFIX) -> None:
+        self._xxh = xxhash.xxh3_64() if like.startswith(PREFIX) else None
+        self._crc = 0
 
     def update(self, data) -> None:
-        self._h.update(data)
+        if self._xxh is not None:
+            self._xxh.update(data)
+        else:
+            self._crc = zlib.crc32(data, self._crc)
 
     def label(self) -> str:
-        return PREFIX + self._h.hexdigest()
+        if self._xxh is not None:
+            return PREFIX + self._xxh.hexdigest()
+        return f"{self._crc:08x}"

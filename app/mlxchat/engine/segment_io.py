@@ -17,14 +17,11 @@ import math
 import os
 import stat
 import struct
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import xxhash
-
-from mlxchat.engine.checksum import PREFIX as XXH3
+from mlxchat.engine.checksum import Hasher
 from mlxchat.engine.snapshot import SnapshotRejected
 from mlxchat.files import open_nonblocking
 
@@ -164,19 +161,12 @@ class Reader:
 
     def __init__(self, file: SegmentFile, like: str, keep: frozenset[str] = frozenset()):
         self.file, self._keep = file, keep
-        self._xxh = xxhash.xxh3_64() if like.startswith(XXH3) else None
-        self._crc = 0
+        self._hasher = Hasher(like)
         self._pos = os.lseek(file.fd, len(file.head), os.SEEK_SET)
         self._damaged = False
         self.kept: dict[str, bytearray] = {}
         self._begins = [t.begin for t in file.tensors]
-        self._hash(file.head)
-
-    def _hash(self, data: Any) -> None:
-        if self._xxh is not None:
-            self._xxh.update(data)
-        else:
-            self._crc = zlib.crc32(data, self._crc)
+        self._hasher.update(file.head)
 
     def into(self, view: memoryview, offset: int) -> None:
         """Fill ``view`` with the file's bytes from ``offset`` (not before what
@@ -198,7 +188,7 @@ class Reader:
             done += got
         if done < len(view):
             view[done:] = bytes(len(view) - done)
-        self._hash(view)
+        self._hasher.update(view)
         self._pos += len(view)
 
     def _skip_to(self, offset: int) -> None:
@@ -218,8 +208,4 @@ class Reader:
         """The whole file's checksum, once the rest of it is read; "" if it
         could not be read whole."""
         self._skip_to(self.file.size)
-        if self._damaged:
-            return ""
-        if self._xxh is not None:
-            return XXH3 + self._xxh.hexdigest()
-        return f"{self._crc:08x}"
+        return "" if self._damaged else self._hasher.label()
