@@ -58,8 +58,7 @@ class Channel:
             self.progress_at = time.monotonic()
             return out
         except RuntimeError as exc:
-            self.lost = _lost(exc)
-            raise self.lost from None
+            raise self.failed(exc) from None
 
     def _sum(self, data: mx.array) -> mx.array:
         return self._collective(mx.distributed.all_sum, data)

@@ -90,18 +90,15 @@ def mirrored_stream(channel: Channel, job: dict[str, Any],
     try:
         channel.send("decode", **job)
         inner = open_inner()
-        first = True
         while True:
-            if not first:
-                channel.flag(GO_ON)
-            first = False
             try:
                 item = next(inner)
             except StopIteration:
                 ended = True
                 return
             shown.append(item[0])
-            yield item
+            yield item  # a consumer that stops here skips the go-on: finally says stop
+            channel.flag(GO_ON)
     except (RuntimeError, RankLost) as exc:  # a rank was lost: the reply ends here
         if isinstance(exc, RuntimeError):
             channel.failed(exc)

@@ -27,6 +27,7 @@ from mlxchat.files import write_private_text
 from mlxchat.engine import kv, segment_restore, segments
 from mlxchat.engine.events import SnapshotLoad
 from mlxchat.engine.segments import SegmentRef
+from mlxchat.engine.snapshot import failure_words
 
 if TYPE_CHECKING:
     from mlxchat.engine.channel import Channel
@@ -98,9 +99,10 @@ def save_own(loaded: Any, layers: list[Any], path: Path, start: int, end: int,
     """Write this rank's shard of positions ``[start, end)``; what it wrote, or
     the error in words (every rank must reach the gather that follows)."""
     try:
+        paths.ensure_private_dir(path.parent)
         info = segments.write(path, layers, start, end, tokens, **_origin(loaded))
     except (OSError, RuntimeError, ValueError) as exc:
-        return {"error": str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)}
+        return {"error": failure_words(exc)}  # as one rank's save warning says it
     return {"name": path.name, "checksum": info.checksum, "bytes": info.bytes}
 
 
@@ -108,13 +110,8 @@ def _save_job(worker: "RankWorker", job: dict[str, Any]) -> None:
     channel = worker.channel
     name = rank_file(job["name"], channel.rank, channel.size)
     path = paths.snapshots_dir() / name
-    try:
-        paths.ensure_private_dir(path.parent)
-        mine = save_own(worker.loaded, worker.live.layers, path, int(job["start"]),
-                        int(job["end"]), job["tokens"])
-    except OSError as exc:
-        mine = {"error": str(exc)}
-    channel.gather(mine)
+    channel.gather(save_own(worker.loaded, worker.live.layers, path, int(job["start"]),
+                            int(job["end"]), job["tokens"]))
 
 
 # -- restoring ----------------------------------------------------------------------
