@@ -8,7 +8,10 @@ from dataclasses import asdict, dataclass, field, fields
 import math
 import re
 from pathlib import Path
-from typing import Any, Callable, Literal, Self, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Self, Sequence
+
+if TYPE_CHECKING:
+    from mlxchat.sources import Source
 
 Role = Literal["system", "user", "assistant"]
 CacheSource = Literal["warm", "snapshot", "cold"]
@@ -25,6 +28,12 @@ NO_SYSTEM_ROLE = ("this model's chat template has no system role: the system pro
 """The one-line notice for templates that refuse a system message (Gemma 2)."""
 REASONING_EFFORTS: tuple[str, ...] = ("low", "medium", "high")
 COMPUTE_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+DOCS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+"""A document collection's name."""
+MAX_DOCS_K = 20
+MIN_DOCS_BUDGET = 64
+DOCS_BUDGET_SHARE = 4
+"""With no budget set, retrieved sources take at most 1/4 of the window."""
 
 GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "temperature": (lambda v: v >= 0, ">= 0"),
@@ -46,14 +55,19 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
               "off or a model spec"),
     "draft_tokens": (lambda v: 1 <= v <= 16, "1 to 16"),
     "compute_dtype": (lambda v: v in (None, *COMPUTE_DTYPES), "auto, " + ", ".join(COMPUTE_DTYPES)),
+    "docs": (lambda v: v is None or (isinstance(v, str) and DOCS_NAME.match(v) is not None),
+             "off or a collection name"),
+    "docs_k": (lambda v: 1 <= v <= MAX_DOCS_K, f"1 to {MAX_DOCS_K}"),
+    "docs_budget": (lambda v: v is None or MIN_DOCS_BUDGET <= v < _INT64,
+                    f"auto or a whole number >= {MIN_DOCS_BUDGET}"),
 }
 """What each generation setting allows (a check and the rule in words): the one
 place the /set command, `mlxchat ask` flags and the config file are checked against."""
 
 _WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
-          "draft_tokens")
+          "draft_tokens", "docs_k", "docs_budget")
 _WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft",
-          "compute_dtype")
+          "compute_dtype", "docs")
 
 
 def generation_problem(name: str, value: Any) -> str | None:
@@ -99,6 +113,9 @@ class Message:
     """``token_ids`` hold the whole prompt up to here: earlier ids are not used."""
     reasoning: str | None = None
     """For a reply of a reasoning model: its reasoning, apart from ``content``."""
+    sources: "list[Source] | None" = None
+    """For a user message sent with a collection in use: the chunks retrieved
+    for it, as they are in ``content`` (never retrieved again)."""
 
 
 class Record:
@@ -161,6 +178,13 @@ class GenerationSettings(Record):
     compute_dtype: str | None = None
     """What activations and the KV cache compute in; None (auto): float32 on
     the CPU, the family's training dtype on a GPU (models/precision.py)."""
+    docs: str | None = None
+    """The document collection each message retrieves from (/docs use NAME);
+    None: no retrieval."""
+    docs_k: int = 5
+    """At most this many chunks retrieved per message."""
+    docs_budget: int | None = None
+    """Tokens the retrieved chunks may take; None (auto): a quarter of the window."""
 
     def check(self) -> None:
         """Raise ValueError (one line) for the first setting out of its range."""

@@ -53,3 +53,32 @@ def test_add_list_search_update_remove(capsys, tmp_path):
     assert "0 files indexed" in out and "1 unchanged" in out
     code, out, _ = _run(capsys, "remove", "n")
     assert out == "removed n (1 files, 1 chunks)\n" and _collections() == []
+
+
+def test_ask_with_docs_carries_its_sources(capsys, tmp_path, tiny_model_dir):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "boats.md").write_text("# Boats\n\nSailing boats need wind and a keel.\n")
+    assert _run(capsys, "add", "n", str(folder))[0] == 0
+    base = ["ask", "--model", str(tiny_model_dir), "--temp", "0", "--max-tokens", "2"]
+    code = main([*base, "--docs", "n", "--json", "what does a sailboat need"])
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert code == 0, err
+    [source] = data["sources"]
+    assert source["place"] == f"{folder}/boats.md:1-3" and source["n"] == 1
+    assert "Sailing boats need wind" in source["text"] and source["tokens"] > 0
+    assert data["prompt_tokens"] > source["tokens"]  # the block went into the prompt
+    # Without --json the sources are said on stderr, before the reply.
+    code = main([*base, "--docs", "n", "what does a sailboat need"])
+    out, err = capsys.readouterr()
+    assert code == 0 and err.startswith("sources from n: 1 chunks")
+    assert f"[1] {folder}/boats.md:1-3 · Boats" in err
+    # Without --docs nothing is retrieved.
+    code = main([*base, "--json", "what does a sailboat need"])
+    assert json.loads(capsys.readouterr()[0])["sources"] is None
+    # A collection that does not exist: one line, nothing asked.
+    code = main([*base, "--docs", "nope", "hi"])
+    out, err = capsys.readouterr()
+    assert code == 1 and out == "" and "No document collection named 'nope'" in err
+    assert err.count("\n") == 1

@@ -7,13 +7,16 @@ import json
 import signal
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxchat.chat import GenerationSettings, TurnStats
 from mlxchat.cli.progress import progress_printer
 from mlxchat.config import Settings
 from mlxchat.session import TextDelta, TurnDone
 from mlxchat.errors import UserError
+
+if TYPE_CHECKING:
+    from mlxchat.session.retrieval import Retrieved
 
 SESSION_WAIT_S = 10.0
 """How long `ask --session` waits for another mlxchat to let go of the session."""
@@ -82,6 +85,22 @@ def _stream(events, *, quiet: bool) -> TurnDone:
     return done
 
 
+def _sources(found: Retrieved | None, *, quiet: bool) -> list[dict] | None:
+    """What the message retrieved: said on stderr before the reply starts
+    (unless ``quiet``), returned for --json."""
+    if found is None:
+        return None
+    if not quiet:
+        lines = [f"sources from {found.collection}: {len(found.sources)} chunks, "
+                 f"{found.tokens:,} of {found.budget:,} budget tokens"
+                 + (f", {found.left_out} more over it" if found.left_out else "")]
+        lines += [f"  [{s.n}] {s.place}" + (f" · {s.heading}" if s.heading else "")
+                  + f" · score {s.score:.4f}" + (f" · {s.stale}" if s.stale else "")
+                  for s in found.sources]
+        print("\n".join(lines), file=sys.stderr)
+    return [{**s.to_dict(), "place": s.place} for s in found.sources]
+
+
 def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) -> dict:
     keys = ("prompt_tokens", "generated_tokens", "ttft_s", "prefill_tps", "decode_tps",
             "kv_bytes", "kv_bits", "context_used", "context_window", "weights_bytes",
@@ -118,19 +137,26 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
         store_factory=default_store if named else throwaway_store, keep_snapshots=named,
         lock_wait_s=SESSION_WAIT_S, **factories(split))
     conv = opened.conversation
+    docs_store = default_store() if args.docs not in (None, "off") and not named else None
     previous = signal.signal(signal.SIGINT, lambda *_: conv.cancel())
     try:
+        if docs_store is not None:
+            conv.retrieval.collections_from(docs_store)
         if args.system is not None and args.system != conv.session.system_prompt:
             conv.set_system_prompt(args.system)
         gen = _settings_from(args, conv.generation)
         _check_template(conv.model_info, args)
+        if args.docs is not None:  # checked before anything is sent
+            gen = replace(gen, docs=None if args.docs == "off" else
+                          conv.retrieval.collection(args.docs).name)
         if conv.messages:
             conv.use_settings(gen)  # flags apply to this call; the session keeps its own
         else:
             conv.update_generation(gen)
         _speculate(conv, args)
-        done = _stream(conv.send(text), quiet=args.json)
-        extra: dict = {}
+        events = conv.send(text)  # retrieves and commits; the prefill starts in _stream
+        extra: dict = {"sources": _sources(conv.retrieval.last, quiet=args.json)}
+        done = _stream(events, quiet=args.json)
         if named:
             snap = conv.last_snapshot
             extra = {"session": {"id": conv.session.id, "title": conv.session.title},
@@ -142,6 +168,8 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
     finally:
         signal.signal(signal.SIGINT, previous)
         conv.shutdown()  # a session a refused prompt left empty is removed
+        if docs_store is not None:
+            docs_store.close()
     if args.json:
         print(json.dumps(report(done.stats, done.reply, name,
                                 {"reasoning": done.reasoning or None, **extra})))

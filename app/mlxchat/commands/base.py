@@ -9,6 +9,7 @@ import ast
 import inspect
 import itertools
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -157,6 +158,10 @@ class CommandContext:
     """Accept confirmations without asking (``--yes`` on the command line)."""
     list_models: Callable[[], Sequence[ModelEntry]] = catalog_models
     """Rows for /models and the model picker."""
+    progress: Callable[[str, int | None, int | None], None] | None = None
+    """Shows how a long command goes (a line, done, total): the UI's activity line."""
+    cancel: threading.Event = field(default_factory=threading.Event)
+    """Set (by the UI's escape) to stop a long command such as /docs add."""
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ def _ranged(kind: type) -> Callable[[str, str], Any]:
 
 
 def _optional_int(name: str, raw: str) -> Any:
-    if raw.lower() in ("none", "off", "random"):
+    if raw.lower() in ("none", "off", "random", "auto"):
         return None
     return _allowed(name, _number(name, raw, int), raw)
 
@@ -109,6 +109,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("draft_tokens", _ranged(int), "1 to 16"),
     Setting("compute_dtype", _dtype_word, "auto, " + ", ".join(COMPUTE_DTYPES),
             ("auto", *COMPUTE_DTYPES)),
+    Setting("docs_k", _ranged(int), GENERATION_RULES["docs_k"][1]),
+    Setting("docs_budget", _optional_int, GENERATION_RULES["docs_budget"][1], ("auto",)),
 )}
 
 

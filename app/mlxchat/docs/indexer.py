@@ -3,15 +3,14 @@
 A file whose size and mtime match its row is not read; one whose content hash
 matches is not re-chunked (its row takes the new mtime). Changed files are
 chunked and embedded in batches, each batch written in one transaction, so a
-cancel or a crash between batches leaves whole files only, and the next
-update carries on from there. Files gone from disk are dropped.
+crash between batches leaves whole files only; a cancel writes the files read
+so far, whole, and the next update carries on from there. Files gone from disk are dropped.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from mlxchat.chat import DOCS_NAME
 from mlxchat.docs.chunking import ChunkSizes, chunk_text
 from mlxchat.docs.embedder import Embedder
 from mlxchat.docs.errors import DocsError
@@ -29,13 +29,12 @@ from mlxchat.files import FileRefused, read_limited
 from mlxchat.store.documents import (CollectionInfo, CollectionNotFound, Documents, FileUpdate,
                                      NewChunk)
 
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MAX_FILE_BYTES = 32 << 20
 BATCH_CHUNKS = 64
 
 
 def check_name(name: str) -> str:
-    if not NAME.match(name or ""):
+    if not DOCS_NAME.match(name or ""):
         raise DocsError(f"Bad collection name {name!r}: use 1-64 letters, digits, '.', '_' "
                         "or '-', starting with a letter or digit.")
     return name
@@ -142,8 +141,9 @@ class Indexer:
                 on_progress(IndexProgress(done + 1, total, report.chunks_added + pending.chunks,
                                           report.chunks_added / elapsed if elapsed else 0.0,
                                           str(path)))
+        # Files read before a cancel are whole: keep them (the next update skips them).
+        self._write(info, pending, report)
         if not report.cancelled:
-            self._write(info, pending, report)
             if found.complete:
                 gone = sorted(set(known) - {str(p) for p in found.files})
                 self.documents.remove_files(info.id, gone)

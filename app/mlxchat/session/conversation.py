@@ -6,8 +6,9 @@ and which session is open are its own; everything else is done by the parts it
 holds, each handed what it needs: ``OpenSession`` (the one place the open
 session is assigned), ``TurnRunner``, ``CacheKeeper`` (the KV on disk),
 ``PinnedDocs``, ``TypingAhead``, ``Speculation``, ``SavedSessions``,
-``EngineViews``, ``UnsavedReplies`` and ``SessionLocks``. Commands and the UI
-call only the methods below.
+``EngineViews``, ``UnsavedReplies``, ``SessionLocks`` and ``Retrieval`` (the
+session's document collection, used by commands and the UI as
+``conversation.retrieval``). Commands and the UI call only the methods below.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from mlxchat.chat import (Attachment, GenerationSettings, Message, Pin, Session, SessionSummary,
                           TurnStats)
@@ -33,12 +34,17 @@ from mlxchat.session.ledger import Plan
 from mlxchat.session.lock import SessionLocks
 from mlxchat.session.pending import UnsavedReplies, store_unsaved
 from mlxchat.session.pins import PinnedDocs, PinView, PrefixUse
+from mlxchat.session.retrieval import Retrieval, Retrieved
 from mlxchat.session.saved import Deleted, ExportFormat, SavedSessions
 from mlxchat.session.speculation import Speculation
 from mlxchat.session.turns import TurnRunner
 from mlxchat.session.typing_ahead import TypingAhead
 from mlxchat.session.views import ContextCosts, EngineViews
+from mlxchat.sources import Source, with_sources
 from mlxchat.store import BranchInfo, SessionStore, SnapshotRecord
+
+if TYPE_CHECKING:
+    from mlxchat.docs.embedder import Embedder
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +65,7 @@ class Conversation:
     def __init__(self, *, settings: Settings, store: SessionStore, engine: Engine,
                  model_spec: str, load_model: ModelLoader | None = None,
                  session: Session | None = None, keep_snapshots: bool = True,
-                 lock_wait_s: float = 0.0):
+                 lock_wait_s: float = 0.0, embedder: Callable[[], Embedder] | None = None):
         self.settings = settings
         self.store = store
         self.engine = engine
@@ -82,6 +88,8 @@ class Conversation:
         self._saved = SavedSessions(self._open, store)
         self._views = EngineViews(self._open, engine, self._pins,
                                   last_stats=lambda: self._turns.last_stats)
+        self.retrieval = Retrieval(self._open, store, engine, window_left=self.window_left,
+                                   last_stats=self.branch_stats, embedder=embedder)
         self._locks.hold(self.session)
         if session is not None and session.id is not None and self._locks.held:
             self.reload()  # another process may have written to it while we waited
@@ -182,15 +190,25 @@ class Conversation:
         return "\n\n".join(parts + [text]) if parts else text
 
     def send(self, text: str) -> Iterator[Event]:
-        """Commit the user message, then run the turn; yields the engine's events."""
+        """Commit the user message (with what it retrieved from the session's
+        collection in front: ``retrieval.last``), then run the turn; yields the
+        engine's events. Nothing is prefilled until the first event is asked for."""
         self._require_saved()
         if not text.strip():
             raise ConversationError("Nothing to send.")
-        content = self.compose(text)
+        content, sources = self._with_retrieved(text, self.compose(text))
         plan = self._open.ledger(self.engine).plan_message(self.messages, content)
-        self._add_user(content, plan)  # the plan refused what cannot fit: nothing stored then
+        # The plan refused what cannot fit: nothing stored then.
+        self._add_user(content, plan, sources)
         self.attachments.clear()
         return self._turns.run(plan)
+
+    def _with_retrieved(self, query: str, content: str) -> tuple[str, list[Source] | None]:
+        self.retrieval.last = None
+        found: Retrieved | None = self.retrieval.retrieve(query)
+        if found is None or not found.sources:
+            return content, None
+        return with_sources(found.collection, found.sources, content), found.sources
 
     def retry(self) -> Iterator[Event]:
         """Answer the last user message again, as a new branch beside the old reply."""
@@ -219,15 +237,16 @@ class Conversation:
         if not text.strip():
             raise ConversationError("The edited message is empty.")
         before = self.messages[:self.messages.index(last)]
+        content, sources = self._with_retrieved(text, text)
         # Planned (and refused when it cannot fit) before anything is committed.
-        plan = self._open.ledger(self.engine).plan_message(before, text)
+        plan = self._open.ledger(self.engine).plan_message(before, content)
         self.store.branches.set_leaf(self.session.id, last.parent_id)
-        self._add_user(text, plan)
+        self._add_user(content, plan, sources)
         return self._turns.run(plan)
 
-    def _add_user(self, content: str, plan: Plan) -> None:
+    def _add_user(self, content: str, plan: Plan, sources: list[Source] | None = None) -> None:
         self.store.add_message(self.session.id, "user", content, token_ids=plan.user_ids,
-                               ledger_key=plan.key, ledger_start=plan.start)
+                               ledger_key=plan.key, ledger_start=plan.start, sources=sources)
         self.reload()
 
     def undo(self) -> int:

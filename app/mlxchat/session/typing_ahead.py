@@ -50,7 +50,9 @@ class TypingAhead:
 
     def _typed_plan(self, text: str) -> tuple[list[int], int] | None:
         """The tokens to prefill and where the history in them ends."""
-        if self._open.generation.history == "template":
+        settings = self._open.generation
+        if settings.history == "template" or settings.docs is not None:
+            # Retrieved sources go in front of the message: unknown until it is sent.
             return None
         cut = settled_text(text)
         blocks = [a.block for a in self._attachments]

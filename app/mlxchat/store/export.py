@@ -20,6 +20,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 from mlxchat import __version__
 from mlxchat.files import FileRefused, read_limited, write_private_text
 from mlxchat.chat import GenerationSettings, Message, Pin, Session, TurnStats
+from mlxchat.sources import Source, cite, without_sources
 from mlxchat.store.rows import ROLES
 from mlxchat.store.errors import StoreError
 from mlxchat.store.sessions import SessionStore
@@ -78,18 +79,39 @@ def session_markdown(session: Session) -> str:
         ]
 
     out += ["", "---"]
+    sources: list[Source] | None = None
     for message in session.messages:
         out += ["", f"### {message.role.capitalize()}"]
         if message.reasoning:
             out += ["", "#### Thinking", ""]
             out += ["> " + line if line else ">" for line in message.reasoning.splitlines()]
             out += ["", "#### Answer"]
-        out += ["", message.content.rstrip()]
+        if message.role == "user":
+            sources = message.sources
+            text = without_sources(message.content) if sources else message.content
+            out += ["", text.rstrip()] + _sources_markdown(sources)
+        else:
+            out += ["", cite(message.content, sources).rstrip()]
         if message.stats is not None:
             out += ["", markdown_stats_line(message.stats, message.cancelled)]
         elif message.cancelled:
             out += ["", "_cancelled_"]
     return "\n".join(out) + "\n"
+
+
+def _sources_markdown(sources: list[Source] | None) -> list[str]:
+    """What a message retrieved: each source's place and its text as sent, quoted."""
+    if not sources:
+        return []
+    out = ["", f"#### Sources ({sources[0].collection}, {sum(s.tokens for s in sources):,} "
+           "tokens)"]
+    for s in sources:
+        heading = f" · {s.heading}" if s.heading else ""
+        stale = f" · {s.stale}" if s.stale else ""
+        out += ["", f"[{s.n}] {s.place}{heading} · score {s.score:.4f} · {s.tokens:,} tokens"
+                f"{stale}", ""]
+        out += ["> " + line if line else ">" for line in s.text.strip().splitlines()]
+    return out
 
 
 # -- JSON ----------------------------------------------------------------------
@@ -106,6 +128,7 @@ def _message_dict(message: Message) -> dict[str, Any]:
         "cancelled": message.cancelled,
         "created": message.created,
         **({"reasoning": message.reasoning} if message.reasoning else {}),
+        **({"sources": [s.to_dict() for s in message.sources]} if message.sources else {}),
     }
 
 
@@ -168,12 +191,25 @@ def _field(data: dict[str, Any], key: str, hint: Any, where: str, default: Any =
 
 
 def _checked(cls: type, data: Any, where: str) -> Any:
-    """A GenerationSettings or TurnStats from ``data``, every known field type-checked."""
+    """A GenerationSettings, TurnStats or Source from ``data``, every known field type-checked."""
     if not isinstance(data, dict):
         raise StoreError(f"Not an importable session: {where} is not an object.")
     hints = get_type_hints(cls)
     known = {key: _field(data, key, hints[key], where) for key in data if key in hints}
     return cls(**known)
+
+
+def _sources(rows: list[Any] | None, where: str) -> list[Source] | None:
+    if not rows:
+        return None
+    found = []
+    for n, row in enumerate(rows):
+        try:
+            found.append(_checked(Source, row, f"{where}.sources[{n}]"))
+        except TypeError:
+            raise StoreError(f"Not an importable session: {where}.sources[{n}] lacks a "
+                             "field.") from None
+    return found
 
 
 def _ordered(messages: list[Message]) -> list[Message]:
@@ -271,6 +307,7 @@ def parse_document(data: Any) -> tuple[Session, list[Message]]:
                 cancelled=_field(row, "cancelled", bool, where, False),
                 created=_field(row, "created", float | None, where, None),
                 reasoning=_field(row, "reasoning", str | None, where, None),
+                sources=_sources(_field(row, "sources", list | None, where, None), where),
             )
         )
     for index, message in enumerate(messages):

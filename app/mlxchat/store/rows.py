@@ -11,6 +11,7 @@ from array import array
 
 from mlxchat.chat import (GENERATION_RULES, GenerationSettings, Message, Session, TurnStats,
                           generation_problem, typed_text)
+from mlxchat.sources import Source, without_sources
 from mlxchat.store.errors import StoreError
 from mlxchat.store.pin_rows import read_pins, write_pins
 
@@ -22,7 +23,7 @@ TITLE_LENGTH = 60
 def title_from(text: str, limit: int = TITLE_LENGTH) -> str:
     """First non-blank line of ``text`` (attached files skipped: ``chat.typed_text``),
     whitespace collapsed, cut at a word to ``limit``."""
-    text = typed_text(text).encode("utf-8", "replace").decode("utf-8")
+    text = typed_text(without_sources(text)).encode("utf-8", "replace").decode("utf-8")
     line = next((ln for ln in text.splitlines() if ln.strip()), "")
     line = " ".join("".join(ch if ch.isprintable() else " " for ch in line).split())
     if len(line) <= limit:
@@ -31,6 +32,20 @@ def title_from(text: str, limit: int = TITLE_LENGTH) -> str:
     if " " in cut[limit // 2 :]:
         cut = cut[: cut.rindex(" ")]
     return cut.rstrip(" .,;:-") + "…"
+
+
+def sources_from_json(text: str | None) -> list[Source] | None:
+    """A message's stored sources; unreadable ones (a hand edit) read as none."""
+    if not text:
+        return None
+    try:
+        return [Source.from_dict(item) for item in json.loads(text)]
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def sources_to_json(sources: list[Source] | None) -> str | None:
+    return json.dumps([s.to_dict() for s in sources]) if sources else None
 
 
 def message_from_row(row: sqlite3.Row) -> Message:
@@ -53,6 +68,7 @@ def message_from_row(row: sqlite3.Row) -> Message:
         ledger_key=row["ledger_key"],
         ledger_start=bool(row["ledger_start"]),
         reasoning=row["reasoning"],
+        sources=sources_from_json(row["sources"]),
     )
 
 
@@ -151,8 +167,8 @@ def insert_message(
     stats = json.dumps(message.stats.to_dict()) if message.stats is not None else None
     cur.execute(
         "INSERT INTO messages (session_id, parent_id, role, content, token_count, stats,"
-        " cancelled, created, token_ids, ledger_key, ledger_start, reasoning)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " cancelled, created, token_ids, ledger_key, ledger_start, reasoning, sources)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             session_id,
             parent_id,
@@ -166,6 +182,7 @@ def insert_message(
             message.ledger_key,
             int(message.ledger_start),
             message.reasoning or None,
+            sources_to_json(message.sources),
         ),
     )
     assert cur.lastrowid is not None

@@ -288,6 +288,13 @@ V11_API_MESSAGES = (
     "CREATE INDEX api_messages_by_session ON api_messages(session_id)",
 )
 
+V12_MESSAGE_SOURCES = (
+    # The chunks retrieved for a user message (JSON list of mlxchat.sources.Source:
+    # collection, file, lines, score, tokens and the text as sent), kept with the
+    # message so a reopened, branched or exported session never retrieves again.
+    "ALTER TABLE messages ADD COLUMN sources TEXT",
+)
+
 MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V1_SESSIONS_AND_MESSAGES,
     V2_CANCELLED_AND_SNAPSHOTS,
@@ -300,6 +307,7 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V9_PINNED_DOCUMENTS,
     V10_DOCUMENT_COLLECTIONS,
     V11_API_MESSAGES,
+    V12_MESSAGE_SOURCES,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

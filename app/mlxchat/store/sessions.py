@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from mlxchat.chat import GenerationSettings, Message, Role, Session, SessionSummary, TurnStats
+from mlxchat.sources import Source
 from mlxchat.store import documents, pins, segments, snapshots
 from mlxchat.store.api_messages import ApiMessages
 from mlxchat.store.branches import Branches
@@ -279,6 +280,7 @@ class SessionStore:
         ledger_key: str | None = None,
         ledger_start: bool = False,
         reasoning: str | None = None,
+        sources: list[Source] | None = None,
     ) -> Message:
         """Store a message after ``parent_id`` (default: the current leaf; None: a new root),
         make it the current leaf and commit, all in one call.
@@ -288,7 +290,7 @@ class SessionStore:
         draft = Message(
             role=role, content=content, token_count=token_count, stats=stats, cancelled=cancelled,
             token_ids=token_ids, ledger_key=ledger_key, ledger_start=ledger_start,
-            reasoning=reasoning,
+            reasoning=reasoning, sources=sources,
         )
         with self.db.writing() as cur:
             row = session_row(cur, session_id)

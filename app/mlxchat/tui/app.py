@@ -39,7 +39,9 @@ from mlxchat.tui.widgets.activity import ActivityBar
 from mlxchat.tui.widgets.header import TitleHeader
 
 if TYPE_CHECKING:
+    from mlxchat.chat import Message
     from mlxchat.session import Conversation
+    from mlxchat.session.retrieval import Retrieved
     from mlxchat.session import Event, PrefillProgress, TextDelta, TurnDone
 
 QUIT_WAIT_SECONDS = 10.0
@@ -66,6 +68,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         Binding("escape", "stop", "Stop", priority=True),
         Binding("ctrl+c", "stop", "Stop", priority=True, show=False),
         Binding("escape", "leave_edit", "Cancel"),
+        Binding("escape", "cancel_command", "Cancel", priority=True),
         Binding("ctrl+n", "new_session", "New", priority=True),
         Binding("ctrl+o", "sessions", "Sessions", priority=True),
         Binding("ctrl+y", "copy_reply", "Copy", priority=True),
@@ -74,7 +77,10 @@ class MlxChatApp(CommandsMixin, App[int]):
         Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
     MAIN_SCREEN_ACTIONS = frozenset({"withdraw", "stop", "leave_edit", "new_session",
-                                     "sessions", "copy_reply", "help", "toggle_thinking"})
+                                     "sessions", "copy_reply", "help", "toggle_thinking",
+                                     "cancel_command"})
+    CANCELLABLE_COMMANDS = frozenset({"/docs"})
+    """Commands that stop early when escape sets ``ctx.cancel`` (indexing)."""
 
     generating: var[bool] = var(False, bindings=True)
     """A reply is being generated (escape stops it)."""
@@ -178,7 +184,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         conv = opened.conversation
         self.conversation = conv
         self.ctx = CommandContext(conv, clipboard=self._copy_from_worker, now=self._now,
-                                  interactive=True)
+                                  interactive=True, progress=self._command_progress)
         self.activity.hide()
         await self.reload_session()
         await self._show_queued()  # the reload cleared it; it goes once nothing runs
@@ -325,12 +331,17 @@ class MlxChatApp(CommandsMixin, App[int]):
     def _send_worker(self, text: str) -> None:
         conv = self.conversation
         assert conv is not None
+        if conv.generation.docs is not None:
+            self._ui(self.activity.show, f"retrieving from {conv.generation.docs}…")
         try:
             events = conv.send(text)  # checks the window and commits the message
         except Exception as exc:  # noqa: BLE001 - EngineError, StoreError, ...
             self._ui(self._send_failed, text, error_text(exc))
             return
-        self._ui(self._show_sent, conv.messages[-1].content)
+        finally:
+            if conv.generation.docs is not None:
+                self._ui(self.activity.hide)
+        self._ui(self._show_sent, conv.messages[-1], conv.retrieval.last)
         self._stream_turn(events)
 
     async def _send_failed(self, text: str, error: str) -> None:
@@ -339,8 +350,14 @@ class MlxChatApp(CommandsMixin, App[int]):
         if not self.prompt.text:
             self.prompt.restore(text)
 
-    async def _show_sent(self, content: str) -> None:
-        await self.transcript.add_user(content)
+    async def _show_sent(self, message: Message, retrieved: Retrieved | None) -> None:
+        """The message as sent, and before its prefill what it retrieved and costs."""
+        if retrieved is not None and message.sources:
+            await self.transcript.add_user(message.content, sources=message.sources,
+                                           forecast_s=retrieved.forecast_s,
+                                           left_out=retrieved.left_out)
+        else:
+            await self.transcript.add_user(message.content, sources=message.sources)
         self.set_titles()
 
     def _stream_turn(self, events: Iterator[Event]) -> None:
@@ -417,9 +434,20 @@ class MlxChatApp(CommandsMixin, App[int]):
             return self.generating
         if action == "leave_edit":
             return self.editing
+        if action == "cancel_command":
+            return self.running in self.CANCELLABLE_COMMANDS
         if action in ("new_session", "sessions"):
             return None if self.generating or self.running or not self.conversation else True
         return True
+
+    def action_cancel_command(self) -> None:
+        if self.ctx is not None:
+            self.ctx.cancel.set()
+            self.activity.show(f"cancelling {self.running}…")
+
+    def _command_progress(self, label: str, done: int | None, total: int | None) -> None:
+        """From a command's thread: its progress on the activity line."""
+        self._ui(self.activity.show, label, done, total)
 
     def action_stop(self) -> None:
         if self.conversation is not None:

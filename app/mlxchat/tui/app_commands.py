@@ -118,7 +118,7 @@ class CommandsMixin(_Host):
         self.running = label
 
         def slow() -> None:
-            if self.running == label:
+            if self.running == label and not self.activity.active:
                 self.activity.show(f"running {label}…")
         self.set_timer(SLOW_COMMAND_SECONDS, slow)
         self._command_worker(call, restore, restore_editing)

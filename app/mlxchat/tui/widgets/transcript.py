@@ -17,7 +17,9 @@ from textual.widgets import Markdown, Static
 from textual.widgets._markdown import MarkdownBlock, MarkdownParagraph
 
 from mlxchat.chat import Message, TurnStats
+from mlxchat.sources import Source, cite, without_sources
 from mlxchat.tui.formatting import transcript_stats_line
+from mlxchat.tui.widgets.sources import SourcesPanel
 from mlxchat.units import fmt_int, fmt_seconds
 
 NoticeLevel = Literal["info", "warning", "error"]
@@ -38,7 +40,21 @@ class PlainMessage(Vertical):
 
 
 class UserMessage(PlainMessage):
+    """What the user typed; with the sources retrieved for it underneath."""
+
     LABEL = "you"
+
+    def __init__(self, text: str, *, sources: list[Source] | None = None,
+                 forecast_s: float | None = None, left_out: int = 0) -> None:
+        super().__init__(without_sources(text) if sources else text)
+        self.sources = sources
+        self._panel = (SourcesPanel(sources, forecast_s=forecast_s, left_out=left_out)
+                       if sources else None)
+
+    def compose(self) -> ComposeResult:
+        yield from super().compose()
+        if self._panel is not None:
+            yield self._panel
 
 
 class PendingMessage(UserMessage):
@@ -222,6 +238,8 @@ class ReplyHandle:
         self.finished = False
         self._stream = Markdown.get_stream(message.markdown)
         self._format = transcript.reply_format()
+        self.sources = transcript.last_sources
+        """What the message it answers retrieved: its [n] name their files once done."""
 
     async def append(self, fragment: str, part: str = "answer") -> None:
         if self.finished:
@@ -248,7 +266,7 @@ class ReplyHandle:
         await self._stream.write(self._format.finish())
         await self._stream.stop()
         self.message.text = self.text
-        shown = self.message.shown = self.transcript.formatter(self.text)
+        shown = self.message.shown = self.transcript.shown(self.text, self.sources)
         if shown.strip("\n") != (self.message.markdown.source or "").strip("\n"):
             await self.message.markdown.update(shown)  # the stream told it otherwise
         self.message.set_footer(stats, cancelled)
@@ -267,31 +285,47 @@ class Transcript(VerticalScroll):
         """A reply's text -> the Markdown shown (the app formats tool calls)."""
         self.reply_format: Callable[[], ReplyFormat] = Verbatim
         """A new ``ReplyFormat`` for each streaming reply (the app's formats tool calls)."""
+        self.last_sources: list[Source] | None = None
+        """The sources of the last user message shown: the next reply cites them."""
 
     def on_mount(self) -> None:
         self.anchor()
 
+    def shown(self, text: str, sources: list[Source] | None) -> str:
+        """A reply's Markdown: tool calls formatted, [n] naming their source's file:line."""
+        return cite(self.formatter(text), sources)
+
     def _message_widget(self, message: Message) -> Vertical:
         if message.role == "user":
-            return UserMessage(message.content)
+            self.last_sources = message.sources
+            return UserMessage(message.content, sources=message.sources)
         if message.role == "system":
             return SystemMessage(message.content)
         return AssistantMessage(message.content, label=self.assistant_label,
                                 stats=message.stats, cancelled=message.cancelled,
                                 reasoning=message.reasoning,
-                                shown=self.formatter(message.content))
+                                shown=self.shown(message.content, self.last_sources))
 
     async def load(self, messages: Iterable[Message]) -> None:
         """Replace everything with ``messages`` (root first)."""
         await self.clear()
+        self.last_sources = None
         await self.mount_all([self._message_widget(m) for m in messages])
         self.anchor()
 
     async def clear(self) -> None:
         await self.remove_children()
 
-    async def add_user(self, text: str, *, pending: bool = False) -> UserMessage:
-        widget = PendingMessage(text) if pending else UserMessage(text)
+    async def add_user(self, text: str, *, pending: bool = False,
+                       sources: list[Source] | None = None, forecast_s: float | None = None,
+                       left_out: int = 0) -> UserMessage:
+        """A sent message (``text`` as stored; with ``sources``, what it retrieved)."""
+        if pending:
+            widget: UserMessage = PendingMessage(text)
+        else:
+            self.last_sources = sources
+            widget = UserMessage(text, sources=sources, forecast_s=forecast_s,
+                                 left_out=left_out)
         await self.mount(widget)
         self.anchor()  # sending a message brings the view back to the bottom
         return widget

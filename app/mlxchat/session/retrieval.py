@@ -1,0 +1,207 @@
+"""The session's document collection: what a message retrieves, within a token
+budget, and the collections themselves for the commands and the UI.
+
+A message sent with a collection in use (``GenerationSettings.docs``) gets the
+top chunks for its text, as many as fit ``docs_budget`` tokens (default a
+quarter of the window, never more than the window has left), numbered in a
+block in front of the question (``mlxchat.sources``). The chunks are stored
+with the message and are part of its token ledger, so reopening, retrying,
+branching or exporting never retrieves again.
+
+The embedder (and MLX with the docs package) loads on first use: sessions
+without a collection never pay for it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from mlxchat.chat import DOCS_BUDGET_SHARE, TurnStats
+from mlxchat.engine.interface import Engine
+from mlxchat.errors import MlxchatError
+from mlxchat.session.current import OpenSession
+from mlxchat.sources import Source, sources_block
+from mlxchat.store import SessionStore
+from mlxchat.store.documents import CollectionInfo, CollectionNotFound
+
+if TYPE_CHECKING:
+    from mlxchat.docs import Hit, IndexProgress, IndexReport, Retriever
+    from mlxchat.docs.embedder import Embedder
+
+CANDIDATES_PER_K = 2
+"""Hits asked for per chunk wanted: ones over the budget leave room for smaller ones."""
+
+
+class RetrievalError(MlxchatError):
+    """Retrieval cannot run as asked; one line for the user."""
+
+
+@dataclass(frozen=True)
+class Retrieved:
+    """What a message retrieved, known before its prefill starts."""
+
+    collection: str
+    sources: list[Source]
+    budget: int
+    """The tokens the sources could take."""
+    block_tokens: int
+    """What the whole block (sources, numbering, instruction) costs in the prompt."""
+    left_out: int
+    """Hits that did not fit the budget."""
+    prefill_tps: float | None
+    """The last measured prefill rate of this session (None: none yet)."""
+
+    @property
+    def tokens(self) -> int:
+        return sum(s.tokens for s in self.sources)
+
+    @property
+    def forecast_s(self) -> float | None:
+        """Seconds the block will take to prefill at the last measured rate."""
+        return self.block_tokens / self.prefill_tps if self.prefill_tps else None
+
+
+class Retrieval:
+    def __init__(self, open_session: OpenSession, store: SessionStore, engine: Engine, *,
+                 window_left: Callable[[], int], last_stats: Callable[[], TurnStats | None],
+                 embedder: Callable[[], Embedder] | None = None):
+        self._open = open_session
+        self._docs = store
+        """Where the collections are: the session's database, unless told otherwise."""
+        self._engine = engine
+        self._window_left = window_left
+        self._last_stats = last_stats
+        self._embedder_factory = embedder
+        self._embedder: Embedder | None = None
+        self._retriever: Retriever | None = None
+        self._lock = threading.Lock()
+        self.last: Retrieved | None = None
+        """What the last message sent in this process retrieved."""
+
+    def collections_from(self, store: SessionStore) -> None:
+        """Read collections from ``store`` (a throwaway session's questions use
+        the app's database for them)."""
+        self._docs = store
+        self._retriever = None
+
+    # -- the session's choice --------------------------------------------------------
+    @property
+    def in_use(self) -> str | None:
+        return self._open.generation.docs
+
+    def use(self, name: str | None) -> CollectionInfo | None:
+        """Retrieve from ``name`` for this session's messages (None: stop)."""
+        info = self.collection(name) if name is not None else None
+        self._open.change_generation(docs=name)
+        return info
+
+    def budget(self) -> int:
+        """Tokens the sources of the next message may take."""
+        settings = self._open.generation
+        window = self._engine.window(settings)
+        wanted = settings.docs_budget or window // DOCS_BUDGET_SHARE
+        return max(0, min(wanted, self._window_left() - self._engine.reply_reserve(settings)))
+
+    # -- collections -------------------------------------------------------------------
+    def collections(self) -> list[CollectionInfo]:
+        return self._docs.documents.list()
+
+    def collection(self, name: str) -> CollectionInfo:
+        from mlxchat.docs.indexer import check_name
+
+        return self._docs.documents.get(check_name(name))
+
+    def add(self, name: str, paths: Sequence[str | Path], *,
+            on_progress: Callable[[IndexProgress], None] | None = None,
+            cancel: threading.Event | None = None) -> IndexReport:
+        from mlxchat.docs import Indexer
+        from mlxchat.docs.indexer import check_name
+        from mlxchat.docs.walk import check_roots
+
+        check_name(name)
+        check_roots(paths)  # bad paths fail before the embedder loads
+        return Indexer(self._docs.documents, self.embedder()).add(
+            name, paths, on_progress=on_progress, cancel=cancel)
+
+    def update(self, name: str, *, on_progress: Callable[[IndexProgress], None] | None = None,
+               cancel: threading.Event | None = None) -> IndexReport:
+        from mlxchat.docs import Indexer
+
+        self.collection(name)
+        return Indexer(self._docs.documents, self.embedder()).update(
+            name, on_progress=on_progress, cancel=cancel)
+
+    def remove(self, name: str) -> CollectionInfo:
+        """Delete a collection and its index; this session stops using it. Messages
+        that retrieved from it keep their sources."""
+        info = self._docs.documents.delete(self.collection(name).name)
+        if self.in_use == info.name:
+            self._open.change_generation(docs=None)
+        return info
+
+    # -- the turn ------------------------------------------------------------------------
+    def retrieve(self, text: str, *, remember: bool = True) -> Retrieved | None:
+        """The sources for a message of ``text`` (kept as ``last`` unless not
+        ``remember``: a preview); None when no collection is in use."""
+        name = self.in_use
+        if name is None or not text.strip():
+            return None
+        try:
+            self._docs.documents.get(name)
+        except CollectionNotFound:
+            raise RetrievalError(f"This session retrieves from {name!r}, which no longer "
+                                 "exists: /docs use another collection, or /docs use off. "
+                                 "Nothing was sent.") from None
+        settings = self._open.generation
+        budget = self.budget()
+        hits = self.retriever().search(name, text, k=settings.docs_k * CANDIDATES_PER_K)
+        sources: list[Source] = []
+        spent = left_out = 0
+        for hit in hits:
+            if len(sources) == settings.docs_k:
+                break
+            source = _source(name, len(sources) + 1, hit)
+            source.tokens = self._tokens(source.entry())
+            if spent + source.tokens > budget:
+                left_out += 1
+                continue
+            spent += source.tokens
+            sources.append(source)
+        block = self._tokens(sources_block(name, sources)) if sources else 0
+        stats = self._last_stats()
+        found = Retrieved(name, sources, budget, block, left_out,
+                          stats.prefill_tps if stats is not None else None)
+        if remember:
+            self.last = found
+        return found
+
+    def _tokens(self, text: str) -> int:
+        return len(self._engine.loaded.tokenizer.encode(text, add_special_tokens=False))
+
+    def embedder(self) -> Embedder:
+        with self._lock:
+            if self._embedder is None:
+                if self._embedder_factory is None:
+                    from mlxchat.docs.embedder import default_embedder
+                    self._embedder_factory = default_embedder
+                self._embedder = self._embedder_factory()
+            return self._embedder
+
+    def retriever(self) -> Retriever:
+        from mlxchat.docs import Retriever
+
+        embedder = self.embedder()
+        with self._lock:
+            if self._retriever is None:
+                self._retriever = Retriever(self._docs.documents, embedder)
+            return self._retriever
+
+
+def _source(collection: str, n: int, hit: Hit) -> Source:
+    return Source(n=n, collection=collection, path=hit.path, start_line=hit.start_line,
+                  end_line=hit.end_line, heading=hit.heading, text=hit.text,
+                  score=round(hit.score, 6), chunk_id=hit.chunk_id, stale=hit.stale)
+

@@ -1,0 +1,106 @@
+"""Retrieved sources as a message carries them: what was sent, how it reads in
+the message, and how a reply's ``[n]`` citations name their file and line.
+
+Ground layer (stdlib only): the store keeps ``Source`` rows with the message,
+the session layer builds them, the UI and the export show them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+SOURCES_END = "\n</sources>\nAnswer from the sources above where they help, and cite each one " \
+    "you use as [n]."
+"""Closes the block in front of the question: the instruction is part of it, so
+a reply is asked to cite by number."""
+_BLOCK = re.compile(r'\s*<sources collection="[^"\n]*">\n.*?' + re.escape(SOURCES_END) + r"\n*",
+                    re.S)
+_CITATION = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\](?!\()")
+
+
+@dataclass
+class Source:
+    """One retrieved chunk as it went into a message."""
+
+    n: int
+    """Its number in the message: the reply cites it as [n]."""
+    collection: str
+    path: str
+    start_line: int
+    end_line: int
+    heading: str = ""
+    text: str = ""
+    """The chunk's text exactly as sent."""
+    tokens: int = 0
+    """What its entry in the block costs in the model's tokens."""
+    score: float = 0.0
+    chunk_id: int | None = None
+    """The chunk's row when it was retrieved (gone once the file is re-indexed)."""
+    stale: str | None = None
+    """Why the file no longer matched its index when this was retrieved."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Source:
+        """Unknown keys (from a newer version) are ignored."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    @property
+    def place(self) -> str:
+        """'path:start-end', as a reader finds it."""
+        return f"{self.path}:{self.start_line}-{self.end_line}"
+
+    @property
+    def short_place(self) -> str:
+        """'name.md:12': what a citation in the transcript says."""
+        return f"{os.path.basename(self.path)}:{self.start_line}"
+
+    def entry(self) -> str:
+        """How the chunk reads in the message: numbered, placed, then its text."""
+        heading = f" · {self.heading}" if self.heading else ""
+        return f"[{self.n}] {self.place}{heading}\n{self.text.strip()}"
+
+
+def sources_block(collection: str, sources: list[Source]) -> str:
+    """What goes in front of the question when chunks were retrieved."""
+    body = "\n\n".join(s.entry() for s in sources)
+    return f'<sources collection="{collection}">\n{body}{SOURCES_END}'
+
+
+def with_sources(collection: str, sources: list[Source], text: str) -> str:
+    """The user message as sent: the sources block, then what was typed."""
+    return f"{sources_block(collection, sources)}\n\n{text}" if sources else text
+
+
+def without_sources(content: str) -> str:
+    """A user message less a sources block in front (what was typed)."""
+    found = _BLOCK.match(content)
+    return content[found.end():] if found else content
+
+
+def cite(text: str, sources: list[Source] | None) -> str:
+    """A reply with each ``[n]`` naming its source's file and line, e.g.
+    '[2 · setup.md:14]'; numbers no source has are left as they are."""
+    if not sources:
+        return text
+    by_n = {s.n: s for s in sources}
+
+    def name(found: re.Match[str]) -> str:
+        numbers = [int(x) for x in found.group(1).split(",")]
+        if not all(n in by_n for n in numbers):
+            return found.group(0)
+        return "[" + "; ".join(f"{n} · {by_n[n].short_place}" for n in numbers) + "]"
+    return _CITATION.sub(name, text)
+
+
+def sources_summary(sources: list[Source]) -> str:
+    """'3 sources · 812 tokens' for a line under the question."""
+    count = len(sources)
+    tokens = sum(s.tokens for s in sources)
+    return f"{count} source{'s' if count != 1 else ''} · {tokens:,} tokens"

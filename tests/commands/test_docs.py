@@ -1,0 +1,95 @@
+"""/docs and /sources on a real Conversation (tiny model, the bundled embedder)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from .conftest import send
+
+
+@pytest.fixture
+def notes(tmp_path: Path) -> Path:
+    folder = tmp_path / "work" / "notes"
+    folder.mkdir(parents=True)
+    (folder / "boats.md").write_text("# Boats\n\nSailing boats need wind and a keel.\n")
+    (folder / "trains.md").write_text("# Trains\n\nTrains run on rails.\n")
+    (folder / "planes.md").write_text("# Planes\n\nPlanes need lift.\n")
+    return folder
+
+
+def test_add_use_list_and_the_session_retrieves(registry, ctx, conv, notes):
+    r = registry.run("/docs", ctx)
+    assert r.ok and "No document collections yet" in r.text
+    r = registry.run("/docs add notes", ctx)  # a path alone: named after the folder
+    assert r.ok and r.text.startswith("notes: 3 files indexed (3 chunks"), r.text
+    assert r.text.endswith("This session now retrieves from notes.")
+    assert conv.session.settings.docs == "notes"  # stored with the session
+    r = registry.run("/docs", ctx)
+    assert r.rows[0][:3] == ("notes (in use)", "3", "3")
+    assert r.text.startswith("This session retrieves from notes: up to 5 chunks per message")
+    send(conv, "what do sailing boats need")
+    r = registry.run("/sources", ctx)
+    assert r.kind == "table" and r.text.startswith("3 sources from notes")
+    places = [row[1] for row in r.rows]
+    assert f"{notes}/boats.md:1-3" in places
+    assert r.rows == [(f"[{s.n}]", s.place, s.heading, f"{s.score:.4f}", f"{s.tokens:,}", "")
+                      for s in conv.messages[-2].sources]
+
+
+def test_tuning_and_bad_input_change_nothing(registry, ctx, conv, notes):
+    assert registry.run("/docs add notes", ctx).ok
+    before = conv.session.settings
+    for line, words in [("/docs k 0", "docs_k must be 1 to 20"),
+                        ("/docs budget 10", "docs_budget must be auto or a whole number >= 64"),
+                        ("/docs use nope", "No document collection named 'nope'"),
+                        ("/docs use bad/name", "Bad collection name"),
+                        ("/docs add", "Usage: /docs add [NAME] PATH..."),
+                        ("/docs add x missing-folder", "No such file or folder"),
+                        ("/docs frob", "Unknown /docs action 'frob'")]:
+        r = registry.run(line, ctx)
+        assert not r.ok and words in r.text, (line, r.text)
+        assert "\n" not in r.text
+    assert conv.session.settings == before
+    assert registry.run("/docs k 2", ctx).ok and conv.session.settings.docs_k == 2
+    assert registry.run("/docs budget 100", ctx).ok
+    assert conv.session.settings.docs_budget == 100
+    assert registry.run("/docs budget auto", ctx).ok
+    assert conv.session.settings.docs_budget is None
+    r = registry.run("/docs search sailing boats wind", ctx)
+    assert r.kind == "table" and r.rows[0][1] == f"{notes}/boats.md:1-3"
+    assert conv.retrieval.last is None  # a preview: nothing remembered, nothing sent
+    assert registry.run("/docs use off", ctx).ok and conv.session.settings.docs is None
+
+
+def test_cancelling_an_index_keeps_whole_files_and_update_carries_on(registry, ctx, conv, notes):
+    seen: list[tuple[str, int | None, int | None]] = []
+
+    def progress(line, done, total):
+        seen.append((line, done, total))
+        ctx.cancel.set()  # escape, as the UI does, after the first file
+    ctx.progress = progress
+    r = registry.run("/docs add trips notes", ctx)
+    assert r.ok and r.text.startswith("Cancelled: 1 file of trips indexed"), r.text
+    assert seen[0][0].startswith("indexing 1/3 files") and seen[0][1:] == (1, 3)
+    info = conv.retrieval.collection("trips")
+    assert (info.files, info.chunks) == (1, 1)  # whole files only
+    assert conv.session.settings.docs is None  # a cancelled add is not put in use
+    ctx.progress = None
+    r = registry.run("/docs update trips", ctx)
+    assert r.ok and "2 files indexed" in r.text and "1 unchanged" in r.text
+
+
+def test_remove_asks_then_keeps_the_sources_of_past_messages(registry, ctx, conv, notes):
+    assert registry.run("/docs add notes", ctx).ok
+    send(conv, "trains")
+    sources = conv.messages[-2].sources
+    r = registry.run("/docs remove notes", ctx)
+    assert r.kind == "confirm" and "3 files" in r.text
+    done = r.confirm.accept()
+    assert done.ok and "keep their sources" in done.text
+    assert conv.session.settings.docs is None and conv.retrieval.collections() == []
+    assert conv.reload().messages[0].sources == sources
+    r = registry.run("/sources", ctx)
+    assert r.kind == "table" and len(r.rows) == len(sources)

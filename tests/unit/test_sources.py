@@ -1,0 +1,48 @@
+"""Sources as a message carries them: the block in front of the question,
+taking it off again, and citations naming their file and line."""
+
+from __future__ import annotations
+
+from mlxchat.chat import typed_text
+from mlxchat.sources import Source, cite, sources_block, with_sources, without_sources
+from mlxchat.store.rows import sources_from_json, sources_to_json, title_from
+
+A = Source(n=1, collection="notes", path="/home/u/notes/setup.md", start_line=12, end_line=30,
+           heading="Install > Linux", text="Run make.\n", tokens=9, score=0.03)
+B = Source(n=2, collection="notes", path="/home/u/notes/faq.md", start_line=3, end_line=4,
+           text="No network is needed.", tokens=7, score=0.02)
+
+
+def test_the_block_numbers_and_places_each_source_then_the_question_follows():
+    content = with_sources("notes", [A, B], "How do I install it?")
+    assert content.startswith('<sources collection="notes">\n[1] /home/u/notes/setup.md:12-30'
+                              " · Install > Linux\nRun make.\n\n[2] /home/u/notes/faq.md:3-4\n")
+    assert content.endswith("cite each one you use as [n].\n\nHow do I install it?")
+    assert without_sources(content) == "How do I install it?"
+    assert with_sources("notes", [], "plain") == "plain"
+    # A message that merely looks like one keeps its text.
+    assert without_sources("<sources> are mine") == "<sources> are mine"
+
+
+def test_a_title_is_the_question_not_the_sources():
+    content = with_sources("notes", [A], "How do I install it?")
+    assert title_from(content) == "How do I install it?"
+    assert typed_text(without_sources(content)) == "How do I install it?"
+
+
+def test_citations_name_the_file_and_line():
+    assert cite("Run make [1], offline [2].", [A, B]) == \
+        "Run make [1 · setup.md:12], offline [2 · faq.md:3]."
+    assert cite("Both [1, 2].", [A, B]) == "Both [1 · setup.md:12; 2 · faq.md:3]."
+    # Numbers no source has, and Markdown links, are left alone; no sources: unchanged.
+    assert cite("See [3] and [1](http://x).", [A, B]) == "See [3] and [1](http://x)."
+    assert cite("Run make [1].", None) == "Run make [1]."
+
+
+def test_sources_round_trip_through_the_stored_json():
+    stored = sources_to_json([A, B])
+    assert sources_from_json(stored) == [A, B]
+    assert sources_to_json(None) is None and sources_from_json(None) is None
+    assert sources_from_json("not json") is None  # a hand edit reads as none
+    assert sources_from_json('[{"n": 1, "collection": "c", "path": "p", "start_line": 1, '
+                             '"end_line": 2, "from_the_future": true}]')[0].path == "p"
