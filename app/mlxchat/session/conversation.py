@@ -297,6 +297,7 @@ class Conversation:
         stop the engine, let go of the session."""
         if compact:
             self.compact_cache()
+        self.retrieval.close()
         self.engine.close()
         self._locks.release()
 

@@ -9,20 +9,25 @@ with the message and are part of its token ledger, so reopening, retrying,
 branching or exporting never retrieves again.
 
 The embedder (and MLX with the docs package) loads on first use: sessions
-without a collection never pay for it.
+without a collection never pay for it. Everything that runs MLX for documents
+(embedding, the dense search) runs on this object's one thread: MLX streams
+belong to a thread, and the threads that call in (the UI's pooled workers)
+may have released theirs.
 """
 
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 from mlxchat.chat import DOCS_BUDGET_SHARE, TurnStats
 from mlxchat.engine.interface import Engine
 from mlxchat.errors import MlxchatError
 from mlxchat.session.current import OpenSession
+from mlxchat.session.streams import release_thread_streams
 from mlxchat.sources import Source, sources_block
 from mlxchat.store import SessionStore
 from mlxchat.store.documents import CollectionInfo, CollectionNotFound
@@ -30,6 +35,8 @@ from mlxchat.store.documents import CollectionInfo, CollectionNotFound
 if TYPE_CHECKING:
     from mlxchat.docs import Hit, IndexProgress, IndexReport, Retriever
     from mlxchat.docs.embedder import Embedder
+
+T = TypeVar("T")
 
 CANDIDATES_PER_K = 2
 """Hits asked for per chunk wanted: ones over the budget leave room for smaller ones."""
@@ -78,6 +85,7 @@ class Retrieval:
         self._embedder: Embedder | None = None
         self._retriever: Retriever | None = None
         self._lock = threading.Lock()
+        self._thread: ThreadPoolExecutor | None = None
         self.last: Retrieved | None = None
         """What the last message sent in this process retrieved."""
 
@@ -123,16 +131,16 @@ class Retrieval:
 
         check_name(name)
         check_roots(paths)  # bad paths fail before the embedder loads
-        return Indexer(self._docs.documents, self.embedder()).add(
-            name, paths, on_progress=on_progress, cancel=cancel)
+        return self._on_thread(lambda: Indexer(self._docs.documents, self.embedder()).add(
+            name, paths, on_progress=on_progress, cancel=cancel))
 
     def update(self, name: str, *, on_progress: Callable[[IndexProgress], None] | None = None,
                cancel: threading.Event | None = None) -> IndexReport:
         from mlxchat.docs import Indexer
 
         self.collection(name)
-        return Indexer(self._docs.documents, self.embedder()).update(
-            name, on_progress=on_progress, cancel=cancel)
+        return self._on_thread(lambda: Indexer(self._docs.documents, self.embedder()).update(
+            name, on_progress=on_progress, cancel=cancel))
 
     def remove(self, name: str) -> CollectionInfo:
         """Delete a collection and its index; this session stops using it. Messages
@@ -157,7 +165,8 @@ class Retrieval:
                                  "Nothing was sent.") from None
         settings = self._open.generation
         budget = self.budget()
-        hits = self.retriever().search(name, text, k=settings.docs_k * CANDIDATES_PER_K)
+        hits = self._on_thread(lambda: self.retriever().search(
+            name, text, k=settings.docs_k * CANDIDATES_PER_K))
         sources: list[Source] = []
         spent = left_out = 0
         for hit in hits:
@@ -180,6 +189,22 @@ class Retrieval:
 
     def _tokens(self, text: str) -> int:
         return len(self._engine.loaded.tokenizer.encode(text, add_special_tokens=False))
+
+    def _on_thread(self, work: Callable[[], T]) -> T:
+        """Run ``work`` on the documents' MLX thread and wait for it."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = ThreadPoolExecutor(1, thread_name_prefix="mlxchat-docs")
+            thread = self._thread
+        return thread.submit(work).result()
+
+    def close(self) -> None:
+        """Let the documents' thread go (its MLX streams released by itself)."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.submit(release_thread_streams).result()
+            thread.shutdown()
 
     def embedder(self) -> Embedder:
         with self._lock:

@@ -31,17 +31,6 @@ exact title; a miss creates a session with that title)."""
 BUDGET_SHARE_OF_RAM = 0.75
 
 
-def release_thread_streams() -> None:
-    """Call at the end of a thread that ran MLX work (a model load). MLX wants
-    each thread's streams destroyed by that thread: left to the thread's own
-    teardown they can abort the process ('terminate called without an active
-    exception', exit 134). Harmless in a thread that ran none."""
-    import mlx.core as mx
-
-    mx.synchronize()
-    mx.clear_streams()
-
-
 def memory_budget(settings: Settings) -> int:
     """The KV memory budget the gauges measure against: the setting, or 75% of RAM."""
     if settings.memory_budget_bytes:

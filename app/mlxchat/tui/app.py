@@ -24,7 +24,8 @@ from textual.reactive import var
 from textual.widgets import Footer
 
 from mlxchat.session.root import (ConversationFactory, Opened, log_to_file, memory_budget,
-                              open_conversation, release_thread_streams)
+                                  open_conversation)
+from mlxchat.session.streams import release_thread_streams
 from mlxchat.commands import CommandContext, Registry, default_registry
 from mlxchat.commands.pins import pin_files
 from mlxchat.config import ConfigError, Settings, remember

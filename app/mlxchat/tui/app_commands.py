@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from mlxchat.session.root import release_thread_streams
+from mlxchat.session.streams import release_thread_streams
 from mlxchat.commands import CommandResult
 from mlxchat.commands.base import catalog_models
 from mlxchat.commands.pins import pin_files
