@@ -93,3 +93,12 @@ def test_remove_asks_then_keeps_the_sources_of_past_messages(registry, ctx, conv
     assert conv.reload().messages[0].sources == sources
     r = registry.run("/sources", ctx)
     assert r.kind == "table" and len(r.rows) == len(sources)
+
+
+def test_set_docs_checks_the_collection(registry, ctx, conv, notes):
+    r = registry.run("/set docs nope", ctx)
+    assert not r.ok and "No document collection named 'nope'" in r.text
+    assert conv.session.settings.docs is None
+    assert registry.run("/docs add notes", ctx).ok
+    assert registry.run("/set docs off", ctx).ok and conv.session.settings.docs is None
+    assert registry.run("/set docs notes", ctx).ok and conv.session.settings.docs == "notes"

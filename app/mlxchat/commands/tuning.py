@@ -71,6 +71,10 @@ def _dtype_word(name: str, raw: str) -> Any:
     return None if raw.lower() in ("auto", "none", "default") else _allowed(name, raw.lower(), raw)
 
 
+def _collection_name(name: str, raw: str) -> Any:
+    return None if raw.lower() in ("off", "none") else _allowed(name, raw, raw)
+
+
 def _switch(name: str, raw: str) -> Any:
     words = {"on": True, "true": True, "yes": True, "off": False, "false": False, "no": False,
              "none": None, "default": None}
@@ -109,6 +113,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("draft_tokens", _ranged(int), "1 to 16"),
     Setting("compute_dtype", _dtype_word, "auto, " + ", ".join(COMPUTE_DTYPES),
             ("auto", *COMPUTE_DTYPES)),
+    Setting("docs", _collection_name, GENERATION_RULES["docs"][1], ("off",)),
     Setting("docs_k", _ranged(int), GENERATION_RULES["docs_k"][1]),
     Setting("docs_budget", _optional_int, GENERATION_RULES["docs_budget"][1], ("auto",)),
 )}
@@ -158,6 +163,8 @@ def _check_setting(ctx: CommandContext, name: str, value: Any) -> None:
         _check_kv_bits(ctx, value)
     if name == "context_window":
         _check_window(ctx, value)
+    if name == "docs" and value is not None:
+        ctx.conversation.retrieval.collection(value)  # one line when there is none
     _check_template(ctx, name, value)
 
 
