@@ -2,8 +2,9 @@
 
 llama (Mistral and Llama 2/3 GGUFs use it too), qwen2, qwen3, gemma2,
 gemma3 (text), and the mixtures of experts qwen2moe, qwen3moe and gpt-oss.
-What llama.cpp's converter changed is undone here: it interleaves the rotary halves of llama's q/k rows, stores Gemma's norms as
-``1 + w``, and turns Llama 3's rope scaling into a ``rope_freqs`` tensor.
+What llama.cpp's converter changed is undone here: it interleaves the rotary
+halves of llama's q/k rows, stores Gemma's norms as ``1 + w``, and turns Llama
+3's rope scaling into a ``rope_freqs`` tensor.
 """
 
 from __future__ import annotations
