@@ -107,6 +107,19 @@ def test_gptoss_rope_it_cannot_map_is_refused_in_one_line(tmp_path, extra, words
     assert words in str(info.value) and "\n" not in str(info.value)
 
 
+def test_yarn_on_another_architecture_is_still_refused(tmp_path):
+    """mlx-lm's qwen3_moe builds a plain RoPE: YaRN there would be silently dropped."""
+    from tests.models.test_gguf_moe import CONFIGS, moe_metadata
+
+    config = CONFIGS["qwen3moe"]
+    path = tmp_path / "qwen3moe-yarn.gguf"
+    meta = {**moe_metadata("qwen3moe", config), "qwen3moe.rope.scaling.type": "yarn",
+            "qwen3moe.rope.scaling.factor": 4.0}
+    write_model(path, "qwen3moe", random_params("qwen3moe", config), config, meta)
+    with pytest.raises(ModelError, match="rope scaling 'yarn' is not supported"):
+        load_model(str(path))
+
+
 def test_gptoss_without_its_output_tensor_is_refused(tmp_path):
     params = random_params("gpt-oss", CONFIG, seed=13)
     params.pop("lm_head.weight")

@@ -69,6 +69,9 @@ class Arch:
     """Metadata this architecture needs beyond REQUIRED (and MOE_REQUIRED)."""
     tensors: tuple[str, ...] = ()
     """Tensors the mlx-lm model cannot do without (gpt-oss has no tied head)."""
+    yarn: bool = False
+    """YaRN rope scaling is mapped (mlx-lm's qwen3_moe, qwen2_moe and gemma2 would
+    ignore or reject it; the dense families are not tested with it here)."""
 
 
 ARCHS = {
@@ -80,7 +83,8 @@ ARCHS = {
     "qwen2moe": Arch("qwen2_moe", layer=_MOE_LAYER, moe=True),
     "qwen3moe": Arch("qwen3_moe", layer=_MOE_LAYER, moe=True),
     "gpt-oss": Arch("gpt_oss", layer=_GPT_OSS_LAYER, moe=True, bare=("attn_sinks",),
-                    required=("attention.sliding_window",), tensors=("output.weight",)),
+                    required=("attention.sliding_window",), tensors=("output.weight",),
+                    yarn=True),
 }
 REQUIRED = ("block_count", "embedding_length", "feed_forward_length", "attention.head_count")
 MOE_REQUIRED = ("expert_count", "expert_used_count", "expert_feed_forward_length")
@@ -232,7 +236,7 @@ def _rope_scaling(header: GGUFHeader, dims: int, base: float) -> dict | None:
     kind = header.arch_value("rope.scaling.type")
     if kind == "linear":
         return {"rope_type": "linear", "factor": _scaling_factor(header)}
-    if kind == "yarn":
+    if kind == "yarn" and arch_of(header).yarn:
         return _yarn_scaling(header)
     if kind not in (None, "none"):
         raise ModelError(f"rope scaling '{kind}' is not supported: {header.path}")
