@@ -12,7 +12,9 @@ The last line is: ratios: prefill=X decode=X import_ppl_ratio=X import_s_per_gb=
 imported Q4_K model / the same weights dequantized to float32, target <= 1.01), then
 the compute-dtype figures (bench/precision_figures.py): import_ppl_ratio_bundled,
 _q4_k and _q5_0 (target <= 1.01), f16_ppl_ratio_* (the same files in float16) and
-fp32_cost (decode tok/s float32 / float16 here)
+fp32_cost (decode tok/s float32 / float16 here), then the mixture-of-experts figures
+(bench/moe_figures.py): import_ppl_ratio_qwen3moe (a Q4_K_M-like tiny qwen3moe),
+_qwen3moe_q4_k (the same all Q4_K) and _gptoss (MXFP4 experts), target <= 1.01
 """
 
 from __future__ import annotations
@@ -44,9 +46,10 @@ def main() -> int:
     ap.add_argument("--import-only", action="store_true", help="only the GGUF import figures")
     args = ap.parse_args()
     from gguf_figures import import_figures
+    from moe_figures import moe_figures
     from precision_figures import precision_figures
 
-    figures = {**import_figures(), **precision_figures()}
+    figures = {**import_figures(), **precision_figures(), **moe_figures()}
     imported = " ".join(f"{k}={v:.3f}" for k, v in figures.items())
     if args.import_only:
         print(f"ratios: {imported}")

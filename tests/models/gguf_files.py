@@ -34,9 +34,16 @@ LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
 GEMMA_LAYER = {**LAYER, "pre_feedforward_layernorm": "ffn_norm",
                "post_attention_layernorm": "post_attention_norm",
                "post_feedforward_layernorm": "post_ffw_norm"}
+GPT_OSS_LAYER = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",
+                 "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+                 "input_layernorm": "attn_norm", "post_attention_layernorm": "post_attention_norm",
+                 "mlp.router": "ffn_gate_inp", "mlp.experts.gate_proj": "ffn_gate_exps",
+                 "mlp.experts.up_proj": "ffn_up_exps", "mlp.experts.down_proj": "ffn_down_exps"}
+"""convert_hf_to_gguf.py's GptOssModel (after splitting HF's interleaved gate_up_proj)."""
 TOP = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
 MLX_MODULE = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "gemma2": "gemma2",
-              "gemma3": "gemma3_text", "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe"}
+              "gemma3": "gemma3_text", "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe",
+              "gpt-oss": "gpt_oss"}
 
 
 def random_params(arch: str, config: dict, seed: int = 0) -> dict[str, np.ndarray]:
@@ -55,15 +62,20 @@ def random_params(arch: str, config: dict, seed: int = 0) -> dict[str, np.ndarra
                 params[k] -= 1  # Gemma norms hold w for a scale of 1 + w
         elif "q_proj.weight" in k or "k_proj.weight" in k:
             params[k] = v * 4  # sharper attention: the rotary pairs matter
+        elif not v.any():  # gpt-oss's sinks and expert biases start at zero
+            params[k] = (0.5 * rng.standard_normal(v.shape)).astype(np.float32)
     return params
 
 
 def gguf_name(arch: str, hf_name: str) -> str:
+    if hf_name.endswith("self_attn.sinks"):  # gpt-oss: llama.cpp adds the ".weight"
+        return f"blk.{hf_name.split('.')[2]}.attn_sinks.weight"
     base, _, part = hf_name.rpartition(".")
     if base in TOP:
         return f"{TOP[base]}.{part}"
     _, _, n, rest = base.split(".", 3)
-    layer = GEMMA_LAYER if arch.startswith("gemma") else LAYER
+    layer = (GEMMA_LAYER if arch.startswith("gemma") else GPT_OSS_LAYER if arch == "gpt-oss"
+             else LAYER)
     return f"blk.{n}.{layer[rest]}.{part}"
 
 
@@ -120,7 +132,8 @@ def write_model(path: Path, arch: str, params: dict[str, np.ndarray], config: di
             stored = llama_cpp_permute(value, kv_heads)
         if name.endswith("ffn_gate_inp_shexp.weight"):
             stored = value.reshape(-1)  # llama.cpp keeps the shared expert's gate a vector
-        own = (kinds or {}).get(name.rsplit(".", 1)[0], kind) if stored.ndim >= 2 else "F32"
+        quantizable = stored.ndim >= 2 and not name.endswith(".bias")  # expert biases: F32
+        own = (kinds or {}).get(name.rsplit(".", 1)[0], kind) if quantizable else "F32"
         raw, decoded = encode(stored, own)
         if own not in ("F32", "F16"):  # expert stacks: (experts, rows, bytes per row)
             raw = raw.reshape(*stored.shape[:-1], -1)

@@ -191,7 +191,7 @@ def test_other_architecture_is_refused(tmp_path, source):
     write(path, source, "Q8_0", arch="phi3")
     assert one_line_error(str(path)).startswith(
         "architecture 'phi3' is not supported (only llama, qwen2, qwen3, gemma2, gemma3, "
-        "qwen2moe, qwen3moe)")
+        "qwen2moe, qwen3moe, gpt-oss)")
 
 
 def test_old_gguf_version_is_refused(tmp_path):

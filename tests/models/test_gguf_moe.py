@@ -84,5 +84,5 @@ def test_moe_of_another_architecture_is_refused_in_one_line(tmp_path):
     write_model(path, "qwen2", random_params("qwen2", config), config,
                 metadata("qwen2", config, **{"qwen2.expert_count": 8}))
     with pytest.raises(ModelError, match=r"mixture-of-experts qwen2 GGUF is not supported "
-                                         r"\(only qwen2moe, qwen3moe\)"):
+                                         r"\(only qwen2moe, qwen3moe, gpt-oss\)"):
         load_model(str(path))

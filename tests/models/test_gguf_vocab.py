@@ -27,6 +27,11 @@ QWEN2 = (r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}
 TEKKEN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
           r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
           r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# gpt-oss's tokenizer.json (o200k, llama.cpp's "gpt-4o"), as written there.
+O200K = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+         r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+"
+         r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}"
+         r"| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 SAMPLES = ["Hello world 1234567 it's", "IT'S   spaced\n\n  lines\t!", "café €12,345.67 Zürich",
            "x=a+b;// 42ms", "日本語のテキスト 2024年", "HTTPServer camelCaseWord ÉCOLE a/b\n/c"]
 CONFIG = {**BASE, "model_type": "llama", "rope_theta": 10000.0}
@@ -41,7 +46,7 @@ def gguf_with_vocab(tmp_path, name: str, **tokenizer_meta):
 
 
 @pytest.mark.parametrize("pre, pattern", [("llama-bpe", LLAMA3), ("qwen2", QWEN2),
-                                          ("tekken", TEKKEN)])
+                                          ("tekken", TEKKEN), ("gpt-4o", O200K)])
 def test_bpe_pre_tokenizer_splits_like_llama_cpp(tmp_path, pre, pattern):
     folder = import_gguf(gguf_with_vocab(tmp_path, pre, **{"tokenizer.ggml.pre": pre}))
     tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
@@ -52,7 +57,8 @@ def test_bpe_pre_tokenizer_splits_like_llama_cpp(tmp_path, pre, pattern):
                   for m in regex.finditer(pattern, text)]
         assert ours == theirs, text
     digits = [piece for piece, _ in tok.pre_tokenizer.pre_tokenize_str("1234567")]
-    assert digits == (["123", "456", "7"] if pre == "llama-bpe" else list("1234567"))
+    assert digits == (["123", "456", "7"] if pre in ("llama-bpe", "gpt-4o")
+                      else list("1234567"))
     # the vocabulary round-trips: every token string to its id, text through ids
     assert all(tok.token_to_id(t) == i for i, t in enumerate(TOKENS))
     for text in SAMPLES:

@@ -1,9 +1,10 @@
 """GGUF architectures -> mlx-lm models: tensor names, row order and config.json.
 
-llama (Mistral and Llama 2/3 GGUFs use it too), qwen2, qwen3, gemma2 and
-gemma3 (text). What llama.cpp's converter changed is undone here: it
-interleaves the rotary halves of llama's q/k rows, stores Gemma's norms as
-``1 + w``, and turns Llama 3's rope scaling into a ``rope_freqs`` tensor.
+llama (Mistral and Llama 2/3 GGUFs use it too), qwen2, qwen3, gemma2,
+gemma3 (text), and the mixtures of experts qwen2moe, qwen3moe and gpt-oss.
+What llama.cpp's converter changed is undone here: it interleaves the rotary
+halves of llama's q/k rows, stores Gemma's norms as ``1 + w``, and turns Llama
+3's rope scaling into a ``rope_freqs`` tensor.
 """
 
 from __future__ import annotations
@@ -37,6 +38,16 @@ _MOE_LAYER = {**_LAYER, "ffn_gate_inp": "mlp.gate",
               "ffn_gate_inp_shexp": "mlp.shared_expert_gate"}
 """Mixture of experts: the router, the stacked experts (mlx-lm's SwitchGLU takes
 them as llama.cpp stores them, (experts, rows, columns)) and a shared expert."""
+_GPT_OSS_LAYER = {
+    "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
+    "attn_sinks": "self_attn.sinks", "attn_norm": "input_layernorm",
+    "post_attention_norm": "post_attention_layernorm", "ffn_gate_inp": "mlp.router",
+    "ffn_gate_exps": "mlp.experts.gate_proj", "ffn_up_exps": "mlp.experts.up_proj",
+    "ffn_down_exps": "mlp.experts.down_proj",
+}
+"""gpt-oss: biased attention with a learned sink logit per head, a biased router and
+biased experts (each ``_exps`` stack has a ``.bias`` of shape (experts, rows))."""
 _TOP = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 
 
@@ -51,6 +62,16 @@ class Arch:
     skip: tuple[str, ...] = ()
     """Tensors consumed into the config, not weights."""
     moe: bool = False
+    bare: tuple[str, ...] = ()
+    """Layer tensors that are a parameter of their own in mlx-lm, not a module's
+    ``weight`` (gpt-oss's ``attn_sinks.weight`` is ``self_attn.sinks``)."""
+    required: tuple[str, ...] = ()
+    """Metadata this architecture needs beyond REQUIRED (and MOE_REQUIRED)."""
+    tensors: tuple[str, ...] = ()
+    """Tensors the mlx-lm model cannot do without (gpt-oss has no tied head)."""
+    yarn: bool = False
+    """YaRN rope scaling is mapped (mlx-lm's qwen3_moe, qwen2_moe and gemma2 would
+    ignore or reject it; the dense families are not tested with it here)."""
 
 
 ARCHS = {
@@ -61,6 +82,9 @@ ARCHS = {
     "gemma3": Arch("gemma3_text", layer=_GEMMA_LAYER, norm_shift=1.0),
     "qwen2moe": Arch("qwen2_moe", layer=_MOE_LAYER, moe=True),
     "qwen3moe": Arch("qwen3_moe", layer=_MOE_LAYER, moe=True),
+    "gpt-oss": Arch("gpt_oss", layer=_GPT_OSS_LAYER, moe=True, bare=("attn_sinks",),
+                    required=("attention.sliding_window",), tensors=("output.weight",),
+                    yarn=True),
 }
 REQUIRED = ("block_count", "embedding_length", "feed_forward_length", "attention.head_count")
 MOE_REQUIRED = ("expert_count", "expert_used_count", "expert_feed_forward_length")
@@ -82,15 +106,21 @@ def check_architecture(header: GGUFHeader) -> None:
         raise ModelError(f"a mixture-of-experts {header.architecture} GGUF is not supported "
                          f"(only {', '.join(k for k, a in ARCHS.items() if a.moe)}): "
                          f"{header.path}")
-    required = REQUIRED + (MOE_REQUIRED if arch.moe else ())
+    required = REQUIRED + (MOE_REQUIRED if arch.moe else ()) + arch.required
     missing = [f"{header.architecture}.{k}" for k in required if header.arch_value(k) is None]
     missing += [k for k in ("tokenizer.ggml.tokens", "tokenizer.ggml.eos_token_id")
                 if k not in header.metadata]
     if missing:
         raise ModelError(f"{header.path} lacks metadata {', '.join(missing)}: not a complete "
                          f"{header.architecture} GGUF")
+    absent = [t for t in arch.tensors if header.tensor(t) is None]
+    if absent:
+        raise ModelError(f"{header.path} lacks tensor {', '.join(absent)}: not a complete "
+                         f"{header.architecture} GGUF")
     for t in header.tensors:
         mlx_name(arch, t.name)  # an unknown tensor fails before any work
+    if header.arch_value("rope.scaling.type") not in (None, "none"):
+        _rope_scaling(header, 0, 0.0)  # linear and YaRN need neither; others refused
 
 
 def mlx_name(arch: Arch, gguf_name: str) -> str | None:
@@ -102,7 +132,8 @@ def mlx_name(arch: Arch, gguf_name: str) -> str | None:
         return f"{_TOP[base]}.weight"
     m = re.fullmatch(r"blk\.(\d+)\.(\w+)", base)
     if m and m.group(2) in arch.layer and part in ("weight", "bias"):
-        return f"model.layers.{m.group(1)}.{arch.layer[m.group(2)]}.{part}"
+        path = f"model.layers.{m.group(1)}.{arch.layer[m.group(2)]}"
+        return path if m.group(2) in arch.bare else f"{path}.{part}"
     raise ModelError(f"tensor {gguf_name} is not part of a {arch.model_type} model we can "
                      "import")
 
@@ -172,10 +203,41 @@ def llama3_scaling(header: GGUFHeader, dims: int, base: float) -> dict | None:
                      "cannot import it")
 
 
+def _scaling_factor(header: GGUFHeader) -> float:
+    factor = header.arch_value("rope.scaling.factor")
+    if factor is None:
+        raise ModelError(f"{header.path} has {header.arch_value('rope.scaling.type')} rope "
+                         "scaling without rope.scaling.factor")
+    return _number(factor)
+
+
+_YARN_PLAIN = {"yarn_ext_factor": 1.0, "yarn_attn_factor": 1.0, "yarn_log_multiplier": 0.0}
+"""YaRN keys mlx-lm's YarnRoPE has no knob for, at the value it assumes."""
+
+
+def _yarn_scaling(header: GGUFHeader) -> dict:
+    """mlx-lm's ``rope_scaling`` for YaRN (gpt-oss; long-context Qwen files)."""
+    for key, plain in _YARN_PLAIN.items():
+        value = header.arch_value(f"rope.scaling.{key}")
+        if value is not None and abs(float(value) - plain) > 1e-6:
+            raise ModelError(f"YaRN rope scaling with rope.scaling.{key} = {float(value):g} "
+                             f"is not supported (only {plain:g}): {header.path}")
+    scaling = {"rope_type": "yarn", "factor": _scaling_factor(header),
+               "original_max_position_embeddings":
+                   int(header.arch_value("rope.scaling.original_context_length", 4096))}
+    for key, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
+        value = header.arch_value(f"rope.scaling.{key}")
+        if value is not None:  # absent: mlx-lm's (and llama.cpp's) 32 and 1
+            scaling[name] = _number(value)
+    return scaling
+
+
 def _rope_scaling(header: GGUFHeader, dims: int, base: float) -> dict | None:
     kind = header.arch_value("rope.scaling.type")
     if kind == "linear":
-        return {"rope_type": "linear", "factor": _number(header.arch_value("rope.scaling.factor"))}
+        return {"rope_type": "linear", "factor": _scaling_factor(header)}
+    if kind == "yarn" and arch_of(header).yarn:
+        return _yarn_scaling(header)
     if kind not in (None, "none"):
         raise ModelError(f"rope scaling '{kind}' is not supported: {header.path}")
     return llama3_scaling(header, dims, base)
@@ -198,7 +260,20 @@ def _gemma_extras(header: GGUFHeader, c: dict) -> dict:
     return extras
 
 
+def _gpt_oss_extras(header: GGUFHeader, layers: int) -> dict:
+    """mlx-lm's gpt_oss names; llama.cpp fixes its layer pattern (sliding, full, ...;
+    set_swa_pattern(2)) and its SwiGLU (limit 7, alpha 1.702, as mlx-lm's SwigluOAI)."""
+    return {"num_local_experts": int(header.arch_value("expert_count")),
+            "num_experts_per_tok": int(header.arch_value("expert_used_count")),
+            "intermediate_size": int(header.arch_value("expert_feed_forward_length")),
+            "sliding_window": int(header.arch_value("attention.sliding_window")),
+            "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention"
+                            for i in range(layers)]}
+
+
 def _moe_extras(header: GGUFHeader, arch: Arch) -> dict:
+    if arch.model_type == "gpt_oss":
+        return _gpt_oss_extras(header, int(header.arch_value("block_count")))
     extras = {"num_experts": int(header.arch_value("expert_count")),
               "num_experts_per_tok": int(header.arch_value("expert_used_count")),
               "moe_intermediate_size": int(header.arch_value("expert_feed_forward_length"))}

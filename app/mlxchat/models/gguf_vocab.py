@@ -15,6 +15,17 @@ from mlxchat.models.tokenizer import CHATML_TEMPLATE, write_bpe_tokenizer, write
 
 _CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
 _TAIL = r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+_CASED_TAIL = r" ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+
+
+def _cased_words(contraction: str) -> str:
+    """Words split at a lower-to-upper case change (tekken, o200k)."""
+    opener, upper, lower = (r"[^\r\n\p{L}\p{N}]?", r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]",
+                            r"[\p{Ll}\p{Lm}\p{Lo}\p{M}]")
+    return (f"{opener}{upper}*{lower}+{contraction}"
+            f"|{opener}{upper}+{lower}*{contraction}")
+
+
 # llama.cpp's pre-tokenizer regexes (llama-vocab.cpp), by tokenizer.ggml.pre.
 SPLIT_PATTERNS: dict[str, str | None] = {
     "default": None, "gpt2": None, "smollm": None,
@@ -23,9 +34,9 @@ SPLIT_PATTERNS: dict[str, str | None] = {
     "qwen2": _CONTRACTIONS + r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|" + _TAIL,
     # Mistral Nemo 2407, Mistral Small 3.x: tokenizer.json's regex, which the model
     # was trained with (llama.cpp's std::regex rewrite splits " ÉCOLE" as " É" "COLE")
-    "tekken": (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
-               r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
-               r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"),
+    "tekken": _cased_words("") + r"|\p{N}|" + _CASED_TAIL,
+    # gpt-oss (o200k): its tokenizer.json's regex likewise, with contractions
+    "gpt-4o": _cased_words(r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?") + r"|\p{N}{1,3}|" + _CASED_TAIL,
 }
 PLAIN_TEMPLATE = (
     "{{ bos_token if add_bos else '' }}{% for message in messages %}"

@@ -112,8 +112,10 @@ def quantization_label(model: nn.Module) -> tuple[str, str]:
 def _own_params(module: nn.Module) -> int:
     """Parameters a module holds itself (not its children's); a quantized one
     counts its unpacked weights, not the scales. Non-leaf modules hold some too
-    (attention sinks, recurrent decay rates), so every module is visited."""
-    own = [v for v in module.values() if isinstance(v, mx.array)]
+    (attention sinks, recurrent decay rates), so every module is visited. Names
+    starting with '_' are buffers, not parameters (YaRN's and Llama 3's rope
+    frequencies)."""
+    own = [v for k, v in module.items() if isinstance(v, mx.array) and not k.startswith("_")]
     if own and hasattr(module, "bits") and hasattr(module, "scales"):
         bias = module.get("bias")
         return (bias.size if bias is not None else 0) + module.weight.size * 32 // module.bits
