@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Literal, Self, Sequence
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 CacheSource = Literal["warm", "snapshot", "cold"]
 ContextPolicy = Literal["drop_oldest", "stop"]
 CONTEXT_POLICIES: tuple[str, ...] = ("drop_oldest", "stop")
@@ -71,6 +71,16 @@ def generation_problem(name: str, value: Any) -> str | None:
     return None if ok else f"{name} must be {rule}; got {value!r}"
 
 
+@dataclass(frozen=True)
+class CalledTool:
+    """A tool call a reply made: the tool's name, its arguments (JSON data:
+    an object, or the text the model wrote when it was not JSON) and its id."""
+
+    name: str
+    arguments: Any
+    id: str = ""
+
+
 @dataclass
 class Message:
     """One message of a conversation, as the engine and the store see it."""
@@ -99,6 +109,12 @@ class Message:
     """``token_ids`` hold the whole prompt up to here: earlier ids are not used."""
     reasoning: str | None = None
     """For a reply of a reasoning model: its reasoning, apart from ``content``."""
+    tool_calls: tuple[CalledTool, ...] = ()
+    """For a reply: the tools it called (``content`` is the text around the calls)."""
+    tool_call_id: str | None = None
+    """For a tool result (role ``tool``): the id of the call it answers."""
+    tool_name: str | None = None
+    """For a tool result: the name of the tool that gave it."""
 
 
 class Record:
