@@ -5,21 +5,22 @@ endpoints put in their own shapes."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Iterator
 
-from mlxchat.chat import TurnStats
+from mlxchat.chat import CalledTool, TurnStats
 from mlxchat.engine.events import ContextOverflowError, TextDelta, TurnDone
 from mlxchat.errors import MlxchatError
-from mlxchat.models.tools import ToolCall, call_markup
+from mlxchat.models.tools import call_markup
 from mlxchat.session.api_turns import ApiTurns, IncomingMessage
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.kv_budget import Eviction, KvBudget
 from mlxchat.server.errors import ApiError, context_exceeded, queue_full, unknown_model
 from mlxchat.server.lane import EngineLane, QueueFull, Work
 from mlxchat.server.requests import ChatRequest
-from mlxchat.server.tool_calls import CallCut, ReplyParts, calls_signature, reply_parts
+from mlxchat.server.tool_calls import (CallCut, ReplyParts, calls_signature, reply_parts,
+                                       with_ids)
 
 
 @dataclass
@@ -40,7 +41,7 @@ class Finished:
     finish_reason: str
     session_id: int | None
     """None for a raw completion (no session)."""
-    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_calls: tuple[CalledTool, ...] = ()
 
 
 @dataclass
@@ -143,17 +144,19 @@ class ChatService:
         tools = request.turn.tools is not None
         cut = CallCut(call_markup(tokenizer) if tools else None)
 
-        parsed: dict[str, ReplyParts] = {}
+        parsed: dict[str, tuple[ReplyParts, tuple[CalledTool, ...]]] = {}
 
-        def parts() -> ReplyParts:  # indexing the reply and answering it read it once
+        def parts() -> tuple[ReplyParts, tuple[CalledTool, ...]]:
+            """Indexing the reply and answering it read it once (the calls' ids too)."""
             if watch.seen not in parsed:
                 parsed.clear()
-                parsed[watch.seen] = reply_parts(tokenizer, watch.seen, tools=tools)
+                reply = reply_parts(tokenizer, watch.seen, tools=tools)
+                parsed[watch.seen] = reply, with_ids(reply.calls)
             return parsed[watch.seen]
 
         def reply_form(done: TurnDone) -> IncomingMessage:
-            seen = parts()  # as the client will send it back
-            return IncomingMessage("assistant", seen.content, calls_signature(seen.calls))
+            seen, calls = parts()  # as the client will send it back
+            return IncomingMessage("assistant", seen.content, calls_signature(calls), calls)
 
         turn = self.turns.begin(request.turn, reply_form)
         done: TurnDone | None = None
@@ -172,10 +175,10 @@ class ChatService:
         rest = cut.feed(watch.flush())
         if rest:
             yield Piece(rest)
-        reply = parts()
-        reason = "tool_calls" if reply.calls else "stop" if watch.stopped else {
+        reply, calls = parts()
+        reason = "tool_calls" if calls else "stop" if watch.stopped else {
             "length": "length"}.get(done.stats.finish_reason, "stop")
         if self.kv_budget is not None:  # before the end goes out: done when the client sees it
             self.last_eviction = self.kv_budget.enforce(in_use=turn.session_id)
         yield Finished(reply.content, done.reasoning, done.stats, reason, turn.session_id,
-                       reply.calls)
+                       calls)
