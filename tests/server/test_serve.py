@@ -158,6 +158,28 @@ def test_a_client_that_disconnects_cancels_and_keeps_the_partial_reply(served):
     assert reply.stats.finish_reason == "cancelled" and 0 < reply.stats.generated_tokens < 1500
 
 
+def test_a_client_that_asked_for_a_whole_reply_and_left_cancels_it(served):
+    body = json.dumps({"model": "tiny", "max_tokens": 1500,
+                       "messages": [{"role": "user", "content": "Go on for a long time."}]})
+    sock = socket.create_connection((served.server.host, served.server.port), timeout=30)
+    sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+                  + body).encode())
+    lane, deadline = served.service.lane, time.monotonic() + 20
+    while lane._running is None and time.monotonic() < deadline:  # the turn started
+        time.sleep(0.002)
+    sock.close()  # before any byte of the reply: it is asked for whole
+    store = served.conv.store
+    while time.monotonic() < deadline:
+        session = store.most_recent_session()
+        if session.messages and session.messages[-1].role == "assistant":
+            break
+        time.sleep(0.05)
+    reply = session.messages[-1]
+    assert reply.role == "assistant" and reply.cancelled
+    assert reply.stats.finish_reason == "cancelled" and reply.stats.generated_tokens < 1500
+
+
 def test_each_bad_request_gets_its_status_and_error(served):
     def error(body, path="/v1/chat/completions", **kw):
         reply = request(served.url, "POST", path, body, **kw)

@@ -52,7 +52,7 @@ async def chat(request: Request) -> Response:
     items, first = await started(service.chat(chat_request))
     model = service.model_id
     if not chat_request.stream:
-        end = await finished(first, items)
+        end = await finished(request, first, items)
         return JSONResponse(_final(model, end, _message(end.content, end.reasoning,
                                                         end.tool_calls)))
     return DisconnectAwareStream(_lines(model, first, items), media_type="application/x-ndjson")
