@@ -12,6 +12,7 @@ import pytest
 from openai import OpenAI
 
 from mlxchat.engine.events import TurnDone
+from mlxchat.session.lock import SessionLock
 from tests.server.conftest import open_tiny, request, serve
 
 
@@ -178,6 +179,46 @@ def test_a_client_that_asked_for_a_whole_reply_and_left_cancels_it(served):
     reply = session.messages[-1]
     assert reply.role == "assistant" and reply.cancelled
     assert reply.stats.finish_reason == "cancelled" and reply.stats.generated_tokens < 1500
+
+
+def test_a_reply_cut_at_a_stop_string_is_stored_as_finished(served):
+    api = client(served.url)
+    ask = [{"role": "user", "content": "Say something."}]
+    whole = api.chat.completions.create(model="tiny", messages=ask, max_tokens=8,
+                                        temperature=0)
+    text = whole.choices[0].message.content
+    stop = text[3:5]
+    cut = api.chat.completions.create(model="tiny", messages=ask, max_tokens=8, temperature=0,
+                                      stop=[stop])
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].message.content == text[:text.find(stop)]
+    reply = served.conv.messages[-1]
+    assert reply.content == cut.choices[0].message.content
+    assert not reply.cancelled and reply.stats.finish_reason == "stop"
+    # Sent back as the client got it, the reply is found: only the new message is prefilled.
+    ask += [{"role": "assistant", "content": reply.content}, {"role": "user", "content": "Go"}]
+    after = api.chat.completions.create(model="tiny", messages=ask, max_tokens=4)
+    assert after.usage.prompt_tokens_details.cached_tokens \
+        == cut.usage.prompt_tokens + cut.usage.completion_tokens
+
+
+def test_a_session_open_in_another_process_is_a_conflict(served):
+    api = client(served.url)
+    first = [{"role": "user", "content": "First conversation."}]
+    first.append({"role": "assistant", "content": api.chat.completions.create(
+        model="tiny", messages=first, max_tokens=4).choices[0].message.content})
+    held = served.conv.session.id
+    api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Other."}],
+                                max_tokens=4)
+    assert served.conv.session.id != held
+    lock = SessionLock(served.conv.store.path, held)  # as another mlxchat would hold it
+    try:
+        busy = request(served.url, "POST", "/v1/chat/completions", {
+            "model": "tiny", "max_tokens": 4,
+            "messages": first + [{"role": "user", "content": "More."}]})
+    finally:
+        lock.release()
+    assert busy.status == 409 and busy.json()["error"]["code"] == "session_busy"
 
 
 def test_each_bad_request_gets_its_status_and_error(served):

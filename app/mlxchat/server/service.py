@@ -16,6 +16,7 @@ from mlxchat.models.tools import call_markup
 from mlxchat.session.api_turns import ApiTurns, IncomingMessage
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.kv_budget import Eviction, KvBudget
+from mlxchat.session.lock import SessionBusy
 from mlxchat.server.errors import ApiError, context_exceeded, queue_full, unknown_model
 from mlxchat.server.lane import EngineLane, QueueFull, Work
 from mlxchat.server.requests import ChatRequest
@@ -124,12 +125,23 @@ class ChatService:
             raise context_exceeded(exc.user_text()) from None
         except ApiError:
             raise
+        except SessionBusy as exc:  # another process has the session open
+            raise ApiError(409, exc.user_text(), code="session_busy") from None
         except MlxchatError as exc:
             raise ApiError(400, exc.user_text(), code="invalid_request") from None
         except ValueError as exc:  # a setting out of range
             raise ApiError(400, str(exc), code="invalid_value") from None
         finally:
             self.lane.cancel(job)
+
+    def _stopped(self, done: TurnDone) -> None:
+        """The engine was stopped for a stop string: the reply finished there."""
+        last = self.conv.messages[-1] if self.conv.messages else None
+        if last is not None and last.role == "assistant" and last.cancelled \
+                and last.id is not None:
+            self.conv.store.mark_stopped(last.id)
+            self.conv.reload()
+        done.stats.finish_reason = "stop"
 
     def _work(self, request: ChatRequest, cancelled: threading.Event
               ) -> Iterator[Piece | Finished]:
@@ -172,6 +184,8 @@ class ChatService:
                 done = event
         if done is None:
             return
+        if watch.stopped:
+            self._stopped(done)
         rest = cut.feed(watch.flush())
         if rest:
             yield Piece(rest)

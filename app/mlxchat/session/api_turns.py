@@ -231,7 +231,9 @@ class ApiTurns:
         if done is not None and last is not None and last.role == "assistant":
             assert last.id is not None and self.conv.session.id is not None
             form = reply_form(done)
-            if form.calls:  # stored as the client will send it back: text, then calls
+            if form.calls or form.content != last.content:
+                # Stored as the client will send it back: the text (cut at a stop
+                # string), then the calls.
                 self.store.set_reply_calls(last.id, form.content, form.calls)
                 self.conv.reload()
             self.store.api.record(self.conv.session.id, last.id, _link(user_hash, form))

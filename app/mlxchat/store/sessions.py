@@ -341,6 +341,16 @@ class SessionStore:
             cur.execute("UPDATE messages SET content = ?, tool_calls = ? WHERE id = ?",
                         (content, calls_to_json(calls), message_id))
 
+    def mark_stopped(self, message_id: int) -> None:
+        """A reply the engine was stopped for at a stop string: finished (its
+        finish reason 'stop'), not cancelled."""
+        with self.db.writing() as cur:
+            row = cur.execute("SELECT stats FROM messages WHERE id = ?", (message_id,)).fetchone()
+            stats = json.loads(row[0]) if row and row[0] else {}
+            stats["finish_reason"] = "stop"
+            cur.execute("UPDATE messages SET cancelled = 0, stats = ? WHERE id = ?",
+                        (json.dumps(stats), message_id))
+
     def set_message_stats(self, message_id: int, stats: TurnStats) -> None:
         """Replace a stored reply's figures (what happened after it was stored,
         such as its KV segment failing to save, is said there too)."""
