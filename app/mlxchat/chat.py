@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from dataclasses import asdict, dataclass, field, fields
 import math
@@ -79,6 +80,26 @@ class CalledTool:
     name: str
     arguments: Any
     id: str = ""
+
+
+def quoted(text: str) -> str:
+    """``text`` as a Markdown quote, line by line."""
+    return "\n".join("> " + line if line else ">" for line in text.splitlines() or [""])
+
+
+def tool_label(message: "Message") -> str:
+    """What a tool result is shown under: the tool it came from."""
+    return f"tool result · {message.tool_name or 'unnamed tool'}"
+
+
+def calls_text(calls: Sequence[CalledTool]) -> str:
+    """A reply's tool calls, one line each: the name and the arguments."""
+    def args(call: CalledTool) -> str:
+        if isinstance(call.arguments, str):
+            return call.arguments
+        return json.dumps(call.arguments, ensure_ascii=False)
+
+    return "\n".join(f"→ {call.name}({args(call)})" for call in calls)
 
 
 @dataclass

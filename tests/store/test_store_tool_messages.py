@@ -11,6 +11,7 @@ import pytest
 
 from mlxchat.chat import CalledTool
 from mlxchat.store import SCHEMA_VERSION, StoreError, open_store
+from mlxchat.store.export import import_json, render_session
 from mlxchat.store.schema import MIGRATIONS, V12_TOOL_MESSAGES
 
 BEFORE = MIGRATIONS.index(V12_TOOL_MESSAGES)
@@ -95,3 +96,22 @@ def test_a_rebuild_that_finds_broken_references_leaves_the_old_version(tmp_path:
     assert conn.execute("PRAGMA user_version").fetchone()[0] == BEFORE
     check = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'messages'").fetchone()[0]
     assert "'tool'" not in check
+
+
+def test_a_tool_loop_exports_quoted_under_its_tool_and_imports_back(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "s.db")
+    s = store.create_session("m")
+    call = CalledTool("get_weather", {"city": "Paris"}, "call_1")
+    store.add_message(s.id, "user", "Weather?")
+    store.add_message(s.id, "assistant", "Checking.", tool_calls=(call,))
+    store.add_message(s.id, "tool", '{"sky": "clear"}\nwindy', tool_call_id="call_1",
+                      tool_name="get_weather")
+    store.add_message(s.id, "assistant", "Clear and windy.")
+    text = render_session(store, s.id, "md")
+    assert "### Tool result · get_weather\n\n> {\"sky\": \"clear\"}\n> windy\n" in text
+    assert '#### Tool calls\n\n→ get_weather({"city": "Paris"})' in text
+    copy = import_json(store, render_session(store, s.id, "json").encode())
+    assert [(m.role, m.tool_calls, m.tool_call_id, m.tool_name) for m in copy.messages] == [
+        ("user", (), None, None), ("assistant", (call,), None, None),
+        ("tool", (), "call_1", "get_weather"), ("assistant", (), None, None)]
+    store.close()

@@ -19,8 +19,9 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from mlxchat import __version__
 from mlxchat.files import FileRefused, read_limited, write_private_text
-from mlxchat.chat import GenerationSettings, Message, Pin, Session, TurnStats
-from mlxchat.store.rows import ROLES
+from mlxchat.chat import (GenerationSettings, Message, Pin, Session, TurnStats, calls_text,
+                          quoted, tool_label)
+from mlxchat.store.rows import ROLES, calls_from_json, calls_to_json
 from mlxchat.store.errors import StoreError
 from mlxchat.store.sessions import SessionStore
 from mlxchat.units import fmt_tps
@@ -79,12 +80,16 @@ def session_markdown(session: Session) -> str:
 
     out += ["", "---"]
     for message in session.messages:
+        if message.role == "tool":  # a quoted block under its tool's name
+            out += ["", f"### {tool_label(message).capitalize()}", "", quoted(message.content)]
+            continue
         out += ["", f"### {message.role.capitalize()}"]
         if message.reasoning:
-            out += ["", "#### Thinking", ""]
-            out += ["> " + line if line else ">" for line in message.reasoning.splitlines()]
+            out += ["", "#### Thinking", "", quoted(message.reasoning)]
             out += ["", "#### Answer"]
         out += ["", message.content.rstrip()]
+        if message.tool_calls:
+            out += ["", "#### Tool calls", "", calls_text(message.tool_calls)]
         if message.stats is not None:
             out += ["", markdown_stats_line(message.stats, message.cancelled)]
         elif message.cancelled:
@@ -106,6 +111,10 @@ def _message_dict(message: Message) -> dict[str, Any]:
         "cancelled": message.cancelled,
         "created": message.created,
         **({"reasoning": message.reasoning} if message.reasoning else {}),
+        **({"tool_calls": json.loads(calls_to_json(message.tool_calls) or "[]")}
+           if message.tool_calls else {}),
+        **({"tool_call_id": message.tool_call_id, "tool_name": message.tool_name}
+           if message.role == "tool" else {}),
     }
 
 
@@ -271,6 +280,10 @@ def parse_document(data: Any) -> tuple[Session, list[Message]]:
                 cancelled=_field(row, "cancelled", bool, where, False),
                 created=_field(row, "created", float | None, where, None),
                 reasoning=_field(row, "reasoning", str | None, where, None),
+                tool_calls=calls_from_json(json.dumps(_field(row, "tool_calls", list, where,
+                                                             []))),
+                tool_call_id=_field(row, "tool_call_id", str | None, where, None),
+                tool_name=_field(row, "tool_name", str | None, where, None),
             )
         )
     for index, message in enumerate(messages):
