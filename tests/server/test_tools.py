@@ -138,3 +138,24 @@ async def test_streamed_calls_arrive_as_delta_tool_calls(qwen3):
     whole = _Shape("tiny").completion(end)["choices"][0]
     assert whole["finish_reason"] == "tool_calls"
     assert whole["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
+async def test_ollama_gets_calls_in_its_own_shape(qwen3):
+    from mlxchat.server.ollama_api import _final, _lines, _message
+
+    parts = reply_parts(qwen3.tokenizer, REPLY, tools=True)
+    end = Finished(parts.content, "", TurnStats(), "tool_calls", 1, with_ids(parts.calls))
+    whole = _final("tiny", end, _message(end.content, "", end.tool_calls))
+    call = whole["message"]["tool_calls"][0]
+    assert call["function"]["name"] == "get_weather"
+    assert call["function"]["arguments"] == {"city": "Paris"}  # an object, not a string
+    assert whole["done_reason"] == "stop" and whole["message"]["content"] == "Let me check."
+
+    async def rest():
+        yield end
+
+    lines = [json.loads(line) async for line in _lines("tiny", Piece("Let me check."), rest())]
+    assert [line["done"] for line in lines] == [False, False, True]
+    assert lines[1]["message"]["tool_calls"] == whole["message"]["tool_calls"]
+    # What a client sends back (arguments as an object) hashes like the reply we indexed.
+    assert tool_signature(whole["message"]["tool_calls"], "m") == calls_signature(parts.calls)
