@@ -136,47 +136,47 @@ def test_a_named_session_is_found_by_header_or_user_field(served):
     assert len(served.conv.branches()) == 2  # two conversations, two branches of one session
 
 
-def test_a_client_that_disconnects_cancels_and_keeps_the_partial_reply(served):
-    body = json.dumps({"model": "tiny", "stream": True, "max_tokens": 1500,
+def _long_request(served, *, stream: bool) -> socket.socket:
+    """A raw connection that asked for a long reply."""
+    body = json.dumps({"model": "tiny", "stream": stream, "max_tokens": 1500,
                        "messages": [{"role": "user", "content": "Go on for a long time."}]})
     sock = socket.create_connection((served.server.host, served.server.port), timeout=30)
     sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
                   + body).encode())
-    seen = b""
-    while seen.count(b"data: ") < 4:
-        seen += sock.recv(4096)
-    assert seen.startswith(b"HTTP/1.1 200")
-    sock.close()
+    return sock
+
+
+def _stored_reply(served):
+    """The reply the turn stored once it ended (bounded wait)."""
     store, deadline = served.conv.store, time.monotonic() + 20
     while time.monotonic() < deadline:
         session = store.most_recent_session()
         if session.messages and session.messages[-1].role == "assistant":
             break
         time.sleep(0.05)
-    reply = session.messages[-1]
+    return session.messages[-1]
+
+
+def test_a_client_that_disconnects_cancels_and_keeps_the_partial_reply(served):
+    sock = _long_request(served, stream=True)
+    seen = b""
+    while seen.count(b"data: ") < 4:
+        seen += sock.recv(4096)
+    assert seen.startswith(b"HTTP/1.1 200")
+    sock.close()
+    reply = _stored_reply(served)
     assert reply.role == "assistant" and reply.cancelled
     assert reply.stats.finish_reason == "cancelled" and 0 < reply.stats.generated_tokens < 1500
 
 
 def test_a_client_that_asked_for_a_whole_reply_and_left_cancels_it(served):
-    body = json.dumps({"model": "tiny", "max_tokens": 1500,
-                       "messages": [{"role": "user", "content": "Go on for a long time."}]})
-    sock = socket.create_connection((served.server.host, served.server.port), timeout=30)
-    sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                  + body).encode())
+    sock = _long_request(served, stream=False)
     lane, deadline = served.service.lane, time.monotonic() + 20
     while lane._running is None and time.monotonic() < deadline:  # the turn started
         time.sleep(0.002)
     sock.close()  # before any byte of the reply: it is asked for whole
-    store = served.conv.store
-    while time.monotonic() < deadline:
-        session = store.most_recent_session()
-        if session.messages and session.messages[-1].role == "assistant":
-            break
-        time.sleep(0.05)
-    reply = session.messages[-1]
+    reply = _stored_reply(served)
     assert reply.role == "assistant" and reply.cancelled
     assert reply.stats.finish_reason == "cancelled" and reply.stats.generated_tokens < 1500
 
