@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from dataclasses import asdict, dataclass, field, fields
 import math
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Self, Sequence
 if TYPE_CHECKING:
     from mlxchat.sources import Source
 
-Role = Literal["system", "user", "assistant"]
+Role = Literal["system", "user", "assistant", "tool"]
 CacheSource = Literal["warm", "snapshot", "cold"]
 ContextPolicy = Literal["drop_oldest", "stop"]
 CONTEXT_POLICIES: tuple[str, ...] = ("drop_oldest", "stop")
@@ -85,6 +86,36 @@ def generation_problem(name: str, value: Any) -> str | None:
     return None if ok else f"{name} must be {rule}; got {value!r}"
 
 
+@dataclass(frozen=True)
+class CalledTool:
+    """A tool call a reply made: the tool's name, its arguments (JSON data:
+    an object, or the text the model wrote when it was not JSON) and its id."""
+
+    name: str
+    arguments: Any
+    id: str = ""
+
+
+def quoted(text: str) -> str:
+    """``text`` as a Markdown quote, line by line."""
+    return "\n".join("> " + line if line else ">" for line in text.splitlines() or [""])
+
+
+def tool_label(message: "Message") -> str:
+    """What a tool result is shown under: the tool it came from."""
+    return f"tool result · {message.tool_name or 'unnamed tool'}"
+
+
+def calls_text(calls: Sequence[CalledTool]) -> str:
+    """A reply's tool calls, one line each: the name and the arguments."""
+    def args(call: CalledTool) -> str:
+        if isinstance(call.arguments, str):
+            return call.arguments
+        return json.dumps(call.arguments, ensure_ascii=False)
+
+    return "\n".join(f"→ {call.name}({args(call)})" for call in calls)
+
+
 @dataclass
 class Message:
     """One message of a conversation, as the engine and the store see it."""
@@ -116,6 +147,12 @@ class Message:
     sources: "list[Source] | None" = None
     """For a user message sent with a collection in use: the chunks retrieved
     for it, as they are in ``content`` (never retrieved again)."""
+    tool_calls: tuple[CalledTool, ...] = ()
+    """For a reply: the tools it called (``content`` is the text around the calls)."""
+    tool_call_id: str | None = None
+    """For a tool result (role ``tool``): the id of the call it answers."""
+    tool_name: str | None = None
+    """For a tool result: the name of the tool that gave it."""
 
 
 class Record:

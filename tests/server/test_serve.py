@@ -12,6 +12,7 @@ import pytest
 from openai import OpenAI
 
 from mlxchat.engine.events import TurnDone
+from mlxchat.session.lock import SessionLock
 from tests.server.conftest import open_tiny, request, serve
 
 
@@ -135,27 +136,89 @@ def test_a_named_session_is_found_by_header_or_user_field(served):
     assert len(served.conv.branches()) == 2  # two conversations, two branches of one session
 
 
-def test_a_client_that_disconnects_cancels_and_keeps_the_partial_reply(served):
-    body = json.dumps({"model": "tiny", "stream": True, "max_tokens": 1500,
+def _long_request(served, *, stream: bool) -> socket.socket:
+    """A raw connection that asked for a long reply."""
+    body = json.dumps({"model": "tiny", "stream": stream, "max_tokens": 1500,
                        "messages": [{"role": "user", "content": "Go on for a long time."}]})
     sock = socket.create_connection((served.server.host, served.server.port), timeout=30)
     sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
                   f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
                   + body).encode())
-    seen = b""
-    while seen.count(b"data: ") < 4:
-        seen += sock.recv(4096)
-    assert seen.startswith(b"HTTP/1.1 200")
-    sock.close()
+    return sock
+
+
+def _stored_reply(served):
+    """The reply the turn stored once it ended (bounded wait)."""
     store, deadline = served.conv.store, time.monotonic() + 20
     while time.monotonic() < deadline:
         session = store.most_recent_session()
         if session.messages and session.messages[-1].role == "assistant":
             break
         time.sleep(0.05)
-    reply = session.messages[-1]
+    return session.messages[-1]
+
+
+def test_a_client_that_disconnects_cancels_and_keeps_the_partial_reply(served):
+    sock = _long_request(served, stream=True)
+    seen = b""
+    while seen.count(b"data: ") < 4:
+        seen += sock.recv(4096)
+    assert seen.startswith(b"HTTP/1.1 200")
+    sock.close()
+    reply = _stored_reply(served)
     assert reply.role == "assistant" and reply.cancelled
     assert reply.stats.finish_reason == "cancelled" and 0 < reply.stats.generated_tokens < 1500
+
+
+def test_a_client_that_asked_for_a_whole_reply_and_left_cancels_it(served):
+    sock = _long_request(served, stream=False)
+    lane, deadline = served.service.lane, time.monotonic() + 20
+    while lane._running is None and time.monotonic() < deadline:  # the turn started
+        time.sleep(0.002)
+    sock.close()  # before any byte of the reply: it is asked for whole
+    reply = _stored_reply(served)
+    assert reply.role == "assistant" and reply.cancelled
+    assert reply.stats.finish_reason == "cancelled" and reply.stats.generated_tokens < 1500
+
+
+def test_a_reply_cut_at_a_stop_string_is_stored_as_finished(served):
+    api = client(served.url)
+    ask = [{"role": "user", "content": "Say something."}]
+    whole = api.chat.completions.create(model="tiny", messages=ask, max_tokens=8,
+                                        temperature=0)
+    text = whole.choices[0].message.content
+    stop = text[3:5]
+    cut = api.chat.completions.create(model="tiny", messages=ask, max_tokens=8, temperature=0,
+                                      stop=[stop])
+    assert cut.choices[0].finish_reason == "stop"
+    assert cut.choices[0].message.content == text[:text.find(stop)]
+    reply = served.conv.messages[-1]
+    assert reply.content == cut.choices[0].message.content
+    assert not reply.cancelled and reply.stats.finish_reason == "stop"
+    # Sent back as the client got it, the reply is found: only the new message is prefilled.
+    ask += [{"role": "assistant", "content": reply.content}, {"role": "user", "content": "Go"}]
+    after = api.chat.completions.create(model="tiny", messages=ask, max_tokens=4)
+    assert after.usage.prompt_tokens_details.cached_tokens \
+        == cut.usage.prompt_tokens + cut.usage.completion_tokens
+
+
+def test_a_session_open_in_another_process_is_a_conflict(served):
+    api = client(served.url)
+    first = [{"role": "user", "content": "First conversation."}]
+    first.append({"role": "assistant", "content": api.chat.completions.create(
+        model="tiny", messages=first, max_tokens=4).choices[0].message.content})
+    held = served.conv.session.id
+    api.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Other."}],
+                                max_tokens=4)
+    assert served.conv.session.id != held
+    lock = SessionLock(served.conv.store.path, held)  # as another mlxchat would hold it
+    try:
+        busy = request(served.url, "POST", "/v1/chat/completions", {
+            "model": "tiny", "max_tokens": 4,
+            "messages": first + [{"role": "user", "content": "More."}]})
+    finally:
+        lock.release()
+    assert busy.status == 409 and busy.json()["error"]["code"] == "session_busy"
 
 
 def test_each_bad_request_gets_its_status_and_error(served):

@@ -15,7 +15,8 @@ from mlxchat.models.tools import ToolCall, call_markup
 from mlxchat.server.openai_api import _events, _Shape
 from mlxchat.server.requests import tool_signature
 from mlxchat.server.service import Finished, Piece
-from mlxchat.server.tool_calls import CallCut, calls_signature, openai_calls, reply_parts
+from mlxchat.server.tool_calls import (CallCut, calls_signature, openai_calls, reply_parts,
+                                       with_ids)
 from mlxchat.chat import TurnStats
 from tests.families.builders import with_template, write_family_model
 from tests.server.conftest import request, serve
@@ -74,7 +75,7 @@ def test_tools_reach_the_template_and_the_ledger_key(served):
     assert other.usage.prompt_tokens_details.cached_tokens < other.usage.prompt_tokens
 
 
-def test_bad_tools_and_tool_results_are_refused_with_the_field(served):
+def test_bad_tools_and_misplaced_tool_results_are_refused_with_the_field(served):
     base = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}]}
     bad = request(served.url, "POST", "/v1/chat/completions", {**base, "tools": [{"x": 1}]})
     assert bad.status == 400 and bad.json()["error"]["param"] == "tools[0]"
@@ -84,7 +85,8 @@ def test_bad_tools_and_tool_results_are_refused_with_the_field(served):
     result = request(served.url, "POST", "/v1/chat/completions", {**base, "messages": [
         {"role": "user", "content": "hi"}, {"role": "tool", "content": "{}",
                                             "tool_call_id": "call_1"}]})
-    assert result.status == 400 and result.json()["error"]["param"] == "messages[1].role"
+    assert result.status == 400 and "follow the reply" in result.json()["error"]["message"]
+    assert not served.conv.messages  # nothing stored
 
 
 def test_a_replys_call_markup_becomes_openai_tool_calls(qwen3):
@@ -93,7 +95,7 @@ def test_a_replys_call_markup_becomes_openai_tool_calls(qwen3):
     assert parts.content == "Let me check."
     assert parts.calls == [ToolCall("get_weather", {"city": "Paris"})]
     assert reply_parts(tok, REPLY, tools=False).content == REPLY
-    shaped = openai_calls(parts.calls)
+    shaped = openai_calls(with_ids(parts.calls))
     assert shaped[0]["type"] == "function" and shaped[0]["id"].startswith("call_")
     assert json.loads(shaped[0]["function"]["arguments"]) == {"city": "Paris"}
     # What the client sends back hashes like the reply we indexed.
@@ -106,7 +108,7 @@ def test_a_replys_call_markup_becomes_openai_tool_calls(qwen3):
 
 async def test_streamed_calls_arrive_as_delta_tool_calls(qwen3):
     parts = reply_parts(qwen3.tokenizer, REPLY, tools=True)
-    end = Finished(parts.content, "", TurnStats(), "tool_calls", 1, parts.calls)
+    end = Finished(parts.content, "", TurnStats(), "tool_calls", 1, with_ids(parts.calls))
 
     async def rest():
         yield end
@@ -127,7 +129,7 @@ async def test_streamed_calls_arrive_as_delta_tool_calls(qwen3):
     assert parts.calls == [] and parts.content == cut_short
 
     async def cut_end():
-        yield Finished(parts.content, "", TurnStats(), "length", 1, [])
+        yield Finished(parts.content, "", TurnStats(), "length", 1, ())
 
     texts = [json.loads(line[6:])["choices"][0]["delta"].get("content") or "" async for line
              in _events(_Shape("tiny"), _Chat(), Piece("Let me check."), cut_end())
@@ -136,3 +138,24 @@ async def test_streamed_calls_arrive_as_delta_tool_calls(qwen3):
     whole = _Shape("tiny").completion(end)["choices"][0]
     assert whole["finish_reason"] == "tool_calls"
     assert whole["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+
+
+async def test_ollama_gets_calls_in_its_own_shape(qwen3):
+    from mlxchat.server.ollama_api import _final, _lines, _message
+
+    parts = reply_parts(qwen3.tokenizer, REPLY, tools=True)
+    end = Finished(parts.content, "", TurnStats(), "tool_calls", 1, with_ids(parts.calls))
+    whole = _final("tiny", end, _message(end.content, "", end.tool_calls))
+    call = whole["message"]["tool_calls"][0]
+    assert call["function"]["name"] == "get_weather"
+    assert call["function"]["arguments"] == {"city": "Paris"}  # an object, not a string
+    assert whole["done_reason"] == "stop" and whole["message"]["content"] == "Let me check."
+
+    async def rest():
+        yield end
+
+    lines = [json.loads(line) async for line in _lines("tiny", Piece("Let me check."), rest())]
+    assert [line["done"] for line in lines] == [False, False, True]
+    assert lines[1]["message"]["tool_calls"] == whole["message"]["tool_calls"]
+    # What a client sends back (arguments as an object) hashes like the reply we indexed.
+    assert tool_signature(whole["message"]["tool_calls"], "m") == calls_signature(parts.calls)

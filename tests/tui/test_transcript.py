@@ -237,3 +237,23 @@ async def test_a_streamed_update_costs_one_layout_pass():
             await reply.append("She trims the wick and winds the clock. " * 3)
             await pilot.pause(0.2)
         assert len(passes) == 3
+
+
+async def test_a_tool_loop_shows_its_calls_and_its_results_under_the_tools_name():
+    from mlxchat.chat import CalledTool
+    from mlxchat.tui.widgets.transcript import ToolResultMessage
+
+    call = CalledTool("get_weather", {"city": "Paris"}, "call_1")
+    app = host()
+    async with app.run_test(size=(100, 30)) as pilot:
+        transcript = app.query_one(Transcript)
+        await transcript.load([
+            Message("user", "Weather?"), Message("assistant", "Checking.", tool_calls=(call,)),
+            Message("tool", "clear\nwindy", tool_call_id="call_1", tool_name="get_weather")])
+        await pilot.pause()
+        result = transcript.query_one(ToolResultMessage)
+        assert result.query_one(".message-label", Static).render().plain \
+            == "tool result · get_weather"
+        assert result.query_one(".message-body", Static).render().plain == "> clear\n> windy"
+        reply = transcript.query_one(AssistantMessage)
+        assert reply.text == 'Checking.\n\n→ get_weather({"city": "Paris"})'

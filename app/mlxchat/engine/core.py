@@ -188,6 +188,15 @@ class ChatEngine:
             return template_delta.head(tokenizer, system, text, options)
         return template_delta.follow_up(tokenizer, text, previous=previous, options=options)
 
+    def result_ids(self, results: Sequence[Message], *, reply: Message,
+                   previous: Sequence[int], options: TemplateOptions = TemplateOptions()
+                   ) -> list[int]:
+        """The token ids tool results add after ``reply`` (whose ids are
+        ``previous``). Raises TemplateNotIncremental when the template cannot
+        be split so."""
+        return template_delta.tool_results(self._loaded.tokenizer, results, reply=reply,
+                                           previous=previous, options=options)
+
     def reply_reserve(self, settings: GenerationSettings) -> int:
         """Tokens kept free for the reply when deciding whether a prompt fits."""
         return prompt.reply_reserve(self.reply_budget(settings), self.window(settings))

@@ -37,6 +37,10 @@ class Engine(Protocol):
     def message_ids(self, text: str, *, system: str | None, previous: Sequence[int] | None,
                     options: TemplateOptions = TemplateOptions()) -> list[int]: ...
 
+    def result_ids(self, results: Sequence[Message], *, reply: Message,
+                   previous: Sequence[int], options: TemplateOptions = TemplateOptions()
+                   ) -> list[int]: ...
+
     def prefill(self, tokens: Sequence[int], settings: GenerationSettings, *, floor: int = 0,
                 current: Callable[[], bool] = ...) -> int: ...
 

@@ -3,20 +3,45 @@ and explaining why the cache could not be reused."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import jinja2
+
 from mlxchat.chat import Message
 from mlxchat.engine import template, template_render
-from mlxchat.engine.events import ContextOverflowError
+from mlxchat.engine.events import ContextOverflowError, EngineError
 from mlxchat.models.info import takes_system
 
 
-def as_dicts(messages: Sequence[Message]) -> list[dict[str, str]]:
-    return [{"role": m.role, "content": m.content} for m in messages]
+def template_call_id(given: str) -> str:
+    """A call's id as templates take it: Mistral's insist on 9 letters or
+    digits, so another id is rendered as 9 of its hash's (the call and the
+    result that answers it map alike)."""
+    if len(given) == 9 and given.isascii() and given.isalnum():
+        return given
+    return hashlib.sha256(given.encode("utf-8", "surrogatepass")).hexdigest()[:9]
 
 
-def fold_system(dicts: list[dict[str, str]]) -> list[dict[str, str]]:
+def as_dict(m: Message) -> dict[str, Any]:
+    """A message as chat templates read it (OpenAI's shape for tool calls and results)."""
+    out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.tool_calls:
+        out["tool_calls"] = [{"id": template_call_id(c.id), "type": "function",
+                              "function": {"name": c.name, "arguments": c.arguments}}
+                             for c in m.tool_calls]
+    if m.role == "tool":
+        out["tool_call_id"] = template_call_id(m.tool_call_id or "")
+        out["name"] = m.tool_name or ""
+    return out
+
+
+def as_dicts(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    return [as_dict(m) for m in messages]
+
+
+def fold_system(dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The system prompt at the start of the first user message (alone, a user message)."""
     system, rest = dicts[0]["content"], dicts[1:]
     if rest and rest[0]["role"] == "user":
@@ -36,11 +61,20 @@ def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bo
     dicts = as_dicts(messages)
     if dicts and dicts[0]["role"] == "system" and not takes_system(tokenizer):
         dicts = fold_system(dicts)
-    if template.has_control_text(tokenizer, [m["content"] for m in dicts]):
-        return template.render_ids(tokenizer, dicts, generation_prompt=generation_prompt,
-                                   **template_kwargs)
-    return template_render.render(tokenizer, dicts, generation_prompt=generation_prompt,
-                                  tokenize=True, **template_kwargs)
+    try:
+        if template.has_control_text(tokenizer, [m["content"] for m in dicts]):
+            return template.render_ids(tokenizer, dicts, generation_prompt=generation_prompt,
+                                       **template_kwargs)
+        return template_render.render(tokenizer, dicts, generation_prompt=generation_prompt,
+                                      tokenize=True, **template_kwargs)
+    except jinja2.TemplateError as exc:  # the template's own raise_exception, mostly
+        raise TemplateRefused(f"this model's chat template refuses the conversation: "
+                              f"{exc}") from None
+
+
+class TemplateRefused(EngineError):
+    """The chat template raised on a conversation (tool results without a
+    call, say, for gpt-oss)."""
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

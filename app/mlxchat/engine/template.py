@@ -82,13 +82,13 @@ def encode_plain(tokenizer: Any, text: str, *, at_start: bool = True) -> list[in
     return ids
 
 
-def _render_text(tokenizer: Any, messages: list[dict[str, str]], generation_prompt: bool,
+def _render_text(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool,
                  kw: dict[str, Any]) -> str:
     return template_render.render(tokenizer, messages, generation_prompt=generation_prompt,
                                   tokenize=False, **kw)
 
 
-def _spliced_text(tokenizer: Any, messages: list[dict[str, str]], generation_prompt: bool,
+def _spliced_text(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool,
                   kw: dict[str, Any]) -> list[tuple[str, bool]]:
     """The rendered prompt as (text, is_message) pieces, in order."""
     nonce = secrets.token_hex(6)
@@ -111,7 +111,7 @@ def _spliced_text(tokenizer: Any, messages: list[dict[str, str]], generation_pro
     return pieces
 
 
-def _marked_pieces(tokenizer: Any, messages: list[dict[str, str]], generation_prompt: bool,
+def _marked_pieces(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool,
                    kw: dict[str, Any]) -> list[tuple[str, bool]]:
     """Fallback for templates that transform content: each added token spelled
     inside a message is wrapped in private marks before rendering, then kept as text."""
@@ -127,7 +127,7 @@ def _marked_pieces(tokenizer: Any, messages: list[dict[str, str]], generation_pr
     return pieces
 
 
-def render_ids(tokenizer: Any, messages: list[dict[str, str]], *,
+def render_ids(tokenizer: Any, messages: list[dict[str, Any]], *,
                generation_prompt: bool = True, **template_kwargs: Any) -> list[int]:
     """Token ids of the conversation; message text never becomes a control token."""
     vocab = added_tokens(tokenizer)

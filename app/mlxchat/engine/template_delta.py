@@ -11,6 +11,7 @@ reply, the user turn and the generation prompt.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from dataclasses import dataclass, field
@@ -93,7 +94,49 @@ def follow_up(tokenizer: Any, text: str, *, previous: Sequence[int],
     tail = a[len(a) - n:]
     if n == 0 or n >= min(len(a), len(b)):
         raise TemplateNotIncremental("the chat template does not render a reply as written")
+    return _after_reply(tokenizer, tail, previous)
+
+
+def _after_reply(tokenizer: Any, tail: list[int], previous: Sequence[int]) -> list[int]:
     ended = bool(previous) and previous[-1] in set(tokenizer.eos_token_ids)
     if ended and tail[0] in _special_ids(tokenizer):
         tail = tail[1:]  # the generated end token stands for the template's
     return tail
+
+
+def _variants(reply: Message) -> list[Message]:
+    """Two forms of ``reply`` that end differently: its last call's arguments
+    (the text a call ends with), or, without calls, the stub replies."""
+    if not reply.tool_calls:
+        return [Message("assistant", text) for text in _STUB_REPLIES]
+    *calls, last = reply.tool_calls
+    return [dataclasses.replace(reply, tool_calls=(*calls, dataclasses.replace(
+        last, arguments={"stub": n}))) for n in (1, 2)]
+
+
+def tool_results(tokenizer: Any, results: Sequence[Message], *, reply: Message,
+                 previous: Sequence[int], options: TemplateOptions) -> list[int]:
+    """Tool results after ``reply`` (the message that called the tools; its
+    token ids are ``previous``): the reply's closing, the results as the
+    template writes them (each family its own way) and the generation prompt.
+
+    As for a user message, the exchange is rendered twice with replies that
+    end differently; the shared tail starts inside the reply, and its first
+    end token (one the model stops at) is the reply's closing."""
+    kwargs = options.kwargs()
+    stub = Message("user", _STUB_USER)
+    a, b = (prompt.render(tokenizer, [stub, variant, *results], **kwargs)
+            for variant in _variants(reply))
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    shared = a[len(a) - n:]
+    ends = set(tokenizer.eos_token_ids)
+    close = next((i for i, t in enumerate(shared) if t in ends), None)
+    if close is None:
+        specials = _special_ids(tokenizer)
+        close = next((i for i, t in enumerate(shared) if t in specials), None)
+    if close is None or n >= min(len(a), len(b)):
+        raise TemplateNotIncremental("the chat template does not close a reply before "
+                                     "tool results with a control token")
+    return _after_reply(tokenizer, shared[close:], previous)

@@ -72,7 +72,7 @@ def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], tuple[tuple[str, Any
     return data, pinned
 
 
-def render(tokenizer: Any, messages: Sequence[dict[str, str]], *, generation_prompt: bool,
+def render(tokenizer: Any, messages: Sequence[dict[str, Any]], *, generation_prompt: bool,
            tokenize: bool, **kwargs: Any) -> Any:
     """``tokenizer.apply_chat_template(messages, ...)`` (text, or ids when
     ``tokenize``) with the callables among ``kwargs`` as template globals."""

@@ -18,6 +18,7 @@ from mlxchat.errors import MlxchatError
 from mlxchat.server import completions_api, ollama_api, openai_api
 from mlxchat.server.errors import ApiError, Dialect, internal
 from mlxchat.server.service import ChatService
+from mlxchat.server.streaming import ClientGone
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         _dialect(request.url.path))
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    return Response(status_code=499)  # nginx's "client closed request": nobody reads it
+
+
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("request failed: %s %s", request.method, request.url.path)
     return internal().response(_dialect(request.url.path))
@@ -100,7 +105,8 @@ def build_app(service: ChatService, *, api_key: str | None = None,
         Route("/api/tags", ollama_api.tags, methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers={
-        ApiError: _api_error, HTTPException: _http_error, Exception: _unexpected})
+        ApiError: _api_error, HTTPException: _http_error, ClientGone: _client_gone,
+        Exception: _unexpected})
     app.state.service = service
     app.state.max_body_bytes = max_body_bytes
     return ApiKeyCheck(app, api_key)

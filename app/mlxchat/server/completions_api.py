@@ -113,7 +113,7 @@ async def completions(request: Request) -> Response:
     items, first = await started(service.run(
         lambda cancelled: _work(service, completion, cancelled)))
     if not completion.stream:
-        end = await finished(first, items)
+        end = await finished(request, first, items)
         return JSONResponse(shape.body(end.content, end.finish_reason, usage=usage(end.stats)))
     return DisconnectAwareStream(_events(shape, completion, first, items),
                                  media_type="text/event-stream",

@@ -11,9 +11,11 @@ from typing import Any, AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from mlxchat.chat import CalledTool
 from mlxchat.server.errors import ApiError
 from mlxchat.server.requests import ollama_chat, parse_json
 from mlxchat.server.service import ChatService, Finished, Piece
+from mlxchat.server.tool_calls import ollama_calls
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
 
 NS = 1_000_000_000
@@ -23,17 +25,21 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def _message(content: str, thinking: str = "") -> dict[str, Any]:
-    message = {"role": "assistant", "content": content}
+def _message(content: str, thinking: str = "",
+             calls: tuple[CalledTool, ...] = ()) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content}
     if thinking:
         message["thinking"] = thinking
+    if calls:
+        message["tool_calls"] = ollama_calls(calls)
     return message
 
 
 def _final(model: str, end: Finished, message: dict[str, Any]) -> dict[str, Any]:
     s = end.stats
     return {"model": model, "created_at": _now(), "message": message, "done": True,
-            "done_reason": end.finish_reason, "total_duration": int(s.total_s * NS),
+            # Ollama says "stop" after tool calls too
+            "done_reason": "stop" if end.tool_calls else end.finish_reason, "total_duration": int(s.total_s * NS),
             "load_duration": 0, "prompt_eval_count": s.prefilled_tokens,
             "prompt_eval_duration": int(s.ttft_s * NS), "eval_count": s.generated_tokens,
             "eval_duration": int(max(s.total_s - s.ttft_s, 0) * NS)}
@@ -46,8 +52,9 @@ async def chat(request: Request) -> Response:
     items, first = await started(service.chat(chat_request))
     model = service.model_id
     if not chat_request.stream:
-        end = await finished(first, items)
-        return JSONResponse(_final(model, end, _message(end.content, end.reasoning)))
+        end = await finished(request, first, items)
+        return JSONResponse(_final(model, end, _message(end.content, end.reasoning,
+                                                        end.tool_calls)))
     return DisconnectAwareStream(_lines(model, first, items), media_type="application/x-ndjson")
 
 
@@ -61,6 +68,10 @@ async def _lines(model: str, first: Piece | Finished,
             line = {"model": model, "created_at": _now(), "message": message, "done": False}
             yield json.dumps(line, ensure_ascii=False) + "\n"
             item = await anext(items)
+        if item.tool_calls:  # as Ollama streams them: one message before the last
+            line = {"model": model, "created_at": _now(), "done": False,
+                    "message": _message("", "", item.tool_calls)}
+            yield json.dumps(line, ensure_ascii=False) + "\n"
         yield json.dumps(_final(model, item, _message(""))) + "\n"
     except ApiError as exc:  # after the status went out: said in the stream
         yield json.dumps({"error": exc.message}) + "\n"

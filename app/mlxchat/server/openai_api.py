@@ -70,7 +70,7 @@ async def chat_completions(request: Request) -> Response:
     shape = _Shape(service.model_id)
     items, first = await started(service.chat(chat))
     if not chat.stream:
-        return JSONResponse(shape.completion(await finished(first, items)))
+        return JSONResponse(shape.completion(await finished(request, first, items)))
     return DisconnectAwareStream(_events(shape, chat, first, items),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})

@@ -8,10 +8,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from mlxchat.chat import CalledTool
 from mlxchat.session.api_turns import ApiRequest, IncomingMessage
 from mlxchat.server.errors import ApiError, bad_field, missing_field
+from mlxchat.server.tool_calls import calls_signature
 
-ROLES = ("system", "developer", "user", "assistant")
+ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 @dataclass
@@ -52,24 +54,36 @@ def _text(content: Any, param: str) -> str:
     raise bad_field(param, "A message's content must be a string or a list of text parts.")
 
 
-def tool_signature(calls: Any, param: str) -> str:
-    """Tool calls as the client sees them, canonical (what the index hashes)."""
+def _call_arguments(args: Any) -> Any:
+    """Arguments as JSON data: OpenAI sends them as a JSON string, Ollama as an object."""
+    if isinstance(args, str):
+        try:
+            return json.loads(args)
+        except ValueError:
+            return args
+    return {} if args is None else args
+
+
+def tool_calls(calls: Any, param: str) -> tuple[CalledTool, ...]:
+    """A message's ``tool_calls`` (OpenAI's or Ollama's shape), checked."""
     if not calls:
-        return ""
+        return ()
     if not isinstance(calls, list):
         raise bad_field(param, "'tool_calls' must be a list.")
-    canonical = []
+    out = []
     for i, call in enumerate(calls):
         fn = call.get("function") if isinstance(call, dict) else None
         if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
             raise bad_field(f"{param}[{i}]", "A tool call needs function.name.")
-        args = fn.get("arguments", "{}")
-        try:
-            args = json.loads(args) if isinstance(args, str) else args
-        except ValueError:
-            pass
-        canonical.append([fn["name"], args])
-    return json.dumps(canonical, sort_keys=True, ensure_ascii=False)
+        call_id = call.get("id")
+        out.append(CalledTool(fn["name"], _call_arguments(fn.get("arguments", "{}")),
+                              call_id if isinstance(call_id, str) else ""))
+    return tuple(out)
+
+
+def tool_signature(calls: Any, param: str) -> str:
+    """Tool calls as the client sees them, canonical (what the index hashes)."""
+    return calls_signature(tool_calls(calls, param))
 
 
 def tool_definitions(tools: Any, choice: Any) -> str | None:
@@ -97,6 +111,8 @@ def _messages(data: dict[str, Any]) -> tuple[str | None, list[IncomingMessage]]:
         raise bad_field("messages", "'messages' must be a non-empty list.")
     system: list[str] = []
     out: list[IncomingMessage] = []
+    called: dict[str, str] = {}
+    """The last reply's calls: id -> tool name."""
     for i, m in enumerate(raw):
         where = f"messages[{i}]"
         if not isinstance(m, dict):
@@ -104,9 +120,6 @@ def _messages(data: dict[str, Any]) -> tuple[str | None, list[IncomingMessage]]:
         if "role" not in m:
             raise missing_field(f"{where}.role")
         role = m["role"]
-        if role == "tool":
-            raise ApiError(400, "Tool results (role 'tool') are not supported by this "
-                           "server yet.", param=f"{where}.role", code="unsupported_parameter")
         if role not in ROLES:
             raise bad_field(f"{where}.role", f"Role {role!r} is not supported; use one of "
                             + ", ".join(ROLES) + ".")
@@ -116,14 +129,35 @@ def _messages(data: dict[str, Any]) -> tuple[str | None, list[IncomingMessage]]:
                 raise bad_field(where, "System messages are supported only before the others.")
             system.append(content)
             continue
-        signature = tool_signature(m.get("tool_calls"), f"{where}.tool_calls") \
-            if role == "assistant" else ""
+        if role == "tool":
+            out.append(_tool_result(m, content, where, called))
+            continue
+        calls = tool_calls(m.get("tool_calls"), f"{where}.tool_calls") \
+            if role == "assistant" else ()
+        if calls:
+            called = {c.id: c.name for c in calls}
+            called[""] = calls[-1].name  # a result that names no call answers the last
         if role == "user" and "content" not in m:
             raise missing_field(f"{where}.content")
-        out.append(IncomingMessage(role, content, signature))
-    if not out or out[-1].role != "user":
-        raise bad_field("messages", "The last message must be the user's.")
+        out.append(IncomingMessage(role, content, calls_signature(calls), calls))
+    if not out or out[-1].role not in ("user", "tool"):
+        raise bad_field("messages", "The last message must be the user's or a tool result.")
     return ("\n\n".join(system) if system else None), out
+
+
+def _tool_result(m: dict[str, Any], content: str, where: str,
+                 called: dict[str, str]) -> IncomingMessage:
+    """A tool result: the call it answers (OpenAI's ``tool_call_id``) and its
+    tool's name (given as Ollama's ``tool_name`` or ``name``, else the call's)."""
+    call_id = m.get("tool_call_id")
+    if call_id is not None and not isinstance(call_id, str):
+        raise bad_field(f"{where}.tool_call_id", "'tool_call_id' must be a string.")
+    name = m.get("tool_name", m.get("name"))
+    if name is not None and not isinstance(name, str):
+        raise bad_field(f"{where}.tool_name", "A tool result's tool name must be a string.")
+    name = name or called.get(call_id or "") or None
+    signature = json.dumps([call_id or "", name or ""], ensure_ascii=False)
+    return IncomingMessage("tool", content, signature, call_id=call_id, tool_name=name)
 
 
 def _number(data: dict[str, Any], name: str, low: float, high: float) -> float | None:
@@ -233,5 +267,6 @@ def ollama_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest
     stream = data.get("stream", True)
     if not isinstance(stream, bool):
         raise bad_field("stream", "'stream' must be true or false.")
-    turn = ApiRequest(system, messages, settings, session_name({}, header_session))
+    tools = tool_definitions(data.get("tools"), None)
+    turn = ApiRequest(system, messages, settings, session_name({}, header_session), tools)
     return ChatRequest(model, turn, stream, stop_strings(options.get("stop")))

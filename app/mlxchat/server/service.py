@@ -5,21 +5,23 @@ endpoints put in their own shapes."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import AsyncIterator, Iterator
 
-from mlxchat.chat import TurnStats
+from mlxchat.chat import CalledTool, TurnStats
 from mlxchat.engine.events import ContextOverflowError, TextDelta, TurnDone
 from mlxchat.errors import MlxchatError
-from mlxchat.models.tools import ToolCall, call_markup
+from mlxchat.models.tools import call_markup
 from mlxchat.session.api_turns import ApiTurns, IncomingMessage
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.kv_budget import Eviction, KvBudget
+from mlxchat.session.lock import SessionBusy
 from mlxchat.server.errors import ApiError, context_exceeded, queue_full, unknown_model
 from mlxchat.server.lane import EngineLane, QueueFull, Work
 from mlxchat.server.requests import ChatRequest
-from mlxchat.server.tool_calls import CallCut, ReplyParts, calls_signature, reply_parts
+from mlxchat.server.tool_calls import (CallCut, ReplyParts, calls_signature, reply_parts,
+                                       with_ids)
 
 
 @dataclass
@@ -40,7 +42,7 @@ class Finished:
     finish_reason: str
     session_id: int | None
     """None for a raw completion (no session)."""
-    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_calls: tuple[CalledTool, ...] = ()
 
 
 @dataclass
@@ -123,12 +125,23 @@ class ChatService:
             raise context_exceeded(exc.user_text()) from None
         except ApiError:
             raise
+        except SessionBusy as exc:  # another process has the session open
+            raise ApiError(409, exc.user_text(), code="session_busy") from None
         except MlxchatError as exc:
             raise ApiError(400, exc.user_text(), code="invalid_request") from None
         except ValueError as exc:  # a setting out of range
             raise ApiError(400, str(exc), code="invalid_value") from None
         finally:
             self.lane.cancel(job)
+
+    def _stopped(self, done: TurnDone) -> None:
+        """The engine was stopped for a stop string: the reply finished there."""
+        last = self.conv.messages[-1] if self.conv.messages else None
+        if last is not None and last.role == "assistant" and last.cancelled \
+                and last.id is not None:
+            self.conv.store.mark_stopped(last.id)
+            self.conv.reload()
+        done.stats.finish_reason = "stop"
 
     def _work(self, request: ChatRequest, cancelled: threading.Event
               ) -> Iterator[Piece | Finished]:
@@ -143,17 +156,19 @@ class ChatService:
         tools = request.turn.tools is not None
         cut = CallCut(call_markup(tokenizer) if tools else None)
 
-        parsed: dict[str, ReplyParts] = {}
+        parsed: dict[str, tuple[ReplyParts, tuple[CalledTool, ...]]] = {}
 
-        def parts() -> ReplyParts:  # indexing the reply and answering it read it once
+        def parts() -> tuple[ReplyParts, tuple[CalledTool, ...]]:
+            """Indexing the reply and answering it read it once (the calls' ids too)."""
             if watch.seen not in parsed:
                 parsed.clear()
-                parsed[watch.seen] = reply_parts(tokenizer, watch.seen, tools=tools)
+                reply = reply_parts(tokenizer, watch.seen, tools=tools)
+                parsed[watch.seen] = reply, with_ids(reply.calls)
             return parsed[watch.seen]
 
         def reply_form(done: TurnDone) -> IncomingMessage:
-            seen = parts()  # as the client will send it back
-            return IncomingMessage("assistant", seen.content, calls_signature(seen.calls))
+            seen, calls = parts()  # as the client will send it back
+            return IncomingMessage("assistant", seen.content, calls_signature(calls), calls)
 
         turn = self.turns.begin(request.turn, reply_form)
         done: TurnDone | None = None
@@ -169,13 +184,15 @@ class ChatService:
                 done = event
         if done is None:
             return
+        if watch.stopped:
+            self._stopped(done)
         rest = cut.feed(watch.flush())
         if rest:
             yield Piece(rest)
-        reply = parts()
-        reason = "tool_calls" if reply.calls else "stop" if watch.stopped else {
+        reply, calls = parts()
+        reason = "tool_calls" if calls else "stop" if watch.stopped else {
             "length": "length"}.get(done.stats.finish_reason, "stop")
         if self.kv_budget is not None:  # before the end goes out: done when the client sees it
             self.last_eviction = self.kv_budget.enforce(in_use=turn.session_id)
         yield Finished(reply.content, done.reasoning, done.stats, reason, turn.session_id,
-                       reply.calls)
+                       calls)

@@ -48,16 +48,42 @@ async def started(items: AsyncIterator[T]) -> tuple[AsyncIterator[T], T]:
     return items, first
 
 
-async def finished(first: Piece | Finished, items: AsyncIterator[Piece | Finished]
-                   ) -> Finished:
-    """Read the reply to its end (a reply asked for whole)."""
-    item = first
-    try:
-        while not isinstance(item, Finished):
-            item = await anext(items)
-    finally:
-        await items.aclose()  # type: ignore[attr-defined]
-    return item
+class ClientGone(Exception):
+    """The client of a reply asked for whole went away before it was done."""
+
+
+async def finished(request: Request, first: Piece | Finished,
+                   items: AsyncIterator[Piece | Finished]) -> Finished:
+    """Read the reply to its end (a reply asked for whole), listening for the
+    client's disconnect meanwhile: one that goes away cancels the turn at once
+    (within a decode step) and gets nothing (raises ClientGone)."""
+    end: Finished | None = None
+    failed: Exception | None = None
+    async with anyio.create_task_group() as group:
+        async def read() -> None:
+            nonlocal end, failed
+            item = first
+            try:
+                while not isinstance(item, Finished):
+                    item = await anext(items)
+            except Exception as exc:  # noqa: BLE001 - raised below, not as a group's
+                failed = exc
+            end = item if isinstance(item, Finished) else None
+            group.cancel_scope.cancel()
+
+        async def listen() -> None:
+            while (await request.receive())["type"] != "http.disconnect":
+                pass
+            group.cancel_scope.cancel()
+
+        group.start_soon(read)
+        group.start_soon(listen)
+    await items.aclose()  # type: ignore[attr-defined]  # cancels a turn still running
+    if failed is not None:
+        raise failed
+    if end is None:
+        raise ClientGone()
+    return end
 
 
 class DisconnectAwareStream(StreamingResponse):

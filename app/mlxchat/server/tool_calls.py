@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
+from mlxchat.chat import CalledTool
 from mlxchat.models.tools import CallMarkup, ToolCall, partial_marker, split_tool_calls
 
 
@@ -31,7 +32,13 @@ def reply_parts(tokenizer: Any, text: str, *, tools: bool) -> ReplyParts:
     return ReplyParts(content.strip() if calls else content, calls)
 
 
-def calls_signature(calls: list[ToolCall]) -> str:
+def with_ids(calls: list[ToolCall]) -> tuple[CalledTool, ...]:
+    """A reply's calls with the ids the client gets (and the store keeps)."""
+    return tuple(CalledTool(c.name, c.arguments, f"call_{uuid.uuid4().hex[:24]}")
+                 for c in calls)
+
+
+def calls_signature(calls: Sequence[ToolCall | CalledTool]) -> str:
     """The calls as ``requests.tool_signature`` reads them back from a client."""
     if not calls:
         return ""
@@ -39,15 +46,25 @@ def calls_signature(calls: list[ToolCall]) -> str:
                       ensure_ascii=False)
 
 
-def openai_calls(calls: list[ToolCall], *, streamed: bool = False) -> list[dict[str, Any]]:
+def openai_calls(calls: Sequence[CalledTool], *, streamed: bool = False
+                 ) -> list[dict[str, Any]]:
+    """OpenAI's shape: arguments as a JSON string."""
     out = []
     for i, call in enumerate(calls):
         args = call.arguments if isinstance(call.arguments, str) \
             else json.dumps(call.arguments, ensure_ascii=False)
-        item: dict[str, Any] = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+        item: dict[str, Any] = {"id": call.id, "type": "function",
                                 "function": {"name": call.name, "arguments": args}}
         out.append({"index": i, **item} if streamed else item)
     return out
+
+
+def ollama_calls(calls: Sequence[CalledTool]) -> list[dict[str, Any]]:
+    """Ollama's shape: arguments as an object (text the model wrote that is
+    not JSON stays a string)."""
+    return [{"id": call.id, "function": {"index": i, "name": call.name,
+                                         "arguments": call.arguments}}
+            for i, call in enumerate(calls)]
 
 
 class CallCut:

@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from mlxchat.chat import Role, Session
+from mlxchat.chat import CalledTool, Message, Role, Session
 from mlxchat.engine.events import Event, TurnDone
 from mlxchat.errors import MlxchatError
 from mlxchat.session.conversation import Conversation, ConversationError
@@ -34,13 +34,23 @@ class IncomingMessage:
     content: str
     signature: str = ""
     """What else the client sees of it (tool calls, canonical JSON): hashed too."""
+    calls: tuple[CalledTool, ...] = ()
+    """A reply's tool calls, stored with it."""
+    call_id: str | None = None
+    """A tool result's call id and its tool's name, stored with it."""
+    tool_name: str | None = None
+
+    def stored(self) -> Message:
+        return Message(self.role, self.content, tool_calls=self.calls,
+                       tool_call_id=self.call_id, tool_name=self.tool_name)
 
 
 @dataclass(frozen=True)
 class ApiRequest:
     system: str | None
     messages: Sequence[IncomingMessage]
-    """The conversation after the system prompt; the last is the new user message."""
+    """The conversation after the system prompt; it ends with the new user
+    message or with new tool results."""
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Generation settings of this request (names of ``GenerationSettings``)."""
     session_name: str | None = None
@@ -74,6 +84,20 @@ def chain_hashes(model: str, system: str | None,
     return out
 
 
+def _new_part(messages: Sequence[IncomingMessage]) -> list[IncomingMessage]:
+    """What a request adds: its last message, the user's, or the tool results it ends with."""
+    if not messages or messages[-1].role not in ("user", "tool"):
+        raise ConversationError("The last message must be the user's or a tool result.")
+    if messages[-1].role == "user":
+        return [messages[-1]]
+    first = len(messages)
+    while first > 0 and messages[first - 1].role == "tool":
+        first -= 1
+    if first == 0 or messages[first - 1].role != "assistant":
+        raise ConversationError("Tool results must follow the reply that called the tools.")
+    return list(messages[first:])
+
+
 ReplyForm = Callable[[TurnDone], IncomingMessage]
 """How the client will see a reply (its content and tool calls), to index it."""
 
@@ -86,15 +110,15 @@ class ApiTurns:
         self.store = conv.store
 
     def begin(self, request: ApiRequest, reply_form: ReplyForm) -> ApiTurn:
-        """Find or start the request's branch, commit its new user message and
-        return the turn's events (the reply is indexed once they are consumed).
-        Raises an ``MlxchatError`` (nothing stored) when it is refused."""
+        """Find or start the request's branch, commit its new message (or tool
+        results) and return the turn's events (the reply is indexed once they
+        are consumed). Raises an ``MlxchatError`` (nothing stored) when it is refused."""
         messages = list(request.messages)
-        if not messages or messages[-1].role != "user":
-            raise ConversationError("The last message must be the user's.")
+        new = _new_part(messages)
         hashes = chain_hashes(self.conv.model_spec, request.system, messages)
         named = self._named(request.session_name)
-        hit = self.store.api.longest(hashes[:-1], session_id=named.id if named else None)
+        hit = self.store.api.longest(hashes[:-len(new)],
+                                     session_id=named.id if named else None)
         created = False
         if hit is not None:
             self._open_at(hit.session_id, hit.message_id)
@@ -103,20 +127,24 @@ class ApiTurns:
             created = named is None
             self._open_empty(named, request.system)
             start = 0
-        added = self._add_history(messages[start:-1], hashes[start:-1])
+        added = self._add_history(messages[start:-len(new)], hashes[start:-len(new)])
         self.conv.use_settings(dataclasses.replace(self.conv.session.settings,
                                                    context_policy="stop", **request.settings),
                                tools=request.tools)
         session_id = self.conv.session.id
         assert session_id is not None
         try:
-            events = self.conv.send(messages[-1].content)
+            if new[0].role == "tool":
+                events = self.conv.send_results([m.stored() for m in new])
+            else:
+                events = self.conv.send(new[0].content)
         except MlxchatError:
             self._undo(created, added)
             raise
-        user = self.conv.messages[-1]
-        assert user.id is not None
-        self.store.api.record(session_id, user.id, hashes[-1])
+        last = self.conv.messages[-1]
+        assert last.id is not None
+        # Only the last of several results is indexed: the first holds the ids of all.
+        self.store.api.record(session_id, last.id, hashes[-1])
         return ApiTurn(session_id, self._indexed(events, hashes[-1], reply_form), start)
 
     # -- where the request goes ---------------------------------------------------------
@@ -171,7 +199,10 @@ class ApiTurns:
         assert session_id is not None
         added = []
         for message, chain_hash in zip(messages, hashes):
-            stored = self.store.add_message(session_id, message.role, message.content)
+            stored = self.store.add_message(session_id, message.role, message.content,
+                                            tool_calls=message.calls,
+                                            tool_call_id=message.call_id,
+                                            tool_name=message.tool_name)
             assert stored.id is not None
             self.store.api.record(session_id, stored.id, chain_hash)
             added.append(stored.id)
@@ -199,5 +230,10 @@ class ApiTurns:
         last = self.conv.messages[-1] if self.conv.messages else None
         if done is not None and last is not None and last.role == "assistant":
             assert last.id is not None and self.conv.session.id is not None
-            self.store.api.record(self.conv.session.id, last.id,
-                                  _link(user_hash, reply_form(done)))
+            form = reply_form(done)
+            if form.calls or form.content != last.content:
+                # Stored as the client will send it back: the text (cut at a stop
+                # string), then the calls.
+                self.store.set_reply_calls(last.id, form.content, form.calls)
+                self.conv.reload()
+            self.store.api.record(self.conv.session.id, last.id, _link(user_hash, form))

@@ -210,6 +210,22 @@ class Conversation:
             return content, None
         return with_sources(found.collection, found.sources, content), found.sources
 
+    def send_results(self, results: list[Message]) -> Iterator[Event]:
+        """Commit tool results (role ``tool``) after the last reply, then run
+        the turn that reads them. The first result holds the ids they add
+        together; a later one adds none of its own."""
+        self._require_saved()
+        if not results or any(r.role != "tool" for r in results):
+            raise ConversationError("Tool results need at least one message of role 'tool'.")
+        plan = self._open.ledger(self.engine).plan_results(self.messages, results)
+        for i, result in enumerate(results):
+            ids = plan.user_ids if i == 0 or plan.user_ids is None else []
+            self.store.add_message(self.session.id, "tool", result.content, token_ids=ids,
+                                   ledger_key=plan.key, ledger_start=plan.start and i == 0,
+                                   tool_call_id=result.tool_call_id, tool_name=result.tool_name)
+        self.reload()
+        return self._turns.run(plan)
+
     def retry(self) -> Iterator[Event]:
         """Answer the last user message again, as a new branch beside the old reply."""
         self._require_saved()
@@ -219,7 +235,7 @@ class Conversation:
         if msgs[-1].role == "assistant":
             self.store.branches.set_leaf(self.session.id, msgs[-1].parent_id)
             self.reload()
-        if not self.messages or self.messages[-1].role != "user":
+        if not self.messages or self.messages[-1].role not in ("user", "tool"):
             raise ConversationError("The conversation does not end with a message to answer.")
         plan = self._open.ledger(self.engine).plan_existing(self.messages)
         last = self.messages[-1]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 from mlxchat.chat import GenerationSettings, Message, Session
 from mlxchat.engine.interface import Engine
@@ -124,27 +124,46 @@ class Ledger:
 
     def plan_message(self, history: Sequence[Message], text: str) -> Plan:
         """The prompt for a new user message ``text`` after ``history``."""
-        new = Message("user", text)
+        def added() -> list[int]:
+            return self.engine.message_ids(
+                text, system=self.session.context_system,
+                previous=history[-1].token_ids if history else None, options=self.options)
+
+        return self._plan_new(history, [Message("user", text)], added,
+                              first=not history)
+
+    def plan_results(self, history: Sequence[Message], results: Sequence[Message]) -> Plan:
+        """The prompt for tool results after ``history`` (whose last message is
+        the reply that called the tools); ``user_ids`` are what they add together."""
+        def added() -> list[int]:
+            reply = history[-1]
+            return self.engine.result_ids(results, reply=reply, previous=reply.token_ids or [],
+                                          options=self.options)
+
+        return self._plan_new(history, list(results), added, first=False)
+
+    def _plan_new(self, history: Sequence[Message], new: list[Message],
+                  added: Callable[[], list[int]], *, first: bool) -> Plan:
+        """New messages after ``history``: the ledger extended by what they add
+        (``added``), or the conversation rendered whole (a new ledger, and why)."""
         if self.settings.history == "template":
-            return Plan(self._rendered([*history, new], None))
+            return Plan(self._rendered([*history, *new], None))
         ids, reason = branch_ids(history, self.key) if history else ([], None)
-        if ids is not None and (not history or history[-1].role == "assistant"):
+        if ids is not None and (first or (history and history[-1].role == "assistant")):
             try:
-                user_ids = self.engine.message_ids(
-                    text, system=self.session.context_system,
-                    previous=history[-1].token_ids if history else None, options=self.options)
+                new_ids = added()
             except TemplateNotIncremental as exc:
                 reason = f"{exc}: new token ledger"
             else:
-                tokens = ids + user_ids
+                tokens = ids + new_ids
                 if self._fits(len(tokens)):
-                    prompt = FittedPrompt(tokens, self._with_system([*history, new]), 0,
+                    prompt = FittedPrompt(tokens, self._with_system([*history, *new]), 0,
                                           ledger=True)
-                    return Plan(prompt, user_ids, start=not history, key=self.key)
+                    return Plan(prompt, new_ids, start=first, key=self.key)
                 reason = "context overflow: history re-rendered to fit"
         elif ids is not None:
             reason = "the previous message has no reply: new token ledger"
-        fitted = self._rendered([*history, new], reason)
+        fitted = self._rendered([*history, *new], reason)
         return Plan(fitted, list(fitted.tokens), start=True, key=self.key)
 
     def note(self, branch: Sequence[Message]) -> str | None:

@@ -19,9 +19,10 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from mlxchat import __version__
 from mlxchat.files import FileRefused, read_limited, write_private_text
-from mlxchat.chat import GenerationSettings, Message, Pin, Session, TurnStats
+from mlxchat.chat import (GenerationSettings, Message, Pin, Session, TurnStats, calls_text,
+                          quoted, tool_label)
 from mlxchat.sources import Source, cite, without_sources
-from mlxchat.store.rows import ROLES
+from mlxchat.store.rows import ROLES, calls_from_json, calls_to_json
 from mlxchat.store.errors import StoreError
 from mlxchat.store.sessions import SessionStore
 from mlxchat.units import fmt_tps
@@ -81,10 +82,12 @@ def session_markdown(session: Session) -> str:
     out += ["", "---"]
     sources: list[Source] | None = None
     for message in session.messages:
+        if message.role == "tool":  # a quoted block under its tool's name
+            out += ["", f"### {tool_label(message).capitalize()}", "", quoted(message.content)]
+            continue
         out += ["", f"### {message.role.capitalize()}"]
         if message.reasoning:
-            out += ["", "#### Thinking", ""]
-            out += ["> " + line if line else ">" for line in message.reasoning.splitlines()]
+            out += ["", "#### Thinking", "", quoted(message.reasoning)]
             out += ["", "#### Answer"]
         if message.role == "user":
             sources = message.sources
@@ -92,6 +95,8 @@ def session_markdown(session: Session) -> str:
             out += ["", text.rstrip()] + _sources_markdown(sources)
         else:
             out += ["", cite(message.content, sources).rstrip()]
+        if message.tool_calls:
+            out += ["", "#### Tool calls", "", calls_text(message.tool_calls)]
         if message.stats is not None:
             out += ["", markdown_stats_line(message.stats, message.cancelled)]
         elif message.cancelled:
@@ -129,6 +134,10 @@ def _message_dict(message: Message) -> dict[str, Any]:
         "created": message.created,
         **({"reasoning": message.reasoning} if message.reasoning else {}),
         **({"sources": [s.to_dict() for s in message.sources]} if message.sources else {}),
+        **({"tool_calls": json.loads(calls_to_json(message.tool_calls) or "[]")}
+           if message.tool_calls else {}),
+        **({"tool_call_id": message.tool_call_id, "tool_name": message.tool_name}
+           if message.role == "tool" else {}),
     }
 
 
@@ -308,6 +317,10 @@ def parse_document(data: Any) -> tuple[Session, list[Message]]:
                 created=_field(row, "created", float | None, where, None),
                 reasoning=_field(row, "reasoning", str | None, where, None),
                 sources=_sources(_field(row, "sources", list | None, where, None), where),
+                tool_calls=calls_from_json(json.dumps(_field(row, "tool_calls", list, where,
+                                                             []))),
+                tool_call_id=_field(row, "tool_call_id", str | None, where, None),
+                tool_name=_field(row, "tool_name", str | None, where, None),
             )
         )
     for index, message in enumerate(messages):

@@ -9,13 +9,13 @@ import sys
 import time
 from array import array
 
-from mlxchat.chat import (GENERATION_RULES, GenerationSettings, Message, Session, TurnStats,
+from mlxchat.chat import (GENERATION_RULES, CalledTool, GenerationSettings, Message, Session, TurnStats,
                           generation_problem, typed_text)
 from mlxchat.sources import Source, without_sources
 from mlxchat.store.errors import StoreError
 from mlxchat.store.pin_rows import read_pins, write_pins
 
-ROLES: tuple[str, ...] = ("system", "user", "assistant")
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 60
 
@@ -69,7 +69,27 @@ def message_from_row(row: sqlite3.Row) -> Message:
         ledger_start=bool(row["ledger_start"]),
         reasoning=row["reasoning"],
         sources=sources_from_json(row["sources"]),
+        tool_calls=calls_from_json(row["tool_calls"]),
+        tool_call_id=row["tool_call_id"],
+        tool_name=row["tool_name"],
     )
+
+
+def calls_to_json(calls: tuple[CalledTool, ...] | list[CalledTool]) -> str | None:
+    if not calls:
+        return None
+    return json.dumps([{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls],
+                      ensure_ascii=False)
+
+
+def calls_from_json(text: str | None) -> tuple[CalledTool, ...]:
+    """Stored calls; a row a hand edit broke reads as none."""
+    try:
+        items = json.loads(text) if text else []
+        return tuple(CalledTool(str(c["name"]), c.get("arguments"), str(c.get("id") or ""))
+                     for c in items)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return ()
 
 
 def ids_to_blob(ids: list[int] | None) -> bytes | None:
@@ -167,8 +187,9 @@ def insert_message(
     stats = json.dumps(message.stats.to_dict()) if message.stats is not None else None
     cur.execute(
         "INSERT INTO messages (session_id, parent_id, role, content, token_count, stats,"
-        " cancelled, created, token_ids, ledger_key, ledger_start, reasoning, sources)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " cancelled, created, token_ids, ledger_key, ledger_start, reasoning, sources,"
+        " tool_calls, tool_call_id, tool_name)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             session_id,
             parent_id,
@@ -183,6 +204,9 @@ def insert_message(
             int(message.ledger_start),
             message.reasoning or None,
             sources_to_json(message.sources),
+            calls_to_json(message.tool_calls),
+            message.tool_call_id,
+            message.tool_name,
         ),
     )
     assert cur.lastrowid is not None

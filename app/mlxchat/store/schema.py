@@ -13,6 +13,7 @@ from typing import Callable, Union
 
 from mlxchat import paths
 from mlxchat.store.errors import StoreError, sqlite_errors
+from mlxchat.store.messages_rebuild import messages_with_tool_role
 
 V1_SESSIONS_AND_MESSAGES = (
     """
@@ -295,6 +296,13 @@ V12_MESSAGE_SOURCES = (
     "ALTER TABLE messages ADD COLUMN sources TEXT",
 )
 
+V13_TOOL_MESSAGES = (
+    # Tool results (role 'tool', with the call they answer and the tool's name)
+    # and the calls a reply made (JSON), so a client's tool loop is stored as
+    # sent and renders through the template as the model expects.
+    messages_with_tool_role,
+)
+
 MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V1_SESSIONS_AND_MESSAGES,
     V2_CANCELLED_AND_SNAPSHOTS,
@@ -308,6 +316,7 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V10_DOCUMENT_COLLECTIONS,
     V11_API_MESSAGES,
     V12_MESSAGE_SOURCES,
+    V13_TOOL_MESSAGES,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -347,20 +356,34 @@ def migrate(conn: sqlite3.Connection, path: str = "") -> int:
             return found
         check_fts5(conn)
         for version in range(found + 1, SCHEMA_VERSION + 1):
-            # Re-read under the write lock: another process may have migrated meanwhile.
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                if user_version(conn) < version:
-                    for step in MIGRATIONS[version - 1]:
-                        if callable(step):
-                            step(conn)
-                        else:
-                            conn.execute(step)
-                    # PRAGMA takes no parameters; version is our own int.
-                    conn.execute(f"PRAGMA user_version = {int(version)}")
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+            _run_migration(conn, version)
         return found
+
+
+def _run_migration(conn: sqlite3.Connection, version: int) -> None:
+    steps = MIGRATIONS[version - 1]
+    # A table rebuild needs foreign keys off, which SQLite allows only outside
+    # a transaction; they come back on however the migration ends.
+    keys_off = any(getattr(step, "foreign_keys_off", False) for step in steps)
+    keys_were = conn.execute("PRAGMA foreign_keys").fetchone()[0]
+    if keys_off:
+        conn.execute("PRAGMA foreign_keys = OFF")
+    # Re-read under the write lock: another process may have migrated meanwhile.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if user_version(conn) < version:
+            for step in steps:
+                if callable(step):
+                    step(conn)
+                else:
+                    conn.execute(step)
+            # PRAGMA takes no parameters; version is our own int.
+            conn.execute(f"PRAGMA user_version = {int(version)}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    finally:
+        if keys_off:
+            conn.execute(f"PRAGMA foreign_keys = {'ON' if keys_were else 'OFF'}")

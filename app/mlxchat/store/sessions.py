@@ -16,7 +16,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Self
 
-from mlxchat.chat import GenerationSettings, Message, Role, Session, SessionSummary, TurnStats
+from mlxchat.chat import (CalledTool, GenerationSettings, Message, Role, Session,
+                          SessionSummary, TurnStats)
 from mlxchat.sources import Source
 from mlxchat.store import documents, pins, segments, snapshots
 from mlxchat.store.api_messages import ApiMessages
@@ -24,9 +25,9 @@ from mlxchat.store.branches import Branches
 from mlxchat.store.database import Database
 from mlxchat.store.drafts import Drafts
 from mlxchat.store.errors import SessionNotFound, StoreError
-from mlxchat.store.rows import (DEFAULT_TITLE, PATH_UP, check_message, ids_to_blob,
-                                insert_message, insert_session, message_from_row, path_to,
-                                read_session, session_row, title_from)
+from mlxchat.store.rows import (DEFAULT_TITLE, PATH_UP, calls_to_json, check_message,
+                                ids_to_blob, insert_message, insert_session, message_from_row,
+                                path_to, read_session, session_row, title_from)
 from mlxchat.store.search import matching_sessions
 
 
@@ -281,6 +282,9 @@ class SessionStore:
         ledger_start: bool = False,
         reasoning: str | None = None,
         sources: list[Source] | None = None,
+        tool_calls: tuple[CalledTool, ...] = (),
+        tool_call_id: str | None = None,
+        tool_name: str | None = None,
     ) -> Message:
         """Store a message after ``parent_id`` (default: the current leaf; None: a new root),
         make it the current leaf and commit, all in one call.
@@ -290,7 +294,8 @@ class SessionStore:
         draft = Message(
             role=role, content=content, token_count=token_count, stats=stats, cancelled=cancelled,
             token_ids=token_ids, ledger_key=ledger_key, ledger_start=ledger_start,
-            reasoning=reasoning, sources=sources,
+            reasoning=reasoning, sources=sources, tool_calls=tuple(tool_calls),
+            tool_call_id=tool_call_id, tool_name=tool_name,
         )
         with self.db.writing() as cur:
             row = session_row(cur, session_id)
@@ -331,6 +336,23 @@ class SessionStore:
                 "UPDATE messages SET token_ids = ?, ledger_key = ?, ledger_start = ? WHERE id = ?",
                 (ids_to_blob(token_ids), key, int(start), message_id),
             )
+
+    def set_reply_calls(self, message_id: int, content: str,
+                        calls: tuple[CalledTool, ...]) -> None:
+        """A stored reply read apart: its text around the calls, and the calls."""
+        with self.db.writing() as cur:
+            cur.execute("UPDATE messages SET content = ?, tool_calls = ? WHERE id = ?",
+                        (content, calls_to_json(calls), message_id))
+
+    def mark_stopped(self, message_id: int) -> None:
+        """A reply the engine was stopped for at a stop string: finished (its
+        finish reason 'stop'), not cancelled."""
+        with self.db.writing() as cur:
+            row = cur.execute("SELECT stats FROM messages WHERE id = ?", (message_id,)).fetchone()
+            stats = json.loads(row[0]) if row and row[0] else {}
+            stats["finish_reason"] = "stop"
+            cur.execute("UPDATE messages SET cancelled = 0, stats = ? WHERE id = ?",
+                        (json.dumps(stats), message_id))
 
     def set_message_stats(self, message_id: int, stats: TurnStats) -> None:
         """Replace a stored reply's figures (what happened after it was stored,

@@ -16,7 +16,7 @@ from textual.content import Content
 from textual.widgets import Markdown, Static
 from textual.widgets._markdown import MarkdownBlock, MarkdownParagraph
 
-from mlxchat.chat import Message, TurnStats
+from mlxchat.chat import Message, TurnStats, calls_text, quoted, tool_label
 from mlxchat.sources import Source, cite, without_sources
 from mlxchat.tui.formatting import transcript_stats_line
 from mlxchat.tui.widgets.sources import SourcesPanel
@@ -65,6 +65,14 @@ class PendingMessage(UserMessage):
 
 class SystemMessage(PlainMessage):
     LABEL = "system prompt"
+
+
+class ToolResultMessage(PlainMessage):
+    """A tool's result (from an API client's tool loop): quoted, under its tool's name."""
+
+    def __init__(self, message: Message) -> None:
+        super().__init__(quoted(message.content))
+        self.LABEL = tool_label(message)
 
 
 class ThinkingBlock(Static):
@@ -301,10 +309,16 @@ class Transcript(VerticalScroll):
             return UserMessage(message.content, sources=message.sources)
         if message.role == "system":
             return SystemMessage(message.content)
-        return AssistantMessage(message.content, label=self.assistant_label,
+        if message.role == "tool":
+            return ToolResultMessage(message)
+        content = message.content
+        if message.tool_calls:  # stored apart from the text: shown after it
+            content = "\n\n".join(filter(None, [content.rstrip(),
+                                                 calls_text(message.tool_calls)]))
+        return AssistantMessage(content, label=self.assistant_label,
                                 stats=message.stats, cancelled=message.cancelled,
                                 reasoning=message.reasoning,
-                                shown=self.shown(message.content, self.last_sources))
+                                shown=self.shown(content, self.last_sources))
 
     async def load(self, messages: Iterable[Message]) -> None:
         """Replace everything with ``messages`` (root first)."""

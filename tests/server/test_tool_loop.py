@@ -1,0 +1,159 @@
+"""A client's tool loop through the API on Qwen3's real template: tool
+results (role 'tool') render as the template writes them and prefill only
+themselves, a reply's calls are stored so the request that sends them back
+finds its branch, and all of it survives a restart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from openai import OpenAI
+
+from mlxchat.chat import CalledTool
+from mlxchat.engine.events import TurnDone
+from mlxchat.models.loader import load_folder
+from mlxchat.session.api_turns import ApiRequest, ApiTurns, IncomingMessage
+from mlxchat.server.tool_calls import calls_signature
+from tests.families.builders import with_template, write_family_model
+from tests.server.conftest import open_tiny, request, serve
+
+REAL = Path(__file__).parents[1] / "families" / "real_templates"
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+CALL = {"id": "call_abc", "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+
+
+@pytest.fixture(scope="module")
+def qwen3(tmp_path_factory):
+    family = with_template("qwen3", (REAL / "qwen3.jinja").read_text())
+    folder = write_family_model(family, tmp_path_factory.mktemp("qwen3-loop"))
+    return load_folder(folder, name="tiny", spec="tiny")
+
+
+def _client(url: str) -> OpenAI:
+    return OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def _ask(api: OpenAI, messages: list[dict]):
+    return api.chat.completions.create(model="tiny", messages=messages, temperature=0,
+                                       max_tokens=4, tools=[WEATHER])
+
+
+def _as_sent(reply) -> dict:
+    """The reply as a client sends it back."""
+    message = reply.choices[0].message
+    out: dict = {"role": "assistant", "content": message.content}
+    if message.tool_calls:
+        out["tool_calls"] = [c.model_dump() for c in message.tool_calls]
+    return out
+
+
+def _extends(served, usage, previous) -> None:
+    """Only the new part was prefilled: the cache held the whole earlier exchange."""
+    stats = served.conv.last_stats
+    assert usage.prompt_tokens_details.cached_tokens == stats.reused_tokens \
+        == previous.prompt_tokens + previous.completion_tokens
+    assert usage.prompt_tokens == stats.prompt_tokens
+
+
+def test_a_tool_loop_prefills_only_each_new_part_and_survives_a_restart(qwen3, tmp_path):
+    db = tmp_path / "s.db"
+    messages: list[dict] = [{"role": "user", "content": "Weather in Paris?"}]
+    first = serve(qwen3, db, max_tokens=4)
+    try:
+        api = _client(first.url)
+        asked = _ask(api, messages)
+        messages += [_as_sent(asked), {"role": "tool", "tool_call_id": "call_abc",
+                                       "content": '{"sky": "clear"}'}]
+        answered = _ask(api, messages)
+        _extends(first, answered.usage, asked.usage)
+        result = first.conv.messages[-2]
+        assert result.role == "tool" and not result.ledger_start
+        text = qwen3.tokenizer.decode(result.token_ids)
+        assert "<tool_response>" in text and '"sky": "clear"' in text
+        assert first.conv.last_stats.prefilled_tokens == len(result.token_ids)
+    finally:
+        first.stop()
+    again = serve(qwen3, db, max_tokens=4)
+    try:
+        messages += [_as_sent(answered), {"role": "user", "content": "Thanks!"}]
+        thanked = _ask(_client(again.url), messages)
+        _extends(again, thanked.usage, answered.usage)
+        assert again.conv.last_stats.cache_source == "snapshot"
+        roles = [m.role for m in again.conv.messages]
+        assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+        assert len(again.conv.store.list_sessions()) == 1
+    finally:
+        again.stop()
+
+
+def test_a_history_with_calls_is_stored_and_rendered_as_the_template_writes_it(qwen3,
+                                                                              tmp_path):
+    served = serve(qwen3, tmp_path / "s.db", max_tokens=4)
+    try:
+        api = _client(served.url)
+        messages = [{"role": "user", "content": "Weather in Paris?"},
+                    {"role": "assistant", "content": None, "tool_calls": [CALL]},
+                    {"role": "tool", "tool_call_id": "call_abc", "content": "18 C, clear"}]
+        answered = _ask(api, messages)
+        stored = served.conv.messages
+        assert stored[1].tool_calls == (CalledTool("get_weather", {"city": "Paris"},
+                                                   "call_abc"),)
+        assert (stored[2].tool_call_id, stored[2].tool_name) == ("call_abc", "get_weather")
+        prompt = qwen3.tokenizer.decode(stored[2].token_ids)
+        assert stored[2].ledger_start
+        assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}' in prompt
+        assert "<tool_response>\n18 C, clear\n</tool_response>" in prompt
+        messages += [_as_sent(answered), {"role": "user", "content": "And Oslo?"}]
+        _extends(served, _ask(api, messages).usage, answered.usage)
+        # Ollama's shape: a result names its tool, calls carry arguments as objects.
+        ollama = request(served.url, "POST", "/api/chat", {
+            "model": "tiny", "stream": False, "tools": [WEATHER], "options": {"num_predict": 4},
+            "messages": [{"role": "user", "content": "Weather in Rome?"},
+                         {"role": "assistant", "content": "", "tool_calls": [
+                             {"function": {"name": "get_weather",
+                                           "arguments": {"city": "Rome"}}}]},
+                         {"role": "tool", "tool_name": "get_weather", "content": "warm"}]})
+        assert ollama.status == 200 and ollama.json()["done"]
+        assert served.conv.messages[-2].tool_name == "get_weather"
+        assert served.conv.messages[-3].tool_calls[0].arguments == {"city": "Rome"}
+    finally:
+        served.stop()
+
+
+def test_a_reply_that_calls_tools_is_stored_with_its_calls_and_found_again(qwen3, tmp_path):
+    """The tiny model writes no call of its own: its reply is read as one (as
+    the server reads a call's markup), and everything after is real."""
+    conv = open_tiny(qwen3, tmp_path / "s.db", max_tokens=4)
+    try:
+        turns = ApiTurns(conv)
+        tools = json.dumps([WEATHER], sort_keys=True)
+        call = CalledTool("get_weather", {"city": "Paris"}, "call_1")
+        user = IncomingMessage("user", "Weather in Paris?")
+
+        def as_call(done: TurnDone) -> IncomingMessage:
+            return IncomingMessage("assistant", "", calls_signature([call]), (call,))
+
+        first = turns.begin(ApiRequest(None, [user], tools=tools), as_call)
+        asked = next(e for e in first.events if isinstance(e, TurnDone)).stats
+        for _ in first.events:
+            pass
+        reply = conv.messages[-1]
+        assert reply.tool_calls == (call,) and reply.content == ""
+        sent_back = IncomingMessage("assistant", "", calls_signature([call]), (call,))
+        result = IncomingMessage("tool", "sunny", json.dumps(["call_1", "get_weather"]),
+                                 call_id="call_1", tool_name="get_weather")
+        second = turns.begin(ApiRequest(None, [user, sent_back, result], tools=tools),
+                             lambda done: IncomingMessage("assistant", done.reply))
+        stats = next(e for e in second.events if isinstance(e, TurnDone)).stats
+        for _ in second.events:
+            pass
+        assert second.extended == 2 and conv.messages[-2].role == "tool"
+        assert stats.reused_tokens == asked.prompt_tokens + asked.generated_tokens
+        assert stats.prefilled_tokens == len(conv.messages[-2].token_ids)
+    finally:
+        conv.shutdown()
