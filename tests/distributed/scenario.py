@@ -28,6 +28,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--turns", type=int, default=5)
     p.add_argument("--skip", type=int, default=0, help="start at this message (a resume)")
     p.add_argument("--max-tokens", type=int, default=12)
+    p.add_argument("--max-reasoning-tokens", type=int, default=4096)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--split", action="store_true", help="join the MLX group (launched ranks)")
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> None:
     settings.system_prompt = "Be brief."
     gen = settings.generation
     gen.temperature, gen.max_tokens, gen.seed = args.temperature, args.max_tokens, args.seed
+    gen.max_reasoning_tokens = args.max_reasoning_tokens
     gen.kv_bits = args.kv_bits
     conv = Conversation(settings=settings, store=open_store(Path(args.db)), engine=engine,
                         model_spec="tiny",

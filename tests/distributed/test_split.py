@@ -121,14 +121,38 @@ def test_split_llama_answers_as_one_rank_and_resumes_from_its_rank_segments(llam
     assert on_one["turns"][0]["prefilled"] == on_one["turns"][0]["prompt"]
 
 
-def test_split_qwen3_answers_as_one_rank(tmp_path):
+def _family(name: str, folder: Path) -> Path:
     from tests.families.builders import FAMILIES, write_family_model
 
-    qwen3 = write_family_model(next(f for f in FAMILIES if f.name == "qwen3"), tmp_path / "q3")
-    one = lone(qwen3, tmp_path / "one", tmp_path / "one.json", "--max-tokens", "8")
-    two = launched(qwen3, tmp_path / "two", tmp_path / "two.json", "--max-tokens", "8")
-    assert ids(two) == ids(one) and len(ids(one)) == 5
+    return write_family_model(next(f for f in FAMILIES if f.name == name), folder)
+
+
+def _quantized_llama(folder: Path) -> Path:
+    """A tiny llama quantized by mlx-lm (int4, groups of 32: each rank's shard
+    of a row still holds whole groups)."""
+    from mlx_lm import convert
+
+    from mlxchat.models.tiny import write_tiny_model
+
+    src = write_tiny_model(folder / "src", hidden_size=128, num_heads=4, num_kv_heads=2,
+                           intermediate_size=256)
+    convert(str(src), mlx_path=str(folder / "q"), quantize=True, q_group_size=32, q_bits=4)
+    return folder / "q"
+
+
+@pytest.mark.parametrize("model,turns", [("qwen3", 5), ("qwen3_moe-r1", 3),
+                                         ("llama-int4", 3)])
+def test_split_family_answers_as_one_rank(tmp_path, model, turns):
+    """qwen3; a mixture of experts (its experts split over the ranks); a
+    quantized model (its packed weights and scales split by whole groups)."""
+    folder = _quantized_llama(tmp_path) if model == "llama-int4" else \
+        _family(model, tmp_path / "m")
+    run = ("--max-tokens", "8", "--max-reasoning-tokens", "16", "--turns", str(turns))
+    one = lone(folder, tmp_path / "one", tmp_path / "one.json", *run)
+    two = launched(folder, tmp_path / "two", tmp_path / "two.json", *run)
+    assert ids(two) == ids(one) and len(ids(one)) == turns
     assert [t["prefilled"] for t in two["turns"]] == [t["prefilled"] for t in one["turns"]]
+    assert two["weights_bytes"] < 0.7 * one["weights_bytes"]  # each rank holds its shard
 
 
 def test_a_rank_killed_mid_turn_ends_the_turn_on_rank_0(llama, tmp_path):
