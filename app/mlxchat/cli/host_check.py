@@ -149,7 +149,8 @@ def _rank0_probe(spec: str) -> list[list[float]]:
     out: list[list[float]] = []
 
     def run() -> None:
-        group = mx.distributed.init(strict=True, backend="ring")
+        group = mx.distributed.init(strict=True,
+                                    backend=os.environ.get("MLXCHAT_BACKEND", "ring"))
         out.extend(probe(spec, group))
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

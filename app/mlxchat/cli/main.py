@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cap the context window of new sessions at N tokens")
     parser.add_argument("--hosts", metavar="HOSTFILE",
                         help="split the model over the hosts of this mlx.launch hostfile "
-                             "(ring backend; this process is rank 0)")
+                             "(its backend: ring, or jaccl / jaccl-ring over Thunderbolt 5 RDMA; "
+                             "this process is rank 0)")
     parser.add_argument("--pin", action="append", default=[], metavar="FILE",
                         help="pin FILE after the system prompt of the session it opens "
                              "(repeatable); its KV is shared with other sessions pinning it")

@@ -2,7 +2,10 @@
 
 The hostfile is mlx.launch's own (``{"backend": "ring", "envs": [...],
 "hosts": [{"ssh": "mac1", "ips": ["10.0.0.1"]}, ...]}`` or a bare list of
-hosts) and is read with MLX's parser. Rank 0 is this process (it owns the
+hosts) and is read with MLX's parser. Its backend is ``ring`` (TCP: Ethernet,
+Wi-Fi or Thunderbolt bridges) unless it says ``jaccl`` or ``jaccl-ring`` (RDMA
+over Thunderbolt 5; each host lists its ``rdma`` device to every other host,
+null for itself, as mlx.launch wants). Rank 0 is this process (it owns the
 terminal: the app or ``ask``); every other host gets MLX's own launch script
 (over ssh, or bash for 127.0.0.1) running ``python -m mlxchat.cli.rank``.
 Unlike mlx.launch, a rank that ends does not take rank 0 down with it: the
@@ -79,7 +82,8 @@ class Ranks:
 
     procs: list[subprocess.Popen] = field(default_factory=list)
     logs: list[Path] = field(default_factory=list)
-    hostfile_path: Path | None = None
+    temp_files: list[Path] = field(default_factory=list)
+    """Rank 0's copies of the backend's files (its address list, RDMA devices)."""
     killed: set[int] = field(default_factory=set)
 
     def kill(self, rank: int) -> None:
@@ -98,8 +102,66 @@ class Ranks:
         for rank, (proc, log) in enumerate(zip(self.procs, self.logs), 1):
             if proc.returncode == 0 or rank in self.killed:
                 log.unlink(missing_ok=True)  # kept when a rank failed: its traceback
-        if self.hostfile_path is not None:
-            self.hostfile_path.unlink(missing_ok=True)
+        for path in self.temp_files:
+            path.unlink(missing_ok=True)
+
+
+BACKENDS = ("ring", "jaccl", "jaccl-ring")
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What every rank needs to join the group: the backend ``mx.distributed``
+    starts, environment variables, and files whose paths go in variables."""
+
+    backend: str
+    env: list[str]
+    files: dict[str, str]
+
+
+def wiring(hostfile: Any, starting_port: int) -> Wiring:
+    """The hostfile's backend set up as mlx.launch does; HostfileError in one line."""
+    backend = hostfile.backend or "ring"
+    if backend == "ring":
+        return Wiring("ring", [], {"MLX_HOSTFILE": json.dumps(ring_hosts(hostfile,
+                                                                         starting_port))})
+    if backend not in BACKENDS:
+        raise HostfileError(f"backend {backend!r}: mlxchat --hosts starts {', '.join(BACKENDS)}; "
+                            "use mlx.launch for the others")
+    hosts = hostfile.hosts
+    if not hosts[0].ips:
+        raise HostfileError(f"host {hosts[0].ssh_hostname} (rank 0) has no \"ips\": JACCL's "
+                            "coordinator needs an address every rank reaches")
+    n = len(hosts)
+    for i, host in enumerate(hosts):
+        if len(host.rdma) != n:
+            raise HostfileError(f"host {host.ssh_hostname} lists {len(host.rdma)} RDMA devices; "
+                                f"JACCL needs one per host ({n}), null for itself")
+        if host.rdma[i] is not None:
+            raise HostfileError(f"host {host.ssh_hostname}'s RDMA device to itself must be null")
+    peers = (lambda i: ((i - 1) % n, (i + 1) % n)) if backend == "jaccl-ring" else \
+        (lambda i: range(n))
+    missing = [(i, j) for i in range(n) for j in peers(i) if i != j and hosts[i].rdma[j] is None]
+    if missing:
+        i, j = missing[0]
+        raise HostfileError(f"no RDMA device is listed from {hosts[i].ssh_hostname} to "
+                            f"{hosts[j].ssh_hostname}" + (f" (and {len(missing) - 1} more)"
+                                                          if len(missing) > 1 else ""))
+    env = [f"MLX_JACCL_COORDINATOR={hosts[0].ips[0]}:{starting_port}"]
+    if backend == "jaccl-ring":
+        env.append("MLX_JACCL_RING=1")
+    return Wiring("jaccl", env, {"MLX_IBV_DEVICES": json.dumps([h.rdma for h in hosts])})
+
+
+def check_available(backend: str) -> None:
+    """This machine's MLX can start ``backend`` (JACCL needs macOS with
+    Thunderbolt 5 RDMA enabled); one line when not."""
+    import mlx.core as mx
+
+    if not mx.distributed.is_available(backend=backend):
+        raise HostfileError(f"the {backend} backend is not available in this MLX build or on "
+                            "this machine (JACCL needs macOS 26.2 or later and Thunderbolt 5 "
+                            "with RDMA enabled); use \"backend\": \"ring\"")
 
 
 def start(hostfile: Any, worker_args: list[str], *, starting_port: int = 32323,
@@ -109,22 +171,23 @@ def start(hostfile: Any, worker_args: list[str], *, starting_port: int = 32323,
     ``python -m mlxchat.cli.rank``."""
     from mlx._distributed_utils.launch import RemoteProcess
 
-    backend = hostfile.backend or "ring"
-    if backend != "ring":
-        raise HostfileError(f"backend {backend!r}: mlxchat --hosts starts the ring backend; "
-                            "use mlx.launch for the others")
-    fd, name = tempfile.mkstemp(prefix="mlxchat-ring-", suffix=".json")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(ring_hosts(hostfile, starting_port), fh)
-    ranks = Ranks(hostfile_path=Path(name))
-    env = list(hostfile.envs) + [f"MLXCHAT_BACKEND={backend}"]
-    files = {"MLX_HOSTFILE": Path(name).read_text()}
+    wired = wiring(hostfile, starting_port)
+    check_available(wired.backend)
+    ranks = Ranks()
+    local_files = {}
+    for variable, content in wired.files.items():  # rank 0's copies, removed at stop
+        fd, name = tempfile.mkstemp(prefix=f"mlxchat-{variable.lower()}-", suffix=".json")
+        with os.fdopen(fd, "w") as fh:
+            fh.write(content)
+        local_files[variable] = name
+        ranks.temp_files.append(Path(name))
+    env = list(hostfile.envs) + wired.env + [f"MLXCHAT_BACKEND={wired.backend}"]
     command = [python or sys.executable, "-m", "mlxchat.cli.rank", *worker_args]
     folder = Path(log_dir or tempfile.gettempdir())
     for host in hostfile.hosts[1:]:
         local = host.ssh_hostname in ("127.0.0.1", "localhost")
-        script = RemoteProcess.make_launch_script(host.rank, None, os.getcwd(), files, env,
-                                                  command, local)
+        script = RemoteProcess.make_launch_script(host.rank, None, os.getcwd(), wired.files,
+                                                  env, command, local)
         argv = (["bash", "-c", script] if local else
                 ["ssh", "-o", "LogLevel=QUIET", host.ssh_hostname, script])
         log = folder / f"mlxchat-rank{host.rank}-{os.getpid()}.log"
@@ -133,8 +196,8 @@ def start(hostfile: Any, worker_args: list[str], *, starting_port: int = 32323,
                                                 stderr=subprocess.STDOUT,
                                                 start_new_session=True))
         ranks.logs.append(log)
-    os.environ.update(MLX_RANK="0", MLX_HOSTFILE=name, MLXCHAT_BACKEND=backend)
-    for item in hostfile.envs:
+    os.environ.update(MLX_RANK="0", MLXCHAT_BACKEND=wired.backend, **local_files)
+    for item in [*hostfile.envs, *wired.env]:
         key, _, value = item.partition("=")
         os.environ[key] = value
     return ranks
