@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import replace
+from pathlib import Path
 import logging
 import os
 import sys
@@ -94,6 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("path", nargs="?", help="the .gguf file, or ollama:NAME[:TAG]")
     imp.add_argument("--name", help="register it under this alias")
     imp.add_argument("--bundled", action="store_true", help="import the bundled default model")
+    imp.add_argument("--hosts", metavar="HOSTFILE",
+                     help="import on every host of this mlx.launch hostfile too (over ssh; "
+                          "each needs the file at the same path), for a split model")
 
     conv = sub.add_parser("convert", help="quantize a dense HF checkpoint with mlx-lm",
                           description="Quantize a Hugging Face checkpoint (folder or repo).")
@@ -222,15 +226,27 @@ def _need_terminal() -> None:
 
 def _import(args: argparse.Namespace) -> int:
     from mlxchat.models import bundled_gguf, import_gguf
+    from mlxchat.models.report import import_report
 
     if not args.bundled and not args.path:
         raise UserError("give a .gguf file to import, or --bundled")
     path = bundled_gguf() if args.bundled else args.path
-    folder = import_gguf(path, args.name, progress=progress_printer())
-    print(f"imported {path} -> {folder}" + (f" as '{args.name}'" if args.name else ""))
-    from mlxchat.models.report import import_report
+    made: list[Path] = []
 
-    print(import_report(folder))
+    def here() -> str:
+        made.append(import_gguf(path, args.name, progress=progress_printer()))
+        return f"imported {path} -> {made[0]}" + (f" as '{args.name}'" if args.name else "")
+    if args.hosts:
+        from mlxchat.cli.import_hosts import import_on_hosts
+
+        argv = ["--bundled"] if args.bundled else [str(path)]
+        argv += ["--name", args.name] if args.name else []
+        reports = import_on_hosts(args.hosts, argv, here)
+        for report in reports:
+            print(report.line())
+        return 0 if all(r.ok for r in reports) else 1
+    print(here())
+    print(import_report(made[0]))
     return 0
 
 
