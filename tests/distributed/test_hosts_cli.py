@@ -72,6 +72,15 @@ def test_ask_hosts_answers_as_one_rank_and_resumes_from_rank_segments(llama, tmp
     assert two[0]["layout"].startswith("2 ranks · tensor · ") and \
         two[0]["layout"].endswith(" each")
     assert two[0]["weights_bytes"] < 0.75 * one[0]["weights_bytes"]
+    # Each rank's own figures, measured there after the turn: its shard, its KV.
+    ranks = two[0]["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1]
+    assert ranks[0]["weights_bytes"] == two[0]["weights_bytes"]
+    assert ranks[1]["weights_bytes"] == ranks[0]["weights_bytes"]  # an even tensor split
+    assert ranks[0]["kv_bytes"] == two[0]["kv_bytes"] > 0
+    assert ranks[1]["kv_bytes"] == ranks[0]["kv_bytes"]  # each holds half the KV heads
+    assert all(r["peak_memory_bytes"] >= r["weights_bytes"] for r in ranks)
+    assert one[0].get("ranks") is None
     # The second run is a new launch: it restores every rank's segment, then
     # prefills only the new message.
     assert two[1]["cache_source"] == "snapshot" and two[1]["snapshot"]["ok"]

@@ -239,3 +239,19 @@ async def test_speculation_figures_while_decoding_and_after():
                                    draft_tokens_accepted=10, generated_tokens=30,
                                    target_passes=20))
         assert "lookup 25% accepted · 1.50 tok/pass" in text(panel, "#turn-text")
+
+
+async def test_a_split_model_shows_each_ranks_own_figures():
+    from mlxchat.engine.events import RankFigures
+
+    app = host()
+    async with app.run_test(size=(200, 50)):
+        panel = app.query_one(GaugesPanel)
+        state = replace(SAMPLE_STATE, layout="2 ranks · tensor · 38.8 MB each",
+                        ranks=[RankFigures(0, 38_800_000, 12_124_160, 90_000_000),
+                               RankFigures(1, 38_700_000, 12_124_160, 88_000_000)])
+        panel.update_state(state, 48 * GB)
+        assert text(panel, "#weights-text").splitlines()[:3] == [
+            "2 ranks · tensor · 38.8 MB each",
+            "rank 0: 38.8 MB · KV 12.1 MB · peak 90.0 MB",
+            "rank 1: 38.7 MB · KV 12.1 MB · peak 88.0 MB"]

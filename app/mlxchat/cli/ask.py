@@ -6,7 +6,7 @@ import argparse
 import json
 import signal
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from mlxchat.chat import GenerationSettings, TurnStats
@@ -164,7 +164,9 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
                                                             "reason": snap.reason}}
         name = conv.model_info.name
         if split is not None:
-            extra["layout"] = conv.state().layout
+            state = conv.state()
+            extra["layout"] = state.layout
+            extra["ranks"] = [asdict(r) for r in state.ranks]
     finally:
         signal.signal(signal.SIGINT, previous)
         conv.shutdown()  # a session a refused prompt left empty is removed

@@ -300,9 +300,12 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
             ("layers · kv heads · head dim",
              f"{info.num_layers} · {info.kv_heads} · {info.head_dim}"),
             ("device", info.device), ("folder", info.path)]
-    layout = conv.state().layout
-    if layout:
-        rows.insert(7, ("split across ranks", layout))
+    state = conv.state()
+    if state.layout:
+        rows[7:7] = [("split across ranks", state.layout)] + [
+            (f"rank {r.rank}", f"{human_bytes(r.weights_bytes)} weights · KV "
+             f"{human_bytes(r.kv_bytes)} · peak {human_bytes(r.peak_memory_bytes)}")
+            for r in state.ranks]
     return CommandResult.table("Current model (/model SPEC switches; /models lists them)",
                                ("", ""), rows)
 

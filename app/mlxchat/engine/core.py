@@ -22,7 +22,7 @@ from mlxchat.engine import kv, prompt, reasoning, spec_auto, template_delta
 from mlxchat.engine.ahead import TypingPrefill
 from mlxchat.engine.decode import Reply, decode
 from mlxchat.engine.drafting import Drafting, MeasureVerify
-from mlxchat.engine.events import (EngineError, EngineState, Event, PrefillProgress,
+from mlxchat.engine.events import (EngineError, EngineState, Event, PrefillProgress, RankFigures,
                                    SnapshotLoad, TurnDone)
 from mlxchat.engine.live import LiveCache
 from mlxchat.engine.persist import DiskCache
@@ -363,11 +363,16 @@ class ChatEngine:
             peak_memory_bytes=mx.get_peak_memory(),
             draft_model=self._drafting.info.name if self._drafting.info else "",
             draft_kv_bytes=self._drafting.kv_bytes,
-            busy=busy, last_stats=stats or self._state.last_stats, layout=self._layout_text())
+            busy=busy, last_stats=stats or self._state.last_stats, layout=self._layout_text(),
+            ranks=self._rank_list())
 
     def _layout_text(self) -> str:
         """How the model is split across ranks, for the gauges ('' on one rank)."""
         return ""
+
+    def _rank_list(self) -> list[RankFigures]:
+        """Each rank's own figures (a split model's; none on one rank)."""
+        return []
 
     def _prefill(self, tokens: Sequence[int], emit: LiveFigures) -> Prefill:
         """Feed ``tokens`` in chunks sized to ~chunk_seconds; progress counts

@@ -26,9 +26,11 @@ from mlxchat.engine import kv
 from mlxchat.engine.channel import GO_ON, STOP, Channel, RankLost
 from mlxchat.engine.core import _LIVE, ABANDONED, ChatEngine
 from mlxchat.engine.decode import Reply, decode
-from mlxchat.engine.events import EngineError, Event, SnapshotLoad, TextDelta, TurnDone
+from mlxchat.engine.events import (EngineError, Event, RankFigures, SnapshotLoad, TextDelta,
+                                   TurnDone)
 from mlxchat.engine.live import LiveCache
 from mlxchat.engine.rank_segments import RankDisk
+from mlxchat.engine.rank_worker import own_figures
 from mlxchat.engine.results import Decode
 from mlxchat.engine.segments import SegmentInfo, SegmentRef
 from mlxchat.engine.speculative import Stream, plain_stream
@@ -121,6 +123,7 @@ class DistributedEngine(ChatEngine):
         self.rank_timeout_s = rank_timeout_s
         """A turn that hears nothing from the ranks this long ends, cut short."""
         self._shown_ids: list[int] = []
+        self._rank_figures: list[RankFigures] = []
         self._watch = TurnWatch()
         super().__init__(loaded, **kwargs)
         self._call = self._call_unless_lost
@@ -146,6 +149,9 @@ class DistributedEngine(ChatEngine):
     def layout_label(self) -> str:
         """'2 ranks · tensor' for the gauges."""
         return self.plan.label
+
+    def _rank_list(self) -> list[RankFigures]:
+        return list(self._rank_figures)
 
     def _layout_text(self) -> str:
         """'2 ranks · tensor · 3.1 GB each': rank 0's shard stands for every rank's."""
@@ -242,6 +248,19 @@ class DistributedEngine(ChatEngine):
                                               "and kept as cancelled")
             emit(event)
         super()._turn(planned, settings, emit_lost)
+        if self.channel.lost is None:
+            self._gather_figures()
+
+    def _gather_figures(self) -> None:
+        """Every rank's weights, KV and peak memory, for the gauges (engine thread)."""
+        try:
+            self.channel.send("figures")
+            rows = self.channel.gather(own_figures(self._loaded, self._live))
+        except RankLost:
+            return  # the next turn says the rank is lost
+        self._rank_figures = [RankFigures(r, int(row["weights"]), int(row["kv"]),
+                                          int(row["peak"])) for r, row in enumerate(rows)]
+        self._refresh_state()
 
     def _decode(self, tokens: list[int], tail: int, reply: Reply,
                 emit: Callable[[Event], None]) -> Decode:

@@ -93,6 +93,16 @@ class SnapshotLoad:
     """Why it was rejected; with ``ok``, why only the first ``tokens`` were restored."""
 
 
+@dataclass(frozen=True)
+class RankFigures:
+    """What one rank of a split model holds, measured on that rank."""
+
+    rank: int
+    weights_bytes: int
+    kv_bytes: int
+    peak_memory_bytes: int
+
+
 @dataclass
 class EngineState:
     """Live figures for the gauges, read from the cache arrays and MLX."""
@@ -126,3 +136,6 @@ class EngineState:
     """Of ``cached_tokens``, the pinned documents' shared prefix (set by the conversation)."""
     layout: str = ""
     """How the model is split: '2 ranks · tensor · 3.1 GB each'; '' on one rank."""
+    ranks: list[RankFigures] = field(default_factory=list)
+    """Each rank's own figures, gathered after the last turn (empty on one rank
+    and before the first turn of a split model)."""

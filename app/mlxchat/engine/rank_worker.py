@@ -31,6 +31,12 @@ class WorkerStats:
     decoded_tokens: int = 0
 
 
+def own_figures(loaded: LoadedModel, live: LiveCache) -> dict[str, int]:
+    """This rank's weights, KV bytes and peak memory, for rank 0's gauges."""
+    return {"weights": loaded.info.weights_bytes, "kv": live.nbytes,
+            "peak": mx.get_peak_memory()}
+
+
 class RankWorker:
     """The job loop of one rank other than 0 (see ``engine.distributed``)."""
 
@@ -69,6 +75,8 @@ class RankWorker:
             self._decode(job)
         elif op == "probe":
             kv.probe_bytes_per_token(model, job["bits"], int(job["head_dim"]))
+        elif op == "figures":
+            self.channel.gather(own_figures(self.loaded, self.live))
         elif op in self._extra:
             self._extra[op](self, job)
         else:

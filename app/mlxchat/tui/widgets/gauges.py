@@ -15,6 +15,7 @@ from textual.markup import escape
 from textual.widgets import Static
 
 from mlxchat.chat import TurnStats, human_bytes
+from mlxchat.engine.events import RankFigures
 from mlxchat.session import EngineState, PrefillProgress
 from mlxchat.tui.formatting import (
     cache_source_label,
@@ -49,6 +50,12 @@ class GaugeText(Static):
         same = self.shown is not None and self.shown.count("\n") == markup.count("\n")
         self.shown = markup
         self.update(markup, layout=not same)
+
+
+def rank_line(figures: RankFigures) -> str:
+    """'rank 1: 26.8 MB · KV 1.2 MB · peak 80.1 MB', as that rank measured it."""
+    return (f"rank {figures.rank}: {human_bytes(figures.weights_bytes)} · KV "
+            f"{human_bytes(figures.kv_bytes)} · peak {human_bytes(figures.peak_memory_bytes)}")
 
 
 class GaugesPanel(Vertical):
@@ -256,6 +263,7 @@ class GaugesPanel(Vertical):
 
         self._text("#weights-text",
                    (f"{escape(state.layout)}\n" if state.layout else "")
+                   + "".join(f"{rank_line(r)}\n" for r in state.ranks)
                    + f"{human_bytes(state.weights_bytes)} in memory\n"
                    f"{fmt_bits_per_weight(state.bits_per_weight, state.scales_dtype)}\n"
                    + (f"{fmt_precision(state.quantization, state.compute_dtype)}\n"
