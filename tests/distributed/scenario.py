@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> None:
                       "weights_bytes": stats.weights_bytes, "kv_bytes": stats.kv_bytes})
     result = {"session": conv.session.id, "turns": turns, "restored": restored,
               "words": conv.snapshot_words() if args.session is not None else None,
-              "weights_bytes": engine.info.weights_bytes, "pid": os.getpid()}
+              "weights_bytes": engine.info.weights_bytes, "pid": os.getpid(),
+              "layout": engine.state().layout}
     conv.close()
     for started in ranks:
         started.stop()

@@ -140,19 +140,39 @@ def _quantized_llama(folder: Path) -> Path:
     return folder / "q"
 
 
-@pytest.mark.parametrize("model,turns", [("qwen3", 5), ("qwen3_moe-r1", 3),
-                                         ("llama-int4", 3)])
-def test_split_family_answers_as_one_rank(tmp_path, model, turns):
+def _ministral3_three_heads(folder: Path) -> Path:
+    """A tiny ministral3 whose 3 heads do not divide over 2 ranks: mlx-lm's
+    pipeline parallel (layers split into stages) is chosen instead."""
+    from mlxchat.models.tiny import write_tiny_model
+
+    out = write_tiny_model(folder, hidden_size=48, num_heads=3, num_kv_heads=3,
+                           intermediate_size=96)
+    config = json.loads((out / "config.json").read_text())
+    config.update(model_type="ministral3", rope_parameters={
+        "rope_type": "default", "rope_theta": config.get("rope_theta", 10000.0),
+        "llama_4_scaling_beta": 0.1, "original_max_position_embeddings": 1024})
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+@pytest.mark.parametrize("model,turns,mode", [("qwen3", 5, "tensor"),
+                                              ("qwen3_moe-r1", 3, "tensor"),
+                                              ("llama-int4", 3, "tensor"),
+                                              ("ministral3-3-heads", 3, "pipeline")])
+def test_split_family_answers_as_one_rank(tmp_path, model, turns, mode):
     """qwen3; a mixture of experts (its experts split over the ranks); a
-    quantized model (its packed weights and scales split by whole groups)."""
-    folder = _quantized_llama(tmp_path) if model == "llama-int4" else \
-        _family(model, tmp_path / "m")
+    quantized model (its packed weights and scales split by whole groups); a
+    model whose heads do not divide, split into pipeline stages instead."""
+    folder = (_quantized_llama(tmp_path) if model == "llama-int4" else
+              _ministral3_three_heads(tmp_path / "m") if model.startswith("ministral3") else
+              _family(model, tmp_path / "m"))
     run = ("--max-tokens", "8", "--max-reasoning-tokens", "16", "--turns", str(turns))
     one = lone(folder, tmp_path / "one", tmp_path / "one.json", *run)
     two = launched(folder, tmp_path / "two", tmp_path / "two.json", *run)
     assert ids(two) == ids(one) and len(ids(one)) == turns
     assert [t["prefilled"] for t in two["turns"]] == [t["prefilled"] for t in one["turns"]]
     assert two["weights_bytes"] < 0.7 * one["weights_bytes"]  # each rank holds its shard
+    assert two["layout"].startswith(f"2 ranks · {mode} · ")
 
 
 def test_a_rank_killed_mid_turn_ends_the_turn_on_rank_0(llama, tmp_path):
