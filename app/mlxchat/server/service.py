@@ -150,11 +150,10 @@ class ChatService:
 
     def _work(self, request: ChatRequest, cancelled: threading.Event
               ) -> Iterator[Piece | Finished]:
-        """On the lane's thread: hold the session for the request, and only then."""
+        """On the lane's thread: the request holds its session (``ApiTurns``)
+        until it ends; between requests the chat or another process may open it."""
         if cancelled.is_set():
             return
-        # Between requests the session is free for the chat or another process to open.
-        self.conv.hold_session()
         try:
             yield from self._turn(request, cancelled)
         finally:

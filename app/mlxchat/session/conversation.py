@@ -147,6 +147,10 @@ class Conversation:
         requests), so the chat or another process may open it meanwhile."""
         self._locks.release()
 
+    def check_free(self, session_id: int) -> None:
+        """SessionBusy when another holder has that session now."""
+        self._locks.probe(self.store.get_session(session_id))
+
     def hold_session(self) -> None:
         """Take the open session's lock again after ``let_go_session``
         (SessionBusy while another holder has it) and read what was written

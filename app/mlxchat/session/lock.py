@@ -96,6 +96,14 @@ class SessionLocks:
         """Take ``session``'s lock (SessionBusy when another process has it)."""
         self._lock = self._take(session)
 
+    def probe(self, session: Session) -> None:
+        """SessionBusy when another holder has ``session`` now (a check before
+        writing to it; the lock is let go at once)."""
+        if self._lock is None or self._lock.session_id != session.id:
+            lock = self._take(session)
+            if lock is not None:
+                lock.release()
+
     def switch(self, session: Session) -> None:
         """Hold ``session``'s lock instead of the current one (SessionBusy changes nothing)."""
         new = self._take(session)
