@@ -120,10 +120,11 @@ def test_a_session_open_in_one_place_is_refused_in_another(tiny, tmp_path):
     # The UI's lenient lookup: says so and starts a new session.
     ui = open_conversation(settings, session=str(sid), **opener)
     assert ui.conversation.session.id != sid
-    assert any("open in another mlxchat" in text for text, _ in ui.notices)
+    # (Two conversations of one process: the refusal says so.)
+    assert any("in use by another part of this mlxchat" in text for text, _ in ui.notices)
     ui.conversation.shutdown()
     # A script's exact lookup: refused in one line, nothing changed.
-    with pytest.raises(Exception, match=rf"Session #{sid} .* is open in another mlxchat"):
+    with pytest.raises(Exception, match=rf"Session #{sid} .* is in use by another part of this mlxchat"):
         open_conversation(settings, session=str(sid), lookup="exact", **opener)
     first.shutdown()
     again = open_conversation(settings, session=str(sid), lookup="exact", **opener)

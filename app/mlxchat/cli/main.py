@@ -185,7 +185,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "serve":
         from mlxchat.cli.serve import run_serve
 
-        return run_serve(args, settings)
+        return run_serve(args, settings, need_terminal=_need_terminal)
     if args.command == "sessions":
         from mlxchat.cli.sessions import run_sessions
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from typing import Callable
 
 from mlxchat.cli.progress import progress_printer
 from mlxchat.config import Settings
+from mlxchat.server.options import ServeOptions, check_options
 
 
 def add_serve_parser(sub) -> None:
@@ -22,6 +24,9 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--api-key", help="required of every request (Bearer token or x-api-key)")
     p.add_argument("--queue", type=int, default=8, metavar="N",
                    help="requests that may wait for the engine before 503 (default 8)")
+    p.add_argument("--tui", action="store_true",
+                   help="run the chat in this terminal while serving, on the same loaded "
+                   "model (quitting the chat stops the server)")
     p.add_argument("--kv-budget", default=DEFAULT_KV_BUDGET, metavar="SIZE",
                    help="disk for the API sessions' KV segments, e.g. 8G, 500M (default "
                    f"{DEFAULT_KV_BUDGET}); past it the least recently used sessions lose "
@@ -42,22 +47,31 @@ def parse_size(text: str) -> int:
     return int(float(found.group(1)) * _UNITS[found.group(2)])
 
 
-def run_serve(args: argparse.Namespace, settings: Settings) -> int:
-    from mlxchat.errors import UserError
-    from mlxchat.server.app import build_app, check_bind
+def serve_options(args: argparse.Namespace) -> ServeOptions:
+    """The options, checked: bad ones are refused in one line before the model loads."""
+    options = ServeOptions(host=args.host, port=args.port, api_key=args.api_key,
+                           queue=args.queue, kv_budget_bytes=parse_size(args.kv_budget))
+    check_options(options)
+    return options
+
+
+def run_serve(args: argparse.Namespace, settings: Settings, *,
+              need_terminal: Callable[[], None] = lambda: None) -> int:
+    options = serve_options(args)
+    if args.tui:
+        need_terminal()
+        from mlxchat.tui.app import run_app
+
+        return run_app(settings, model=args.model, serve=options)
+    from mlxchat.server.app import build_app
     from mlxchat.server.runner import RunningServer
     from mlxchat.server.service import ChatService
     from mlxchat.session.root import open_conversation
 
-    check_bind(args.host, args.api_key)  # before the model loads: refused at once
-    if not 0 <= args.port < 65536:
-        raise UserError(f"--port must be 0 to 65535; got {args.port}")
-    if args.queue < 1:
-        raise UserError(f"--queue must be at least 1; got {args.queue}")
-    budget = parse_size(args.kv_budget)
     conv = open_conversation(settings, model_spec=args.model,
                              progress=progress_printer()).conversation
-    service = ChatService(conv, max_waiting=args.queue, kv_budget_bytes=budget)
+    service = ChatService(conv, max_waiting=options.queue,
+                          kv_budget_bytes=options.kv_budget_bytes)
     server = RunningServer(build_app(service, api_key=args.api_key), host=args.host,
                            port=args.port)
     try:

@@ -20,6 +20,7 @@ import mlx.core as mx
 from mlxchat.chat import GenerationSettings, Message, TurnStats
 from mlxchat.engine import kv, prompt, reasoning, spec_auto, template_delta
 from mlxchat.engine.ahead import TypingPrefill
+from mlxchat.engine.compute import PROCESS_LOCK, ComputeLock
 from mlxchat.engine.decode import Reply, decode
 from mlxchat.engine.drafting import Drafting, MeasureVerify
 from mlxchat.engine.events import (EngineError, EngineState, Event, PrefillProgress, RankFigures,
@@ -63,7 +64,10 @@ class ChatEngine:
     of a branch are not joined (compaction would split them from their ranks)."""
 
     def __init__(self, loaded: LoadedModel, *, chunk_seconds: float = 0.25,
-                 measure_verify: MeasureVerify = spec_auto.measure):
+                 measure_verify: MeasureVerify = spec_auto.measure,
+                 compute_owner: str = "chat", compute: ComputeLock = PROCESS_LOCK):
+        # compute_owner: whose this engine is in the compute lock's line ('chat',
+        # 'api'); engines over one model take turns under ``compute``.
         # Prefill chunks aim at chunk_seconds each, so a cancel lands quickly.
         self.chunk_seconds = chunk_seconds
         self._loaded = loaded
@@ -73,10 +77,10 @@ class ChatEngine:
         self._chunk = 64
         self._drafting = Drafting(measure=measure_verify)
         self._marks = PrefixMarks()
-        self._worker = EngineThread()
+        self._worker = EngineThread(owner=compute_owner, compute=compute)
         self._call = self._worker.call  # fn() on the engine thread, waited for
         self._typing = TypingPrefill(submit=self._worker.submit, alive=self._worker.alive,
-                                     feed=self._prefill, refresh=self._refresh_state)
+                                     feed=self._typing_feed, refresh=self._refresh_state)
         _LIVE.add(self)
         self._call(self._start_cold)
 
@@ -374,13 +378,26 @@ class ChatEngine:
         """Each rank's own figures (a split model's; none on one rank)."""
         return []
 
-    def _prefill(self, tokens: Sequence[int], emit: LiveFigures) -> Prefill:
+    @property
+    def compute(self) -> ComputeLock:
+        """The lock this engine computes under (shared by the engines of a process)."""
+        return self._worker.compute
+
+    def _typing_feed(self, tokens: Sequence[int], emit: LiveFigures) -> Prefill:
+        """Typing prefill lets a waiting engine (an API request) in between chunks."""
+        return self._prefill(tokens, emit, between=self._worker.pass_on)
+
+    def _prefill(self, tokens: Sequence[int], emit: LiveFigures, *,
+                 between: Callable[[], None] = lambda: None) -> Prefill:
         """Feed ``tokens`` in chunks sized to ~chunk_seconds; progress counts
-        them against every token the turn computes (the tail too)."""
+        them against every token the turn computes (the tail too). ``between``
+        runs before each chunk after the first."""
         model, live = self._loaded.model, self._live
         total, done, start = len(tokens), 0, time.perf_counter()
         emit(PrefillProgress(0, emit.total))
         while done < total:
+            if done:
+                between()
             if self._worker.cancelled():
                 raise Cancelled
             n = self._marks.chunk(min(self._chunk, total - done), held=len(live.tokens))

@@ -130,6 +130,9 @@ class EngineState:
     """The draft model's name, when one is loaded for speculative decoding."""
     draft_kv_bytes: int = 0
     """Bytes the draft model's KV cache holds (apart from kv_bytes)."""
+    api_kv_bytes: int = 0
+    """Bytes the API server's engine's KV cache holds, serving beside the chat
+    (apart from kv_bytes; set by the app)."""
     busy: bool = False
     last_stats: TurnStats | None = field(default=None)
     pinned_tokens: int = 0

@@ -1,5 +1,6 @@
 """The engine's one thread: every MLX call of an engine runs on it (MLX streams
-are per thread), one job at a time, in the order they were queued."""
+are per thread), one job at a time, in the order they were queued, each
+holding the process's compute lock (``compute.py``) while it runs."""
 
 from __future__ import annotations
 
@@ -10,12 +11,19 @@ from typing import Any, Callable
 
 import mlx.core as mx
 
+from mlxchat.engine.compute import PROCESS_LOCK, ComputeLock, Ticket
+
 
 class EngineThread:
     """A thread, its job queue, and the cancel signals of queued and running
     work: ``cancel_all`` sets them all, ``cancelled`` reads the running one's."""
 
-    def __init__(self, name: str = "mlxchat-engine"):
+    def __init__(self, name: str = "mlxchat-engine", *, owner: str = "chat",
+                 compute: ComputeLock = PROCESS_LOCK):
+        self.owner = owner
+        """Whose jobs these are, as the compute lock's line shows them ('chat', 'api')."""
+        self.compute = compute
+        self._ticket: Ticket | None = None
         self._jobs: queue.Queue = queue.Queue()
         self._cancels: set[threading.Event] = set()
         self._current = threading.Event()
@@ -33,9 +41,19 @@ class EngineThread:
             fn, fut = job
             if fut.set_running_or_notify_cancel():
                 try:
-                    fut.set_result(fn())
+                    with self.compute.held(self.owner) as self._ticket:
+                        result = fn()
+                    fut.set_result(result)
                 except BaseException as exc:  # handed to the caller's thread
                     fut.set_exception(exc)
+                finally:
+                    self._ticket = None
+
+    def pass_on(self) -> None:
+        """On the thread, between chunks of work that may wait: let the engines
+        waiting for the compute lock go first."""
+        if self._ticket is not None:
+            self.compute.pass_on(self._ticket)
 
     def alive(self) -> bool:
         return self._thread.is_alive()

@@ -4,7 +4,6 @@ answered in the API's own shape (never a traceback)."""
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 
 from starlette.applications import Starlette
@@ -14,35 +13,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mlxchat.errors import MlxchatError
 from mlxchat.server import completions_api, ollama_api, openai_api
 from mlxchat.server.errors import ApiError, Dialect, internal
+from mlxchat.server.options import BindRefused, check_bind, is_loopback  # noqa: F401 (re-exported)
 from mlxchat.server.service import ChatService
 from mlxchat.server.streaming import ClientGone
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
-
-
-class BindRefused(MlxchatError):
-    """A bind beyond loopback without an API key."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def check_bind(host: str, api_key: str | None) -> None:
-    if not is_loopback(host) and not api_key:
-        raise BindRefused(f"binding to {host} serves every machine that reaches it: "
-                          "give --api-key KEY (clients send it as a Bearer token), "
-                          "or bind to 127.0.0.1")
 
 
 def _dialect(path: str) -> Dialect:

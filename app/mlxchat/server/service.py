@@ -91,10 +91,13 @@ class ChatService:
                                                                        kv_budget_bytes)
         self.last_eviction: Eviction | None = None
         self.turns = ApiTurns(conv)
+        conv.let_go_session()  # held per request (``_work``)
         self.lane = EngineLane(stop_running=conv.cancel, max_waiting=max_waiting)
         self.model_id = conv.model_spec
         self.cache_taken = False
         """A raw completion used the engine's live cache since the last chat turn."""
+        self.answered = 0
+        """Requests answered to their end."""
         self._names = {conv.model_spec, conv.model_info.name,
                        Path(conv.model_spec).name, conv.model_info.name.split("/")[-1]}
 
@@ -120,6 +123,8 @@ class ChatService:
             raise queue_full(exc.retry_after_s) from None
         try:
             async for item in job.items():
+                if isinstance(item, Finished):
+                    self.answered += 1
                 yield item
         except ContextOverflowError as exc:
             raise context_exceeded(exc.user_text()) from None
@@ -145,9 +150,18 @@ class ChatService:
 
     def _work(self, request: ChatRequest, cancelled: threading.Event
               ) -> Iterator[Piece | Finished]:
-        """On the lane's thread: place the request, run its turn, yield its pieces."""
+        """On the lane's thread: the request holds its session (``ApiTurns``)
+        until it ends; between requests the chat or another process may open it."""
         if cancelled.is_set():
             return
+        try:
+            yield from self._turn(request, cancelled)
+        finally:
+            self.conv.let_go_session()
+
+    def _turn(self, request: ChatRequest, cancelled: threading.Event
+              ) -> Iterator[Piece | Finished]:
+        """Place the request, run its turn, yield its pieces."""
         if self.cache_taken:  # a raw completion ran since: the branch's KV from disk
             self.cache_taken = False
             self.conv.restore_snapshot()

@@ -21,6 +21,7 @@ from mlxchat.chat import CalledTool, Message, Role, Session
 from mlxchat.engine.events import Event, TurnDone
 from mlxchat.errors import MlxchatError
 from mlxchat.session.conversation import Conversation, ConversationError
+from mlxchat.session.lock import SessionBusy
 from mlxchat.store import SessionNotFound
 
 HASH_VERSION = "mlxchat-api/1"
@@ -163,14 +164,27 @@ class ApiTurns:
         it is the live one, else comes back from the segments."""
         conv = self.conv
         if conv.session.id != session_id:
+            conv.check_free(session_id)  # before writing to it
             self._same_model(session_id)
             self.store.branches.set_leaf(session_id, message_id)
-            conv.discard_if_empty()  # the server's start-up session, never used
+            if self._hold_current():
+                conv.discard_if_empty()  # the server's start-up session, never used
             conv.open_session(session_id)  # restores the branch's segments
-        elif conv.session.leaf_id != message_id:
+            return
+        conv.hold_session()  # SessionBusy: the chat or another process has it now
+        if conv.session.leaf_id != message_id:
             self.store.branches.set_leaf(session_id, message_id)
             conv.reload()
             conv.restore_snapshot()
+
+    def _hold_current(self) -> bool:
+        """Hold the open session again, read afresh (the server lets go of it
+        between requests); False when another holder has it now."""
+        try:
+            self.conv.hold_session()
+        except SessionBusy:
+            return False
+        return True
 
     def _same_model(self, session_id: int) -> None:
         """A session stays on the served model (never loads another)."""
@@ -181,13 +195,18 @@ class ApiTurns:
         """A new session, or the named one from its root (a new branch)."""
         conv = self.conv
         if named is not None and named.id is not None:
+            conv.check_free(named.id)
             self._same_model(named.id)
             if conv.session.id != named.id:
-                conv.discard_if_empty()
+                if self._hold_current():
+                    conv.discard_if_empty()
                 conv.open_session(named.id)
+            else:
+                conv.hold_session()
             self.store.branches.set_leaf(named.id, None)
             conv.reload()
-        elif conv.messages or conv.session.pins or conv.model_spec != conv.session.model:
+        elif (not self._hold_current() or conv.messages or conv.session.pins
+              or conv.model_spec != conv.session.model):
             conv.new_session()
         if conv.session.system_prompt != system:
             conv.set_system_prompt(system)

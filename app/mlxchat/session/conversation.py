@@ -41,7 +41,7 @@ from mlxchat.session.turns import TurnRunner
 from mlxchat.session.typing_ahead import TypingAhead
 from mlxchat.session.views import ContextCosts, EngineViews
 from mlxchat.sources import Source, with_sources
-from mlxchat.store import BranchInfo, SessionStore, SnapshotRecord
+from mlxchat.store import BranchInfo, SessionNotFound, SessionStore, SnapshotRecord
 
 if TYPE_CHECKING:
     from mlxchat.docs.embedder import Embedder
@@ -65,7 +65,8 @@ class Conversation:
     def __init__(self, *, settings: Settings, store: SessionStore, engine: Engine,
                  model_spec: str, load_model: ModelLoader | None = None,
                  session: Session | None = None, keep_snapshots: bool = True,
-                 lock_wait_s: float = 0.0, embedder: Callable[[], Embedder] | None = None):
+                 lock_wait_s: float = 0.0, embedder: Callable[[], Embedder] | None = None,
+                 lock_holder: str = ""):
         self.settings = settings
         self.store = store
         self.engine = engine
@@ -75,7 +76,7 @@ class Conversation:
         self.speculation_notice: str | None = None
         """Why speculation was turned off by the last open or model switch."""
         self._open = OpenSession(store, session or self._new_session())
-        self._locks = SessionLocks(store.path, wait_s=lock_wait_s)
+        self._locks = SessionLocks(store.path, wait_s=lock_wait_s, holder=lock_holder)
         self._unsaved = UnsavedReplies(store)
         self._cache = CacheKeeper(self._open, store, engine, keep_segments=keep_snapshots)
         self._pins = PinnedDocs(self._open, store, engine)
@@ -140,6 +141,32 @@ class Conversation:
         self.restore_snapshot()
         self.speculation_notice = self.resume_speculation()
         return self.session
+
+    def let_go_session(self) -> None:
+        """Release the open session's lock while idle (the API server between
+        requests), so the chat or another process may open it meanwhile."""
+        self._locks.release()
+
+    def check_free(self, session_id: int) -> None:
+        """SessionBusy when another holder has that session now."""
+        self._locks.probe(self.store.get_session(session_id))
+
+    def hold_session(self) -> None:
+        """Take the open session's lock again after ``let_go_session``
+        (SessionBusy while another holder has it) and read what was written
+        meanwhile; a session deleted meanwhile is replaced by a new one."""
+        if self._locks.held or self.session.id is None:
+            return
+        try:
+            self.store.get_session(self.session.id)
+        except SessionNotFound:
+            session = self._new_session()
+            self._locks.hold(session)
+            self._switch_to(session)
+            return
+        self._locks.hold(self.session)
+        self.reload()
+        self.recover()
 
     def recover(self) -> Message | None:
         """Store a reply a previous run could not (the database was locked), and

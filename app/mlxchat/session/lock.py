@@ -2,7 +2,9 @@
 
 ``flock`` locks belong to the open file, so the system releases them when the
 process dies however it dies: a lock is never stale. The file names the
-owner's pid so the refusal can say who holds it.
+owner's pid (and which part of it holds the lock: the chat, the API server)
+so the refusal can say who holds it; two parts of one process exclude each
+other too (each opens the file itself).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class SessionLock:
     """Held while a session is open for writing; ``release`` is idempotent."""
 
     def __init__(self, database: str, session_id: int, *, wait_s: float = 0.0,
-                 title: str = ""):
+                 title: str = "", holder: str = ""):
         self.session_id = session_id
         path = lock_file(database, session_id)
         paths.ensure_private_dir(path.parent)
@@ -45,15 +47,13 @@ class SessionLock:
                 break
             except OSError:
                 if time.monotonic() >= deadline:
-                    owner = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+                    owner = os.pread(fd, 96, 0).decode("utf-8", "replace").strip()
                     os.close(fd)
-                    name = f" “{title}”" if title else ""
-                    raise SessionBusy(
-                        f"Session #{session_id}{name} is open in another mlxchat (pid {owner}); "
-                        "close it there or try again.") from None
+                    name = f"Session #{session_id}" + (f" “{title}”" if title else "")
+                    raise SessionBusy(_busy_words(name, owner)) from None
                 time.sleep(0.1)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        os.pwrite(fd, f"{os.getpid()} {holder}".strip().encode(), 0)
         self._fd: int | None = fd
 
     def release(self) -> None:
@@ -62,13 +62,24 @@ class SessionLock:
             os.close(fd)  # closing the file drops the lock
 
 
+def _busy_words(name: str, owner: str) -> str:
+    """The refusal, from what the lock file says: 'PID [HOLDER]'."""
+    pid, _, holder = owner.partition(" ")
+    if pid == str(os.getpid()):
+        return (f"{name} is in use by {holder or 'another part'} of this mlxchat; "
+                "try again when it is done with it.")
+    return f"{name} is open in another mlxchat (pid {pid or '?'}); close it there or try again."
+
+
 class SessionLocks:
     """The lock of the session a conversation has open (none for a throwaway
     in-memory store: no other process can see its sessions)."""
 
-    def __init__(self, database: str | None, *, wait_s: float = 0.0):
+    def __init__(self, database: str | None, *, wait_s: float = 0.0, holder: str = ""):
         self._database = database
         self._wait_s = wait_s
+        self._holder = holder
+        """Who in this process holds them ('the API server'), for the refusal."""
         self._lock: SessionLock | None = None
 
     @property
@@ -78,11 +89,20 @@ class SessionLocks:
     def _take(self, session: Session) -> SessionLock | None:
         if not self._database or session.id is None:
             return None
-        return SessionLock(self._database, session.id, wait_s=self._wait_s, title=session.title)
+        return SessionLock(self._database, session.id, wait_s=self._wait_s, title=session.title,
+                           holder=self._holder)
 
     def hold(self, session: Session) -> None:
         """Take ``session``'s lock (SessionBusy when another process has it)."""
         self._lock = self._take(session)
+
+    def probe(self, session: Session) -> None:
+        """SessionBusy when another holder has ``session`` now (a check before
+        writing to it; the lock is let go at once)."""
+        if self._lock is None or self._lock.session_id != session.id:
+            lock = self._take(session)
+            if lock is not None:
+                lock.release()
 
     def switch(self, session: Session) -> None:
         """Hold ``session``'s lock instead of the current one (SessionBusy changes nothing)."""

@@ -112,7 +112,8 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
                       store_factory: Callable[[], SessionStore] = default_store,
                       load_model: Callable[..., LoadedModel] = default_loader,
                       engine_factory: Callable[[LoadedModel], Engine] = default_engine,
-                      keep_snapshots: bool = True, lock_wait_s: float = 0.0) -> Opened:
+                      keep_snapshots: bool = True, lock_wait_s: float = 0.0,
+                      lock_holder: str = "") -> Opened:
     """Open the store, pick the session (``session`` id/title, or the most recent
     one with ``continue_last``), load the model once (``model_spec``, else the
     session's, else the settings'), and restore the session's KV snapshot.
@@ -120,7 +121,9 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
     A new session gets ``new_title`` (else it is named by its first message).
     A session open in another process is waited for ``lock_wait_s``; then the
     lenient lookup opens a new session with a notice, the exact one refuses.
-    Tests pass their own store, loader and engine; the logic is the same.
+    ``lock_holder`` names this conversation in a refusal to another part of
+    the process ('the API server'). Tests pass their own store, loader and
+    engine; the logic is the same.
     """
     notices: list[tuple[str, NoticeLevel]] = []
     store = store_factory()
@@ -147,6 +150,7 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
         raise
     build = partial(Conversation, settings=settings, store=store, engine=engine,
                     model_spec=spec, keep_snapshots=keep_snapshots, lock_wait_s=lock_wait_s,
+                    lock_holder=lock_holder,
                     # /model later reports its import or download the same way.
                     load_model=lambda s: load_model(s, progress=progress))
     try:

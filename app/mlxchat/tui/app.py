@@ -33,6 +33,8 @@ from mlxchat.models import STAGE_LABELS
 from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
 from mlxchat.tui.app_commands import CommandsMixin, SlashCommandsProvider, error_text
 from mlxchat.tui.streaming import Pacer, pump_turn
+from mlxchat.server.options import ServeOptions
+from mlxchat.tui.serving import Serving, serve_command
 from mlxchat.tui.typing_prefill import TypingPrefill
 from mlxchat.tui.widgets import GaugesPanel, PromptInput, ReplyHandle, ThinkingBlock, Transcript
 from mlxchat.tui.widgets.transcript import UserMessage
@@ -97,7 +99,7 @@ class MlxChatApp(CommandsMixin, App[int]):
                  conversation_factory: ConversationFactory, continue_last: bool,
                  session: str | None, now: Callable[[], float],
                  registry: Registry | None = None, cursor_blink: bool = True,
-                 pins: Sequence[str] = ()) -> None:
+                 pins: Sequence[str] = (), serve: ServeOptions | None = None) -> None:
         super().__init__()
         self.settings = settings
         self.model_spec = model_spec
@@ -109,6 +111,9 @@ class MlxChatApp(CommandsMixin, App[int]):
         self._now = now
         self._cursor_blink = cursor_blink
         self.registry = registry or default_registry()
+        self.serving = Serving(self, serve or ServeOptions(), at_start=serve is not None)
+        if self.registry.get("serve") is None:
+            self.registry.add(serve_command(self.serving))
         self.conversation: Conversation | None = None
         self.ctx: CommandContext | None = None
         self.start_error: str | None = None
@@ -179,6 +184,12 @@ class MlxChatApp(CommandsMixin, App[int]):
             return
         finally:
             release_thread_streams()  # the model was loaded on this thread
+        if self.serving.at_start:  # mlxchat serve --tui
+            try:
+                opened.notices.append((self.serving.start(opened.conversation).describe(),
+                                       "info"))
+            except Exception as exc:  # noqa: BLE001 - the chat still runs
+                opened.notices.append((f"Not serving: {error_text(exc)}", "error"))
         self._ui(self._started, opened)
 
     async def _started(self, opened: Opened) -> None:
@@ -274,7 +285,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         conv = self.conversation
         if conv is None:
             return
-        self.gauges.update_state(conv.state(), self.budget_bytes)
+        self.gauges.update_state(self.serving.with_api(conv.state()), self.budget_bytes)
         self.gauges.update_stats(conv.branch_stats())
 
     def set_titles(self) -> None:
@@ -282,7 +293,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         if conv is None:
             return
         self.title = conv.session.title
-        self.sub_title = conv.model_info.name
+        self.sub_title = self.serving.subtitle(conv.model_info.name)
         if self._driver is not None and not self.is_headless:
             # The terminal's own window title (OSC 2).
             self._driver.write(f"\x1b]2;{_CONTROL.sub(' ', self.title)} · mlxchat\x07")
@@ -511,6 +522,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         self.exit(0)
 
     async def on_unmount(self) -> None:
+        await asyncio.to_thread(partial(self.serving.stop, redraw=False))  # bounded
         conv, self.conversation = self.conversation, None
         if conv is not None:
             await asyncio.to_thread(conv.shutdown)
@@ -520,22 +532,24 @@ def create_app(settings: Settings, *, model_spec: str | None = None,
                conversation_factory: ConversationFactory | None = None,
                continue_last: bool = False, session: str | None = None,
                now: Callable[[], float] = time.time, cursor_blink: bool = True,
-               pins: Sequence[str] = ()) -> MlxChatApp:
+               pins: Sequence[str] = (), serve: ServeOptions | None = None) -> MlxChatApp:
     """The app, for ``run_app`` and for tests. ``conversation_factory`` defaults to
     ``app_root.open_conversation`` (the real store and ``load_model``); it runs in
     a thread and gets a ``progress(stage, done, total)`` callback."""
     return MlxChatApp(settings, model_spec=model_spec,
                       conversation_factory=conversation_factory or open_conversation,
                       continue_last=continue_last, session=session, now=now,
-                      cursor_blink=cursor_blink, pins=pins)
+                      cursor_blink=cursor_blink, pins=pins, serve=serve)
 
 
 def run_app(settings: Settings, *, model: str | None = None, continue_last: bool = False,
             session: str | None = None, pins: Sequence[str] = (),
-            conversation_factory: ConversationFactory | None = None) -> int:
-    """Run the chat UI until the user quits; returns the exit status."""
+            conversation_factory: ConversationFactory | None = None,
+            serve: ServeOptions | None = None) -> int:
+    """Run the chat UI until the user quits (``serve``: with the API served
+    beside it from the start); returns the exit status."""
     app = create_app(settings, model_spec=model, continue_last=continue_last, session=session,
-                     pins=pins, conversation_factory=conversation_factory)
+                     pins=pins, conversation_factory=conversation_factory, serve=serve)
     with log_to_file():
         result = app.run()
     release_thread_streams()

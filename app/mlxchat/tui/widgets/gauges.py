@@ -253,6 +253,8 @@ class GaugesPanel(Vertical):
         ]
         if state.draft_kv_bytes:
             lines.append(f"+ draft {escape(state.draft_model)} {human_bytes(state.draft_kv_bytes)}")
+        if state.api_kv_bytes:
+            lines.append(f"+ API server {human_bytes(state.api_kv_bytes)}")
         if room.by_memory is None:
             lines.append("memory rate: after the first turn")
         elif room.limit == "window":

@@ -1,0 +1,135 @@
+"""The API served beside the chat (`mlxchat serve --tui`, the chat's `/serve`):
+one process, the chat's model weights loaded once.
+
+The server gets an engine of its own over the chat's ``LoadedModel`` (the same
+weights; its own KV cache, so the chat's stays warm while clients are served)
+and a conversation of its own on the same database. The two engines take
+turns under the process's compute lock (``engine/compute.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import partial
+from typing import Callable
+
+from mlxchat.engine import ChatEngine
+from mlxchat.engine.interface import Engine
+from mlxchat.errors import UserError
+from mlxchat.models.info import LoadedModel
+from mlxchat.server.app import build_app
+from mlxchat.server.options import ServeOptions, check_options
+from mlxchat.server.runner import RunningServer
+from mlxchat.server.service import ChatService
+from mlxchat.session.conversation import Conversation
+from mlxchat.session.root import open_conversation
+from mlxchat.store import open_store
+
+API_OWNER = "api"
+"""The API engine's name in the compute lock's line (the chat's is 'chat')."""
+API_HOLDER = "the API server"
+"""How a session refusal names the API's conversation."""
+STOP_TIMEOUT_S = 10.0
+
+
+EngineFactory = Callable[[LoadedModel], Engine]
+
+
+def api_engine(loaded: LoadedModel) -> Engine:
+    return ChatEngine(loaded, compute_owner=API_OWNER)
+
+
+class SharedServer:
+    """A running server over ``chat``'s model; ``stop`` ends it in bounded time."""
+
+    def __init__(self, chat: Conversation, options: ServeOptions, *,
+                 engine_factory: EngineFactory = api_engine):
+        if getattr(chat.engine, "segments_per_rank", False):
+            raise UserError("A model split over several Macs cannot be served from the "
+                            "chat yet; run `mlxchat serve` on one machine.")
+        if not chat.store.path:
+            raise UserError("This session's store is in memory: nothing to serve from.")
+        loaded = chat.engine.loaded
+        database = chat.store.path
+        opened = open_conversation(
+            chat.settings, model_spec=chat.model_spec,
+            store_factory=partial(open_store, database),
+            load_model=lambda spec, progress=None: loaded,  # the same weights, no copy
+            engine_factory=engine_factory, lock_holder=API_HOLDER)
+        self.conversation = opened.conversation
+        self.options = options
+        try:
+            self.service = ChatService(self.conversation, max_waiting=options.queue,
+                                       kv_budget_bytes=options.kv_budget_bytes)
+            self.server = RunningServer(build_app(self.service, api_key=options.api_key),
+                                        host=options.host, port=options.port).start()
+        except BaseException:
+            self.conversation.shutdown()
+            raise
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def engine(self) -> Engine:
+        return self.conversation.engine
+
+    def requests_ahead(self) -> int:
+        """API jobs ahead of the chat's waiting one in the compute lock's line."""
+        compute = getattr(self.engine, "compute", None)
+        if compute is None:
+            return 0
+        return sum(owner == API_OWNER for owner in compute.ahead_of("chat"))
+
+    def kv_bytes(self) -> int:
+        return self.conversation.state().kv_bytes
+
+    def describe(self) -> str:
+        answered = self.service.answered
+        return (f"Serving {self.service.model_id} at {self.url}/v1 (OpenAI) and "
+                f"{self.url}/api (Ollama); {answered:,} request{'s' * (answered != 1)} "
+                "answered.")
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """Stop listening, cancel a running request (its text so far is kept),
+        let the API's session go and close its engine."""
+        try:
+            self.server.stop(timeout_s=timeout_s)
+        finally:
+            self.service.close()
+            self.conversation.shutdown()
+
+
+class ServeControl:
+    """What `/serve` starts and stops: at most one server beside the chat."""
+
+    def __init__(self, defaults: ServeOptions = ServeOptions(), *,
+                 engine_factory: EngineFactory = api_engine):
+        self.defaults = defaults
+        self.engine_factory = engine_factory
+        self.running: SharedServer | None = None
+
+    def start(self, chat: Conversation, *, host: str | None = None,
+              port: int | None = None) -> SharedServer:
+        if self.running is not None:
+            raise UserError(f"Already serving at {self.running.url}; /serve off stops it.")
+        options = replace(self.defaults, host=host or self.defaults.host,
+                          port=self.defaults.port if port is None else port)
+        check_options(options)
+        self.running = SharedServer(chat, options, engine_factory=self.engine_factory)
+        return self.running
+
+    def stop(self) -> str | None:
+        """The URL it served at, or None when nothing ran."""
+        running, self.running = self.running, None
+        if running is None:
+            return None
+        running.stop()
+        return running.url
+
+    def requests_ahead(self) -> int:
+        return self.running.requests_ahead() if self.running is not None else 0
+
+    def kv_bytes(self) -> int:
+        return self.running.kv_bytes() if self.running is not None else 0

@@ -1,0 +1,49 @@
+"""Where and how to serve, checked before anything starts (light: the chat
+imports it at start-up without the HTTP stack)."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+from mlxchat.errors import MlxchatError, UserError
+
+
+class BindRefused(MlxchatError):
+    """A bind beyond loopback without an API key."""
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """The command line's `serve` options."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    queue: int = 8
+    kv_budget_bytes: int | None = None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, api_key: str | None) -> None:
+    if not is_loopback(host) and not api_key:
+        raise BindRefused(f"binding to {host} serves every machine that reaches it: "
+                          "give --api-key KEY (clients send it as a Bearer token), "
+                          "or bind to 127.0.0.1")
+
+
+def check_options(options: ServeOptions) -> None:
+    """Refuse bad options in one line, before anything starts."""
+    check_bind(options.host, options.api_key)
+    if not 0 <= options.port < 65536:
+        raise UserError(f"--port must be 0 to 65535; got {options.port}")
+    if options.queue < 1:
+        raise UserError(f"--queue must be at least 1; got {options.queue}")

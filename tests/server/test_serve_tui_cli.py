@@ -1,0 +1,47 @@
+"""`mlxchat serve --tui`: its options reach the app as they were given, and
+bad ones are refused in one line before anything loads."""
+
+from __future__ import annotations
+
+import pytest
+
+import importlib
+from mlxchat.server.options import ServeOptions
+
+cli = importlib.import_module("mlxchat.cli.main")  # the package re-exports main()
+
+
+@pytest.fixture
+def launched(monkeypatch):
+    """What `run_app` would have been started with (no terminal, no model)."""
+    calls: list[dict] = []
+    monkeypatch.setattr(cli, "_need_terminal", lambda: None)
+    monkeypatch.setattr("mlxchat.tui.app.run_app",
+                        lambda settings, **kw: calls.append(kw) or 0)
+    return calls
+
+
+def test_serve_tui_runs_the_chat_with_the_server_options(launched):
+    assert cli.main(["serve", "--tui", "--host", "0.0.0.0", "--port", "0", "--api-key", "k",
+                     "--queue", "3", "--kv-budget", "1G", "--model", "tiny"]) == 0
+    assert launched == [{"model": "tiny", "serve": ServeOptions(
+        host="0.0.0.0", port=0, api_key="k", queue=3, kv_budget_bytes=10**9)}]
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--port", "70000"], "--port must be 0 to 65535"),
+    (["--queue", "0"], "--queue must be at least 1"),
+    (["--kv-budget", "lots"], "--kv-budget must be a size"),
+    (["--host", "0.0.0.0"], "give --api-key KEY"),
+])
+def test_bad_serve_tui_options_are_one_line_and_start_nothing(launched, capsys, argv, words):
+    assert cli.main(["serve", "--tui", *argv]) == 1
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1 and err.startswith("mlxchat: error:")
+    assert launched == []
+
+
+def test_serve_tui_without_a_terminal_is_refused(monkeypatch, capsys):
+    monkeypatch.setattr("mlxchat.tui.app.run_app", lambda settings, **kw: pytest.fail("ran"))
+    assert cli.main(["serve", "--tui", "--port", "0"]) == 1  # pytest's stdin is no terminal
+    assert "needs a terminal" in capsys.readouterr().err
