@@ -244,6 +244,20 @@ class Documents:
                 (match, collection_id, limit)).fetchall()
         return [(r[0], r[1]) for r in rows]
 
+    def indexed_chunks(self) -> int:
+        """Chunks in the BM25 index, all collections together (what its counts are over)."""
+        with self._db.reading() as cur:
+            return cur.execute("SELECT COUNT(*) FROM doc_chunks").fetchone()[0]
+
+    def match_counts(self, matches: Sequence[str], *, cap: int | None = None) -> list[int]:
+        """How many chunks (all collections) each FTS5 MATCH expression finds,
+        counted no further than ``cap`` (if given) to bound the work for a common word."""
+        with self._db.reading() as cur:
+            return [cur.execute("SELECT COUNT(*) FROM (SELECT 1 FROM doc_chunks_fts"
+                                " WHERE doc_chunks_fts MATCH ? LIMIT ?)",
+                                (match, -1 if cap is None else cap)).fetchone()[0]
+                    for match in matches]
+
     def chunks(self, ids: Sequence[int]) -> list[StoredChunk]:
         """The chunks with these ids, in that order (missing ones left out)."""
         if not ids:
