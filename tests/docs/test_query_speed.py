@@ -89,3 +89,20 @@ def test_the_dense_matrix_scores_as_the_stored_vectors(collection, store, tiny_e
     got = retriever.dense(collection.id, "roses in the garden", 8)
     assert [cid for cid, _ in got] == [chunk_ids[i] for i in np.argsort(-want, kind="stable")[:8]]
     assert np.allclose([s for _, s in got], np.sort(want)[::-1][:8], atol=1e-5)
+
+
+def test_bm25_in_rank_order_is_bm25_of_that_collection_only(collection, store, tiny_embed,
+                                                            tmp_path):
+    Indexer(store.documents, tiny_embed).add("copy", [tmp_path])  # the same chunks again
+    other = store.documents.get("copy")
+    match = bm25_query("garden roses note")
+    with store.documents._db.reading() as cur:  # the plain form: bm25() of every match
+        want = cur.execute(
+            "SELECT k.id, -bm25(doc_chunks_fts, 1.0, 2.0) FROM doc_chunks_fts JOIN doc_chunks k"
+            " ON k.id = doc_chunks_fts.rowid WHERE doc_chunks_fts MATCH ? AND"
+            " k.collection_id = ? ORDER BY bm25(doc_chunks_fts, 1.0, 2.0), k.id LIMIT 7",
+            (match, other.id)).fetchall()
+    got = store.documents.bm25(other.id, match, 7)
+    assert [cid for cid, _ in got] == [cid for cid, _ in want]
+    assert np.allclose([s for _, s in got], [s for _, s in want])
+    assert min(cid for cid, _ in got) > N_FILES  # none from the first collection
