@@ -4,9 +4,15 @@ topics, query time over 100,000 chunks, indexing and re-indexing speed.
 The corpus is `pydoc_data.topics` (present with every Python), one file per
 topic; the questions below are written by hand, paraphrased, each with the
 topic that answers it. Recall@5: the topic's file is among the top 5 chunks.
+The corpus is small, so BM25 keeps every word of a question there; the
+``_pruned`` recalls scale BM25's budget to it as 20,000 is to 100,000 chunks
+(rarest words first while they match at most 20% of the chunks), to show what
+the pruning a large collection gets costs in recall.
 The last line is:
 ratios: recall_at_5=X recall_at_5_bm25=X recall_at_5_dense=X hybrid_gain=X
-        query_ms_100k=X index_chunks_per_s=X reindex_unchanged_s=X reindex_share=X
+        recall_at_5_pruned=X recall_at_5_bm25_pruned=X query_ms_100k=X
+        bm25_ms_100k=X dense_ms_100k=X index_chunks_per_s=X reindex_unchanged_s=X
+        reindex_share=X mlx_embed_slowdown=X
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
 from mlxchat.docs import Indexer, Retriever  # noqa: E402
 from mlxchat.docs.embedder import default_embedder, load_embedder  # noqa: E402
 from mlxchat.docs.indexer import vector_blobs  # noqa: E402
+from mlxchat.docs.search import BM25_BUDGET, CANDIDATES  # noqa: E402
 from mlxchat.store import open_store  # noqa: E402
 from mlxchat.store.documents import FileUpdate, NewChunk  # noqa: E402
 
@@ -132,14 +139,56 @@ def synthetic(store, embedder, n_chunks: int) -> float:
     return time.perf_counter() - started
 
 
-def query_times(retriever: Retriever, name: str) -> tuple[float, list[float]]:
-    """(first query's ms, which loads the matrix; the others' ms)."""
+def p95_ms(call) -> float:
+    """p95 over the questions of ``call(question)``, in ms."""
     times = []
     for _, question in QUESTIONS:
         started = time.perf_counter()
-        retriever.search(name, question, k=5)
+        call(question)
         times.append((time.perf_counter() - started) * 1000)
-    return times[0], times[1:]
+    return float(np.percentile(times, 95))
+
+
+def query_figures(retriever: Retriever, name: str) -> dict[str, float]:
+    """ms: loading the matrix (the first search), then p95 of each side and of
+    the whole search."""
+    info = retriever.documents.get(name)
+    started = time.perf_counter()
+    retriever.search(name, QUESTIONS[0][1], k=5)
+    return {"first": (time.perf_counter() - started) * 1000,
+            "bm25": p95_ms(lambda q: retriever.bm25(info.id, q, CANDIDATES)),
+            "dense": p95_ms(lambda q: retriever.dense(info.id, q, CANDIDATES)),
+            "search": p95_ms(lambda q: retriever.search(name, q, k=5))}
+
+
+def embedding_slowdown(store, sample: int) -> float:
+    """MLX's embedding time over numpy's on the first ``sample`` chunks."""
+    texts = [c.text for c in store.documents.chunks(list(range(1, sample + 1)))]
+    if not texts:
+        return float("nan")
+    seconds = {}
+    for backend in ("numpy", "mlx"):
+        other = load_embedder(backend=backend)
+        started = time.perf_counter()
+        other.embed(texts)
+        seconds[backend] = time.perf_counter() - started
+    ratio = seconds["mlx"] / seconds["numpy"]
+    print(f"embedding {len(texts)} chunks: numpy {seconds['numpy']:.2f} s, "
+          f"mlx {seconds['mlx']:.2f} s (mlx/numpy {ratio:.1f}); load now {os.getloadavg()[0]:.1f}")
+    return ratio
+
+
+def recalls(store, embedder, folder: Path) -> tuple[dict[str, float], dict[str, float]]:
+    """Recall@5 of each mode, and of those BM25 takes part in with its words pruned."""
+    scores = {mode: recall(Retriever(store.documents, embedder), folder, mode)
+              for mode in ("hybrid", "bm25", "dense")}
+    scaled = BM25_BUDGET * store.documents.get("pydoc").chunks // 100_000
+    pruning = Retriever(store.documents, embedder, bm25_budget=scaled)
+    pruned = {mode: recall(pruning, folder, mode) for mode in ("hybrid", "bm25")}
+    for mode, value in scores.items():
+        also = f" (BM25 words pruned: {pruned[mode]:.3f})" if mode in pruned else ""
+        print(f"recall@5 {mode}: {value:.3f}{also}")
+    return scores, pruned
 
 
 def main() -> None:
@@ -149,7 +198,8 @@ def main() -> None:
                         help="chunks embedded with the MLX backend too, to compare its speed")
     args = parser.parse_args()
     embedder = default_embedder()
-    print(f"embedder: {embedder.name}, backend {embedder.backend}, {len(QUESTIONS)} questions")
+    print(f"embedder: {embedder.name}, backend {embedder.backend}, {len(QUESTIONS)} questions; "
+          f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "pydoc"
         folder.mkdir()
@@ -162,34 +212,26 @@ def main() -> None:
         again = indexer.update("pydoc")
         print(f"re-index unchanged: {again.seconds * 1000:.1f} ms "
               f"({again.files_unchanged} files unchanged)")
-        retriever = Retriever(store.documents, embedder)
-        scores = {mode: recall(retriever, folder, mode) for mode in ("hybrid", "bm25", "dense")}
-        for mode, value in scores.items():
-            print(f"recall@5 {mode}: {value:.3f}")
-        texts = [c.text for c in store.documents.chunks(list(range(1, args.mlx_sample + 1)))]
-        ratio = float("nan")
-        if texts:
-            timed = {}
-            for backend in ("numpy", "mlx"):
-                other = load_embedder(backend=backend)
-                started = time.perf_counter()
-                other.embed(texts)
-                timed[backend] = time.perf_counter() - started
-            ratio = timed["mlx"] / timed["numpy"]
-            print(f"embedding {len(texts)} chunks: numpy {timed['numpy']:.2f} s, "
-                  f"mlx {timed['mlx']:.2f} s (mlx/numpy {ratio:.1f})")
+        scores, pruned = recalls(store, embedder, folder)
+        ratio = embedding_slowdown(store, args.mlx_sample)
         wrote = synthetic(store, embedder, args.chunks)
         print(f"synthetic collection: {args.chunks} chunks written in {wrote:.1f} s")
-        first, rest = query_times(Retriever(store.documents, embedder), "synthetic")
-        p95 = float(np.percentile(rest, 95))
-        print(f"query over {args.chunks} chunks: first {first:.0f} ms (loads the matrix), "
-              f"median {np.median(rest):.0f} ms, p95 {p95:.0f} ms")
+        retriever = Retriever(store.documents, embedder)
+        ms = query_figures(retriever, "synthetic")
+        held = retriever.matrix(store.documents.get("synthetic").id).columns
+        print(f"query over {args.chunks} chunks: first {ms['first']:.0f} ms (loads the "
+              f"{held.dtype} matrix, {held.nbytes / 2**20:.0f} MiB), p95 {ms['search']:.0f} ms "
+              f"(BM25 side {ms['bm25']:.0f} ms, dense side {ms['dense']:.0f} ms); "
+              f"load {os.getloadavg()[0]:.1f}")
         store.close()
     best = max(scores["bm25"], scores["dense"])
     share = again.seconds / report.seconds
     print(f"ratios: recall_at_5={scores['hybrid']:.3f} recall_at_5_bm25={scores['bm25']:.3f} "
           f"recall_at_5_dense={scores['dense']:.3f} hybrid_gain={scores['hybrid'] / best:.3f} "
-          f"query_ms_100k={p95:.1f} index_chunks_per_s={report.chunks_per_s:.1f} "
+          f"recall_at_5_pruned={pruned['hybrid']:.3f} "
+          f"recall_at_5_bm25_pruned={pruned['bm25']:.3f} query_ms_100k={ms['search']:.1f} "
+          f"bm25_ms_100k={ms['bm25']:.1f} dense_ms_100k={ms['dense']:.1f} "
+          f"index_chunks_per_s={report.chunks_per_s:.1f} "
           f"reindex_unchanged_s={again.seconds:.4f} reindex_share={share:.4f} "
           f"mlx_embed_slowdown={ratio:.1f}")
 

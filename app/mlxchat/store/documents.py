@@ -234,15 +234,31 @@ class Documents:
 
     def bm25(self, collection_id: int, match: str, limit: int) -> list[tuple[int, float]]:
         """(chunk id, BM25 score, higher is better) for an FTS5 MATCH expression;
-        a heading match weighs twice a text match."""
+        a heading match weighs twice a text match. Ordered by FTS5's own rank, so
+        the chunks come sorted and only the best are looked up for their
+        collection (ordering by bm25() looked up every match: 2x slower)."""
         with self._db.reading() as cur:
             rows = cur.execute(
-                "SELECT k.id, -bm25(doc_chunks_fts, 1.0, 2.0) AS score"
+                "SELECT k.id, -rank AS score"
                 " FROM doc_chunks_fts JOIN doc_chunks k ON k.id = doc_chunks_fts.rowid"
-                " WHERE doc_chunks_fts MATCH ? AND k.collection_id = ?"
-                " ORDER BY bm25(doc_chunks_fts, 1.0, 2.0) LIMIT ?",
+                " WHERE doc_chunks_fts MATCH ? AND rank MATCH 'bm25(1.0, 2.0)'"
+                " AND k.collection_id = ? ORDER BY rank LIMIT ?",
                 (match, collection_id, limit)).fetchall()
         return [(r[0], r[1]) for r in rows]
+
+    def indexed_chunks(self) -> int:
+        """Chunks in the BM25 index, all collections together (what its counts are over)."""
+        with self._db.reading() as cur:
+            return cur.execute("SELECT COUNT(*) FROM doc_chunks").fetchone()[0]
+
+    def match_counts(self, matches: Sequence[str], *, cap: int | None = None) -> list[int]:
+        """How many chunks (all collections) each FTS5 MATCH expression finds,
+        counted no further than ``cap`` (if given) to bound the work for a common word."""
+        with self._db.reading() as cur:
+            return [cur.execute("SELECT COUNT(*) FROM (SELECT 1 FROM doc_chunks_fts"
+                                " WHERE doc_chunks_fts MATCH ? LIMIT ?)",
+                                (match, -1 if cap is None else cap)).fetchone()[0]
+                    for match in matches]
 
     def chunks(self, ids: Sequence[int]) -> list[StoredChunk]:
         """The chunks with these ids, in that order (missing ones left out)."""
