@@ -142,3 +142,36 @@ def test_bad_input_is_one_line_and_changes_nothing(tmp_path, store, tiny_embed):
     assert store.documents.list() == []
     with pytest.raises(FileRefused):
         read_document(tmp_path, limit=10)
+
+
+def test_a_folder_of_many_small_files_shows_progress_cancels_and_resumes(tmp_path, store,
+                                                                        tiny_embed):
+    """3,000 small files in 30 folders (the 100,000-file case at a size a test
+    can afford): progress for every file, a cancel midway keeps whole files,
+    and the update carries on without embedding any of them again."""
+    root = tmp_path / "notes"
+    for d in range(30):
+        folder = root / f"d{d:02}"
+        folder.mkdir(parents=True)
+        for f in range(100):
+            (folder / f"n{f:03}.md").write_text(f"# Note {d}-{f}\n\nHerons {d} wade {f}.\n")
+    cancel = threading.Event()
+    seen: list[int] = []
+
+    def progress(p):
+        seen.append(p.files_done)
+        assert p.files_total == 3000
+        if p.files_done == 1200:
+            cancel.set()
+
+    indexer = Indexer(store.documents, tiny_embed)
+    first = indexer.add("n", [root], on_progress=progress, cancel=cancel)
+    assert first.cancelled and seen == list(range(1, 1201))
+    assert first.files_indexed == 1200 == len(tiny_embed.embedded)
+    info = store.documents.get("n")
+    assert (info.files, info.chunks) == (1200, 1200)
+    tiny_embed.embedded.clear()
+    rest = indexer.update("n")
+    assert (rest.files_indexed, rest.files_unchanged, rest.cancelled) == (1800, 1200, False)
+    assert len(tiny_embed.embedded) == 1800  # the 1,200 already indexed are not embedded again
+    assert store.documents.get("n").chunks == 3000
