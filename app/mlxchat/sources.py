@@ -19,6 +19,10 @@ a reply is asked to cite by number."""
 _BLOCK = re.compile(r'\s*<sources collection="[^"\n]*">\n.*?' + re.escape(SOURCES_END) + r"\n*",
                     re.S)
 _CITATION = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\](?!\()")
+"""[1], [1, 2] or [1][2] (also right after a word: 'nests[1]'); not a Markdown link."""
+_CODE = re.compile(r"(^|\n)(```|~~~).*?(\n\2[^\n]*(?=\n|$)|$)|`[^`\n]+`", re.S)
+"""Fenced code blocks (to their closing fence, or the end while it streams) and
+inline code spans: citations are never looked for inside them."""
 
 
 @dataclass
@@ -61,6 +65,15 @@ class Source:
         """'name.md:12': what a citation in the transcript says."""
         return f"{os.path.basename(self.path)}:{self.start_line}"
 
+    def describe(self, *, place: str | None = None, digits: int = 4,
+                 stale: bool = True) -> str:
+        """'[1] notes/a.md:3-9 · Install · score 0.0328 · 158 tokens', the one
+        line every list of sources shows (``place`` as the reader sees it)."""
+        heading = f" · {self.heading}" if self.heading else ""
+        note = f" · {self.stale}" if stale and self.stale else ""
+        return (f"[{self.n}] {place or self.place}{heading} · score {self.score:.{digits}f} · "
+                f"{self.tokens:,} tokens{note}")
+
     def entry(self) -> str:
         """How the chunk reads in the message: numbered, placed, then its text."""
         heading = f" · {self.heading}" if self.heading else ""
@@ -96,7 +109,12 @@ def cite(text: str, sources: list[Source] | None) -> str:
         if not all(n in by_n for n in numbers):
             return found.group(0)
         return "[" + "; ".join(f"{n} · {by_n[n].short_place}" for n in numbers) + "]"
-    return _CITATION.sub(name, text)
+    out, at = [], 0
+    for code in _CODE.finditer(text):  # prose between code regions only
+        out += [_CITATION.sub(name, text[at:code.start()]), code.group(0)]
+        at = code.end()
+    out.append(_CITATION.sub(name, text[at:]))
+    return "".join(out)
 
 
 def sources_summary(sources: list[Source]) -> str:

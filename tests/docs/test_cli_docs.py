@@ -82,3 +82,25 @@ def test_ask_with_docs_carries_its_sources(capsys, tmp_path, tiny_model_dir):
     out, err = capsys.readouterr()
     assert code == 1 and out == "" and "No document collection named 'nope'" in err
     assert err.count("\n") == 1
+
+
+def test_ask_in_a_session_and_with_a_default_collection(capsys, tmp_path, tiny_model_dir):
+    from mlxchat import paths
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "boats.md").write_text("# Boats\n\nSailing boats need wind and a keel.\n")
+    assert _run(capsys, "add", "n", str(folder))[0] == 0
+    base = ["ask", "--model", str(tiny_model_dir), "--temp", "0", "--max-tokens", "2", "--json"]
+    # In a named session, --json carries the session and the sources both.
+    assert main([*base, "--session", "s", "--docs", "n", "what does a sailboat need"]) == 0
+    data = json.loads(capsys.readouterr()[0])
+    assert data["session"]["title"] == "s" and data["sources"][0]["place"].endswith(
+        "boats.md:1-3")
+    # A collection set as the default for new sessions reaches a one-off question.
+    paths.config_file().parent.mkdir(parents=True, exist_ok=True)
+    paths.config_file().write_text('[generation]\ndocs = "n"\n')
+    assert main([*base, "what does a sailboat need"]) == 0
+    assert json.loads(capsys.readouterr()[0])["sources"][0]["n"] == 1
+    assert main([*base, "--docs", "off", "what does a sailboat need"]) == 0
+    assert json.loads(capsys.readouterr()[0])["sources"] is None

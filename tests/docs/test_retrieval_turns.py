@@ -7,6 +7,7 @@ Real MLX on the tiny random model; the tiny random BERT embeds (real layers).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -75,24 +76,40 @@ def test_a_message_carries_its_sources_in_front_and_stored(conv, notes):
     tokenizer = conv.engine.loaded.tokenizer
     for s in user.sources:
         assert s.tokens == len(tokenizer.encode(s.entry(), add_special_tokens=False))
-    assert found.tokens <= found.budget
-    assert found.block_tokens >= found.tokens
+    assert found.tokens < found.block_tokens <= found.budget
     # The ledger holds the block: the prompt is the whole message's tokens.
     assert done.stats.prompt_tokens >= found.block_tokens
 
 
 def test_the_budget_keeps_only_what_fits(conv):
-    conv.update_generation(conv.session.settings.__class__(
-        **{**conv.session.settings.to_dict(), "docs_budget": 64}))
+    def block_cost(*parts):
+        return conv.retrieval._tokens(sources_block("notes", list(parts)))
+
+    settings = conv.session.settings
+    both = conv.retrieval.retrieve("Where do herons nest and owls hunt?", remember=False)
+    assert len(both.sources) == 2 and both.block_tokens == block_cost(*both.sources)
+    first, second = both.sources
+    # A budget that holds the first (or the second alone) but not both: one is
+    # kept, the other counted as left out, and the whole block stays within.
+    alone = [dataclasses.replace(s, n=1) for s in both.sources]
+    budget = max(block_cost(alone[0]), block_cost(alone[1]))
+    assert budget < both.block_tokens
+    conv.update_generation(dataclasses.replace(settings, docs_budget=budget))
     found = conv.retrieval.retrieve("Where do herons nest and owls hunt?")
-    assert found is not None and found.budget == 64
-    assert found.tokens <= 64
-    assert len(found.sources) + found.left_out == 2  # both matched; what did not fit is counted
+    assert (len(found.sources), found.left_out, found.budget) == (1, 1, budget)
+    assert found.sources[0].path == first.path  # the better one, as it fits
+    assert found.block_tokens == block_cost(*found.sources) <= budget
     # k caps the count too.
-    conv.update_generation(conv.session.settings.__class__(
-        **{**conv.session.settings.to_dict(), "docs_budget": None, "docs_k": 1}))
+    conv.update_generation(dataclasses.replace(settings, docs_k=1))
     found = conv.retrieval.retrieve("herons owls")
     assert len(found.sources) == 1 and found.sources[0].n == 1
+    # What the message itself takes is not left to the sources.
+    conv.update_generation(dataclasses.replace(settings, docs_budget=None))
+    long = "herons " * 250
+    free = conv.window_left() - conv.engine.reply_reserve(conv.generation)
+    assert conv.retrieval.budget("") == conv.context_window // 4 < free
+    assert 0 < conv.retrieval.budget(long) < conv.context_window // 4
+    assert conv.retrieval.budget(long) + conv.retrieval._tokens(long) == free
 
 
 def test_a_reopened_session_is_token_identical_and_never_retrieves_again(tiny, tmp_path,
@@ -129,6 +146,13 @@ def test_editing_retrieves_for_the_new_text_and_retry_does_not(conv):
     first_sources = conv.messages[-2].sources
     last(conv.retry())
     assert conv.messages[-2].sources == first_sources
+    # The UI's edit starts from what was typed (sources off); sending the stored
+    # content back retrieves once, for the question alone.
+    assert conv.last_user_text() == "Where do herons nest?"
+    last(conv.edit_last(conv.messages[-2].content))
+    again = conv.messages[-2]
+    assert again.content.count("<sources collection=") == 1
+    assert without_sources(again.content) == "Where do herons nest?"
     last(conv.edit_last("When do owls hunt?"))
     edited = conv.messages[-2]
     assert without_sources(edited.content) == "When do owls hunt?"

@@ -46,3 +46,24 @@ def test_sources_round_trip_through_the_stored_json():
     assert sources_from_json("not json") is None  # a hand edit reads as none
     assert sources_from_json('[{"n": 1, "collection": "c", "path": "p", "start_line": 1, '
                              '"end_line": 2, "from_the_future": true}]')[0].path == "p"
+
+
+def test_citations_leave_code_alone():
+    assert cite("Index `items[1]` or see [1].", [A, B]) == \
+        "Index `items[1]` or see [1 · setup.md:12]."
+    fenced = "Like so:\n```python\nx = rows[2]\nq = [1]\n```\nthen [2][1]."
+    assert cite(fenced, [A, B]) == \
+        "Like so:\n```python\nx = rows[2]\nq = [1]\n```\nthen [2 · faq.md:3][1 · setup.md:12]."
+    # A fence still open (a reply streaming) keeps its code as written.
+    assert cite("Try:\n```\nz = [1]", [A, B]) == "Try:\n```\nz = [1]"
+    assert cite("Herons nest in colonies[1].", [A]) == "Herons nest in colonies[1 · setup.md:12]."
+
+
+def test_one_line_describes_a_source():
+    assert A.describe() == "[1] /home/u/notes/setup.md:12-30 · Install > Linux · score 0.0300 · " \
+        "9 tokens"
+    stale = Source(n=2, collection="c", path="/p/x.md", start_line=1, end_line=2, tokens=1200,
+                   score=0.5, stale="file deleted since indexing")
+    assert stale.describe(place="~/x.md", digits=3) == \
+        "[2] ~/x.md · score 0.500 · 1,200 tokens · file deleted since indexing"
+    assert stale.describe(stale=False).endswith("1,200 tokens")

@@ -94,9 +94,7 @@ def _sources(found: Retrieved | None, *, quiet: bool) -> list[dict] | None:
         lines = [f"sources from {found.collection}: {len(found.sources)} chunks, "
                  f"{found.tokens:,} of {found.budget:,} budget tokens"
                  + (f", {found.left_out} more over it" if found.left_out else "")]
-        lines += [f"  [{s.n}] {s.place}" + (f" · {s.heading}" if s.heading else "")
-                  + f" · score {s.score:.4f}" + (f" · {s.stale}" if s.stale else "")
-                  for s in found.sources]
+        lines += [f"  {s.describe()}" for s in found.sources]
         print("\n".join(lines), file=sys.stderr)
     return [{**s.to_dict(), "place": s.place} for s in found.sources]
 
@@ -137,7 +135,9 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
         store_factory=default_store if named else throwaway_store, keep_snapshots=named,
         lock_wait_s=SESSION_WAIT_S, **factories(split))
     conv = opened.conversation
-    docs_store = default_store() if args.docs not in (None, "off") and not named else None
+    # A one-off question's session is in memory; its collections are the app's.
+    wanted = args.docs if args.docs is not None else conv.generation.docs
+    docs_store = default_store() if wanted not in (None, "off") and not named else None
     previous = signal.signal(signal.SIGINT, lambda *_: conv.cancel())
     try:
         if docs_store is not None:
@@ -159,9 +159,9 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
         done = _stream(events, quiet=args.json)
         if named:
             snap = conv.last_snapshot
-            extra = {"session": {"id": conv.session.id, "title": conv.session.title},
-                     "snapshot": None if snap is None else {"ok": snap.ok,
-                                                            "reason": snap.reason}}
+            extra.update(session={"id": conv.session.id, "title": conv.session.title},
+                         snapshot=None if snap is None else {"ok": snap.ok,
+                                                             "reason": snap.reason})
         name = conv.model_info.name
         if split is not None:
             state = conv.state()

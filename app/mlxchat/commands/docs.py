@@ -1,8 +1,8 @@
 """Commands on document collections and what a message retrieved: /docs, /sources.
 
-Indexing runs on the command's thread and reports through ``ctx.progress``;
-the UI's escape sets ``ctx.cancel`` (a batch in flight rolls back: whole files
-only, and ``/docs update`` carries on).
+Indexing reports through ``ctx.progress``; the UI's escape (or quitting) sets
+``ctx.cancel``: the files read so far are written whole, and ``/docs update``
+carries on.
 """
 
 from __future__ import annotations

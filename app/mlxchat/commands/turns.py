@@ -46,14 +46,14 @@ def retry(ctx: CommandContext, args: Args) -> CommandResult:
 
 def edit(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
-    last = conv.last_user_message()
+    last = conv.last_user_text()
     if last is None:
         raise CommandError("There is no message to edit yet.")
     if not args.words:
         hint = ("Edit the message and press enter" if ctx.interactive
                 else "Run /edit NEW TEXT to replace it")
         return CommandResult.info(f"{hint}; the old version stays on its branch.",
-                                  prefill_input=f"/edit {last.content}")
+                                  prefill_input=f"/edit {last}")
     turn = conv.edit_last(args.words[0])
     return CommandResult.info("Answering the edited message; the old version stays on its "
                               "branch (/branch).", turn=turn, session_changed=True,

@@ -129,8 +129,11 @@ class ApiTurns:
             self._open_empty(named, request.system)
             start = 0
         added = self._add_history(messages[start:-len(new)], hashes[start:-len(new)])
+        # No retrieval for API turns: the client sends its own context and would
+        # never see the sources its [n] citations point to.
         self.conv.use_settings(dataclasses.replace(self.conv.session.settings,
-                                                   context_policy="stop", **request.settings),
+                                                   context_policy="stop", docs=None,
+                                                   **request.settings),
                                tools=request.tools)
         session_id = self.conv.session.id
         assert session_id is not None

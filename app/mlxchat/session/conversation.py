@@ -40,7 +40,7 @@ from mlxchat.session.speculation import Speculation
 from mlxchat.session.turns import TurnRunner
 from mlxchat.session.typing_ahead import TypingAhead
 from mlxchat.session.views import ContextCosts, EngineViews
-from mlxchat.sources import Source, with_sources
+from mlxchat.sources import Source, with_sources, without_sources
 from mlxchat.store import BranchInfo, SessionNotFound, SessionStore, SnapshotRecord
 
 if TYPE_CHECKING:
@@ -232,7 +232,7 @@ class Conversation:
 
     def _with_retrieved(self, query: str, content: str) -> tuple[str, list[Source] | None]:
         self.retrieval.last = None
-        found: Retrieved | None = self.retrieval.retrieve(query)
+        found: Retrieved | None = self.retrieval.retrieve(query, message=content)
         if found is None or not found.sources:
             return content, None
         return with_sources(found.collection, found.sources, content), found.sources
@@ -277,6 +277,7 @@ class Conversation:
         last = self.last_user_message()
         if last is None:
             raise ConversationError("There is no message to edit yet.")
+        text = without_sources(text)  # an edit of a message that retrieved retrieves anew
         if not text.strip():
             raise ConversationError("The edited message is empty.")
         before = self.messages[:self.messages.index(last)]
@@ -305,6 +306,12 @@ class Conversation:
 
     def last_user_message(self) -> Message | None:
         return next((m for m in reversed(self.messages) if m.role == "user"), None)
+
+    def last_user_text(self) -> str | None:
+        """What the user typed in the last message, its sources taken off:
+        what an edit starts from."""
+        last = self.last_user_message()
+        return None if last is None else without_sources(last.content)
 
     def cancel(self) -> None:
         self.engine.cancel()

@@ -53,9 +53,10 @@ class Retrieved:
     collection: str
     sources: list[Source]
     budget: int
-    """The tokens the sources could take."""
+    """The tokens the sources block could take."""
     block_tokens: int
-    """What the whole block (sources, numbering, instruction) costs in the prompt."""
+    """What the whole block (sources, numbering, instruction) costs in the
+    prompt: at most ``budget``."""
     left_out: int
     """Hits that did not fit the budget."""
     prefill_tps: float | None
@@ -106,12 +107,16 @@ class Retrieval:
         self._open.change_generation(docs=name)
         return info
 
-    def budget(self) -> int:
-        """Tokens the sources of the next message may take."""
+    def budget(self, message: str = "") -> int:
+        """Tokens the sources block of the next message may take: the setting
+        (or a quarter of the window), never more than the window has left once
+        the message itself (``message``) and the reply's reserve are counted."""
         settings = self._open.generation
         window = self._engine.window(settings)
         wanted = settings.docs_budget or window // DOCS_BUDGET_SHARE
-        return max(0, min(wanted, self._window_left() - self._engine.reply_reserve(settings)))
+        room = (self._window_left() - self._engine.reply_reserve(settings)
+                - (self._tokens(message) if message else 0))
+        return max(0, min(wanted, room))
 
     # -- collections -------------------------------------------------------------------
     def collections(self) -> list[CollectionInfo]:
@@ -146,14 +151,18 @@ class Retrieval:
         """Delete a collection and its index; this session stops using it. Messages
         that retrieved from it keep their sources."""
         info = self._docs.documents.delete(self.collection(name).name)
+        with self._lock:
+            self._retriever = None  # its vectors in memory go with it
         if self.in_use == info.name:
             self._open.change_generation(docs=None)
         return info
 
     # -- the turn ------------------------------------------------------------------------
-    def retrieve(self, text: str, *, remember: bool = True) -> Retrieved | None:
-        """The sources for a message of ``text`` (kept as ``last`` unless not
-        ``remember``: a preview); None when no collection is in use."""
+    def retrieve(self, text: str, *, message: str = "",
+                 remember: bool = True) -> Retrieved | None:
+        """The sources for a message asking ``text`` (the whole ``message`` as
+        it will be sent counts against the room left), kept as ``last`` unless
+        not ``remember`` (a preview); None when no collection is in use."""
         name = self.in_use
         if name is None or not text.strip():
             return None
@@ -161,25 +170,26 @@ class Retrieval:
             self._docs.documents.get(name)
         except CollectionNotFound:
             raise RetrievalError(f"This session retrieves from {name!r}, which no longer "
-                                 "exists: /docs use another collection, or /docs use off. "
-                                 "Nothing was sent.") from None
+                                 "exists (/docs use another, or off). Nothing was sent.") \
+                from None
         settings = self._open.generation
-        budget = self.budget()
+        budget = self.budget(message or text)
         hits = self._on_thread(lambda: self.retriever().search(
             name, text, k=settings.docs_k * CANDIDATES_PER_K))
         sources: list[Source] = []
-        spent = left_out = 0
+        block = left_out = 0
         for hit in hits:
             if len(sources) == settings.docs_k:
                 break
             source = _source(name, len(sources) + 1, hit)
             source.tokens = self._tokens(source.entry())
-            if spent + source.tokens > budget:
+            # The whole block counts: its numbering, tags and the citing instruction too.
+            with_it = self._tokens(sources_block(name, [*sources, source]))
+            if with_it > budget:
                 left_out += 1
                 continue
-            spent += source.tokens
+            block = with_it
             sources.append(source)
-        block = self._tokens(sources_block(name, sources)) if sources else 0
         stats = self._last_stats()
         found = Retrieved(name, sources, budget, block, left_out,
                           stats.prefill_tps if stats is not None else None)

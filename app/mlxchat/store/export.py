@@ -105,17 +105,13 @@ def session_markdown(session: Session) -> str:
 
 
 def _sources_markdown(sources: list[Source] | None) -> list[str]:
-    """What a message retrieved: each source's place and its text as sent, quoted."""
+    """What a message retrieved: each source's line and its text as sent, quoted."""
     if not sources:
         return []
     out = ["", f"#### Sources ({sources[0].collection}, {sum(s.tokens for s in sources):,} "
            "tokens)"]
     for s in sources:
-        heading = f" · {s.heading}" if s.heading else ""
-        stale = f" · {s.stale}" if s.stale else ""
-        out += ["", f"[{s.n}] {s.place}{heading} · score {s.score:.4f} · {s.tokens:,} tokens"
-                f"{stale}", ""]
-        out += ["> " + line if line else ">" for line in s.text.strip().splitlines()]
+        out += ["", s.describe(), "", quoted(s.text.strip())]
     return out
 
 

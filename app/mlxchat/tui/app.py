@@ -459,7 +459,10 @@ class MlxChatApp(CommandsMixin, App[int]):
 
     def _command_progress(self, label: str, done: int | None, total: int | None) -> None:
         """From a command's thread: its progress on the activity line."""
-        self._ui(self.activity.show, label, done, total)
+        try:
+            self._ui(self.activity.show, label, done, total)
+        except RuntimeError:  # the app is closing: the command was told to stop
+            pass
 
     def action_stop(self) -> None:
         if self.conversation is not None:
@@ -479,12 +482,12 @@ class MlxChatApp(CommandsMixin, App[int]):
         conv = self.conversation
         if conv is None or self.generating or self.running:
             return
-        last = conv.last_user_message()
-        if last is None:
+        text = conv.last_user_text()
+        if text is None:
             self.notify("There is no message to edit yet.")
             return
         self.editing = True
-        message.prompt.text = last.content
+        message.prompt.text = text
 
     def action_new_session(self) -> None:
         self.submit("/new")
@@ -513,11 +516,16 @@ class MlxChatApp(CommandsMixin, App[int]):
             self.notify(f"Theme not saved: {exc}", severity="warning")
 
     async def action_quit(self) -> None:
-        """Stop a reply, let it be committed (partial text included), then exit."""
+        """Stop a reply, let it be committed (partial text included), and an
+        index being built keep the files it read (whole), then exit."""
+        deadline = time.monotonic() + QUIT_WAIT_SECONDS
         if self.generating and self.conversation is not None:
             self.conversation.cancel()
-            deadline = time.monotonic() + QUIT_WAIT_SECONDS
             while self.generating and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+        if self.running in self.CANCELLABLE_COMMANDS and self.ctx is not None:
+            self.ctx.cancel.set()
+            while self.running and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
         self.exit(0)
 

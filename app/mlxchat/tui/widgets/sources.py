@@ -10,7 +10,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from mlxchat.sources import Source, sources_summary
-from mlxchat.units import fmt_int, fmt_seconds
+from mlxchat.units import fmt_seconds
 
 
 def shown_path(path: str) -> str:
@@ -45,9 +45,7 @@ class SourcesPanel(Static):
     def render_content(self) -> Content:
         lines: list[tuple[str, str] | str] = [(self.header(), "bold")]
         for s in self.sources:
-            heading = f" · {s.heading}" if s.heading else ""
-            lines.append(f"\n[{s.n}] {shown_path(s.place)}{heading} · score {s.score:.3f} · "
-                         f"{fmt_int(s.tokens)} tokens")
+            lines.append("\n" + s.describe(place=shown_path(s.place), digits=3, stale=False))
             if s.stale:
                 lines.append((f" · {s.stale}", "$text-warning"))
         return Content.assemble(*lines)
