@@ -5,6 +5,7 @@ rank); one line per host; a host that fails is named and the exit is 1."""
 from __future__ import annotations
 
 import json
+import time
 
 from mlxchat.cli.main import main
 from tests.models.gguf_files import random_params, write_model
@@ -44,3 +45,33 @@ def test_a_host_that_fails_is_named(tmp_path, capsys):
     assert code == 1 and len(out) == 2
     for rank, line in enumerate(out):
         assert line == f"rank {rank} 127.0.0.1: FAIL no such GGUF file: {missing}"
+
+
+def test_a_host_past_its_time_is_ended_there(tmp_path):
+    from pathlib import Path
+
+    from mlxchat.cli.import_hosts import import_on_hosts
+
+    gguf = _gguf(tmp_path / "slow.gguf")
+    reports = import_on_hosts(str(_hosts(tmp_path, "127.0.0.1", "127.0.0.1")), [str(gguf)],
+                              lambda: "here", timeout_s=0.01)
+    assert reports[0].ok and reports[0].said == "here"
+    assert not reports[1].ok and reports[1].said == "no answer within 0 s", reports[1]
+
+    def running() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    argv = (entry / "cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if str(gguf).encode() in argv and b"import" in argv:
+                    found.append(int(entry.name))
+        return found
+    # Nothing is left running the import (its launch script's pid was ended).
+    for _ in range(40):
+        if not running():
+            break
+        time.sleep(0.05)
+    assert running() == []

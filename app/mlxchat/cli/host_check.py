@@ -110,7 +110,9 @@ def rank_main(spec: str) -> int:
 
 
 def _answers(host: Any) -> bool:
-    if host.ssh_hostname in ("127.0.0.1", "localhost"):
+    from mlxchat.cli.ranks import is_local
+
+    if is_local(host):
         return True
     try:
         return subprocess.run(["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",

@@ -9,9 +9,11 @@ the same path; one line per host says what happened.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -35,43 +37,64 @@ class HostImport:
         return f"rank {self.rank} {self.host}: {'ok' if self.ok else 'FAIL'} {self.said}"
 
 
-def _remote(host: Any, argv: list[str], timeout_s: float) -> HostImport:
-    from mlx._distributed_utils.launch import RemoteProcess
-
-    local = host.ssh_hostname in ("127.0.0.1", "localhost")
+def _remote(host: Any, argv: list[str], timeout_s: float,
+            stop: threading.Event) -> HostImport:
+    """Run the import on ``host``; on ``stop`` (ctrl-c here) or past
+    ``timeout_s``, end it there too (its launch script's pid file)."""
     command = [sys.executable, "-m", "mlxchat", "import", *argv]
-    script = RemoteProcess.make_launch_script(host.rank, None, os.getcwd(), {}, [], command,
-                                              local)
-    cmd = ["bash", "-c", script] if local else \
-        ["ssh", "-o", "LogLevel=QUIET", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-         host.ssh_hostname, script]
+    cmd = launcher.launch_argv(host, {}, [], command, batch=True)
+    name = host.ssh_hostname
     try:
-        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout_s, start_new_session=True)
-    except subprocess.TimeoutExpired:
-        return HostImport(host.rank, host.ssh_hostname, False,
-                          f"no answer within {timeout_s:.0f} s")
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, errors="replace",
+                                start_new_session=True)
     except OSError as exc:
-        return HostImport(host.rank, host.ssh_hostname, False, f"cannot start ssh: {exc}")
-    # The script prints its pid file first; the import's own lines follow.
-    out = [ln for ln in done.stdout.splitlines()[1:] if ln.strip()]
-    err = [ln for ln in done.stderr.splitlines() if ln.strip()]
-    if done.returncode == 0 and out:
-        return HostImport(host.rank, host.ssh_hostname, True, out[0])
-    why = (err or out or [f"exit status {done.returncode}"])[-1]
-    return HostImport(host.rank, host.ssh_hostname, False, why.removeprefix("mlxchat: error: "))
+        return HostImport(host.rank, name, False, f"cannot start ssh: {exc}")
+    pidfile = (proc.stdout.readline() if proc.stdout else "").strip()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            out, err = proc.communicate(timeout=max(0.01, min(0.5, deadline - time.monotonic())))
+            break
+        except subprocess.TimeoutExpired:
+            if stop.is_set() or time.monotonic() > deadline:
+                _end(proc, host, pidfile)
+                why = "stopped" if stop.is_set() else f"no answer within {timeout_s:.0f} s"
+                return HostImport(host.rank, name, False, why)
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    errors = [ln for ln in err.splitlines() if ln.strip()]
+    if proc.returncode == 0 and lines:
+        return HostImport(host.rank, name, True, lines[0])
+    why = (errors or lines or [f"exit status {proc.returncode}"])[-1]
+    return HostImport(host.rank, name, False, why.removeprefix("mlxchat: error: "))
+
+
+def _end(proc: subprocess.Popen, host: Any, pidfile: str) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=5)
+    if pidfile:
+        launcher.end_remote(host, pidfile)
 
 
 def import_on_hosts(hosts_path: str, argv: list[str], local: Callable[[], str], *,
                     timeout_s: float = HOST_TIMEOUT_S) -> list[HostImport]:
     """Run ``local`` (this machine's import, returning its line) and the same
-    import (``argv`` after ``mlxchat import``) on every other host at once."""
+    import (``argv`` after ``mlxchat import``) on every other host at once.
+    Ctrl-C here stops them all."""
     hostfile = launcher.read_hostfile(Path(hosts_path).expanduser())
     others = hostfile.hosts[1:]
     results: list[HostImport | None] = [None] * len(others)
+    stop = threading.Event()
 
     def run(i: int, host: Any) -> None:
-        results[i] = _remote(host, argv, timeout_s)
+        try:
+            results[i] = _remote(host, argv, timeout_s, stop)
+        except Exception as exc:  # noqa: BLE001 - said as that host's failure
+            results[i] = HostImport(host.rank, host.ssh_hostname, False,
+                                    f"{type(exc).__name__}: {exc}")
     threads = [threading.Thread(target=run, args=(i, h), daemon=True)
                for i, h in enumerate(others)]
     for thread in threads:
@@ -81,6 +104,13 @@ def import_on_hosts(hosts_path: str, argv: list[str], local: Callable[[], str], 
         mine = HostImport(0, first, True, local())
     except MlxchatError as exc:
         mine = HostImport(0, first, False, user_message(exc) or str(exc))
+    except KeyboardInterrupt:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+        raise
     for thread in threads:
         thread.join()
-    return [mine, *(r for r in results if r is not None)]
+    return [mine, *(r if r is not None else HostImport(h.rank, h.ssh_hostname, False,
+                                                        "no result")
+                    for r, h in zip(results, others))]

@@ -239,7 +239,10 @@ def _import(args: argparse.Namespace) -> int:
     if args.hosts:
         from mlxchat.cli.import_hosts import import_on_hosts
 
-        argv = ["--bundled"] if args.bundled else [str(path)]
+        # Every host reads the same path: an absolute one (an ollama: name as it is).
+        where = str(path) if args.bundled or str(path).startswith("ollama:") else \
+            str(Path(path).expanduser().resolve())
+        argv = ["--bundled"] if args.bundled else [where]
         argv += ["--name", args.name] if args.name else []
         reports = import_on_hosts(args.hosts, argv, here)
         for report in reports:

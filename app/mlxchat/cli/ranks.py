@@ -164,13 +164,46 @@ def check_available(backend: str) -> None:
                             "with RDMA enabled); use \"backend\": \"ring\"")
 
 
+def is_local(host: Any) -> bool:
+    """This machine: started with bash instead of ssh."""
+    return host.ssh_hostname in ("127.0.0.1", "localhost")
+
+
+def launch_argv(host: Any, files: dict[str, str], env: list[str], command: list[str], *,
+                batch: bool = False) -> list[str]:
+    """The argv that runs ``command`` on ``host`` through MLX's launch script
+    (which prints its pid file first); ``batch``: ssh never asks for a password."""
+    from mlx._distributed_utils.launch import RemoteProcess
+
+    script = RemoteProcess.make_launch_script(host.rank, None, os.getcwd(), files, env,
+                                              command, is_local(host))
+    if is_local(host):
+        return ["bash", "-c", script]
+    options = ["-o", "LogLevel=QUIET"]
+    if batch:
+        options += ["-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
+    return ["ssh", *options, host.ssh_hostname, script]
+
+
+def end_remote(host: Any, pidfile: str, timeout_s: float = 15.0) -> None:
+    """End what a launch script started on ``host`` (its pid file), as
+    mlx.launch does when it stops; a host that does not answer is left."""
+    from mlx._distributed_utils.launch import RemoteProcess
+
+    script = RemoteProcess.make_kill_script(pidfile)
+    argv = ["bash", "-c", script] if is_local(host) else \
+        ["ssh", "-o", "LogLevel=QUIET", "-o", "BatchMode=yes", host.ssh_hostname, script]
+    try:
+        subprocess.run(argv, capture_output=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+
+
 def start(hostfile: Any, worker_args: list[str], *, starting_port: int = 32323,
           python: str | None = None, log_dir: Path | None = None) -> Ranks:
     """Start ranks 1..N-1 and make this process rank 0 of the group (the
     environment ``mx.distributed.init`` reads); ``worker_args`` follow
     ``python -m mlxchat.cli.rank``."""
-    from mlx._distributed_utils.launch import RemoteProcess
-
     wired = wiring(hostfile, starting_port)
     check_available(wired.backend)
     ranks = Ranks()
@@ -185,11 +218,7 @@ def start(hostfile: Any, worker_args: list[str], *, starting_port: int = 32323,
     command = [python or sys.executable, "-m", "mlxchat.cli.rank", *worker_args]
     folder = Path(log_dir or tempfile.gettempdir())
     for host in hostfile.hosts[1:]:
-        local = host.ssh_hostname in ("127.0.0.1", "localhost")
-        script = RemoteProcess.make_launch_script(host.rank, None, os.getcwd(), wired.files,
-                                                  env, command, local)
-        argv = (["bash", "-c", script] if local else
-                ["ssh", "-o", "LogLevel=QUIET", host.ssh_hostname, script])
+        argv = launch_argv(host, wired.files, env, command)
         log = folder / f"mlxchat-rank{host.rank}-{os.getpid()}.log"
         with log.open("w") as out:
             ranks.procs.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,

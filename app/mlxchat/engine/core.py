@@ -378,6 +378,10 @@ class ChatEngine:
         """Each rank's own figures (a split model's; none on one rank)."""
         return []
 
+    def _after_turn(self) -> None:
+        """Engine thread, after a turn's reply, before its end is said (a split
+        model gathers its ranks' figures here)."""
+
     @property
     def compute(self) -> ComputeLock:
         """The lock this engine computes under (shared by the engines of a process)."""
@@ -456,6 +460,7 @@ class ChatEngine:
             weights_bytes=info.weights_bytes, total_s=time.perf_counter() - start,
             context_used=len(live.tokens), kv_bytes=live.nbytes,
             peak_memory_bytes=mx.get_peak_memory())
+        self._after_turn()
         self._refresh_state(stats)
         measure = self._drafting.measurement(self._loaded, settings, decoded.generated,
                                              decoded.decode_tps)

@@ -248,19 +248,20 @@ class DistributedEngine(ChatEngine):
                                               "and kept as cancelled")
             emit(event)
         super()._turn(planned, settings, emit_lost)
-        if self.channel.lost is None:
-            self._gather_figures()
 
-    def _gather_figures(self) -> None:
-        """Every rank's weights, KV and peak memory, for the gauges (engine thread)."""
+    def _after_turn(self) -> None:
+        """Every rank's weights, KV and peak memory, for the gauges: gathered
+        before the turn's end is said, so a rank that hangs here ends the turn
+        as one lost mid-reply does (what was shown is kept)."""
+        if self.channel.lost is not None:
+            return
         try:
             self.channel.send("figures")
             rows = self.channel.gather(own_figures(self._loaded, self._live))
-        except RankLost:
-            return  # the next turn says the rank is lost
+        except (RuntimeError, RankLost):
+            return  # the channel knows the rank is lost; the next turn says so
         self._rank_figures = [RankFigures(r, int(row["weights"]), int(row["kv"]),
                                           int(row["peak"])) for r, row in enumerate(rows)]
-        self._refresh_state()
 
     def _decode(self, tokens: list[int], tail: int, reply: Reply,
                 emit: Callable[[Event], None]) -> Decode:

@@ -45,6 +45,7 @@ class RankWorker:
         self.loaded, self.channel = loaded, channel
         self.live = LiveCache(loaded.model)
         self.stats = WorkerStats()
+        mx.reset_peak_memory()  # loading is not a turn
         self._extra = segment_jobs or {}
 
     def run(self) -> WorkerStats:
@@ -77,6 +78,7 @@ class RankWorker:
             kv.probe_bytes_per_token(model, job["bits"], int(job["head_dim"]))
         elif op == "figures":
             self.channel.gather(own_figures(self.loaded, self.live))
+            mx.reset_peak_memory()  # the next report is the next turn's, as rank 0's is
         elif op in self._extra:
             self._extra[op](self, job)
         else:
