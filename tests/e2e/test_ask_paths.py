@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -166,3 +167,11 @@ def test_ask_speculates_with_a_draft_or_lookup_and_replies_the_same(capsys, tiny
 def test_ask_refuses_a_draft_without_a_model_to_pair(capsys, tiny_model_dir):
     code, _, err = ask(capsys, tiny_model_dir, "--draft", "auto", "hi")
     assert code != 0 and "pairs no draft model" in err
+
+
+def test_kv_bits_on_a_head_size_that_cannot_quantize_is_refused(capsys, tiny_model_dir):
+    code, _, err = ask(capsys, tiny_model_dir, "--kv-bits", "4", "--session", "q", "hi")
+    assert code != 0 and len(err.strip().splitlines()) == 1
+    assert re.search(r"--kv-bits needs a head size that is a multiple of 32; \S+'s is 16, so "
+                     r"its KV cache cannot be quantized", err), err
+    assert titles() == []  # nothing was sent, no session was kept

@@ -154,3 +154,17 @@ def test_quantized_kv_cache_saves_bytes_and_survives_snapshots(tiny64, tmp_path,
     finally:
         plain.close()
         quant.close()
+
+
+def test_kv_bits_on_a_head_size_mlx_cannot_quantize_is_one_line(engine):
+    from mlxchat.engine import EngineError
+
+    assert engine.info.head_dim % 32  # the tiny model's head is 16 wide
+    with pytest.raises(EngineError) as err:
+        run(engine, [Message("user", "Hi")], GenerationSettings(temperature=0, max_tokens=2,
+                                                               kv_bits=4))
+    assert str(err.value) == ("kv_bits 4 needs a head size that is a multiple of 32; this "
+                              "model's is 16, so its KV cache cannot be quantized (set kv_bits "
+                              "to none)")
+    # Nothing was left half-done: the next turn at full precision answers.
+    assert run(engine, [Message("user", "Hi")], GREEDY).reply

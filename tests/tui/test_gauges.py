@@ -152,7 +152,7 @@ async def test_live_rates_show_a_dash_until_measured():
         assert text(panel, "#live-text") == "prefill 0 / 2,048 tokens\n— tok/s"
         assert text(panel, "#compact-live") == "prefill 0 / 2,048 tokens · — tok/s"
         panel.decoding(1, None)  # the first token: no interval yet
-        assert text(panel, "#live-text") == "decoding 1 tokens\n— tok/s"
+        assert text(panel, "#live-text") == "decoding 1 token\n— tok/s"
         panel.update_stats(replace(SAMPLE_STATS, decode_tps=None, prefill_tps=None))
         panel.idle()
         turn = text(panel, "#turn-text").splitlines()
@@ -255,3 +255,13 @@ async def test_a_split_model_shows_each_ranks_own_figures():
             "2 ranks · tensor · 38.8 MB each",
             "rank 0: 38.8 MB · KV 12.1 MB · peak 90.0 MB",
             "rank 1: 38.7 MB · KV 12.1 MB · peak 88.0 MB"]
+
+
+async def test_one_decoded_token_is_one_token():
+    app = host()
+    async with app.run_test(size=(200, 50)):
+        panel = app.query_one(GaugesPanel)
+        panel.decoding(1, None)
+        assert text(panel, "#live-text").splitlines()[0] == "decoding 1 token"
+        panel.decoding(2, None)
+        assert text(panel, "#live-text").splitlines()[0] == "decoding 2 tokens"

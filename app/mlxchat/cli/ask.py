@@ -47,6 +47,9 @@ def _check_template(info, args: argparse.Namespace) -> None:
         if getattr(args, flag) is not None and variable not in info.template_variables:
             raise UserError(f"{info.name}'s chat template does not take {variable}; "
                             f"--{flag.replace('_', '-')} would change nothing")
+    if args.kv_bits and info.head_dim and info.head_dim % 32:
+        raise UserError(f"--kv-bits needs a head size that is a multiple of 32; "
+                        f"{info.name}'s is {info.head_dim}, so its KV cache cannot be quantized")
     if args.context is not None and args.context > info.context_window:
         raise UserError(f"--context can only lower {info.name}'s window of "
                         f"{info.context_window:,} tokens; got {args.context:,}")

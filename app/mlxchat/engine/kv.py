@@ -63,7 +63,14 @@ def group_size_for(head_dim: int) -> int:
 
 
 def quantize(cache: list[Any], kv_bits: int, head_dim: int) -> list[Any]:
-    """Layers that can be quantized (plain KVCache) at ``kv_bits``; others kept."""
+    """Layers that can be quantized (plain KVCache) at ``kv_bits``; others kept.
+    A head size MLX cannot quantize is refused in one line (EngineError)."""
+    if head_dim % 32:
+        from mlxchat.engine.events import EngineError
+
+        raise EngineError(f"kv_bits {kv_bits} needs a head size that is a multiple of 32; this "
+                          f"model's is {head_dim}, so its KV cache cannot be quantized "
+                          "(set kv_bits to none)")
     group = group_size_for(head_dim)
     return [row(c).quantize(c, kv_bits, group) for c in cache]
 

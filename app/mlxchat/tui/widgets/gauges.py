@@ -27,7 +27,7 @@ from mlxchat.tui.formatting import (
     usage_level,
 )
 from mlxchat.tui.widgets.meter import Meter
-from mlxchat.units import fmt_gauge_percent, fmt_int, fmt_seconds, fmt_tps
+from mlxchat.units import fmt_gauge_percent, fmt_int, fmt_seconds, fmt_tps, plural
 
 SOURCE_STYLES = {"warm": "$success", "snapshot": "$accent", "cold": "$warning"}
 
@@ -193,7 +193,7 @@ class GaugesPanel(Vertical):
         (None on both, or no object, when not speculating)."""
         self._live = "decode"
         self._hide_live_meter()
-        tokens = f"{fmt_int(generated_tokens)} tokens"
+        tokens = plural(generated_tokens, "token")
         verb = "thinking" if part == "reasoning" else "decoding"
         spec = ""
         if speculation is not None and speculation.tokens_per_pass is not None:
