@@ -234,3 +234,32 @@ def test_the_servers_own_call_sent_back_finds_its_branch(qwen3, tmp_path, monkey
         assert served.conv.messages[2].tool_call_id == call_id
     finally:
         served.stop()
+
+
+def test_several_results_are_stored_after_their_reply_and_extend_the_ledger(qwen3, tmp_path):
+    conv = open_tiny(qwen3, tmp_path / "s.db", max_tokens=4)
+    try:
+        turns = ApiTurns(conv)
+        tools = json.dumps([WEATHER], sort_keys=True)
+        calls = (CalledTool("get_weather", {"city": "Paris"}, "c1"),
+                 CalledTool("get_weather", {"city": "Oslo"}, "c2"))
+        reply = IncomingMessage("assistant", "", calls_signature(calls), calls)
+        user = IncomingMessage("user", "Weather in Paris and Oslo?")
+        first = turns.begin(ApiRequest(None, [user], tools=tools), lambda done: reply)
+        for _ in first.events:
+            pass
+        results = [IncomingMessage("tool", text, json.dumps([c.id, c.name]), call_id=c.id,
+                                   tool_name=c.name) for c, text in zip(calls, ("sun", "snow"))]
+        second = turns.begin(ApiRequest(None, [user, reply, *results], tools=tools),
+                             lambda done: IncomingMessage("assistant", done.reply))
+        stats = next(e for e in second.events if isinstance(e, TurnDone)).stats
+        for _ in second.events:
+            pass
+        stored = conv.messages[2:4]
+        assert [(m.content, m.tool_call_id) for m in stored] == [("sun", "c1"), ("snow", "c2")]
+        assert stored[1].parent_id == stored[0].id and stored[1].token_ids == []
+        text = qwen3.tokenizer.decode(stored[0].token_ids)
+        assert "sun" in text and "snow" in text  # the first holds what both add
+        assert stats.prefilled_tokens == len(stored[0].token_ids)
+    finally:
+        conv.shutdown()
