@@ -325,15 +325,16 @@ class SessionStore:
             cur.execute("UPDATE messages SET content = ?, tool_calls = ? WHERE id = ?",
                         (content, calls_to_json(calls), message_id))
 
-    def mark_stopped(self, message_id: int) -> None:
+    def mark_stopped(self, message_id: int, *, token_ids: list[int] | None) -> None:
         """A reply the engine was stopped for at a stop string: finished (its
-        finish reason 'stop'), not cancelled."""
+        finish reason 'stop'), not cancelled, with the ids of its text up to the
+        stop (None: none kept, the next turn renders it)."""
         with self.db.writing() as cur:
             row = cur.execute("SELECT stats FROM messages WHERE id = ?", (message_id,)).fetchone()
             stats = json.loads(row[0]) if row and row[0] else {}
             stats["finish_reason"] = "stop"
-            cur.execute("UPDATE messages SET cancelled = 0, stats = ? WHERE id = ?",
-                        (json.dumps(stats), message_id))
+            cur.execute("UPDATE messages SET cancelled = 0, stats = ?, token_ids = ? WHERE id = ?",
+                        (json.dumps(stats), ids_to_blob(token_ids), message_id))
 
     def set_message_stats(self, message_id: int, stats: TurnStats) -> None:
         """Replace a stored reply's figures (what happened after it was stored,
