@@ -331,7 +331,7 @@ class SessionStore:
         stop (None: none kept, the next turn renders it)."""
         with self.db.writing() as cur:
             row = cur.execute("SELECT stats FROM messages WHERE id = ?", (message_id,)).fetchone()
-            stats = json.loads(row[0]) if row and row[0] else {}
+            stats = _stats_dict(row[0] if row else None)
             stats["finish_reason"] = "stop"
             cur.execute("UPDATE messages SET cancelled = 0, stats = ?, token_ids = ? WHERE id = ?",
                         (json.dumps(stats), ids_to_blob(token_ids), message_id))
@@ -385,3 +385,12 @@ def _add(cur: sqlite3.Cursor, session_id: int, parent_id: int | None | Position,
             cur.execute("UPDATE sessions SET title = ? WHERE id = ?",
                         (title_from(draft.content), session_id))
     return draft
+
+
+def _stats_dict(text: str | None) -> dict[str, Any]:
+    """Stored figures as a dict; unreadable ones (as other readers take them) none."""
+    try:
+        stats = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return stats if isinstance(stats, dict) else {}
