@@ -177,3 +177,17 @@ async def test_ollama_streams_the_text_held_back_at_a_calls_markup(qwen3):
         lines = [json.loads(line) async for line in _lines("tiny", Piece("Let me"), rest())]
         assert "".join(line["message"]["content"] for line in lines) == parts.content
         assert lines[-1]["done"]
+
+
+def test_a_call_id_the_model_wrote_is_the_one_the_client_gets(tmp_path_factory):
+    """Mistral writes its calls' ids (9 characters, as its template renders
+    them): kept, the results the client sends back render as the model wrote."""
+    family = with_template("mistral", (REAL / "mistral-nemo.jinja").read_text())
+    tok = load_folder(write_family_model(family, tmp_path_factory.mktemp("nemo"))).tokenizer
+    written = 'Sure.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, ' \
+              '"id": "abc123def"}]'
+    parts = reply_parts(tok, written, tools=True)
+    assert [(c.name, c.id) for c in parts.calls] == [("get_weather", "abc123def")]
+    assert [c.id for c in with_ids(parts.calls)] == ["abc123def"]
+    unnamed = reply_parts(tok, 'Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', tools=True)
+    assert with_ids(unnamed.calls)[0].id.startswith("call_")

@@ -35,8 +35,9 @@ def reply_parts(tokenizer: Any, text: str, *, tools: bool) -> ReplyParts:
 
 
 def with_ids(calls: list[ToolCall]) -> tuple[CalledTool, ...]:
-    """A reply's calls with the ids the client gets (and the store keeps)."""
-    return tuple(CalledTool(c.name, c.arguments, f"call_{uuid.uuid4().hex[:24]}")
+    """A reply's calls with the ids the client gets (and the store keeps): the
+    one the model wrote, else a new one."""
+    return tuple(CalledTool(c.name, c.arguments, c.id or f"call_{uuid.uuid4().hex[:24]}")
                  for c in calls)
 
 
