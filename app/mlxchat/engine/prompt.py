@@ -55,14 +55,16 @@ def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bo
     ``template_kwargs`` reach the template (``date_string``, ``enable_thinking``;
     a function such as ``strftime_now`` as a global, see template_render).
 
-    Message text is always plain text: when some message spells one of the
-    tokenizer's control tokens, the template is rendered around the messages
-    instead (engine/template.py), so only the template makes control tokens."""
+    Message text (tool calls, results and definitions too) is always plain
+    text: when some of it spells one of the tokenizer's control tokens, the
+    template is rendered around it instead (engine/template.py), so only the
+    template makes control tokens."""
     dicts = as_dicts(messages)
     if dicts and dicts[0]["role"] == "system" and not takes_system(tokenizer):
         dicts = fold_system(dicts)
     try:
-        if template.has_control_text(tokenizer, [m["content"] for m in dicts]):
+        texts = template.strings([dicts, template_kwargs.get("tools")])
+        if template.has_control_text(tokenizer, texts):
             return template.render_ids(tokenizer, dicts, generation_prompt=generation_prompt,
                                        **template_kwargs)
         return template_render.render(tokenizer, dicts, generation_prompt=generation_prompt,
