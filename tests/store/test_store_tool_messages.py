@@ -12,6 +12,7 @@ import pytest
 from mlxchat.chat import CalledTool, Message
 from mlxchat.store import SCHEMA_VERSION, StoreError, open_store
 from mlxchat.store.export import import_json, render_session
+from mlxchat.store.messages_rebuild import messages_with_tool_role
 from mlxchat.store.schema import MIGRATIONS, V13_TOOL_MESSAGES
 
 BEFORE = MIGRATIONS.index(V13_TOOL_MESSAGES)
@@ -96,6 +97,33 @@ def test_a_rebuild_that_finds_broken_references_leaves_the_old_version(tmp_path:
     assert conn.execute("PRAGMA user_version").fetchone()[0] == BEFORE
     check = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'messages'").fetchone()[0]
     assert "'tool'" not in check
+
+
+def test_a_tools_branch_database_without_sources_migrates_keeping_its_calls(
+        tmp_path: Path) -> None:
+    """A database made before the merge on the tools branch: at the version
+    before the rebuild, with tool messages and calls but no ``sources``."""
+    path = tmp_path / "dev.db"
+    _database_before(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    messages_with_tool_role(conn)
+    conn.execute("ALTER TABLE messages DROP COLUMN sources")
+    conn.execute("INSERT INTO messages (id, session_id, parent_id, role, content, created,"
+                 " tool_calls) VALUES (10, 1, 3, 'assistant', '', 5, ?)",
+                 ('[{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "c1"}]',))
+    conn.execute("INSERT INTO messages (id, session_id, parent_id, role, content, created,"
+                 " tool_call_id, tool_name) VALUES (11, 1, 10, 'tool', 'sunny', 5, 'c1',"
+                 " 'get_weather')")
+    conn.execute("UPDATE sessions SET leaf_id = 11 WHERE id = 1")
+    conn.execute(f"PRAGMA user_version = {BEFORE}")
+    conn.close()
+    store = open_store(path)
+    messages = store.get_session(1).messages
+    assert messages[-2].tool_calls == (CalledTool("get_weather", {"city": "Paris"}, "c1"),)
+    assert (messages[-1].role, messages[-1].tool_call_id, messages[-1].tool_name) == (
+        "tool", "c1", "get_weather")
+    assert [m.sources for m in messages] == [None] * 5
+    store.close()
 
 
 def test_a_tool_loop_exports_quoted_under_its_tool_and_imports_back(tmp_path: Path) -> None:
