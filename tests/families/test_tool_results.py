@@ -10,6 +10,7 @@ import pytest
 
 from mlxchat.chat import CalledTool, Message
 from mlxchat.engine import prompt, template_delta
+from mlxchat.engine.events import ContextOverflowError
 from mlxchat.engine.template_delta import TemplateOptions
 from mlxchat.models.loader import load_folder
 
@@ -90,3 +91,22 @@ def test_a_template_that_refuses_results_without_a_call_says_so(tmp_path_factory
     with pytest.raises(prompt.TemplateRefused, match="no previous assistant message"):
         template_delta.tool_results(tok, [RESULT], reply=plain, previous=[1],
                                     options=TemplateOptions(date=0.0))
+
+
+def test_an_over_long_tool_loop_is_refused_or_cut_before_the_reply_that_called(case):
+    """Over the window, the results and the reply that called them stay one
+    unit: "stop" says the context is exceeded (no template refusal), and
+    drop_oldest never leaves a result without its call."""
+    name, loaded = case
+    tok = loaded.tokenizer
+    loop = [Message("user", "Weather?"), REPLY, RESULT]
+    window = len(prompt.render(tok, loop))  # the reply's reserve (1) does not fit
+    with pytest.raises(ContextOverflowError, match="the context window is"):
+        prompt.fit(tok, loop, window=window, max_tokens=1, policy="stop")
+    fitted = prompt.fit(tok, loop, window=window, max_tokens=1, policy="drop_oldest")
+    assert fitted.messages == [REPLY, RESULT] and fitted.dropped == 1
+    earlier = [Message("user", "Hi " * 40), Message("assistant", "Hello."), *loop]
+    window = len(prompt.render(tok, earlier)) - 2
+    fitted = prompt.fit(tok, earlier, window=window, max_tokens=1, policy="drop_oldest")
+    assert fitted.messages == loop and fitted.dropped == 2
+    assert fitted.tokens == prompt.render(tok, loop)

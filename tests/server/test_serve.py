@@ -12,6 +12,7 @@ import pytest
 from openai import OpenAI
 
 from mlxchat.engine.events import TurnDone
+from mlxchat.server.service import ids_up_to
 from mlxchat.session.lock import SessionLock
 from tests.server.conftest import open_tiny, request, serve
 
@@ -195,11 +196,24 @@ def test_a_reply_cut_at_a_stop_string_is_stored_as_finished(served):
     reply = served.conv.messages[-1]
     assert reply.content == cut.choices[0].message.content
     assert not reply.cancelled and reply.stats.finish_reason == "stop"
-    # Sent back as the client got it, the reply is found: only the new message is prefilled.
+    # Its ids are cut where its text is: the stop string and what followed are not kept.
+    assert served.conv.engine.loaded.tokenizer.decode(reply.token_ids) == reply.content
+    assert len(reply.token_ids) < cut.usage.completion_tokens
+    # Sent back as the client got it, the reply is found: the ledger goes on from
+    # the cut, and only the rest is prefilled.
     ask += [{"role": "assistant", "content": reply.content}, {"role": "user", "content": "Go"}]
     after = api.chat.completions.create(model="tiny", messages=ask, max_tokens=4)
     assert after.usage.prompt_tokens_details.cached_tokens \
-        == cut.usage.prompt_tokens + cut.usage.completion_tokens
+        == cut.usage.prompt_tokens + len(reply.token_ids)
+    assert not served.conv.messages[-2].ledger_start
+
+
+def test_a_stopped_replys_ids_are_cut_where_its_text_is_or_dropped(tiny):
+    tok = tiny.tokenizer
+    ids = tok.encode("Thinking. Héllo there", add_special_tokens=False)
+    kept = ids_up_to(tok, ids, "Héllo there", len("Hé"))
+    assert kept is not None and tok.decode(kept) == "Thinking. Hé"
+    assert ids_up_to(tok, ids, "not its text", 2) is None
 
 
 def test_a_session_open_in_another_process_is_a_conflict(served):

@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import mlx.core as mx
 import pytest
 from openai import OpenAI
 
 from mlxchat.chat import CalledTool
+from mlxchat.engine import decode
 from mlxchat.engine.events import TurnDone
 from mlxchat.models.loader import load_folder
 from mlxchat.session.api_turns import ApiRequest, ApiTurns, IncomingMessage
@@ -25,6 +27,9 @@ WEATHER = {"type": "function", "function": {
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
 CALL = {"id": "call_abc", "type": "function",
         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+# A reply as Qwen3 writes a call: a line of text, then the call's markup.
+CALLING = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}' \
+          '\n</tool_call>'
 
 
 @pytest.fixture(scope="module")
@@ -155,5 +160,106 @@ def test_a_reply_that_calls_tools_is_stored_with_its_calls_and_found_again(qwen3
         assert second.extended == 2 and conv.messages[-2].role == "tool"
         assert stats.reused_tokens == asked.prompt_tokens + asked.generated_tokens
         assert stats.prefilled_tokens == len(conv.messages[-2].token_ids)
+    finally:
+        conv.shutdown()
+
+
+class Scripted:
+    """The model's next reply steered to ``text`` (then its end token) with a
+    logits processor, as mlx-lm applies one: the model still runs, its cache
+    holds what it wrote. Where the reply is comes from the tokens so far."""
+
+    def __init__(self, tokenizer, monkeypatch):
+        self.tok, self.script = tokenizer, []
+        real = decode.sampling
+        monkeypatch.setattr(decode, "sampling", lambda settings: {
+            **real(settings), "processors": [self._force]})
+
+    def reply(self, text: str) -> None:
+        self.script = self.tok.encode(text, add_special_tokens=False) \
+            + [self.tok.convert_tokens_to_ids("<|im_end|>")]
+
+    def _force(self, tokens, logits):
+        seen = tokens.tolist()
+        done = next(k for k in range(min(len(seen), len(self.script)), -1, -1)
+                    if k == 0 or seen[-k:] == self.script[:k])
+        wanted = self.script[min(done, len(self.script) - 1)]
+        return mx.where(mx.arange(logits.shape[-1]) == wanted, 0.0, -1e9) + 0 * logits
+
+
+def _streamed(api: OpenAI, messages: list[dict]):
+    """A streamed reply as a client puts it together: the message it sends
+    back, and the usage."""
+    content, calls, usage = "", [], None
+    for chunk in api.chat.completions.create(
+            model="tiny", messages=messages, temperature=0, max_tokens=200, tools=[WEATHER],
+            stream=True, stream_options={"include_usage": True}):
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            calls += [c.model_dump() for c in choice.delta.tool_calls or ()]
+    sent = {"role": "assistant", "content": content}
+    if calls:
+        sent["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in calls]
+    return sent, usage
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_the_servers_own_call_sent_back_finds_its_branch(qwen3, tmp_path, monkeypatch, stream):
+    """A reply the model wrote as a call, sent back with its result as the client
+    got it (streamed or whole), extends the stored branch with the call's id."""
+    scripted = Scripted(qwen3.tokenizer, monkeypatch)
+    served = serve(qwen3, tmp_path / "s.db", max_tokens=200)
+    try:
+        api = _client(served.url)
+        messages: list[dict] = [{"role": "user", "content": "Weather in Paris?"}]
+        scripted.reply(CALLING)
+        if stream:
+            sent, asked = _streamed(api, messages)
+        else:
+            reply = api.chat.completions.create(model="tiny", messages=messages, temperature=0,
+                                                max_tokens=200, tools=[WEATHER])
+            sent, asked = _as_sent(reply), reply.usage
+        stored = served.conv.messages[-1]
+        assert [c["id"] for c in sent["tool_calls"]] == [c.id for c in stored.tool_calls]
+        assert stored.tool_calls[0].arguments == {"city": "Paris"}
+        call_id = sent["tool_calls"][0]["id"]
+        messages += [sent, {"role": "tool", "tool_call_id": call_id, "content": "sunny"}]
+        scripted.reply("Sunny.")
+        answered = _ask(api, messages)
+        _extends(served, answered.usage, asked)
+        store = served.conv.store
+        assert [m.role for m in store.all_messages(served.conv.session.id)] \
+            == ["user", "assistant", "tool", "assistant"]  # no branch beside the reply
+        assert served.conv.messages[2].tool_call_id == call_id
+    finally:
+        served.stop()
+
+
+def test_several_results_are_stored_after_their_reply_and_extend_the_ledger(qwen3, tmp_path):
+    conv = open_tiny(qwen3, tmp_path / "s.db", max_tokens=4)
+    try:
+        turns = ApiTurns(conv)
+        tools = json.dumps([WEATHER], sort_keys=True)
+        calls = (CalledTool("get_weather", {"city": "Paris"}, "c1"),
+                 CalledTool("get_weather", {"city": "Oslo"}, "c2"))
+        reply = IncomingMessage("assistant", "", calls_signature(calls), calls)
+        user = IncomingMessage("user", "Weather in Paris and Oslo?")
+        first = turns.begin(ApiRequest(None, [user], tools=tools), lambda done: reply)
+        for _ in first.events:
+            pass
+        results = [IncomingMessage("tool", text, json.dumps([c.id, c.name]), call_id=c.id,
+                                   tool_name=c.name) for c, text in zip(calls, ("sun", "snow"))]
+        second = turns.begin(ApiRequest(None, [user, reply, *results], tools=tools),
+                             lambda done: IncomingMessage("assistant", done.reply))
+        stats = next(e for e in second.events if isinstance(e, TurnDone)).stats
+        for _ in second.events:
+            pass
+        stored = conv.messages[2:4]
+        assert [(m.content, m.tool_call_id) for m in stored] == [("sun", "c1"), ("snow", "c2")]
+        assert stored[1].parent_id == stored[0].id and stored[1].token_ids == []
+        text = qwen3.tokenizer.decode(stored[0].token_ids)
+        assert "sun" in text and "snow" in text  # the first holds what both add
+        assert stats.prefilled_tokens == len(stored[0].token_ids)
     finally:
         conv.shutdown()

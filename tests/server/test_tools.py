@@ -159,3 +159,35 @@ async def test_ollama_gets_calls_in_its_own_shape(qwen3):
     assert lines[1]["message"]["tool_calls"] == whole["message"]["tool_calls"]
     # What a client sends back (arguments as an object) hashes like the reply we indexed.
     assert tool_signature(whole["message"]["tool_calls"], "m") == calls_signature(parts.calls)
+
+
+async def test_ollama_streams_the_text_held_back_at_a_calls_markup(qwen3):
+    """What the stream held back (a possible marker's start, a call cut short,
+    text after the calls) goes out before the end: the client's copy is the
+    stored one."""
+    from mlxchat.server.ollama_api import _lines
+
+    for text in (REPLY + "\nDone.", REPLY[:-len("</tool_call>")]):
+        parts = reply_parts(qwen3.tokenizer, text, tools=True)
+        end = Finished(parts.content, "", TurnStats(), "stop", 1, with_ids(parts.calls))
+
+        async def rest():
+            yield end
+
+        lines = [json.loads(line) async for line in _lines("tiny", Piece("Let me"), rest())]
+        assert "".join(line["message"]["content"] for line in lines) == parts.content
+        assert lines[-1]["done"]
+
+
+def test_a_call_id_the_model_wrote_is_the_one_the_client_gets(tmp_path_factory):
+    """Mistral writes its calls' ids (9 characters, as its template renders
+    them): kept, the results the client sends back render as the model wrote."""
+    family = with_template("mistral", (REAL / "mistral-nemo.jinja").read_text())
+    tok = load_folder(write_family_model(family, tmp_path_factory.mktemp("nemo"))).tokenizer
+    written = 'Sure.[TOOL_CALLS][{"name": "get_weather", "arguments": {"city": "Paris"}, ' \
+              '"id": "abc123def"}]'
+    parts = reply_parts(tok, written, tools=True)
+    assert [(c.name, c.id) for c in parts.calls] == [("get_weather", "abc123def")]
+    assert [c.id for c in with_ids(parts.calls)] == ["abc123def"]
+    unnamed = reply_parts(tok, 'Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}', tools=True)
+    assert with_ids(unnamed.calls)[0].id.startswith("call_")

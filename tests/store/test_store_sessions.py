@@ -240,3 +240,17 @@ def test_a_titled_session_is_found_or_created_once(tmp_path: Path) -> None:
     finally:
         first.close()
         second.close()
+
+
+@pytest.mark.parametrize("stats", ["not json", "[1, 2]"])
+def test_a_stop_on_a_reply_with_unreadable_stats_still_marks_it(store: SessionStore,
+                                                                stats: str) -> None:
+    session = store.create_session("t", "m")
+    store.add_message(session.id, "user", "hi")
+    reply = store.add_message(session.id, "assistant", "he", cancelled=True, token_ids=[1, 2])
+    with store.db.writing() as cur:
+        cur.execute("UPDATE messages SET stats = ? WHERE id = ?", (stats, reply.id))
+    store.mark_stopped(reply.id, token_ids=[1])
+    stored = store.branch_path(reply.id)[-1]
+    assert not stored.cancelled and stored.token_ids == [1]
+    assert stored.stats is not None and stored.stats.finish_reason == "stop"

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from mlxchat.chat import CalledTool
+from mlxchat.chat import CalledTool, Message
 from mlxchat.store import SCHEMA_VERSION, StoreError, open_store
 from mlxchat.store.export import import_json, render_session
+from mlxchat.store.messages_rebuild import messages_with_tool_role
 from mlxchat.store.schema import MIGRATIONS, V13_TOOL_MESSAGES
 
 BEFORE = MIGRATIONS.index(V13_TOOL_MESSAGES)
@@ -98,6 +99,33 @@ def test_a_rebuild_that_finds_broken_references_leaves_the_old_version(tmp_path:
     assert "'tool'" not in check
 
 
+def test_a_tools_branch_database_without_sources_migrates_keeping_its_calls(
+        tmp_path: Path) -> None:
+    """A database made before the merge on the tools branch: at the version
+    before the rebuild, with tool messages and calls but no ``sources``."""
+    path = tmp_path / "dev.db"
+    _database_before(path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    messages_with_tool_role(conn)
+    conn.execute("ALTER TABLE messages DROP COLUMN sources")
+    conn.execute("INSERT INTO messages (id, session_id, parent_id, role, content, created,"
+                 " tool_calls) VALUES (10, 1, 3, 'assistant', '', 5, ?)",
+                 ('[{"name": "get_weather", "arguments": {"city": "Paris"}, "id": "c1"}]',))
+    conn.execute("INSERT INTO messages (id, session_id, parent_id, role, content, created,"
+                 " tool_call_id, tool_name) VALUES (11, 1, 10, 'tool', 'sunny', 5, 'c1',"
+                 " 'get_weather')")
+    conn.execute("UPDATE sessions SET leaf_id = 11 WHERE id = 1")
+    conn.execute(f"PRAGMA user_version = {BEFORE}")
+    conn.close()
+    store = open_store(path)
+    messages = store.get_session(1).messages
+    assert messages[-2].tool_calls == (CalledTool("get_weather", {"city": "Paris"}, "c1"),)
+    assert (messages[-1].role, messages[-1].tool_call_id, messages[-1].tool_name) == (
+        "tool", "c1", "get_weather")
+    assert [m.sources for m in messages] == [None] * 5
+    store.close()
+
+
 def test_a_tool_loop_exports_quoted_under_its_tool_and_imports_back(tmp_path: Path) -> None:
     store = open_store(tmp_path / "s.db")
     s = store.create_session("m")
@@ -114,4 +142,29 @@ def test_a_tool_loop_exports_quoted_under_its_tool_and_imports_back(tmp_path: Pa
     assert [(m.role, m.tool_calls, m.tool_call_id, m.tool_name) for m in copy.messages] == [
         ("user", (), None, None), ("assistant", (call,), None, None),
         ("tool", (), "call_1", "get_weather"), ("assistant", (), None, None)]
+    store.close()
+
+
+def test_several_results_are_stored_together_or_not_at_all(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "s.db")
+    session = store.create_session("t", "m")
+    assert session.id is not None
+    store.add_message(session.id, "user", "Weather?")
+    reply = store.add_message(session.id, "assistant", "", tool_calls=(
+        CalledTool("get_weather", {"city": "Paris"}, "c1"),
+        CalledTool("get_weather", {"city": "Oslo"}, "c2")))
+    first = Message("tool", "sunny", token_ids=[5, 6], ledger_key="k", tool_call_id="c1",
+                    tool_name="get_weather")
+    broken = Message("nobody", "snow")  # fails as it is inserted, after the first
+    with pytest.raises(StoreError, match="Unknown message role"):
+        store.add_messages(session.id, [first, broken])
+    assert store.get_session(session.id).leaf_id == reply.id
+    assert [m.role for m in store.all_messages(session.id)] == ["user", "assistant"]
+    second = Message("tool", "snow", token_ids=[], ledger_key="k", tool_call_id="c2",
+                     tool_name="get_weather")
+    added = store.add_messages(session.id, [first, second])
+    path = store.branch_path(added[-1].id)
+    assert [(m.content, m.parent_id, m.token_ids, m.tool_call_id) for m in path[2:]] == [
+        ("sunny", reply.id, [5, 6], "c1"), ("snow", added[0].id, [], "c2")]
+    assert store.get_session(session.id).leaf_id == added[-1].id
     store.close()

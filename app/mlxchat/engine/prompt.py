@@ -55,14 +55,16 @@ def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bo
     ``template_kwargs`` reach the template (``date_string``, ``enable_thinking``;
     a function such as ``strftime_now`` as a global, see template_render).
 
-    Message text is always plain text: when some message spells one of the
-    tokenizer's control tokens, the template is rendered around the messages
-    instead (engine/template.py), so only the template makes control tokens."""
+    Message text (tool calls, results and definitions too) is always plain
+    text: when some of it spells one of the tokenizer's control tokens, the
+    template is rendered around it instead (engine/template.py), so only the
+    template makes control tokens."""
     dicts = as_dicts(messages)
     if dicts and dicts[0]["role"] == "system" and not takes_system(tokenizer):
         dicts = fold_system(dicts)
     try:
-        if template.has_control_text(tokenizer, [m["content"] for m in dicts]):
+        texts = template.strings([dicts, template_kwargs.get("tools")])
+        if template.has_control_text(tokenizer, texts):
             return template.render_ids(tokenizer, dicts, generation_prompt=generation_prompt,
                                        **template_kwargs)
         return template_render.render(tokenizer, dicts, generation_prompt=generation_prompt,
@@ -104,12 +106,24 @@ def reply_reserve(max_tokens: int, window: int) -> int:
     return max(1, min(max_tokens, window // 2))
 
 
+def _newest_unit(messages: Sequence[Message]) -> int:
+    """How many of the newest messages go together: trailing tool results with
+    the reply that called them (a template may refuse results alone), else one."""
+    n = 0
+    while n < len(messages) and messages[-1 - n].role == "tool":
+        n += 1
+    if n and n < len(messages) and messages[-1 - n].role == "assistant":
+        n += 1
+    return max(n, 1) if messages else 0
+
+
 def fit(tokenizer: Any, messages: Sequence[Message], *, window: int, max_tokens: int,
         policy: str, template_kwargs: dict[str, Any] | None = None) -> FittedPrompt:
     """Render ``messages``; when they overflow the window apply ``policy``.
 
     ``drop_oldest`` removes the oldest non-system messages (keeping the newest
-    one) until the prompt plus the reply reserve fits; ``stop`` refuses.
+    one, or the newest tool results with the reply that called them) until the
+    prompt plus the reply reserve fits; ``stop`` refuses.
     """
     messages = list(messages)
     kw = template_kwargs or {}
@@ -119,11 +133,14 @@ def fit(tokenizer: Any, messages: Sequence[Message], *, window: int, max_tokens:
         return FittedPrompt(tokens, messages, 0)
     system = [m for m in messages[:1] if m.role == "system"]
     rest = messages[len(system):]
-    minimal = render(tokenizer, system + rest[-1:], **kw)
+    unit = _newest_unit(rest)
+    minimal = render(tokenizer, system + rest[-unit:], **kw)
     if len(minimal) >= window:
-        size = len(render(tokenizer, rest[-1:], generation_prompt=False, **kw)) if rest else 0
+        size = len(render(tokenizer, rest[-unit:], generation_prompt=False, **kw)) \
+            if rest else 0
+        what = "These tool results (with the call) are" if unit > 1 else "This message is"
         raise ContextOverflowError(
-            f"This message is {size:,} tokens (the prompt with it {len(minimal):,}); "
+            f"{what} {size:,} tokens (the prompt with them {len(minimal):,}); "
             f"the context window is {window:,} tokens. Shorten it or attach less.")
     if policy == "stop":
         raise ContextOverflowError(
@@ -131,9 +148,12 @@ def fit(tokenizer: Any, messages: Sequence[Message], *, window: int, max_tokens:
             f"the context window is {window:,}. Start a /new session, "
             "`/set context_policy drop_oldest`, or lower max_tokens.")
     dropped = 0
-    while len(rest) > 1 and len(tokens) + reserve > window:
-        # Drop whole exchanges so the history never starts with a reply.
-        cut = 2 if len(rest) > 2 and rest[0].role == "user" and rest[1].role == "assistant" else 1
+    while len(rest) > unit and len(tokens) + reserve > window:
+        # Cut up to the next user message so the history never starts with a
+        # reply or a tool result (the newest unit aside).
+        cut = 1
+        while cut < len(rest) - unit and rest[cut].role != "user":
+            cut += 1
         rest = rest[cut:]
         dropped += cut
         tokens = render(tokenizer, system + rest, **kw)

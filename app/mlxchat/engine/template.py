@@ -39,6 +39,29 @@ def has_control_text(tokenizer: Any, texts: Sequence[str]) -> bool:
     return pattern is not None and any(pattern.search(t) for t in texts)
 
 
+def strings(value: Any) -> list[str]:
+    """Every string in ``value`` (messages as dicts, tool definitions): content,
+    and the names, arguments (keys too) and ids of tool calls and results."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in strings(k) + strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in strings(v)]
+    return []
+
+
+def _map_strings(value: Any, change: Any) -> Any:
+    """``value`` with ``change`` applied to every string in it (keys too)."""
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, dict):
+        return {_map_strings(k, change): _map_strings(v, change) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_map_strings(v, change) for v in value]
+    return value
+
+
 @lru_cache(maxsize=16)
 def _added_pattern(tokens: tuple[str, ...]) -> re.Pattern[str] | None:
     if not tokens:
@@ -91,6 +114,9 @@ def _render_text(tokenizer: Any, messages: list[dict[str, Any]], generation_prom
 def _spliced_text(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool,
                   kw: dict[str, Any]) -> list[tuple[str, bool]]:
     """The rendered prompt as (text, is_message) pieces, in order."""
+    beside = [[dict(m, content="") for m in messages], kw.get("tools")]
+    if has_control_text(tokenizer, strings(beside)):  # in a tool call, result or definition
+        return _marked_pieces(tokenizer, messages, generation_prompt, kw)
     nonce = secrets.token_hex(6)
     marks = [f"{_MARK_OPEN}{nonce}.{i}{_MARK_CLOSE}" for i in range(len(messages))]
     shaped = [dict(m, content=mark) for m, mark in zip(messages, marks)]
@@ -113,14 +139,20 @@ def _spliced_text(tokenizer: Any, messages: list[dict[str, Any]], generation_pro
 
 def _marked_pieces(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool,
                    kw: dict[str, Any]) -> list[tuple[str, bool]]:
-    """Fallback for templates that transform content: each added token spelled
-    inside a message is wrapped in private marks before rendering, then kept as text."""
+    """Fallback for templates that transform content, and for control text
+    outside content: each added token spelled in a message (or a tool
+    definition) is wrapped in private marks before rendering, then kept as text."""
     pattern = _added_pattern(tuple(added_tokens(tokenizer)))
     nonce = secrets.token_hex(6)
     open_, close = f"{_MARK_OPEN}{nonce}", f"{nonce}{_MARK_CLOSE}"
-    wrapped = [dict(m, content=pattern.sub(lambda x: open_ + x.group() + close, m["content"]))
-               if pattern else m for m in messages]
-    rendered = _render_text(tokenizer, wrapped, generation_prompt, kw)
+    if pattern is not None:
+        def wrap(text: str) -> str:
+            return pattern.sub(lambda x: open_ + x.group() + close, text)
+
+        messages = _map_strings(messages, wrap)
+        if kw.get("tools"):
+            kw = dict(kw, tools=_map_strings(kw["tools"], wrap))
+    rendered = _render_text(tokenizer, messages, generation_prompt, kw)
     pieces: list[tuple[str, bool]] = []
     for i, part in enumerate(re.split(re.escape(open_) + "|" + re.escape(close), rendered)):
         pieces.append((part, i % 2 == 1))

@@ -20,6 +20,8 @@ from mlxchat.models.markup import CALL_END, CALL_HEAD, cached_markup
 class ToolCall:
     name: str
     arguments: Any
+    id: str | None = None
+    """The call's id when the model writes one (Mistral's), else None."""
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,9 @@ def _calls(parsed: Any) -> list[ToolCall]:
     for item in items:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise ValueError("not a tool call")
-        out.append(ToolCall(item["name"], _arguments(item.get("arguments", {}))))
+        call_id = item.get("id")
+        out.append(ToolCall(item["name"], _arguments(item.get("arguments", {})),
+                            call_id if isinstance(call_id, str) and call_id else None))
     return out
 
 

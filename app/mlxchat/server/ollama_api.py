@@ -16,7 +16,8 @@ from mlxchat.server.errors import ApiError
 from mlxchat.server.requests import ollama_chat, parse_json
 from mlxchat.server.service import ChatService, Finished, Piece
 from mlxchat.server.tool_calls import ollama_calls
-from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
+from mlxchat.server.streaming import (DisconnectAwareStream, finished, read_body, started,
+                                      unsent)
 
 NS = 1_000_000_000
 
@@ -60,14 +61,21 @@ async def chat(request: Request) -> Response:
 
 async def _lines(model: str, first: Piece | Finished,
                  items: AsyncIterator[Piece | Finished]) -> AsyncIterator[str]:
+    sent = ""
     try:
         item = first
         while not isinstance(item, Finished):
             message = _message("", item.text) if item.part == "reasoning" \
                 else _message(item.text)
+            sent += "" if item.part == "reasoning" else item.text
             line = {"model": model, "created_at": _now(), "message": message, "done": False}
             yield json.dumps(line, ensure_ascii=False) + "\n"
             item = await anext(items)
+        rest = unsent(item, sent)
+        if rest:  # held back at a call's markup
+            line = {"model": model, "created_at": _now(), "message": _message(rest),
+                    "done": False}
+            yield json.dumps(line, ensure_ascii=False) + "\n"
         if item.tool_calls:  # as Ollama streams them: one message before the last
             line = {"model": model, "created_at": _now(), "done": False,
                     "message": _message("", "", item.tool_calls)}

@@ -16,7 +16,8 @@ from mlxchat.server.errors import ApiError
 from mlxchat.server.requests import ChatRequest, openai_chat, parse_json
 from mlxchat.server.service import ChatService, Finished, Piece
 from mlxchat.server.tool_calls import openai_calls
-from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
+from mlxchat.server.streaming import (DisconnectAwareStream, finished, read_body, started,
+                                      unsent)
 
 
 def usage(stats: TurnStats) -> dict[str, Any]:
@@ -86,7 +87,7 @@ async def _events(shape: _Shape, chat: ChatRequest, first: Piece | Finished,
             if isinstance(item, Finished):
                 # Text held back at a call's markup (all of it when the call was cut
                 # short and stays text), then the calls.
-                rest = item.content[len(sent):] if item.content.startswith(sent) else ""
+                rest = unsent(item, sent)
                 if rest:
                     yield shape.chunk({"content": rest})
                 if item.tool_calls:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import AsyncIterator, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 from mlxchat.chat import CalledTool, TurnStats
 from mlxchat.engine.events import ContextOverflowError, TextDelta, TurnDone
@@ -81,6 +81,27 @@ class StopWatch:
         return out
 
 
+def ids_up_to(tokenizer: Any, ids: list[int], answer: str, kept: int) -> list[int] | None:
+    """The first of a reply's ``ids`` that write it up to ``kept`` characters
+    of its answer text ``answer`` (which its text ends with), or None when no
+    prefix writes exactly that (a stop string that starts inside a token)."""
+    whole = tokenizer.decode(ids)
+    if not whole.endswith(answer):
+        return None
+    want = whole[:len(whole) - len(answer) + kept]
+    low, high = 0, len(ids)
+    while low < high:  # the fewest ids whose text is at least as long
+        mid = (low + high) // 2
+        if len(tokenizer.decode(ids[:mid])) < len(want):
+            low = mid + 1
+        else:
+            high = mid
+    for n in (low, low + 1):  # an incomplete character may show as one more
+        if n <= len(ids) and tokenizer.decode(ids[:n]) == want:
+            return ids[:n]
+    return None
+
+
 class ChatService:
     """One conversation, one engine lane, every endpoint's turns."""
 
@@ -139,12 +160,16 @@ class ChatService:
         finally:
             self.lane.cancel(job)
 
-    def _stopped(self, done: TurnDone) -> None:
-        """The engine was stopped for a stop string: the reply finished there."""
+    def _stopped(self, done: TurnDone, kept: str) -> None:
+        """The engine was stopped for a stop string: the reply finished there,
+        its ids cut where its text (``kept``) ends (dropped when they cannot be:
+        the next turn renders the text), so the ledger holds what the client saw."""
         last = self.conv.messages[-1] if self.conv.messages else None
         if last is not None and last.role == "assistant" and last.cancelled \
                 and last.id is not None:
-            self.conv.store.mark_stopped(last.id)
+            ids = ids_up_to(self.conv.engine.loaded.tokenizer, last.token_ids or [],
+                            done.reply, len(kept)) if last.token_ids else None
+            self.conv.store.mark_stopped(last.id, token_ids=ids)
             self.conv.reload()
         done.stats.finish_reason = "stop"
 
@@ -199,7 +224,7 @@ class ChatService:
         if done is None:
             return
         if watch.stopped:
-            self._stopped(done)
+            self._stopped(done, watch.seen)
         rest = cut.feed(watch.flush())
         if rest:
             yield Piece(rest)

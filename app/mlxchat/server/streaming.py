@@ -48,6 +48,13 @@ async def started(items: AsyncIterator[T]) -> tuple[AsyncIterator[T], T]:
     return items, first
 
 
+def unsent(end: Finished, sent: str) -> str:
+    """The reply's text the stream has not sent (held back at a call's markup:
+    all of a call cut short, which stays text, and the text after the calls),
+    so that what the client puts together is the stored reply."""
+    return end.content[len(sent):] if end.content.startswith(sent) else ""
+
+
 class ClientGone(Exception):
     """The client of a reply asked for whole went away before it was done."""
 

@@ -23,18 +23,21 @@ class ReplyParts:
 
 
 def reply_parts(tokenizer: Any, text: str, *, tools: bool) -> ReplyParts:
-    """``text`` split into content and calls (only when the request gave tools)."""
+    """``text`` split into content and calls (only when the request gave tools).
+    The content is kept as written, not stripped: a stream sends the text before
+    a call as it comes, and what the client sends back must hash like the
+    stored reply."""
     if not tools:
         return ReplyParts(text)
     pieces = split_tool_calls(tokenizer, text)
     calls = [p for p in pieces if isinstance(p, ToolCall)]
-    content = "".join(p for p in pieces if isinstance(p, str))
-    return ReplyParts(content.strip() if calls else content, calls)
+    return ReplyParts("".join(p for p in pieces if isinstance(p, str)), calls)
 
 
 def with_ids(calls: list[ToolCall]) -> tuple[CalledTool, ...]:
-    """A reply's calls with the ids the client gets (and the store keeps)."""
-    return tuple(CalledTool(c.name, c.arguments, f"call_{uuid.uuid4().hex[:24]}")
+    """A reply's calls with the ids the client gets (and the store keeps): the
+    one the model wrote, else a new one."""
+    return tuple(CalledTool(c.name, c.arguments, c.id or f"call_{uuid.uuid4().hex[:24]}")
                  for c in calls)
 
 

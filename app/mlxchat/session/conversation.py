@@ -245,11 +245,11 @@ class Conversation:
         if not results or any(r.role != "tool" for r in results):
             raise ConversationError("Tool results need at least one message of role 'tool'.")
         plan = self._open.ledger(self.engine).plan_results(self.messages, results)
-        for i, result in enumerate(results):
-            ids = plan.user_ids if i == 0 or plan.user_ids is None else []
-            self.store.add_message(self.session.id, "tool", result.content, token_ids=ids,
-                                   ledger_key=plan.key, ledger_start=plan.start and i == 0,
-                                   tool_call_id=result.tool_call_id, tool_name=result.tool_name)
+        self.store.add_messages(self.session.id, [  # all or none: the first holds all ids
+            Message("tool", r.content, token_ids=plan.user_ids if i == 0 or plan.user_ids is None
+                    else [], ledger_key=plan.key, ledger_start=plan.start and i == 0,
+                    tool_call_id=r.tool_call_id, tool_name=r.tool_name)
+            for i, r in enumerate(results)])
         self.reload()
         return self._turns.run(plan)
 

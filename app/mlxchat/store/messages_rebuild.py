@@ -28,8 +28,6 @@ _MESSAGES_WITH_TOOLS = """
         tool_name TEXT
     )
 """
-_KEPT_COLUMNS = ("id, session_id, parent_id, role, content, token_count, stats, created,"
-                 " cancelled, token_ids, ledger_key, ledger_start, reasoning, sources")
 
 
 def messages_with_tool_role(conn: sqlite3.Connection) -> None:
@@ -44,8 +42,12 @@ def messages_with_tool_role(conn: sqlite3.Connection) -> None:
     sequence = conn.execute(
         "SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
     conn.execute(_MESSAGES_WITH_TOOLS)
-    conn.execute(f"INSERT INTO messages_rebuilt ({_KEPT_COLUMNS})"
-                 f" SELECT {_KEPT_COLUMNS} FROM messages")
+    # Every column both tables have: a database made on the tools branch before
+    # the merge has the tool columns (kept) and no ``sources`` (left empty).
+    old = {row[1] for row in conn.execute("PRAGMA table_info(messages)")}
+    columns = ", ".join(row[1] for row in conn.execute("PRAGMA table_info(messages_rebuilt)")
+                        if row[1] in old)
+    conn.execute(f"INSERT INTO messages_rebuilt ({columns}) SELECT {columns} FROM messages")
     conn.execute("DROP TABLE messages")
     conn.execute("ALTER TABLE messages_rebuilt RENAME TO messages")
     for sql in kept:

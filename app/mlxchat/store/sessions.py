@@ -8,6 +8,7 @@ Every write is one ``BEGIN IMMEDIATE`` transaction, committed before it returns.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import sqlite3
@@ -298,34 +299,14 @@ class SessionStore:
             tool_call_id=tool_call_id, tool_name=tool_name,
         )
         with self.db.writing() as cur:
-            row = session_row(cur, session_id)
-            parent = row["leaf_id"] if parent_id is CURRENT_LEAF else parent_id
-            assert not isinstance(parent, Position)
-            if parent is not None:
-                check_message(cur, session_id, parent)
-            draft.parent_id = parent
-            draft.created = time.time()
-            draft.id = insert_message(cur, session_id, parent, draft)
-            if role == "assistant":
-                cur.execute("DELETE FROM drafts WHERE session_id = ?", (session_id,))
-            cur.execute(
-                "UPDATE sessions SET leaf_id = ?, updated = ? WHERE id = ?",
-                (draft.id, draft.created, session_id),
-            )
-            if role == "user" and not row["title_locked"] and title_from(content):
-                earlier = 0
-                if parent is not None:
-                    sql = (
-                        PATH_UP
-                        + "SELECT count(*) FROM path JOIN messages USING (id) WHERE role = 'user'"
-                    )
-                    earlier = cur.execute(sql, (parent,)).fetchone()[0]
-                if not earlier:
-                    cur.execute(
-                        "UPDATE sessions SET title = ? WHERE id = ?",
-                        (title_from(content), session_id),
-                    )
-        return draft
+            return _add(cur, session_id, parent_id, draft)
+
+    def add_messages(self, session_id: int, messages: list[Message]) -> list[Message]:
+        """Store ``messages`` one after another from the current leaf, all or
+        none (one transaction: several tool results that share one ledger entry)."""
+        with self.db.writing() as cur:
+            return [_add(cur, session_id, CURRENT_LEAF, dataclasses.replace(m))
+                    for m in messages]
 
     def set_message_ledger(self, message_id: int, token_ids: list[int], key: str, *,
                            start: bool) -> None:
@@ -344,15 +325,16 @@ class SessionStore:
             cur.execute("UPDATE messages SET content = ?, tool_calls = ? WHERE id = ?",
                         (content, calls_to_json(calls), message_id))
 
-    def mark_stopped(self, message_id: int) -> None:
+    def mark_stopped(self, message_id: int, *, token_ids: list[int] | None) -> None:
         """A reply the engine was stopped for at a stop string: finished (its
-        finish reason 'stop'), not cancelled."""
+        finish reason 'stop'), not cancelled, with the ids of its text up to the
+        stop (None: none kept, the next turn renders it)."""
         with self.db.writing() as cur:
             row = cur.execute("SELECT stats FROM messages WHERE id = ?", (message_id,)).fetchone()
-            stats = json.loads(row[0]) if row and row[0] else {}
+            stats = _stats_dict(row[0] if row else None)
             stats["finish_reason"] = "stop"
-            cur.execute("UPDATE messages SET cancelled = 0, stats = ? WHERE id = ?",
-                        (json.dumps(stats), message_id))
+            cur.execute("UPDATE messages SET cancelled = 0, stats = ?, token_ids = ? WHERE id = ?",
+                        (json.dumps(stats), ids_to_blob(token_ids), message_id))
 
     def set_message_stats(self, message_id: int, stats: TurnStats) -> None:
         """Replace a stored reply's figures (what happened after it was stored,
@@ -377,3 +359,38 @@ class SessionStore:
                 "SELECT * FROM messages WHERE session_id = ? ORDER BY id", (session_id,)
             )
             return [message_from_row(row) for row in rows]
+
+
+def _add(cur: sqlite3.Cursor, session_id: int, parent_id: int | None | Position,
+         draft: Message) -> Message:
+    """``draft`` stored after ``parent_id`` and made the current leaf."""
+    row = session_row(cur, session_id)
+    parent = row["leaf_id"] if parent_id is CURRENT_LEAF else parent_id
+    assert not isinstance(parent, Position)
+    if parent is not None:
+        check_message(cur, session_id, parent)
+    draft.parent_id = parent
+    draft.created = time.time()
+    draft.id = insert_message(cur, session_id, parent, draft)
+    if draft.role == "assistant":
+        cur.execute("DELETE FROM drafts WHERE session_id = ?", (session_id,))
+    cur.execute("UPDATE sessions SET leaf_id = ?, updated = ? WHERE id = ?",
+                (draft.id, draft.created, session_id))
+    if draft.role == "user" and not row["title_locked"] and title_from(draft.content):
+        earlier = 0
+        if parent is not None:
+            sql = PATH_UP + "SELECT count(*) FROM path JOIN messages USING (id) WHERE role = 'user'"
+            earlier = cur.execute(sql, (parent,)).fetchone()[0]
+        if not earlier:
+            cur.execute("UPDATE sessions SET title = ? WHERE id = ?",
+                        (title_from(draft.content), session_id))
+    return draft
+
+
+def _stats_dict(text: str | None) -> dict[str, Any]:
+    """Stored figures as a dict; unreadable ones (as other readers take them) none."""
+    try:
+        stats = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return stats if isinstance(stats, dict) else {}
