@@ -21,7 +21,7 @@ from mlxchat.server.app import build_app
 from mlxchat.server.options import ServeOptions, check_options
 from mlxchat.server.runner import RunningServer
 from mlxchat.server.service import ChatService
-from mlxchat.session.conversation import Conversation
+from mlxchat.session.conversation import Conversation, ModelLoader
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 
@@ -39,6 +39,18 @@ def api_engine(loaded: LoadedModel) -> Engine:
     return ChatEngine(loaded, compute_owner=API_OWNER)
 
 
+def shared_loader(loaded: LoadedModel, spec: str, load: ModelLoader | None) -> ModelLoader:
+    """The chat's model as the same weights (no copy); any other (a draft) loaded
+    as the chat would load it."""
+    def shared(wanted: str, progress: object = None) -> LoadedModel:
+        if wanted == spec:
+            return loaded
+        if load is None:
+            raise UserError(f"The API server beside the chat cannot load {wanted}.")
+        return load(wanted)
+    return shared
+
+
 class SharedServer:
     """A running server over ``chat``'s model; ``stop`` ends it in bounded time."""
 
@@ -54,7 +66,7 @@ class SharedServer:
         opened = open_conversation(
             chat.settings, model_spec=chat.model_spec,
             store_factory=partial(open_store, database),
-            load_model=lambda spec, progress=None: loaded,  # the same weights, no copy
+            load_model=shared_loader(loaded, chat.model_spec, chat.model_loader),
             engine_factory=engine_factory, lock_holder=API_HOLDER)
         self.conversation = opened.conversation
         self.options = options

@@ -321,6 +321,11 @@ class Conversation:
     def update_generation(self, settings: GenerationSettings) -> None:
         self._open.update_generation(settings)
 
+    @property
+    def model_loader(self) -> ModelLoader | None:
+        """How this conversation loads a model (a draft, a switch); None: it cannot."""
+        return self._load_model
+
     def switch_model(self, spec: str, *, resume: bool = True) -> LoadedModel:
         """Load ``spec`` in place of the model; with ``resume`` the session's
         speculation is checked against it (``speculation_notice`` says why it
