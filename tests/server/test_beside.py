@@ -13,6 +13,7 @@ from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
 from mlxchat.server.beside import SharedServer
 from mlxchat.server.options import ServeOptions
+from mlxchat.server.runner import ServerFailed
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 
@@ -48,3 +49,18 @@ def test_the_api_loads_a_draft_as_itself_not_as_the_chat_model(shared, tiny, tin
     assert api.set_draft("tiny-d") == "tiny-d"
     assert api.engine.draft_spec == "tiny-d"
     assert api.engine.draft_info.name == "tiny-d"
+
+
+def lanes() -> int:
+    return sum(t.name == "mlxchat-api-lane" and t.is_alive() for t in threading.enumerate())
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # uvicorn's exit
+def test_a_server_that_cannot_bind_leaves_no_thread_behind(chat):
+    before = lanes()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(ServerFailed, match="is the port in use"):
+            SharedServer(chat, ServeOptions(port=taken.getsockname()[1]))
+    assert lanes() == before

@@ -70,12 +70,15 @@ class SharedServer:
             engine_factory=engine_factory, lock_holder=API_HOLDER)
         self.conversation = opened.conversation
         self.options = options
+        service: ChatService | None = None
         try:
-            self.service = ChatService(self.conversation, max_waiting=options.queue,
-                                       kv_budget_bytes=options.kv_budget_bytes)
-            self.server = RunningServer(build_app(self.service, api_key=options.api_key),
+            self.service = service = ChatService(self.conversation, max_waiting=options.queue,
+                                                 kv_budget_bytes=options.kv_budget_bytes)
+            self.server = RunningServer(build_app(service, api_key=options.api_key),
                                         host=options.host, port=options.port).start()
         except BaseException:
+            if service is not None:
+                service.close()  # its lane thread
             self.conversation.shutdown()
             raise
 
