@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import socket
 import threading
+from dataclasses import replace
 
 import pytest
 
+from mlxchat.models import precision
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
 from mlxchat.server.beside import SharedServer
@@ -17,7 +19,8 @@ from mlxchat.server.runner import ServerFailed
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 
-from tests.server.conftest import tiny_settings
+from tests.commands.conftest import send
+from tests.server.conftest import request, tiny_settings
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +67,51 @@ def test_a_server_that_cannot_bind_leaves_no_thread_behind(chat):
         with pytest.raises(ServerFailed, match="is the port in use"):
             SharedServer(chat, ServeOptions(port=taken.getsockname()[1]))
     assert lanes() == before
+
+
+@pytest.fixture
+def own_chat(tmp_path):
+    """A chat on a tiny model of its own: the test casts its arrays."""
+    loaded = load_folder(write_tiny_model(tmp_path / "m"), name="tiny", spec="tiny",
+                         available=None)
+    conv = open_conversation(tiny_settings(4), model_spec="tiny",
+                             store_factory=lambda: open_store(tmp_path / "s.db"),
+                             load_model=lambda spec, progress=None: loaded).conversation
+    yield conv
+    conv.shutdown()
+
+
+def ask(url: str, messages: list[dict]) -> dict:
+    reply = request(url, "POST", "/v1/chat/completions",
+                    {"model": "tiny", "messages": messages, "max_tokens": 4})
+    assert reply.status == 200, reply.body
+    return reply.json()
+
+
+def test_the_api_computes_in_the_chats_dtype_and_never_recasts_the_shared_weights(own_chat):
+    chat = own_chat
+    send(chat, "Hello from the chat.")
+    chat.update_generation(replace(chat.generation, compute_dtype="float16"))
+    send(chat, "Now in float16.")
+    assert chat.engine.state().compute_dtype == "float16"
+    server = SharedServer(chat, ServeOptions(port=0))
+    try:
+        first = [{"role": "user", "content": "A client."}]
+        reply = ask(server.url, first)["choices"][0]["message"]["content"]
+        # The API session's own settings say the default (float32): it computes
+        # in what the weights hold instead of casting them back.
+        assert precision.current_dtype(chat.engine.loaded.model) == "float16"
+        assert server.engine.state().compute_dtype == "float16"
+        done = send(chat, "The chat again.")
+        assert done.stats.cache_source == "warm" and done.stats.miss_reason is None, done.stats
+        # The chat goes back to float32: the API follows, its own cache reset.
+        chat.update_generation(replace(chat.generation, compute_dtype=None))
+        send(chat, "Back in float32.")
+        again = ask(server.url, first + [{"role": "assistant", "content": reply},
+                                         {"role": "user", "content": "More."}])
+        assert server.engine.state().compute_dtype == "float32"
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert precision.current_dtype(chat.engine.loaded.model) == "float32"
+        assert send(chat, "Still warm.").stats.cache_source == "warm"
+    finally:
+        server.stop()

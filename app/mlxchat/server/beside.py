@@ -36,7 +36,9 @@ EngineFactory = Callable[[LoadedModel], Engine]
 
 
 def api_engine(loaded: LoadedModel) -> Engine:
-    return ChatEngine(loaded, compute_owner=API_OWNER)
+    # The chat owns the shared weights' dtype: casting them back and forth would
+    # leave each engine's cache cold after the other's turn.
+    return ChatEngine(loaded, compute_owner=API_OWNER, casts_weights=False)
 
 
 def shared_loader(loaded: LoadedModel, spec: str, load: ModelLoader | None) -> ModelLoader:
