@@ -158,11 +158,56 @@ async def test_two_turns_never_compute_at_once_and_the_chat_says_it_waits(tmp_pa
         assert app.conversation.messages[-1].role == "assistant"
         assert not app.activity.active
         after = compute.figures()
-        assert after.waited > before.waited and after.most_at_once == 1
+        assert after.waited > before.waited and after.holds >= before.holds + 2  # both turns
     assert CountedEngine.most_at_once == 1
     assert "api" in CountedEngine.owners and "chat" in CountedEngine.owners
     # The API's turn entered first; the chat's ran after it, not beside it.
     assert CountedEngine.owners.index("api") < CountedEngine.owners.index("chat")
+
+
+class GatedEngine(ChatEngine):
+    """A real engine whose turns, holding the compute lock, wait for ``go``."""
+
+    entered = threading.Event()
+    go = threading.Event()
+
+    def _turn(self, planned, settings, emit):
+        GatedEngine.entered.set()
+        assert GatedEngine.go.wait(60)
+        return super()._turn(planned, settings, emit)
+
+
+async def test_stop_while_the_chat_waits_for_the_api_ends_the_turn_at_once(tmp_path, tiny):
+    GatedEngine.entered.clear()
+    GatedEngine.go.clear()
+    app = tiny_app(tmp_path / "s.db", tiny, settings=tiny_settings(max_tokens=4))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        app.serving.control.engine_factory = partial(GatedEngine, compute_owner="api")
+        await command(pilot, "/serve 0")
+        server = app.serving.running
+        conv = app.conversation
+        try:
+            api_reply = asyncio.ensure_future(ask(server.url, [
+                {"role": "user", "content": "A client first."}]))
+            await asyncio.to_thread(GatedEngine.entered.wait, 30)
+            app.prompt.text = "Meanwhile, in the chat."
+            app.simulate_key("enter")
+            await until(lambda: "waiting for the API: 1 request ahead" in app.activity.label)
+            await pilot.press("escape")  # Stop, while the API's turn still holds the engine
+            await until(lambda: not app.generating, 5)
+            await settle(pilot)
+            assert not api_reply.done() and not app.activity.active
+            # The user's message is kept; no reply was stored for a turn that never ran.
+            conv.reload()
+            assert [(m.role, m.content) for m in conv.messages][-1] == (
+                "user", "Meanwhile, in the chat.")
+        finally:
+            GatedEngine.go.set()
+        reply = await asyncio.wait_for(api_reply, 60)
+        assert reply.choices[0].message.content is not None
+        await send(pilot, "And now the chat answers.")
+        assert conv.messages[-1].role == "assistant" and not conv.messages[-1].cancelled
 
 
 async def test_an_api_session_opened_in_the_chat_is_handed_over_not_shared(tmp_path, tiny):

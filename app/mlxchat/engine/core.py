@@ -20,7 +20,7 @@ import mlx.core as mx
 from mlxchat.chat import GenerationSettings, Message, TurnStats
 from mlxchat.engine import kv, prompt, reasoning, spec_auto, template_delta
 from mlxchat.engine.ahead import TypingPrefill
-from mlxchat.engine.compute import PROCESS_LOCK, ComputeLock
+from mlxchat.engine.compute import PROCESS_LOCK, ComputeLock, WaitCancelled
 from mlxchat.engine.decode import Reply, decode
 from mlxchat.engine.drafting import Drafting, MeasureVerify
 from mlxchat.engine.events import (EngineError, EngineState, Event, PrefillProgress, RankFigures,
@@ -34,7 +34,7 @@ from mlxchat.engine.segments import SegmentInfo, SegmentRef
 from mlxchat.engine.speculative import Stream, trim_problem
 from mlxchat.engine.template_delta import TemplateOptions
 from mlxchat.engine.view import LiveView, view_of
-from mlxchat.engine.worker import EngineThread
+from mlxchat.engine.worker import Bookkeeping, EngineThread
 from mlxchat.models import precision
 from mlxchat.models.info import LoadedModel, ModelInfo, recast, retyped
 
@@ -144,6 +144,8 @@ class ChatEngine:
             while True:
                 item = self._next_event(events)
                 if item is _DONE:
+                    if isinstance(fut.exception(), WaitCancelled):
+                        return  # stopped while another engine computed: nothing ran
                     fut.result()  # re-raise a refusal or failure here
                     return
                 if item is ABANDONED:
@@ -304,7 +306,7 @@ class ChatEngine:
     def needs_restore(self, tokens: Sequence[int]) -> bool:
         """The live cache holds tokens the prompt does not, and cannot be trimmed
         back to them (a wrapped sliding window, a recurrent state)."""
-        return self._call(lambda: self._disk.needs_restore(tokens))
+        return self._call(Bookkeeping(lambda: self._disk.needs_restore(tokens)))
 
     def mark_prefix(self, tokens: Sequence[int] | None, path: Path | None = None) -> None:
         """Checkpoint the cache to ``path`` once it holds exactly ``tokens`` (None:
