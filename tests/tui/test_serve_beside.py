@@ -125,8 +125,13 @@ async def test_quitting_the_app_stops_the_server(tmp_path, tiny):
         reply = await ask(server.url, [{"role": "user", "content": "Hello."}])
         assert reply.choices[0].finish_reason in ("stop", "length")
         port = server.server.port
+        timer, stopped_on = app.serving._timer, []
+        stop_timer = timer.stop
+        timer.stop = lambda: stopped_on.append(threading.current_thread()) or stop_timer()
+        ui_thread = threading.current_thread()
         await pilot.press("ctrl+q")
     assert refused(port)
+    assert stopped_on == [ui_thread]  # a Textual timer is stopped on the UI thread
     assert not server.engine._worker.alive() and app.serving.running is None
 
 

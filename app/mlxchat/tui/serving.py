@@ -74,17 +74,20 @@ class Serving:
         return server
 
     def stop(self, *, redraw: bool = True) -> str | None:
-        """From a worker thread (at quit: ``redraw=False``): stop serving; the
-        URL it served at."""
-        if not redraw and self._timer is not None:
-            self._timer.stop()
-            self._timer = None
+        """From a worker thread (at quit: ``redraw=False``, after ``stop_watch``
+        on the UI thread): stop serving; the URL it served at."""
         url = self._control.stop() if self._control is not None else None
         if url is not None and redraw:
             self.app.call_from_thread(self.changed)
         return url
 
     # -- on the UI thread ------------------------------------------------------------
+
+    def stop_watch(self) -> None:
+        """At quit, before ``stop`` runs on a thread: a Textual timer is stopped here."""
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
 
     def changed(self) -> None:
         """Started or stopped: the title, the gauges and the waiting watch follow."""
