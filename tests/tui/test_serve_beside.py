@@ -155,7 +155,7 @@ async def test_two_turns_never_compute_at_once_and_the_chat_says_it_waits(tmp_pa
         await asyncio.to_thread(CountedEngine.entered.wait, 30)
         app.prompt.text = "Meanwhile, in the chat."
         app.simulate_key("enter")
-        await until(lambda: "waiting for the API: 1 request ahead" in app.activity.label)
+        await until(lambda: "waiting for the API to finish a request" in app.activity.label)
         reply = await asyncio.wait_for(api_reply, 60)
         await until(lambda: not app.generating, 60)
         await settle(pilot)
@@ -198,7 +198,7 @@ async def test_stop_while_the_chat_waits_for_the_api_ends_the_turn_at_once(tmp_p
             await asyncio.to_thread(GatedEngine.entered.wait, 30)
             app.prompt.text = "Meanwhile, in the chat."
             app.simulate_key("enter")
-            await until(lambda: "waiting for the API: 1 request ahead" in app.activity.label)
+            await until(lambda: "waiting for the API to finish a request" in app.activity.label)
             await pilot.press("escape")  # Stop, while the API's turn still holds the engine
             await until(lambda: not app.generating, 5)
             await settle(pilot)

@@ -92,12 +92,12 @@ class SharedServer:
     def engine(self) -> Engine:
         return self.conversation.engine
 
-    def requests_ahead(self) -> int:
-        """API jobs ahead of the chat's waiting one in the compute lock's line."""
+    def chat_waits(self) -> bool:
+        """An API job is ahead of the chat's waiting one in the compute lock's
+        line (at most one: the API engine runs one job at a time, and the
+        requests queued behind it come after the chat's)."""
         compute = getattr(self.engine, "compute", None)
-        if compute is None:
-            return 0
-        return sum(owner == API_OWNER for owner in compute.ahead_of("chat"))
+        return compute is not None and API_OWNER in compute.ahead_of("chat")
 
     def kv_bytes(self) -> int:
         return self.conversation.state().kv_bytes
@@ -145,8 +145,8 @@ class ServeControl:
         running.stop()
         return running.url
 
-    def requests_ahead(self) -> int:
-        return self.running.requests_ahead() if self.running is not None else 0
+    def chat_waits(self) -> bool:
+        return self.running is not None and self.running.chat_waits()
 
     def kv_bytes(self) -> int:
         return self.running.kv_bytes() if self.running is not None else 0
