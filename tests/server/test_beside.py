@@ -16,6 +16,7 @@ from mlxchat.models.tiny import write_tiny_model
 from mlxchat.server.beside import SharedServer
 from mlxchat.server.options import ServeOptions
 from mlxchat.server.runner import ServerFailed
+from mlxchat.session.lock import SessionLock
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 
@@ -115,3 +116,33 @@ def test_the_api_computes_in_the_chats_dtype_and_never_recasts_the_shared_weight
         assert send(chat, "Still warm.").stats.cache_source == "warm"
     finally:
         server.stop()
+
+
+def test_a_session_taken_between_the_check_and_the_open_is_left_as_it_was(chat, shared):
+    """The chat opens an API session just after the API checked it was free:
+    the API refuses (409) without having moved that session's leaf."""
+    first = [{"role": "user", "content": "An API conversation."}]
+    reply = ask(shared.url, first)["choices"][0]["message"]["content"]
+    more = first + [{"role": "assistant", "content": reply}, {"role": "user", "content": "More."}]
+    ask(shared.url, more)
+    api_session = shared.conversation.session.id
+    ask(shared.url, [{"role": "user", "content": "Another conversation."}])  # the API moves on
+    leaf = chat.store.get_session(api_session).leaf_id
+    api = shared.conversation
+    checked = api.check_free
+    taken: list[SessionLock] = []
+
+    def chat_opens_it_in_the_gap(session_id: int) -> None:
+        checked(session_id)
+        taken.append(SessionLock(chat.store.path, session_id, holder="the chat"))
+    api.check_free = chat_opens_it_in_the_gap
+    try:
+        branch = first + [{"role": "assistant", "content": reply},
+                          {"role": "user", "content": "Another branch."}]
+        refused = request(shared.url, "POST", "/v1/chat/completions",
+                          {"model": "tiny", "messages": branch, "max_tokens": 4})
+    finally:
+        for lock in taken:
+            lock.release()
+    assert taken and refused.status == 409, refused.body
+    assert chat.store.get_session(api_session).leaf_id == leaf
