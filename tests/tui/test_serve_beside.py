@@ -14,6 +14,7 @@ from openai import OpenAI
 
 from mlxchat.engine import ChatEngine
 from mlxchat.server.options import ServeOptions
+from mlxchat.store import open_store
 from mlxchat.tui.widgets import NoticeMessage
 
 from .app_support import ready, send, settle, tiny_app, tiny_settings, until
@@ -273,3 +274,40 @@ async def test_serving_twice_is_refused(tmp_path, tiny):
         await command(pilot, "/serve off")
         await command(pilot, "/serve off")
         assert notices(app)[-1].endswith("Not serving.")
+
+
+async def test_a_request_running_at_quit_is_cut_and_stored_as_stopped(tmp_path, tiny):
+    db = tmp_path / "s.db"
+    app = tiny_app(db, tiny, serve=ServeOptions(port=0))  # serve --tui
+    streamed = threading.Event()
+    pieces: list[str] = []
+
+    def stream_a_long_reply(url: str) -> None:
+        chunks = client(url).chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Tell me a long story."}],
+            max_tokens=3000, stream=True)
+        try:
+            for chunk in chunks:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    pieces.append(chunk.choices[0].delta.content)
+                    streamed.set()
+        except Exception:  # noqa: BLE001 - the server went away mid-stream: expected
+            pass
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        server = app.serving.running
+        reader = threading.Thread(target=stream_a_long_reply, args=(server.url,), daemon=True)
+        reader.start()
+        assert await asyncio.to_thread(streamed.wait, 30)
+        api_session = server.conversation.session.id
+        app.simulate_key("ctrl+q")
+        await until(lambda: not app.is_running, 60)
+    reader.join(30)
+    store = open_store(db)
+    try:
+        reply = store.get_session(api_session).messages[-1]
+    finally:
+        store.close()
+    assert reply.role == "assistant" and reply.cancelled
+    assert reply.content.startswith("".join(pieces)) and reply.content
