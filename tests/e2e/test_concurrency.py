@@ -110,12 +110,19 @@ def test_a_reply_still_locked_at_quit_is_stored_by_the_next_open(tiny, tmp_path,
     again.shutdown()
 
 
-def test_a_session_open_in_one_place_is_refused_in_another(tiny, tmp_path):
+def one_session(tiny, tmp_path) -> tuple[Settings, dict, Conversation]:
+    """The settings and opener of a store in ``tmp_path``, and a conversation
+    open on it with one turn."""
     settings = Settings(model="tiny")
     opener = dict(store_factory=lambda: open_store(tmp_path / "s.db"),
                   load_model=lambda spec, progress=None: tiny)
     first = open_conversation(settings, **opener).conversation
     [e for e in first.send("Hello.") if isinstance(e, TurnDone)]
+    return settings, opener, first
+
+
+def test_a_session_open_in_one_place_is_refused_in_another(tiny, tmp_path):
+    settings, opener, first = one_session(tiny, tmp_path)
     sid = first.session.id
     # The UI's lenient lookup: says so and starts a new session.
     ui = open_conversation(settings, session=str(sid), **opener)
@@ -143,11 +150,7 @@ lock.release()
 
 
 def test_a_session_open_in_another_process_names_its_pid(tiny, tmp_path):
-    settings = Settings(model="tiny")
-    opener = dict(store_factory=lambda: open_store(tmp_path / "s.db"),
-                  load_model=lambda spec, progress=None: tiny)
-    first = open_conversation(settings, **opener).conversation
-    [e for e in first.send("Hello.") if isinstance(e, TurnDone)]
+    settings, opener, first = one_session(tiny, tmp_path)
     sid = first.session.id
     first.shutdown()
     other = subprocess.Popen([sys.executable, "-c", HOLD_SESSION, str(tmp_path / "s.db"),
