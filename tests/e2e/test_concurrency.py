@@ -110,12 +110,19 @@ def test_a_reply_still_locked_at_quit_is_stored_by_the_next_open(tiny, tmp_path,
     again.shutdown()
 
 
-def test_a_session_open_in_one_place_is_refused_in_another(tiny, tmp_path):
+def one_session(tiny, tmp_path) -> tuple[Settings, dict, Conversation]:
+    """The settings and opener of a store in ``tmp_path``, and a conversation
+    open on it with one turn."""
     settings = Settings(model="tiny")
     opener = dict(store_factory=lambda: open_store(tmp_path / "s.db"),
                   load_model=lambda spec, progress=None: tiny)
     first = open_conversation(settings, **opener).conversation
     [e for e in first.send("Hello.") if isinstance(e, TurnDone)]
+    return settings, opener, first
+
+
+def test_a_session_open_in_one_place_is_refused_in_another(tiny, tmp_path):
+    settings, opener, first = one_session(tiny, tmp_path)
     sid = first.session.id
     # The UI's lenient lookup: says so and starts a new session.
     ui = open_conversation(settings, session=str(sid), **opener)
@@ -129,6 +136,37 @@ def test_a_session_open_in_one_place_is_refused_in_another(tiny, tmp_path):
     first.shutdown()
     again = open_conversation(settings, session=str(sid), lookup="exact", **opener)
     assert again.conversation.session.id == sid  # free once the first one closed
+    again.conversation.shutdown()
+
+
+HOLD_SESSION = """
+import sys
+from mlxchat.session.lock import SessionLock
+lock = SessionLock(sys.argv[1], int(sys.argv[2]))
+print("held", flush=True)
+sys.stdin.readline()  # hold the session's lock until told to let go
+lock.release()
+"""
+
+
+def test_a_session_open_in_another_process_names_its_pid(tiny, tmp_path):
+    settings, opener, first = one_session(tiny, tmp_path)
+    sid = first.session.id
+    first.shutdown()
+    other = subprocess.Popen([sys.executable, "-c", HOLD_SESSION, str(tmp_path / "s.db"),
+                              str(sid)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert other.stdout.readline().strip() == "held"
+        with pytest.raises(Exception) as refused:
+            open_conversation(settings, session=str(sid), lookup="exact", **opener)
+        words = str(refused.value)
+        assert f"Session #{sid}" in words and f"is open in another mlxchat (pid {other.pid})" \
+            in words and "\n" not in words
+    finally:
+        let_go(other)
+    again = open_conversation(settings, session=str(sid), lookup="exact", **opener)
+    assert again.conversation.session.id == sid  # free once the other process let go
     again.conversation.shutdown()
 
 

@@ -45,3 +45,13 @@ def test_serve_tui_without_a_terminal_is_refused(monkeypatch, capsys):
     monkeypatch.setattr("mlxchat.tui.app.run_app", lambda settings, **kw: pytest.fail("ran"))
     assert cli.main(["serve", "--tui", "--port", "0"]) == 1  # pytest's stdin is no terminal
     assert "needs a terminal" in capsys.readouterr().err
+
+
+def test_serve_from_the_chat_and_the_command_line_share_one_kv_budget(launched):
+    """`/serve` in a plain chat gets ServeOptions() as its defaults: it has the
+    same disk budget for the API's KV segments as `mlxchat serve`."""
+    from mlxchat.cli.serve import parse_size
+
+    assert cli.main(["serve", "--tui", "--model", "tiny"]) == 0
+    given = launched[0]["serve"].kv_budget_bytes
+    assert given == ServeOptions().kv_budget_bytes == parse_size("8G")

@@ -14,6 +14,7 @@ from openai import OpenAI
 
 from mlxchat.engine import ChatEngine
 from mlxchat.server.options import ServeOptions
+from mlxchat.store import open_store
 from mlxchat.tui.widgets import NoticeMessage
 
 from .app_support import ready, send, settle, tiny_app, tiny_settings, until
@@ -125,8 +126,13 @@ async def test_quitting_the_app_stops_the_server(tmp_path, tiny):
         reply = await ask(server.url, [{"role": "user", "content": "Hello."}])
         assert reply.choices[0].finish_reason in ("stop", "length")
         port = server.server.port
+        timer, stopped_on = app.serving._timer, []
+        stop_timer = timer.stop
+        timer.stop = lambda: stopped_on.append(threading.current_thread()) or stop_timer()
+        ui_thread = threading.current_thread()
         await pilot.press("ctrl+q")
     assert refused(port)
+    assert stopped_on == [ui_thread]  # a Textual timer is stopped on the UI thread
     assert not server.engine._worker.alive() and app.serving.running is None
 
 
@@ -150,7 +156,7 @@ async def test_two_turns_never_compute_at_once_and_the_chat_says_it_waits(tmp_pa
         await asyncio.to_thread(CountedEngine.entered.wait, 30)
         app.prompt.text = "Meanwhile, in the chat."
         app.simulate_key("enter")
-        await until(lambda: "waiting for the API: 1 request ahead" in app.activity.label)
+        await until(lambda: "waiting for the API to finish a request" in app.activity.label)
         reply = await asyncio.wait_for(api_reply, 60)
         await until(lambda: not app.generating, 60)
         await settle(pilot)
@@ -158,11 +164,56 @@ async def test_two_turns_never_compute_at_once_and_the_chat_says_it_waits(tmp_pa
         assert app.conversation.messages[-1].role == "assistant"
         assert not app.activity.active
         after = compute.figures()
-        assert after.waited > before.waited and after.most_at_once == 1
+        assert after.waited > before.waited and after.holds >= before.holds + 2  # both turns
     assert CountedEngine.most_at_once == 1
     assert "api" in CountedEngine.owners and "chat" in CountedEngine.owners
     # The API's turn entered first; the chat's ran after it, not beside it.
     assert CountedEngine.owners.index("api") < CountedEngine.owners.index("chat")
+
+
+class GatedEngine(ChatEngine):
+    """A real engine whose turns, holding the compute lock, wait for ``go``."""
+
+    entered = threading.Event()
+    go = threading.Event()
+
+    def _turn(self, planned, settings, emit):
+        GatedEngine.entered.set()
+        assert GatedEngine.go.wait(60)
+        return super()._turn(planned, settings, emit)
+
+
+async def test_stop_while_the_chat_waits_for_the_api_ends_the_turn_at_once(tmp_path, tiny):
+    GatedEngine.entered.clear()
+    GatedEngine.go.clear()
+    app = tiny_app(tmp_path / "s.db", tiny, settings=tiny_settings(max_tokens=4))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        app.serving.control.engine_factory = partial(GatedEngine, compute_owner="api")
+        await command(pilot, "/serve 0")
+        server = app.serving.running
+        conv = app.conversation
+        try:
+            api_reply = asyncio.ensure_future(ask(server.url, [
+                {"role": "user", "content": "A client first."}]))
+            await asyncio.to_thread(GatedEngine.entered.wait, 30)
+            app.prompt.text = "Meanwhile, in the chat."
+            app.simulate_key("enter")
+            await until(lambda: "waiting for the API to finish a request" in app.activity.label)
+            await pilot.press("escape")  # Stop, while the API's turn still holds the engine
+            await until(lambda: not app.generating, 5)
+            await settle(pilot)
+            assert not api_reply.done() and not app.activity.active
+            # The user's message is kept; no reply was stored for a turn that never ran.
+            conv.reload()
+            assert [(m.role, m.content) for m in conv.messages][-1] == (
+                "user", "Meanwhile, in the chat.")
+        finally:
+            GatedEngine.go.set()
+        reply = await asyncio.wait_for(api_reply, 60)
+        assert reply.choices[0].message.content is not None
+        await send(pilot, "And now the chat answers.")
+        assert conv.messages[-1].role == "assistant" and not conv.messages[-1].cancelled
 
 
 async def test_an_api_session_opened_in_the_chat_is_handed_over_not_shared(tmp_path, tiny):
@@ -223,3 +274,40 @@ async def test_serving_twice_is_refused(tmp_path, tiny):
         await command(pilot, "/serve off")
         await command(pilot, "/serve off")
         assert notices(app)[-1].endswith("Not serving.")
+
+
+async def test_a_request_running_at_quit_is_cut_and_stored_as_stopped(tmp_path, tiny):
+    db = tmp_path / "s.db"
+    app = tiny_app(db, tiny, serve=ServeOptions(port=0))  # serve --tui
+    streamed = threading.Event()
+    pieces: list[str] = []
+
+    def stream_a_long_reply(url: str) -> None:
+        chunks = client(url).chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "Tell me a long story."}],
+            max_tokens=3000, stream=True)
+        try:
+            for chunk in chunks:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    pieces.append(chunk.choices[0].delta.content)
+                    streamed.set()
+        except Exception:  # noqa: BLE001 - the server went away mid-stream: expected
+            pass
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        server = app.serving.running
+        reader = threading.Thread(target=stream_a_long_reply, args=(server.url,), daemon=True)
+        reader.start()
+        assert await asyncio.to_thread(streamed.wait, 30)
+        api_session = server.conversation.session.id
+        app.simulate_key("ctrl+q")
+        await until(lambda: not app.is_running, 60)
+    reader.join(30)
+    store = open_store(db)
+    try:
+        reply = store.get_session(api_session).messages[-1]
+    finally:
+        store.close()
+    assert reply.role == "assistant" and reply.cancelled
+    assert reply.content.startswith("".join(pieces)) and reply.content

@@ -10,7 +10,7 @@ from typing import Callable
 
 from mlxchat.cli.progress import progress_printer
 from mlxchat.config import Settings
-from mlxchat.server.options import ServeOptions, check_options
+from mlxchat.server.options import DEFAULT_KV_BUDGET, ServeOptions, check_options
 
 
 def add_serve_parser(sub) -> None:
@@ -27,13 +27,13 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--tui", action="store_true",
                    help="run the chat in this terminal while serving, on the same loaded "
                    "model (quitting the chat stops the server)")
-    p.add_argument("--kv-budget", default=DEFAULT_KV_BUDGET, metavar="SIZE",
+    p.add_argument("--kv-budget", default=KV_BUDGET_TEXT, metavar="SIZE",
                    help="disk for the API sessions' KV segments, e.g. 8G, 500M (default "
-                   f"{DEFAULT_KV_BUDGET}); past it the least recently used sessions lose "
+                   f"{KV_BUDGET_TEXT}); past it the least recently used sessions lose "
                    "their segments (never their messages) and recompute when used again")
 
 
-DEFAULT_KV_BUDGET = "8G"
+KV_BUDGET_TEXT = f"{DEFAULT_KV_BUDGET / 10**9:g}G"
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 

@@ -14,6 +14,7 @@ import time
 from concurrent.futures import Future
 from typing import Callable, Sequence
 
+from mlxchat.engine.compute import WaitCancelled
 from mlxchat.engine.live import LiveCache
 from mlxchat.engine.progress import LiveFigures
 from mlxchat.engine.results import Cancelled
@@ -56,6 +57,8 @@ class TypingPrefill:
         fut = self._submit(lambda: 0 if cancel.is_set() else job(), cancel)
         try:
             return fut.result()
+        except WaitCancelled:
+            return 0  # superseded while another engine computed
         finally:
             if self._current is cancel:
                 self._current = None

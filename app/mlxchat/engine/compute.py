@@ -7,7 +7,9 @@ on the other's whole reply anyway. Every job of an engine thread holds the lock
 while it runs (a turn is one job: its decode is never interrupted); typing
 prefill passes it on between chunks when someone waits (``pass_on``).
 Waiters are served in arrival order, and each says whose it is ('chat',
-'api'), so the chat can show what it waits behind.
+'api'), so the chat can show what it waits behind. A waiter given a cancel
+signal leaves the line when it is set (stop, quit, a client gone), without
+waiting for the holder to finish.
 """
 
 from __future__ import annotations
@@ -29,8 +31,14 @@ class ComputeFigures:
     """Of those, how many found it taken and waited."""
     passed_on: int
     """Times a holder let a waiter go first (typing prefill between chunks)."""
-    most_at_once: int
-    """The most holders at one time: 1 unless the lock is broken."""
+
+
+WAIT_STEP_S = 0.05
+"""How often a cancellable waiter looks at its cancel signal."""
+
+
+class WaitCancelled(Exception):
+    """A job was cancelled while it waited for the lock: it never ran."""
 
 
 class Ticket:
@@ -49,30 +57,33 @@ class ComputeLock:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._line: deque[Ticket] = deque()  # the first one holds the lock
-        self._holding = 0
-        self._holds = self._waited = self._passed_on = self._most = 0
+        self._holds = self._waited = self._passed_on = 0
 
-    def acquire(self, owner: str) -> Ticket:
+    def acquire(self, owner: str, *, cancel: threading.Event | None = None) -> Ticket:
+        """Wait for the lock; WaitCancelled (out of the line) once ``cancel`` is set."""
         ticket = Ticket(owner)
         with self._cond:
             self._line.append(ticket)
             if self._line[0] is not ticket:
                 self._waited += 1
                 while self._line[0] is not ticket:
-                    self._cond.wait()
+                    if cancel is not None and cancel.is_set():
+                        self._line.remove(ticket)
+                        self._cond.notify_all()
+                        raise WaitCancelled(f"{owner} job cancelled while waiting")
+                    self._cond.wait(WAIT_STEP_S if cancel is not None else None)
             self._enter()
         return ticket
 
     def release(self, ticket: Ticket) -> None:
         with self._cond:
             assert self._line and self._line[0] is ticket, "released out of turn"
-            self._holding -= 1
             self._line.popleft()
             self._cond.notify_all()
 
     @contextmanager
-    def held(self, owner: str) -> Iterator[Ticket]:
-        ticket = self.acquire(owner)
+    def held(self, owner: str, *, cancel: threading.Event | None = None) -> Iterator[Ticket]:
+        ticket = self.acquire(owner, cancel=cancel)
         try:
             yield ticket
         finally:
@@ -85,7 +96,6 @@ class ComputeLock:
             if len(self._line) < 2 or self._line[0] is not ticket:
                 return
             self._passed_on += 1
-            self._holding -= 1
             self._line.popleft()
             self._line.append(ticket)
             self._cond.notify_all()
@@ -94,9 +104,7 @@ class ComputeLock:
             self._enter()
 
     def _enter(self) -> None:
-        self._holding += 1
         self._holds += 1
-        self._most = max(self._most, self._holding)
 
     def ahead_of(self, owner: str) -> list[str]:
         """Whose tickets are ahead of ``owner``'s first one waiting (the holder
@@ -110,7 +118,7 @@ class ComputeLock:
 
     def figures(self) -> ComputeFigures:
         with self._cond:
-            return ComputeFigures(self._holds, self._waited, self._passed_on, self._most)
+            return ComputeFigures(self._holds, self._waited, self._passed_on)
 
 
 PROCESS_LOCK = ComputeLock()

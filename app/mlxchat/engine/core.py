@@ -20,7 +20,7 @@ import mlx.core as mx
 from mlxchat.chat import GenerationSettings, Message, TurnStats
 from mlxchat.engine import kv, prompt, reasoning, spec_auto, template_delta
 from mlxchat.engine.ahead import TypingPrefill
-from mlxchat.engine.compute import PROCESS_LOCK, ComputeLock
+from mlxchat.engine.compute import PROCESS_LOCK, ComputeLock, WaitCancelled
 from mlxchat.engine.decode import Reply, decode
 from mlxchat.engine.drafting import Drafting, MeasureVerify
 from mlxchat.engine.events import (EngineError, EngineState, Event, PrefillProgress, RankFigures,
@@ -34,9 +34,9 @@ from mlxchat.engine.segments import SegmentInfo, SegmentRef
 from mlxchat.engine.speculative import Stream, trim_problem
 from mlxchat.engine.template_delta import TemplateOptions
 from mlxchat.engine.view import LiveView, view_of
-from mlxchat.engine.worker import EngineThread
+from mlxchat.engine.worker import Bookkeeping, EngineThread
 from mlxchat.models import precision
-from mlxchat.models.info import LoadedModel, ModelInfo, recast
+from mlxchat.models.info import LoadedModel, ModelInfo, recast, retyped
 
 _DONE = object()
 ABANDONED = object()
@@ -65,9 +65,13 @@ class ChatEngine:
 
     def __init__(self, loaded: LoadedModel, *, chunk_seconds: float = 0.25,
                  measure_verify: MeasureVerify = spec_auto.measure,
-                 compute_owner: str = "chat", compute: ComputeLock = PROCESS_LOCK):
+                 compute_owner: str = "chat", compute: ComputeLock = PROCESS_LOCK,
+                 casts_weights: bool = True):
         # compute_owner: whose this engine is in the compute lock's line ('chat',
         # 'api'); engines over one model take turns under ``compute``.
+        # casts_weights=False: another engine owns the shared weights' dtype; this
+        # one computes in whatever they hold (the API beside the chat).
+        self.casts_weights = casts_weights
         # Prefill chunks aim at chunk_seconds each, so a cancel lands quickly.
         self.chunk_seconds = chunk_seconds
         self._loaded = loaded
@@ -140,6 +144,8 @@ class ChatEngine:
             while True:
                 item = self._next_event(events)
                 if item is _DONE:
+                    if isinstance(fut.exception(), WaitCancelled):
+                        return  # stopped while another engine computed: nothing ran
                     fut.result()  # re-raise a refusal or failure here
                     return
                 if item is ABANDONED:
@@ -252,14 +258,16 @@ class ChatEngine:
         self._call(job)
 
     def _match_compute(self, wanted: str | None) -> None:
-        """Cast the model to the session's compute dtype (None: the policy's);
-        the cache, computed in the other one, starts cold."""
+        """Cast the model to the session's compute dtype (None: the policy's), or
+        without ``casts_weights`` follow the dtype they hold; the cache, computed
+        in the other one, starts cold."""
         info = self._loaded.info
-        dtype = wanted or info.default_compute_dtype
-        if dtype == info.compute_dtype == precision.current_dtype(self._loaded.model):
-            return  # (the arrays are asked too: another engine may have cast them)
+        held = precision.current_dtype(self._loaded.model)  # another engine may cast them
+        dtype = (wanted or info.default_compute_dtype) if self.casts_weights else held
+        if dtype == info.compute_dtype == held:
+            return
         had = bool(self._live.tokens)
-        self._loaded = recast(self._loaded, dtype)
+        self._loaded = recast(self._loaded, dtype) if dtype != held else retyped(self._loaded)
         self._start_cold()
         if had:
             self._live.reset("compute dtype changed", report=True)
@@ -298,7 +306,7 @@ class ChatEngine:
     def needs_restore(self, tokens: Sequence[int]) -> bool:
         """The live cache holds tokens the prompt does not, and cannot be trimmed
         back to them (a wrapped sliding window, a recurrent state)."""
-        return self._call(lambda: self._disk.needs_restore(tokens))
+        return self._call(Bookkeeping(lambda: self._disk.needs_restore(tokens)))
 
     def mark_prefix(self, tokens: Sequence[int] | None, path: Path | None = None) -> None:
         """Checkpoint the cache to ``path`` once it holds exactly ``tokens`` (None:

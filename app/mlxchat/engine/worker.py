@@ -1,6 +1,8 @@
 """The engine's one thread: every MLX call of an engine runs on it (MLX streams
 are per thread), one job at a time, in the order they were queued, each
-holding the process's compute lock (``compute.py``) while it runs."""
+holding the process's compute lock (``compute.py``) while it runs but
+bookkeeping (``Bookkeeping``). Cancelled work that waits for the lock leaves
+its line at once: its future fails with ``WaitCancelled``."""
 
 from __future__ import annotations
 
@@ -12,6 +14,20 @@ from typing import Any, Callable
 import mlx.core as mx
 
 from mlxchat.engine.compute import PROCESS_LOCK, ComputeLock, Ticket
+
+
+class Bookkeeping:
+    """A job that reads the engine's state and computes nothing with MLX: it
+    runs in queue order without the compute lock (never waits behind another
+    engine's turn)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], Any]):
+        self.fn = fn
+
+    def __call__(self) -> Any:
+        return self.fn()
 
 
 class EngineThread:
@@ -38,11 +54,14 @@ class EngineThread:
                 mx.synchronize()
                 mx.clear_streams()
                 return
-            fn, fut = job
+            fn, fut, cancel = job
             if fut.set_running_or_notify_cancel():
                 try:
-                    with self.compute.held(self.owner) as self._ticket:
+                    if isinstance(fn, Bookkeeping):
                         result = fn()
+                    else:
+                        with self.compute.held(self.owner, cancel=cancel) as self._ticket:
+                            result = fn()
                     fut.set_result(result)
                 except BaseException as exc:  # handed to the caller's thread
                     fut.set_exception(exc)
@@ -62,14 +81,13 @@ class EngineThread:
         """``fn()`` on the thread (at once when already on it), its result or exception."""
         if threading.current_thread() is self._thread:
             return fn()
-        fut: Future = Future()
-        self._jobs.put((fn, fut))
-        return fut.result()
+        return self.later(fn).result()
 
-    def later(self, fn: Callable[[], Any]) -> Future:
-        """Queue ``fn`` after the jobs already queued, without waiting for it."""
+    def later(self, fn: Callable[[], Any], cancel: threading.Event | None = None) -> Future:
+        """Queue ``fn`` after the jobs already queued, without waiting for it;
+        ``cancel`` set while it waits for the compute lock: it never runs."""
         fut: Future = Future()
-        self._jobs.put((fn, fut))
+        self._jobs.put((fn, fut, cancel))
         return fut
 
     def submit(self, fn: Callable[[], Any], cancel: threading.Event) -> Future:
@@ -80,7 +98,7 @@ class EngineThread:
         def job() -> Any:
             self._current = cancel
             return fn()
-        fut = self.later(job)
+        fut = self.later(job, cancel)
         fut.add_done_callback(lambda _: self._cancels.discard(cancel))
         return fut
 

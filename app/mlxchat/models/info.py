@@ -200,8 +200,14 @@ def _fingerprint(path: Path, device: str, scales: str, quant: str, compute: str)
 def recast(loaded: LoadedModel, dtype: str) -> LoadedModel:
     """``loaded`` computing in ``dtype`` (its parameters cast in place, from the
     folder's stored values): the same model, a new fingerprint."""
+    precision.apply(loaded.model, dtype, folder=Path(loaded.info.path))
+    return retyped(loaded)
+
+
+def retyped(loaded: LoadedModel) -> LoadedModel:
+    """``loaded`` described as computing in the dtype its arrays hold now
+    (another engine over the same weights may have cast them)."""
     info = loaded.info
-    precision.apply(loaded.model, dtype, folder=Path(info.path))
     quant, scales = quantization_label(loaded.model)
     compute = precision.current_dtype(loaded.model)
     nbytes = weights_bytes(loaded.model)

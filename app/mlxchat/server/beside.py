@@ -21,7 +21,7 @@ from mlxchat.server.app import build_app
 from mlxchat.server.options import ServeOptions, check_options
 from mlxchat.server.runner import RunningServer
 from mlxchat.server.service import ChatService
-from mlxchat.session.conversation import Conversation
+from mlxchat.session.conversation import Conversation, ModelLoader
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 
@@ -36,7 +36,21 @@ EngineFactory = Callable[[LoadedModel], Engine]
 
 
 def api_engine(loaded: LoadedModel) -> Engine:
-    return ChatEngine(loaded, compute_owner=API_OWNER)
+    # The chat owns the shared weights' dtype: casting them back and forth would
+    # leave each engine's cache cold after the other's turn.
+    return ChatEngine(loaded, compute_owner=API_OWNER, casts_weights=False)
+
+
+def shared_loader(loaded: LoadedModel, spec: str, load: ModelLoader | None) -> ModelLoader:
+    """The chat's model as the same weights (no copy); any other (a draft) loaded
+    as the chat would load it."""
+    def shared(wanted: str, progress: object = None) -> LoadedModel:
+        if wanted == spec:
+            return loaded
+        if load is None:
+            raise UserError(f"The API server beside the chat cannot load {wanted}.")
+        return load(wanted)
+    return shared
 
 
 class SharedServer:
@@ -54,16 +68,19 @@ class SharedServer:
         opened = open_conversation(
             chat.settings, model_spec=chat.model_spec,
             store_factory=partial(open_store, database),
-            load_model=lambda spec, progress=None: loaded,  # the same weights, no copy
+            load_model=shared_loader(loaded, chat.model_spec, chat.model_loader),
             engine_factory=engine_factory, lock_holder=API_HOLDER)
         self.conversation = opened.conversation
         self.options = options
+        service: ChatService | None = None
         try:
-            self.service = ChatService(self.conversation, max_waiting=options.queue,
-                                       kv_budget_bytes=options.kv_budget_bytes)
-            self.server = RunningServer(build_app(self.service, api_key=options.api_key),
+            self.service = service = ChatService(self.conversation, max_waiting=options.queue,
+                                                 kv_budget_bytes=options.kv_budget_bytes)
+            self.server = RunningServer(build_app(service, api_key=options.api_key),
                                         host=options.host, port=options.port).start()
         except BaseException:
+            if service is not None:
+                service.close()  # its lane thread
             self.conversation.shutdown()
             raise
 
@@ -75,12 +92,12 @@ class SharedServer:
     def engine(self) -> Engine:
         return self.conversation.engine
 
-    def requests_ahead(self) -> int:
-        """API jobs ahead of the chat's waiting one in the compute lock's line."""
+    def chat_waits(self) -> bool:
+        """An API job is ahead of the chat's waiting one in the compute lock's
+        line (at most one: the API engine runs one job at a time, and the
+        requests queued behind it come after the chat's)."""
         compute = getattr(self.engine, "compute", None)
-        if compute is None:
-            return 0
-        return sum(owner == API_OWNER for owner in compute.ahead_of("chat"))
+        return compute is not None and API_OWNER in compute.ahead_of("chat")
 
     def kv_bytes(self) -> int:
         return self.conversation.state().kv_bytes
@@ -128,8 +145,8 @@ class ServeControl:
         running.stop()
         return running.url
 
-    def requests_ahead(self) -> int:
-        return self.running.requests_ahead() if self.running is not None else 0
+    def chat_waits(self) -> bool:
+        return self.running is not None and self.running.chat_waits()
 
     def kv_bytes(self) -> int:
         return self.running.kv_bytes() if self.running is not None else 0

@@ -9,6 +9,11 @@ from dataclasses import dataclass
 from mlxchat.errors import MlxchatError, UserError
 
 
+DEFAULT_KV_BUDGET = 8_000_000_000
+"""Disk for the API sessions' KV segments unless told otherwise (`--kv-budget`):
+`mlxchat serve` and the chat's `/serve` alike."""
+
+
 class BindRefused(MlxchatError):
     """A bind beyond loopback without an API key."""
 
@@ -21,7 +26,8 @@ class ServeOptions:
     port: int = 8000
     api_key: str | None = None
     queue: int = 8
-    kv_budget_bytes: int | None = None
+    kv_budget_bytes: int | None = DEFAULT_KV_BUDGET
+    """None: no budget (the segments are never trimmed)."""
 
 
 def is_loopback(host: str) -> bool:

@@ -167,12 +167,14 @@ class ApiTurns:
         it is the live one, else comes back from the segments."""
         conv = self.conv
         if conv.session.id != session_id:
-            conv.check_free(session_id)  # before writing to it
-            self._same_model(session_id)
-            self.store.branches.set_leaf(session_id, message_id)
+            conv.check_free(session_id)  # refused early; written to only under its lock
+
+            def place(held: int) -> None:
+                self._same_model(held)
+                self.store.branches.set_leaf(held, message_id)
             if self._hold_current():
                 conv.discard_if_empty()  # the server's start-up session, never used
-            conv.open_session(session_id)  # restores the branch's segments
+            conv.open_session(session_id, prepare=place)  # restores the branch's segments
             return
         conv.hold_session()  # SessionBusy: the chat or another process has it now
         if conv.session.leaf_id != message_id:
@@ -198,14 +200,14 @@ class ApiTurns:
         """A new session, or the named one from its root (a new branch)."""
         conv = self.conv
         if named is not None and named.id is not None:
-            conv.check_free(named.id)
-            self._same_model(named.id)
+            conv.check_free(named.id)  # refused early; written to only under its lock
             if conv.session.id != named.id:
                 if self._hold_current():
                     conv.discard_if_empty()
-                conv.open_session(named.id)
+                conv.open_session(named.id, prepare=self._same_model)
             else:
                 conv.hold_session()
+                self._same_model(named.id)
             self.store.branches.set_leaf(named.id, None)
             conv.reload()
         elif (not self._hold_current() or conv.messages or conv.session.pins

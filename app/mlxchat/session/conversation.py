@@ -126,14 +126,20 @@ class Conversation:
         self.speculation_notice = self.resume_speculation()  # frees another session's draft
         return self.session
 
-    def open_session(self, id_or_title: str | int) -> Session:
-        """Open a saved session and restore its KV snapshot when one is usable."""
+    def open_session(self, id_or_title: str | int, *,
+                     prepare: Callable[[int], None] | None = None) -> Session:
+        """Open a saved session and restore its KV snapshot when one is usable.
+        ``prepare(id)`` writes to it once its lock is held, before it is read
+        (the API server places its leaf)."""
         self._require_saved()
         session = (self.store.get_session(id_or_title) if isinstance(id_or_title, int)
                    else self.store.find_session(id_or_title))
         if session.id != self.session.id:
             self.compact_cache()  # the session left behind is idle now
         with self._locks.switching(session):  # SessionBusy, or a failed load: nothing changes
+            if prepare is not None and session.id is not None:
+                prepare(session.id)
+                session = self.store.get_session(session.id)
             if session.model and session.model != self.model_spec:
                 self.switch_model(session.model, resume=False)
         self._switch_to(session)
@@ -327,6 +333,11 @@ class Conversation:
 
     def update_generation(self, settings: GenerationSettings) -> None:
         self._open.update_generation(settings)
+
+    @property
+    def model_loader(self) -> ModelLoader | None:
+        """How this conversation loads a model (a draft, a switch); None: it cannot."""
+        return self._load_model
 
     def switch_model(self, spec: str, *, resume: bool = True) -> LoadedModel:
         """Load ``spec`` in place of the model; with ``resume`` the session's

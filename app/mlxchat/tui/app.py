@@ -530,6 +530,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         self.exit(0)
 
     async def on_unmount(self) -> None:
+        self.serving.stop_watch()
         await asyncio.to_thread(partial(self.serving.stop, redraw=False))  # bounded
         conv, self.conversation = self.conversation, None
         if conv is not None:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 WATCH_SECONDS = 0.25
 """How often, while serving, the app looks whether the chat's turn waits."""
 USAGE = "/serve [PORT | HOST:PORT | off]"
+WAITING = "waiting for the API to finish a request"
 
 
 def parse_address(word: str) -> tuple[str | None, int]:
@@ -74,17 +75,20 @@ class Serving:
         return server
 
     def stop(self, *, redraw: bool = True) -> str | None:
-        """From a worker thread (at quit: ``redraw=False``): stop serving; the
-        URL it served at."""
-        if not redraw and self._timer is not None:
-            self._timer.stop()
-            self._timer = None
+        """From a worker thread (at quit: ``redraw=False``, after ``stop_watch``
+        on the UI thread): stop serving; the URL it served at."""
         url = self._control.stop() if self._control is not None else None
         if url is not None and redraw:
             self.app.call_from_thread(self.changed)
         return url
 
     # -- on the UI thread ------------------------------------------------------------
+
+    def stop_watch(self) -> None:
+        """At quit, before ``stop`` runs on a thread: a Textual timer is stopped here."""
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
 
     def changed(self) -> None:
         """Started or stopped: the title, the gauges and the waiting watch follow."""
@@ -111,10 +115,9 @@ class Serving:
         app = self.app
         if not app.generating and self.running and self.control.kv_bytes() != self._api_kv_shown:
             app.refresh_gauges()
-        ahead = self.control.requests_ahead() if app.generating and self.running else 0
         activity = app.activity
-        if ahead:
-            activity.show(f"waiting for the API: {ahead} request{'s' * (ahead != 1)} ahead")
+        if app.generating and self.running and self.control.chat_waits():
+            activity.show(WAITING)
             self._waiting_shown = True
         elif self._waiting_shown:
             self._waiting_shown = False
@@ -138,6 +141,7 @@ def serve_command(serving: Serving) -> Command:
                    usage=USAGE, max_args=1,
                    details="Starts an HTTP server in this process on the loaded model "
                    "(its weights are shared; the server keeps a KV cache of its own). "
-                   "PORT defaults to 8000 (0: any free one) on 127.0.0.1; another host "
-                   "needs mlxchat serve --tui --api-key KEY. /serve off stops it; /serve "
-                   "alone says where it serves and how many requests it answered.")
+                   "It computes in the chat's compute dtype. /serve PORT serves on "
+                   "127.0.0.1 (0: any free port); another host needs mlxchat serve --tui "
+                   "--api-key KEY. /serve off stops it; /serve alone says where it serves "
+                   "and how many requests it answered.")

@@ -1,0 +1,102 @@
+"""Two real engines over the tiny model under one private compute lock: typing
+prefill lets an API turn run between its chunks, and a turn stopped while it
+waits behind the other engine ends at once, having computed nothing."""
+
+from __future__ import annotations
+
+import threading
+
+from mlxchat.engine import ChatEngine, TextDelta, TurnDone
+from mlxchat.engine.compute import ComputeLock
+
+from tests.engine.conftest import GREEDY, conversation, run
+from tests.waiting import BOUND_S, until
+
+
+class TypingThatWaitsForTheApi(ChatEngine):
+    """The chat's engine: before its typing prefill's second chunk it waits
+    (bounded) until an API job is in line, so the pass-on is certain; what the
+    API engine held after each pass-on is noted."""
+
+    api: ChatEngine | None = None
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.api_held_after_pass_on: list[int] = []
+
+    def _typing_feed(self, tokens, emit):
+        def between() -> None:
+            if not self.api_held_after_pass_on:
+                until(lambda: self.compute.ahead_of("api") == ["chat"])
+            self._worker.pass_on()
+            self.api_held_after_pass_on.append(len(self.api._live.tokens))
+        return self._prefill(tokens, emit, between=between)
+
+
+class GatedTurns(ChatEngine):
+    """The API's engine: each turn, holding the lock, waits for ``go``."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.entered, self.go = threading.Event(), threading.Event()
+
+    def _turn(self, planned, settings, emit):
+        self.entered.set()
+        assert self.go.wait(BOUND_S)
+        return super()._turn(planned, settings, emit)
+
+
+def test_an_api_turn_runs_between_typing_prefill_chunks(tiny):
+    lock = ComputeLock()
+    chat = TypingThatWaitsForTheApi(tiny, compute=lock, chunk_seconds=1e-4)
+    api = ChatEngine(tiny, compute=lock, compute_owner="api")
+    chat.api = api
+    try:
+        tokens = tiny.tokenizer.encode("The rivers, the harvests and the coast. " * 12)
+        before = lock.figures()
+        typed: list[int] = []
+        typing = threading.Thread(target=lambda: typed.append(chat.prefill(tokens, GREEDY)))
+        typing.start()
+        until(lambda: lock.figures().holds > before.holds)  # the prefill holds the lock
+        done = run(api, conversation(1))
+        typing.join(BOUND_S)
+        after = lock.figures()
+        assert done.reply and done.stats.finish_reason in ("stop", "length")
+        assert after.passed_on > before.passed_on
+        # The API's whole turn ran inside the first pass-on, not after the prefill.
+        assert chat.api_held_after_pass_on[0] == done.stats.context_used > 0
+        assert typed == [len(tokens)] and chat.cached_tokens == tokens
+    finally:
+        chat.close()
+        api.close()
+
+
+def test_a_turn_stopped_while_it_waits_ends_at_once_having_run_nothing(tiny):
+    lock = ComputeLock()
+    chat = ChatEngine(tiny, compute=lock)
+    api = GatedTurns(tiny, compute=lock, compute_owner="api")
+    try:
+        api_done: list[TurnDone] = []
+        api_turn = threading.Thread(target=lambda: api_done.append(run(api, conversation(1))))
+        api_turn.start()
+        assert api.entered.wait(BOUND_S)
+        events: list = []
+        chat_turn = threading.Thread(
+            target=lambda: events.extend(chat.turn(conversation(2), GREEDY)))
+        chat_turn.start()
+        until(lambda: lock.ahead_of("chat") == ["api"])
+        chat.cancel()
+        chat_turn.join(BOUND_S)
+        assert not chat_turn.is_alive()
+        assert not api.go.is_set() and api_turn.is_alive()  # the API's turn still holds it
+        assert not any(isinstance(e, (TextDelta, TurnDone)) for e in events)
+        assert chat.cached_tokens == [] and lock.ahead_of("chat") == []
+        api.go.set()
+        api_turn.join(BOUND_S)
+        assert api_done and api_done[0].reply
+        # The stopped turn left nothing behind: the next one runs whole.
+        assert run(chat, conversation(2)).stats.finish_reason in ("stop", "length")
+    finally:
+        api.go.set()
+        chat.close()
+        api.close()

@@ -1,0 +1,148 @@
+"""The API served beside a chat (``server/beside.py``) without the app: the
+shared weights are the chat's model only, the API engine never re-casts them,
+and a failed start leaves no thread behind."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from dataclasses import replace
+
+import pytest
+
+from mlxchat.models import precision
+from mlxchat.models.loader import load_folder
+from mlxchat.models.tiny import write_tiny_model
+from mlxchat.server.beside import SharedServer
+from mlxchat.server.options import ServeOptions
+from mlxchat.server.runner import ServerFailed
+from mlxchat.session.lock import SessionLock
+from mlxchat.session.root import open_conversation
+from mlxchat.store import open_store
+
+from tests.commands.conftest import send
+from tests.server.conftest import request, tiny_settings
+
+
+@pytest.fixture(scope="module")
+def tiny_d(tmp_path_factory):
+    """Another random llama with the same tokenizer: a draft for ``tiny``."""
+    return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny-d"), seed=1),
+                       name="tiny-d", spec="tiny-d")
+
+
+@pytest.fixture
+def chat(tmp_path, tiny, tiny_d):
+    models = {m.info.spec: m for m in (tiny, tiny_d)}
+    conv = open_conversation(tiny_settings(4), model_spec="tiny",
+                             store_factory=lambda: open_store(tmp_path / "s.db"),
+                             load_model=lambda spec, progress=None: models[spec]).conversation
+    yield conv
+    conv.shutdown()
+
+
+@pytest.fixture
+def shared(chat):
+    server = SharedServer(chat, ServeOptions(port=0))
+    yield server
+    server.stop()
+
+
+def test_the_api_loads_a_draft_as_itself_not_as_the_chat_model(shared, tiny, tiny_d):
+    api = shared.conversation
+    assert api.set_draft("tiny-d") == "tiny-d"
+    assert api.engine.draft_spec == "tiny-d"
+    assert api.engine.draft_info.name == "tiny-d"
+
+
+def lanes() -> int:
+    return sum(t.name == "mlxchat-api-lane" and t.is_alive() for t in threading.enumerate())
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # uvicorn's exit
+def test_a_server_that_cannot_bind_leaves_no_thread_behind(chat):
+    before = lanes()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        with pytest.raises(ServerFailed, match="is the port in use"):
+            SharedServer(chat, ServeOptions(port=taken.getsockname()[1]))
+    assert lanes() == before
+
+
+@pytest.fixture
+def own_chat(tmp_path):
+    """A chat on a tiny model of its own: the test casts its arrays."""
+    loaded = load_folder(write_tiny_model(tmp_path / "m"), name="tiny", spec="tiny",
+                         available=None)
+    conv = open_conversation(tiny_settings(4), model_spec="tiny",
+                             store_factory=lambda: open_store(tmp_path / "s.db"),
+                             load_model=lambda spec, progress=None: loaded).conversation
+    yield conv
+    conv.shutdown()
+
+
+def ask(url: str, messages: list[dict]) -> dict:
+    reply = request(url, "POST", "/v1/chat/completions",
+                    {"model": "tiny", "messages": messages, "max_tokens": 4})
+    assert reply.status == 200, reply.body
+    return reply.json()
+
+
+def test_the_api_computes_in_the_chats_dtype_and_never_recasts_the_shared_weights(own_chat):
+    chat = own_chat
+    send(chat, "Hello from the chat.")
+    chat.update_generation(replace(chat.generation, compute_dtype="float16"))
+    send(chat, "Now in float16.")
+    assert chat.engine.state().compute_dtype == "float16"
+    server = SharedServer(chat, ServeOptions(port=0))
+    try:
+        first = [{"role": "user", "content": "A client."}]
+        reply = ask(server.url, first)["choices"][0]["message"]["content"]
+        # The API session's own settings say the default (float32): it computes
+        # in what the weights hold instead of casting them back.
+        assert precision.current_dtype(chat.engine.loaded.model) == "float16"
+        assert server.engine.state().compute_dtype == "float16"
+        done = send(chat, "The chat again.")
+        assert done.stats.cache_source == "warm" and done.stats.miss_reason is None, done.stats
+        # The chat goes back to float32: the API follows, its own cache reset.
+        chat.update_generation(replace(chat.generation, compute_dtype=None))
+        send(chat, "Back in float32.")
+        again = ask(server.url, first + [{"role": "assistant", "content": reply},
+                                         {"role": "user", "content": "More."}])
+        assert server.engine.state().compute_dtype == "float32"
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert precision.current_dtype(chat.engine.loaded.model) == "float32"
+        assert send(chat, "Still warm.").stats.cache_source == "warm"
+    finally:
+        server.stop()
+
+
+def test_a_session_taken_between_the_check_and_the_open_is_left_as_it_was(chat, shared):
+    """The chat opens an API session just after the API checked it was free:
+    the API refuses (409) without having moved that session's leaf."""
+    first = [{"role": "user", "content": "An API conversation."}]
+    reply = ask(shared.url, first)["choices"][0]["message"]["content"]
+    more = first + [{"role": "assistant", "content": reply}, {"role": "user", "content": "More."}]
+    ask(shared.url, more)
+    api_session = shared.conversation.session.id
+    ask(shared.url, [{"role": "user", "content": "Another conversation."}])  # the API moves on
+    leaf = chat.store.get_session(api_session).leaf_id
+    api = shared.conversation
+    checked = api.check_free
+    taken: list[SessionLock] = []
+
+    def chat_opens_it_in_the_gap(session_id: int) -> None:
+        checked(session_id)
+        taken.append(SessionLock(chat.store.path, session_id, holder="the chat"))
+    api.check_free = chat_opens_it_in_the_gap
+    try:
+        branch = first + [{"role": "assistant", "content": reply},
+                          {"role": "user", "content": "Another branch."}]
+        refused = request(shared.url, "POST", "/v1/chat/completions",
+                          {"model": "tiny", "messages": branch, "max_tokens": 4})
+    finally:
+        for lock in taken:
+            lock.release()
+    assert taken and refused.status == 409, refused.body
+    assert chat.store.get_session(api_session).leaf_id == leaf
