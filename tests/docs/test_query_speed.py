@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mlxchat.docs import Indexer, Retriever
-from mlxchat.docs.search import bm25_query, rarest_terms
+from mlxchat.docs.search import bm25_match, query_words, rarest_terms
 
 N_FILES = 20
 
@@ -40,6 +40,11 @@ def test_rarest_terms_keep_rare_words_rarest_first():
     # Every found word over the budget: the rarest still matches; none found: nothing.
     assert rarest_terms(words, [500, 300, 0, 200], budget=100, most=6) == ["roses"]
     assert rarest_terms(words, [0, 0, 0, 0], budget=100, most=6) == []
+
+
+def bm25_query(text: str) -> str | None:
+    """The FTS5 query of every word of the question, as a small collection gets."""
+    return bm25_match(query_words(text))
 
 
 def test_match_counts_stop_at_the_cap(collection, store):
@@ -83,7 +88,7 @@ def test_the_dense_matrix_scores_as_the_stored_vectors(collection, store, tiny_e
     _, chunk_ids, blob = store.documents.vectors(collection.id)
     stored = np.frombuffer(blob, "<f2").reshape(len(chunk_ids), tiny_embed.dims)
     assert held.columns.shape == (tiny_embed.dims, N_FILES)
-    assert np.array_equal(np.array(held.vectors), stored.astype(np.float32))
+    assert np.array_equal(np.array(held.columns.T), stored.astype(np.float32))
     query = tiny_embed.embed(["roses in the garden"])[0]
     want = stored.astype(np.float32) @ query
     got = retriever.dense(collection.id, "roses in the garden", 8)

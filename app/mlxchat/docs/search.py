@@ -88,11 +88,6 @@ def bm25_match(words: list[str]) -> str | None:
     return " OR ".join(phrase(w) for w in words) if words else None
 
 
-def bm25_query(text: str) -> str | None:
-    """An FTS5 query matching any of the question's words (stopwords dropped)."""
-    return bm25_match(query_words(text))
-
-
 def rarest_terms(words: list[str], counts: list[int], *, budget: int, most: int) -> list[str]:
     """The words to match, rarest first: at most ``most`` of those found, while
     their chunk counts sum to at most ``budget``; the rarest found one always."""
@@ -126,11 +121,6 @@ class _Matrix:
     ids: np.ndarray
     columns: mx.array
     """(dims, chunks), contiguous: one column per chunk."""
-
-    @property
-    def vectors(self) -> mx.array:
-        """(chunks, dims): one row per chunk (a view)."""
-        return self.columns.T
 
 
 class Retriever:
