@@ -144,3 +144,17 @@ def test_a_small_collection_beside_a_larger_one_keeps_its_matches(collection, st
                                                mode="bm25")] == \
         [cid for cid, _ in store.documents.bm25(collection, '"aphids" OR "roses"', 50)]
     assert small.chunks == 2
+
+
+def test_words_are_recounted_only_when_all_found_are_over_the_budget(collection, store,
+                                                                     tiny_embed, monkeypatch):
+    calls = []
+    counted = store.documents.match_counts
+    monkeypatch.setattr(store.documents, "match_counts",
+                        lambda *a, **kw: calls.append(kw.get("cap")) or counted(*a, **kw))
+    pruning = Retriever(store.documents, tiny_embed, bm25_budget=10)
+    assert pruning.bm25_words(collection, "zebra quokka") == []  # found nowhere: once
+    assert calls == [11]
+    # "note" (13 chunks) and "python" (20): both past the cap, so counted again in full.
+    assert pruning.bm25_words(collection, "python note") == ["note"]
+    assert calls == [11, 11, None]
