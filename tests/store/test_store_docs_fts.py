@@ -3,21 +3,17 @@ collection column migrates with every chunk searchable, per collection."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from mlxchat.store import open_store
 from mlxchat.store.schema import MIGRATIONS, V14_DOC_CHUNKS_FTS_BY_COLLECTION
+from tests.store.old_versions import database_at
 
 BEFORE = MIGRATIONS.index(V14_DOC_CHUNKS_FTS_BY_COLLECTION)
 
 
 def _database_before(path: Path) -> None:
-    conn = sqlite3.connect(path, isolation_level=None)
-    for statements in MIGRATIONS[:BEFORE]:
-        for statement in statements:
-            statement(conn) if callable(statement) else conn.execute(statement)
-    conn.execute(f"PRAGMA user_version = {BEFORE}")
+    conn = database_at(path, BEFORE)
     for cid, name in ((1, "big"), (2, "small")):
         conn.execute("INSERT INTO doc_collections (id, name, embedder, dims, created, updated)"
                      " VALUES (?, ?, 'e', 2, 1, 1)", (cid, name))
