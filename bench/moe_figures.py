@@ -98,8 +98,10 @@ def _ratio(work: Path, arch: str, config: dict, mix: str) -> float:
 
 
 def moe_figures() -> dict[str, float]:
-    work = Path(tempfile.mkdtemp(prefix="mlxchat-bench-moe-"))
-    return {"import_ppl_ratio_qwen3moe": _ratio(work, "qwen3moe", dict(QWEN3MOE), "Q4_K/Q6_K"),
+    with tempfile.TemporaryDirectory(prefix="mlxchat-bench-moe-") as tmp:
+        work = Path(tmp)
+        return {
+            "import_ppl_ratio_qwen3moe": _ratio(work, "qwen3moe", dict(QWEN3MOE), "Q4_K/Q6_K"),
             "import_ppl_ratio_qwen3moe_q4_k": _ratio(work, "qwen3moe", dict(QWEN3MOE), "Q4_K"),
             "import_ppl_ratio_gptoss": _ratio(work, "gpt-oss", dict(GPTOSS), "MXFP4/F16")}
 

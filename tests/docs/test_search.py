@@ -8,7 +8,7 @@ import pytest
 
 from mlxchat.docs import DocsError, Indexer, Retriever
 from mlxchat.docs.embedder import default_embedder
-from mlxchat.docs.search import bm25_query, rrf
+from mlxchat.docs.search import bm25_match, query_words, rrf
 
 CORPUS = {
     "garden.md": "# Garden\n\nTomatoes need six hours of sun and regular watering in summer.\n\n"
@@ -63,7 +63,7 @@ def test_the_matrix_is_loaded_once_and_again_after_a_change(indexed, store):
     root, retriever = indexed
     info = store.documents.get("home")
     first = retriever.matrix(info.id)
-    assert retriever.matrix(info.id) is first and first.vectors.shape == (info.chunks, 384)
+    assert retriever.matrix(info.id) is first and first.columns.shape == (384, info.chunks)
     (root / "new.txt").write_text("A brand new note about sailing boats.\n")
     Indexer(store.documents, retriever.embedder).update("home")
     assert retriever.matrix(info.id) is not first
@@ -76,7 +76,8 @@ def test_bad_queries_and_the_fusion_rules(indexed):
                                    ("x", {"mode": "fuzzy"}, "Unknown search mode")):
         with pytest.raises(DocsError, match=message):
             retriever.search("home", query, **kwargs)
-    assert bm25_query('what is "OR" (near) the* near') == '"near"'  # words, never operators
-    assert bm25_query("The AND") == '"the" OR "and"'  # only stopwords: kept
+    # Words, never operators:
+    assert bm25_match(query_words('what is "OR" (near) the* near')) == '"near"'
+    assert bm25_match(query_words("The AND")) == '"the" OR "and"'  # only stopwords: kept
     fused = rrf([[1, 2, 3], [3, 1]])
     assert [i for i, _ in fused] == [1, 3, 2]

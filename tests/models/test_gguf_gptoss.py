@@ -127,3 +127,16 @@ def test_gptoss_without_its_output_tensor_is_refused(tmp_path):
     write_gptoss(path, params=params)
     with pytest.raises(ModelError, match="lacks tensor output.weight: not a complete gpt-oss"):
         load_model(str(path))
+
+
+def test_gptoss_without_its_sliding_window_is_refused(tmp_path):
+    """Half its layers attend within the window: without it they cannot be built."""
+    meta = gptoss_metadata()
+    meta.pop("gpt-oss.attention.sliding_window")
+    path = tmp_path / "windowless.gguf"
+    write_model(path, "gpt-oss", random_params("gpt-oss", CONFIG, seed=13), CONFIG, meta,
+                kind="F16", kinds=EXPERTS)
+    with pytest.raises(ModelError) as info:
+        load_model(str(path))
+    assert str(info.value) == (f"{path} lacks metadata gpt-oss.attention.sliding_window: "
+                               "not a complete gpt-oss GGUF")

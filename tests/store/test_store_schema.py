@@ -13,7 +13,7 @@ import pytest
 from mlxchat import paths
 from mlxchat.store import SCHEMA_VERSION, SessionStore, StoreError, open_store
 from mlxchat.store.schema import (MIGRATIONS, V11_API_MESSAGES, V12_MESSAGE_SOURCES,
-                                   V13_TOOL_MESSAGES)
+                                   V13_TOOL_MESSAGES, V14_DOC_CHUNKS_FTS_BY_COLLECTION)
 from tests.old_snapshots import record_old_snapshot
 
 # The v1 schema exactly as mlxchat 0.1 shipped it: frozen here on purpose, so a
@@ -69,10 +69,11 @@ def _make_v1(path: Path) -> None:
 
 
 def test_migrations_are_ordered_and_versioned() -> None:
-    assert SCHEMA_VERSION == len(MIGRATIONS) == 13
+    assert SCHEMA_VERSION == len(MIGRATIONS) == 14
     assert MIGRATIONS[10] is V11_API_MESSAGES  # version 11 exactly, after version 10
     assert MIGRATIONS[11] is V12_MESSAGE_SOURCES
     assert MIGRATIONS[12] is V13_TOOL_MESSAGES
+    assert MIGRATIONS[13] is V14_DOC_CHUNKS_FTS_BY_COLLECTION
 
 
 def test_a_v1_database_migrates_and_keeps_its_data(db_path: Path) -> None:

@@ -14,17 +14,14 @@ from mlxchat.store import SCHEMA_VERSION, StoreError, open_store
 from mlxchat.store.export import import_json, render_session
 from mlxchat.store.messages_rebuild import messages_with_tool_role
 from mlxchat.store.schema import MIGRATIONS, V13_TOOL_MESSAGES
+from tests.store.old_versions import database_at
 
 BEFORE = MIGRATIONS.index(V13_TOOL_MESSAGES)
 """The version just before the rebuild."""
 
 
 def _database_before(path: Path) -> None:
-    conn = sqlite3.connect(path, isolation_level=None)
-    for statements in MIGRATIONS[:BEFORE]:
-        for statement in statements:
-            statement(conn) if callable(statement) else conn.execute(statement)
-    conn.execute(f"PRAGMA user_version = {BEFORE}")
+    conn = database_at(path, BEFORE)
     conn.execute("INSERT INTO sessions (id, title, created, updated) VALUES (1, 'old', 1, 1)")
     rows = [(1, None, "user", "about pelicans", b"\x01\x00\x00\x00", "k", 1),
             (2, 1, "assistant", "pelicans fly", b"\x02\x00\x00\x00", "k", 0),

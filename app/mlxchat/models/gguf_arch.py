@@ -216,7 +216,7 @@ _YARN_PLAIN = {"yarn_ext_factor": 1.0, "yarn_attn_factor": 1.0, "yarn_log_multip
 
 
 def _yarn_scaling(header: GGUFHeader) -> dict:
-    """mlx-lm's ``rope_scaling`` for YaRN (gpt-oss; long-context Qwen files)."""
+    """mlx-lm's ``rope_scaling`` for YaRN (mapped for gpt-oss only; see ``Arch.yarn``)."""
     for key, plain in _YARN_PLAIN.items():
         value = header.arch_value(f"rope.scaling.{key}")
         if value is not None and abs(float(value) - plain) > 1e-6:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Union
 
 from mlxchat import paths
+from mlxchat.store.docs_fts import V14_DOC_CHUNKS_FTS_BY_COLLECTION
 from mlxchat.store.errors import StoreError, sqlite_errors
 from mlxchat.store.messages_rebuild import messages_with_tool_role
 
@@ -317,6 +318,7 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V11_API_MESSAGES,
     V12_MESSAGE_SOURCES,
     V13_TOOL_MESSAGES,
+    V14_DOC_CHUNKS_FTS_BY_COLLECTION,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
