@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
+import time
 from functools import partial
 
 import pytest
 from openai import OpenAI
 
-from mlxchat.engine import ChatEngine
+from mlxchat.engine import ChatEngine, TextDelta
 from mlxchat.server.options import ServeOptions
 from mlxchat.store import open_store
 from mlxchat.tui.widgets import NoticeMessage
@@ -276,9 +277,22 @@ async def test_serving_twice_is_refused(tmp_path, tiny):
         assert notices(app)[-1].endswith("Not serving.")
 
 
+class PacedEngine(ChatEngine):
+    """A real engine that takes 5 ms more per streamed piece (on its own
+    thread, so its decode is slower, not faked): a long reply is still
+    running when the app quits however fast this machine is."""
+
+    def _turn(self, planned, settings, emit):
+        def paced(event):
+            if isinstance(event, TextDelta):
+                time.sleep(0.005)
+            emit(event)
+        return super()._turn(planned, settings, paced)
+
+
 async def test_a_request_running_at_quit_is_cut_and_stored_as_stopped(tmp_path, tiny):
     db = tmp_path / "s.db"
-    app = tiny_app(db, tiny, serve=ServeOptions(port=0))  # serve --tui
+    app = tiny_app(db, tiny)
     streamed = threading.Event()
     pieces: list[str] = []
 
@@ -296,6 +310,8 @@ async def test_a_request_running_at_quit_is_cut_and_stored_as_stopped(tmp_path, 
 
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
+        app.serving.control.engine_factory = partial(PacedEngine, compute_owner="api")
+        await command(pilot, "/serve 0")
         server = app.serving.running
         reader = threading.Thread(target=stream_a_long_reply, args=(server.url,), daemon=True)
         reader.start()

@@ -28,29 +28,62 @@ class QueueFull(Exception):
 
 
 class Job:
-    """A request's place in the lane, and the items its work yielded."""
+    """A request's place in the lane, and the items its work yielded.
+
+    Items wait in a plain deque; the event loop is woken once for all that
+    arrive before it looks, not once per token (each wake-up is a write to
+    the loop's pipe and a pass of the loop, taken from the decode's cores)."""
 
     def __init__(self, work: Work, loop: asyncio.AbstractEventLoop):
         self.work = work
         self.cancelled = threading.Event()
         self._loop = loop
-        self._items: asyncio.Queue[Any] = asyncio.Queue()
+        self._pending: deque[Any] = deque()
+        self._lock = threading.Lock()
+        self._woken = False
+        self._ready = asyncio.Event()
 
     def put(self, item: Any) -> None:
+        with self._lock:
+            self._pending.append(item)
+            if self._woken:
+                return  # the loop has a wake-up coming; it takes this item too
+            self._woken = True
         try:
-            self._loop.call_soon_threadsafe(self._items.put_nowait, item)
+            self._loop.call_soon_threadsafe(self._ready.set)
         except RuntimeError:  # the event loop is closed: nobody is listening
             pass
 
-    async def items(self) -> Any:
-        """What the work yields, in order; an exception it raised is raised here."""
+    def _take(self) -> list[Any]:
+        with self._lock:
+            taken, self._woken = list(self._pending), False
+            self._pending.clear()
+            self._ready.clear()
+        return taken
+
+    async def items(self, merge: Callable[[Any, Any], Any] | None = None) -> Any:
+        """What the work yields, in order; an exception it raised is raised here.
+        ``merge(a, b)``: one item for two that arrived together (None: keep both)."""
         while True:
-            item = await self._items.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+            await self._ready.wait()
+            batch = self._take()
+            for item in _merged(batch, merge) if merge else batch:
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+
+
+def _merged(batch: list[Any], merge: Callable[[Any, Any], Any]) -> list[Any]:
+    out: list[Any] = []
+    for item in batch:
+        joined = merge(out[-1], item) if out else None
+        if joined is None:
+            out.append(item)
+        else:
+            out[-1] = joined
+    return out
 
 
 class EngineLane:
