@@ -91,3 +91,21 @@ def request(url: str, method: str, path: str, body: object = None, *,
         return Reply(response.status, dict(response.getheaders()), response.read())
     finally:
         conn.close()
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+"""A tool definition as clients send it."""
+
+
+def real_qwen3(folder):
+    """A tiny random Qwen3 speaking through Qwen3's real published template."""
+    from pathlib import Path
+
+    from mlxchat.models.loader import load_folder
+    from tests.families.builders import with_template, write_family_model
+
+    real = Path(__file__).parents[1] / "families" / "real_templates" / "qwen3.jinja"
+    family = with_template("qwen3", real.read_text())
+    return load_folder(write_family_model(family, folder), name="tiny", spec="tiny")

@@ -6,7 +6,6 @@ finds its branch, and all of it survives a restart."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import mlx.core as mx
 import pytest
@@ -15,16 +14,10 @@ from openai import OpenAI
 from mlxchat.chat import CalledTool
 from mlxchat.engine import decode
 from mlxchat.engine.events import TurnDone
-from mlxchat.models.loader import load_folder
 from mlxchat.session.api_turns import ApiRequest, ApiTurns, IncomingMessage
 from mlxchat.server.tool_calls import calls_signature
-from tests.families.builders import with_template, write_family_model
-from tests.server.conftest import open_tiny, request, serve
+from tests.server.conftest import WEATHER, open_tiny, real_qwen3, request, serve
 
-REAL = Path(__file__).parents[1] / "families" / "real_templates"
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
 CALL = {"id": "call_abc", "type": "function",
         "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
 # A reply as Qwen3 writes a call: a line of text, then the call's markup.
@@ -34,9 +27,7 @@ CALLING = 'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"ci
 
 @pytest.fixture(scope="module")
 def qwen3(tmp_path_factory):
-    family = with_template("qwen3", (REAL / "qwen3.jinja").read_text())
-    folder = write_family_model(family, tmp_path_factory.mktemp("qwen3-loop"))
-    return load_folder(folder, name="tiny", spec="tiny")
+    return real_qwen3(tmp_path_factory.mktemp("qwen3-loop"))
 
 
 def _client(url: str) -> OpenAI:

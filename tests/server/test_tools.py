@@ -19,12 +19,9 @@ from mlxchat.server.tool_calls import (CallCut, calls_signature, openai_calls, r
                                        with_ids)
 from mlxchat.chat import TurnStats
 from tests.families.builders import with_template, write_family_model
-from tests.server.conftest import request, serve
+from tests.server.conftest import WEATHER, real_qwen3, request, serve
 
 REAL = Path(__file__).parents[1] / "families" / "real_templates"
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
 REPLY = 'Let me check.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n' \
         '</tool_call>'
@@ -32,9 +29,7 @@ REPLY = 'Let me check.<tool_call>\n{"name": "get_weather", "arguments": {"city":
 
 @pytest.fixture(scope="module")
 def qwen3(tmp_path_factory):
-    family = with_template("qwen3", (REAL / "qwen3.jinja").read_text())
-    folder = write_family_model(family, tmp_path_factory.mktemp("qwen3-tools"))
-    return load_folder(folder, name="tiny", spec="tiny")
+    return real_qwen3(tmp_path_factory.mktemp("qwen3-tools"))
 
 
 @pytest.fixture
