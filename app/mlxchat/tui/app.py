@@ -21,6 +21,7 @@ from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.reactive import var
+from textual.timer import Timer
 from textual.widgets import Footer
 
 from mlxchat.session.root import (ConversationFactory, Opened, log_to_file, memory_budget,
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from mlxchat.session.retrieval import Retrieved
     from mlxchat.session import Event, PrefillProgress, TextDelta, TurnDone
 
+IDLE_COMPACT_SECONDS = 30.0
+"""After a turn, how long the session stays idle before its segment files are joined."""
 QUIT_WAIT_SECONDS = 10.0
 """On quit, how long a stopped reply gets to be committed before the app exits."""
 LIVE_GAUGE_SECONDS = 1.0
@@ -122,6 +125,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         """Learns what drawing an update costs; kept from turn to turn."""
         self.typing = TypingPrefill(self)
         self._queued_widget: UserMessage | None = None
+        self._compact_timer: Timer | None = None
 
     # -- layout ----------------------------------------------------------------------
 
@@ -428,12 +432,33 @@ class MlxChatApp(CommandsMixin, App[int]):
         self.refresh_gauges()
         self.set_titles()
         self.typing.changed(self.prompt.text, at_once=True)  # what was typed meanwhile
+        self._compact_later()
         if error is not None:
             await self.transcript.add_notice(error, "error")
         elif done is not None and done.dropped_messages:
             await self.transcript.add_notice(
                 f"The {done.dropped_messages:,} oldest messages were left out to fit the "
                 "context window.", "warning")
+
+    # -- the KV cache on disk, while idle ---------------------------------------------------
+
+    def _compact_later(self) -> None:
+        """Join the branch's segment files once the session has been idle a
+        while (a reopen then reads one file per branch, not one per turn)."""
+        if self._compact_timer is not None:
+            self._compact_timer.stop()
+        self._compact_timer = self.set_timer(IDLE_COMPACT_SECONDS, self._compact_if_idle)
+
+    def _compact_if_idle(self) -> None:
+        if self.conversation is None or self.generating or self.running:
+            return  # the next turn's end asks again
+        self._compact_worker(self.conversation)
+
+    @work(thread=True, group="compact", exclusive=True, exit_on_error=False)
+    def _compact_worker(self, conv: Conversation) -> None:
+        # Waits for a turn's segment being written (and a turn waits for it):
+        # the cache keeper serializes them. Never raises; a failure is logged.
+        conv.compact_cache()
 
     # -- keys ----------------------------------------------------------------------------
 

@@ -1,0 +1,70 @@
+"""A session left idle after a turn has its KV segment files joined into one
+(a reopen reads one file per branch); a turn still running is never joined
+under."""
+
+from __future__ import annotations
+
+from mlxchat.store import open_store
+
+from .app_support import ready, send, settle, tiny_app, until
+
+
+def branch_files(db, session_id: int) -> list[str]:
+    store = open_store(db)
+    try:
+        leaf = store.get_session(session_id).leaf_id
+        return [r.path for r in store.segments.on_branch(leaf)]
+    finally:
+        store.close()
+
+
+async def test_an_idle_session_has_its_segments_joined(tmp_path, tiny, monkeypatch):
+    monkeypatch.setattr("mlxchat.tui.app.IDLE_COMPACT_SECONDS", 3600.0)
+    db = tmp_path / "s.db"
+    app = tiny_app(db, tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        for text in ("One.", "Two.", "Three."):
+            await send(pilot, text)
+        sid = app.conversation.session.id
+        files = branch_files(db, sid)
+        assert len(files) == 3 and len(set(files)) == 3  # a segment file a turn, not joined yet
+        # The timer the last turn set fires: the session is idle.
+        app._compact_timer.stop()
+        app._compact_if_idle()
+        await settle(pilot)
+        joined = branch_files(db, sid)
+        assert len(joined) == 3 and len(set(joined)) == 1  # rows kept, one file for them
+        # The next turn still reuses its cache and writes its own segment after it.
+        await send(pilot, "Four.")
+        assert app.conversation.last_stats.reused_tokens > 0
+        assert len(set(branch_files(db, sid))) == 2
+
+
+async def test_nothing_is_joined_while_a_turn_runs(tmp_path, tiny, monkeypatch):
+    monkeypatch.setattr("mlxchat.tui.app.IDLE_COMPACT_SECONDS", 3600.0)
+    db = tmp_path / "s.db"
+    app = tiny_app(db, tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await send(pilot, "One.")
+        await send(pilot, "Two.")
+        sid = app.conversation.session.id
+        app.generating = True  # as while a reply streams
+        app._compact_if_idle()
+        await settle(pilot)
+        assert len(set(branch_files(db, sid))) == 2
+        app.generating = False
+
+
+async def test_the_timer_a_turn_sets_joins_them(tmp_path, tiny, monkeypatch):
+    monkeypatch.setattr("mlxchat.tui.app.IDLE_COMPACT_SECONDS", 0.2)
+    db = tmp_path / "s.db"
+    app = tiny_app(db, tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await send(pilot, "One.")
+        await send(pilot, "Two.")
+        sid = app.conversation.session.id
+        await until(lambda: len(set(branch_files(db, sid))) == 1, 30)
+        assert len(branch_files(db, sid)) == 2
