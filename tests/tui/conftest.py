@@ -13,3 +13,11 @@ def tiny_b(tmp_path_factory):
 
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny-b"), seed=1,
                                         context_window=1024), name="tiny-b", spec="tiny-b")
+
+
+@pytest.fixture(autouse=True)
+def no_idle_compaction(monkeypatch):
+    """The app joins a session's segment files after 30 s idle; a slow test
+    on a loaded machine must not have its files joined under it. The tests
+    of that idle join set their own delay."""
+    monkeypatch.setattr("mlxchat.tui.app.IDLE_COMPACT_SECONDS", 3600.0)

@@ -18,8 +18,8 @@ def branch_files(db, session_id: int) -> list[str]:
         store.close()
 
 
-async def test_an_idle_session_has_its_segments_joined(tmp_path, tiny, monkeypatch):
-    monkeypatch.setattr("mlxchat.tui.app.IDLE_COMPACT_SECONDS", 3600.0)
+async def test_an_idle_session_has_its_segments_joined(tmp_path, tiny):
+    # The timer is far off (tests/tui/conftest.py): it is fired by hand below.
     db = tmp_path / "s.db"
     app = tiny_app(db, tiny)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -41,8 +41,7 @@ async def test_an_idle_session_has_its_segments_joined(tmp_path, tiny, monkeypat
         assert len(set(branch_files(db, sid))) == 2
 
 
-async def test_nothing_is_joined_while_a_turn_runs(tmp_path, tiny, monkeypatch):
-    monkeypatch.setattr("mlxchat.tui.app.IDLE_COMPACT_SECONDS", 3600.0)
+async def test_nothing_is_joined_while_a_turn_runs(tmp_path, tiny):
     db = tmp_path / "s.db"
     app = tiny_app(db, tiny)
     async with app.run_test(size=(120, 40)) as pilot:
