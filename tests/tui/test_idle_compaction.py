@@ -18,15 +18,20 @@ def branch_files(db, session_id: int) -> list[str]:
         store.close()
 
 
+async def turns(pilot, *texts: str) -> int:
+    """Send each text and wait for its reply; the session's id."""
+    await ready(pilot)
+    for text in texts:
+        await send(pilot, text)
+    return pilot.app.conversation.session.id
+
+
 async def test_an_idle_session_has_its_segments_joined(tmp_path, tiny):
     # The timer is far off (tests/tui/conftest.py): it is fired by hand below.
     db = tmp_path / "s.db"
     app = tiny_app(db, tiny)
     async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
-        for text in ("One.", "Two.", "Three."):
-            await send(pilot, text)
-        sid = app.conversation.session.id
+        sid = await turns(pilot, "One.", "Two.", "Three.")
         files = branch_files(db, sid)
         assert len(files) == 3 and len(set(files)) == 3  # a segment file a turn, not joined yet
         # The timer the last turn set fires: the session is idle.
@@ -45,10 +50,7 @@ async def test_nothing_is_joined_while_a_turn_runs(tmp_path, tiny):
     db = tmp_path / "s.db"
     app = tiny_app(db, tiny)
     async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
-        await send(pilot, "One.")
-        await send(pilot, "Two.")
-        sid = app.conversation.session.id
+        sid = await turns(pilot, "One.", "Two.")
         app.generating = True  # as while a reply streams
         app._compact_if_idle()
         await settle(pilot)
@@ -61,9 +63,6 @@ async def test_the_timer_a_turn_sets_joins_them(tmp_path, tiny, monkeypatch):
     db = tmp_path / "s.db"
     app = tiny_app(db, tiny)
     async with app.run_test(size=(120, 40)) as pilot:
-        await ready(pilot)
-        await send(pilot, "One.")
-        await send(pilot, "Two.")
-        sid = app.conversation.session.id
+        sid = await turns(pilot, "One.", "Two.")
         await until(lambda: len(set(branch_files(db, sid))) == 1, 30)
         assert len(branch_files(db, sid)) == 2
