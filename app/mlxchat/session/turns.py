@@ -69,10 +69,13 @@ class TurnRunner:
                     done = event
                 elif isinstance(event, TextDelta):
                     (pieces if event.part == "answer" else thought).append(event.text)
-                    if time.monotonic() - saved_at >= DRAFT_INTERVAL_S:
-                        saved_at = time.monotonic()
-                        self._checkpoint(parent, "".join(pieces), "".join(thought))
                 yield event
+                # Checkpointed once the caller has taken the text (shown it): a
+                # kill between the two never leaves a draft holding unshown text.
+                if (isinstance(event, TextDelta)
+                        and time.monotonic() - saved_at >= DRAFT_INTERVAL_S):
+                    saved_at = time.monotonic()
+                    self._checkpoint(parent, "".join(pieces), "".join(thought))
         finally:
             self._pins.keep(done.stats if done is not None else None)
             if done is not None:
