@@ -428,6 +428,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         stats = done.stats if done is not None else None
         await reply.finish(stats, cancelled=stats is None or stats.finish_reason == "cancelled")
         self.generating = False
+        self.serving.watch()  # a "waiting for the API" line goes with the turn, not a tick later
         self.gauges.idle()
         self.refresh_gauges()
         self.set_titles()
