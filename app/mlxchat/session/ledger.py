@@ -200,6 +200,14 @@ class Ledger:
         system = len(system_ids) if list(first[:len(system_ids)]) == list(system_ids) else 0
         return [system, counts[0] - system, *counts[1:]]
 
+    def used(self, branch: Sequence[Message]) -> int | None:
+        """Tokens the branch holds in its ledger (what the next turn's prompt
+        starts with), read off the stored ids; None when it has no usable one."""
+        if self.settings.history == "template":
+            return None
+        ids, _ = branch_ids(branch, self.key)
+        return None if ids is None else len(ids)
+
     def plan_existing(self, branch: Sequence[Message]) -> Plan:
         """The prompt to answer the branch's last (user) message again."""
         if self.settings.history == "template":

@@ -106,8 +106,14 @@ class EngineViews:
         return self._open.ledger(self._engine).note(self._open.messages)
 
     def window_left(self) -> int:
-        """Tokens still free in the context window for the next message."""
-        window = self.context_window
+        """Tokens still free in the context window for the next message: read
+        off the token ledger when the branch has one (no rendering of the
+        whole conversation, which /attach, /pin and every retrieving message
+        ask for), else rendered."""
         messages = self._open.messages
-        used = self._engine.count_tokens(self._open.with_system(messages)) if messages else 0
-        return window - used
+        if not messages:
+            return self.context_window
+        used = self._open.ledger(self._engine).used(messages)
+        if used is None:
+            used = self._engine.count_tokens(self._open.with_system(messages))
+        return self.context_window - used
