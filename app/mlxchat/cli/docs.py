@@ -96,8 +96,7 @@ def _progress_line(stream):
         return None
 
     def show(p) -> None:
-        stream.write(f"\r\033[K{p.files_done}/{p.files_total} files  {p.chunks} chunks  "
-                     f"{p.chunks_per_s:.0f} chunks/s")
+        stream.write(f"\r\033[K{p.words()}")
         stream.flush()
     return show
 

@@ -209,9 +209,7 @@ def _reporter(ctx: CommandContext, verb: str):
                                     and p.files_done < p.files_total):
             return
         shown = now
-        ctx.progress(f"{verb} {fmt_int(p.files_done)}/{fmt_int(p.files_total)} files · "
-                     f"{fmt_int(p.chunks)} chunks · {p.chunks_per_s:.0f} chunks/s · "
-                     "escape cancels", p.files_done, p.files_total)
+        ctx.progress(f"{verb} {p.words()} · escape cancels", p.files_done, p.files_total)
     return report
 
 
