@@ -120,6 +120,12 @@ def test_edit_of_turn_two_and_a_retry(family, tmp_path):
     cold.engine.drop_cache()
     again = answer_again(cold.retry())
     assert again.token_ids == edited.token_ids
+    # The retried reply extends the token ledger: the next turn reuses all of it
+    # (it was stored without its ids, and a window or recurrent state went cold).
+    held = cold.state().cached_tokens
+    follow = ask(cold, "And after the retry?")
+    assert cold.messages[-3].token_ids is not None
+    assert (follow.stats.reused_tokens, follow.stats.miss_reason) == (held, None)
     cold.shutdown()
 
 

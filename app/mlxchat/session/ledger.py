@@ -214,6 +214,8 @@ class Ledger:
             return Plan(self._rendered(branch, None))
         ids, reason = branch_ids(branch, self.key)
         if ids is not None and self._fits(len(ids)):
-            return Plan(FittedPrompt(ids, self._with_system(branch), 0, ledger=True))
+            # The key goes with the plan: the new reply's ids extend the ledger.
+            return Plan(FittedPrompt(ids, self._with_system(branch), 0, ledger=True),
+                        key=self.key)
         fitted = self._rendered(branch, reason or "context overflow: history re-rendered to fit")
         return Plan(fitted, list(fitted.tokens), start=True, key=self.key)
