@@ -67,6 +67,17 @@ def positional(name: str) -> bool:
     return len(parts) >= 3 and parts[-2] in ("k", "v")
 
 
+def taken_at(name: str, end: int) -> str:
+    """The name a joined file gives a checkpoint taken at ``end``, a position
+    inside it: its own checkpoints (at its end) keep their plain names."""
+    return f"{name}@{end}"
+
+
+def plain(name: str) -> str:
+    """A checkpoint's name without the position ``taken_at`` adds."""
+    return name.split("@", 1)[0]
+
+
 def kind(t: Tensor) -> tuple[Any, ...]:
     """What two files' arrays of positions must share to be one run: dtype,
     the leading dimensions and the last (all but the positions)."""

@@ -8,6 +8,10 @@ bytes: there is no join pass and no second pass for the check. MLX allocates
 the array and asks for its bytes through a file-like object (``_Joined``)
 that stands for the joined tensor, so nothing is zeroed or copied first.
 
+Layers that keep a checkpoint (sliding windows, recurrent states) restore
+from the last file's: its own at its end, or one a joined file took inside
+it where the branch ends (``segment_compact``).
+
 A file whose header is refused stops the restore there; one whose checksum
 then fails drops its positions and every one after it (they are beyond the
 restored length). The tokens before are kept, the rest recomputed.
@@ -56,6 +60,10 @@ class _Group:
     refs: list[SegmentRef]
     file: SegmentFile
     layers: list[dict[str, Any]]
+    """The layers as they are where the group ends."""
+    taken: str = ""
+    """What the names of the checkpoints it restores from end with: "" for the
+    file's own (at its end), ``@END`` for one a joined file took inside it."""
 
     @property
     def start(self) -> int:
@@ -139,14 +147,34 @@ def _group(file: SegmentFile, refs: Sequence[SegmentRef], n: int, fingerprint: s
     if (start != mine[0].start or not mine[-1].end <= end or len(tokens) != end - start
             or tokens[:len(held)] != held or len(held) != mine[-1].end - start):
         raise SegmentRejected("holds other tokens than the conversation")
-    if mine[-1].end < end and any(not positional(t.name) for t in file.tensors):
-        raise SegmentRejected("holds no checkpoint where the branch ends")
+    taken = ""
+    if mine[-1].end < end and _checkpointed(file):
+        described, taken = _taken_inside(file, mine[-1].end)
     if not isinstance(described, list):
         raise SegmentRejected("damaged metadata")
     for t in file.tensors:
         if positional(t.name) and (len(t.shape) < 2 or t.shape[-2] != end - start):
             raise SegmentRejected("damaged header (a length that is not the span's)")
-    return _Group(n, mine, file, described)
+    return _Group(n, mine, file, described, taken)
+
+
+def _checkpointed(file: SegmentFile) -> list[str]:
+    """The names of the checkpoints a file keeps at its end."""
+    return [t.name for t in file.tensors if not positional(t.name) and "@" not in t.name]
+
+
+def _taken_inside(file: SegmentFile, end: int) -> tuple[Any, str]:
+    """The layers' description and the name ending of the checkpoints a joined
+    file took at ``end``; SegmentRejected when it holds none there."""
+    try:
+        described = json.loads(file.meta.get("checkpoints", "{}")).get(str(end))
+    except (ValueError, AttributeError):
+        raise SegmentRejected("damaged metadata") from None
+    taken = segment_io.taken_at("", end)
+    if described is None or any(name + taken not in file.by_name
+                                for name in _checkpointed(file)):
+        raise SegmentRejected("holds no checkpoint where the branch ends")
+    return described, taken
 
 
 def _agrees(first: _Group, later: _Group) -> None:
@@ -154,8 +182,9 @@ def _agrees(first: _Group, later: _Group) -> None:
     if [layers.layout(m) for m in first.layers] != [layers.layout(m) for m in later.layers]:
         raise SegmentRejected("the KV bit width changed")
     mine, theirs = first.file.by_name, later.file.by_name
-    if [t.name for t in first.file.tensors] != [t.name for t in later.file.tensors] or any(
-            positional(name) and kind(t) != kind(theirs[name]) for name, t in mine.items()):
+    own = [t.name for t in first.file.tensors if "@" not in t.name]
+    if own != [t.name for t in later.file.tensors if "@" not in t.name] or any(
+            positional(name) and kind(mine[name]) != kind(theirs[name]) for name in own):
         raise SegmentRejected("its arrays do not match the segment before")
 
 
@@ -170,8 +199,9 @@ def _fits(described: list[dict[str, Any]], fresh: list[Any]) -> str | None:
 def _read(groups: list[_Group]) -> tuple[list[Reader], dict[str, mx.array]]:
     """Every array of positions at the branch's whole length, each file read
     once; the readers then hold the checkpoints and give the checksums."""
-    keep = frozenset(t.name for t in groups[0].file.tensors if not positional(t.name))
-    readers = [Reader(g.file, g.refs[0].checksum, keep) for g in groups]
+    keep = _checkpointed(groups[0].file)
+    readers = [Reader(g.file, g.refs[0].checksum, frozenset(k + g.taken for k in keep))
+               for g in groups]
     length = groups[-1].end
     arrays = {t.name: _joined(t, groups, readers, length)
               for t in groups[0].file.tensors if positional(t.name)}
@@ -184,7 +214,7 @@ def _layers(last: _Group, reader: Reader, arrays: dict[str, mx.array],
     checkpoints ``last`` keeps."""
     arrays = dict(arrays)
     for name, data in reader.kept.items():
-        arrays[name] = _array(data, last.file.by_name[name])
+        arrays[segment_io.plain(name)] = _array(data, last.file.by_name[name])
     out = []
     for i, (meta, c) in enumerate(zip(last.layers, fresh)):
         prefix = f"{i}."
