@@ -30,7 +30,7 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlxchat.engine import layers, segment_io
+from mlxchat.engine import layers, prefault, segment_io
 from mlxchat.engine.segment_io import Reader, SegmentFile, Tensor, kind, positional
 from mlxchat.engine.segments import FORMAT, SegmentRef, SegmentRejected
 from mlxchat.engine.snapshot import origin_problem
@@ -286,6 +286,7 @@ class _Joined(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
+        prefault.populate(view)  # fresh pages made present in one call, not one fault each
         n = min(len(view), self._size - self._pos)
         done = 0
         if self._pos < len(self._head):
