@@ -7,7 +7,8 @@ The last line is: ratios: overhead=X followup_speedup=X resume_speedup=X
 snapshot_size_ratio=X kv4_bytes_ratio=X save_growth=X save_bytes_ratio=X
 resume_read_ratio=X joined_read_ratio=X compact_s=X branch_storage_ratio=X (these on
 an 8B-shaped cache: restore from 16 segment files, and from the one file joining
-them, over a plain read of the same files; seconds to join the 16)
+them, over a plain read of the same files; seconds to join the 16; the seconds of
+fresh memory of that size; restore from the joined file over mx.load of it)
 typing_ttft_ratio=X (TTFT of a ~60-token message typed at 5 chars/s with prefill
 while typing / without, after a ~1000-token warm history) spec_accept=X (share
 of proposals accepted with the model as its own draft) spec_speed=X (decode

@@ -92,6 +92,17 @@ def fresh_memory_s(tokens: int) -> float:
     return seconds
 
 
+def mlx_load_s(path: Path) -> float:
+    """Seconds MLX's own loader takes to read a file's arrays into new memory:
+    what reading the same bytes into fresh MLX arrays costs without our checks."""
+    t0 = time.perf_counter()
+    arrays = mx.load(str(path))
+    mx.eval(list(arrays.values()))
+    seconds = time.perf_counter() - t0
+    del arrays
+    return seconds
+
+
 def plain_read_s(refs: list[segments.SegmentRef]) -> float:
     t0 = time.perf_counter()
     for r in refs:
@@ -128,12 +139,14 @@ def measure(*, long: int, short: int, branch_history: int) -> dict[str, float]:
         compact_s, joined = compact(folder, refs)
         for r in refs:
             r.path.unlink()
-        joined_restore, joined_plain = [], []
+        joined_restore, joined_plain, loads = [], [], []
         for _ in range(2):
             joined_plain.append(plain_read_s(joined[:1]))
             joined_restore.append(restore_s(joined))
+            loads.append(mlx_load_s(joined[0].path))
         print(f"join the {len(refs)} segments into one file: {compact_s:.2f} s; restore from "
-              f"it {min(joined_restore):.2f} s, plain read {min(joined_plain):.2f} s")
+              f"it {min(joined_restore):.2f} s, plain read {min(joined_plain):.2f} s, "
+              f"mx.load of it into new arrays {min(loads):.2f} s")
         for f in folder.iterdir():
             f.unlink()
         branch_ratio = branch_storage(folder, branch_history)
@@ -145,6 +158,7 @@ def measure(*, long: int, short: int, branch_history: int) -> dict[str, float]:
             "resume_read_ratio": min(restore) / min(plain),
             "joined_read_ratio": min(joined_restore) / min(joined_plain),
             "compact_s": compact_s, "fresh_memory_s": fresh,
+            "restore_load_ratio": min(joined_restore) / min(loads),
             "branch_storage_ratio": branch_ratio}
 
 
