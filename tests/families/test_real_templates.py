@@ -32,6 +32,7 @@ REAL = Path(__file__).parent / "real_templates"
 _DEEPSEEK = ("<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>",
              "<think>", "</think>")
 _PHI = ("<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>")
+_PHI4 = ("<|endoftext|>", "<|im_start|>", "<|im_sep|>", "<|im_end|>")
 _SMOLLM = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 _MISTRAL = ("<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]")
 
@@ -45,12 +46,18 @@ CASES: dict[str, tuple[str, dict]] = {
     "qwen2.5": ("qwen3", {}),
     "qwen3": ("qwen3", {}),
     "qwq": ("qwen3", {}),
+    "qwen3-next-instruct": ("qwen3_next", {}),
+    "qwen3-next-thinking": ("qwen3_next", {}),
     "deepseek-r1-distill": ("qwen3_moe-r1", {"specials": _DEEPSEEK, "bos": _DEEPSEEK[0],
                                              "eos": (_DEEPSEEK[1],)}),
     "gemma-2": ("gemma3", {}),
+    "gemma-3": ("gemma3", {}),
     "gpt-oss": ("gpt_oss", {}),
     "phi-3.5-mini": ("llama3", {"specials": _PHI, "bos": None,
                                 "eos": ("<|endoftext|>", "<|end|>")}),
+    "phi-4": ("llama3", {"specials": _PHI4, "bos": None, "eos": ("<|im_end|>", "<|endoftext|>")}),
+    "phi-4-mini": ("llama3", {"specials": _PHI + ("<|tool|>", "<|/tool|>"), "bos": None,
+                              "eos": ("<|endoftext|>", "<|end|>")}),
     "smollm2": ("llama3", {"specials": _SMOLLM, "bos": None,
                            "eos": ("<|im_end|>", "<|endoftext|>")}),
 }
