@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 
 CHATML_TEMPLATE = (
@@ -104,14 +105,24 @@ def spm_merges(tokens: Sequence[str], scores: Sequence[float]) -> list[tuple[str
     merge list ranked by that score does the same.
     """
     vocab = {t: i for i, t in enumerate(tokens)}
-    merges: list[tuple[float, int, int, str, str]] = []
+    ranks: list[float] = []
+    lefts: list[int] = []
+    rights: list[int] = []
     for piece, score in zip(tokens, scores):
         for cut in range(1, len(piece)):
-            left, right = piece[:cut], piece[cut:]
-            if left in vocab and right in vocab:
-                merges.append((-score, vocab[left], vocab[right], left, right))
-    merges.sort()
-    return [(left, right) for _, _, _, left, right in merges]
+            left = vocab.get(piece[:cut])
+            if left is None:
+                continue
+            right = vocab.get(piece[cut:])
+            if right is not None:
+                ranks.append(-score)
+                lefts.append(left)
+                rights.append(right)
+    # Highest score first, ties by the halves' ids (numpy's sort: 0.5M merges of
+    # Gemma's vocabulary in a fraction of what sorting tuples of strings takes).
+    order = np.lexsort((np.array(rights, np.int64), np.array(lefts, np.int64),
+                        np.array(ranks, np.float64)))
+    return [(tokens[lefts[k]], tokens[rights[k]]) for k in order.tolist()]
 
 
 def write_spm_tokenizer(
