@@ -18,7 +18,6 @@ may have released theirs.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
@@ -27,7 +26,7 @@ from mlxchat.chat import DOCS_BUDGET_SHARE, TurnStats
 from mlxchat.engine.interface import Engine
 from mlxchat.errors import MlxchatError
 from mlxchat.session.current import OpenSession
-from mlxchat.session.streams import release_thread_streams
+from mlxchat.session.mlx_thread import MlxThread
 from mlxchat.sources import Source, sources_block
 from mlxchat.store import SessionStore
 from mlxchat.store.documents import CollectionInfo, CollectionNotFound
@@ -86,7 +85,7 @@ class Retrieval:
         self._embedder: Embedder | None = None
         self._retriever: Retriever | None = None
         self._lock = threading.Lock()
-        self._thread: ThreadPoolExecutor | None = None
+        self._thread: MlxThread | None = None
         self.last: Retrieved | None = None
         """What the last message sent in this process retrieved."""
 
@@ -204,17 +203,16 @@ class Retrieval:
         """Run ``work`` on the documents' MLX thread and wait for it."""
         with self._lock:
             if self._thread is None:
-                self._thread = ThreadPoolExecutor(1, thread_name_prefix="mlxchat-docs")
+                self._thread = MlxThread("mlxchat-docs")
             thread = self._thread
-        return thread.submit(work).result()
+        return thread.call(work)
 
     def close(self) -> None:
         """Let the documents' thread go (its MLX streams released by itself)."""
         with self._lock:
             thread, self._thread = self._thread, None
         if thread is not None:
-            thread.submit(release_thread_streams).result()
-            thread.shutdown()
+            thread.stop()
 
     def embedder(self) -> Embedder:
         with self._lock:

@@ -1,9 +1,12 @@
 """The mlxchat application: transcript, prompt and gauges over one Conversation.
 
 ``create_app`` builds it (``run_app`` and the tests use the same factory).
-The window appears at once; the model loads in a thread with a progress line.
-Every turn and command runs in a thread worker; streamed text reaches the
-screen in batches (``streaming.pump_turn``), so typing never stalls.
+The window appears at once; the model loads with a progress line. Every turn
+and command runs in a thread worker; streamed text reaches the screen in
+batches (``streaming.pump_turn``), so typing never stalls. The start-up load
+and the commands (``/model`` loads) run on the app's one MLX thread
+(``MlxThread``), their workers waiting for them: Textual's worker threads are
+pooled and reused, and MLX streams belong to a thread.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from textual.widgets import Footer
 
 from mlxchat.session.root import (ConversationFactory, Opened, log_to_file, memory_budget,
                                   open_conversation)
+from mlxchat.session.mlx_thread import MlxThread
 from mlxchat.session.streams import release_thread_streams
 from mlxchat.commands import CommandContext, Registry, default_registry
 from mlxchat.commands.pins import pin_files
@@ -117,6 +121,9 @@ class MlxChatApp(CommandsMixin, App[int]):
         self.serving = Serving(self, serve or ServeOptions(), at_start=serve is not None)
         if self.registry.get("serve") is None:
             self.registry.add(serve_command(self.serving))
+        self.mlx = MlxThread()
+        """Where the MLX work the app starts outside the engine runs (model loads):
+        never on Textual's pooled worker threads, which are reused."""
         self.conversation: Conversation | None = None
         self.ctx: CommandContext | None = None
         self.start_error: str | None = None
@@ -180,18 +187,17 @@ class MlxChatApp(CommandsMixin, App[int]):
                 self._ui(self.activity.show,
                          f"{STAGE_LABELS.get(stage, stage)} model…", done, total)
         try:
-            opened = self._factory(self.settings, model_spec=self.model_spec,
-                                   session=self._session_ref,
-                                   continue_last=self._continue_last, progress=progress)
+            opened = self.mlx.call(partial(
+                self._factory, self.settings, model_spec=self.model_spec,
+                session=self._session_ref, continue_last=self._continue_last,
+                progress=progress))
         except Exception as exc:  # noqa: BLE001 - shown in the transcript
             self._ui(self._start_failed, error_text(exc))
             return
-        finally:
-            release_thread_streams()  # the model was loaded on this thread
         if self.serving.at_start:  # mlxchat serve --tui
             try:
-                opened.notices.append((self.serving.start(opened.conversation).describe(),
-                                       "info"))
+                server = self.mlx.call(partial(self.serving.start, opened.conversation))
+                opened.notices.append((server.describe(), "info"))
             except Exception as exc:  # noqa: BLE001 - the chat still runs
                 opened.notices.append((f"Not serving: {error_text(exc)}", "error"))
         self._ui(self._started, opened)
@@ -561,6 +567,7 @@ class MlxChatApp(CommandsMixin, App[int]):
         conv, self.conversation = self.conversation, None
         if conv is not None:
             await asyncio.to_thread(conv.shutdown)
+        await asyncio.to_thread(self.mlx.stop)  # its streams released on it
 
 
 def create_app(settings: Settings, *, model_spec: str | None = None,

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from mlxchat.session.streams import release_thread_streams
 from mlxchat.commands import CommandResult
 from mlxchat.commands.base import catalog_models
 from mlxchat.commands.pins import pin_files
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
     from mlxchat.commands import CommandContext, Registry
     from mlxchat.session import Conversation
     from mlxchat.session import Event
+    from mlxchat.session.mlx_thread import MlxThread
     from mlxchat.models import ModelEntry
     from mlxchat.tui.widgets import PromptInput, Transcript
     from mlxchat.tui.typing_prefill import TypingPrefill
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         generating: bool
         editing: bool
         typing: TypingPrefill
+        mlx: MlxThread
         _now: Callable[[], float]
 
         @property
@@ -127,11 +128,9 @@ class CommandsMixin(_Host):
     def _command_worker(self, call: Callable[[], CommandResult],
                         restore: str | None, restore_editing: bool) -> None:
         try:
-            result = call()
+            result = self.mlx.call(call)  # /model loads a model: MLX on the app's thread
         except Exception as exc:  # noqa: BLE001 - run() never raises; this is a guard
             result = CommandResult.error(error_text(exc))
-        finally:
-            release_thread_streams()  # /model loads the model on this thread
         self._ui(self._apply_result, result, restore, restore_editing)
         if result.turn is not None:
             self._stream_turn(result.turn)
@@ -274,10 +273,8 @@ class CommandsMixin(_Host):
                 if cancel.is_set():
                     raise ModelError("download cancelled")  # unwinds resolve_folder
                 progress(done, total or None)
-            try:
-                resolve_folder(alias, progress=report)  # a GGUF import runs MLX here
-            finally:
-                release_thread_streams()
+            # A GGUF import runs MLX: on the app's thread.
+            self.mlx.call(partial(resolve_folder, alias, progress=report))
 
         def chosen(alias: str | None) -> None:
             if alias is not None:
