@@ -14,6 +14,11 @@ from typing import Any, Callable
 import mlx.core as mx
 
 from mlxchat.engine.compute import PROCESS_LOCK, ComputeLock, Ticket
+from mlxchat.engine.events import EngineError
+
+
+class EngineClosed(EngineError):
+    """Work asked of an engine that was closed (a load that ended after quitting)."""
 
 
 class Bookkeeping:
@@ -43,6 +48,8 @@ class EngineThread:
         self._jobs: queue.Queue = queue.Queue()
         self._cancels: set[threading.Event] = set()
         self._current = threading.Event()
+        self._closing = threading.Lock()
+        self._closed = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -53,6 +60,7 @@ class EngineThread:
                 # MLX aborts the process at exit if a thread's streams outlive it.
                 mx.synchronize()
                 mx.clear_streams()
+                self._refuse_left()
                 return
             fn, fut, cancel = job
             if fut.set_running_or_notify_cancel():
@@ -87,7 +95,10 @@ class EngineThread:
         """Queue ``fn`` after the jobs already queued, without waiting for it;
         ``cancel`` set while it waits for the compute lock: it never runs."""
         fut: Future = Future()
-        self._jobs.put((fn, fut, cancel))
+        with self._closing:
+            if self._closed:
+                raise EngineClosed("the engine was closed")
+            self._jobs.put((fn, fut, cancel))
         return fut
 
     def submit(self, fn: Callable[[], Any], cancel: threading.Event) -> Future:
@@ -113,7 +124,23 @@ class EngineThread:
 
     def close(self) -> None:
         """Cancel the work and stop the thread once the queued jobs are done."""
-        if self._thread.is_alive():
-            self.cancel_all()
-            self._jobs.put(None)
+        with self._closing:
+            if self._closed:
+                return
+            self._closed = True  # later work is refused, never left waiting
+            if self._thread.is_alive():
+                self.cancel_all()
+                self._jobs.put(None)
+        if threading.current_thread() is not self._thread:
             self._thread.join(timeout=30)
+
+    def _refuse_left(self) -> None:
+        """Fail whatever was queued behind the end (nothing can be, but no caller
+        may ever wait for a job that will not run)."""
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None and job[1].set_running_or_notify_cancel():
+                job[1].set_exception(EngineClosed("the engine was closed"))
