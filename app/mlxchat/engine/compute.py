@@ -44,10 +44,12 @@ class WaitCancelled(Exception):
 class Ticket:
     """A place in the line; holding when it is first."""
 
-    __slots__ = ("owner",)
+    __slots__ = ("owner", "left")
 
     def __init__(self, owner: str):
         self.owner = owner
+        self.left = False
+        """Out of the line while its job still runs (cancelled in ``pass_on``)."""
 
 
 class ComputeLock:
@@ -77,6 +79,8 @@ class ComputeLock:
 
     def release(self, ticket: Ticket) -> None:
         with self._cond:
+            if ticket.left:
+                return  # it left the line in ``pass_on``: nothing to give back
             assert self._line and self._line[0] is ticket, "released out of turn"
             self._line.popleft()
             self._cond.notify_all()
@@ -89,9 +93,11 @@ class ComputeLock:
         finally:
             self.release(ticket)
 
-    def pass_on(self, ticket: Ticket) -> None:
+    def pass_on(self, ticket: Ticket, *, cancel: threading.Event | None = None) -> None:
         """Held by ``ticket``: when others wait, let them all go first and wait
-        for them (the holder keeps its ticket, now at the end of the line)."""
+        for them (the holder keeps its ticket, now at the end of the line).
+        ``cancel`` set meanwhile: WaitCancelled, the ticket out of the line (its
+        job must compute nothing more; its ``release`` is then a no-op)."""
         with self._cond:
             if len(self._line) < 2 or self._line[0] is not ticket:
                 return
@@ -100,7 +106,12 @@ class ComputeLock:
             self._line.append(ticket)
             self._cond.notify_all()
             while self._line[0] is not ticket:
-                self._cond.wait()
+                if cancel is not None and cancel.is_set():
+                    self._line.remove(ticket)
+                    ticket.left = True
+                    self._cond.notify_all()
+                    raise WaitCancelled(f"{ticket.owner} job cancelled while it let others go")
+                self._cond.wait(WAIT_STEP_S if cancel is not None else None)
             self._enter()
 
     def _enter(self) -> None:

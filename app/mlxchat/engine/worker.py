@@ -70,9 +70,10 @@ class EngineThread:
 
     def pass_on(self) -> None:
         """On the thread, between chunks of work that may wait: let the engines
-        waiting for the compute lock go first."""
+        waiting for the compute lock go first. The running work's cancel (a
+        turn, a stop, closing) ends the wait: WaitCancelled."""
         if self._ticket is not None:
-            self.compute.pass_on(self._ticket)
+            self.compute.pass_on(self._ticket, cancel=self._current)
 
     def alive(self) -> bool:
         return self._thread.is_alive()
