@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Protocol
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,12 @@ class ComputeFigures:
 
 WAIT_STEP_S = 0.05
 """How often a cancellable waiter looks at its cancel signal."""
+
+
+class CancelSignal(Protocol):
+    """What a waiter reads to know it should leave (a ``threading.Event``)."""
+
+    def is_set(self) -> bool: ...
 
 
 class WaitCancelled(Exception):
@@ -61,7 +67,7 @@ class ComputeLock:
         self._line: deque[Ticket] = deque()  # the first one holds the lock
         self._holds = self._waited = self._passed_on = 0
 
-    def acquire(self, owner: str, *, cancel: threading.Event | None = None) -> Ticket:
+    def acquire(self, owner: str, *, cancel: CancelSignal | None = None) -> Ticket:
         """Wait for the lock; WaitCancelled (out of the line) once ``cancel`` is set."""
         ticket = Ticket(owner)
         with self._cond:
@@ -86,14 +92,14 @@ class ComputeLock:
             self._cond.notify_all()
 
     @contextmanager
-    def held(self, owner: str, *, cancel: threading.Event | None = None) -> Iterator[Ticket]:
+    def held(self, owner: str, *, cancel: CancelSignal | None = None) -> Iterator[Ticket]:
         ticket = self.acquire(owner, cancel=cancel)
         try:
             yield ticket
         finally:
             self.release(ticket)
 
-    def pass_on(self, ticket: Ticket, *, cancel: threading.Event | None = None) -> None:
+    def pass_on(self, ticket: Ticket, *, cancel: CancelSignal | None = None) -> None:
         """Held by ``ticket``: when others wait, let them all go first and wait
         for them (the holder keeps its ticket, now at the end of the line).
         ``cancel`` set meanwhile: WaitCancelled, the ticket out of the line (its
