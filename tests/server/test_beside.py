@@ -13,7 +13,7 @@ import pytest
 from mlxchat.models import precision
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
-from mlxchat.server.beside import SharedServer
+from mlxchat.server.beside import ServeControl, SharedServer
 from mlxchat.server.options import ServeOptions
 from mlxchat.server.runner import ServerFailed
 from mlxchat.session.lock import SessionLock
@@ -82,9 +82,9 @@ def own_chat(tmp_path):
     conv.shutdown()
 
 
-def ask(url: str, messages: list[dict]) -> dict:
+def ask(url: str, messages: list[dict], model: str = "tiny") -> dict:
     reply = request(url, "POST", "/v1/chat/completions",
-                    {"model": "tiny", "messages": messages, "max_tokens": 4})
+                    {"model": model, "messages": messages, "max_tokens": 4})
     assert reply.status == 200, reply.body
     return reply.json()
 
@@ -146,3 +146,45 @@ def test_a_session_taken_between_the_check_and_the_open_is_left_as_it_was(chat, 
             lock.release()
     assert taken and refused.status == 409, refused.body
     assert chat.store.get_session(api_session).leaf_id == leaf
+
+
+def test_a_server_beside_the_chat_follows_its_model_switch(chat):
+    control = ServeControl(ServeOptions(port=0))
+    old = control.start(chat)
+    try:
+        assert control.follow(chat) is None and control.running is old  # nothing changed
+        first = [{"role": "user", "content": "Before the switch."}]
+        assert ask(old.url, first)["model"] == "tiny"
+        chat.switch_model("tiny-d")
+        notice = control.follow(chat)
+        new = control.running
+        assert notice == f"The API server at {old.url} now serves tiny-d, as the chat does."
+        assert new is not old and new.url == old.url
+        # The old engine is closed (its KV and its hold on the old weights gone);
+        # the new one computes on the chat's new weights, no copy.
+        assert not old.engine._worker.alive()
+        assert new.engine.loaded.model is chat.engine.loaded.model
+        answered = ask(new.url, [{"role": "user", "content": "After the switch."}],
+                       model="tiny-d")
+        assert answered["model"] == "tiny-d" and answered["choices"][0]["message"]["content"]
+        gone = request(new.url, "POST", "/v1/chat/completions",
+                       {"model": "tiny", "messages": first, "max_tokens": 4})
+        assert gone.status == 404, gone.body
+    finally:
+        control.stop()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # uvicorn's exit
+def test_a_server_that_cannot_follow_says_how_to_start_it_again(chat):
+    control = ServeControl(ServeOptions(port=0))
+    old = control.start(chat)
+    chat.switch_model("tiny-d")
+    with socket.socket() as taken:  # another program takes the port meanwhile
+        old.server.stop()
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", old.server.port))
+        taken.listen()
+        notice = control.follow(chat)
+    assert control.running is None and not old.engine._worker.alive()
+    assert notice.startswith(f"The API server stopped serving tiny at {old.url}")
+    assert notice.endswith("/serve starts it again.")

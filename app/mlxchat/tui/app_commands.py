@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from mlxchat.session import Event
     from mlxchat.models import ModelEntry
     from mlxchat.tui.widgets import PromptInput, Transcript
+    from mlxchat.tui.serving import Serving
     from mlxchat.tui.typing_prefill import TypingPrefill
     from mlxchat.tui.widgets.activity import ActivityBar
 
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
         generating: bool
         editing: bool
         typing: TypingPrefill
+        serving: Serving
         _now: Callable[[], float]
 
         @property
@@ -128,11 +130,14 @@ class CommandsMixin(_Host):
                         restore: str | None, restore_editing: bool) -> None:
         try:
             result = call()
+            followed = self._follow_model()
         except Exception as exc:  # noqa: BLE001 - run() never raises; this is a guard
-            result = CommandResult.error(error_text(exc))
+            result, followed = CommandResult.error(error_text(exc)), None
         finally:
             release_thread_streams()  # /model loads the model on this thread
         self._ui(self._apply_result, result, restore, restore_editing)
+        if followed is not None:
+            self._ui(self.transcript.add_notice, followed, "info")
         if result.turn is not None:
             self._stream_turn(result.turn)
 
@@ -194,6 +199,13 @@ class CommandsMixin(_Host):
                 self._start_command("confirmed", confirm.accept)
         self.push_screen(ConfirmScreen(confirm.question, yes=confirm.yes,
                                        destructive=confirm.destructive), answered)
+
+    def _follow_model(self) -> str | None:
+        """From the command's thread: a server beside the chat serves the model
+        the command left the chat on (/model, a session of another model)."""
+        if self.conversation is None:
+            return None
+        return self.serving.follow(self.conversation)
 
     # -- clipboard -------------------------------------------------------------------
 
