@@ -153,6 +153,11 @@ class ChatService:
         if name not in self._names:
             raise unknown_model(name, self.model_id)
 
+    def warm_up(self) -> None:
+        """Before the first request (``mlxchat serve`` at start): the engine's
+        first-call costs paid now, not by the first client."""
+        self.conv.engine.warm_up()
+
     def close(self) -> None:
         self.lane.close()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
 import anyio
+import anyio._backends._asyncio  # noqa: F401 - at start, not on the first request (lazy in anyio)
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
