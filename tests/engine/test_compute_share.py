@@ -48,18 +48,26 @@ class GatedTurns(ChatEngine):
         return super()._turn(planned, settings, emit)
 
 
+def typing_prefill(chat: ChatEngine, tiny) -> tuple[threading.Thread, list[int], list[int]]:
+    """The chat's typing prefill of a long text on a thread of its own, started
+    and holding the lock: the thread, the tokens and what it returns (once)."""
+    tokens = tiny.tokenizer.encode("The rivers, the harvests and the coast. " * 12)
+    holds = chat.compute.figures().holds
+    typed: list[int] = []
+    typing = threading.Thread(target=lambda: typed.append(chat.prefill(tokens, GREEDY)))
+    typing.start()
+    until(lambda: chat.compute.figures().holds > holds)  # the prefill holds the lock
+    return typing, tokens, typed
+
+
 def test_an_api_turn_runs_between_typing_prefill_chunks(tiny):
     lock = ComputeLock()
     chat = TypingThatWaitsForTheApi(tiny, compute=lock, chunk_seconds=1e-4)
     api = ChatEngine(tiny, compute=lock, compute_owner="api")
     chat.api = api
     try:
-        tokens = tiny.tokenizer.encode("The rivers, the harvests and the coast. " * 12)
         before = lock.figures()
-        typed: list[int] = []
-        typing = threading.Thread(target=lambda: typed.append(chat.prefill(tokens, GREEDY)))
-        typing.start()
-        until(lambda: lock.figures().holds > before.holds)  # the prefill holds the lock
+        typing, tokens, typed = typing_prefill(chat, tiny)
         done = run(api, conversation(1))
         typing.join(BOUND_S)
         after = lock.figures()
@@ -111,11 +119,7 @@ def test_typing_prefill_that_let_the_api_go_first_stops_waiting_when_stopped(tin
     api = GatedTurns(tiny, compute=lock, compute_owner="api")
     chat.api = api
     try:
-        tokens = tiny.tokenizer.encode("The rivers, the harvests and the coast. " * 12)
-        typed: list[int] = []
-        typing = threading.Thread(target=lambda: typed.append(chat.prefill(tokens, GREEDY)))
-        typing.start()
-        until(lambda: lock.figures().holds > 0)  # the prefill holds the lock
+        typing, _, typed = typing_prefill(chat, tiny)
         api_done: list[TurnDone] = []
         api_turn = threading.Thread(target=lambda: api_done.append(run(api, conversation(1))))
         api_turn.start()

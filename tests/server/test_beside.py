@@ -1,9 +1,12 @@
 """The API served beside a chat (``server/beside.py``) without the app: the
 shared weights are the chat's model only, the API engine never re-casts them,
-and a failed start leaves no thread behind."""
+a failed start leaves no thread behind, the server follows the chat's model,
+and a request whose setup waits for the chat's engine ends when its client
+goes away (the slot free at once, the branch restored by the next request)."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from dataclasses import replace
@@ -22,6 +25,7 @@ from mlxchat.store import open_store
 
 from tests.commands.conftest import send
 from tests.server.conftest import request, tiny_settings
+from tests.waiting import BOUND_S, until
 
 
 @pytest.fixture(scope="module")
@@ -188,3 +192,41 @@ def test_a_server_that_cannot_follow_says_how_to_start_it_again(chat):
     assert control.running is None and not old.engine._worker.alive()
     assert notice.startswith(f"The API server stopped serving tiny at {old.url}")
     assert notice.endswith("/serve starts it again.")
+
+
+def send_raw(url_host: str, port: int, body: dict) -> socket.socket:
+    data = json.dumps(body)
+    sock = socket.create_connection((url_host, port), timeout=BOUND_S)
+    sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+                  + data).encode())
+    return sock
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_gone_while_its_setup_waits_for_the_chat_frees_its_slot(chat, shared, stream):
+    first = [{"role": "user", "content": "An API conversation."}]
+    answered = ask(shared.url, first)
+    reply = answered["choices"][0]["message"]["content"]
+    history = answered["usage"]["prompt_tokens"] + answered["usage"]["completion_tokens"]
+    ask(shared.url, [{"role": "user", "content": "Another one."}])  # the first one's KV: on disk
+    more = first + [{"role": "assistant", "content": reply}, {"role": "user", "content": "More."}]
+    compute, lane = shared.engine.compute, shared.service.lane
+    api_session = next(s for s in chat.store.list_sessions() if s.title.startswith("An API"))
+    stored = len(chat.store.get_session(api_session.id).messages)
+    ticket = compute.acquire("chat")  # the chat's engine computes
+    try:
+        sock = send_raw(shared.server.host, shared.server.port,
+                        {"model": "tiny", "messages": more, "max_tokens": 4, "stream": stream})
+        until(lambda: compute.ahead_of("api") == ["chat"])  # restoring its branch waits
+        assert len(chat.store.get_session(api_session.id).messages) == stored  # still setup
+        sock.close()
+        until(lambda: lane._running is None)  # while the chat still computes
+        assert compute.ahead_of("api") == []
+    finally:
+        compute.release(ticket)
+    again = ask(shared.url, more)
+    assert again["choices"][0]["message"]["content"]
+    # The branch's history came back from its segments: only the new message was prefilled.
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == history
+    assert len(chat.store.get_session(api_session.id).messages) == stored + 2
