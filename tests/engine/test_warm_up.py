@@ -9,7 +9,7 @@ import mlx.core as mx
 from mlxchat.engine import ChatEngine
 from mlxchat.engine.compute import ComputeLock
 
-from tests.engine.conftest import GREEDY, conversation, run
+from tests.engine.conftest import conversation, run
 
 
 def test_warm_up_computes_apart_and_leaves_the_live_cache_alone(tiny):
@@ -36,3 +36,4 @@ def test_warm_up_computes_apart_and_leaves_the_live_cache_alone(tiny):
     finally:
         warmed.close()
         plain.close()
+

@@ -180,6 +180,8 @@ class LiveCache:
 def compute_once(model: Any, ids: Sequence[int]) -> None:
     """Prefill ``ids`` but the last on a throwaway cache, then one greedy decode
     step (no sampler: the random state is left alone)."""
+    if len(ids) < 2:
+        return
     scratch = LiveCache(model)
     scratch.feed(model, ids[:-1])
     logits = model(mx.array(ids[-1:])[None], cache=scratch.layers)

@@ -4,6 +4,7 @@ endpoints put in their own shapes."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,8 @@ from mlxchat.server.lane import EngineLane, QueueFull, Work
 from mlxchat.server.requests import ChatRequest
 from mlxchat.server.tool_calls import (CallCut, ReplyParts, calls_signature, reply_parts,
                                        with_ids)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -155,8 +158,12 @@ class ChatService:
 
     def warm_up(self) -> None:
         """Before the first request (``mlxchat serve`` at start): the engine's
-        first-call costs paid now, not by the first client."""
-        self.conv.engine.warm_up()
+        first-call costs paid now, not by the first client. Never fails the
+        start: a model it cannot warm is served cold."""
+        try:
+            self.conv.engine.warm_up()
+        except Exception as exc:  # noqa: BLE001 - an optimisation, not a requirement
+            log.warning("warm-up skipped: %s", exc)
 
     def close(self) -> None:
         self.lane.close()
