@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from mlxchat.engine import ChatEngine, TextDelta, TurnDone
 from mlxchat.engine.compute import ComputeLock
 
@@ -46,18 +48,26 @@ class GatedTurns(ChatEngine):
         return super()._turn(planned, settings, emit)
 
 
+def typing_prefill(chat: ChatEngine, tiny) -> tuple[threading.Thread, list[int], list[int]]:
+    """The chat's typing prefill of a long text on a thread of its own, started
+    and holding the lock: the thread, the tokens and what it returns (once)."""
+    tokens = tiny.tokenizer.encode("The rivers, the harvests and the coast. " * 12)
+    holds = chat.compute.figures().holds
+    typed: list[int] = []
+    typing = threading.Thread(target=lambda: typed.append(chat.prefill(tokens, GREEDY)))
+    typing.start()
+    until(lambda: chat.compute.figures().holds > holds)  # the prefill holds the lock
+    return typing, tokens, typed
+
+
 def test_an_api_turn_runs_between_typing_prefill_chunks(tiny):
     lock = ComputeLock()
     chat = TypingThatWaitsForTheApi(tiny, compute=lock, chunk_seconds=1e-4)
     api = ChatEngine(tiny, compute=lock, compute_owner="api")
     chat.api = api
     try:
-        tokens = tiny.tokenizer.encode("The rivers, the harvests and the coast. " * 12)
         before = lock.figures()
-        typed: list[int] = []
-        typing = threading.Thread(target=lambda: typed.append(chat.prefill(tokens, GREEDY)))
-        typing.start()
-        until(lambda: lock.figures().holds > before.holds)  # the prefill holds the lock
+        typing, tokens, typed = typing_prefill(chat, tiny)
         done = run(api, conversation(1))
         typing.join(BOUND_S)
         after = lock.figures()
@@ -96,6 +106,39 @@ def test_a_turn_stopped_while_it_waits_ends_at_once_having_run_nothing(tiny):
         assert api_done and api_done[0].reply
         # The stopped turn left nothing behind: the next one runs whole.
         assert run(chat, conversation(2)).stats.finish_reason in ("stop", "length")
+    finally:
+        api.go.set()
+        chat.close()
+        api.close()
+
+
+@pytest.mark.parametrize("stop", ["a turn", "closing"])
+def test_typing_prefill_that_let_the_api_go_first_stops_waiting_when_stopped(tiny, stop):
+    lock = ComputeLock()
+    chat = TypingThatWaitsForTheApi(tiny, compute=lock, chunk_seconds=1e-4)
+    api = GatedTurns(tiny, compute=lock, compute_owner="api")
+    chat.api = api
+    try:
+        typing, _, typed = typing_prefill(chat, tiny)
+        api_done: list[TurnDone] = []
+        api_turn = threading.Thread(target=lambda: api_done.append(run(api, conversation(1))))
+        api_turn.start()
+        assert api.entered.wait(BOUND_S)  # let in by the pass-on; holds the lock now
+        until(lambda: lock.ahead_of("chat") == ["api"])  # the prefill waits to resume
+        if stop == "a turn":
+            chat.supersede_typing()
+        else:
+            chat.close()
+        typing.join(BOUND_S)
+        assert not typing.is_alive() and typed == [0]
+        assert api_turn.is_alive() and not api.go.is_set()  # ended while the API holds on
+        assert lock.ahead_of("chat") == []
+        api.go.set()
+        api_turn.join(BOUND_S)
+        assert api_done and api_done[0].reply
+        if stop == "a turn":  # the lock is whole: the chat's next turn runs
+            assert run(chat, conversation(2)).stats.finish_reason in ("stop", "length")
+        until(lambda: len(lock._line) == 0)  # the API's background jobs end too
     finally:
         api.go.set()
         chat.close()

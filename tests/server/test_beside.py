@@ -1,9 +1,12 @@
 """The API served beside a chat (``server/beside.py``) without the app: the
 shared weights are the chat's model only, the API engine never re-casts them,
-and a failed start leaves no thread behind."""
+a failed start leaves no thread behind, the server follows the chat's model,
+and a request whose setup waits for the chat's engine ends when its client
+goes away (the slot free at once, the branch restored by the next request)."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 from dataclasses import replace
@@ -13,7 +16,7 @@ import pytest
 from mlxchat.models import precision
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
-from mlxchat.server.beside import SharedServer
+from mlxchat.server.beside import ServeControl, SharedServer
 from mlxchat.server.options import ServeOptions
 from mlxchat.server.runner import ServerFailed
 from mlxchat.session.lock import SessionLock
@@ -22,6 +25,7 @@ from mlxchat.store import open_store
 
 from tests.commands.conftest import send
 from tests.server.conftest import request, tiny_settings
+from tests.waiting import BOUND_S, until
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +86,9 @@ def own_chat(tmp_path):
     conv.shutdown()
 
 
-def ask(url: str, messages: list[dict]) -> dict:
+def ask(url: str, messages: list[dict], model: str = "tiny") -> dict:
     reply = request(url, "POST", "/v1/chat/completions",
-                    {"model": "tiny", "messages": messages, "max_tokens": 4})
+                    {"model": model, "messages": messages, "max_tokens": 4})
     assert reply.status == 200, reply.body
     return reply.json()
 
@@ -146,3 +150,83 @@ def test_a_session_taken_between_the_check_and_the_open_is_left_as_it_was(chat, 
             lock.release()
     assert taken and refused.status == 409, refused.body
     assert chat.store.get_session(api_session).leaf_id == leaf
+
+
+def test_a_server_beside_the_chat_follows_its_model_switch(chat):
+    control = ServeControl(ServeOptions(port=0))
+    old = control.start(chat)
+    try:
+        assert control.follow(chat) is None and control.running is old  # nothing changed
+        first = [{"role": "user", "content": "Before the switch."}]
+        assert ask(old.url, first)["model"] == "tiny"
+        chat.switch_model("tiny-d")
+        notice = control.follow(chat)
+        new = control.running
+        assert notice == f"The API server at {old.url} now serves tiny-d, as the chat does."
+        assert new is not old and new.url == old.url
+        # The old engine is closed (its KV and its hold on the old weights gone);
+        # the new one computes on the chat's new weights, no copy.
+        assert not old.engine._worker.alive()
+        assert new.engine.loaded.model is chat.engine.loaded.model
+        answered = ask(new.url, [{"role": "user", "content": "After the switch."}],
+                       model="tiny-d")
+        assert answered["model"] == "tiny-d" and answered["choices"][0]["message"]["content"]
+        gone = request(new.url, "POST", "/v1/chat/completions",
+                       {"model": "tiny", "messages": first, "max_tokens": 4})
+        assert gone.status == 404, gone.body
+    finally:
+        control.stop()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # uvicorn's exit
+def test_a_server_that_cannot_follow_says_how_to_start_it_again(chat):
+    control = ServeControl(ServeOptions(port=0))
+    old = control.start(chat)
+    chat.switch_model("tiny-d")
+    with socket.socket() as taken:  # another program takes the port meanwhile
+        old.server.stop()
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind(("127.0.0.1", old.server.port))
+        taken.listen()
+        notice = control.follow(chat)
+    assert control.running is None and not old.engine._worker.alive()
+    assert notice.startswith(f"The API server stopped serving tiny at {old.url}")
+    assert notice.endswith("/serve starts it again.")
+
+
+def send_raw(url_host: str, port: int, body: dict) -> socket.socket:
+    data = json.dumps(body)
+    sock = socket.create_connection((url_host, port), timeout=BOUND_S)
+    sock.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+                  + data).encode())
+    return sock
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_a_client_gone_while_its_setup_waits_for_the_chat_frees_its_slot(chat, shared, stream):
+    first = [{"role": "user", "content": "An API conversation."}]
+    answered = ask(shared.url, first)
+    reply = answered["choices"][0]["message"]["content"]
+    history = answered["usage"]["prompt_tokens"] + answered["usage"]["completion_tokens"]
+    ask(shared.url, [{"role": "user", "content": "Another one."}])  # the first one's KV: on disk
+    more = first + [{"role": "assistant", "content": reply}, {"role": "user", "content": "More."}]
+    compute, lane = shared.engine.compute, shared.service.lane
+    api_session = next(s for s in chat.store.list_sessions() if s.title.startswith("An API"))
+    stored = len(chat.store.get_session(api_session.id).messages)
+    ticket = compute.acquire("chat")  # the chat's engine computes
+    try:
+        sock = send_raw(shared.server.host, shared.server.port,
+                        {"model": "tiny", "messages": more, "max_tokens": 4, "stream": stream})
+        until(lambda: compute.ahead_of("api") == ["chat"])  # restoring its branch waits
+        assert len(chat.store.get_session(api_session.id).messages) == stored  # still setup
+        sock.close()
+        until(lambda: lane._running is None)  # while the chat still computes
+        assert compute.ahead_of("api") == []
+    finally:
+        compute.release(ticket)
+    again = ask(shared.url, more)
+    assert again["choices"][0]["message"]["content"]
+    # The branch's history came back from its segments: only the new message was prefilled.
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == history
+    assert len(chat.store.get_session(api_session.id).messages) == stored + 2

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from mlxchat.server.lane import EngineLane, QueueFull
+from mlxchat.server.lane import _END, EngineLane, Job, QueueFull
 
 
 async def test_jobs_run_in_order_a_full_queue_refuses_and_a_waiting_job_can_leave():
@@ -61,3 +61,22 @@ async def test_an_error_in_the_work_reaches_the_request():
         assert got == [1]
     finally:
         lane.close()
+
+
+async def test_pieces_that_follow_soon_go_out_together_and_the_end_at_once():
+    """After the loop took a piece, the next ones wait (up to ``coalesce_s``,
+    here far longer than the test) to go out as one; the end wakes it at once."""
+    job = Job(lambda cancelled: iter(()), asyncio.get_running_loop(), coalesce_s=600)
+    items = job.items(merge=lambda a, b: a + b if isinstance(a, str) and isinstance(b, str)
+                      else None)
+    job.put("a")
+    assert await asyncio.wait_for(anext(items), 10) == "a"  # the first: at once
+    job.put("b")
+    job.put("c")
+    await asyncio.sleep(0.05)  # the loop runs on: nothing is handed over yet
+    assert not job._ready.is_set()
+    job.put(_END)
+
+    async def rest() -> list[str]:
+        return [x async for x in items]
+    assert await asyncio.wait_for(rest(), 10) == ["bc"]  # one piece, and the end

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 
 import pytest
 from openai import OpenAI
 
-from mlxchat.engine.events import TurnDone
+from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.server.service import ids_up_to
 from mlxchat.session.lock import SessionLock
 from tests.server.conftest import open_tiny, request, serve
@@ -171,11 +172,28 @@ def test_a_client_that_disconnects_cancels_and_keeps_the_partial_reply(served):
     assert reply.stats.finish_reason == "cancelled" and 0 < reply.stats.generated_tokens < 1500
 
 
+def _noting_text(served) -> threading.Event:
+    """Set once a turn of the server has said its first text."""
+    said, begin = threading.Event(), served.service.turns.begin
+
+    def noted(events):
+        for event in events:
+            if isinstance(event, TextDelta):
+                said.set()
+            yield event
+
+    def begin_noting(*args, **kwargs):
+        turn = begin(*args, **kwargs)
+        turn.events = noted(turn.events)
+        return turn
+    served.service.turns.begin = begin_noting
+    return said
+
+
 def test_a_client_that_asked_for_a_whole_reply_and_left_cancels_it(served):
+    said = _noting_text(served)
     sock = _long_request(served, stream=False)
-    lane, deadline = served.service.lane, time.monotonic() + 20
-    while lane._running is None and time.monotonic() < deadline:  # the turn started
-        time.sleep(0.002)
+    assert said.wait(20)  # the reply has begun
     sock.close()  # before any byte of the reply: it is asked for whole
     reply = _stored_reply(served)
     assert reply.role == "assistant" and reply.cancelled

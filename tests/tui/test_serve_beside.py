@@ -333,3 +333,34 @@ async def test_a_request_running_at_quit_is_cut_and_stored_as_stopped(tmp_path, 
         store.close()
     assert reply.role == "assistant" and reply.cancelled
     assert reply.content.startswith("".join(pieces)) and reply.content
+
+
+@pytest.fixture(scope="module")
+def tiny_b(tmp_path_factory):
+    """Another tiny model the chat can switch to."""
+    from mlxchat.models.loader import load_folder
+    from mlxchat.models.tiny import write_tiny_model
+
+    return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny-b"), seed=1),
+                       name="tiny-b", spec="tiny-b")
+
+
+async def test_model_switch_while_serving_moves_the_server_to_the_new_model(tmp_path, tiny,
+                                                                           tiny_b):
+    app = tiny_app(tmp_path / "s.db", tiny, tiny_b)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await command(pilot, "/serve 0")
+        old = app.serving.running
+        await command(pilot, "/model tiny-b")
+        new = app.serving.running
+        assert new is not old and new.url == old.url
+        assert notices(app)[-1] == f"The API server at {old.url} now serves tiny-b, as the chat does."
+        assert not old.engine._worker.alive()  # the old model's engine and weights let go
+        assert new.engine.loaded.model is app.conversation.engine.loaded.model
+        reply = await asyncio.to_thread(partial(
+            client(new.url).chat.completions.create, model="tiny-b",
+            messages=[{"role": "user", "content": "Hello."}], max_tokens=4))
+        assert reply.model == "tiny-b" and reply.choices[0].finish_reason in ("stop", "length")
+        await command(pilot, "/serve")
+        assert "Serving tiny-b" in notices(app)[-1]

@@ -152,3 +152,30 @@ def test_no_two_holders_are_ever_inside_together():
         thread.join(BOUND_S * 3)
     assert most == 1
     assert lock.figures().holds >= 800
+
+
+def test_a_cancelled_pass_on_leaves_the_line_while_the_other_holds_on():
+    lock, order = ComputeLock(), []
+    ticket = lock.acquire("chat")
+    [api] = in_line(lock, order, "api")
+    cancel = threading.Event()
+    failed: list[BaseException] = []
+
+    def typing_prefill() -> None:
+        try:
+            lock.pass_on(ticket, cancel=cancel)
+        except WaitCancelled as exc:
+            failed.append(exc)
+        lock.release(ticket)  # as the job's ``held`` does: nothing to give back
+    passing = threading.Thread(target=typing_prefill, daemon=True)
+    passing.start()
+    until(lambda: order == ["api"])  # the API holds it; the chat waits to resume
+    cancel.set()
+    passing.join(BOUND_S)
+    assert not passing.is_alive() and api.is_alive()  # out while the API holds on
+    assert len(failed) == 1 and lock.ahead_of("chat") == []
+    [later] = in_line(lock, order, "later")
+    api.go.set()
+    later.go.set()
+    later.join(BOUND_S)
+    assert order == ["api", "later"] and len(lock._line) == 0

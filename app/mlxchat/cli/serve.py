@@ -75,6 +75,7 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
     server = RunningServer(build_app(service, api_key=args.api_key), host=args.host,
                            port=args.port)
     try:
+        service.warm_up()  # before listening: the first request is served warm
         server.start()
         print(f"mlxchat serve: {service.model_id} at {server.url}/v1 (OpenAI) and "
               f"{server.url}/api (Ollama); ctrl-c stops", file=sys.stderr, flush=True)

@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Protocol
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,12 @@ WAIT_STEP_S = 0.05
 """How often a cancellable waiter looks at its cancel signal."""
 
 
+class CancelSignal(Protocol):
+    """What a waiter reads to know it should leave (a ``threading.Event``)."""
+
+    def is_set(self) -> bool: ...
+
+
 class WaitCancelled(Exception):
     """A job was cancelled while it waited for the lock: it never ran."""
 
@@ -44,10 +50,12 @@ class WaitCancelled(Exception):
 class Ticket:
     """A place in the line; holding when it is first."""
 
-    __slots__ = ("owner",)
+    __slots__ = ("owner", "left")
 
     def __init__(self, owner: str):
         self.owner = owner
+        self.left = False
+        """Out of the line while its job still runs (cancelled in ``pass_on``)."""
 
 
 class ComputeLock:
@@ -59,7 +67,7 @@ class ComputeLock:
         self._line: deque[Ticket] = deque()  # the first one holds the lock
         self._holds = self._waited = self._passed_on = 0
 
-    def acquire(self, owner: str, *, cancel: threading.Event | None = None) -> Ticket:
+    def acquire(self, owner: str, *, cancel: CancelSignal | None = None) -> Ticket:
         """Wait for the lock; WaitCancelled (out of the line) once ``cancel`` is set."""
         ticket = Ticket(owner)
         with self._cond:
@@ -77,21 +85,25 @@ class ComputeLock:
 
     def release(self, ticket: Ticket) -> None:
         with self._cond:
+            if ticket.left:
+                return  # it left the line in ``pass_on``: nothing to give back
             assert self._line and self._line[0] is ticket, "released out of turn"
             self._line.popleft()
             self._cond.notify_all()
 
     @contextmanager
-    def held(self, owner: str, *, cancel: threading.Event | None = None) -> Iterator[Ticket]:
+    def held(self, owner: str, *, cancel: CancelSignal | None = None) -> Iterator[Ticket]:
         ticket = self.acquire(owner, cancel=cancel)
         try:
             yield ticket
         finally:
             self.release(ticket)
 
-    def pass_on(self, ticket: Ticket) -> None:
+    def pass_on(self, ticket: Ticket, *, cancel: CancelSignal | None = None) -> None:
         """Held by ``ticket``: when others wait, let them all go first and wait
-        for them (the holder keeps its ticket, now at the end of the line)."""
+        for them (the holder keeps its ticket, now at the end of the line).
+        ``cancel`` set meanwhile: WaitCancelled, the ticket out of the line (its
+        job must compute nothing more; its ``release`` is then a no-op)."""
         with self._cond:
             if len(self._line) < 2 or self._line[0] is not ticket:
                 return
@@ -100,7 +112,12 @@ class ComputeLock:
             self._line.append(ticket)
             self._cond.notify_all()
             while self._line[0] is not ticket:
-                self._cond.wait()
+                if cancel is not None and cancel.is_set():
+                    self._line.remove(ticket)
+                    ticket.left = True
+                    self._cond.notify_all()
+                    raise WaitCancelled(f"{ticket.owner} job cancelled while it let others go")
+                self._cond.wait(WAIT_STEP_S if cancel is not None else None)
             self._enter()
 
     def _enter(self) -> None:

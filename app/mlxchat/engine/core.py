@@ -25,7 +25,7 @@ from mlxchat.engine.decode import Reply, decode
 from mlxchat.engine.drafting import Drafting, MeasureVerify
 from mlxchat.engine.events import (EngineError, EngineState, Event, PrefillProgress, RankFigures,
                                    SnapshotLoad, TurnDone)
-from mlxchat.engine.live import LiveCache
+from mlxchat.engine.live import LiveCache, compute_once
 from mlxchat.engine.persist import DiskCache
 from mlxchat.engine.prefix import PrefixMarks, PrefixSaved
 from mlxchat.engine.progress import LiveFigures
@@ -179,6 +179,13 @@ class ChatEngine:
     def supersede_typing(self) -> None:
         """Stop a running or queued typing prefill (a turn takes precedence)."""
         self._typing.supersede()
+
+    def warm_up(self) -> None:
+        """Render a message and compute it on a throwaway cache, so that a
+        server's first request pays none of the first-call costs (the template's
+        compilation, MLX's kernels and buffers). The live cache is left alone."""
+        ids = prompt.render(self._loaded.tokenizer, [Message("user", "Hello.")])
+        self._call(lambda: compute_once(self._loaded.model, ids))
 
     def fit(self, messages: Sequence[Message], settings: GenerationSettings, *,
             options: TemplateOptions = TemplateOptions()) -> prompt.FittedPrompt:

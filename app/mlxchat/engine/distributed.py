@@ -160,6 +160,9 @@ class DistributedEngine(ChatEngine):
     def _new_live(self) -> LiveCache:
         return MirroredLive(self._loaded.model, self.channel)
 
+    def warm_up(self) -> None:
+        """Nothing: the ranks compute only together (the first turn warms them)."""
+
     # -- refused across ranks -----------------------------------------------
     def prefill(self, tokens: Sequence[int], settings: GenerationSettings, *, floor: int = 0,
                 current: Callable[[], bool] = lambda: True) -> int:

@@ -175,3 +175,14 @@ class LiveCache:
         the token list to what the cache really holds, note what it renders."""
         self._sync_tokens()
         self.conversation = [(m.role, m.content) for m in conversation]
+
+
+def compute_once(model: Any, ids: Sequence[int]) -> None:
+    """Prefill ``ids`` but the last on a throwaway cache, then one greedy decode
+    step (no sampler: the random state is left alone)."""
+    if len(ids) < 2:
+        return
+    scratch = LiveCache(model)
+    scratch.feed(model, ids[:-1])
+    logits = model(mx.array(ids[-1:])[None], cache=scratch.layers)
+    mx.eval(mx.argmax(logits[:, -1, :], axis=-1))

@@ -2,19 +2,49 @@
 are per thread), one job at a time, in the order they were queued, each
 holding the process's compute lock (``compute.py``) while it runs but
 bookkeeping (``Bookkeeping``). Cancelled work that waits for the lock leaves
-its line at once: its future fails with ``WaitCancelled``."""
+its line at once: its future fails with ``WaitCancelled``; so does work a
+thread asks for inside ``waits_end_on(cancel)`` once that is set."""
 
 from __future__ import annotations
 
 import queue
 import threading
 from concurrent.futures import Future
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 import mlx.core as mx
 
-from mlxchat.engine.compute import PROCESS_LOCK, ComputeLock, Ticket
+from mlxchat.engine.compute import PROCESS_LOCK, CancelSignal, ComputeLock, Ticket
 from mlxchat.engine.events import EngineError
+
+_scope = threading.local()
+
+
+@contextmanager
+def waits_end_on(cancel: threading.Event) -> Iterator[None]:
+    """Engine work this thread asks for meanwhile (any engine's) waits for the
+    compute lock only until ``cancel`` is set, then fails with WaitCancelled:
+    an API request's setup (restoring its branch) whose client went away while
+    the chat's engine computes."""
+    outer = getattr(_scope, "cancel", None)
+    _scope.cancel = cancel if outer is None else _Either(cancel, outer)
+    try:
+        yield
+    finally:
+        _scope.cancel = outer
+
+
+class _Either:
+    """Set once either signal is."""
+
+    __slots__ = ("first", "second")
+
+    def __init__(self, first: CancelSignal, second: CancelSignal):
+        self.first, self.second = first, second
+
+    def is_set(self) -> bool:
+        return self.first.is_set() or self.second.is_set()
 
 
 class EngineClosed(EngineError):
@@ -78,9 +108,10 @@ class EngineThread:
 
     def pass_on(self) -> None:
         """On the thread, between chunks of work that may wait: let the engines
-        waiting for the compute lock go first."""
+        waiting for the compute lock go first. The running work's cancel (a
+        turn, a stop, closing) ends the wait: WaitCancelled."""
         if self._ticket is not None:
-            self.compute.pass_on(self._ticket)
+            self.compute.pass_on(self._ticket, cancel=self._current)
 
     def alive(self) -> bool:
         return self._thread.is_alive()
@@ -95,10 +126,14 @@ class EngineThread:
         """Queue ``fn`` after the jobs already queued, without waiting for it;
         ``cancel`` set while it waits for the compute lock: it never runs."""
         fut: Future = Future()
+        scoped = getattr(_scope, "cancel", None)
+        signal: CancelSignal | None = cancel
+        if scoped is not None:
+            signal = scoped if cancel is None else _Either(cancel, scoped)
         with self._closing:
             if self._closed:
                 raise EngineClosed("the engine was closed")
-            self._jobs.put((fn, fut, cancel))
+            self._jobs.put((fn, fut, signal))
         return fut
 
     def submit(self, fn: Callable[[], Any], cancel: threading.Event) -> Future:

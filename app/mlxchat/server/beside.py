@@ -15,7 +15,7 @@ from typing import Callable
 
 from mlxchat.engine import ChatEngine
 from mlxchat.engine.interface import Engine
-from mlxchat.errors import UserError
+from mlxchat.errors import MlxchatError, UserError
 from mlxchat.models.info import LoadedModel
 from mlxchat.server.app import build_app
 from mlxchat.server.options import ServeOptions, check_options
@@ -144,6 +144,24 @@ class ServeControl:
             return None
         running.stop()
         return running.url
+
+    def follow(self, chat: Conversation) -> str | None:
+        """After the chat switched its model (/model, a session of another
+        model): serve the chat's model instead, at the same address, and let the
+        old engine and weights go. Says so in a line; None when nothing changed."""
+        running = self.running
+        if running is None or running.service.model_id == chat.model_spec:
+            return None
+        old, url = running.service.model_id, running.url
+        options = replace(running.options, port=running.server.port)
+        self.running = None
+        running.stop()  # a request in flight is cut, its text so far kept
+        try:
+            self.running = SharedServer(chat, options, engine_factory=self.engine_factory)
+        except MlxchatError as exc:
+            return (f"The API server stopped serving {old} at {url} and could not serve "
+                    f"{chat.model_spec} there ({exc.user_text()}); /serve starts it again.")
+        return f"The API server at {url} now serves {chat.model_spec}, as the chat does."
 
     def chat_waits(self) -> bool:
         return self.running is not None and self.running.chat_waits()

@@ -21,7 +21,8 @@ from mlxchat.engine.prompt import FittedPrompt
 from mlxchat.server.errors import ApiError, bad_field, missing_field
 from mlxchat.server.openai_api import usage
 from mlxchat.server.requests import openai_common, parse_json, sampling, stop_strings
-from mlxchat.server.service import ChatService, Finished, Piece, StopWatch
+from mlxchat.server.service import (ChatService, Finished, Piece, StopWatch,
+                                    started_unless_gone)
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
@@ -73,7 +74,8 @@ def _work(service: ChatService, request: CompletionRequest, cancelled: threading
     service.cache_taken = True
     watch = StopWatch(request.stop)
     done: TurnDone | None = None
-    for event in conv.engine.turn(FittedPrompt(tokens, [], 0), settings):
+    for event in started_unless_gone(conv.engine.turn(FittedPrompt(tokens, [], 0), settings),
+                                     cancelled):
         if cancelled.is_set() or watch.stopped:
             conv.engine.cancel()
         if isinstance(event, TextDelta):
@@ -110,7 +112,7 @@ async def completions(request: Request) -> Response:
     completion = parse(parse_json(await read_body(request)))
     service.check_model(completion.model)
     shape = _Shape(service.model_id)
-    items, first = await started(service.run(
+    items, first = await started(request, service.run(
         lambda cancelled: _work(service, completion, cancelled)))
     if not completion.stream:
         end = await finished(request, first, items)

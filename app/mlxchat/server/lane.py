@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import deque
 from typing import Any, Callable, Iterator
 
@@ -27,38 +28,58 @@ class QueueFull(Exception):
         self.retry_after_s = retry_after_s
 
 
+COALESCE_S = 0.02
+"""After the loop took items, what comes within this long waits to go out with
+the next ones (one chunk, one write, one parse by the client instead of one
+per token); the first item and the end go at once."""
+
+
 class Job:
     """A request's place in the lane, and the items its work yielded.
 
     Items wait in a plain deque; the event loop is woken once for all that
     arrive before it looks, not once per token (each wake-up is a write to
-    the loop's pipe and a pass of the loop, taken from the decode's cores)."""
+    the loop's pipe and a pass of the loop, taken from the decode's cores),
+    and not sooner than ``COALESCE_S`` after it last took some, but at once
+    for the end."""
 
-    def __init__(self, work: Work, loop: asyncio.AbstractEventLoop):
+    def __init__(self, work: Work, loop: asyncio.AbstractEventLoop, *,
+                 coalesce_s: float = COALESCE_S):
         self.work = work
         self.cancelled = threading.Event()
         self._loop = loop
         self._pending: deque[Any] = deque()
         self._lock = threading.Lock()
         self._woken = False
+        self._wake_at = 0.0
+        """When the pending wake-up comes (0: at once)."""
+        self._taken_at = -coalesce_s
+        self._coalesce_s = coalesce_s
         self._ready = asyncio.Event()
 
     def put(self, item: Any) -> None:
+        last = item is _END or isinstance(item, BaseException)
         with self._lock:
             self._pending.append(item)
-            if self._woken:
-                return  # the loop has a wake-up coming; it takes this item too
+            if self._woken and not (last and self._wake_at):
+                return  # the loop has a wake-up coming in time; it takes this item too
             self._woken = True
+            delay = 0.0 if last else self._taken_at + self._coalesce_s - time.monotonic()
+            self._wake_at = time.monotonic() + delay if delay > 0 else 0.0
         try:
-            self._loop.call_soon_threadsafe(self._ready.set)
+            if delay > 0:
+                self._loop.call_soon_threadsafe(self._loop.call_later, delay, self._ready.set)
+            else:
+                self._loop.call_soon_threadsafe(self._ready.set)
         except RuntimeError:  # the event loop is closed: nobody is listening
             pass
 
     def _take(self) -> list[Any]:
         with self._lock:
-            taken, self._woken = list(self._pending), False
+            taken, self._woken, self._wake_at = list(self._pending), False, 0.0
             self._pending.clear()
             self._ready.clear()
+            self._taken_at = time.monotonic()
         return taken
 
     async def items(self, merge: Callable[[Any, Any], Any] | None = None) -> Any:
@@ -67,6 +88,8 @@ class Job:
         while True:
             await self._ready.wait()
             batch = self._take()
+            if not batch:
+                continue  # a delayed wake-up after an early one took its items
             for item in _merged(batch, merge) if merge else batch:
                 if item is _END:
                     return
@@ -142,8 +165,6 @@ class EngineLane:
         self._thread.join(timeout_s)
 
     def _run(self) -> None:
-        import time
-
         while True:
             with self._lock:
                 while not self._waiting and not self._closed:

@@ -50,7 +50,7 @@ async def chat(request: Request) -> Response:
     service: ChatService = request.app.state.service
     chat_request = ollama_chat(parse_json(await read_body(request)),
                                request.headers.get("x-session"))
-    items, first = await started(service.chat(chat_request))
+    items, first = await started(request, service.chat(chat_request))
     model = service.model_id
     if not chat_request.stream:
         end = await finished(request, first, items)

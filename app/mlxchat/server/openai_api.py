@@ -69,7 +69,7 @@ async def chat_completions(request: Request) -> Response:
     service: ChatService = request.app.state.service
     chat = openai_chat(parse_json(await read_body(request)), request.headers.get("x-session"))
     shape = _Shape(service.model_id)
-    items, first = await started(service.chat(chat))
+    items, first = await started(request, service.chat(chat))
     if not chat.stream:
         return JSONResponse(shape.completion(await finished(request, first, items)))
     return DisconnectAwareStream(_events(shape, chat, first, items),

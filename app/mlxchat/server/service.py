@@ -4,13 +4,16 @@ endpoints put in their own shapes."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
 from mlxchat.chat import CalledTool, TurnStats
-from mlxchat.engine.events import ContextOverflowError, TextDelta, TurnDone
+from mlxchat.engine.compute import WaitCancelled
+from mlxchat.engine.events import ContextOverflowError, Event, TextDelta, TurnDone
+from mlxchat.engine.worker import waits_end_on
 from mlxchat.errors import MlxchatError
 from mlxchat.models.tools import call_markup
 from mlxchat.session.api_turns import ApiTurns, IncomingMessage
@@ -22,6 +25,8 @@ from mlxchat.server.lane import EngineLane, QueueFull, Work
 from mlxchat.server.requests import ChatRequest
 from mlxchat.server.tool_calls import (CallCut, ReplyParts, calls_signature, reply_parts,
                                        with_ids)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -89,6 +94,22 @@ class StopWatch:
         return out
 
 
+def started_unless_gone(events: Iterator[Event], cancelled: threading.Event
+                        ) -> Iterator[Event]:
+    """``events``, the first asked for inside ``waits_end_on(cancelled)``: a turn
+    that waits for the compute lock to start (the chat's engine computes) stops
+    waiting when its client goes away."""
+    try:
+        with waits_end_on(cancelled):
+            first = next(events, None)
+        if first is None:
+            return
+        yield first
+        yield from events
+    finally:
+        getattr(events, "close", lambda: None)()
+
+
 def ids_up_to(tokenizer: Any, ids: list[int], answer: str, kept: int) -> list[int] | None:
     """The first of a reply's ``ids`` that write it up to ``kept`` characters
     of its answer text ``answer`` (which its text ends with), or None when no
@@ -124,7 +145,8 @@ class ChatService:
         self.lane = EngineLane(stop_running=conv.cancel, max_waiting=max_waiting)
         self.model_id = conv.model_spec
         self.cache_taken = False
-        """A raw completion used the engine's live cache since the last chat turn."""
+        """A raw completion used the engine's live cache since the last chat turn,
+        or a request left before its branch's KV was back: the next turn restores."""
         self.answered = 0
         """Requests answered to their end."""
         self._names = {conv.model_spec, conv.model_info.name,
@@ -133,6 +155,15 @@ class ChatService:
     def check_model(self, name: str) -> None:
         if name not in self._names:
             raise unknown_model(name, self.model_id)
+
+    def warm_up(self) -> None:
+        """Before the first request (``mlxchat serve`` at start): the engine's
+        first-call costs paid now, not by the first client. Never fails the
+        start: a model it cannot warm is served cold."""
+        try:
+            self.conv.engine.warm_up()
+        except Exception as exc:  # noqa: BLE001 - an optimisation, not a requirement
+            log.warning("warm-up skipped: %s", exc)
 
     def close(self) -> None:
         self.lane.close()
@@ -189,15 +220,14 @@ class ChatService:
             return
         try:
             yield from self._turn(request, cancelled)
+        except WaitCancelled:  # its client left while it waited for the compute lock
+            self.cache_taken = True
         finally:
             self.conv.let_go_session()
 
     def _turn(self, request: ChatRequest, cancelled: threading.Event
               ) -> Iterator[Piece | Finished]:
         """Place the request, run its turn, yield its pieces."""
-        if self.cache_taken:  # a raw completion ran since: the branch's KV from disk
-            self.cache_taken = False
-            self.conv.restore_snapshot()
         watch = StopWatch(request.stop)
         tokenizer = self.conv.engine.loaded.tokenizer
         tools = request.turn.tools is not None
@@ -217,9 +247,13 @@ class ChatService:
             seen, calls = parts()  # as the client will send it back
             return IncomingMessage("assistant", seen.content, calls_signature(calls), calls)
 
-        turn = self.turns.begin(request.turn, reply_form)
+        with waits_end_on(cancelled):  # setup waits no longer than its client
+            if self.cache_taken:  # the branch's KV from disk
+                self.cache_taken = False
+                self.conv.restore_snapshot()
+            turn = self.turns.begin(request.turn, reply_form)
         done: TurnDone | None = None
-        for event in turn.events:
+        for event in started_unless_gone(turn.events, cancelled):
             if cancelled.is_set() or watch.stopped:
                 self.conv.cancel()  # also a turn that started after the cancel
             if isinstance(event, TextDelta):

@@ -5,9 +5,10 @@ that notices at once when its client goes away."""
 
 from __future__ import annotations
 
-from typing import AsyncIterator, TypeVar
+from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
 import anyio
+import anyio._backends._asyncio  # noqa: F401 - at start, not on the first request (lazy in anyio)
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -38,10 +39,12 @@ def _too_large(limit: int) -> ApiError:
                     code="request_too_large")
 
 
-async def started(items: AsyncIterator[T]) -> tuple[AsyncIterator[T], T]:
-    """The stream and its first item (an error before it is raised here)."""
+async def started(request: Request, items: AsyncIterator[T]) -> tuple[AsyncIterator[T], T]:
+    """The stream and its first item (an error before it is raised here). A
+    client that goes away before it (its request waits behind others, or its
+    setup waits for the compute lock) cancels the request: ClientGone."""
     try:
-        first = await anext(items)
+        first = await unless_gone(request, lambda: anext(items))
     except BaseException:
         await items.aclose()  # type: ignore[attr-defined]
         raise
@@ -59,23 +62,18 @@ class ClientGone(Exception):
     """The client of a reply asked for whole went away before it was done."""
 
 
-async def finished(request: Request, first: Piece | Finished,
-                   items: AsyncIterator[Piece | Finished]) -> Finished:
-    """Read the reply to its end (a reply asked for whole), listening for the
-    client's disconnect meanwhile: one that goes away cancels the turn at once
-    (within a decode step) and gets nothing (raises ClientGone)."""
-    end: Finished | None = None
+async def unless_gone(request: Request, read: Callable[[], Awaitable[T]]) -> T:
+    """``await read()``, listening for the client's disconnect meanwhile: one
+    that goes away cancels the read at once and raises ClientGone."""
+    result: list[T] = []
     failed: Exception | None = None
     async with anyio.create_task_group() as group:
-        async def read() -> None:
-            nonlocal end, failed
-            item = first
+        async def reading() -> None:
+            nonlocal failed
             try:
-                while not isinstance(item, Finished):
-                    item = await anext(items)
+                result.append(await read())
             except Exception as exc:  # noqa: BLE001 - raised below, not as a group's
                 failed = exc
-            end = item if isinstance(item, Finished) else None
             group.cancel_scope.cancel()
 
         async def listen() -> None:
@@ -83,14 +81,29 @@ async def finished(request: Request, first: Piece | Finished,
                 pass
             group.cancel_scope.cancel()
 
-        group.start_soon(read)
+        group.start_soon(reading)
         group.start_soon(listen)
-    await items.aclose()  # type: ignore[attr-defined]  # cancels a turn still running
     if failed is not None:
         raise failed
-    if end is None:
+    if not result:
         raise ClientGone()
-    return end
+    return result[0]
+
+
+async def finished(request: Request, first: Piece | Finished,
+                   items: AsyncIterator[Piece | Finished]) -> Finished:
+    """Read the reply to its end (a reply asked for whole); a client that goes
+    away cancels the turn at once (within a decode step) and gets nothing
+    (raises ClientGone)."""
+    async def to_the_end() -> Finished:
+        item = first
+        while not isinstance(item, Finished):
+            item = await anext(items)
+        return item
+    try:
+        return await unless_gone(request, to_the_end)
+    finally:
+        await items.aclose()  # type: ignore[attr-defined]  # cancels a turn still running
 
 
 class DisconnectAwareStream(StreamingResponse):

@@ -128,7 +128,11 @@ class ApiTurns:
             created = named is None
             self._open_empty(named, request.system)
             start = 0
-        added = self._add_history(messages[start:-len(new)], hashes[start:-len(new)])
+        try:
+            added = self._add_history(messages[start:-len(new)], hashes[start:-len(new)])
+        except MlxchatError:  # nothing of it stored
+            self._undo(created, [])
+            raise
         # No retrieval for API turns: the client sends its own context and would
         # never see the sources its [n] citations point to.
         self.conv.use_settings(dataclasses.replace(self.conv.session.settings,
@@ -218,21 +222,16 @@ class ApiTurns:
 
     def _add_history(self, messages: Sequence[IncomingMessage], hashes: Sequence[str]
                      ) -> list[int]:
-        """Store the request's messages the branch lacks (but the last), as given."""
+        """Store the request's messages the branch lacks (but the last), as given
+        and indexed, all or none (one transaction)."""
         session_id = self.conv.session.id
         assert session_id is not None
-        added = []
-        for message, chain_hash in zip(messages, hashes):
-            stored = self.store.add_message(session_id, message.role, message.content,
-                                            tool_calls=message.calls,
-                                            tool_call_id=message.call_id,
-                                            tool_name=message.tool_name)
-            assert stored.id is not None
-            self.store.api.record(session_id, stored.id, chain_hash)
-            added.append(stored.id)
-        if added:
-            self.conv.reload()
-        return added
+        if not messages:
+            return []
+        stored = self.store.add_messages(session_id, [m.stored() for m in messages],
+                                         api_hashes=hashes)
+        self.conv.reload()
+        return [m.id for m in stored if m.id is not None]
 
     def _undo(self, created: bool, added: list[int]) -> None:
         """A refused request leaves no session behind; a refused branch of an

@@ -5,6 +5,7 @@ without rendering or reading any history."""
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -26,6 +27,12 @@ class IndexedMessage:
     session_id: int
 
 
+def record_in(cur: sqlite3.Cursor, session_id: int, message_id: int, chain_hash: str) -> None:
+    """Index a stored message by its chain hash, in the caller's transaction."""
+    cur.execute("INSERT OR REPLACE INTO api_messages (message_id, session_id, chain_hash,"
+                " created) VALUES (?, ?, ?, ?)", (message_id, session_id, chain_hash, time.time()))
+
+
 class ApiMessages:
     """Rows of ``api_messages``: message id -> the chain hash it ends."""
 
@@ -35,10 +42,7 @@ class ApiMessages:
     def record(self, session_id: int, message_id: int, chain_hash: str) -> None:
         with self._db.writing() as cur:
             check_message(cur, session_id, message_id)
-            cur.execute(
-                "INSERT OR REPLACE INTO api_messages (message_id, session_id, chain_hash,"
-                " created) VALUES (?, ?, ?, ?)",
-                (message_id, session_id, chain_hash, time.time()))
+            record_in(cur, session_id, message_id, chain_hash)
 
     def longest(self, hashes: Sequence[str], *, session_id: int | None = None
                 ) -> IndexedMessage | None:

@@ -15,13 +15,13 @@ import sqlite3
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, Sequence
 
 from mlxchat.chat import (CalledTool, GenerationSettings, Message, Role, Session,
                           SessionSummary, TurnStats)
 from mlxchat.sources import Source
 from mlxchat.store import documents, pins, segments, snapshots
-from mlxchat.store.api_messages import ApiMessages
+from mlxchat.store.api_messages import ApiMessages, record_in
 from mlxchat.store.branches import Branches
 from mlxchat.store.database import Database
 from mlxchat.store.drafts import Drafts
@@ -301,12 +301,18 @@ class SessionStore:
         with self.db.writing() as cur:
             return _add(cur, session_id, parent_id, draft)
 
-    def add_messages(self, session_id: int, messages: list[Message]) -> list[Message]:
+    def add_messages(self, session_id: int, messages: list[Message], *,
+                     api_hashes: Sequence[str] = ()) -> list[Message]:
         """Store ``messages`` one after another from the current leaf, all or
-        none (one transaction: several tool results that share one ledger entry)."""
+        none (one transaction: several tool results that share one ledger entry;
+        a request's history, each indexed by its ``api_hashes`` entry)."""
         with self.db.writing() as cur:
-            return [_add(cur, session_id, CURRENT_LEAF, dataclasses.replace(m))
-                    for m in messages]
+            stored = [_add(cur, session_id, CURRENT_LEAF, dataclasses.replace(m))
+                      for m in messages]
+            for message, chain_hash in zip(stored, api_hashes):
+                assert message.id is not None
+                record_in(cur, session_id, message.id, chain_hash)
+            return stored
 
     def set_message_ledger(self, message_id: int, token_ids: list[int], key: str, *,
                            start: bool) -> None:

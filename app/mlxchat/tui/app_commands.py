@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from mlxchat.session.mlx_thread import MlxThread
     from mlxchat.models import ModelEntry
     from mlxchat.tui.widgets import PromptInput, Transcript
+    from mlxchat.tui.serving import Serving
     from mlxchat.tui.typing_prefill import TypingPrefill
     from mlxchat.tui.widgets.activity import ActivityBar
 
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
         editing: bool
         typing: TypingPrefill
         mlx: MlxThread
+        serving: Serving
         _now: Callable[[], float]
 
         @property
@@ -129,9 +131,12 @@ class CommandsMixin(_Host):
                         restore: str | None, restore_editing: bool) -> None:
         try:
             result = self.mlx.call(call)  # /model loads a model: MLX on the app's thread
+            followed = self.mlx.call(self._follow_model)  # a server beside follows it
         except Exception as exc:  # noqa: BLE001 - run() never raises; this is a guard
-            result = CommandResult.error(error_text(exc))
+            result, followed = CommandResult.error(error_text(exc)), None
         self._ui(self._apply_result, result, restore, restore_editing)
+        if followed is not None:
+            self._ui(self.transcript.add_notice, followed, "info")
         if result.turn is not None:
             self._stream_turn(result.turn)
 
@@ -193,6 +198,13 @@ class CommandsMixin(_Host):
                 self._start_command("confirmed", confirm.accept)
         self.push_screen(ConfirmScreen(confirm.question, yes=confirm.yes,
                                        destructive=confirm.destructive), answered)
+
+    def _follow_model(self) -> str | None:
+        """From the command's thread: a server beside the chat serves the model
+        the command left the chat on (/model, a session of another model)."""
+        if self.conversation is None:
+            return None
+        return self.serving.follow(self.conversation)
 
     # -- clipboard -------------------------------------------------------------------
 

@@ -82,6 +82,16 @@ class Serving:
             self.app.call_from_thread(self.changed)
         return url
 
+    def follow(self, chat: Conversation) -> str | None:
+        """From a worker thread, after a command: a server beside the chat
+        follows the chat's model (``ServeControl.follow``); the line saying so."""
+        if self._control is None or self.running is None:
+            return None
+        notice = self._control.follow(chat)
+        if notice is not None:
+            self.app.call_from_thread(self.changed)
+        return notice
+
     # -- on the UI thread ------------------------------------------------------------
 
     def stop_watch(self) -> None:
@@ -143,5 +153,6 @@ def serve_command(serving: Serving) -> Command:
                    "(its weights are shared; the server keeps a KV cache of its own). "
                    "It computes in the chat's compute dtype. /serve PORT serves on "
                    "127.0.0.1 (0: any free port); another host needs mlxchat serve --tui "
-                   "--api-key KEY. /serve off stops it; /serve alone says where it serves "
+                   "--api-key KEY. After /model it serves the chat's new model at the same "
+                   "address. /serve off stops it; /serve alone says where it serves "
                    "and how many requests it answered.")

@@ -1,0 +1,39 @@
+"""``warm_up`` (``mlxchat serve`` before it listens) computes once under the
+compute lock on a cache of its own: the live cache, and so the next turn's
+reuse and reply, are exactly as they were."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+
+from mlxchat.engine import ChatEngine
+from mlxchat.engine.compute import ComputeLock
+
+from tests.engine.conftest import conversation, run
+
+
+def test_warm_up_computes_apart_and_leaves_the_live_cache_alone(tiny):
+    lock = ComputeLock()
+    warmed, plain = ChatEngine(tiny, compute=lock), ChatEngine(tiny)
+    try:
+        first = run(warmed, conversation(1))
+        run(plain, conversation(1))
+        before, holds = warmed.live_view(), lock.figures().holds
+        mx.random.seed(7)
+        state = mx.random.state[0]
+        warmed.warm_up()
+        assert lock.figures().holds == holds + 1  # it computed, under the lock
+        assert mx.array_equal(mx.random.state[0], state)  # the sampler's state untouched
+        after = warmed.live_view()
+        assert after == before
+        for a, b in zip(after.cache(), before.cache()):
+            assert all(mx.array_equal(x, y) for x, y in zip(a.state, b.state))
+        history = conversation(2, [first.reply])
+        again, same = run(warmed, history), run(plain, history)
+        assert again.stats.cache_source == "warm"
+        assert again.stats.reused_tokens == same.stats.reused_tokens > 0
+        assert again.reply == same.reply and again.token_ids == same.token_ids
+    finally:
+        warmed.close()
+        plain.close()
+
