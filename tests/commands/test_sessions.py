@@ -122,8 +122,10 @@ def test_fork(registry, ctx, conv):
 def test_branch_list_and_switch(registry, ctx, conv):
     send(conv, "Version one")
     old_leaf = conv.session.leaf_id
+    assert registry.run("/branch", ctx).text.startswith("1 branch of #")
     finish(registry.run("/edit Version two", ctx))
     listing = registry.run("/branch", ctx)
+    assert listing.text.startswith("2 branches of #")
     assert next(row[0] for row in listing.rows) == f"#{old_leaf}"
     assert [row[-1] for row in listing.rows] == ["", "current"]
     result = registry.run(f"/branch {old_leaf}", ctx)
