@@ -100,11 +100,14 @@ class CacheKeeper:
         return self._restore_whole_snapshot()
 
     def worth_restoring(self, tokens: Sequence[int]) -> bool:
-        """The live cache holds another branch (left by /branch, /undo) and this
+        """The live cache holds another branch (left by /branch) and this
         branch's files cover enough more of ``tokens`` to pay for reading them."""
+        live = self._engine.cached_tokens
+        shared = common_prefix(live, tokens)
+        if live and shared == len(live):
+            return False  # an ordinary follow-up: the files hold no more than it
         covered = self.covers(tokens)
-        gain = covered - common_prefix(self._engine.cached_tokens, tokens)
-        return gain > 0 and gain >= covered * RESTORE_WORTH_SHARE
+        return covered > shared and covered - shared >= covered * RESTORE_WORTH_SHARE
 
     def covers(self, tokens: Sequence[int]) -> int:
         """How many leading ``tokens`` the open branch's files would restore, by
