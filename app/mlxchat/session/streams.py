@@ -12,3 +12,17 @@ def release_thread_streams() -> None:
 
     mx.synchronize()
     mx.clear_streams()
+
+
+def ready_thread_streams() -> None:
+    """Call before MLX work on a thread that may have released its streams:
+    Textual runs each worker on one of asyncio's pooled threads, reused by the
+    next worker, and a released thread has no default stream ('There is no
+    Stream(cpu, 0) in current thread'). Gives it a new one (this thread's only;
+    released again at the worker's end). Cheap when it has one."""
+    import mlx.core as mx
+
+    try:
+        mx.eval(mx.zeros((1,)))
+    except RuntimeError:
+        mx.set_default_stream(mx.new_stream(mx.default_device()))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-from mlxchat.session.streams import release_thread_streams
+from mlxchat.session.streams import ready_thread_streams, release_thread_streams
 from mlxchat.commands import CommandResult
 from mlxchat.commands.base import catalog_models
 from mlxchat.commands.pins import pin_files
@@ -127,6 +127,7 @@ class CommandsMixin(_Host):
     def _command_worker(self, call: Callable[[], CommandResult],
                         restore: str | None, restore_editing: bool) -> None:
         try:
+            ready_thread_streams()  # a pooled thread an earlier worker released
             result = call()
         except Exception as exc:  # noqa: BLE001 - run() never raises; this is a guard
             result = CommandResult.error(error_text(exc))
@@ -275,6 +276,7 @@ class CommandsMixin(_Host):
                     raise ModelError("download cancelled")  # unwinds resolve_folder
                 progress(done, total or None)
             try:
+                ready_thread_streams()
                 resolve_folder(alias, progress=report)  # a GGUF import runs MLX here
             finally:
                 release_thread_streams()
