@@ -13,7 +13,6 @@ from mlxchat.chat import Session, SessionSummary
 from mlxchat.files import remove_files
 from mlxchat.session.current import OpenSession
 from mlxchat.store import BranchInfo, SessionStore, SnapshotRecord, StoreError
-from mlxchat.store.rows import DEFAULT_TITLE
 from mlxchat.store.export import FORMATS, ExportFormat, export_session, import_json
 
 log = logging.getLogger(__name__)
@@ -98,17 +97,15 @@ class SavedSessions:
         return import_json(self._store, path)
 
     def discard_if_empty(self) -> bool:
-        """Delete the open session when nothing was ever written to it (no message,
-        pin or name), so quitting or leaving an unused window leaves no 'New chat'
+        """Delete the open session when nothing was ever written to it (no message
+        or pin), so quitting or leaving an unused window leaves no 'New chat'
         behind (and --continue skips it)."""
         session_id = self._open.id
         if session_id is None:
             return False
         try:
-            session = self._open.session
-            if (self._store.all_messages(session_id) or session.pins
-                    or session.title != DEFAULT_TITLE):
-                return False  # a pinned document or a name is something written to it too
+            if self._store.all_messages(session_id) or self._open.session.pins:
+                return False  # a pinned document is something written to it too
         except StoreError:
             return False  # deleted already (the API server discards its own)
         try:
