@@ -5,26 +5,9 @@ prefilled. A branch the live cache already holds is never re-read."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from mlxchat.config import Settings
-from mlxchat.engine import ChatEngine, TurnDone
-from mlxchat.session import Conversation
-from mlxchat.store import open_store
+from tests.engine.test_compaction import last, make
 
 QUESTIONS = ("One.", "Two?", "Three! Tell me about rivers and the sea.")
-
-
-def make(tiny, db: Path) -> Conversation:
-    settings = Settings(system_prompt="Be brief.")
-    settings.generation.temperature = 0.0
-    settings.generation.max_tokens = 8
-    return Conversation(settings=settings, store=open_store(db), engine=ChatEngine(tiny),
-                        model_spec="tiny")
-
-
-def last(events) -> TurnDone:
-    return [e for e in events if isinstance(e, TurnDone)][-1]
 
 
 def test_a_follow_up_on_a_branch_switched_back_to_prefills_only_its_new_message(tiny, tmp_path):
