@@ -51,6 +51,7 @@ def test_session_titles(registry, ctx, conv):
 
 
 def test_duplicate_titles_complete_to_ids(registry, ctx, conv):
+    send(conv, "One")  # an empty session goes when left
     registry.run("/rename Same", ctx)
     registry.run("/new", ctx)
     registry.run("/rename Same", ctx)

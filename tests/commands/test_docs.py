@@ -62,6 +62,9 @@ def test_tuning_and_bad_input_change_nothing(registry, ctx, conv, notes):
     assert r.kind == "table" and r.rows[0][1] == f"{notes}/boats.md:1-3"
     assert conv.retrieval.last is None  # a preview: nothing remembered, nothing sent
     assert registry.run("/docs use off", ctx).ok and conv.session.settings.docs is None
+    assert registry.run(f"/docs use {conv.retrieval.collections()[0].name}", ctx).ok
+    assert registry.run("/docs off now", ctx).kind == "error" and conv.session.settings.docs
+    assert registry.run("/docs off", ctx).ok and conv.session.settings.docs is None
 
 
 def test_cancelling_an_index_keeps_whole_files_and_update_carries_on(registry, ctx, conv, notes):

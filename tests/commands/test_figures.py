@@ -27,7 +27,7 @@ def test_stats_of_a_one_token_reply_say_no_rate_was_measured(registry, ctx, conv
     done = send(conv, "Measure this")
     assert done.stats.generated_tokens == 1
     rows = dict(registry.run("/stats", ctx).rows)
-    assert rows["reply"] == "1 tokens at — tok/s (one token: no rate), finished by length"
+    assert rows["reply"] == "1 token at — tok/s (one token: no rate), finished by length"
     assert rows["prefill speed"].endswith(" tok/s") and rows["prefill speed"][0].isdigit()
     conv.update_generation(replace(conv.generation, max_tokens=8))
     done = [e for e in conv.retry() if isinstance(e, TurnDone)][0]

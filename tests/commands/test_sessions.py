@@ -18,6 +18,24 @@ def test_new(registry, ctx, conv):
     assert conv.session.id != first and conv.messages == []
 
 
+def test_leaving_an_unused_session_removes_it_as_quitting_does(registry, ctx, conv):
+    send(conv, "Tell me about penguins")
+    kept = conv.session.id
+    for _ in range(3):  # ctrl+n pressed again and again
+        assert registry.run("/new", ctx).ok
+    assert registry.run(f"/open {kept}", ctx).ok
+    assert [s.id for s in conv.list_sessions()] == [kept]
+    # One with a message stays; reopening the open one removes nothing.
+    registry.run("/new", ctx)
+    send(conv, "Tell me about volcanoes")
+    assert registry.run(f"/open {kept}", ctx).ok and registry.run(f"/open {kept}", ctx).ok
+    assert len(conv.list_sessions()) == 2
+    # Deleting the open session opens a new one in its place (nothing else goes).
+    gone = conv.delete_session()
+    assert gone.replacement is not None and gone.replacement.id == conv.session.id
+    assert len(conv.list_sessions()) == 2
+
+
 def test_sessions_list_and_search(registry, ctx, conv):
     send(conv, "Tell me about penguins")
     registry.run("/new", ctx)
@@ -104,8 +122,10 @@ def test_fork(registry, ctx, conv):
 def test_branch_list_and_switch(registry, ctx, conv):
     send(conv, "Version one")
     old_leaf = conv.session.leaf_id
+    assert registry.run("/branch", ctx).text.startswith("1 branch of #")
     finish(registry.run("/edit Version two", ctx))
     listing = registry.run("/branch", ctx)
+    assert listing.text.startswith("2 branches of #")
     assert next(row[0] for row in listing.rows) == f"#{old_leaf}"
     assert [row[-1] for row in listing.rows] == ["", "current"]
     result = registry.run(f"/branch {old_leaf}", ctx)

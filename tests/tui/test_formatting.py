@@ -9,6 +9,7 @@ from mlxchat.tui.formatting import (
     transcript_stats_line,
     usage_level,
 )
+from mlxchat.store.export import markdown_stats_line
 from mlxchat.units import fmt_gauge_percent
 
 
@@ -67,6 +68,14 @@ def test_transcript_stats_line():
     assert "· warm cache · draft 67% accepted · 2.00 tok/pass · miss" in line
     stats.draft_rebuilt, stats.draft_prefilled_tokens = True, 1200
     assert "· draft cache rebuilt (1,200 tokens) ·" in transcript_stats_line(stats)
+
+
+def test_one_token_is_not_tokens():
+    stats = TurnStats(generated_tokens=1, finish_reason="cancelled")
+    assert " · 1 token · " in transcript_stats_line(stats)
+    assert " · 1 token · " in markdown_stats_line(stats, cancelled=True)
+    stats.generated_tokens = 1_200
+    assert " · 1,200 tokens · " in transcript_stats_line(stats)
 
 
 def test_relative_time():

@@ -248,10 +248,18 @@ def complete_docs(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> C
     return []
 
 
-ACTIONS = {"use": use, "add": add, "update": update, "remove": remove, "k": tune("k"),
+def off(ctx: CommandContext, words: Sequence[str]) -> CommandResult:
+    """'/docs off', as the usage line reads, is '/docs use off'."""
+    if words:
+        raise CommandError("Usage: /docs off")
+    return use(ctx, ["off"])
+
+
+ACTIONS = {"use": use, "off": off, "add": add, "update": update, "remove": remove, "k": tune("k"),
            "budget": tune("budget"), "search": search}
 ACTION_HELP = {
     "use": "retrieve from a collection for this session (or off)",
+    "off": "stop retrieving for this session",
     "add": "index files and folders into a collection",
     "update": "re-index what changed",
     "remove": "delete a collection's index",

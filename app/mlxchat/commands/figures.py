@@ -47,7 +47,7 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
                     f"({s.cache_source} cache), {fmt_int(s.prefilled_tokens)} prefilled")),
         ("prefill speed", "not measured (nothing prefilled)" if s.prefill_tps is None
          else f"{s.prefill_tps:,.0f} tok/s"),
-        ("reply", (f"{fmt_int(s.generated_tokens)} tokens at "
+        ("reply", (f"{plural(s.generated_tokens, 'token')} at "
                    + ("— tok/s (one token: no rate)" if s.decode_tps is None
                       else f"{s.decode_tps:.1f} tok/s")
                    + f", finished by {s.finish_reason}")),

@@ -151,7 +151,8 @@ def branch(ctx: CommandContext, args: Args) -> CommandResult:
         rows = [(f"#{b.leaf_id}", fmt_int(b.message_count), _diverges(b, 40),
                  ago(b.updated, ctx.now()), "current" if b.current else "") for b in found]
         return CommandResult.table(
-            f"{len(found)} branches of #{conv.session.id} (/branch LEAF switches; each row "
+            f"{len(found)} branch{'' if len(found) == 1 else 'es'} of #{conv.session.id} "
+            "(/branch LEAF switches; each row "
             "shows its first message that no other branch has)",
             ("leaf", "messages", "where it diverges", "updated", ""), rows)
     target = _leaf_id(args.words[0])

@@ -120,6 +120,7 @@ class Conversation:
         """Start an empty session; the engine cache stays until the next turn trims it."""
         self._require_saved()
         self.compact_cache()  # the session left behind is idle now
+        self._leave_if_empty()
         session = self._new_session()
         self._locks.switch(session)
         self._switch_to(session)
@@ -142,11 +143,19 @@ class Conversation:
                 session = self.store.get_session(session.id)
             if session.model and session.model != self.model_spec:
                 self.switch_model(session.model, resume=False)
+            if session.id != self.session.id:
+                self._leave_if_empty()
         self._switch_to(session)
         self.recover()
         self.restore_snapshot()
         self.speculation_notice = self.resume_speculation()
         return self.session
+
+    def _leave_if_empty(self) -> None:
+        """The session being left goes when nothing was written to it, as at quit
+        (else each ctrl+n leaves a 'New chat' row behind); only under its lock."""
+        if self._locks.held:
+            self.discard_if_empty()
 
     def let_go_session(self) -> None:
         """Release the open session's lock while idle (the API server between

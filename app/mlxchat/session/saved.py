@@ -12,7 +12,7 @@ from pathlib import Path
 from mlxchat.chat import Session, SessionSummary
 from mlxchat.files import remove_files
 from mlxchat.session.current import OpenSession
-from mlxchat.store import BranchInfo, SessionStore, SnapshotRecord
+from mlxchat.store import BranchInfo, SessionStore, SnapshotRecord, StoreError
 from mlxchat.store.export import FORMATS, ExportFormat, export_session, import_json
 
 log = logging.getLogger(__name__)
@@ -97,14 +97,18 @@ class SavedSessions:
         return import_json(self._store, path)
 
     def discard_if_empty(self) -> bool:
-        """Delete the open session when nothing was ever written to it, so quitting
-        an unused window leaves no 'New chat' behind (and --continue skips it)."""
+        """Delete the open session when nothing was ever written to it (no message
+        or pin), so quitting or leaving an unused window leaves no 'New chat'
+        behind (and --continue skips it)."""
         session_id = self._open.id
         if session_id is None:
             return False
         try:
             if self._store.all_messages(session_id) or self._open.session.pins:
                 return False  # a pinned document is something written to it too
+        except StoreError:
+            return False  # deleted already (the API server discards its own)
+        try:
             delete_stored_session(self._store, session_id)
         except Exception as exc:  # noqa: BLE001 - cleanup on exit must not fail the exit
             log.warning("empty session #%s not removed: %s", session_id, exc)

@@ -12,3 +12,4 @@ def release_thread_streams() -> None:
 
     mx.synchronize()
     mx.clear_streams()
+

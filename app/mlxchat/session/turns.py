@@ -59,9 +59,11 @@ class TurnRunner:
         self.started += 1
         self._engine.supersede_typing()  # before any engine job: a send goes first
         try:
-            if self._engine.needs_restore(plan.prompt.tokens):
-                # A wrapped window or recurrent state cannot be trimmed back: take
-                # the branch's state at its last saved turn from disk instead.
+            if (self._engine.needs_restore(plan.prompt.tokens)
+                    or self._cache.worth_restoring(plan.prompt.tokens)):
+                # A wrapped window or recurrent state cannot be trimmed back, or the
+                # live cache holds another branch: take this branch's state at its
+                # last saved turn from disk instead.
                 self._cache.restore()
             self._pins.prepare(plan.prompt.tokens)
             for event in self._engine.turn(plan.prompt, self._open.generation):

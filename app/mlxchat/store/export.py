@@ -46,7 +46,7 @@ def markdown_stats_line(stats: TurnStats, cancelled: bool = False) -> str:
     parts = [
         f"ttft {stats.ttft_s:.2f} s",
         fmt_tps(stats.decode_tps),
-        f"{stats.generated_tokens} tokens"
+        f"{stats.generated_tokens} token" + ("" if stats.generated_tokens == 1 else "s")
         + (f" ({stats.reasoning_tokens} thinking)" if stats.reasoning_tokens else ""),
     ]
     if stats.prompt_tokens:

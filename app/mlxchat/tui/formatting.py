@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from mlxchat.chat import TurnStats
-from mlxchat.units import fmt_int, fmt_seconds, fmt_tps
+from mlxchat.units import fmt_int, fmt_seconds, fmt_tps, plural
 
 Level = Literal["ok", "warning", "error"]
 
@@ -106,9 +106,9 @@ def transcript_stats_line(stats: TurnStats) -> str:
     parts = [
         f"ttft {fmt_seconds(stats.ttft_s)}",
         fmt_tps(stats.decode_tps),
-        (f"{fmt_int(stats.generated_tokens)} tokens ({fmt_int(stats.reasoning_tokens)} "
-         f"thinking, {fmt_int(stats.answer_tokens)} answer)" if stats.reasoning_tokens
-         else f"{fmt_int(stats.generated_tokens)} tokens"),
+        plural(stats.generated_tokens, "token")
+        + (f" ({fmt_int(stats.reasoning_tokens)} thinking, {fmt_int(stats.answer_tokens)} "
+           "answer)" if stats.reasoning_tokens else ""),
         f"reused {fmt_int(stats.reused_tokens)} / prefilled {fmt_int(stats.prefilled_tokens)}",
         cache_source_label(stats.cache_source),
     ]
