@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 
+import openai
 import pytest
 from openai import OpenAI
 
@@ -170,6 +171,23 @@ def test_a_client_that_disconnects_cancels_and_keeps_the_partial_reply(served):
     reply = _stored_reply(served)
     assert reply.role == "assistant" and reply.cancelled
     assert reply.stats.finish_reason == "cancelled" and 0 < reply.stats.generated_tokens < 1500
+
+
+def test_a_reply_the_server_stops_mid_stream_ends_with_an_error_not_a_finish(served):
+    stream = client(served.url).chat.completions.create(
+        model="tiny", stream=True, max_tokens=1500,
+        messages=[{"role": "user", "content": "Go on for a long time."}])
+    chunks = []
+    with pytest.raises(openai.APIError) as caught:
+        for chunk in stream:
+            chunks.append(chunk)
+            if len(chunks) == 4:
+                served.conv.cancel()  # what stopping the server (ctrl-c, /serve off) does
+    assert "The server stopped before the reply was finished" in str(caught.value)
+    # The client never reads it as a finished reply.
+    assert all(c.finish_reason is None for chunk in chunks for c in chunk.choices)
+    reply = _stored_reply(served)
+    assert reply.cancelled and reply.stats.finish_reason == "cancelled"
 
 
 def _noting_text(served) -> threading.Event:

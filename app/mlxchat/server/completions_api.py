@@ -18,7 +18,7 @@ from starlette.responses import JSONResponse, Response
 
 from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.engine.prompt import FittedPrompt
-from mlxchat.server.errors import ApiError, bad_field, missing_field
+from mlxchat.server.errors import ApiError, bad_field, missing_field, server_stopped
 from mlxchat.server.openai_api import usage
 from mlxchat.server.requests import openai_common, parse_json, sampling, stop_strings
 from mlxchat.server.service import (ChatService, Finished, Piece, StopWatch,
@@ -86,6 +86,8 @@ def _work(service: ChatService, request: CompletionRequest, cancelled: threading
             done = event
     if done is None:
         return
+    if done.stats.finish_reason == "cancelled" and not watch.stopped:
+        raise server_stopped()  # as a chat completion says it
     rest = watch.flush()
     if rest:
         yield Piece(rest)

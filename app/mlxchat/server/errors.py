@@ -59,3 +59,10 @@ def queue_full(retry_after_s: int) -> ApiError:
 
 def internal(text: str = "The server failed on this request; see its log.") -> ApiError:
     return ApiError(500, text, code="internal_error", kind="server_error")
+
+
+def server_stopped() -> ApiError:
+    """A turn the server's stop cut short (ctrl-c, /serve off): an error, never a
+    reply that finished; the part already sent is stored as cancelled."""
+    return ApiError(503, "The server stopped before the reply was finished.",
+                    code="server_stopped", kind="server_error")

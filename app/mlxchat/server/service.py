@@ -20,7 +20,8 @@ from mlxchat.session.api_turns import ApiTurns, IncomingMessage
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.kv_budget import Eviction, KvBudget
 from mlxchat.session.lock import SessionBusy
-from mlxchat.server.errors import ApiError, context_exceeded, queue_full, unknown_model
+from mlxchat.server.errors import (ApiError, context_exceeded, queue_full, server_stopped,
+                                   unknown_model)
 from mlxchat.server.lane import EngineLane, QueueFull, Work
 from mlxchat.server.requests import ChatRequest
 from mlxchat.server.tool_calls import (CallCut, ReplyParts, calls_signature, reply_parts,
@@ -267,6 +268,11 @@ class ChatService:
             return
         if watch.stopped:
             self._stopped(done, watch.seen)
+        elif done.stats.finish_reason == "cancelled":
+            # Not the client's doing (it is gone, or it would have been a stop
+            # string): the server is stopping. Said as an error, never as a
+            # reply that finished; the part already sent is stored as cancelled.
+            raise server_stopped()
         rest = cut.feed(watch.flush())
         if rest:
             yield Piece(rest)
