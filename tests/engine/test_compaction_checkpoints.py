@@ -6,19 +6,16 @@ restore from it exactly."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from mlx_lm.models.cache import ArraysCache, RotatingKVCache
 
 from mlxchat import paths
-from mlxchat.config import Settings
-from mlxchat.engine import ChatEngine, TurnDone, segment_io
+from mlxchat.engine import segment_io
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
-from mlxchat.session import Conversation
-from mlxchat.store import open_store
 
+from tests.engine.test_compaction import last, make
 from tests.families.builders import FAMILIES, write_family_model
 
 QUESTIONS = ("Tell me one long thing about rivers and the sea.", "Two more?", "Three!")
@@ -36,18 +33,6 @@ def model(request, tmp_path_factory):
     else:
         written = write_family_model(_family(request.param), folder)
     return load_folder(written, name="tiny", spec="tiny")
-
-
-def make(model, db: Path) -> Conversation:
-    settings = Settings(system_prompt="Be brief.")
-    settings.generation.temperature = 0.0
-    settings.generation.max_tokens = 8
-    return Conversation(settings=settings, store=open_store(db), engine=ChatEngine(model),
-                        model_spec="tiny")
-
-
-def last(events) -> TurnDone:
-    return [e for e in events if isinstance(e, TurnDone)][-1]
 
 
 def rows_of(conv: Conversation, leaf: int):
