@@ -37,12 +37,19 @@ def mlxchat_home(tmp_path_factory: pytest.TempPathFactory,
 
 
 @pytest.fixture(scope="session")
-def bundled_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bundled SmolLM2 GGUF converted to an MLX folder, once per session."""
+def bundled_model_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The bundled SmolLM2 GGUF converted to an MLX folder, once per run: the
+    xdist workers share one conversion (the first converts, under a lock; the
+    others find it in the shared home's cache, as a restarted app does)."""
+    from filelock import FileLock
+
     from mlxchat.models import ModelError, resolve_folder
 
-    home = tmp_path_factory.mktemp("bundled-home")
-    with pytest.MonkeyPatch.context() as mp:
+    # Each worker's basetemp lies in this run's own folder; without xdist, in pytest's.
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if worker_id != "master" else root
+    home = root / "bundled-home"
+    with FileLock(str(root / "bundled-home.lock")), pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLXCHAT_HOME", str(home))
         try:
             folder = resolve_folder("smollm2-135m")
