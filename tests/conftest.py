@@ -15,7 +15,8 @@ import pytest
 _bundled: dict[str, Path] = {}
 
 
-def _seed_models_cache(home: Path) -> None:
+def seed_models_cache(home: Path) -> None:
+    """Link the bundled model (once converted) into ``home``'s models cache."""
     if not _bundled:
         return
     models = home / "cache" / "models"
@@ -32,7 +33,7 @@ def mlxchat_home(tmp_path_factory: pytest.TempPathFactory,
     home = tmp_path_factory.mktemp("mlxchat-home")
     monkeypatch.setenv("MLXCHAT_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    _seed_models_cache(home)
+    seed_models_cache(home)
     return home
 
 
