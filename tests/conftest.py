@@ -14,6 +14,30 @@ import pytest
 
 _bundled: dict[str, Path] = {}
 
+LONGEST_FILES = ("tests/distributed/test_split.py", "tests/e2e/test_cli.py",
+                 "tests/models/test_bundled_model.py", "tests/e2e/test_quit_stress.py",
+                 "tests/unit/test_boundary.py", "tests/tui/test_serve_beside.py",
+                 "tests/tui/test_app.py", "tests/e2e/test_compaction_kill.py",
+                 "tests/distributed/test_hosts_cli.py", "tests/e2e/test_concurrency.py",
+                 "tests/families/test_conformance.py")
+"""The files that took longest in `make test` (20-115 s each, measured), longest
+first. `--dist loadfile` hands out files in collection order; xdist's default
+reorder (most tests first) left a one-test 50 s file for the end while the
+other worker idled, so these run first and the short files fill the end."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return LONGEST_FILES.index(path) if path in LONGEST_FILES else len(LONGEST_FILES)
+
+    items.sort(key=rank)  # stable: every file's own tests keep their order
+
 
 def seed_models_cache(home: Path) -> None:
     """Link the bundled model (once converted) into ``home``'s models cache."""
