@@ -14,8 +14,33 @@ import pytest
 
 _bundled: dict[str, Path] = {}
 
+LONGEST_FILES = ("tests/distributed/test_split.py", "tests/e2e/test_cli.py",
+                 "tests/models/test_bundled_model.py", "tests/e2e/test_quit_stress.py",
+                 "tests/unit/test_boundary.py", "tests/tui/test_serve_beside.py",
+                 "tests/tui/test_app.py", "tests/e2e/test_compaction_kill.py",
+                 "tests/distributed/test_hosts_cli.py", "tests/e2e/test_concurrency.py",
+                 "tests/families/test_conformance.py")
+"""The files that took longest in `make test` (20-115 s each, measured), longest
+first. `--dist loadfile` hands out files in collection order; xdist's default
+reorder (most tests first) left a one-test 50 s file for the end while the
+other worker idled, so these run first and the short files fill the end."""
 
-def _seed_models_cache(home: Path) -> None:
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return LONGEST_FILES.index(path) if path in LONGEST_FILES else len(LONGEST_FILES)
+
+    items.sort(key=rank)  # stable: every file's own tests keep their order
+
+
+def seed_models_cache(home: Path) -> None:
+    """Link the bundled model (once converted) into ``home``'s models cache."""
     if not _bundled:
         return
     models = home / "cache" / "models"
@@ -32,17 +57,24 @@ def mlxchat_home(tmp_path_factory: pytest.TempPathFactory,
     home = tmp_path_factory.mktemp("mlxchat-home")
     monkeypatch.setenv("MLXCHAT_HOME", str(home))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    _seed_models_cache(home)
+    seed_models_cache(home)
     return home
 
 
 @pytest.fixture(scope="session")
-def bundled_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The bundled SmolLM2 GGUF converted to an MLX folder, once per session."""
+def bundled_model_dir(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """The bundled SmolLM2 GGUF converted to an MLX folder, once per run: the
+    xdist workers share one conversion (the first converts, under a lock; the
+    others find it in the shared home's cache, as a restarted app does)."""
+    from filelock import FileLock
+
     from mlxchat.models import ModelError, resolve_folder
 
-    home = tmp_path_factory.mktemp("bundled-home")
-    with pytest.MonkeyPatch.context() as mp:
+    # Each worker's basetemp lies in this run's own folder; without xdist, in pytest's.
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if worker_id != "master" else root
+    home = root / "bundled-home"
+    with FileLock(str(root / "bundled-home.lock")), pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLXCHAT_HOME", str(home))
         try:
             folder = resolve_folder("smollm2-135m")

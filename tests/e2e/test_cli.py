@@ -7,15 +7,20 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from tests.conftest import seed_models_cache
 
 pytestmark = pytest.mark.bundled
 
 
-def mlxchat(*args: str, stdin: str | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+def mlxchat(*args: str, stdin: str | None = None, timeout: int = 300,
+            home: Path | None = None) -> subprocess.CompletedProcess:
+    env = os.environ.copy() if home is None else {**os.environ, "MLXCHAT_HOME": str(home)}
     return subprocess.run([sys.executable, "-m", "mlxchat", *args], input=stdin,
-                          capture_output=True, text=True, timeout=timeout, env=os.environ.copy())
+                          capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def is_english_prose(text: str) -> bool:
@@ -24,11 +29,22 @@ def is_english_prose(text: str) -> bool:
     return len(text) > 10 and letters / len(text) > 0.9 and len(words) >= 3
 
 
-def test_ask_answers_in_english_and_stops_at_end_of_turn(bundled_model_dir):
-    proc = mlxchat("ask", "--max-tokens", "24", "--temp", "0", "--json",
-                   "What is the capital of France?")
+@pytest.fixture(scope="module")
+def first_ask(bundled_model_dir, tmp_path_factory) -> tuple[Path, dict]:
+    """A first `ask --json` in a session named demo, in its own home: the English
+    test reads its reply, the resume test continues the session (one start of
+    the bundled model for both, ~5-15 s here)."""
+    home = tmp_path_factory.mktemp("demo-home")
+    seed_models_cache(home)
+    assert (home / "cache" / "models" / bundled_model_dir.name).is_dir()
+    proc = mlxchat("ask", "--session", "demo", "--max-tokens", "24", "--temp", "0", "--json",
+                   "What is the capital of France?", home=home)
     assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)
+    return home, json.loads(proc.stdout)
+
+
+def test_ask_answers_in_english_and_stops_at_end_of_turn(first_ask):
+    _, data = first_ask
     assert is_english_prose(data["reply"]), data["reply"]
     for key in ("model", "prompt_tokens", "generated_tokens", "ttft_s", "prefill_tps",
                 "decode_tps", "kv_bytes", "context_used", "context_window",
@@ -62,14 +78,11 @@ def test_bad_input_is_one_clear_line(args, needle):
     assert lines[0].startswith("mlxchat: error: ") and needle in lines[0]
 
 
-def test_session_resumes_from_snapshot_in_a_new_process(bundled_model_dir):
-    first = mlxchat("ask", "--session", "demo", "--max-tokens", "12", "--temp", "0", "--json",
-                    "Name three fruits.")
-    assert first.returncode == 0, first.stderr
-    one = json.loads(first.stdout)
+def test_session_resumes_from_snapshot_in_a_new_process(first_ask):
+    home, one = first_ask
     assert one["cache_source"] == "cold" and one["session"]["title"] == "demo"
     second = mlxchat("ask", "--session", "demo", "--max-tokens", "12", "--temp", "0", "--json",
-                     "And three vegetables?")
+                     "And three vegetables?", home=home)
     assert second.returncode == 0, second.stderr
     two = json.loads(second.stdout)
     assert two["snapshot"] == {"ok": True, "reason": None}
@@ -78,7 +91,7 @@ def test_session_resumes_from_snapshot_in_a_new_process(bundled_model_dir):
     assert two["reused_tokens"] == one["context_used"]
     assert two["prefilled_tokens"] == two["prompt_tokens"] - one["context_used"]
     assert two["prefilled_tokens"] < 20
-    listing = mlxchat("sessions", "list", "--json")
+    listing = mlxchat("sessions", "list", "--json", home=home)
     rows = json.loads(listing.stdout)
     assert [r["title"] for r in rows] == ["demo"] and rows[0]["message_count"] == 4
 

@@ -6,6 +6,7 @@ import json
 import os
 import stat
 import tempfile
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -280,6 +281,13 @@ _PARTS = st.sampled_from(
 )
 
 
+@cache
+def _fuzz_store() -> SessionStore:
+    """One in-memory store for every example (each makes its own session):
+    migrating a new one per example was a third of this test's time."""
+    return open_store(":memory:")
+
+
 @settings(max_examples=200, deadline=None)
 @given(title=st.text(max_size=120), dest=st.none() | st.lists(_PARTS, max_size=8).map("".join))
 def test_fuzzed_titles_and_destinations_never_write_outside(title: str, dest: str | None) -> None:
@@ -287,7 +295,7 @@ def test_fuzzed_titles_and_destinations_never_write_outside(title: str, dest: st
         outer = Path(tmp)
         base = outer / "base"
         base.mkdir()
-        store = open_store(":memory:")
+        store = _fuzz_store()
         sid = store.create_session("m").id
         if title_from(title):
             store.rename_session(sid, title)

@@ -59,21 +59,22 @@ def banned_for(module: str) -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def probed() -> dict[str, dict]:
-    """Every module's import, probed once per banned set (tests/unit/import_probe.py:
+    """Every module's import, probed in one process (tests/unit/import_probe.py:
     each module imported as in a fresh interpreter, the heavy packages shared)."""
     groups: dict[tuple[str, ...], list[str]] = {}
     for module in non_ui_modules():
         groups.setdefault(banned_for(module), []).append(module)
+    spec = json.dumps({"groups": [
+        {"modules": modules, "banned": banned,
+         "exercise": {m: EXERCISE[m] for m in modules if m in EXERCISE}}
+        for banned, modules in groups.items()]})
+    proc = subprocess.run([sys.executable, str(PROBE), spec], capture_output=True, text=True,
+                          check=False, stdin=subprocess.DEVNULL, timeout=300)
+    assert proc.returncode == 0, proc.stderr
     results = {}
-    for banned, modules in groups.items():
-        spec = json.dumps({"modules": modules, "banned": banned,
-                           "exercise": {m: EXERCISE[m] for m in modules if m in EXERCISE}})
-        proc = subprocess.run([sys.executable, str(PROBE), spec], capture_output=True,
-                              text=True, check=False, stdin=subprocess.DEVNULL, timeout=300)
-        assert proc.returncode == 0, proc.stderr
-        for line in proc.stdout.splitlines():
-            result = json.loads(line)
-            results[result["module"]] = result
+    for line in proc.stdout.splitlines():
+        result = json.loads(line)
+        results[result["module"]] = result
     return results
 
 
