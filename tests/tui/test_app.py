@@ -205,10 +205,17 @@ async def test_new_open_and_the_sessions_browser_swap_transcript_and_gauges(tmp_
         await send(pilot, "About apples")
         first = app.conversation.session
         first_turn = gauge(app, "#turn-text")
+        held = app.conversation.state().cached_tokens
         await send(pilot, "/new")
         assert rows(app)[-1][1].startswith("New session #")
         assert [k for k, _ in rows(app)] == ["info"]
         assert gauge(app, "#turn-text") == "no turn yet"
+        # The new chat holds nothing yet; the last one's tokens stay warm in the cache.
+        assert held and app.conversation.state().cached_tokens == held
+        window = app.conversation.state().context_window
+        assert gauge(app, "#context-text") == (
+            f"0 / {fmt_int(window)} tokens  {fmt_gauge_percent(0, window)}\n"
+            f"in this chat · the KV cache holds {fmt_int(held)}")
         await send(pilot, "About pears")
         second = app.conversation.session
         assert app.title == "About pears"

@@ -295,7 +295,11 @@ class MlxChatApp(CommandsMixin, App[int]):
         conv = self.conversation
         if conv is None:
             return
-        self.gauges.update_state(self.serving.with_api(conv.state()), self.budget_bytes)
+        state = self.serving.with_api(conv.state())
+        # A new chat holds nothing yet, whatever the last one left in the KV cache
+        # (kept warm: going back to it costs nothing).
+        empty = 0 if not conv.messages and state.cached_tokens else None
+        self.gauges.update_state(state, self.budget_bytes, context_tokens=empty)
         self.gauges.update_stats(conv.branch_stats())
 
     def set_titles(self) -> None:

@@ -81,6 +81,7 @@ class GaugesPanel(Vertical):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.state: EngineState | None = None
+        self.context_tokens: int | None = None
         self.budget_bytes: int = 0
         self.stats: TurnStats | None = None
         self._live: str = "idle"
@@ -123,10 +124,14 @@ class GaugesPanel(Vertical):
 
     # -- inputs -----------------------------------------------------------------
 
-    def update_state(self, state: EngineState, budget_bytes: int) -> None:
-        """Engine figures after a turn or a load; ``budget_bytes`` is the KV memory budget."""
+    def update_state(self, state: EngineState, budget_bytes: int, *,
+                     context_tokens: int | None = None) -> None:
+        """Engine figures after a turn or a load; ``budget_bytes`` is the KV memory
+        budget; ``context_tokens``, what the open conversation holds in the window
+        when the KV cache holds another one's tokens (a new chat), else None."""
         self.state = state
         self.budget_bytes = budget_bytes
+        self.context_tokens = context_tokens
         if not self.is_mounted:
             return  # on_mount renders what was stored
         self._render_state()
@@ -185,6 +190,7 @@ class GaugesPanel(Vertical):
             return
         self.state = replace(self.state, cached_tokens=cached_tokens, kv_bytes=kv_bytes,
                              cache_source="warm")
+        self.context_tokens = None  # a running turn's cache is its conversation's
         self._render_state()
 
     def decoding(self, generated_tokens: int, tps: float | None, part: str = "answer", *,
@@ -220,9 +226,10 @@ class GaugesPanel(Vertical):
 
     def _render_state(self) -> None:
         state = self.state
-        if state is None:
-            return
-        used, window = state.cached_tokens, state.context_window
+        if state is None or not self.query("#context-meter"):
+            return  # not composed yet, or being torn down (a timer's late tick)
+        window, held = state.context_window, state.cached_tokens
+        used = held if self.context_tokens is None else self.context_tokens
         level = usage_level(used, window)
         ctx_fraction = used / window if window else 0.0
         pinned = state.pinned_tokens
@@ -233,7 +240,8 @@ class GaugesPanel(Vertical):
         self._text("#context-text",
                    f"{fmt_int(used)} / {fmt_int(window)} tokens  "
                    f"[b]{fmt_gauge_percent(used, window)}[/]"
-                   "\n[dim]held in the KV cache[/]"
+                   + ("\n[dim]held in the KV cache[/]" if used == held else
+                      f"\n[dim]in this chat · the KV cache holds {fmt_int(held)}[/]")
                    + (f"\n[$accent]█[/] pinned {fmt_int(pinned)}" if pinned else ""))
 
         bits = kv_bits_label(state.kv_bits, state.kv_dtype)
@@ -244,7 +252,7 @@ class GaugesPanel(Vertical):
         budget = self.budget_bytes
         self.query_one("#kv-meter", Meter).set_value(
             state.kv_bytes / budget if budget else 0.0, usage_level(state.kv_bytes, budget))
-        room = kv_room(kv_bytes=state.kv_bytes, cached_tokens=used,
+        room = kv_room(kv_bytes=state.kv_bytes, cached_tokens=held,
                        budget_bytes=budget, context_window=window)
         lines = [
             (f"{human_bytes(state.kv_bytes)} · {fmt_gauge_percent(state.kv_bytes, budget)}"
