@@ -123,6 +123,7 @@ def run_ask(args: argparse.Namespace, settings: Settings) -> int:
     text = _read_prompt(args.prompt)
     if args.new and args.session is None:
         raise UserError("--new needs --session NAME (the title of the new session)")
+    _settings_from(args, settings.generation)  # a flag out of range: said before any load
     with split_launch(getattr(args, "hosts", None)) as split:
         return _ask(args, settings, text, split)
 
