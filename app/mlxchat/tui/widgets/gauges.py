@@ -6,11 +6,13 @@ composed and the stylesheet shows one, on the screen's breakpoint class.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.markup import escape
 from textual.widgets import Static
 
@@ -30,6 +32,23 @@ from mlxchat.tui.widgets.meter import Meter
 from mlxchat.units import fmt_gauge_percent, fmt_int, fmt_seconds, fmt_tps, plural
 
 SOURCE_STYLES = {"warm": "$success", "snapshot": "$accent", "cold": "$warning"}
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _while_composed(method: _F) -> _F:
+    """A figure that arrives as the app tears the panel down (a timer's late
+    tick finds its parts gone) is dropped; at any other time it is a mistake."""
+    @functools.wraps(method)
+    def guarded(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except NoMatches:
+            if self._closing or self._closed or self._pruning or self.app._exit:
+                return None
+            raise
+    return guarded  # type: ignore[return-value]
 
 
 def source_badge(source: str) -> str:
@@ -124,6 +143,7 @@ class GaugesPanel(Vertical):
 
     # -- inputs -----------------------------------------------------------------
 
+    @_while_composed
     def update_state(self, state: EngineState, budget_bytes: int, *,
                      context_tokens: int | None = None) -> None:
         """Engine figures after a turn or a load; ``budget_bytes`` is the KV memory
@@ -140,6 +160,7 @@ class GaugesPanel(Vertical):
         elif self._live == "idle":
             self._text("#compact-live", self._compact_idle_text())
 
+    @_while_composed
     def update_stats(self, stats: TurnStats | None) -> None:
         """A turn's figures; None (a session without a turn yet) shows 'no turn yet'."""
         self.stats = stats
@@ -165,6 +186,7 @@ class GaugesPanel(Vertical):
             return "empty"
         return f"{source_badge(state.cache_source)} · {fmt_int(state.cached_tokens)} tokens"
 
+    @_while_composed
     def prefill(self, progress: PrefillProgress) -> None:
         self._live = "prefill"
         meter = self.query_one("#live-meter", Meter)
@@ -174,6 +196,7 @@ class GaugesPanel(Vertical):
         self._text("#live-text", f"prefill {counts}\n{fmt_tps(progress.tps)}")
         self._text("#compact-live", f"[b]prefill[/] {counts} · {fmt_tps(progress.tps)}")
 
+    @_while_composed
     def typing_prefill(self, tokens: int) -> None:
         """While the user types (no turn running): what is prefilled already."""
         if self._live != "idle":
@@ -184,6 +207,7 @@ class GaugesPanel(Vertical):
         self._text("#live-text", line)
         self._text("#compact-live", line)
 
+    @_while_composed
     def live_cache(self, cached_tokens: int, kv_bytes: int) -> None:
         """The Context and KV cache figures as the running turn fills the cache."""
         if self.state is None or not cached_tokens:
@@ -193,6 +217,7 @@ class GaugesPanel(Vertical):
         self.context_tokens = None  # a running turn's cache is its conversation's
         self._render_state()
 
+    @_while_composed
     def decoding(self, generated_tokens: int, tps: float | None, part: str = "answer", *,
                  speculation: Any = None) -> None:
         """``speculation``: anything with ``acceptance`` and ``tokens_per_pass``
@@ -208,6 +233,7 @@ class GaugesPanel(Vertical):
         self._text("#compact-live", f"[b]{verb}[/] {tokens} · {fmt_tps(tps)}"
                    + (f" · {spec}" if spec else ""))
 
+    @_while_composed
     def idle(self) -> None:
         self._live = "idle"
         self._hide_live_meter()
@@ -226,8 +252,8 @@ class GaugesPanel(Vertical):
 
     def _render_state(self) -> None:
         state = self.state
-        if state is None or not self.query("#context-meter"):
-            return  # not composed yet, or being torn down (a timer's late tick)
+        if state is None:
+            return
         window, held = state.context_window, state.cached_tokens
         used = held if self.context_tokens is None else self.context_tokens
         level = usage_level(used, window)
