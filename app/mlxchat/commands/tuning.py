@@ -40,7 +40,7 @@ def _number(name: str, raw: str, kind: type) -> Any:
 
 
 def _allowed(name: str, value: Any, raw: str) -> Any:
-    """Check against the one rule table in ``mlxchat.chat``."""
+    """Check against the one rule table in ``mlxchat.generation``."""
     if generation_problem(name, value):
         raise CommandError(f"{name} must be {GENERATION_RULES[name][1]}; "
                            f"got {one_line(raw, 30)!r}.")

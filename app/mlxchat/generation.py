@@ -1,0 +1,142 @@
+"""Generation settings: the options of a turn and the one table of what each allows
+(stdlib only)."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Literal
+
+from mlxchat.record import Record
+
+ContextPolicy = Literal["drop_oldest", "stop"]
+CONTEXT_POLICIES: tuple[str, ...] = ("drop_oldest", "stop")
+HistoryMode = Literal["ledger", "template"]
+HISTORY_MODES: tuple[str, ...] = ("ledger", "template")
+SPECULATIVE_MODES: tuple[str, ...] = ("auto", "off", "draft", "lookup")
+
+_INT64 = 2**63
+
+REASONING_EFFORTS: tuple[str, ...] = ("low", "medium", "high")
+COMPUTE_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+DOCS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+"""A document collection's name."""
+MAX_DOCS_K = 20
+MIN_DOCS_BUDGET = 64
+DOCS_BUDGET_SHARE = 4
+"""With no budget set, retrieved sources take at most 1/4 of the window."""
+
+GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "temperature": (lambda v: v >= 0, ">= 0"),
+    "top_p": (lambda v: 0 < v <= 1, "> 0 and <= 1"),
+    "min_p": (lambda v: 0 <= v < 1, ">= 0 and < 1"),
+    "max_tokens": (lambda v: 1 <= v < _INT64, ">= 1"),
+    "max_reasoning_tokens": (lambda v: 1 <= v < _INT64, ">= 1"),
+    "thinking": (lambda v: v in (None, True, False), "on, off or none"),
+    "reasoning_effort": (lambda v: v in (None, *REASONING_EFFORTS),
+                         "none, " + ", ".join(REASONING_EFFORTS)),
+    "seed": (lambda v: v is None or 0 <= v < _INT64, "none or a whole number >= 0"),
+    "repetition_penalty": (lambda v: v > 0, "> 0"),
+    "kv_bits": (lambda v: v in (None, 4, 8), "none, 4 or 8"),
+    "context_window": (lambda v: v is None or 256 <= v < _INT64, "none or a whole number >= 256"),
+    "context_policy": (lambda v: v in CONTEXT_POLICIES, " or ".join(CONTEXT_POLICIES)),
+    "history": (lambda v: v in HISTORY_MODES, " or ".join(HISTORY_MODES)),
+    "speculative": (lambda v: v in SPECULATIVE_MODES, ", ".join(SPECULATIVE_MODES)),
+    "draft": (lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
+              "off or a model spec"),
+    "draft_tokens": (lambda v: 1 <= v <= 16, "1 to 16"),
+    "compute_dtype": (lambda v: v in (None, *COMPUTE_DTYPES), "auto, " + ", ".join(COMPUTE_DTYPES)),
+    "docs": (lambda v: v is None or (isinstance(v, str) and DOCS_NAME.match(v) is not None),
+             "off or a collection name"),
+    "docs_k": (lambda v: 1 <= v <= MAX_DOCS_K, f"1 to {MAX_DOCS_K}"),
+    "docs_budget": (lambda v: v is None or MIN_DOCS_BUDGET <= v < _INT64,
+                    f"auto or a whole number >= {MIN_DOCS_BUDGET}"),
+}
+"""What each generation setting allows (a check and the rule in words): the one
+place the /set command, `mlxchat ask` flags and the config file are checked against."""
+
+_WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
+          "draft_tokens", "docs_k", "docs_budget")
+_WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft",
+          "compute_dtype", "docs")
+
+
+def generation_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is not allowed for setting ``name``, or None when it is."""
+    check, rule = GENERATION_RULES[name]
+    if value is not None and name not in _WORDS:
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        number = whole or (isinstance(value, float) and math.isfinite(value))
+        if not (whole if name in _WHOLE else number):
+            return f"{name} must be {rule}; got {value!r}"
+    try:
+        ok = check(value)
+    except TypeError:
+        ok = False
+    return None if ok else f"{name} must be {rule}; got {value!r}"
+
+
+@dataclass
+class GenerationSettings(Record):
+    """Sampling and cache options of a turn; each is settable with ``/set``."""
+
+    temperature: float = 0.7
+    """0 means greedy decoding."""
+    top_p: float = 1.0
+    """Nucleus sampling; 1.0 keeps every token."""
+    min_p: float = 0.0
+    """Drop tokens below this fraction of the top token's probability; 0 disables."""
+    max_tokens: int = 1024
+    """Upper bound on the answer's length in tokens."""
+    max_reasoning_tokens: int = 4096
+    """Upper bound on the reasoning's length, for models that reason (counted
+    apart from max_tokens, so a long thought does not eat the answer)."""
+    thinking: bool | None = None
+    """``/think on|off``: passed to the template as enable_thinking; None keeps
+    the model's default."""
+    reasoning_effort: str | None = None
+    """low, medium or high, for templates that take it (gpt-oss); None: theirs."""
+    seed: int | None = None
+    """Random seed for sampling; None draws a fresh one each turn."""
+    repetition_penalty: float = 1.0
+    """1.0 disables; 1.1 is a mild penalty on recently generated tokens."""
+    kv_bits: int | None = None
+    """Quantize the KV cache to 8 or 4 bits; None keeps the model's dtype."""
+    context_window: int | None = None
+    """Cap on the context window in tokens (at most the model's); None: the model's."""
+    context_policy: ContextPolicy = "drop_oldest"
+    """What to do when the conversation outgrows the window: drop the oldest
+    turns (keeping the system prompt and the newest message) or stop with an error."""
+    history: HistoryMode = "ledger"
+    """'ledger': earlier messages keep the tokens they were sent with, so a
+    follow-up prefills only itself; 'template': re-render the whole conversation
+    as the chat template would today (re-prefills what the template changes)."""
+    speculative: str = "auto"
+    """'draft': a small model of the same vocabulary proposes tokens the model
+    verifies in one pass; 'lookup': the proposal is what followed the last
+    earlier occurrence of the recent tokens. The reply is the same either way.
+    'auto': lookup where this device verifies cheaply (measured once per model
+    after the first reply), plain decoding elsewhere and with a fixed seed."""
+    draft: str | None = None
+    """The draft model's spec (an alias, repo, folder) for speculative=draft."""
+    draft_tokens: int = 3
+    """Tokens proposed per verifying pass of the model."""
+    compute_dtype: str | None = None
+    """What activations and the KV cache compute in; None (auto): float32 on
+    the CPU, the family's training dtype on a GPU (models/precision.py)."""
+    docs: str | None = None
+    """The document collection each message retrieves from (/docs use NAME);
+    None: no retrieval."""
+    docs_k: int = 5
+    """At most this many chunks retrieved per message."""
+    docs_budget: int | None = None
+    """Tokens the retrieved chunks may take; None (auto): a quarter of the window."""
+
+    def check(self) -> None:
+        """Raise ValueError (one line) for the first setting out of its range."""
+        for name in GENERATION_RULES:
+            problem = generation_problem(name, getattr(self, name))
+            if problem:
+                raise ValueError(problem)
+
