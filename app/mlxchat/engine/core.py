@@ -1,46 +1,38 @@
 """ChatEngine: one model, one live KV cache, one generation thread.
 
 All MLX work runs on the engine's own thread (MLX streams are per thread).
-A turn renders the whole conversation, reuses the longest cached prefix,
-prefills the rest in cancellable chunks and streams the reply as events.
+The turn itself is ``TurnPipeline``'s (turn_pipeline.py), the snapshot, segment
+and prefix calls ``CacheFiles``'s (cache_files.py); this module holds the
+engine's making, its model and compute dtype, its state for the gauges, and
+the calls it hands on to its collaborators.
 """
 
 from __future__ import annotations
 
 import atexit
-import queue
-import threading
-import time
 import weakref
-from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 import mlx.core as mx
 
 from mlxchat.chat import GenerationSettings, Message, TurnStats
 from mlxchat.engine import kv, prompt, reasoning, spec_auto, template_delta
 from mlxchat.engine.ahead import TypingPrefill
-from mlxchat.engine.compute import PROCESS_LOCK, ComputeLock, WaitCancelled
-from mlxchat.engine.decode import Reply, decode
+from mlxchat.engine.cache_files import CacheFiles
+from mlxchat.engine.compute import PROCESS_LOCK, ComputeLock
 from mlxchat.engine.drafting import Drafting, MeasureVerify
-from mlxchat.engine.events import (EngineError, EngineState, Event, PrefillProgress, RankFigures,
-                                   SnapshotLoad, TurnDone)
+from mlxchat.engine.events import EngineState, RankFigures
 from mlxchat.engine.live import LiveCache, compute_once
 from mlxchat.engine.persist import DiskCache
-from mlxchat.engine.prefix import PrefixMarks, PrefixSaved
-from mlxchat.engine.progress import LiveFigures
-from mlxchat.engine.results import Cancelled, Decode, Prefill, turn_stats
-from mlxchat.engine.segments import SegmentInfo, SegmentRef
-from mlxchat.engine.speculative import Stream, trim_problem
+from mlxchat.engine.prefix import PrefixMarks
+from mlxchat.engine.speculative import trim_problem
 from mlxchat.engine.template_delta import TemplateOptions
+from mlxchat.engine.turn_pipeline import ABANDONED, TurnPipeline  # noqa: F401 (re-exported)
 from mlxchat.engine.view import LiveView, view_of
-from mlxchat.engine.worker import Bookkeeping, EngineThread
+from mlxchat.engine.worker import EngineThread
 from mlxchat.models import precision
 from mlxchat.models.info import LoadedModel, ModelInfo, recast, retyped
 
-_DONE = object()
-ABANDONED = object()
-"""Ends a turn whose engine thread will never finish it (``_next_event``)."""
 _LIVE: "weakref.WeakSet[ChatEngine]" = weakref.WeakSet()
 
 
@@ -50,14 +42,16 @@ def _close_live_engines() -> None:
         engine.close()
 
 
-class ChatEngine:
+class ChatEngine(TurnPipeline, CacheFiles):
     """Drive one loaded model; every public method is safe from any thread.
 
     Its parts with state of their own are collaborators it makes and hands what
     they need: the draft model and verify cost (``Drafting``), prefix marks
     (``PrefixMarks``), typing prefill (``TypingPrefill``) and, per model, the
     disk cache (``DiskCache``). ``measure_verify`` times a verifying pass for
-    ``speculative=auto`` (``spec_auto.measure``; tests fix it)."""
+    ``speculative=auto`` (``spec_auto.measure``; tests fix it). ``turn()`` and
+    its pipeline come from ``TurnPipeline``, the snapshot and segment calls from
+    ``CacheFiles``."""
 
     segments_per_rank = False
     """Each rank writes its own shard of a segment (a split model): the files
@@ -122,43 +116,6 @@ class ChatEngine:
     def cancel(self) -> None:
         """Stop the running (and any queued) turn within about one token or chunk."""
         self._worker.cancel_all()
-
-    def turn(self, conversation: Sequence[Message] | prompt.FittedPrompt,
-             settings: GenerationSettings) -> Iterator[Event]:
-        """Run one turn; yields PrefillProgress, TextDelta and finally TurnDone.
-
-        ``conversation`` is either messages to render whole through the template,
-        or the prompt's tokens already laid out (a conversation's token ledger).
-        Raises EngineError (ContextOverflowError) before any event when refused.
-        Closing the iterator early cancels the turn.
-        """
-        self.supersede_typing()  # a send takes precedence over typing prefill
-        events: queue.Queue = queue.Queue()
-        cancel = threading.Event()
-        planned = (conversation if isinstance(conversation, prompt.FittedPrompt)
-                   else list(conversation))
-        fut = self._worker.submit(lambda: self._turn(planned, settings, events.put), cancel)
-        fut.add_done_callback(lambda _: events.put(_DONE))
-        item = None
-        try:
-            while True:
-                item = self._next_event(events)
-                if item is _DONE:
-                    if isinstance(fut.exception(), WaitCancelled):
-                        return  # stopped while another engine computed: nothing ran
-                    fut.result()  # re-raise a refusal or failure here
-                    return
-                if item is ABANDONED:
-                    return  # the engine thread is stuck for good (a lost rank)
-                yield item
-        finally:
-            if not fut.done() and item is not ABANDONED:
-                cancel.set()
-                fut.exception()
-
-    def _next_event(self, events: queue.Queue) -> Any:
-        """The turn's next event (a distributed engine also watches its ranks)."""
-        return events.get()
 
     def prefill(self, tokens: Sequence[int], settings: GenerationSettings, *, floor: int = 0,
                 current: Callable[[], bool] = lambda: True) -> int:
@@ -290,40 +247,6 @@ class ChatEngine:
         """The live cache of the loaded model (a distributed engine mirrors it)."""
         return LiveCache(self._loaded.model)
 
-    # -- the cache on disk -----------------------------------------------
-    def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,
-                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
-        """Make a whole-cache snapshot (a session saved before segments) the live
-        cache. ``conversation`` is what it holds (for miss reasons). On rejection
-        the live cache is left cold and the reason is reported by the next turn."""
-        return self._refreshed(lambda: self._disk.load_snapshot(
-            path, expected_checksum=expected_checksum, conversation=conversation))
-
-    def save_segment(self, path: Path, start: int) -> SegmentInfo:
-        """Write the live cache's positions from ``start`` on (a turn's new tokens)
-        and the checkpoints of layers that cannot be sliced."""
-        return self._call(lambda: self._disk.save_segment(path, start))
-
-    def load_segments(self, refs: Sequence[SegmentRef], *,
-                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
-        """Make consecutive segments the live cache. A damaged or mismatched one
-        stops the restore there: the tokens before it are kept, the rest recomputed."""
-        return self._refreshed(lambda: self._disk.load_segments(refs, conversation=conversation))
-
-    def needs_restore(self, tokens: Sequence[int]) -> bool:
-        """The live cache holds tokens the prompt does not, and cannot be trimmed
-        back to them (a wrapped sliding window, a recurrent state)."""
-        return self._call(Bookkeeping(lambda: self._disk.needs_restore(tokens)))
-
-    def mark_prefix(self, tokens: Sequence[int] | None, path: Path | None = None) -> None:
-        """Checkpoint the cache to ``path`` once it holds exactly ``tokens`` (None:
-        forget the mark). A cache that holds them already is written now when
-        its layers can be sliced."""
-        self._call(lambda: self._marks.mark(tokens, path, self._live, self._loaded.info))
-
-    def take_prefix(self) -> PrefixSaved | None:
-        """The prefix written since the last call (or why it was not), once."""
-        return self._call(self._marks.take)
 
     # -- speculation -------------------------------------------------------
     def set_draft(self, loaded: LoadedModel | None, spec: str = "") -> None:
@@ -402,100 +325,3 @@ class ChatEngine:
         """The lock this engine computes under (shared by the engines of a process)."""
         return self._worker.compute
 
-    def _typing_feed(self, tokens: Sequence[int], emit: LiveFigures) -> Prefill:
-        """Typing prefill lets a waiting engine (an API request) in between chunks."""
-        return self._prefill(tokens, emit, between=self._worker.pass_on)
-
-    def _prefill(self, tokens: Sequence[int], emit: LiveFigures, *,
-                 between: Callable[[], None] = lambda: None) -> Prefill:
-        """Feed ``tokens`` in chunks sized to ~chunk_seconds; progress counts
-        them against every token the turn computes (the tail too). ``between``
-        runs before each chunk after the first."""
-        model, live = self._loaded.model, self._live
-        total, done, start = len(tokens), 0, time.perf_counter()
-        emit(PrefillProgress(0, emit.total))
-        while done < total:
-            if done:
-                between()
-            if self._worker.cancelled():
-                raise Cancelled
-            n = self._marks.chunk(min(self._chunk, total - done), held=len(live.tokens))
-            t0 = time.perf_counter()
-            live.feed(model, tokens[done:done + n])
-            dt = time.perf_counter() - t0
-            self._marks.reached(live, self._loaded.info)
-            done += n
-            if n == self._chunk:
-                self._chunk = max(16, min(2048, int(n * self.chunk_seconds / max(dt, 1e-4))))
-            elapsed = time.perf_counter() - start
-            emit(PrefillProgress(done, emit.total, done / max(elapsed, 1e-9)))
-        return Prefill(tokens=total, seconds=time.perf_counter() - start)
-
-    def _turn(self, planned: list[Message] | prompt.FittedPrompt,
-              settings: GenerationSettings, emit: Callable[[Event], None]) -> None:
-        self._match_compute(settings.compute_dtype)
-        info, live = self._loaded.info, self._live
-        start = time.perf_counter()
-        if isinstance(planned, prompt.FittedPrompt):
-            fitted, messages = planned, planned.messages
-        else:
-            fitted, messages = self.fit(planned, settings), planned
-        tokens = fitted.tokens
-        problem = self.speculation_problem(settings.speculative)
-        if problem:
-            raise EngineError(f"speculative {settings.speculative}: {problem}")
-        mx.reset_peak_memory()
-        # generate_step gets the tail: its logits processors (repetition
-        # penalty) then see the same recent context whatever was reused.
-        tail = 1 if settings.repetition_penalty == 1.0 else min(20, len(tokens))
-        reuse = live.reuse(fitted, messages, tail=tail, kv_bits=settings.kv_bits,
-                           head_dim=info.head_dim)
-        typed = live.typed_ahead(reuse.tokens)
-        if settings.seed is not None:
-            mx.random.seed(settings.seed)
-        self._window = self.window(settings)
-        self._refresh_state(busy=True)
-        prefill, decoded, drafted = Prefill(), Decode(), (0, False)
-        figures = LiveFigures(live, len(tokens) - reuse.tokens, emit)
-        try:
-            prefill = self._prefill(tokens[reuse.tokens:len(tokens) - tail], figures)
-            drafted = self._drafting.follow(tokens[:len(tokens) - tail], settings,
-                                            cancelled=self._worker.cancelled)
-            decoded = self._decode(tokens, tail, Reply(settings, self._window, start, tokens),
-                                   figures)
-        except Cancelled:
-            decoded.finish_reason = "cancelled"
-        finally:
-            live.settle(fitted.messages)
-        live.conversation.append(("assistant", decoded.reply))
-        live.source = "warm"
-        stats = turn_stats(
-            len(tokens), reuse, prefill, decoded, typed=typed, drafted=drafted,
-            dropped=fitted.dropped, window=self._window, kv_bits=settings.kv_bits,
-            weights_bytes=info.weights_bytes, total_s=time.perf_counter() - start,
-            context_used=len(live.tokens), kv_bytes=live.nbytes,
-            peak_memory_bytes=mx.get_peak_memory())
-        self._after_turn()
-        self._refresh_state(stats)
-        measure = self._drafting.measurement(self._loaded, settings, decoded.generated,
-                                             decoded.decode_tps)
-        if measure is not None:  # speculative=auto: a verifying pass timed after this turn
-            self._worker.later(lambda: measure(self._loaded, self._live))
-        figures.done(TurnDone(reply=decoded.reply, stats=stats, dropped_messages=fitted.dropped,
-                              token_ids=decoded.token_ids, reasoning=decoded.reasoning))
-
-    def _decode(self, tokens: list[int], tail: int, reply: Reply,
-                emit: Callable[[Event], None]) -> Decode:
-        """Feed the prompt's last ``tail`` tokens and sample the reply."""
-        loaded, live, settings = self._loaded, self._live, reply.settings
-        cancelled = self._worker.cancelled
-
-        def open_stream(*, tail: list[int], history: list[int], **kw: Any) -> Stream:
-            if len(history) > len(reply.prompt_tokens):
-                # After a reasoning budget's close the draft catches up first: a
-                # token or two, not cancelled (the turn already followed the prompt).
-                self._drafting.follow(live.tokens, settings, cancelled=lambda: False)
-            return self._drafting.stream(loaded, live, tail, settings, prompt_tokens=history,
-                                         **kw)
-        return decode(loaded.tokenizer, live, tokens[len(tokens) - tail:], reply, emit=emit,
-                      cancelled=cancelled, open_stream=open_stream)

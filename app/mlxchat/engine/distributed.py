@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 from mlxchat.chat import GenerationSettings, Message, TurnStats, human_bytes
 from mlxchat.engine import kv
 from mlxchat.engine.channel import GO_ON, STOP, Channel, RankLost
-from mlxchat.engine.core import _LIVE, ABANDONED, ChatEngine
+from mlxchat.engine.core import _LIVE, ChatEngine
 from mlxchat.engine.decode import Reply, decode
 from mlxchat.engine.events import (EngineError, Event, RankFigures, SnapshotLoad, TextDelta,
                                    TurnDone)
@@ -34,6 +34,7 @@ from mlxchat.engine.rank_worker import own_figures
 from mlxchat.engine.results import Decode
 from mlxchat.engine.segments import SegmentInfo, SegmentRef
 from mlxchat.engine.speculative import Stream, plain_stream
+from mlxchat.engine.turn_pipeline import ABANDONED
 from mlxchat.models.info import LoadedModel
 from mlxchat.models.sharding import ShardPlan
 
