@@ -43,8 +43,9 @@ def test_after_a_new_ledger_the_branch_files_are_the_new_ones_joined(gemma3, tmp
     for q in (LONG, "And the ocean?"):
         last(conv.send(q))
     conv.set_system_prompt("Be very brief.")
-    for q in ("And rivers?", "And lakes?"):
-        last(conv.send(q))
+    new_ledger = last(conv.send("And rivers?"))  # the wrapped cache starts over: says why
+    assert new_ledger.stats.miss_reason == "system prompt changed; cache not trimmable"
+    last(conv.send("And lakes?"))
     held = list(conv.engine.cached_tokens)
     rows = conv.store.segments.on_branch(conv.session.leaf_id)
     assert [r.start for r in rows] == [0, rows[0].end]  # the old ledger's rows left out
