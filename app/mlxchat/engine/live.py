@@ -108,8 +108,10 @@ class LiveCache:
         common = min(shared, len(tokens) - tail)
         if common < len(self.tokens):
             if not kv.trimmable(self.layers):
-                self.reset()
-                return Reuse(0, "cache not trimmable", "cold")
+                self.reset()  # the cause, when known, says why the prefix differs
+                why = reason or fitted.reason
+                return Reuse(0, f"{why}; cache not trimmable" if why else "cache not trimmable",
+                             "cold")
             # Text prefilled while typing and edited since is no miss.
             if shared < min(len(self.tokens), self.ahead_end):
                 reason = (reason or fitted.reason

@@ -124,9 +124,10 @@ class Branches:
                 check_message(cur, session_id, at_message_id)
                 end = at_message_id
             path = path_to(cur, end)
-            meta = dataclasses.replace(
-                source, title=f"{source.title} (fork)", leaf_id=end, created=None
-            )
+            # It keeps the source's start date: the template options (and so
+            # the token ledger's key) hold that date; a new one would re-render
+            # the branch and re-prefill it.
+            meta = dataclasses.replace(source, title=f"{source.title} (fork)", leaf_id=end)
             return _copy_in(cur, meta, path, share_segments=True)
 
     def import_tree(self, session: Session, messages: Sequence[Message]) -> Session:

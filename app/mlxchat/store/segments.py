@@ -55,7 +55,9 @@ class Segments:
 
     def on_branch(self, leaf_id: int | None) -> list[SegmentRecord]:
         """Segments of the messages from the root to ``leaf_id``, in token order
-        (for a span saved twice, the newest row)."""
+        (for a span saved twice, the newest row). A row that starts inside the
+        one before it is left out: it was saved for an earlier token ledger of
+        the branch (a new system prompt, say) and no longer follows."""
         if leaf_id is None:
             return []
         with self._db.reading() as cur:
@@ -64,7 +66,7 @@ class Segments:
                 " ORDER BY s.start_token, s.id DESC", (leaf_id,)).fetchall()
         out: list[SegmentRecord] = []
         for row in rows:
-            if not out or row["start_token"] != out[-1].start:
+            if not out or row["start_token"] >= out[-1].end:
                 out.append(_record(row))
         return out
 
