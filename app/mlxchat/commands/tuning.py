@@ -279,8 +279,9 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
         info = conv.switch_model(spec).info
         return CommandResult.info(
             f"Switched to {info.name} ({info.quantization}, {_params(info.parameter_count)} "
-            f"parameters, {fmt_int(info.context_window)}-token window); the KV cache starts "
-            "cold." + (f" {info.memory_note}." if info.memory_note else "")
+            f"parameters, {fmt_int(info.context_window)}-token window); the KV cache in "
+            "memory starts empty (what this conversation saved with this model is restored "
+            "from disk at the next turn)." + (f" {info.memory_note}." if info.memory_note else "")
             + (f" {conv.speculation_notice}." if conv.speculation_notice else ""),
             session_changed=True, clear_input=True)
     info = conv.model_info
