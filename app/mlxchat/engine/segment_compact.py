@@ -68,7 +68,7 @@ def _check(file: SegmentFile, refs: Sequence[SegmentRef], first: SegmentFile) ->
     if any(meta.get(k) != first.meta.get(k) for k in _ORIGIN) or _layouts(file) != _layouts(
             first):
         raise SegmentRejected(f"{file.path.name} was made for another model or layout")
-    if _own(file) != _own(first):
+    if file.own() != first.own():
         raise SegmentRejected(f"{file.path.name} holds other arrays")
     for t in file.tensors:
         if not segment_io.positional(t.name):
@@ -84,11 +84,6 @@ def _layouts(file: SegmentFile) -> list[tuple]:
         return [layers.layout(m) for m in json.loads(file.meta["layers"])]
     except (KeyError, ValueError, TypeError):
         raise SegmentRejected(f"{file.path.name}: damaged metadata") from None
-
-
-def _own(file: SegmentFile) -> list[str]:
-    """Its arrays in file order, without checkpoints taken inside it."""
-    return [t.name for t in file.tensors if "@" not in t.name]
 
 
 def _checkpoints(files: Sequence[SegmentFile]) -> dict[str, Any]:

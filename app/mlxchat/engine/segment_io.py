@@ -55,6 +55,15 @@ class SegmentFile:
     """In file order; together they cover the rest of the file exactly."""
     by_name: dict[str, Tensor] = field(default_factory=dict)
 
+    def own(self) -> list[str]:
+        """Its arrays in file order, without the checkpoints a joined file took
+        inside it (``taken_at``)."""
+        return [t.name for t in self.tensors if "@" not in t.name]
+
+    def checkpoints(self) -> list[str]:
+        """The checkpoints it keeps at its own end."""
+        return [name for name in self.own() if not positional(name)]
+
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)

@@ -148,7 +148,7 @@ def _group(file: SegmentFile, refs: Sequence[SegmentRef], n: int, fingerprint: s
             or tokens[:len(held)] != held or len(held) != mine[-1].end - start):
         raise SegmentRejected("holds other tokens than the conversation")
     taken = ""
-    if mine[-1].end < end and _checkpointed(file):
+    if mine[-1].end < end and file.checkpoints():
         described, taken = _taken_inside(file, mine[-1].end)
     if not isinstance(described, list):
         raise SegmentRejected("damaged metadata")
@@ -156,11 +156,6 @@ def _group(file: SegmentFile, refs: Sequence[SegmentRef], n: int, fingerprint: s
         if positional(t.name) and (len(t.shape) < 2 or t.shape[-2] != end - start):
             raise SegmentRejected("damaged header (a length that is not the span's)")
     return _Group(n, mine, file, described, taken)
-
-
-def _checkpointed(file: SegmentFile) -> list[str]:
-    """The names of the checkpoints a file keeps at its end."""
-    return [t.name for t in file.tensors if not positional(t.name) and "@" not in t.name]
 
 
 def _taken_inside(file: SegmentFile, end: int) -> tuple[Any, str]:
@@ -172,7 +167,7 @@ def _taken_inside(file: SegmentFile, end: int) -> tuple[Any, str]:
         raise SegmentRejected("damaged metadata") from None
     taken = segment_io.taken_at("", end)
     if described is None or any(name + taken not in file.by_name
-                                for name in _checkpointed(file)):
+                                for name in file.checkpoints()):
         raise SegmentRejected("holds no checkpoint where the branch ends")
     return described, taken
 
@@ -182,8 +177,8 @@ def _agrees(first: _Group, later: _Group) -> None:
     if [layers.layout(m) for m in first.layers] != [layers.layout(m) for m in later.layers]:
         raise SegmentRejected("the KV bit width changed")
     mine, theirs = first.file.by_name, later.file.by_name
-    own = [t.name for t in first.file.tensors if "@" not in t.name]
-    if own != [t.name for t in later.file.tensors if "@" not in t.name] or any(
+    own = first.file.own()
+    if own != later.file.own() or any(
             positional(name) and kind(mine[name]) != kind(theirs[name]) for name in own):
         raise SegmentRejected("its arrays do not match the segment before")
 
@@ -199,7 +194,7 @@ def _fits(described: list[dict[str, Any]], fresh: list[Any]) -> str | None:
 def _read(groups: list[_Group]) -> tuple[list[Reader], dict[str, mx.array]]:
     """Every array of positions at the branch's whole length, each file read
     once; the readers then hold the checkpoints and give the checksums."""
-    keep = _checkpointed(groups[0].file)
+    keep = groups[0].file.checkpoints()
     readers = [Reader(g.file, g.refs[0].checksum, frozenset(k + g.taken for k in keep))
                for g in groups]
     length = groups[-1].end
