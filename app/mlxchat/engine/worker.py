@@ -90,8 +90,7 @@ class EngineThread:
                 # MLX aborts the process at exit if a thread's streams outlive it.
                 mx.synchronize()
                 mx.clear_streams()
-                self._refuse_left()
-                return
+                return  # nothing is queued behind it: ``later`` refuses once closed
             fn, fut, cancel = job
             if fut.set_running_or_notify_cancel():
                 try:
@@ -169,13 +168,3 @@ class EngineThread:
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout=30)
 
-    def _refuse_left(self) -> None:
-        """Fail whatever was queued behind the end (nothing can be, but no caller
-        may ever wait for a job that will not run)."""
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                return
-            if job is not None and job[1].set_running_or_notify_cancel():
-                job[1].set_exception(EngineClosed("the engine was closed"))
