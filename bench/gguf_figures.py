@@ -56,24 +56,37 @@ def write_k_file(source: Path, out: Path, kind: str = "Q4_K") -> int:
 
 
 def float_reference(path: Path, config: dict):
-    """A float32 mlx-lm llama holding llama.cpp's decode of every tensor in ``path``."""
+    """mlx-lm's float32 model of ``config``'s type holding llama.cpp's decode of
+    every tensor in ``path``, with the converter's changes undone (Llama's q/k
+    row order, Gemma's ``1 + w`` norms)."""
+    import importlib
+
     import mlx.core as mx
-    from mlx_lm.models import llama
 
     from mlxchat.models.gguf import read_header
     from mlxchat.models.gguf_arch import ARCHS, mlx_name, row_heads, unpermute
     from mlxchat.models.gguf_quants import dequantized
 
     header = read_header(path)
-    weights = []
+    arch = ARCHS[header.architecture]
+    weights = {}
     for t in header.tensors:
-        name = mlx_name(ARCHS["llama"], t.name)
+        name = mlx_name(arch, t.name)
+        if name is None:
+            continue
         values = dequantized(t)
-        heads = row_heads(ARCHS["llama"], header, t.name)
-        weights.append((name, mx.array(unpermute(values, heads) if heads else values)))
+        heads = row_heads(arch, header, t.name)
+        if heads:
+            values = unpermute(values, heads)
+        if arch.norm_shift and t.name.endswith("norm.weight"):
+            values = values - arch.norm_shift
+        weights[name] = mx.array(values)
+    module = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
     args = {k: v for k, v in config.items() if not k.startswith("quantization")}
-    model = llama.Model(llama.ModelArgs.from_dict(args))
-    model.load_weights(weights)
+    model = module.Model(module.ModelArgs.from_dict(args))
+    if hasattr(model, "sanitize"):  # as mlx-lm's loader does (a tied head, for one)
+        weights = model.sanitize(weights)
+    model.load_weights(list(weights.items()))
     return model
 
 

@@ -15,7 +15,6 @@ Mixture-of-experts files are measured by bench/moe_figures.py instead.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 import tempfile
@@ -24,39 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.gguf_figures import perplexity  # noqa: E402
+from bench.gguf_figures import float_reference, perplexity  # noqa: E402
 from tests.models.prose import PROSE  # noqa: E402
-
-
-def reference(path: Path, config: dict):
-    """mlx-lm's float32 model of ``config``'s type holding the file's decoded values."""
-    import mlx.core as mx
-
-    from mlxchat.models.gguf import read_header
-    from mlxchat.models.gguf_arch import ARCHS, mlx_name, row_heads, unpermute
-    from mlxchat.models.gguf_quants import dequantized
-
-    header = read_header(path)
-    arch = ARCHS[header.architecture]
-    weights = {}
-    for t in header.tensors:
-        name = mlx_name(arch, t.name)
-        if name is None:
-            continue
-        values = dequantized(t)
-        heads = row_heads(arch, header, t.name)
-        if heads:
-            values = unpermute(values, heads)
-        if arch.norm_shift and t.name.endswith("norm.weight"):
-            values = values - arch.norm_shift
-        weights[name] = mx.array(values)
-    module = importlib.import_module(f"mlx_lm.models.{config['model_type']}")
-    args = {k: v for k, v in config.items() if not k.startswith("quantization")}
-    model = module.Model(module.ModelArgs.from_dict(args))
-    if hasattr(model, "sanitize"):  # as mlx-lm's loader does (a tied head, for one)
-        weights = model.sanitize(weights)
-    model.load_weights(list(weights.items()))
-    return model
 
 
 def main() -> int:
@@ -83,7 +51,7 @@ def main() -> int:
     config = json.loads((work / "mlx" / "config.json").read_text())
     ids = loaded.tokenizer.encode(PROSE)
     ours = perplexity(loaded.model, ids)
-    theirs = perplexity(reference(args.file, config), ids)
+    theirs = perplexity(float_reference(args.file, config), ids)
     size_gb = args.file.stat().st_size / 1e9
     print(f"{args.file.name}: {header.architecture}, {size_gb * 1e3:.0f} MB, imported in "
           f"{seconds:.1f} s; perplexity over {len(ids)} tokens of English prose: imported "
