@@ -7,8 +7,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlxchat.session import Conversation, TextDelta, TurnDone
+from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.models.info import LoadedModel
+from mlxchat.session.conversation import Conversation
 
 
 def small_llama() -> LoadedModel:

@@ -33,7 +33,7 @@ TIMEOUT_S = 600
 
 def _conversation(engine, db: Path, session_id: int | None = None):
     from mlxchat.config import Settings
-    from mlxchat.session import Conversation
+    from mlxchat.session.conversation import Conversation
     from mlxchat.store import open_store
 
     settings = Settings()
@@ -45,7 +45,7 @@ def _conversation(engine, db: Path, session_id: int | None = None):
 
 
 def _turn(conv, text: str) -> dict:
-    from mlxchat.engine import TurnDone
+    from mlxchat.engine.events import TurnDone
 
     done = [e for e in conv.send(text) if isinstance(e, TurnDone)][-1]
     s = done.stats
@@ -59,7 +59,7 @@ def role(args: argparse.Namespace) -> dict:
     prompt = ("The rivers of the north run cold and clear. " * 400)[: args.prompt_tokens]
     db = Path(os.environ["MLXCHAT_HOME"]) / "bench.db"
     if args.hosts is None:
-        from mlxchat.engine import ChatEngine
+        from mlxchat.engine.core import ChatEngine
         from mlxchat.models.loader import load_folder
 
         conv = _conversation(ChatEngine(load_folder(Path(args.model), name="bench",

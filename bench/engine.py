@@ -29,16 +29,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from common import median, pick_model, raw_decode_tps  # noqa: E402
 import kv_disk  # noqa: E402
+import pinned  # noqa: E402
 import speculation  # noqa: E402
 import typing_ahead  # noqa: E402
-import pinned  # noqa: E402
+from common import median, pick_model, raw_decode_tps  # noqa: E402
 
-from mlxchat.chat import GenerationSettings, Message  # noqa: E402
-from mlxchat.engine import ChatEngine, TurnDone  # noqa: E402
-from mlxchat.engine.prompt import render  # noqa: E402
-from mlxchat.engine.segments import SegmentRef  # noqa: E402
+from mlxchat.chat import Message
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.disk.segments import SegmentRef
+from mlxchat.engine.events import TurnDone
+from mlxchat.engine.prompt.render import render
+from mlxchat.generation import GenerationSettings
 
 FILLER = ("The history of the region is long and varied, shaped by rivers, trade routes, "
           "harvests and the people who settled along the coast over many centuries. ")

@@ -16,7 +16,7 @@ from pathlib import Path
 import mlx.core as mx
 from mlx_lm.models.cache import KVCache
 
-from mlxchat.engine import segment_compact, segment_restore, segments
+from mlxchat.engine.disk import branch_restore, joiner, segments
 
 LAYERS, KV_HEADS, HEAD_DIM = 32, 8, 128
 PER_TOKEN = LAYERS * 2 * KV_HEADS * HEAD_DIM * 2  # bytes of fp16 K and V
@@ -65,7 +65,7 @@ def write_history(folder: Path, layers: list[KVCache], tokens: int, per_segment:
 def restore_s(refs: list[segments.SegmentRef]) -> float:
     """Seconds the engine's restore takes (checksums overlapped with the reads)."""
     t0 = time.perf_counter()
-    got = segment_restore.restore(_Model(), refs, fingerprint="bench", template_hash="bench")
+    got = branch_restore.restore(_Model(), refs, fingerprint="bench", template_hash="bench")
     assert got.reason is None, got.reason
     return time.perf_counter() - t0
 
@@ -74,7 +74,7 @@ def compact(folder: Path, refs: list[segments.SegmentRef]
             ) -> tuple[float, list[segments.SegmentRef]]:
     """Seconds to join ``refs`` into one file, and the references into it."""
     t0 = time.perf_counter()
-    info = segment_compact.compact([[r] for r in refs], folder / "joined.safetensors")
+    info = joiner.compact([[r] for r in refs], folder / "joined.safetensors")
     seconds = time.perf_counter() - t0
     return seconds, [segments.SegmentRef(Path(info.path), r.start, r.end, info.checksum,
                                          r.token_ids) for r in refs]
@@ -129,7 +129,7 @@ def measure(*, long: int, short: int, branch_history: int) -> dict[str, float]:
         restore, plain = [], []
         for _ in range(2):
             plain.append(plain_read_s(refs))
-            restore.append(restore_s(refs))
+            branch_restore.append(restore_s(refs))
         size = sum(r.path.stat().st_size for r in refs)
         fresh = fresh_memory_s(long)
         print(f"restore {long:,} tokens ({size / 1e9:.2f} GB in {len(refs)} segments): "

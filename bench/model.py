@@ -29,10 +29,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from common import median, raw_decode_tps  # noqa: E402
 
-from mlxchat.session.root import open_conversation, throwaway_store  # noqa: E402
-from mlxchat.chat import GenerationSettings  # noqa: E402
 from mlxchat.config import Settings  # noqa: E402
-from mlxchat.session import TurnDone  # noqa: E402
+from mlxchat.engine.events import TurnDone
+from mlxchat.generation import GenerationSettings
+from mlxchat.session.root import open_conversation, throwaway_store  # noqa: E402
 
 PROMPT = ("Write a long, detailed story about a lighthouse keeper who finds a message in a "
           "bottle, describing the sea, the weather and the town nearby.")

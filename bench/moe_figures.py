@@ -80,6 +80,7 @@ def _ratio(work: Path, arch: str, config: dict, mix: str) -> float:
 
     from mlxchat.models.gguf_import import convert_gguf
     from mlxchat.models.loader import load_folder
+
     from tests.models.gguf_files import MLX_MODULE
     from tests.models.loud_gemma import perplexity, sampled_ids
 

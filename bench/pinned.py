@@ -18,9 +18,10 @@ from pathlib import Path
 from common import median, wall_ttft
 
 from mlxchat.config import Settings
-from mlxchat.session import Conversation, TurnDone
-from mlxchat.engine import ChatEngine
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
 from mlxchat.models.info import LoadedModel
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 
 FACT = ("Harbour rule {i}: boats of class {c} moor at pier {p} and pay {f} coins a night; "

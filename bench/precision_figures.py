@@ -41,8 +41,9 @@ def _bundled(work: Path) -> tuple[dict[str, float], Path]:
 def _loud(work: Path) -> dict[str, float]:
     from mlxchat.models.gguf_import import convert_gguf
     from mlxchat.models.loader import load_folder
-    from tests.models.loud_gemma import FILES, perplexity as ppl, reference, sampled_ids, \
-        write_loud_gemma
+
+    from tests.models.loud_gemma import FILES, reference, sampled_ids, write_loud_gemma
+    from tests.models.loud_gemma import perplexity as ppl
 
     out = {}
     for mix in FILES:

@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.gguf_figures import float_reference, perplexity  # noqa: E402
+
 from tests.models.prose import PROSE  # noqa: E402
 
 

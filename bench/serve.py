@@ -24,7 +24,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import median  # noqa: E402
-
 from openai import OpenAI  # noqa: E402
 
 FILLER = ("The history of the region is long and varied, shaped by rivers, trade routes, "
@@ -132,8 +131,10 @@ def measure(argv: list[str], env: dict[str, str], model: str, words: int) -> dic
 
 def engine_tps(folder: Path, words: int) -> float:
     """Decode tok/s of the engine alone on turn 1's prompt."""
-    from mlxchat.chat import GenerationSettings, Message
-    from mlxchat.engine import ChatEngine, TextDelta, TurnDone
+    from mlxchat.chat import Message
+    from mlxchat.engine.core import ChatEngine
+    from mlxchat.engine.events import TextDelta, TurnDone
+    from mlxchat.generation import GenerationSettings
     from mlxchat.models.loader import load_folder
 
     engine = ChatEngine(load_folder(folder))

@@ -15,9 +15,12 @@ from dataclasses import replace
 
 from common import median
 
-from mlxchat.chat import GenerationSettings, Message, TurnStats
-from mlxchat.engine import ChatEngine, TurnDone
+from mlxchat.chat import Message
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
+from mlxchat.generation import GenerationSettings
 from mlxchat.models.info import LoadedModel
+from mlxchat.turn_stats import TurnStats
 
 PASSAGE = ("The keeper climbed the stairs at dusk, lit the lamp, wound the clockwork, "
            "and wrote the hour, the wind and the ships in the log.")

@@ -32,9 +32,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 from common import median, pick_model
-from mlxchat.chat import GenerationSettings, Message
+
+from mlxchat.chat import Message
 from mlxchat.config import Settings
-from mlxchat.engine import ChatEngine, TurnDone
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
+from mlxchat.generation import GenerationSettings
 from mlxchat.models.info import LoadedModel
 
 PROMPT = "Tell me a long story about a lighthouse keeper and the ships she guided."
@@ -54,9 +57,9 @@ class AppRunner:
     """One headless app, kept open; ``turn()`` sends PROMPT in a fresh session."""
 
     def __init__(self, loaded: LoadedModel, generation: GenerationSettings, db: Path) -> None:
+        from mlxchat.session.root import open_conversation
         from mlxchat.store import open_store
         from mlxchat.tui.app import create_app
-        from mlxchat.session.root import open_conversation
 
         factory = partial(open_conversation, store_factory=lambda: open_store(db),
                           load_model=lambda spec, progress=None: loaded)

@@ -22,9 +22,11 @@ from pathlib import Path
 from common import wall_ttft
 
 from mlxchat.config import Settings
-from mlxchat.session import Conversation, TurnDone, settled_text
-from mlxchat.engine import ChatEngine
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
 from mlxchat.models.info import LoadedModel
+from mlxchat.session.conversation import Conversation
+from mlxchat.session.typing_ahead import settled_text
 from mlxchat.store import open_store
 from mlxchat.tui.typing_prefill import DEBOUNCE_S
 

@@ -23,7 +23,8 @@ from mlx_lm import __version__ as MLX_LM_VERSION
 from mlx_lm.models.cache import save_prompt_cache
 
 from mlxchat import paths
-from mlxchat.engine import ChatEngine, SnapshotInfo
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import SnapshotInfo
 from mlxchat.files import sha256_file
 from mlxchat.store import SessionStore
 

@@ -12,7 +12,7 @@ from typing import Any
 from mlxchat import paths
 from mlxchat.errors import MlxchatError
 from mlxchat.files import write_private_text
-from mlxchat.chat import GenerationSettings
+from mlxchat.generation import GenerationSettings
 
 DEFAULT_MODEL = "smollm2-135m"
 

@@ -6,15 +6,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mlxchat.chat import GenerationSettings
+
 from mlxchat.commands import CommandContext, CommandResult, Registry, default_registry
 from mlxchat.config import Settings
-from mlxchat.session import Conversation
-from mlxchat.engine import ChatEngine, TurnDone
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
+from mlxchat.generation import GenerationSettings
 from mlxchat.models.errors import ModelError
 from mlxchat.models.info import LoadedModel
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 
 NOW = 1_750_000_000.0

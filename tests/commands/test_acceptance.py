@@ -14,7 +14,7 @@ def test_edit_of_the_first_message_reuses_only_the_system_prompt(registry, ctx, 
     first = send(conv, "Alpha: how do tides work?")
     assert first.stats.cache_source == "cold"
     old_leaf = conv.session.leaf_id
-    system_tokens = conv.engine.message_tokens([Message("system", SYSTEM)])[0]
+    system_tokens = conv.engine.prompts.message_tokens([Message("system", SYSTEM)])[0]
 
     result = registry.run("/edit Zulu: why is the sky blue?", ctx)
     assert result.ok and result.session_changed, result.text

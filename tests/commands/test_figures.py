@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
-from mlxchat.engine import TurnDone
-from mlxchat.engine import prompt as prompt_module
+from mlxchat.engine.events import TurnDone
 from mlxchat.session.ledger import options_for
+
 from tests.commands.conftest import SYSTEM, send
+from tests.renders import spy_on_render
 
 
 def test_stats(registry, ctx, conv):
@@ -81,9 +81,7 @@ def _row_tokens(result) -> list[int]:
 
 def test_context_per_message(registry, ctx, conv, tmp_path, monkeypatch):
     renders = []
-    real = prompt_module.render
-    monkeypatch.setattr(prompt_module, "render",
-                        lambda *a, **k: renders.append(1) or real(*a, **k))
+    real = spy_on_render(monkeypatch, lambda *a, **k: renders.append(1) or real(*a, **k))
 
     def renders_for_context() -> int:
         renders.clear()
@@ -104,8 +102,8 @@ def test_context_per_message(registry, ctx, conv, tmp_path, monkeypatch):
     ledger = [len(m.token_ids) for m in conv.messages]
     tokens = _row_tokens(result)
     assert tokens[2:] == ledger[1:] and tokens[0] + tokens[1] == ledger[0]
-    system = conv.engine.message_ids("x", system=SYSTEM, previous=None,
-                                     options=options_for(conv.session))
+    system = conv.engine.prompts.message_ids("x", system=SYSTEM, previous=None,
+                                             options=options_for(conv.session))
     assert conv.messages[0].token_ids[:tokens[0]] == system[:tokens[0]] and tokens[0] > 0
     total = sum(tokens)
     assert result.text.startswith(f"{total} of 2,048 tokens")
@@ -123,7 +121,7 @@ def test_context_without_a_ledger_renders_the_template(registry, ctx, conv, tmp_
     roles = [row[1] for row in result.rows]
     assert roles == ["system", "user", "assistant", "template"]
     total = sum(_row_tokens(result))
-    assert total == conv.engine.count_tokens(conv.engine_messages())
+    assert total == conv.engine.prompts.count_tokens(conv.engine_messages())
     assert result.text.startswith(f"{total} of 2,048 tokens")
     assert "generation prompt" in result.text
     cached = conv.state().cached_tokens

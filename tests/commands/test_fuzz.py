@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from mlxchat.commands import CommandContext, CommandResult, default_registry
-from mlxchat.session import ConversationError
-from mlxchat.engine import EngineError
+from mlxchat.engine.events import EngineError
+from mlxchat.session.conversation import ConversationError
 
 from tests.commands.conftest import NOW, make_conversation, send
 

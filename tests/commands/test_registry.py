@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+
 from mlxchat.commands import (
     Args,
     Command,
@@ -13,7 +14,7 @@ from mlxchat.commands import (
     Confirmation,
     Registry,
 )
-from mlxchat.engine import PrefillProgress
+from mlxchat.engine.events import PrefillProgress
 
 
 def test_unknown_command_answers_the_closest_match(registry, ctx):

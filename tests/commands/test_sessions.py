@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mlxchat.commands.base import one_line
 from mlxchat.store import title_from
+
 from tests.commands.conftest import finish, send
 
 

@@ -5,6 +5,7 @@ what cannot speculate is refused with the reason, nothing changed."""
 from __future__ import annotations
 
 import pytest
+
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
 

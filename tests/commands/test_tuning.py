@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from mlxchat.chat import GenerationSettings
+
 from mlxchat.config import load_settings
+from mlxchat.generation import GenerationSettings
 
 from tests.commands.conftest import send
 

@@ -54,26 +54,25 @@ def engine_for(args: argparse.Namespace, ranks: list):
         ranks.append(started)
         Path(args.out + ".pids").write_text(json.dumps([p.pid for p in started.procs]))
     elif not args.split:
-        from mlxchat.engine import ChatEngine
+        from mlxchat.engine.core import ChatEngine
         from mlxchat.models.loader import load_folder
 
         return ChatEngine(load_folder(Path(args.model), name="tiny", spec="tiny"))
     from mlxchat.cli.rank import join, serve
-    from mlxchat.engine.channel import Channel
-    from mlxchat.engine.distributed import DistributedEngine
+    from mlxchat.engine.distributed.channel import Channel
+    from mlxchat.engine.distributed.split import split_engine
 
     joined = join(args.model)
     if joined.rank != 0:
         sys.exit(serve(joined))
-    return DistributedEngine(joined.loaded, Channel(joined.group), joined.plan,
-                             rank_timeout_s=args.rank_timeout)
+    return split_engine(joined.loaded, Channel(joined.group), joined.plan,
+                        rank_timeout_s=args.rank_timeout)
 
 
 def main(argv: list[str] | None = None) -> None:
     from mlxchat.config import Settings
-    from mlxchat.engine import TurnDone
-    from mlxchat.engine.events import TextDelta
-    from mlxchat.session import Conversation
+    from mlxchat.engine.events import TextDelta, TurnDone
+    from mlxchat.session.conversation import Conversation
     from mlxchat.store import open_store
 
     args = parse(argv)

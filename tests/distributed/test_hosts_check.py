@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mlxchat.cli.host_check import HostReport
+
 from tests.distributed.test_hosts_cli import ROOT, rank_pids
 
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 from mlxchat import paths
 from mlxchat.config import Settings
-from mlxchat.engine import ChatEngine
-from mlxchat.engine.rank_segments import Manifest, manifest_path, rank_file
-from mlxchat.session import Conversation
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.distributed.rank_files import Manifest, rank_file
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 
 
@@ -26,7 +26,7 @@ def _split_like(folder: Path) -> list[Path]:
 
 class SplitLike(ChatEngine):
     """One process standing in for rank 0: its segments are kept per rank
-    (never joined), as a DistributedEngine's are."""
+    (never joined), as a split engine's are."""
 
     segments_per_rank = True
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from mlxchat.chat import GenerationSettings
-from mlxchat.engine.channel import Channel
-from mlxchat.engine.distributed import DistributedEngine
+from mlxchat.engine.distributed.channel import Channel
+from mlxchat.engine.distributed.split import split_engine
 from mlxchat.engine.events import EngineError
+from mlxchat.generation import GenerationSettings
 from mlxchat.models import ModelError, load_sharded
 from mlxchat.models.sharding import ShardPlan
 from mlxchat.models.tiny import write_tiny_model
@@ -40,7 +40,7 @@ def test_a_model_whose_heads_do_not_divide_is_refused_before_loading(tmp_path):
 @pytest.fixture
 def engine(tiny):
     group = mx.distributed.init()  # one rank: every collective is the identity
-    eng = DistributedEngine(tiny, Channel(group), ShardPlan("tensor", 2, "llama"))
+    eng = split_engine(tiny, Channel(group), ShardPlan("tensor", 2, "llama"))
     yield eng
     eng.close()
 
@@ -56,7 +56,6 @@ def test_what_cannot_run_across_ranks_is_refused_in_one_line(engine):
     assert "across ranks" in engine.speculation_problem("lookup")
     assert engine.speculation_problem("auto") is None
     engine.mark_prefix(None)  # forgetting a mark is fine
-    assert engine.layout_label == "2 ranks · tensor"
     from mlxchat.chat import human_bytes
 
     each = human_bytes(engine.info.weights_bytes)

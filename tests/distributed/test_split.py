@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from mlxchat.cli.ranks import free_port
+
 from tests.distributed.bounded import communicate
 
 ROOT = Path(__file__).resolve().parents[2]

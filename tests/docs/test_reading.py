@@ -10,6 +10,7 @@ import pytest
 from mlxchat.docs.errors import DocsError
 from mlxchat.docs.reading import NotText, read_document
 
+
 def _pdf(text: bytes) -> bytes:
     """A one-page PDF showing ``text`` in Helvetica, with a correct xref table."""
     stream = b"BT /F1 18 Tf 20 100 Td (" + text + b") Tj ET"

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from mlxchat.config import Settings
-from mlxchat.engine import ChatEngine, TurnDone
-from mlxchat.session import Conversation
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
+from mlxchat.session.conversation import Conversation
 from mlxchat.session.retrieval import RetrievalError
 from mlxchat.sources import sources_block, without_sources
 from mlxchat.store import open_store
@@ -106,7 +107,7 @@ def test_the_budget_keeps_only_what_fits(conv):
     # What the message itself takes is not left to the sources.
     conv.update_generation(dataclasses.replace(settings, docs_budget=None))
     long = "herons " * 250
-    free = conv.window_left() - conv.engine.reply_reserve(conv.generation)
+    free = conv.window_left() - conv.engine.prompts.reply_reserve(conv.generation)
     assert conv.retrieval.budget("") == conv.context_window // 4 < free
     assert 0 < conv.retrieval.budget(long) < conv.context_window // 4
     assert conv.retrieval.budget(long) + conv.retrieval._tokens(long) == free

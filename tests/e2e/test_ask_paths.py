@@ -8,7 +8,7 @@ import re
 import pytest
 
 from mlxchat import cli
-from mlxchat.session import Conversation
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 
 

@@ -16,10 +16,11 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.config import Settings
-from mlxchat.engine import ChatEngine, TurnDone
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
-from mlxchat.session import Conversation
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 
 CHILD = textwrap.dedent("""

@@ -11,12 +11,14 @@ import time
 
 import pytest
 
-from mlxchat.session import conversation as conversation_module, turns as turns_module
-from mlxchat.session import pending as pending_reply
-from mlxchat.session.root import open_conversation
 from mlxchat.config import Settings
-from mlxchat.session import Conversation, ConversationError, TurnDone
-from mlxchat.engine import ChatEngine
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
+from mlxchat.session import conversation as conversation_module
+from mlxchat.session import pending as pending_reply
+from mlxchat.session import turns as turns_module
+from mlxchat.session.conversation import Conversation, ConversationError
+from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 
 HOLD = """

@@ -9,8 +9,8 @@ import subprocess
 import sys
 import time
 
-from mlxchat.session.turns import DRAFT_INTERVAL_S
 from mlxchat.models.tiny import write_tiny_model
+from mlxchat.session.turns import DRAFT_INTERVAL_S
 from mlxchat.store import open_store
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mlxchat.chat import GenerationSettings, Message
-from mlxchat.engine import ChatEngine, TurnDone
+from mlxchat.chat import Message
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
+from mlxchat.generation import GenerationSettings
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from mlxchat import paths
 from mlxchat.config import Settings
-from mlxchat.engine import ChatEngine, TurnDone
-from mlxchat.session import Conversation
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 
 QUESTIONS = ("One.", "Two?", "Three!")

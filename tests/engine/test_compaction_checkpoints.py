@@ -11,7 +11,7 @@ import pytest
 from mlx_lm.models.cache import ArraysCache, RotatingKVCache
 
 from mlxchat import paths
-from mlxchat.engine import segment_io
+from mlxchat.engine.disk import segment_file
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
 
@@ -58,7 +58,7 @@ def test_a_checkpointed_branch_and_its_fork_restore_exactly_from_the_joined_file
     # it ends where a source file ended, before the joined file's end.
     inside = [r for r in first_rows if r.path == joined]
     assert inside and inside[-1].end < rows_of(conv, second_leaf)[-1].end
-    opened = segment_io.open_file(paths.snapshot_file(joined))
+    opened = segment_file.open_file(paths.snapshot_file(joined))
     try:
         assert str(inside[-1].end) in json.loads(opened.meta["checkpoints"])
         assert any(t.name.endswith(f"@{inside[-1].end}") for t in opened.tensors)
@@ -95,7 +95,7 @@ def test_joining_a_joined_file_keeps_the_checkpoints_it_took(model, tmp_path):
     assert conv.compact_cache().joined == 2  # the joined file and the new turn's
     rows = rows_of(conv, conv.session.leaf_id)
     [joined] = {r.path for r in rows}
-    opened = segment_io.open_file(paths.snapshot_file(joined))
+    opened = segment_file.open_file(paths.snapshot_file(joined))
     try:
         taken = json.loads(opened.meta["checkpoints"])
     finally:

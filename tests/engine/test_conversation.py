@@ -8,9 +8,12 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.config import Settings
-from mlxchat.session import Conversation
-from mlxchat.engine import ChatEngine, TurnDone
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
+
+from tests.renders import spy_on_render
 
 
 def make(tiny, db: Path, session=None) -> Conversation:
@@ -96,18 +99,15 @@ def test_a_snapshot_that_cannot_be_written_loses_nothing(tiny, tmp_path, mlxchat
 
 
 def test_a_send_renders_only_the_new_message(tiny, tmp_path, monkeypatch):
-    from mlxchat.engine import prompt
-
     conv = make(tiny, tmp_path / "s.db")
     last(conv.send("First."))
     last(conv.send("Second."))
     calls: list[list[str]] = []
-    real = prompt.render
 
     def counting(tokenizer, messages, **kw):
         calls.append([m.content for m in messages])
         return real(tokenizer, messages, **kw)
-    monkeypatch.setattr(prompt, "render", counting)
+    real = spy_on_render(monkeypatch, counting)
     done = last(conv.send("Third."))
     # The new message after two fixed stubs: the history is never re-rendered.
     assert len(calls) == 2 and all(c[-1] == "Third." for c in calls)

@@ -12,10 +12,20 @@ from typing import Any, Callable
 import mlx.core as mx
 import pytest
 from mlx.utils import tree_flatten
-from mlx_lm.models.cache import (ArraysCache, CacheList, ChunkedKVCache, KVCache,
-                                 QuantizedKVCache, RotatingKVCache, make_prompt_cache)
+from mlx_lm.models.cache import (
+    ArraysCache,
+    CacheList,
+    ChunkedKVCache,
+    KVCache,
+    QuantizedKVCache,
+    RotatingKVCache,
+    make_prompt_cache,
+)
 
-from mlxchat.engine import kv, layers, segment_restore, segments
+from mlxchat.engine.disk import branch_restore, segments
+from mlxchat.engine.disk.checks import CacheFileRejected
+from mlxchat.engine.kv import layers, prompt_cache
+
 from tests.families.builders import _BASE, FAMILIES
 
 HEADS, DIM = 2, 32
@@ -205,14 +215,14 @@ def _through_files(tmp_path, cache: list[Any], split: int, make: Callable[[], li
     for start, end in ((0, split), (split, None)):
         if end is None:
             before()
-            end = kv.offset(cache) or split + 1
+            end = prompt_cache.offset(cache) or split + 1
         path = tmp_path / f"seg-{start}.safetensors"
         tokens = list(range(start, end))
         info = segments.write(path, cache, start, end, tokens, fingerprint="f", template_hash="t")
         refs.append(segments.SegmentRef(path, start, end, info.checksum, tokens))
-    got = segment_restore.restore(_Model(make), refs, fingerprint="f", template_hash="t")
+    got = branch_restore.restore(_Model(make), refs, fingerprint="f", template_hash="t")
     if got.layers is None:
-        raise segments.SegmentRejected(got.reason)
+        raise CacheFileRejected(got.reason)
     assert got.reason is None and got.end == refs[-1].end
     return got.layers
 
@@ -234,7 +244,7 @@ def test_segment_files_round_trip(name, tmp_path):
 
 def test_a_segment_of_another_layer_type_is_refused(tmp_path):
     live = BUILD["RotatingKVCache"]()
-    with pytest.raises(segments.SegmentRejected, match="cache types do not match"):
+    with pytest.raises(CacheFileRejected, match="cache types do not match"):
         _through_files(tmp_path, [live.layer], 4, lambda: [ArraysCache(2)])
 
 
@@ -303,9 +313,9 @@ def test_a_models_cache_through_segments_predicts_as_the_live_one(family, kinds,
         for t in range(10):
             _prefill(model, cache, [7 + t])
     restored = _through_files(tmp_path, cache, 30, lambda: make_prompt_cache(model), rest)
-    assert kv.offset(restored) == kv.offset(cache) == 40
-    assert kv.kv_bytes(restored) == kv.kv_bytes(cache)
-    assert kv.dtype_label(restored) == kv.dtype_label(cache) == "fp32"
+    assert prompt_cache.offset(restored) == prompt_cache.offset(cache) == 40
+    assert prompt_cache.kv_bytes(restored) == prompt_cache.kv_bytes(cache)
+    assert prompt_cache.dtype_label(restored) == prompt_cache.dtype_label(cache) == "fp32"
     a, b = _prefill(model, restored, [11]), _prefill(model, cache, [11])
     assert mx.allclose(a, b, atol=1e-5).item()
 
@@ -314,11 +324,11 @@ def test_a_quantized_models_cache_counts_its_bits():
     model = _model("llama3", hidden_size=128, num_attention_heads=2, num_key_value_heads=1)
     cache = make_prompt_cache(model)
     _prefill(model, cache, list(range(3, 20)))
-    quantized = kv.quantize(cache, 4, 64)
-    assert kv.bits(quantized) == 4 and kv.dtype_label(quantized) == "4-bit"
-    assert kv.offset(quantized) == kv.offset(cache) == 17
+    quantized = prompt_cache.quantize(cache, 4, 64)
+    assert prompt_cache.bits(quantized) == 4 and prompt_cache.dtype_label(quantized) == "4-bit"
+    assert prompt_cache.offset(quantized) == prompt_cache.offset(cache) == 17
     # A 64-dim head at 4 bits: 8 uint32 words, one float32 scale and bias.
     per_head = 8 * 4 + 2 * 4
     heads = 1 * _BASE["num_hidden_layers"] * 2  # one KV head, keys and values, 2 layers
-    assert kv.kv_bytes(quantized) == 17 * heads * per_head
-    assert kv.dtype_label(cache) == "fp32" and kv.bits(cache) is None
+    assert prompt_cache.kv_bytes(quantized) == 17 * heads * per_head
+    assert prompt_cache.dtype_label(cache) == "fp32" and prompt_cache.bits(cache) is None

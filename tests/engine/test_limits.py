@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from mlxchat.chat import GenerationSettings, Message
-from mlxchat.engine import ChatEngine, ContextOverflowError, PrefillProgress, TextDelta, TurnDone
-
-from tests.old_snapshots import write_old_snapshot
+from mlxchat.chat import Message
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import ContextOverflowError, PrefillProgress, TextDelta, TurnDone
+from mlxchat.generation import GenerationSettings
 
 from .conftest import GREEDY, run
+from tests.old_snapshots import write_old_snapshot
 
 
 def test_cancel_mid_decode_keeps_partial_reply_and_consistent_cache(engine):
@@ -93,7 +94,7 @@ def test_drop_oldest_keeps_system_and_newest(tiny_small_window):
         assert done.stats.dropped_messages == done.dropped_messages
         assert done.stats.prompt_tokens + 20 <= 256
         kept = [msgs[0]] + msgs[1 + done.dropped_messages:]
-        assert done.stats.prompt_tokens == engine.count_tokens(kept)
+        assert done.stats.prompt_tokens == engine.prompts.count_tokens(kept)
         # A follow-up that overflows again explains the cache miss.
         more = kept + [Message("assistant", done.reply), Message("user", "z" * 60)]
         nxt = run(engine, [msgs[0]] + msgs[1:] + more[len(kept):],
@@ -157,7 +158,7 @@ def test_quantized_kv_cache_saves_bytes_and_survives_snapshots(tiny64, tmp_path,
 
 
 def test_kv_bits_on_a_head_size_mlx_cannot_quantize_is_one_line(engine):
-    from mlxchat.engine import EngineError
+    from mlxchat.engine.events import EngineError
 
     assert engine.info.head_dim % 32  # the tiny model's head is 16 wide
     with pytest.raises(EngineError) as err:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from mlxchat.chat import Message, TurnStats
-from mlxchat.engine import PrefillProgress, TextDelta, TurnDone
-from mlxchat.engine.drafting import Drafting
+from mlxchat.chat import Message
+from mlxchat.engine.events import PrefillProgress, TextDelta, TurnDone
+from mlxchat.engine.speculative.drafting import Drafting
 from mlxchat.store.export import markdown_stats_line
 from mlxchat.tui.formatting import transcript_stats_line
+from mlxchat.turn_stats import TurnStats
 
 from .conftest import GREEDY, run
 

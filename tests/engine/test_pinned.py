@@ -11,8 +11,9 @@ import pytest
 from mlxchat import paths
 from mlxchat.chat import Message
 from mlxchat.config import Settings
-from mlxchat.session import Conversation
-from mlxchat.engine import ChatEngine, TurnDone
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 
 from .conftest import run
@@ -74,7 +75,7 @@ def test_two_sessions_share_one_prefix_and_the_second_loads_it(tiny, tmp_path, d
 
 def test_the_shared_prefix_matches_a_whole_render(tiny, tmp_path, doc):
     conv = pinned(tiny, tmp_path / "s.db", doc)
-    whole = conv.engine.render_tokens(conv.engine_messages([Message("user", "Hi")]))
+    whole = conv.engine.prompts.render_tokens(conv.engine_messages([Message("user", "Hi")]))
     ids = conv.prefix_tokens()
     assert whole[:len(ids)] == ids and conv.session.context_system.endswith("</document>")
     conv.close()

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from mlxchat.engine import prefault
+from mlxchat.engine.disk import prefault
 
 
 def resident_kib(buf: mmap.mmap) -> int:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from mlxchat.chat import Message
-from mlxchat.engine import ChatEngine
-
-from tests.old_snapshots import write_old_snapshot
+from mlxchat.engine.core import ChatEngine
 
 from .conftest import GREEDY, run
+from tests.old_snapshots import write_old_snapshot
 
 
 def five_turns(make_engine, tmp_path, mode: str) -> tuple[list[str], list]:
@@ -83,7 +82,7 @@ def test_edit_retry_system_change_and_model_switch_report_reasons(engine, tiny64
     edited = [base[0], Message("user", "An edited first question.")]
     e = run(engine, edited)
     assert e.stats.miss_reason.startswith("history edited at message 2")
-    sys_only = engine.count_tokens([base[0]]) - 0
+    sys_only = engine.prompts.count_tokens([base[0]]) - 0
     assert 0 < e.stats.reused_tokens <= sys_only + 3
     # Change the system prompt.
     s = run(engine, [Message("system", "Be rude."), edited[1]])
@@ -97,7 +96,7 @@ def test_edit_retry_system_change_and_model_switch_report_reasons(engine, tiny64
 
 def test_token_counts_per_message_add_up(engine):
     msgs = [Message("system", "S."), Message("user", "one two"), Message("assistant", "three")]
-    counts = engine.message_tokens(msgs)
+    counts = engine.prompts.message_tokens(msgs)
     assert len(counts) == 3 and all(c > 0 for c in counts)
     full = len(engine.loaded.tokenizer.apply_chat_template(
         [{"role": m.role, "content": m.content} for m in msgs], add_generation_prompt=False))
@@ -105,7 +104,7 @@ def test_token_counts_per_message_add_up(engine):
 
 
 def test_seed_makes_sampling_reproducible(engine):
-    from mlxchat.chat import GenerationSettings
+    from mlxchat.generation import GenerationSettings
 
     msgs = [Message("user", "Say something random.")]
     s = GenerationSettings(temperature=1.0, max_tokens=16, seed=7, repetition_penalty=1.2,

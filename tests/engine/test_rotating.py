@@ -7,13 +7,12 @@ import pytest
 from mlx_lm.models.cache import RotatingKVCache
 
 from mlxchat.chat import Message
-from mlxchat.engine import ChatEngine
+from mlxchat.engine.core import ChatEngine
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
 
-from tests.old_snapshots import write_old_snapshot
-
 from .conftest import run
+from tests.old_snapshots import write_old_snapshot
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,11 @@ from pathlib import Path
 
 from mlxchat import paths
 from mlxchat.config import Settings
-from mlxchat.session import Conversation
-from mlxchat.engine import ChatEngine, TurnDone
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
+
 from tests.old_snapshots import record_old_snapshot, write_old_snapshot
 
 

@@ -11,13 +11,13 @@ import pytest
 from mlx_lm.models.cache import load_prompt_cache, make_prompt_cache
 
 from mlxchat.chat import Message
-from mlxchat.engine import ChatEngine, snapshot
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.disk import snapshot
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
 
-from tests.old_snapshots import write_old_snapshot
-
 from .conftest import GREEDY, run
+from tests.old_snapshots import write_old_snapshot
 
 
 @pytest.fixture

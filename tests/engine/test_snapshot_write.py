@@ -13,9 +13,10 @@ import pytest
 
 from mlxchat import cli, paths
 from mlxchat.config import Settings
-from mlxchat.session import Conversation
-from mlxchat.engine import ChatEngine, TurnDone
-from mlxchat.engine import segments as segments_module
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.disk import segments as segments_module
+from mlxchat.engine.events import TurnDone
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 from mlxchat.tui.formatting import transcript_stats_line
 

@@ -8,16 +8,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from mlxchat.chat import GenerationSettings, Message
-from mlxchat.engine import ChatEngine, EngineError, TextDelta, TurnDone
-from mlxchat.engine import kv
-from mlxchat.engine.lookup import Proposer
+
+from mlxchat.chat import Message
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import EngineError, TextDelta, TurnDone
+from mlxchat.engine.kv import prompt_cache
+from mlxchat.engine.speculative.lookup import Proposer
+from mlxchat.generation import GenerationSettings
 from mlxchat.models.loader import load_folder
 from mlxchat.models.tiny import write_tiny_model
 
-from tests.families.builders import FAMILIES, write_family_model
-
 from .conftest import run
+from tests.families.builders import FAMILIES, write_family_model
 
 PLAIN = GenerationSettings(temperature=0.0, max_tokens=24, speculative="off")
 WIDE = dict(hidden_size=128, num_heads=2, num_kv_heads=1, intermediate_size=128)
@@ -196,8 +198,8 @@ def test_cancel_mid_speculation_keeps_the_caches_consistent(models):
             done = event
     assert done.stats.finish_reason == "cancelled" and done.stats.generated_tokens < 200
     live, draft = engine.live_view(), engine.draft_view()
-    assert len(live.tokens) == live.length == kv.offset(live.cache())
-    assert len(draft.tokens) == draft.length == kv.offset(draft.cache())
+    assert len(live.tokens) == live.length == prompt_cache.offset(live.cache())
+    assert len(draft.tokens) == draft.length == prompt_cache.offset(draft.cache())
     assert draft.tokens == live.tokens[:len(draft.tokens)]
     follow = msgs + [Message("assistant", done.reply), Message("user", "go on")]
     got = run(engine, follow, replace(PLAIN, speculative="draft"))
@@ -254,7 +256,7 @@ def test_auto_stays_plain_with_a_seed_and_on_caches_that_cannot_trim(models, gem
 
 
 def test_a_cheap_verifying_pass_is_judged_against_the_threshold():
-    from mlxchat.engine.spec_auto import PAYS_BELOW, VerifyCost
+    from mlxchat.engine.speculative.auto import PAYS_BELOW, VerifyCost
 
     assert VerifyCost(3, PAYS_BELOW, 10).pays and not VerifyCost(3, PAYS_BELOW + 0.1, 10).pays
     assert "auto stays off" in VerifyCost(3, 3.8, 100).words()

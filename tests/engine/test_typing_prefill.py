@@ -8,9 +8,11 @@ import threading
 import time
 from pathlib import Path
 
+from mlxchat.chat import Attachment
 from mlxchat.config import Settings
-from mlxchat.session import Attachment, Conversation
-from mlxchat.engine import ChatEngine, TurnDone
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
+from mlxchat.session.conversation import Conversation
 from mlxchat.session.typing_ahead import settled_text
 from mlxchat.store import open_store
 

@@ -7,7 +7,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxchat.chat import Message
-from mlxchat.engine import ChatEngine
+from mlxchat.engine.core import ChatEngine
 
 from .conftest import run
 

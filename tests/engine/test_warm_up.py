@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from mlxchat.engine import ChatEngine
-from mlxchat.engine.compute import ComputeLock
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.thread.compute import ComputeLock
 
 from tests.engine.conftest import conversation, run
 

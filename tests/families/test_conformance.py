@@ -10,12 +10,13 @@ from functools import partial
 import pytest
 from mlx_lm.models.cache import can_trim_prompt_cache
 
-from mlxchat.session.root import open_conversation
-from mlxchat.chat import GenerationSettings
 from mlxchat.config import Settings
-from mlxchat.session import Conversation, TurnDone
-from mlxchat.engine import ChatEngine
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
+from mlxchat.generation import GenerationSettings
 from mlxchat.models.loader import load_folder
+from mlxchat.session.conversation import Conversation
+from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 
 from .builders import FAMILIES, Family, write_family_model

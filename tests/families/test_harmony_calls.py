@@ -9,18 +9,17 @@ import json
 
 import pytest
 
-from mlxchat.chat import GenerationSettings
 from mlxchat.config import Settings
-from mlxchat.engine import reasoning
-from mlxchat.engine.decode import Reply, decode
-from mlxchat.engine.live import LiveCache
-from mlxchat.engine.results import Speculation
-from mlxchat.engine.speculative import plain_stream
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.kv.live import LiveCache
+from mlxchat.engine.speculative.streams import plain_stream
+from mlxchat.engine.turn import reasoning
+from mlxchat.engine.turn.decode import Reply, decode
+from mlxchat.generation import GenerationSettings
 from mlxchat.models import tools
 from mlxchat.models.loader import load_folder
 from mlxchat.models.markup import call_start
-from mlxchat.session import Conversation
-from mlxchat.engine import ChatEngine
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 
 from .builders import FAMILIES, write_family_model

@@ -10,9 +10,10 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.config import Settings
-from mlxchat.session import Conversation, TurnDone
-from mlxchat.engine import ChatEngine
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
 from mlxchat.models.loader import load_folder
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 
 from . import templates

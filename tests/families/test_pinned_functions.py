@@ -10,8 +10,10 @@ import datetime as dt
 import pytest
 
 from mlxchat.chat import Message
-from mlxchat.engine import prompt, template_render
-from mlxchat.engine.template_delta import TemplateOptions
+from mlxchat.engine.prompt import jinja
+from mlxchat.engine.prompt.delta import TemplateOptions
+from mlxchat.engine.prompt.jinja import apply_template
+from mlxchat.engine.prompt.render import render
 from mlxchat.models.loader import load_folder
 
 from .builders import FAMILIES, write_family_model
@@ -40,7 +42,7 @@ def gpt_oss(tmp_path_factory):
 def _as(loaded, monkeypatch, body: str, fmt: str):
     """The tokenizer with a template that prints its message, then ``body``."""
     source = "{% set fmt = '" + fmt + "' %}{{ messages[0].content }}|" + body
-    monkeypatch.setattr(template_render.hf_tokenizer(loaded.tokenizer), "chat_template",
+    monkeypatch.setattr(jinja.hf_tokenizer(loaded.tokenizer), "chat_template",
                         source)
     return loaded.tokenizer
 
@@ -52,16 +54,16 @@ def test_the_date_is_the_sessions_wherever_the_template_asks(gpt_oss, monkeypatc
     options = TemplateOptions(date=STARTED)
     stamp = dt.datetime.fromtimestamp(STARTED).strftime(fmt)
     assert stamp != dt.datetime.now().strftime(fmt)
-    text = template_render.render(tok, [{"role": "user", "content": "hi"}],
+    text = apply_template(tok, [{"role": "user", "content": "hi"}],
                                   generation_prompt=True, tokenize=False, **options.kwargs())
     assert text == "hi|" + stamp
     # A message spelling a control token: rendered around the message, same date.
-    ids = prompt.render(tok, [Message("user", "<|end|>")], **options.kwargs())
+    ids = render(tok, [Message("user", "<|end|>")], **options.kwargs())
     assert tok.decode(ids) == "<|end|>|" + stamp
     assert "<|end|>" not in tok.convert_ids_to_tokens(ids)  # it stayed text
 
 
 def test_without_a_session_date_the_template_reads_the_clock(gpt_oss, monkeypatch):
     tok = _as(gpt_oss, monkeypatch, CALLS["nested macro"], "%Y")
-    ids = prompt.render(tok, [Message("user", "hi")])
+    ids = render(tok, [Message("user", "hi")])
     assert tok.decode(ids) == "hi|" + dt.datetime.now().strftime("%Y")

@@ -18,11 +18,10 @@ from typing import Callable
 import pytest
 from transformers.utils import chat_template_utils
 
-from mlxchat.engine import template_render
-from mlxchat.engine.template_render import SessionClock
+from mlxchat.engine.prompt.jinja import SessionClock, apply_template
 from mlxchat.models.info import takes_system
-from mlxchat.session.ledger import options_for
 from mlxchat.models.loader import load_folder
+from mlxchat.session.ledger import options_for
 
 from .builders import Family, with_template, write_family_model
 from .test_conformance import QUESTIONS, ask, new_ids, opener
@@ -137,8 +136,8 @@ def test_five_turns_a_restart_and_a_new_day_stay_exact(case, tmp_path, monkeypat
         assert later.strftime(fmt) not in opening
     # Rendered again on the new day (a new ledger, an edit of the first
     # message), the opening is the one the cache holds.
-    again = conv.engine.message_ids(QUESTIONS[0], system=conv.session.context_system,
-                                    previous=None, options=options_for(conv.session))
+    again = conv.engine.prompts.message_ids(QUESTIONS[0], system=conv.session.context_system,
+                                            previous=None, options=options_for(conv.session))
     assert again == head.token_ids
     conv.shutdown()
 
@@ -163,7 +162,7 @@ def test_renders_as_transformers_does(case, monkeypatch, kwargs):
     messages = _conversation(loaded.tokenizer)
     for gen in (True, False):
         for tokenize in (False, True):
-            ours = template_render.render(loaded.tokenizer, messages, generation_prompt=gen,
+            ours = apply_template(loaded.tokenizer, messages, generation_prompt=gen,
                                           tokenize=tokenize, strftime_now=clock, **kwargs)
             theirs = loaded.tokenizer.apply_chat_template(
                 messages, add_generation_prompt=gen, tokenize=tokenize, **kwargs)

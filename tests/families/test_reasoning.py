@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from mlxchat.session.root import open_conversation
-from mlxchat.chat import GenerationSettings
 from mlxchat.config import Settings
-from mlxchat.session import Conversation, TextDelta, TurnDone
-from mlxchat.engine import reasoning
-from mlxchat.engine.template_delta import TemplateOptions
-from mlxchat.session.ledger import key_for, options_for
+from mlxchat.engine.events import TextDelta, TurnDone
+from mlxchat.engine.prompt.delta import TemplateOptions
+from mlxchat.engine.turn import reasoning
+from mlxchat.generation import GenerationSettings
 from mlxchat.models.loader import load_folder
+from mlxchat.session.conversation import Conversation
+from mlxchat.session.ledger import key_for, options_for
+from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 
 from .builders import FAMILIES, write_family_model
@@ -194,16 +195,16 @@ def test_think_and_reasoning_effort_commands(model, tmp_path):
 
 
 def test_the_reply_reserve_counts_reasoning_for_models_that_reason(model):
-    from mlxchat.engine import ChatEngine
+    from mlxchat.engine.core import ChatEngine
 
     settings = GenerationSettings(max_tokens=100, max_reasoning_tokens=300)
     for name, reasons in (("qwen3_moe-r1", True), ("llama3", False)):
         engine = ChatEngine(model(name))
         half = engine.info.context_window // 2
         budget = 100 + (300 if reasons else 0)
-        assert engine.reply_reserve(settings) == min(budget, half)
+        assert engine.prompts.reply_reserve(settings) == min(budget, half)
         off = GenerationSettings(max_tokens=100, max_reasoning_tokens=300, thinking=False)
-        assert engine.reply_reserve(off) == min(100, half)
+        assert engine.prompts.reply_reserve(off) == min(100, half)
         engine.close()
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from mlxchat.chat import GenerationSettings
 from mlxchat.config import Settings
-from mlxchat.engine import reasoning
+from mlxchat.engine.turn import reasoning
+from mlxchat.generation import GenerationSettings
 from mlxchat.models.loader import load_folder
 from mlxchat.models.markup import FINAL
 from mlxchat.session.root import open_conversation

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from mlxchat.session.root import open_conversation
-from mlxchat.chat import NO_SYSTEM_ROLE, GenerationSettings
+from mlxchat.chat import NO_SYSTEM_ROLE
 from mlxchat.commands import CommandContext, default_registry
 from mlxchat.config import Settings
-from mlxchat.session import TurnDone
+from mlxchat.engine.events import TurnDone
+from mlxchat.generation import GenerationSettings
 from mlxchat.models.loader import load_folder
+from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 
 from . import templates

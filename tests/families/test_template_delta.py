@@ -7,8 +7,9 @@ import datetime as dt
 import pytest
 
 from mlxchat.chat import Message
-from mlxchat.engine import prompt, template_delta
-from mlxchat.engine.template_delta import TemplateOptions
+from mlxchat.engine.prompt import delta
+from mlxchat.engine.prompt.delta import TemplateOptions
+from mlxchat.engine.prompt.render import render
 from mlxchat.models.loader import load_folder
 
 from .builders import FAMILIES, write_family_model
@@ -23,7 +24,7 @@ def llama3(tmp_path_factory):
 
 def test_the_date_is_the_sessions_not_todays(llama3):
     started = dt.datetime(2024, 1, 5, 12).timestamp()
-    ids = template_delta.head(llama3.tokenizer, "Be brief.", "Hi", TemplateOptions(date=started))
+    ids = delta.head(llama3.tokenizer, "Be brief.", "Hi", TemplateOptions(date=started))
     text = llama3.tokenizer.decode(ids)
     assert "Today Date: 05 Jan 2024" in text
     today = dt.datetime.now().strftime("%d %b %Y")
@@ -35,14 +36,14 @@ def test_a_follow_up_is_the_closing_the_user_turn_and_the_generation_prompt(llam
     options = TemplateOptions(date=0.0)
     eot = tok.convert_tokens_to_ids("<|eot_id|>")
     reply = tok.encode("Sure.", add_special_tokens=False)
-    ended = template_delta.follow_up(tok, "Next?", previous=reply + [eot], options=options)
-    cut = template_delta.follow_up(tok, "Next?", previous=reply, options=options)
+    ended = delta.follow_up(tok, "Next?", previous=reply + [eot], options=options)
+    cut = delta.follow_up(tok, "Next?", previous=reply, options=options)
     # A reply that stopped at its end token does not get a second one; a cut one does.
     assert cut == [eot] + ended
     assert tok.decode(ended) == "<|start_header_id|>user<|end_header_id|>\n\nNext?<|eot_id|>" \
         "<|start_header_id|>assistant<|end_header_id|>\n\n"
     # Laid end to end, the ledger equals what the template renders for that history.
-    head = template_delta.head(tok, None, "Hi", options)
-    whole = prompt.render(tok, [Message("user", "Hi"), Message("assistant", "Sure."),
+    head = delta.head(tok, None, "Hi", options)
+    whole = render(tok, [Message("user", "Hi"), Message("assistant", "Sure."),
                                 Message("user", "Next?")], **options.kwargs())
     assert head + reply + cut == whole

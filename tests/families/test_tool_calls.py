@@ -6,19 +6,20 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from mlxchat.chat import GenerationSettings, Message
+from mlxchat.chat import Message
 from mlxchat.config import Settings
-from mlxchat.session import Conversation, TextDelta
-from mlxchat.engine import ChatEngine
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TextDelta
+from mlxchat.generation import GenerationSettings
 from mlxchat.models import tools
 from mlxchat.models.loader import load_folder
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 from mlxchat.tui.widgets import AssistantMessage, Transcript
 
-from tests.tui.tui_hosts import HostApp
-
 from . import templates
 from .builders import FAMILIES, write_family_model
+from tests.tui.tui_hosts import HostApp
 
 # Qwen3's real template names its tool-call format like this (json_tools).
 WITH_TOOLS = templates.QWEN3 + (

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from mlxchat.models import ModelError, import_gguf, load_model
+
 from tests.models.gguf_files import MLX_MODULE, random_params, write_model
 from tests.models.gguf_writer import model_metadata
 from tests.models.test_gguf_import import IDS, MERGES, TOKEN_TYPES, TOKENS, rel_error

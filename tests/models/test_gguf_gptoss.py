@@ -11,6 +11,7 @@ import pytest
 
 from mlxchat.models import ModelError, import_gguf, load_model
 from mlxchat.models.report import import_report
+
 from tests.models.gguf_files import random_params, write_model
 from tests.models.test_gguf_arch import BASE, metadata
 from tests.models.test_gguf_import import IDS, rel_error

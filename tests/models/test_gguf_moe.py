@@ -13,6 +13,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from mlxchat.models import ModelError, import_gguf, load_model
 from mlxchat.models.report import import_report
+
 from tests.models.gguf_files import MLX_MODULE, random_params, write_model
 from tests.models.test_gguf_arch import BASE, metadata
 from tests.models.test_gguf_import import IDS, rel_error

@@ -16,6 +16,7 @@ import pytest
 
 from mlxchat.models.gguf import read_header
 from mlxchat.models.gguf_quants import PLANS, REQUANT_ERROR, pack, to_mlx
+
 from tests.models.gguf_files import encode
 
 REPACKED = ["Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K"]
@@ -150,6 +151,7 @@ def test_float_types_stay_floats(tmp_path):
 def test_q4_k_m_mix_keeps_each_tensor_width(tmp_path):
     """A Q4_K_M-like file: Q4_K layers, Q6_K output and some ffn_down, a Q5_0 attn_v."""
     from mlxchat.models import import_gguf, load_model
+
     from tests.models.gguf_files import random_params, write_model
     from tests.models.test_gguf_arch import BASE, metadata, reference_logits
     from tests.models.test_gguf_import import IDS, rel_error
@@ -197,6 +199,7 @@ def test_gpu_policy_casts_exact_float32_scales_to_bfloat16(tmp_path):
     """What the loader does on a GPU for this family (this machine has none:
     called directly): every float parameter in the training dtype."""
     from mlxchat.models import load_model, precision
+
     from tests.models.gguf_files import random_params, write_model
     from tests.models.test_gguf_arch import BASE, metadata
     from tests.models.test_gguf_import import IDS, rel_error

@@ -12,6 +12,7 @@ import pytest
 
 from mlxchat.models import ModelError
 from mlxchat.models.gguf import _value, read_header
+
 from tests.models.gguf_writer import write_gguf
 
 TOKENS = ["<s>", "</s>", "a", "b", "ab", "é", "日本", ""] * 40

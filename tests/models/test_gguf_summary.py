@@ -5,10 +5,10 @@ from __future__ import annotations
 import gguf
 import pytest
 
-from mlxchat.models import ModelError
-from mlxchat.models import gguf_summary
+from mlxchat.models import ModelError, gguf_summary
 from mlxchat.models.gguf import read_header
 from mlxchat.models.scan import inspect
+
 from tests.models.gguf_files import random_params, write_model
 from tests.models.test_gguf_arch import CONFIGS, metadata
 from tests.models.test_gguf_import import TOKENS

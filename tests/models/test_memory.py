@@ -10,7 +10,7 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlxchat.engine import kv, layers
+from mlxchat.engine.kv import layers, prompt_cache
 from mlxchat.models import memory
 from mlxchat.models.errors import ModelError
 from mlxchat.models.loader import load_folder
@@ -38,7 +38,7 @@ def test_kv_bytes_per_token_match_a_real_cache(folders, name):
             loaded.model(mx.array([[5 + fed % 50]]), cache=cache)
             fed += 1
         mx.eval([c.state for c in cache])
-        measured[n] = kv.kv_bytes(cache)
+        measured[n] = prompt_cache.kv_bytes(cache)
     dtype = next(d.size for c in cache if (d := layers.row(c).dtype(c)) is not None)
     layout = memory.kv_layout(config, dtype)
     # Differences: a recurrent layer's fixed state is not per token.

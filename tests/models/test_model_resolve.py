@@ -11,10 +11,19 @@ import numpy as np
 import pytest
 
 from mlxchat import paths
-from mlxchat.models import (ModelError, add_user_alias, convert_checkpoint, import_gguf,
-                            list_models, load_model, remove_user_alias)
-from mlxchat.models import catalog, hub
+from mlxchat.models import (
+    ModelError,
+    add_user_alias,
+    catalog,
+    convert_checkpoint,
+    hub,
+    import_gguf,
+    list_models,
+    load_model,
+    remove_user_alias,
+)
 from mlxchat.models.tiny import write_tiny_model
+
 from tests.models.gguf_writer import tiny_llama_gguf
 from tests.models.test_gguf_import import CONFIG, MERGES, TOKEN_TYPES, TOKENS
 

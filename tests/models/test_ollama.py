@@ -11,6 +11,7 @@ import pytest
 from mlxchat.cli import main
 from mlxchat.models import ModelError, import_gguf, list_models, load_model
 from mlxchat.models.ollama_template import go_to_jinja
+
 from tests.models.gguf_files import random_params, write_model
 from tests.models.test_gguf_arch import BASE, metadata
 from tests.models.test_gguf_import import TOKENS

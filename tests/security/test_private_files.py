@@ -14,11 +14,13 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.config import Settings, save_settings
-from mlxchat.session import Conversation
-from mlxchat.engine import ChatEngine, TurnDone
-from mlxchat.engine import segments as segments_module
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.disk import segments as segments_module
+from mlxchat.engine.events import TurnDone
 from mlxchat.models.gguf_import import import_gguf_cached
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
+
 from tests.models.test_gguf_import import source, write  # noqa: F401
 
 

@@ -8,8 +8,8 @@ import struct
 
 import pytest
 
-from mlxchat.engine import segment_io
-from mlxchat.engine.segments import SegmentRejected
+from mlxchat.engine.disk import segment_file
+from mlxchat.engine.disk.checks import CacheFileRejected
 
 
 def _file(tmp_path, head: bytes, data: bytes = b""):
@@ -25,17 +25,17 @@ def _header(entries: dict) -> bytes:
 
 def test_a_header_length_of_2_to_the_62_is_refused(tmp_path):
     path = _file(tmp_path, struct.pack("<Q", 1 << 62) + b"{}")
-    with pytest.raises(SegmentRejected, match=r"^damaged header \(a length of [\d,]+ bytes\)$"):
-        segment_io.open_file(path)
+    with pytest.raises(CacheFileRejected, match=r"^damaged header \(a length of [\d,]+ bytes\)$"):
+        segment_file.open_file(path)
 
 
 def test_a_shape_of_2_to_the_46_elements_is_refused(tmp_path):
     entries = {"0.k.0": {"dtype": "F16", "shape": [1, 1 << 23, 1 << 23, 1],
                          "data_offsets": [0, 16]}}
     path = _file(tmp_path, _header(entries), bytes(16))
-    with pytest.raises(SegmentRejected, match="^damaged header$"):
-        segment_io.open_file(path)
+    with pytest.raises(CacheFileRejected, match="^damaged header$"):
+        segment_file.open_file(path)
     entries["0.k.0"]["data_offsets"] = [0, 1 << 47]  # sizes agree, the file is too short
     path = _file(tmp_path, _header(entries), bytes(16))
-    with pytest.raises(SegmentRejected, match="do not add up to the file's"):
-        segment_io.open_file(path)
+    with pytest.raises(CacheFileRejected, match="do not add up to the file's"):
+        segment_file.open_file(path)

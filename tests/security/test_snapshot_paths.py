@@ -11,8 +11,9 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.config import Settings
-from mlxchat.session import Conversation
-from mlxchat.engine import ChatEngine, TurnDone
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TurnDone
+from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 from mlxchat.store.schema import MIGRATIONS
 

@@ -12,7 +12,8 @@ import pytest
 
 from mlxchat.store import StoreError, open_store
 from mlxchat.store.export import IMPORT_LIMIT_BYTES, import_json
-from tests.commands.conftest import ctx, conv, copied, home, registry, shelf, tiny_b  # noqa: F401
+
+from tests.commands.conftest import conv, copied, ctx, home, registry, shelf, tiny_b  # noqa: F401
 
 
 def limited_memory() -> None:

@@ -12,8 +12,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from mlxchat.chat import GenerationSettings
 from mlxchat.config import Settings
+from mlxchat.generation import GenerationSettings
 from mlxchat.server.app import build_app
 from mlxchat.server.runner import RunningServer
 from mlxchat.server.service import ChatService
@@ -104,6 +104,7 @@ def real_qwen3(folder):
     from pathlib import Path
 
     from mlxchat.models.loader import load_folder
+
     from tests.families.builders import with_template, write_family_model
 
     real = Path(__file__).parents[1] / "families" / "real_templates" / "qwen3.jinja"

@@ -10,6 +10,7 @@ from openai import OpenAI
 from mlxchat.cli.serve import parse_size
 from mlxchat.errors import UserError
 from mlxchat.store import open_store
+
 from tests.server.conftest import serve
 
 

@@ -16,6 +16,7 @@ from openai import OpenAI
 from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.server.service import ids_up_to
 from mlxchat.session.lock import SessionLock
+
 from tests.server.conftest import open_tiny, request, serve
 
 

@@ -3,9 +3,10 @@ bad ones are refused in one line before anything loads."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
-import importlib
 from mlxchat.server.options import ServeOptions
 
 cli = importlib.import_module("mlxchat.cli.main")  # the package re-exports main()

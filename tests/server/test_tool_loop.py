@@ -12,10 +12,11 @@ import pytest
 from openai import OpenAI
 
 from mlxchat.chat import CalledTool
-from mlxchat.engine import decode
 from mlxchat.engine.events import TurnDone
-from mlxchat.session.api_turns import ApiRequest, ApiTurns, IncomingMessage
+from mlxchat.engine.turn import decode
 from mlxchat.server.tool_calls import calls_signature
+from mlxchat.session.api_turns import ApiRequest, ApiTurns, IncomingMessage
+
 from tests.server.conftest import WEATHER, open_tiny, real_qwen3, request, serve
 
 CALL = {"id": "call_abc", "type": "function",

@@ -15,9 +15,9 @@ from mlxchat.models.tools import ToolCall, call_markup
 from mlxchat.server.openai_api import _events, _Shape
 from mlxchat.server.requests import tool_signature
 from mlxchat.server.service import Finished, Piece
-from mlxchat.server.tool_calls import (CallCut, calls_signature, openai_calls, reply_parts,
-                                       with_ids)
-from mlxchat.chat import TurnStats
+from mlxchat.server.tool_calls import CallCut, calls_signature, openai_calls, reply_parts, with_ids
+from mlxchat.turn_stats import TurnStats
+
 from tests.families.builders import with_template, write_family_model
 from tests.server.conftest import WEATHER, real_qwen3, request, serve
 

@@ -4,7 +4,7 @@ warmed (its template refuses a lone user message, say) is served cold."""
 from __future__ import annotations
 
 from mlxchat.config import Settings
-from mlxchat.engine import ChatEngine
+from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import EngineError
 from mlxchat.server.service import ChatService
 from mlxchat.session.root import open_conversation

@@ -6,7 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlxchat.store import open_store
-from mlxchat.store.schema import MIGRATIONS, V14_DOC_CHUNKS_FTS_BY_COLLECTION
+from mlxchat.store.docs_fts import V14_DOC_CHUNKS_FTS_BY_COLLECTION
+from mlxchat.store.schema import MIGRATIONS
+
 from tests.store.old_versions import database_at
 
 BEFORE = MIGRATIONS.index(V14_DOC_CHUNKS_FTS_BY_COLLECTION)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mlxchat.chat import GenerationSettings, TurnStats
+from mlxchat.generation import GenerationSettings
 from mlxchat.store import SessionStore, StoreError, open_store, title_from
 from mlxchat.store.export import (
     export_session,
@@ -23,6 +23,7 @@ from mlxchat.store.export import (
     safe_filename,
     session_document,
 )
+from mlxchat.turn_stats import TurnStats
 
 STATS = TurnStats(
     ttft_s=0.12,

@@ -9,8 +9,8 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.chat import Pin
-from mlxchat.store.errors import StoreError
 from mlxchat.store import PrefixRecord, SessionStore
+from mlxchat.store.errors import StoreError
 
 
 def _prefix(key: str) -> PrefixRecord:

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxchat.store import StoreError, open_store
-from mlxchat.store import opening
+from mlxchat.store import StoreError, open_store, opening
 
 
 def refuse_writing(real_open):

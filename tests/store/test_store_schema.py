@@ -12,8 +12,14 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.store import SCHEMA_VERSION, SessionStore, StoreError, open_store
-from mlxchat.store.schema import (MIGRATIONS, V11_API_MESSAGES, V12_MESSAGE_SOURCES,
-                                   V13_TOOL_MESSAGES, V14_DOC_CHUNKS_FTS_BY_COLLECTION)
+from mlxchat.store.docs_fts import V14_DOC_CHUNKS_FTS_BY_COLLECTION
+from mlxchat.store.schema import (
+    MIGRATIONS,
+    V11_API_MESSAGES,
+    V12_MESSAGE_SOURCES,
+    V13_TOOL_MESSAGES,
+)
+
 from tests.old_snapshots import record_old_snapshot
 
 # The v1 schema exactly as mlxchat 0.1 shipped it: frozen here on purpose, so a

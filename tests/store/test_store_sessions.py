@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from mlxchat import paths
-from mlxchat.chat import GenerationSettings, TurnStats
+from mlxchat.generation import GenerationSettings
 from mlxchat.store import SessionStore, StoreError, title_from
+from mlxchat.turn_stats import TurnStats
+
 from tests.old_snapshots import record_old_snapshot
 
 

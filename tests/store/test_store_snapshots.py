@@ -11,6 +11,7 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.store import SessionStore
+
 from tests.old_snapshots import record_old_snapshot
 
 

@@ -14,6 +14,7 @@ from mlxchat.store import SCHEMA_VERSION, StoreError, open_store
 from mlxchat.store.export import import_json, render_session
 from mlxchat.store.messages_rebuild import messages_with_tool_role
 from mlxchat.store.schema import MIGRATIONS, V13_TOOL_MESSAGES
+
 from tests.store.old_versions import database_at
 
 BEFORE = MIGRATIONS.index(V13_TOOL_MESSAGES)

@@ -13,15 +13,16 @@ from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
-from mlxchat.chat import GenerationSettings
 from mlxchat.config import Settings
-from mlxchat.engine.spec_auto import VerifyCost
-from mlxchat.engine import ChatEngine, TextDelta, TurnDone
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TextDelta, TurnDone
+from mlxchat.engine.speculative.auto import VerifyCost
+from mlxchat.generation import GenerationSettings
 from mlxchat.models.errors import ModelError
 from mlxchat.models.info import LoadedModel
+from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 from mlxchat.tui.app import MlxChatApp, create_app
-from mlxchat.session.root import open_conversation
 
 GB = 1_000_000_000
 NOW = 1_750_000_000.0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 
+from textual.widgets import Static
+
 from mlxchat.chat import human_bytes
 from mlxchat.config import load_settings
 from mlxchat.store import open_store
@@ -12,10 +14,8 @@ from mlxchat.tui.screens import ConfirmScreen, HelpScreen, ModelPickerScreen
 from mlxchat.tui.widgets import AssistantMessage, NoticeMessage, UserMessage
 from mlxchat.tui.widgets.notices import TableNotice
 from mlxchat.units import fmt_gauge_percent, fmt_int, fmt_seconds, fmt_tps
-from textual.widgets import Static
 
-from .app_support import (GB, ready, send, settle, start_long_reply, tiny_app,
-                          tiny_settings, until)
+from .app_support import GB, ready, send, settle, start_long_reply, tiny_app, tiny_settings, until
 
 
 def plain(widget) -> str:

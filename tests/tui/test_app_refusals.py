@@ -3,9 +3,7 @@ reuse and never glued to what is typed next."""
 
 from __future__ import annotations
 
-
-from .app_support import (ready, settle, start_long_reply, tiny_app,
-                          tiny_settings, until)
+from .app_support import ready, settle, start_long_reply, tiny_app, tiny_settings, until
 
 
 def type_keys(app, text: str) -> None:

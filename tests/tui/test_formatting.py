@@ -1,6 +1,7 @@
 import time
 
-from mlxchat.chat import TurnStats, relative_time
+from mlxchat.chat import relative_time
+from mlxchat.store.export import markdown_stats_line
 from mlxchat.tui.formatting import (
     fmt_bits_per_weight,
     fmt_precision,
@@ -9,7 +10,7 @@ from mlxchat.tui.formatting import (
     transcript_stats_line,
     usage_level,
 )
-from mlxchat.store.export import markdown_stats_line
+from mlxchat.turn_stats import TurnStats
 from mlxchat.units import fmt_gauge_percent
 
 

@@ -2,11 +2,13 @@
 
 from dataclasses import replace
 
-from mlxchat.chat import GenerationSettings, Message
-from mlxchat.engine import ChatEngine, TurnDone
-from mlxchat.engine.events import PrefillProgress, TextDelta
-from mlxchat.tui.widgets import GaugesPanel, Meter
 from textual.widgets import Static
+
+from mlxchat.chat import Message
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import PrefillProgress, TextDelta, TurnDone
+from mlxchat.generation import GenerationSettings
+from mlxchat.tui.widgets import GaugesPanel, Meter
 
 from .tui_hosts import GB, SAMPLE_STATE, SAMPLE_STATS, HostApp
 

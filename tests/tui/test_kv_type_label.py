@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mlxchat.chat import GenerationSettings
 from textual.widgets import Static
+
+from mlxchat.generation import GenerationSettings
 
 from .app_support import ready, settle, tiny_app, tiny_settings, until
 

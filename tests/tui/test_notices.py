@@ -2,8 +2,9 @@
 
 import io
 
-from mlxchat.tui.widgets.notices import ResultTable
 from rich.console import Console
+
+from mlxchat.tui.widgets.notices import ResultTable
 
 ROWS = [("temperature", "0.7", "0.7", ">= 0 (0 is greedy)", "0 means greedy decoding."),
         ("context_policy", "drop_oldest", "drop_oldest", "drop_oldest or stop",

@@ -2,6 +2,9 @@ import asyncio
 import io
 import threading
 
+from rich.console import Console
+from textual.widgets import DataTable, Input, ProgressBar, Static
+
 from mlxchat.chat import SessionSummary
 from mlxchat.models import ModelEntry
 from mlxchat.tui.screens import (
@@ -10,8 +13,6 @@ from mlxchat.tui.screens import (
     ModelPickerScreen,
     SessionsScreen,
 )
-from rich.console import Console
-from textual.widgets import DataTable, Input, ProgressBar, Static
 
 from .tui_hosts import ScreenHost
 

@@ -13,7 +13,8 @@ from functools import partial
 import pytest
 from openai import OpenAI
 
-from mlxchat.engine import ChatEngine, TextDelta
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TextDelta
 from mlxchat.server.options import ServeOptions
 from mlxchat.store import open_store
 from mlxchat.tui.widgets import NoticeMessage

@@ -4,8 +4,6 @@ same after a reopen; indexing progress on the activity line."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from textual.widgets import Markdown, Static
 
 from mlxchat.chat import Message

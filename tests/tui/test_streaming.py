@@ -1,8 +1,8 @@
 """Batching of a turn's events (no Textual, no model)."""
 
-from mlxchat.chat import TurnStats
 from mlxchat.engine.events import PrefillProgress, TextDelta, TurnDone
 from mlxchat.tui.streaming import Pacer, pump_turn
+from mlxchat.turn_stats import TurnStats
 
 
 class Clock:

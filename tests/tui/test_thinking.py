@@ -4,15 +4,13 @@ copying the reply takes only its answer."""
 
 from __future__ import annotations
 
-from mlxchat.chat import GenerationSettings
+from mlxchat.config import Settings
+from mlxchat.generation import GenerationSettings
 from mlxchat.models.loader import load_folder
 from mlxchat.tui.widgets import AssistantMessage
 
-from tests.families.builders import FAMILIES, write_family_model
-
-from mlxchat.config import Settings
-
 from .app_support import GB, ready, settle, tiny_app
+from tests.families.builders import FAMILIES, write_family_model
 
 
 async def test_reasoning_is_folded_unfolded_and_never_copied(tmp_path):

@@ -1,7 +1,8 @@
 """Snapshots of a reply's reasoning block, folded and unfolded (fixed text and figures)."""
 
-from mlxchat.chat import Message, TurnStats
+from mlxchat.chat import Message
 from mlxchat.tui.widgets import AssistantMessage, Transcript
+from mlxchat.turn_stats import TurnStats
 
 from .tui_hosts import HostApp
 

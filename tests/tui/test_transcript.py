@@ -1,11 +1,13 @@
 import io
 import itertools
 
-from mlxchat.chat import Message, TurnStats
-from mlxchat.tui.formatting import transcript_stats_line
-from mlxchat.tui.widgets import AssistantMessage, NoticeMessage, Transcript, UserMessage
 from rich.console import Console
 from textual.widgets import Static
+
+from mlxchat.chat import Message
+from mlxchat.tui.formatting import transcript_stats_line
+from mlxchat.tui.widgets import AssistantMessage, NoticeMessage, Transcript, UserMessage
+from mlxchat.turn_stats import TurnStats
 
 from .tui_hosts import HostApp
 

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mlxchat.chat import TurnStats
-from mlxchat.engine.events import EngineState
-from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
-from mlxchat.commands.base import Completion
-from mlxchat.tui.widgets import PromptInput
 from textual.app import App, ComposeResult
 from textual.message import Message
 from textual.widget import Widget
+
+from mlxchat.commands.base import Completion
+from mlxchat.engine.events import EngineState
+from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
+from mlxchat.tui.widgets import PromptInput
+from mlxchat.turn_stats import TurnStats
 
 GB = 1_000_000_000
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mlxchat.engine.compute import ComputeLock, WaitCancelled
+from mlxchat.engine.thread.compute import ComputeLock, WaitCancelled
 
 from tests.waiting import BOUND_S, until
 

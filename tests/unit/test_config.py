@@ -1,6 +1,6 @@
 """Settings: file + environment, and remembering one value without the environment."""
 
-from mlxchat.config import load_settings, remember, save_settings, Settings
+from mlxchat.config import Settings, load_settings, remember, save_settings
 
 
 def test_environment_overrides_the_file_but_is_never_saved(tmp_path, monkeypatch):
@@ -32,8 +32,8 @@ def test_bad_toml_is_one_clear_error(tmp_path):
 def test_generation_rules_are_checked_in_one_place(tmp_path):
     import pytest
 
-    from mlxchat.chat import GenerationSettings
     from mlxchat.config import ConfigError
+    from mlxchat.generation import GenerationSettings
 
     GenerationSettings().check()  # the defaults are allowed
     for field, bad in [("temperature", -1.0), ("top_p", 0.0), ("min_p", 1.0), ("max_tokens", 0),

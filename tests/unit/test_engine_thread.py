@@ -9,7 +9,7 @@ import threading
 import mlx.core as mx
 import pytest
 
-from mlxchat.engine.worker import EngineClosed, EngineThread
+from mlxchat.engine.thread.worker import EngineClosed, EngineThread
 from mlxchat.errors import MlxchatError
 
 

@@ -14,7 +14,9 @@ folder:
     tui, cli  mlxchat/tui/, mlxchat/cli/, mlxchat.__main__
 
 A module imports only its own layer or those below; errors imports nothing of
-the project. `from pkg import sub`, where sub is a submodule, is an import of
+the project. Inside the engine the same holds between its floors, bottom to top
+(``ENGINE_FLOORS``): a subpackage (or root module) imports only its own floor
+or those below. `from pkg import sub`, where sub is a submodule, is an import of
 pkg.sub only (so a package's __init__ re-exporting its submodules, and those
 submodules doing `from pkg import kv`, is no cycle). `import pkg.sub` is an
 import of pkg.sub; the parents Python also runs are not edges.
@@ -41,6 +43,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 # Within the core layer, the only import between different packages allowed.
 PEER_IMPORTS = {("mlxchat.engine", "mlxchat.models"), ("mlxchat.docs", "mlxchat.store")}
 IMPORTS_NOTHING = {"mlxchat.errors"}
+# The engine's floors, bottom to top: each a subpackage of engine/ or a module at its root.
+ENGINE_FLOORS = ["events", "thread", "prompt", "kv", "results", "disk", "speculative", "turn",
+                 "core", "distributed", "interface", "__init__"]
 
 
 # -- the checker ---------------------------------------------------------------
@@ -212,11 +217,35 @@ def layer_violations(graph: dict[str, dict[str, int]]) -> list[str]:
     return problems
 
 
+def engine_floor(module: str) -> int | None:
+    """The floor of an engine module (None: not in the engine, or on no floor)."""
+    parts = module.split(".")
+    if parts[:2] != ["mlxchat", "engine"] or len(parts) < 3:
+        return None
+    return ENGINE_FLOORS.index(parts[2]) if parts[2] in ENGINE_FLOORS else None
+
+
+def engine_violations(graph: dict[str, dict[str, int]]) -> list[str]:
+    problems = []
+    for module in sorted(graph):
+        if module.startswith("mlxchat.engine.") and engine_floor(module) is None:
+            problems.append(f"{module}: on no engine floor (add it to ENGINE_FLOORS)")
+    for module in sorted(graph):
+        here = engine_floor(module)
+        for target, line in sorted(graph[module].items()):
+            there = engine_floor(target)
+            if here is not None and there is not None and there > here:
+                problems.append(f"{module} -> {target} (line {line}): up an engine floor, "
+                                f"{ENGINE_FLOORS[here]} imports {ENGINE_FLOORS[there]}")
+    return problems
+
+
 def check(root: Path) -> list[str]:
-    """Every problem of the package at `root`: cycles, then layer violations."""
+    """Every problem of the package at `root`: cycles, then layer violations,
+    then the engine's floors."""
     graph = build_graph(root)
     cycles = [f"cycle: {' -> '.join(path)}" for path in find_cycles(graph)]
-    return cycles + layer_violations(graph)
+    return cycles + layer_violations(graph) + engine_violations(graph)
 
 
 # -- the tests -----------------------------------------------------------------
@@ -297,3 +326,20 @@ def test_a_module_in_no_layer_is_reported(tmp_path):
                             "session/__init__.py": "", "session/root.py": ""})
     assert check(pkg) == ["mlxchat.app_root: in no layer (add it to LAYERS)",
                           "mlxchat.helpers: in no layer (add it to LAYERS)"]
+
+
+def test_the_checker_holds_the_engine_floors(tmp_path):
+    pkg = _write(tmp_path, {"__init__.py": "", "engine/__init__.py": "",
+                            "engine/events.py": "", "engine/core.py": "",
+                            "engine/kv/__init__.py": "", "engine/kv/live.py": "",
+                            "engine/turn/__init__.py": "",
+                            "engine/turn/pipeline.py": "from mlxchat.engine.kv import live\n",
+                            "engine/disk/__init__.py": "",
+                            "engine/disk/segments.py":
+                                "from mlxchat.engine.turn import pipeline\n",
+                            "engine/helpers.py": "from mlxchat.engine import events\n"})
+    assert check(pkg) == [
+        "mlxchat.engine.helpers: on no engine floor (add it to ENGINE_FLOORS)",
+        "mlxchat.engine.disk.segments -> mlxchat.engine.turn.pipeline (line 1): up an "
+        "engine floor, disk imports turn",
+    ]

@@ -4,7 +4,7 @@ taking it off again, and citations naming their file and line."""
 from __future__ import annotations
 
 from mlxchat.chat import typed_text
-from mlxchat.sources import Source, cite, sources_block, with_sources, without_sources
+from mlxchat.sources import Source, cite, with_sources, without_sources
 from mlxchat.store.rows import sources_from_json, sources_to_json, title_from
 
 A = Source(n=1, collection="notes", path="/home/u/notes/setup.md", start_line=12, end_line=30,

@@ -1,7 +1,13 @@
 """How figures are written (mlxchat.units): the same everywhere they are shown."""
 
-from mlxchat.units import (fmt_gauge_percent, fmt_int, fmt_report_percent, fmt_seconds, fmt_tps,
-                           plural)
+from mlxchat.units import (
+    fmt_gauge_percent,
+    fmt_int,
+    fmt_report_percent,
+    fmt_seconds,
+    fmt_tps,
+    plural,
+)
 
 
 def test_numbers():

@@ -9,11 +9,12 @@ import sys
 from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
-from mlxchat.chat import GenerationSettings, TurnStats
 from mlxchat.cli.progress import progress_printer
 from mlxchat.config import Settings
-from mlxchat.session import TextDelta, TurnDone
+from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.errors import UserError
+from mlxchat.generation import GenerationSettings
+from mlxchat.turn_stats import TurnStats
 
 if TYPE_CHECKING:
     from mlxchat.session.retrieval import Retrieved

@@ -6,11 +6,11 @@ The only module that imports both the engine side and the TUI (lazily).
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
-from pathlib import Path
 import logging
 import os
 import sys
+from dataclasses import replace
+from pathlib import Path
 from typing import Sequence
 
 from mlxchat import __version__

@@ -51,9 +51,9 @@ def join(spec: str, *, mode: str | None = None, backend: str | None = None) -> J
 
 def serve(joined: Joined) -> int:
     """Do rank 0's jobs until it closes this rank (0) or is lost (1)."""
-    from mlxchat.engine.channel import Channel, RankLost
-    from mlxchat.engine.rank_segments import WORKER_JOBS
-    from mlxchat.engine.rank_worker import RankWorker
+    from mlxchat.engine.distributed.channel import Channel, RankLost
+    from mlxchat.engine.distributed.rank_files import WORKER_JOBS
+    from mlxchat.engine.distributed.rank_worker import RankWorker
 
     worker = RankWorker(joined.loaded, Channel(joined.group), segment_jobs=WORKER_JOBS)
     try:

@@ -1,7 +1,7 @@
 """`--hosts hosts.json`: the app or `ask` as rank 0 of a model split over the
 hostfile's hosts. The loader ``open_conversation`` calls starts the other
 ranks (``ranks.start``) with the spec it resolved, then joins the group and
-loads rank 0's shard; the engine factory wraps it in a ``DistributedEngine``.
+loads rank 0's shard; the engine factory makes it a split engine (``split_engine``).
 """
 
 from __future__ import annotations
@@ -42,12 +42,12 @@ class SplitLaunch:
         return self.joined.loaded
 
     def engine(self, loaded: Any) -> Any:
-        from mlxchat.engine.channel import Channel
-        from mlxchat.engine.distributed import DistributedEngine
+        from mlxchat.engine.distributed.channel import Channel
+        from mlxchat.engine.distributed.split import split_engine
 
         joined = self.joined
-        return DistributedEngine(loaded, Channel(joined.group), joined.plan,
-                                 rank_timeout_s=self.rank_timeout_s)
+        return split_engine(loaded, Channel(joined.group), joined.plan,
+                            rank_timeout_s=self.rank_timeout_s)
 
     def stop(self) -> None:
         """Wait for the ranks rank 0's engine closed; end any still running."""

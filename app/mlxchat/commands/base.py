@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from mlxchat.errors import MlxchatError
 
 if TYPE_CHECKING:
-    from mlxchat.chat import TurnStats
-    from mlxchat.session import Conversation
-    from mlxchat.session import Event
+    from mlxchat.engine.events import Event
     from mlxchat.models import ModelEntry
+    from mlxchat.session.conversation import Conversation
+    from mlxchat.turn_stats import TurnStats
 
 ResultKind = Literal["info", "error", "markdown", "table", "confirm"]
 Screen = Literal["sessions", "models", "help"]

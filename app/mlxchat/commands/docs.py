@@ -13,11 +13,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlxchat.chat import DOCS_BUDGET_SHARE, DOCS_NAME, human_bytes, relative_time
-from mlxchat.commands.base import (Args, Candidates, Command, CommandContext, CommandError,
-                                   CommandResult, Confirmation, one_line)
+from mlxchat.chat import human_bytes, relative_time
+from mlxchat.commands.base import (
+    Args,
+    Candidates,
+    Command,
+    CommandContext,
+    CommandError,
+    CommandResult,
+    Confirmation,
+    one_line,
+)
 from mlxchat.commands.completers import complete_path
 from mlxchat.commands.tuning import SETTINGS
+from mlxchat.generation import DOCS_BUDGET_SHARE, DOCS_NAME
 from mlxchat.sources import Source
 from mlxchat.units import fmt_int, fmt_seconds, plural
 

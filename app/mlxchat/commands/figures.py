@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlxchat.chat import TurnStats, human_bytes
+from mlxchat.chat import human_bytes
 from mlxchat.commands.base import (
     Args,
     Candidates,
@@ -16,6 +16,7 @@ from mlxchat.commands.base import (
     first_words,
     last_stats,
 )
+from mlxchat.turn_stats import TurnStats
 from mlxchat.units import fmt_int, fmt_report_percent, plural
 
 

@@ -5,8 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mlxchat.chat import human_bytes
-from mlxchat.commands.base import (Args, Candidates, Command, CommandContext, CommandResult,
-                                   one_line)
+from mlxchat.commands.base import (
+    Args,
+    Candidates,
+    Command,
+    CommandContext,
+    CommandResult,
+    one_line,
+)
 from mlxchat.commands.completers import complete_files
 from mlxchat.commands.turns import kv_bytes_per_token, read_text_file
 from mlxchat.errors import MlxchatError

@@ -9,9 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mlxchat.chat import (COMPUTE_DTYPES, CONTEXT_POLICIES, GENERATION_RULES, HISTORY_MODES,
-                          REASONING_EFFORTS, SPECULATIVE_MODES, GenerationSettings,
-                          generation_problem, human_bytes)
+from mlxchat.chat import human_bytes
 from mlxchat.commands import speculation
 from mlxchat.commands.base import (
     Args,
@@ -24,6 +22,16 @@ from mlxchat.commands.base import (
     one_line,
 )
 from mlxchat.config import remember
+from mlxchat.generation import (
+    COMPUTE_DTYPES,
+    CONTEXT_POLICIES,
+    GENERATION_RULES,
+    HISTORY_MODES,
+    REASONING_EFFORTS,
+    SPECULATIVE_MODES,
+    GenerationSettings,
+    generation_problem,
+)
 from mlxchat.paths import config_file
 from mlxchat.units import fmt_int
 

@@ -8,7 +8,7 @@ stay here.
 
 from mlxchat.docs.chunking import Chunk, ChunkSizes, chunk_text, count_tokens
 from mlxchat.docs.errors import DocsError
-from mlxchat.docs.indexer import IndexProgress, IndexReport, Indexer
+from mlxchat.docs.indexer import Indexer, IndexProgress, IndexReport
 from mlxchat.docs.search import Hit, Retriever
 
 __all__ = ["Chunk", "ChunkSizes", "DocsError", "Hit", "IndexProgress", "IndexReport",

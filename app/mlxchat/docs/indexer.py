@@ -19,15 +19,20 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from mlxchat.chat import DOCS_NAME
 from mlxchat.docs.chunking import ChunkSizes, chunk_text
 from mlxchat.docs.embedder import Embedder
 from mlxchat.docs.errors import DocsError
 from mlxchat.docs.reading import NotText, read_document
 from mlxchat.docs.walk import Skipped, check_roots, walk
 from mlxchat.files import FileRefused, read_limited
-from mlxchat.store.documents import (CollectionInfo, CollectionNotFound, Documents, FileUpdate,
-                                     NewChunk)
+from mlxchat.generation import DOCS_NAME
+from mlxchat.store.documents import (
+    CollectionInfo,
+    CollectionNotFound,
+    Documents,
+    FileUpdate,
+    NewChunk,
+)
 
 MAX_FILE_BYTES = 32 << 20
 BATCH_CHUNKS = 64

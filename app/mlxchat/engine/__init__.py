@@ -9,9 +9,17 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from mlxchat.engine.events import (ContextOverflowError, EngineError, EngineState, Event,
-                                   PrefillProgress, SnapshotInfo, SnapshotLoad, TextDelta,
-                                   TurnDone)
+from mlxchat.engine.events import (
+    ContextOverflowError,
+    EngineError,
+    EngineState,
+    Event,
+    PrefillProgress,
+    SnapshotInfo,
+    SnapshotLoad,
+    TextDelta,
+    TurnDone,
+)
 
 if TYPE_CHECKING:
     from mlxchat.engine.core import ChatEngine

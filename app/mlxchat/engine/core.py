@@ -1,37 +1,46 @@
 """ChatEngine: one model, one live KV cache, one generation thread.
 
 All MLX work runs on the engine's own thread (MLX streams are per thread).
-The turn itself is ``TurnPipeline``'s (turn_pipeline.py), the snapshot, segment
-and prefix calls ``CacheFiles``'s (cache_files.py); this module holds the
-engine's making, its model and compute dtype, its state for the gauges, and
-the calls it hands on to its collaborators.
+The engine holds the model, the live cache and the gauges' state, and hands
+each concern to a collaborator it owns: the thread (``EngineThread``), the
+turn's prefill and decode (``TurnPipeline``), prompts (``PromptBuilder``, public
+as ``prompts``), the cache on disk (``DiskCache``, or a split model's), the draft
+model (``Drafting``), prefix marks (``PrefixMarks``), typing prefill
+(``TypingPrefill``), and the ranks it computes on (``Ranks``: this process, or a
+split over several, ``engine/distributed/split.py``).
 """
 
 from __future__ import annotations
 
 import atexit
+import time
 import weakref
-from typing import Any, Callable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 
-from mlxchat.chat import GenerationSettings, Message, TurnStats
-from mlxchat.engine import kv, prompt, reasoning, spec_auto, template_delta
-from mlxchat.engine.ahead import TypingPrefill
-from mlxchat.engine.cache_files import CacheFiles
-from mlxchat.engine.compute import PROCESS_LOCK, ComputeLock
-from mlxchat.engine.drafting import Drafting, MeasureVerify
-from mlxchat.engine.events import EngineState, RankFigures
-from mlxchat.engine.live import LiveCache, compute_once
-from mlxchat.engine.persist import DiskCache
-from mlxchat.engine.prefix import PrefixMarks
-from mlxchat.engine.speculative import trim_problem
-from mlxchat.engine.template_delta import TemplateOptions
-from mlxchat.engine.turn_pipeline import ABANDONED, TurnPipeline  # noqa: F401 (re-exported)
-from mlxchat.engine.view import LiveView, view_of
-from mlxchat.engine.worker import EngineThread
+from mlxchat.chat import Message
+from mlxchat.engine.disk.prefix import PrefixMarks, PrefixSaved
+from mlxchat.engine.disk.segments import SegmentInfo, SegmentRef
+from mlxchat.engine.events import EngineError, EngineState, Event, SnapshotLoad
+from mlxchat.engine.kv.live import LiveCache, compute_once
+from mlxchat.engine.kv.view import LiveView, view_of
+from mlxchat.engine.prompt.builder import PromptBuilder
+from mlxchat.engine.prompt.fit import FittedPrompt
+from mlxchat.engine.prompt.render import render
+from mlxchat.engine.speculative import auto
+from mlxchat.engine.speculative.drafting import Drafting, MeasureVerify
+from mlxchat.engine.speculative.streams import trim_problem
+from mlxchat.engine.thread.compute import PROCESS_LOCK, ComputeLock
+from mlxchat.engine.thread.worker import Bookkeeping, EngineThread
+from mlxchat.engine.turn.pipeline import TurnPipeline, events
+from mlxchat.engine.turn.ranks import OneProcess, Ranks
+from mlxchat.engine.turn.typing_prefill import TypingPrefill
+from mlxchat.generation import GenerationSettings
 from mlxchat.models import precision
 from mlxchat.models.info import LoadedModel, ModelInfo, recast, retyped
+from mlxchat.turn_stats import TurnStats
 
 _LIVE: "weakref.WeakSet[ChatEngine]" = weakref.WeakSet()
 
@@ -42,52 +51,58 @@ def _close_live_engines() -> None:
         engine.close()
 
 
-class ChatEngine(TurnPipeline, CacheFiles):
+class ChatEngine:
     """Drive one loaded model; every public method is safe from any thread.
 
-    Its parts with state of their own are collaborators it makes and hands what
-    they need: the draft model and verify cost (``Drafting``), prefix marks
-    (``PrefixMarks``), typing prefill (``TypingPrefill``) and, per model, the
-    disk cache (``DiskCache``). ``measure_verify`` times a verifying pass for
-    ``speculative=auto`` (``spec_auto.measure``; tests fix it). ``turn()`` and
-    its pipeline come from ``TurnPipeline``, the snapshot and segment calls from
-    ``CacheFiles``."""
+    ``measure_verify`` times a verifying pass for ``speculative=auto``
+    (``auto.measure``; tests fix it). ``compute_owner`` is whose this engine
+    is in the compute lock's line ('chat', 'api'): engines over one model take
+    turns under ``compute``. ``casts_weights=False``: another engine owns the
+    shared weights' dtype; this one computes in whatever they hold (the API
+    beside the chat). Prefill chunks aim at ``chunk_seconds`` each, so a
+    cancel lands quickly."""
 
-    segments_per_rank = False
-    """Each rank writes its own shard of a segment (a split model): the files
-    of a branch are not joined (compaction would split them from their ranks)."""
-
-    def __init__(self, loaded: LoadedModel, *, chunk_seconds: float = 0.25,
-                 measure_verify: MeasureVerify = spec_auto.measure,
+    def __init__(self, loaded: LoadedModel, *, ranks: Ranks | None = None,
+                 chunk_seconds: float = 0.25, measure_verify: MeasureVerify = auto.measure,
                  compute_owner: str = "chat", compute: ComputeLock = PROCESS_LOCK,
                  casts_weights: bool = True):
-        # compute_owner: whose this engine is in the compute lock's line ('chat',
-        # 'api'); engines over one model take turns under ``compute``.
-        # casts_weights=False: another engine owns the shared weights' dtype; this
-        # one computes in whatever they hold (the API beside the chat).
         self.casts_weights = casts_weights
-        # Prefill chunks aim at chunk_seconds each, so a cancel lands quickly.
-        self.chunk_seconds = chunk_seconds
         self._loaded = loaded
+        self._ranks: Ranks = ranks or OneProcess()
         self._live: LiveCache
-        self._disk: DiskCache
         self._state = EngineState()
-        self._chunk = 64
         self._drafting = Drafting(measure=measure_verify)
         self._marks = PrefixMarks()
         self._worker = EngineThread(owner=compute_owner, compute=compute)
-        self._call = self._worker.call  # fn() on the engine thread, waited for
-        self._typing = TypingPrefill(submit=self._worker.submit, alive=self._worker.alive,
-                                     feed=self._typing_feed, refresh=self._refresh_state)
+        self._pipeline = TurnPipeline(worker=self._worker, drafting=self._drafting,
+                                      marks=self._marks, ranks=self._ranks,
+                                      chunk_seconds=chunk_seconds)
+        self._typing = TypingPrefill(
+            submit=self._worker.submit, alive=self._worker.alive, refresh=self._refresh_state,
+            feed=lambda tokens, emit: self._pipeline.prefill(
+                self._loaded, self._live, tokens, emit, between=self._worker.pass_on))
+        self.prompts = PromptBuilder(lambda: self._loaded)
+        """Renders, deltas and the window for the model held now (no MLX)."""
         _LIVE.add(self)
         self._call(self._start_cold)
 
     def close(self) -> None:
         """Cancel any turn and stop the thread; called at exit for live engines."""
         _LIVE.discard(self)
-        self._worker.close()
+        if self._ranks.release(self._worker):
+            self._worker.close()
 
-    # -- public API ------------------------------------------------------
+    def _call(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on the engine thread, waited for."""
+        self._ranks.check()
+        return self._worker.call(fn)
+
+    # -- what it holds ------------------------------------------------------------------
+    @property
+    def segments_per_rank(self) -> bool:
+        """A split model: each rank keeps its own shard of every segment."""
+        return self._ranks.segments_per_rank
+
     @property
     def loaded(self) -> LoadedModel:
         return self._loaded
@@ -99,6 +114,11 @@ class ChatEngine(TurnPipeline, CacheFiles):
     @property
     def cached_tokens(self) -> list[int]:
         return list(self._live.tokens)
+
+    @property
+    def compute(self) -> ComputeLock:
+        """The lock this engine computes under (shared by the engines of a process)."""
+        return self._worker.compute
 
     def state(self) -> EngineState:
         return self._state
@@ -113,6 +133,48 @@ class ChatEngine(TurnPipeline, CacheFiles):
         return self._call(lambda: None if (draft := self._drafting.draft) is None
                           else view_of(draft.live))
 
+    # -- turns ---------------------------------------------------------------------------
+    def turn(self, conversation: Sequence[Message] | FittedPrompt,
+             settings: GenerationSettings) -> Iterator[Event]:
+        """Run one turn; yields PrefillProgress, TextDelta and finally TurnDone.
+
+        ``conversation`` is either messages to render whole through the template,
+        or the prompt's tokens already laid out (a conversation's token ledger).
+        Raises EngineError (ContextOverflowError) before any event when refused.
+        Closing the iterator early cancels the turn.
+        """
+        self.supersede_typing()  # a send takes precedence over typing prefill
+        self._ranks.watch_turn()
+        planned = (conversation if isinstance(conversation, FittedPrompt)
+                   else list(conversation))
+        return events(self._worker, lambda emit: self._turn(planned, settings, emit),
+                      self._ranks.next_event)
+
+    def _turn(self, planned: list[Message] | FittedPrompt, settings: GenerationSettings,
+              emit: Callable[[Event], None]) -> None:
+        start = time.perf_counter()
+        settings = self._ranks.begin_turn(settings)
+        self._match_compute(settings.compute_dtype)
+        if isinstance(planned, FittedPrompt):
+            fitted, messages = planned, planned.messages
+        else:
+            fitted, messages = self.prompts.fit(planned, settings), planned
+        problem = self.speculation_problem(settings.speculative)
+        if problem:
+            raise EngineError(f"speculative {settings.speculative}: {problem}")
+        self._window = self.prompts.window(settings)
+        done, figures = self._pipeline.run(
+            self._loaded, self._live, fitted, messages, settings, window=self._window,
+            started=start, emit=emit, busy=lambda: self._refresh_state(busy=True))
+        self._ranks.end_turn(self._loaded, self._live, done)
+        self._refresh_state(done.stats)
+        measure = self._drafting.measurement(self._loaded, settings,
+                                             done.stats.generated_tokens,
+                                             done.stats.decode_tps)
+        if measure is not None:  # speculative=auto: a verifying pass timed after this turn
+            self._worker.later(lambda: measure(self._loaded, self._live))
+        figures.done(done)
+
     def cancel(self) -> None:
         """Stop the running (and any queued) turn within about one token or chunk."""
         self._worker.cancel_all()
@@ -124,6 +186,7 @@ class ChatEngine(TurnPipeline, CacheFiles):
         ``current()`` is asked on the engine thread first: False (a turn ran since
         ``tokens`` were planned) leaves the cache alone. Returns the tokens the
         cache holds from typing prefill (0 when it was left alone)."""
+        self._refuse("typing")
         wanted = list(tokens)
 
         def extend() -> int:
@@ -140,78 +203,23 @@ class ChatEngine(TurnPipeline, CacheFiles):
     def warm_up(self) -> None:
         """Render a message and compute it on a throwaway cache, so that a
         server's first request pays none of the first-call costs (the template's
-        compilation, MLX's kernels and buffers). The live cache is left alone."""
-        ids = prompt.render(self._loaded.tokenizer, [Message("user", "Hello.")])
+        compilation, MLX's kernels and buffers). The live cache is left alone;
+        ranks that compute only together are warmed by their first turn."""
+        if self._ranks.refusal("warm_up"):
+            return
+        ids = render(self._loaded.tokenizer, [Message("user", "Hello.")])
         self._call(lambda: compute_once(self._loaded.model, ids))
-
-    def fit(self, messages: Sequence[Message], settings: GenerationSettings, *,
-            options: TemplateOptions = TemplateOptions()) -> prompt.FittedPrompt:
-        """Render the whole conversation and fit it to the window under the
-        settings' policy (a new ledger, or ``history=template``)."""
-        return prompt.fit(self._loaded.tokenizer, messages, window=self.window(settings),
-                          max_tokens=self.reply_budget(settings),
-                          policy=settings.context_policy, template_kwargs=options.kwargs())
-
-    def message_ids(self, text: str, *, system: str | None, previous: Sequence[int] | None,
-                    options: TemplateOptions = TemplateOptions()) -> list[int]:
-        """The token ids a user message adds: after ``previous`` (the ids of the
-        reply it follows), or as the first message of a conversation (None).
-        Raises TemplateNotIncremental when the template cannot be split so."""
-        tokenizer = self._loaded.tokenizer
-        if previous is None:
-            return template_delta.head(tokenizer, system, text, options)
-        return template_delta.follow_up(tokenizer, text, previous=previous, options=options)
-
-    def result_ids(self, results: Sequence[Message], *, reply: Message,
-                   previous: Sequence[int], options: TemplateOptions = TemplateOptions()
-                   ) -> list[int]:
-        """The token ids tool results add after ``reply`` (whose ids are
-        ``previous``). Raises TemplateNotIncremental when the template cannot
-        be split so."""
-        return template_delta.tool_results(self._loaded.tokenizer, results, reply=reply,
-                                           previous=previous, options=options)
-
-    def reply_reserve(self, settings: GenerationSettings) -> int:
-        """Tokens kept free for the reply when deciding whether a prompt fits."""
-        return prompt.reply_reserve(self.reply_budget(settings), self.window(settings))
-
-    def reply_budget(self, settings: GenerationSettings) -> int:
-        """Tokens a reply may take: the answer's, plus the reasoning's for a
-        model that reasons (unless /think off)."""
-        reasons = reasoning.cached_markup(self._loaded.tokenizer).reasons
-        extra = settings.max_reasoning_tokens if reasons and settings.thinking is not False else 0
-        return settings.max_tokens + extra
 
     def kv_bytes_per_token(self, kv_bits: int | None = None) -> int:
         """What one more token adds to the KV cache, measured: a fresh cache is
         fed one token, then a second, and the arrays' bytes compared (a
         recurrent layer's fixed state cancels out)."""
-        loaded = self._loaded
-        return self._call(lambda: kv.probe_bytes_per_token(loaded.model, kv_bits,
-                                                           loaded.info.head_dim))
+        return self._call(lambda: self._ranks.probe_bytes_per_token(self._loaded, kv_bits))
 
-    def window(self, settings: GenerationSettings) -> int:
-        """The context window a turn gets: the model's, or the session's cap below it."""
-        model = self._loaded.info.context_window
-        return min(model, settings.context_window) if settings.context_window else model
-
-    def render_tokens(self, messages: Sequence[Message], *,
-                      options: TemplateOptions = TemplateOptions()) -> list[int]:
-        """The conversation through the template as it would render it now
-        (no generation prompt)."""
-        return prompt.render(self._loaded.tokenizer, messages, generation_prompt=False,
-                             **options.kwargs())
-
-    def count_tokens(self, messages: Sequence[Message]) -> int:
-        return len(prompt.render(self._loaded.tokenizer, messages))
-
-    def message_tokens(self, messages: Sequence[Message]) -> list[int]:
-        return prompt.message_token_counts(self._loaded.tokenizer, messages)
-
-    def drop_cache(self, reason: str = "cache dropped") -> None:
-        self._refreshed(lambda: self._live.reset(reason))
-
+    # -- the model ---------------------------------------------------------------------
     def switch_model(self, loaded: LoadedModel) -> None:
+        self._refuse("switch_model")
+
         def job() -> None:
             had = bool(self._live.tokens)
             self._loaded = loaded
@@ -230,6 +238,7 @@ class ChatEngine(TurnPipeline, CacheFiles):
         dtype = (wanted or info.default_compute_dtype) if self.casts_weights else held
         if dtype == info.compute_dtype == held:
             return
+        self._refuse("compute_dtype")
         had = bool(self._live.tokens)
         self._loaded = recast(self._loaded, dtype) if dtype != held else retyped(self._loaded)
         self._start_cold()
@@ -237,21 +246,69 @@ class ChatEngine(TurnPipeline, CacheFiles):
             self._live.reset("compute dtype changed", report=True)
 
     def _start_cold(self) -> None:
-        self._live = self._new_live()
-        self._disk = DiskCache(self._loaded, self._live)
+        self._live = self._ranks.new_live(self._loaded.model)
+        self._disk = self._ranks.disk(self._loaded, self._live)
         self._drafting.model_changed(self._loaded)
         self._window = self._loaded.info.context_window
         self._refresh_state()
 
-    def _new_live(self) -> LiveCache:
-        """The live cache of the loaded model (a distributed engine mirrors it)."""
-        return LiveCache(self._loaded.model)
+    def _refuse(self, feature: str, mode: str = "") -> None:
+        problem = self._ranks.refusal(feature, mode)
+        if problem:
+            raise EngineError(problem)
 
+    # -- the cache ----------------------------------------------------------------------
+    def drop_cache(self, reason: str = "cache dropped") -> None:
+        self._refreshed(lambda: self._live.reset(reason))
+
+    def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,
+                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
+        """Make a whole-cache snapshot (a session saved before segments) the live
+        cache. ``conversation`` is what it holds (for miss reasons). On rejection
+        the live cache is left cold and the reason is reported by the next turn."""
+        return self._refreshed(lambda: self._disk.load_snapshot(
+            path, expected_checksum=expected_checksum, conversation=conversation))
+
+    def save_segment(self, path: Path, start: int) -> SegmentInfo:
+        """Write the live cache's positions from ``start`` on (a turn's new tokens)
+        and the checkpoints of layers that cannot be sliced. Ranks that can no
+        longer answer fail it as a full disk would (OSError: the reply is kept)."""
+        try:
+            self._ranks.check()
+        except EngineError as exc:
+            raise OSError(str(exc)) from None
+        return self._call(lambda: self._disk.save_segment(path, start))
+
+    def load_segments(self, refs: Sequence[SegmentRef], *,
+                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
+        """Make consecutive segments the live cache. A damaged or mismatched one
+        stops the restore there: the tokens before it are kept, the rest recomputed."""
+        return self._refreshed(lambda: self._disk.load_segments(refs, conversation=conversation))
+
+    def needs_restore(self, tokens: Sequence[int]) -> bool:
+        """The live cache holds tokens the prompt does not, and cannot be trimmed
+        back to them (a wrapped sliding window, a recurrent state)."""
+        return self._call(Bookkeeping(lambda: self._live.needs_restore(tokens)))
+
+    def mark_prefix(self, tokens: Sequence[int] | None, path: Path | None = None) -> None:
+        """Checkpoint the cache to ``path`` once it holds exactly ``tokens`` (None:
+        forget the mark). A cache that holds them already is written now when
+        its layers can be sliced."""
+        if tokens is not None:
+            self._refuse("pins")
+        self._call(lambda: self._marks.mark(tokens, path, self._live, self._loaded.info))
+
+    def take_prefix(self) -> PrefixSaved | None:
+        """The prefix written since the last call (or why it was not), once."""
+        return self._call(self._marks.take)
 
     # -- speculation -------------------------------------------------------
     def set_draft(self, loaded: LoadedModel | None, spec: str = "") -> None:
         """Make ``loaded`` the draft model (None unloads it). Raises EngineError
         (and keeps the current draft) when it cannot draft for this model."""
+        if loaded is not None:
+            self._refuse("draft")
+
         def job() -> None:
             self._drafting.set(self._loaded, loaded, spec)
             mx.clear_cache()
@@ -272,7 +329,7 @@ class ChatEngine(TurnPipeline, CacheFiles):
         """The token ids the draft model's cache holds (empty without a draft)."""
         return self._drafting.cached_tokens
 
-    def verify_cost(self) -> spec_auto.VerifyCost | None:
+    def verify_cost(self) -> auto.VerifyCost | None:
         """What verifying proposals costs on this device, once measured for the
         loaded model (``speculative=auto``; None before)."""
         return self._drafting.cost
@@ -280,10 +337,12 @@ class ChatEngine(TurnPipeline, CacheFiles):
     def speculation_problem(self, mode: str) -> str | None:
         """Why the loaded model cannot speculate in ``mode`` now, or None
         (auto never refuses: it decodes plainly where lookup cannot run)."""
+        if mode not in ("off", "auto") and (problem := self._ranks.refusal("speculation", mode)):
+            return problem
         return self._drafting.problem(
             mode, lambda: self._call(lambda: trim_problem(self._loaded, "the model")))
 
-    # -- engine-thread internals -----------------------------------------
+    # -- the gauges' figures ---------------------------------------------------------------
     def _refreshed(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` on the engine thread, then the gauges' figures read again."""
         def job() -> Any:
@@ -294,6 +353,7 @@ class ChatEngine(TurnPipeline, CacheFiles):
 
     def _refresh_state(self, stats: TurnStats | None = None, busy: bool = False) -> None:
         info, live = self._loaded.info, self._live
+        layout, ranks = self._ranks.gauges(self._loaded)
         self._state = EngineState(
             model_name=info.name, cached_tokens=len(live.tokens),
             context_window=min(self._window, info.context_window), kv_bytes=live.nbytes,
@@ -305,23 +365,4 @@ class ChatEngine(TurnPipeline, CacheFiles):
             peak_memory_bytes=mx.get_peak_memory(),
             draft_model=self._drafting.info.name if self._drafting.info else "",
             draft_kv_bytes=self._drafting.kv_bytes,
-            busy=busy, last_stats=stats or self._state.last_stats, layout=self._layout_text(),
-            ranks=self._rank_list())
-
-    def _layout_text(self) -> str:
-        """How the model is split across ranks, for the gauges ('' on one rank)."""
-        return ""
-
-    def _rank_list(self) -> list[RankFigures]:
-        """Each rank's own figures (a split model's; none on one rank)."""
-        return []
-
-    def _after_turn(self) -> None:
-        """Engine thread, after a turn's reply, before its end is said (a split
-        model gathers its ranks' figures here)."""
-
-    @property
-    def compute(self) -> ComputeLock:
-        """The lock this engine computes under (shared by the engines of a process)."""
-        return self._worker.compute
-
+            busy=busy, last_stats=stats or self._state.last_stats, layout=layout, ranks=ranks)

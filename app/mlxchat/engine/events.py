@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mlxchat.chat import TurnStats
 from mlxchat.errors import MlxchatError
+from mlxchat.turn_stats import TurnStats
 
 
 class EngineError(MlxchatError):

@@ -1,24 +1,30 @@
-"""What a conversation needs from an engine. ``ChatEngine`` is the one in this
-process; a distributed engine can stand in for it by meeting this protocol."""
+"""What a conversation needs from an engine: all ``Conversation`` and its parts
+depend on. ``ChatEngine`` (core.py) meets it, on one process or, given
+``SplitRanks``, for a model split across ranks."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Callable, Iterator, Protocol, Sequence
 
-from mlxchat.chat import GenerationSettings, Message
+from mlxchat.chat import Message
+from mlxchat.engine.disk.prefix import PrefixSaved
+from mlxchat.engine.disk.segments import SegmentInfo, SegmentRef
 from mlxchat.engine.events import EngineState, Event, SnapshotLoad
-from mlxchat.engine.prefix import PrefixSaved
-from mlxchat.engine.prompt import FittedPrompt
-from mlxchat.engine.segments import SegmentInfo, SegmentRef
-from mlxchat.engine.spec_auto import VerifyCost
-from mlxchat.engine.template_delta import TemplateOptions
+from mlxchat.engine.prompt.builder import PromptBuilder
+from mlxchat.engine.prompt.fit import FittedPrompt
+from mlxchat.engine.speculative.auto import VerifyCost
+from mlxchat.generation import GenerationSettings
 from mlxchat.models.info import LoadedModel, ModelInfo
 
 
 class Engine(Protocol):
-    segments_per_rank: bool
-    """A split model: each rank keeps its own shard of every segment."""
+    prompts: PromptBuilder
+    """Renders, the ledger's deltas and the window, for the model held now."""
+
+    @property
+    def segments_per_rank(self) -> bool:
+        """A split model: each rank keeps its own shard of every segment."""
 
     @property
     def loaded(self) -> LoadedModel: ...
@@ -31,15 +37,8 @@ class Engine(Protocol):
     def turn(self, conversation: Sequence[Message] | FittedPrompt,
              settings: GenerationSettings) -> Iterator[Event]: ...
 
-    def fit(self, messages: Sequence[Message], settings: GenerationSettings, *,
-            options: TemplateOptions = TemplateOptions()) -> FittedPrompt: ...
 
-    def message_ids(self, text: str, *, system: str | None, previous: Sequence[int] | None,
-                    options: TemplateOptions = TemplateOptions()) -> list[int]: ...
 
-    def result_ids(self, results: Sequence[Message], *, reply: Message,
-                   previous: Sequence[int], options: TemplateOptions = TemplateOptions()
-                   ) -> list[int]: ...
 
     def prefill(self, tokens: Sequence[int], settings: GenerationSettings, *, floor: int = 0,
                 current: Callable[[], bool] = ...) -> int: ...
@@ -48,20 +47,14 @@ class Engine(Protocol):
 
     def warm_up(self) -> None: ...
 
-    def reply_reserve(self, settings: GenerationSettings) -> int: ...
 
-    def window(self, settings: GenerationSettings) -> int: ...
 
     def kv_bytes_per_token(self, kv_bits: int | None = None) -> int: ...
 
     def cancel(self) -> None: ...
 
-    def count_tokens(self, messages: Sequence[Message]) -> int: ...
 
-    def render_tokens(self, messages: Sequence[Message], *,
-                      options: TemplateOptions = TemplateOptions()) -> list[int]: ...
 
-    def message_tokens(self, messages: Sequence[Message]) -> list[int]: ...
 
     def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,
                       conversation: Sequence[Message] = ()) -> SnapshotLoad: ...

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mlxchat.chat import TurnStats
-from mlxchat.engine.live import Reuse
+from mlxchat.engine.kv.live import Reuse
+from mlxchat.turn_stats import TurnStats
 
 
 class Cancelled(Exception):
@@ -22,7 +22,7 @@ class Prefill:
 
 
 @dataclass
-class Speculation:
+class SpeculationFigures:
     """What a speculative decode proposed, kept and cost, counted as it streams."""
 
     mode: str = "off"
@@ -63,7 +63,7 @@ class Decode:
     reasoning_closed: bool = False
     """The reasoning budget was spent and its closing markup fed (``generated``
     and ``token_ids`` include it)."""
-    speculation: Speculation = field(default_factory=Speculation)
+    speculation: SpeculationFigures = field(default_factory=SpeculationFigures)
     """What speculation proposed and kept, and the model's passes."""
 
     @property

@@ -15,8 +15,15 @@ if TYPE_CHECKING:
     from mlxchat.models.gguf_import import bundled_gguf
     from mlxchat.models.info import LoadedModel, ModelInfo
     from mlxchat.models.loader import load_folder
-    from mlxchat.models.resolve import (ModelEntry, convert_checkpoint, import_gguf,
-                                        list_models, load_model, load_sharded, resolve_folder)
+    from mlxchat.models.resolve import (
+        ModelEntry,
+        convert_checkpoint,
+        import_gguf,
+        list_models,
+        load_model,
+        load_sharded,
+        resolve_folder,
+    )
 
 _EXPORTS = {
     "ModelError": "errors",

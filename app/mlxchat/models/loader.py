@@ -13,8 +13,8 @@ from mlx_lm.utils import load_model, load_tokenizer, maybe_set_recommended_wired
 
 from mlxchat.models import memory, precision
 from mlxchat.models.errors import ModelError
-from mlxchat.models.sharding import ShardPlan, apply_plan, split_fingerprint
 from mlxchat.models.info import LoadedModel, describe, on_cpu
+from mlxchat.models.sharding import ShardPlan, apply_plan, split_fingerprint
 
 __all__ = ["ModelError", "load_folder"]
 

@@ -24,7 +24,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-from mlxchat.chat import COMPUTE_DTYPES
+from mlxchat.generation import COMPUTE_DTYPES
 
 __all__ = ["COMPUTE_DTYPES", "apply", "default_dtype", "gpu_dtype"]
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Callable
 
-from mlxchat.engine import ChatEngine
+from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.interface import Engine
 from mlxchat.errors import MlxchatError, UserError
 from mlxchat.models.info import LoadedModel

@@ -17,12 +17,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mlxchat.engine.events import TextDelta, TurnDone
-from mlxchat.engine.prompt import FittedPrompt
+from mlxchat.engine.prompt.fit import FittedPrompt
 from mlxchat.server.errors import ApiError, bad_field, missing_field, server_stopped
 from mlxchat.server.openai_api import usage
 from mlxchat.server.requests import openai_common, parse_json, sampling, stop_strings
-from mlxchat.server.service import (ChatService, Finished, Piece, StopWatch,
-                                    started_unless_gone)
+from mlxchat.server.service import ChatService, Finished, Piece, StopWatch, started_unless_gone
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
@@ -67,7 +66,7 @@ def _work(service: ChatService, request: CompletionRequest, cancelled: threading
                                    **request.settings)
     settings.check()
     tokens = list(conv.engine.loaded.tokenizer.encode(request.prompt))
-    window = conv.engine.window(settings)
+    window = conv.engine.prompts.window(settings)
     if len(tokens) + 1 > window:
         raise ApiError(400, f"The prompt has {len(tokens):,} tokens; this model's window "
                        f"is {window:,}.", param="prompt", code="context_length_exceeded")

@@ -15,9 +15,8 @@ from mlxchat.chat import CalledTool
 from mlxchat.server.errors import ApiError
 from mlxchat.server.requests import ollama_chat, parse_json
 from mlxchat.server.service import ChatService, Finished, Piece
+from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started, unsent
 from mlxchat.server.tool_calls import ollama_calls
-from mlxchat.server.streaming import (DisconnectAwareStream, finished, read_body, started,
-                                      unsent)
 
 NS = 1_000_000_000
 

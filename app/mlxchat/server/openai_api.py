@@ -11,13 +11,12 @@ from typing import Any, AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from mlxchat.chat import TurnStats
 from mlxchat.server.errors import ApiError
 from mlxchat.server.requests import ChatRequest, openai_chat, parse_json
 from mlxchat.server.service import ChatService, Finished, Piece
+from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started, unsent
 from mlxchat.server.tool_calls import openai_calls
-from mlxchat.server.streaming import (DisconnectAwareStream, finished, read_body, started,
-                                      unsent)
+from mlxchat.turn_stats import TurnStats
 
 
 def usage(stats: TurnStats) -> dict[str, Any]:

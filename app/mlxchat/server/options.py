@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 from mlxchat.errors import MlxchatError, UserError
 
-
 DEFAULT_KV_BUDGET = 8_000_000_000
 """Disk for the API sessions' KV segments unless told otherwise (`--kv-budget`):
 `mlxchat serve` and the chat's `/serve` alike."""

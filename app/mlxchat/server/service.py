@@ -10,22 +10,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
-from mlxchat.chat import CalledTool, TurnStats
-from mlxchat.engine.compute import WaitCancelled
+from mlxchat.chat import CalledTool
 from mlxchat.engine.events import ContextOverflowError, Event, TextDelta, TurnDone
-from mlxchat.engine.worker import waits_end_on
+from mlxchat.engine.thread.compute import WaitCancelled
+from mlxchat.engine.thread.worker import waits_end_on
 from mlxchat.errors import MlxchatError
 from mlxchat.models.tools import call_markup
+from mlxchat.server.errors import (
+    ApiError,
+    context_exceeded,
+    queue_full,
+    server_stopped,
+    unknown_model,
+)
+from mlxchat.server.lane import EngineLane, QueueFull, Work
+from mlxchat.server.requests import ChatRequest
+from mlxchat.server.tool_calls import CallCut, ReplyParts, calls_signature, reply_parts, with_ids
 from mlxchat.session.api_turns import ApiTurns, IncomingMessage
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.kv_budget import Eviction, KvBudget
 from mlxchat.session.lock import SessionBusy
-from mlxchat.server.errors import (ApiError, context_exceeded, queue_full, server_stopped,
-                                   unknown_model)
-from mlxchat.server.lane import EngineLane, QueueFull, Work
-from mlxchat.server.requests import ChatRequest
-from mlxchat.server.tool_calls import (CallCut, ReplyParts, calls_signature, reply_parts,
-                                       with_ids)
+from mlxchat.turn_stats import TurnStats
 
 log = logging.getLogger(__name__)
 

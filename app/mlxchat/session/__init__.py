@@ -8,8 +8,15 @@ imports the engine.
 """
 
 from mlxchat.chat import Attachment
-from mlxchat.engine.events import (EngineError, EngineState, Event, PrefillProgress, SnapshotLoad,
-                                   TextDelta, TurnDone)
+from mlxchat.engine.events import (
+                                   EngineError,
+                                   EngineState,
+                                   Event,
+                                   PrefillProgress,
+                                   SnapshotLoad,
+                                   TextDelta,
+                                   TurnDone,
+)
 from mlxchat.session.conversation import Conversation, ConversationError
 from mlxchat.session.typing_ahead import settled_text
 

@@ -13,16 +13,17 @@ from pathlib import Path
 from typing import Sequence
 
 from mlxchat import paths
-from mlxchat.chat import Message, TurnStats
+from mlxchat.chat import Message
+from mlxchat.engine.disk.checks import failure_words
+from mlxchat.engine.disk.segments import SegmentRef
 from mlxchat.engine.events import SnapshotLoad
 from mlxchat.engine.interface import Engine
-from mlxchat.engine.prompt import common_prefix
-from mlxchat.engine.segments import SegmentRef
-from mlxchat.engine.snapshot import failure_words
+from mlxchat.engine.kv.reuse import common_prefix
 from mlxchat.files import remove_files
 from mlxchat.session import compaction
 from mlxchat.session.current import OpenSession
 from mlxchat.store import SegmentRecord, SessionStore, StoreError
+from mlxchat.turn_stats import TurnStats
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +227,7 @@ class CacheKeeper:
         session_id = self._open.id
         if session_id is None:
             return 0
-        from mlxchat.engine.rank_segments import with_rank_files
+        from mlxchat.engine.distributed.rank_files import with_rank_files
 
         files = self._store.snapshots.drop(session_id) + with_rank_files(
             self._store.segments.drop(session_id))

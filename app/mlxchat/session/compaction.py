@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from mlxchat import paths
-from mlxchat.engine import segment_compact
-from mlxchat.engine.segments import SegmentRef, SegmentRejected
+from mlxchat.engine.disk import joiner
+from mlxchat.engine.disk.checks import CacheFileRejected
+from mlxchat.engine.disk.segments import SegmentRef
 from mlxchat.files import remove_files
 from mlxchat.store import SegmentRecord, SessionStore, StoreError
 
@@ -85,11 +86,11 @@ def compact(store: SessionStore, session_id: int, leaf: int,
                 f"{time.time_ns():x}.safetensors")
         out = paths.snapshots_dir() / name
         try:
-            info = segment_compact.compact([refs(g) for g in run], out)
+            info = joiner.compact([refs(g) for g in run], out)
             gone = store.segments.replace_files([(g[0].path, g[0].checksum) for g in run],
                                                 path=f"snapshots/{name}",
                                                 checksum=info.checksum, file_bytes=info.bytes)
-        except (SegmentRejected, OSError, StoreError) as exc:
+        except (CacheFileRejected, OSError, StoreError) as exc:
             done.warning = f"KV segments not joined: {exc}"
             log.warning(done.warning)
             if store.segments.unnamed([f"snapshots/{name}"]):

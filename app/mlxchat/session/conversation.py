@@ -18,13 +18,13 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator
 
-from mlxchat.chat import (Attachment, GenerationSettings, Message, Pin, Session, SessionSummary,
-                          TurnStats)
+from mlxchat.chat import Attachment, Message, Pin, Session, SessionSummary
 from mlxchat.config import Settings
 from mlxchat.engine.events import EngineState, Event, SnapshotLoad
 from mlxchat.engine.interface import Engine
-from mlxchat.engine.spec_auto import VerifyCost
+from mlxchat.engine.speculative.auto import VerifyCost
 from mlxchat.errors import MlxchatError
+from mlxchat.generation import GenerationSettings
 from mlxchat.models.info import LoadedModel, ModelInfo
 from mlxchat.models.tools import CallStream
 from mlxchat.session.cache_keeper import CacheKeeper, CacheOnDisk
@@ -35,13 +35,15 @@ from mlxchat.session.lock import SessionLocks
 from mlxchat.session.pending import UnsavedReplies, store_unsaved
 from mlxchat.session.pins import PinnedDocs, PinView, PrefixUse
 from mlxchat.session.retrieval import Retrieval, Retrieved
-from mlxchat.session.saved import Deleted, ExportFormat, SavedSessions
+from mlxchat.session.saved import Deleted, SavedSessions
 from mlxchat.session.speculation import Speculation
 from mlxchat.session.turns import TurnRunner
 from mlxchat.session.typing_ahead import TypingAhead
 from mlxchat.session.views import ContextCosts, EngineViews
 from mlxchat.sources import Source, with_sources, without_sources
 from mlxchat.store import BranchInfo, SessionNotFound, SessionStore, SnapshotRecord
+from mlxchat.store.export import ExportFormat
+from mlxchat.turn_stats import TurnStats
 
 if TYPE_CHECKING:
     from mlxchat.docs.embedder import Embedder

@@ -7,8 +7,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from mlxchat.chat import GenerationSettings, Message, Session
+from mlxchat.chat import Message, Session
 from mlxchat.engine.interface import Engine
+from mlxchat.generation import GenerationSettings
 from mlxchat.session.ledger import Ledger
 from mlxchat.store import SessionStore, StoreError
 

@@ -16,10 +16,11 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from mlxchat.chat import GenerationSettings, Message, Session
+from mlxchat.chat import Message, Session
 from mlxchat.engine.interface import Engine
-from mlxchat.engine.prompt import FittedPrompt
-from mlxchat.engine.template_delta import TemplateNotIncremental, TemplateOptions
+from mlxchat.engine.prompt.delta import TemplateNotIncremental, TemplateOptions
+from mlxchat.engine.prompt.fit import FittedPrompt
+from mlxchat.generation import GenerationSettings
 
 
 @dataclass
@@ -115,17 +116,18 @@ class Ledger:
         return ([Message("system", system)] if system else []) + list(messages)
 
     def _rendered(self, messages: Sequence[Message], reason: str | None) -> FittedPrompt:
-        fitted = self.engine.fit(self._with_system(messages), self.settings,
-                                 options=self.options)
+        fitted = self.engine.prompts.fit(self._with_system(messages), self.settings,
+                                         options=self.options)
         return replace(fitted, reason=fitted.reason or (None if fitted.dropped else reason))
 
     def _fits(self, n: int) -> bool:
-        return n + self.engine.reply_reserve(self.settings) <= self.engine.window(self.settings)
+        prompts = self.engine.prompts
+        return n + prompts.reply_reserve(self.settings) <= prompts.window(self.settings)
 
     def plan_message(self, history: Sequence[Message], text: str) -> Plan:
         """The prompt for a new user message ``text`` after ``history``."""
         def added() -> list[int]:
-            return self.engine.message_ids(
+            return self.engine.prompts.message_ids(
                 text, system=self.session.context_system,
                 previous=history[-1].token_ids if history else None, options=self.options)
 
@@ -137,8 +139,8 @@ class Ledger:
         the reply that called the tools); ``user_ids`` are what they add together."""
         def added() -> list[int]:
             reply = history[-1]
-            return self.engine.result_ids(results, reply=reply, previous=reply.token_ids or [],
-                                          options=self.options)
+            return self.engine.prompts.result_ids(
+                results, reply=reply, previous=reply.token_ids or [], options=self.options)
 
         return self._plan_new(history, list(results), added, first=False)
 
@@ -174,7 +176,7 @@ class Ledger:
         ids, _ = branch_ids(branch, self.key)
         if ids is None:
             return None
-        today = self.engine.render_tokens(self._with_system(branch), options=self.options)
+        today = self.engine.prompts.render_tokens(self._with_system(branch), options=self.options)
         shared = 0
         while shared < min(len(ids), len(today)) and ids[shared] == today[shared]:
             shared += 1

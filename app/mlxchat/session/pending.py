@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mlxchat import paths
-from mlxchat.chat import TurnStats
 from mlxchat.files import write_private_text
 from mlxchat.store import SessionStore, StoreError, StoreLocked
+from mlxchat.turn_stats import TurnStats
 
 log = logging.getLogger(__name__)
 

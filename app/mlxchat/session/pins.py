@@ -21,15 +21,16 @@ from pathlib import Path
 from typing import Sequence
 
 from mlxchat import paths
-from mlxchat.chat import Message, Pin, TurnStats, pinned_system
+from mlxchat.chat import Message, Pin, pinned_system
+from mlxchat.engine.disk.segments import SegmentRef
 from mlxchat.engine.interface import Engine
-from mlxchat.engine.prompt import common_prefix
-from mlxchat.engine.segments import SegmentRef
+from mlxchat.engine.kv.reuse import common_prefix
 from mlxchat.errors import MlxchatError
 from mlxchat.files import remove_files
 from mlxchat.session.current import OpenSession
 from mlxchat.session.ledger import options_for
 from mlxchat.store import PinUse, PrefixRecord, SessionStore
+from mlxchat.turn_stats import TurnStats
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ class PinnedDocs:
                 options)
         if self._prefix_memo is not None and self._prefix_memo[0] == memo:
             return self._prefix_memo[1]
-        a, b = (self._engine.message_ids(stub, system=system, previous=None, options=options)
+        a, b = (self._engine.prompts.message_ids(stub, system=system, previous=None, options=options)
                 for stub in _STUBS)
         ids = a[:common_prefix(a, b)]
         self._prefix_memo = (memo, ids)
@@ -138,10 +139,10 @@ class PinnedDocs:
         system = pinned_system(session.system_prompt, [*session.pins, pin])
         ids = self._prefix_for(system)
         tokens = len(ids) - len(now)
-        window = self._engine.window(settings)
-        used = (self._engine.count_tokens([Message("system", system or ""), *messages])
+        window = self._engine.prompts.window(settings)
+        used = (self._engine.prompts.count_tokens([Message("system", system or ""), *messages])
                 if messages else len(ids))
-        room = window - self._engine.reply_reserve(settings)
+        room = window - self._engine.prompts.reply_reserve(settings)
         if used > room:
             left = room - (used - tokens)
             raise PinError(f"{name} is {tokens:,} tokens; only {max(left, 0):,} are left in the "

@@ -22,14 +22,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
-from mlxchat.chat import DOCS_BUDGET_SHARE, TurnStats
 from mlxchat.engine.interface import Engine
 from mlxchat.errors import MlxchatError
+from mlxchat.generation import DOCS_BUDGET_SHARE
 from mlxchat.session.current import OpenSession
 from mlxchat.session.mlx_thread import MlxThread
 from mlxchat.sources import Source, sources_block
 from mlxchat.store import SessionStore
 from mlxchat.store.documents import CollectionInfo, CollectionNotFound
+from mlxchat.turn_stats import TurnStats
 
 if TYPE_CHECKING:
     from mlxchat.docs import Hit, IndexProgress, IndexReport, Retriever
@@ -111,9 +112,9 @@ class Retrieval:
         (or a quarter of the window), never more than the window has left once
         the message itself (``message``) and the reply's reserve are counted."""
         settings = self._open.generation
-        window = self._engine.window(settings)
+        window = self._engine.prompts.window(settings)
         wanted = settings.docs_budget or window // DOCS_BUDGET_SHARE
-        room = (self._window_left() - self._engine.reply_reserve(settings)
+        room = (self._window_left() - self._engine.prompts.reply_reserve(settings)
                 - (self._tokens(message) if message else 0))
         return max(0, min(wanted, room))
 

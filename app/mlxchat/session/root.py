@@ -77,7 +77,7 @@ def default_loader(spec: str, progress: Progress | None = None) -> LoadedModel:
 
 
 def default_engine(loaded: LoadedModel) -> Engine:
-    from mlxchat.engine import ChatEngine
+    from mlxchat.engine.core import ChatEngine
 
     return ChatEngine(loaded)
 

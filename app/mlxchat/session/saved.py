@@ -122,7 +122,7 @@ __all__ = ["FORMATS", "Deleted", "ExportFormat", "SavedSessions", "delete_stored
 def delete_stored_session(store: SessionStore, session_id: int) -> tuple[list[Path], list[str]]:
     """Delete the session's rows, then the files only it named (a split model's
     local rank files and manifests too): (those files, those not deleted)."""
-    from mlxchat.engine.rank_segments import with_rank_files
+    from mlxchat.engine.distributed.rank_files import with_rank_files
 
     files = with_rank_files(store.delete_session(session_id))
     return files, remove_files(files)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Callable
 
 from mlxchat.engine.interface import Engine
-from mlxchat.engine.spec_auto import VerifyCost
+from mlxchat.engine.speculative.auto import VerifyCost
 from mlxchat.errors import MlxchatError, UserError
 from mlxchat.models import catalog
 from mlxchat.models.info import LoadedModel

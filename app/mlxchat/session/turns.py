@@ -12,7 +12,6 @@ import logging
 import time
 from typing import Iterator
 
-from mlxchat.chat import TurnStats
 from mlxchat.engine.events import Event, TextDelta, TurnDone
 from mlxchat.engine.interface import Engine
 from mlxchat.session.cache_keeper import CacheKeeper
@@ -21,6 +20,7 @@ from mlxchat.session.ledger import Plan
 from mlxchat.session.pending import PendingReply, UnsavedReplies
 from mlxchat.session.pins import PinnedDocs
 from mlxchat.store import SessionStore, StoreError, StoreLocked
+from mlxchat.turn_stats import TurnStats
 
 log = logging.getLogger(__name__)
 

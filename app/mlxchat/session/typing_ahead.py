@@ -12,7 +12,7 @@ from typing import Callable
 
 from mlxchat.chat import Attachment
 from mlxchat.engine.interface import Engine
-from mlxchat.engine.prompt import common_prefix
+from mlxchat.engine.kv.reuse import common_prefix
 from mlxchat.errors import MlxchatError
 from mlxchat.session.current import OpenSession
 from mlxchat.session.pins import PinnedDocs

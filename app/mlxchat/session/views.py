@@ -6,13 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
-from mlxchat.chat import Message, TurnStats
+from mlxchat.chat import Message
 from mlxchat.engine.events import EngineState
 from mlxchat.engine.interface import Engine
 from mlxchat.models import tools
 from mlxchat.models.info import ModelInfo
 from mlxchat.session.current import OpenSession
 from mlxchat.session.pins import PinnedDocs
+from mlxchat.turn_stats import TurnStats
 
 
 @dataclass
@@ -64,10 +65,10 @@ class EngineViews:
     @property
     def context_window(self) -> int:
         """The window turns get: the model's, or the session's cap below it."""
-        return self._engine.window(self._open.generation)
+        return self._engine.prompts.window(self._open.generation)
 
     def count_tokens(self, messages: list[Message]) -> int:
-        return self._engine.count_tokens(messages)
+        return self._engine.prompts.count_tokens(messages)
 
     def display_text(self, content: str) -> str:
         """A reply's answer as Markdown to show: tool-call markup (in the
@@ -85,7 +86,7 @@ class EngineViews:
         return self._engine.kv_bytes_per_token(self._open.generation.kv_bits)
 
     def message_tokens(self, messages: list[Message]) -> list[int]:
-        return self._engine.message_tokens(messages)
+        return self._engine.prompts.message_tokens(messages)
 
     def context_costs(self) -> ContextCosts:
         """What each message of the branch (system part first) costs in the
@@ -98,8 +99,8 @@ class EngineViews:
             return ContextCosts(messages, costs, sum(costs), from_ledger=True)
         if not messages:
             return ContextCosts([], [], 0, from_ledger=False)
-        return ContextCosts(messages, self._engine.message_tokens(messages),
-                            self._engine.count_tokens(messages), from_ledger=False)
+        return ContextCosts(messages, self._engine.prompts.message_tokens(messages),
+                            self._engine.prompts.count_tokens(messages), from_ledger=False)
 
     def ledger_note(self) -> str | None:
         """Where the cached token ledger differs from today's template rendering."""
@@ -115,5 +116,5 @@ class EngineViews:
             return self.context_window
         used = self._open.ledger(self._engine).used(messages)
         if used is None:
-            used = self._engine.count_tokens(self._open.with_system(messages))
+            used = self._engine.prompts.count_tokens(self._open.with_system(messages))
         return self.context_window - used

@@ -12,8 +12,15 @@ from mlxchat.store import segments
 from mlxchat.store.database import Database
 from mlxchat.store.errors import StoreError
 from mlxchat.store.records import BranchInfo
-from mlxchat.store.rows import (check_message, insert_message, insert_session, path_to,
-                                read_session, session_row, title_from)
+from mlxchat.store.rows import (
+    check_message,
+    insert_message,
+    insert_session,
+    path_to,
+    read_session,
+    session_row,
+    title_from,
+)
 
 PREVIEW_LENGTH = 50
 

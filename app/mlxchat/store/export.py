@@ -18,13 +18,14 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from mlxchat import __version__
+from mlxchat.chat import Message, Pin, Session, calls_text, quoted, tool_label
 from mlxchat.files import FileRefused, read_limited, write_private_text
-from mlxchat.chat import (GenerationSettings, Message, Pin, Session, TurnStats, calls_text,
-                          quoted, tool_label)
+from mlxchat.generation import GenerationSettings
 from mlxchat.sources import Source, cite, without_sources
-from mlxchat.store.rows import ROLES, calls_from_json, calls_to_json
 from mlxchat.store.errors import StoreError
+from mlxchat.store.rows import ROLES, calls_from_json, calls_to_json
 from mlxchat.store.sessions import SessionStore
+from mlxchat.turn_stats import TurnStats
 from mlxchat.units import fmt_tps
 
 ExportFormat = Literal["md", "json"]

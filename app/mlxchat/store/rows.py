@@ -9,11 +9,12 @@ import sys
 import time
 from array import array
 
-from mlxchat.chat import (GENERATION_RULES, CalledTool, GenerationSettings, Message, Session, TurnStats,
-                          generation_problem, typed_text)
+from mlxchat.chat import CalledTool, Message, Session, typed_text
+from mlxchat.generation import GENERATION_RULES, GenerationSettings, generation_problem
 from mlxchat.sources import Source, without_sources
 from mlxchat.store.errors import StoreError
 from mlxchat.store.pin_rows import read_pins, write_pins
+from mlxchat.turn_stats import TurnStats
 
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 DEFAULT_TITLE = "New chat"

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Sequence
 from pathlib import Path
+from typing import Sequence
 
 from mlxchat.paths import snapshot_file
 from mlxchat.store.database import Database

@@ -17,8 +17,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Self, Sequence
 
-from mlxchat.chat import (CalledTool, GenerationSettings, Message, Role, Session,
-                          SessionSummary, TurnStats)
+from mlxchat.chat import CalledTool, Message, Role, Session, SessionSummary
+from mlxchat.generation import GenerationSettings
 from mlxchat.sources import Source
 from mlxchat.store import documents, pins, segments, snapshots
 from mlxchat.store.api_messages import ApiMessages, record_in
@@ -26,10 +26,22 @@ from mlxchat.store.branches import Branches
 from mlxchat.store.database import Database
 from mlxchat.store.drafts import Drafts
 from mlxchat.store.errors import SessionNotFound, StoreError
-from mlxchat.store.rows import (DEFAULT_TITLE, PATH_UP, calls_to_json, check_message,
-                                ids_to_blob, insert_message, insert_session, message_from_row,
-                                path_to, read_session, session_row, title_from)
+from mlxchat.store.rows import (
+    DEFAULT_TITLE,
+    PATH_UP,
+    calls_to_json,
+    check_message,
+    ids_to_blob,
+    insert_message,
+    insert_session,
+    message_from_row,
+    path_to,
+    read_session,
+    session_row,
+    title_from,
+)
 from mlxchat.store.search import matching_sessions
+from mlxchat.turn_stats import TurnStats
 
 
 class Position(enum.Enum):

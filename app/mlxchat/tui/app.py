@@ -27,30 +27,35 @@ from textual.reactive import var
 from textual.timer import Timer
 from textual.widgets import Footer
 
-from mlxchat.session.root import (ConversationFactory, Opened, log_to_file, memory_budget,
-                                  open_conversation)
-from mlxchat.session.mlx_thread import MlxThread
-from mlxchat.session.streams import release_thread_streams
 from mlxchat.commands import CommandContext, Registry, default_registry
 from mlxchat.commands.pins import pin_files
 from mlxchat.config import ConfigError, Settings, remember
 from mlxchat.models import STAGE_LABELS
+from mlxchat.server.options import ServeOptions
+from mlxchat.session.mlx_thread import MlxThread
+from mlxchat.session.root import (
+    ConversationFactory,
+    Opened,
+    log_to_file,
+    memory_budget,
+    open_conversation,
+)
+from mlxchat.session.streams import release_thread_streams
 from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
 from mlxchat.tui.app_commands import CommandsMixin, SlashCommandsProvider, error_text
-from mlxchat.tui.streaming import Pacer, pump_turn
-from mlxchat.server.options import ServeOptions
 from mlxchat.tui.serving import Serving, serve_command
+from mlxchat.tui.streaming import Pacer, pump_turn
 from mlxchat.tui.typing_prefill import TypingPrefill
 from mlxchat.tui.widgets import GaugesPanel, PromptInput, ReplyHandle, ThinkingBlock, Transcript
-from mlxchat.tui.widgets.transcript import UserMessage
 from mlxchat.tui.widgets.activity import ActivityBar
 from mlxchat.tui.widgets.header import TitleHeader
+from mlxchat.tui.widgets.transcript import UserMessage
 
 if TYPE_CHECKING:
     from mlxchat.chat import Message
-    from mlxchat.session import Conversation
+    from mlxchat.engine.events import Event, PrefillProgress, TextDelta, TurnDone
+    from mlxchat.session.conversation import Conversation
     from mlxchat.session.retrieval import Retrieved
-    from mlxchat.session import Event, PrefillProgress, TextDelta, TurnDone
 
 IDLE_COMPACT_SECONDS = 30.0
 """After a turn, how long the session stays idle before its segment files are joined."""

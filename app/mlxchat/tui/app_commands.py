@@ -34,13 +34,13 @@ if TYPE_CHECKING:
     from textual.app import App
 
     from mlxchat.commands import CommandContext, Registry
-    from mlxchat.session import Conversation
-    from mlxchat.session import Event
-    from mlxchat.session.mlx_thread import MlxThread
+    from mlxchat.engine.events import Event
     from mlxchat.models import ModelEntry
-    from mlxchat.tui.widgets import PromptInput, Transcript
+    from mlxchat.session.conversation import Conversation
+    from mlxchat.session.mlx_thread import MlxThread
     from mlxchat.tui.serving import Serving
     from mlxchat.tui.typing_prefill import TypingPrefill
+    from mlxchat.tui.widgets import PromptInput, Transcript
     from mlxchat.tui.widgets.activity import ActivityBar
 
     class _Host(App[int]):

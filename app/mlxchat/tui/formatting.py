@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mlxchat.chat import TurnStats
+from mlxchat.turn_stats import TurnStats
 from mlxchat.units import fmt_int, fmt_seconds, fmt_tps, plural
 
 Level = Literal["ok", "warning", "error"]

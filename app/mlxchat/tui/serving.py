@@ -15,7 +15,7 @@ from mlxchat.server.options import BindRefused, ServeOptions, is_loopback
 if TYPE_CHECKING:
     from mlxchat.engine.events import EngineState
     from mlxchat.server.beside import ServeControl, SharedServer
-    from mlxchat.session import Conversation
+    from mlxchat.session.conversation import Conversation
 
 WATCH_SECONDS = 0.25
 """How often, while serving, the app looks whether the chat's turn waits."""

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from mlxchat.session import Event, PrefillProgress, TextDelta, TurnDone
+from mlxchat.engine.events import Event, PrefillProgress, TextDelta, TurnDone
 
 FLUSH_SECONDS = 0.05
 """How often streamed text reaches the screen at most (20 updates a second)."""

@@ -15,7 +15,7 @@ from typing import Any
 from textual.css.query import NoMatches
 from textual.timer import Timer
 
-from mlxchat.session import settled_text
+from mlxchat.session.typing_ahead import settled_text
 
 DEBOUNCE_S = 0.25
 """Seconds from a keystroke to the prefill of the text as it is then."""

@@ -16,9 +16,8 @@ from textual.css.query import NoMatches
 from textual.markup import escape
 from textual.widgets import Static
 
-from mlxchat.chat import TurnStats, human_bytes
-from mlxchat.engine.events import RankFigures
-from mlxchat.session import EngineState, PrefillProgress
+from mlxchat.chat import human_bytes
+from mlxchat.engine.events import EngineState, PrefillProgress, RankFigures
 from mlxchat.tui.formatting import (
     cache_source_label,
     fmt_bits_per_weight,
@@ -29,6 +28,7 @@ from mlxchat.tui.formatting import (
     usage_level,
 )
 from mlxchat.tui.widgets.meter import Meter
+from mlxchat.turn_stats import TurnStats
 from mlxchat.units import fmt_gauge_percent, fmt_int, fmt_seconds, fmt_tps, plural
 
 SOURCE_STYLES = {"warm": "$success", "snapshot": "$accent", "cold": "$warning"}

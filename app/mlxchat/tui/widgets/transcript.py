@@ -16,10 +16,11 @@ from textual.content import Content
 from textual.widgets import Markdown, Static
 from textual.widgets._markdown import MarkdownBlock, MarkdownParagraph
 
-from mlxchat.chat import Message, TurnStats, calls_text, quoted, tool_label
+from mlxchat.chat import Message, calls_text, quoted, tool_label
 from mlxchat.sources import Source, cite, without_sources
 from mlxchat.tui.formatting import transcript_stats_line
 from mlxchat.tui.widgets.sources import SourcesPanel
+from mlxchat.turn_stats import TurnStats
 from mlxchat.units import fmt_int, fmt_seconds
 
 NoticeLevel = Literal["info", "warning", "error"]

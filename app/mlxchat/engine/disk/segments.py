@@ -1,0 +1,146 @@
+"""KV segments: the cache on disk one turn at a time.
+
+A segment holds the keys and values of the positions ``[start, end)`` for the
+layers that keep every position, plus a checkpoint at ``end`` of the layers
+that cannot be sliced (sliding windows, recurrent states: small, fixed size);
+``engine.layers`` says which is which and what each keeps. A branch's
+segments laid end to end restore its cache; a turn writes only what it added.
+Files are safetensors written here, so the checksum (``engine.checksum``) is
+computed while writing and the file is never read back; ``branch_restore``
+reads them (through ``segment_file``) and ``joiner`` joins a branch's
+into one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Sequence
+
+import mlx.core as mx
+import numpy as np
+from mlx_lm import __version__ as MLX_LM_VERSION
+
+from mlxchat.engine.disk import checksum as checksum_of
+from mlxchat.engine.disk.checks import write_failed
+from mlxchat.engine.kv import layers, prompt_cache
+from mlxchat.paths import snapshot_temp_file
+
+FORMAT = "mlxchat-kv-segment-1"
+_DTYPES = {mx.float16: "F16", mx.bfloat16: "BF16", mx.float32: "F32", mx.uint32: "U32",
+           mx.int32: "I32", mx.uint8: "U8"}
+_CHUNK = 8 << 20
+
+
+"""A segment cannot be used; str(exc) says why, in a few words."""
+
+
+@dataclass
+class SegmentInfo:
+    """A segment written to disk."""
+
+    path: str
+    start: int
+    end: int
+    bytes: int
+    checksum: str
+    """Of the whole file (``engine.checksum``)."""
+    kv_bits: int | None
+    mlx_lm_version: str = MLX_LM_VERSION
+
+
+@dataclass
+class SegmentRef:
+    """What the store knows of a segment: enough to check it before use."""
+
+    path: Path
+    start: int
+    end: int
+    checksum: str
+    token_ids: list[int]
+
+
+# -- writing ------------------------------------------------------------------------
+
+
+def _host(arr: mx.array) -> np.ndarray:
+    if arr.dtype == mx.bfloat16:
+        arr = arr.view(mx.uint16)
+    return np.ascontiguousarray(np.array(arr, copy=False))
+
+
+def write(path: Path, cache: Sequence[Any], start: int, end: int, tokens: Sequence[int], *,
+          fingerprint: str, template_hash: str) -> SegmentInfo:
+    """Write positions ``[start, end)`` (and the checkpoints at ``end``) atomically."""
+    tensors = {f"{i}.{name}": a for i, c in enumerate(cache)
+               for name, a in layers.row(c).arrays(c, start, end).items()}
+    mx.eval(list(tensors.values()))
+    metadata = {"format": FORMAT, "mlx_lm_version": MLX_LM_VERSION,
+                "model_fingerprint": fingerprint, "template_hash": template_hash,
+                "start": str(start), "end": str(end), "tokens": json.dumps(list(tokens)),
+                "layers": json.dumps([layers.row(c).meta(c) for c in cache])}
+    checksum, size = write_durably(
+        Path(path), lambda fh: _write_safetensors(fh, tensors, metadata),
+        needed=sum(a.nbytes for a in tensors.values()))
+    return SegmentInfo(path=str(path), start=start, end=end, bytes=size,
+                       checksum=checksum, kv_bits=prompt_cache.bits(list(cache)))
+
+
+def write_durably(path: Path, fill: Callable[[BinaryIO], tuple[str, int]], *,
+                  needed: int) -> tuple[str, int]:
+    """``fill(file)`` -> (checksum, size) run on a temp file beside ``path``, which
+    then replaces ``path`` once its bytes are on disk (fsync, rename, fsync of
+    the folder): a kill leaves the old file or the new one, never half of one."""
+    tmp = snapshot_temp_file(path, os.getpid())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            try:
+                checksum, size = fill(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            except RuntimeError as exc:  # a failed write below Python, as MLX reports it
+                raise write_failed(exc, path.parent, needed)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    folder = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+    return checksum, size
+
+
+def _write_safetensors(fh: BinaryIO, tensors: dict[str, mx.array],
+                       metadata: dict[str, str]) -> tuple[str, int]:
+    header: dict[str, Any] = {"__metadata__": metadata}
+    hosts, offset = [], 0
+    for name, arr in tensors.items():
+        host = _host(arr)
+        header[name] = {"dtype": _DTYPES[arr.dtype], "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + host.nbytes]}
+        offset += host.nbytes
+        hosts.append(host)
+    hasher, head = write_header(fh, header)
+    for host in hosts:
+        view = memoryview(host).cast("B")
+        for i in range(0, len(view), _CHUNK):
+            chunk = view[i:i + _CHUNK]
+            fh.write(chunk)
+            hasher.update(chunk)
+    return hasher.label(), head + offset
+
+
+def write_header(fh: BinaryIO, header: dict[str, Any]) -> tuple[checksum_of.Hasher, int]:
+    """Write a safetensors header; the checksum fed with it, and its size."""
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    hasher = checksum_of.Hasher()
+    for piece in (struct.pack("<Q", len(raw)), raw):
+        fh.write(piece)
+        hasher.update(piece)
+    return hasher, 8 + len(raw)

@@ -1,0 +1,83 @@
+"""The conversation as the loaded model's tokens, for the engine's callers:
+renders, the token ledger's deltas, fitting the window and the reply's room.
+Tokenizer work only (no MLX): safe from any thread, never queued on the
+engine's."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+from mlxchat.chat import Message
+from mlxchat.engine.prompt import delta
+from mlxchat.engine.prompt.delta import TemplateOptions
+from mlxchat.engine.prompt.fit import FittedPrompt, fit, reply_reserve
+from mlxchat.engine.prompt.render import message_token_counts, render
+from mlxchat.generation import GenerationSettings
+from mlxchat.models.info import LoadedModel
+from mlxchat.models.markup import cached_markup
+
+
+class PromptBuilder:
+    """Prompts for whichever model the engine holds now (``loaded()``: a model
+    switch or a recast changes it)."""
+
+    def __init__(self, loaded: Callable[[], LoadedModel]):
+        self._loaded = loaded
+
+    def fit(self, messages: Sequence[Message], settings: GenerationSettings, *,
+            options: TemplateOptions = TemplateOptions()) -> FittedPrompt:
+        """Render the whole conversation and fit it to the window under the
+        settings' policy (a new ledger, or ``history=template``)."""
+        return fit(self._loaded().tokenizer, messages, window=self.window(settings),
+                   max_tokens=self.reply_budget(settings), policy=settings.context_policy,
+                   template_kwargs=options.kwargs())
+
+    def message_ids(self, text: str, *, system: str | None, previous: Sequence[int] | None,
+                    options: TemplateOptions = TemplateOptions()) -> list[int]:
+        """The token ids a user message adds: after ``previous`` (the ids of the
+        reply it follows), or as the first message of a conversation (None).
+        Raises TemplateNotIncremental when the template cannot be split so."""
+        tokenizer = self._loaded().tokenizer
+        if previous is None:
+            return delta.head(tokenizer, system, text, options)
+        return delta.follow_up(tokenizer, text, previous=previous, options=options)
+
+    def result_ids(self, results: Sequence[Message], *, reply: Message,
+                   previous: Sequence[int], options: TemplateOptions = TemplateOptions()
+                   ) -> list[int]:
+        """The token ids tool results add after ``reply`` (whose ids are
+        ``previous``). Raises TemplateNotIncremental when the template cannot
+        be split so."""
+        return delta.tool_results(self._loaded().tokenizer, results, reply=reply,
+                                  previous=previous, options=options)
+
+    def window(self, settings: GenerationSettings) -> int:
+        """The context window a turn gets: the model's, or the session's cap below it."""
+        model = self._loaded().info.context_window
+        return min(model, settings.context_window) if settings.context_window else model
+
+    def reply_budget(self, settings: GenerationSettings) -> int:
+        """Tokens a reply may take: the answer's, plus the reasoning's for a
+        model that reasons (unless /think off)."""
+        reasons = cached_markup(self._loaded().tokenizer).reasons
+        extra = settings.max_reasoning_tokens if reasons and settings.thinking is not False else 0
+        return settings.max_tokens + extra
+
+    def reply_reserve(self, settings: GenerationSettings) -> int:
+        """Tokens kept free for the reply when deciding whether a prompt fits."""
+        return reply_reserve(self.reply_budget(settings), self.window(settings))
+
+    def render_tokens(self, messages: Sequence[Message], *,
+                      options: TemplateOptions = TemplateOptions()) -> list[int]:
+        """The conversation through the template as it would render it now
+        (no generation prompt)."""
+        return render(self._loaded().tokenizer, messages, generation_prompt=False,
+                      **options.kwargs())
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        """Tokens of the conversation's prompt (with the generation prompt)."""
+        return len(render(self._loaded().tokenizer, messages))
+
+    def message_tokens(self, messages: Sequence[Message]) -> list[int]:
+        """Tokens each message adds to the rendered prompt."""
+        return message_token_counts(self._loaded().tokenizer, messages)

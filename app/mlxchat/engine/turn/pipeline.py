@@ -1,0 +1,156 @@
+"""A turn's prefill (in cancellable chunks) and decode, on the engine thread,
+and its events handed to the caller's thread.
+
+The engine decides what the turn computes (the model, the fitted prompt, the
+settings); ``TurnPipeline`` reuses the longest cached prefix, prefills the
+rest in chunks sized to about ``chunk_seconds`` each, decodes the reply and
+returns the turn's end for the engine to say. ``events`` is the caller's side:
+the turn's events as they come, the turn cancelled when the caller stops.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+import mlx.core as mx
+
+from mlxchat.chat import Message
+from mlxchat.engine.disk.prefix import PrefixMarks
+from mlxchat.engine.events import Event, PrefillProgress, TurnDone
+from mlxchat.engine.kv.live import LiveCache
+from mlxchat.engine.prompt.fit import FittedPrompt
+from mlxchat.engine.results import Cancelled, Decode, Prefill, turn_stats
+from mlxchat.engine.speculative.drafting import Drafting
+from mlxchat.engine.speculative.streams import Stream
+from mlxchat.engine.thread.compute import WaitCancelled
+from mlxchat.engine.thread.worker import EngineThread
+from mlxchat.engine.turn.decode import Reply, decode
+from mlxchat.engine.turn.progress import LiveFigures
+from mlxchat.engine.turn.ranks import Ranks
+from mlxchat.generation import GenerationSettings
+from mlxchat.models.info import LoadedModel
+
+_DONE = object()
+ABANDONED = object()
+"""Ends a turn whose engine thread will never finish it (``Ranks.next_event``)."""
+
+
+def events(worker: EngineThread, job: Callable[[Callable[[Event], None]], None],
+           next_event: Callable[[queue.Queue], Any]) -> Iterator[Event]:
+    """Run ``job(emit)`` on the engine thread; yield what it emits. A refusal
+    or failure is raised here; closing the iterator early cancels the job."""
+    box: queue.Queue = queue.Queue()
+    cancel = threading.Event()
+    fut = worker.submit(lambda: job(box.put), cancel)
+    fut.add_done_callback(lambda _: box.put(_DONE))
+    item = None
+    try:
+        while True:
+            item = next_event(box)
+            if item is _DONE:
+                if isinstance(fut.exception(), WaitCancelled):
+                    return  # stopped while another engine computed: nothing ran
+                fut.result()  # re-raise a refusal or failure here
+                return
+            if item is ABANDONED:
+                return  # the engine thread is stuck for good (a lost rank)
+            yield item
+    finally:
+        if not fut.done() and item is not ABANDONED:
+            cancel.set()
+            fut.exception()
+
+
+class TurnPipeline:
+    """Prefill and decode for the engine's turns; owns the prefill chunk size,
+    which it learns from each full chunk's time."""
+
+    def __init__(self, *, worker: EngineThread, drafting: Drafting, marks: PrefixMarks,
+                 ranks: Ranks, chunk_seconds: float):
+        self._worker, self._drafting, self._marks, self._ranks = worker, drafting, marks, ranks
+        self.chunk_seconds = chunk_seconds
+        self._chunk = 64
+
+    def prefill(self, loaded: LoadedModel, live: LiveCache, tokens: Sequence[int],
+                emit: LiveFigures, *, between: Callable[[], None] = lambda: None) -> Prefill:
+        """Feed ``tokens`` in chunks sized to ~chunk_seconds; progress counts
+        them against every token the turn computes (the tail too). ``between``
+        runs before each chunk after the first."""
+        total, done, start = len(tokens), 0, time.perf_counter()
+        emit(PrefillProgress(0, emit.total))
+        while done < total:
+            if done:
+                between()
+            if self._worker.cancelled():
+                raise Cancelled
+            n = self._marks.chunk(min(self._chunk, total - done), held=len(live.tokens))
+            t0 = time.perf_counter()
+            live.feed(loaded.model, tokens[done:done + n])
+            dt = time.perf_counter() - t0
+            self._marks.reached(live, loaded.info)
+            done += n
+            if n == self._chunk:
+                self._chunk = max(16, min(2048, int(n * self.chunk_seconds / max(dt, 1e-4))))
+            elapsed = time.perf_counter() - start
+            emit(PrefillProgress(done, emit.total, done / max(elapsed, 1e-9)))
+        return Prefill(tokens=total, seconds=time.perf_counter() - start)
+
+    def run(self, loaded: LoadedModel, live: LiveCache, fitted: FittedPrompt,
+            messages: Sequence[Message], settings: GenerationSettings, *, window: int,
+            started: float, emit: Callable[[Event], None], busy: Callable[[], None]
+            ) -> tuple[TurnDone, LiveFigures]:
+        """Reuse, prefill, decode: the turn's end (not said yet) and the figures
+        that say it. ``busy()`` once the cache was trimmed to what is reused."""
+        info, tokens = loaded.info, fitted.tokens
+        mx.reset_peak_memory()
+        # generate_step gets the tail: its logits processors (repetition
+        # penalty) then see the same recent context whatever was reused.
+        tail = 1 if settings.repetition_penalty == 1.0 else min(20, len(tokens))
+        reuse = live.reuse(fitted, messages, tail=tail, kv_bits=settings.kv_bits,
+                           head_dim=info.head_dim)
+        typed = live.typed_ahead(reuse.tokens)
+        if settings.seed is not None:
+            mx.random.seed(settings.seed)
+        busy()
+        prefill, decoded, drafted = Prefill(), Decode(), (0, False)
+        figures = LiveFigures(live, len(tokens) - reuse.tokens, emit)
+        try:
+            prefill = self.prefill(loaded, live, tokens[reuse.tokens:len(tokens) - tail], figures)
+            drafted = self._drafting.follow(tokens[:len(tokens) - tail], settings,
+                                            cancelled=self._worker.cancelled)
+            decoded = self._decode(loaded, live, tokens, tail,
+                                   Reply(settings, window, started, tokens), figures)
+        except Cancelled:
+            decoded.finish_reason = "cancelled"
+        finally:
+            live.settle(fitted.messages)
+        live.conversation.append(("assistant", decoded.reply))
+        live.source = "warm"
+        stats = turn_stats(
+            len(tokens), reuse, prefill, decoded, typed=typed, drafted=drafted,
+            dropped=fitted.dropped, window=window, kv_bits=settings.kv_bits,
+            weights_bytes=info.weights_bytes, total_s=time.perf_counter() - started,
+            context_used=len(live.tokens), kv_bytes=live.nbytes,
+            peak_memory_bytes=mx.get_peak_memory())
+        done = TurnDone(reply=decoded.reply, stats=stats, dropped_messages=fitted.dropped,
+                        token_ids=decoded.token_ids, reasoning=decoded.reasoning)
+        return done, figures
+
+    def _decode(self, loaded: LoadedModel, live: LiveCache, tokens: list[int], tail: int,
+                reply: Reply, emit: Callable[[Event], None]) -> Decode:
+        """Feed the prompt's last ``tail`` tokens and sample the reply."""
+        settings = reply.settings
+
+        def open_stream(*, tail: list[int], history: list[int], **kw: Any) -> Stream:
+            if len(history) > len(reply.prompt_tokens):
+                # After a reasoning budget's close the draft catches up first: a
+                # token or two, not cancelled (the turn already followed the prompt).
+                self._drafting.follow(live.tokens, settings, cancelled=lambda: False)
+            return self._drafting.stream(loaded, live, tail, settings, prompt_tokens=history,
+                                         **kw)
+        return decode(loaded.tokenizer, live, tokens[len(tokens) - tail:], reply, emit=emit,
+                      cancelled=self._worker.cancelled,
+                      open_stream=self._ranks.opener(loaded, live, settings, open_stream))
