@@ -8,13 +8,13 @@ import time
 from pathlib import Path
 
 from mlxchat.engine.events import TextDelta, TurnDone
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel
 from mlxchat.session.conversation import Conversation
 
 
 def small_llama() -> LoadedModel:
     """A random llama big enough that compute dominates (head_dim 64)."""
-    from mlxchat.models.loader import load_folder
+    from mlxchat.models import load_folder
     from mlxchat.models.tiny import write_tiny_model
 
     folder = Path(tempfile.mkdtemp(prefix="mlxchat-bench-"))
@@ -55,7 +55,7 @@ def wall_ttft(conv: Conversation, text: str) -> tuple[float, TurnDone]:
     """Send ``text``: wall seconds to the first streamed text, and the TurnDone."""
     enter = time.perf_counter()
     first, done = None, None
-    for event in conv.send(text):
+    for event in conv.turns.send(text):
         if isinstance(event, TextDelta) and first is None:
             first = time.perf_counter() - enter
         elif isinstance(event, TurnDone):

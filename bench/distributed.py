@@ -47,7 +47,7 @@ def _conversation(engine, db: Path, session_id: int | None = None):
 def _turn(conv, text: str) -> dict:
     from mlxchat.engine.events import TurnDone
 
-    done = [e for e in conv.send(text) if isinstance(e, TurnDone)][-1]
+    done = [e for e in conv.turns.send(text) if isinstance(e, TurnDone)][-1]
     s = done.stats
     return {"ttft_s": s.ttft_s, "decode_tps": s.decode_tps, "generated": s.generated_tokens,
             "prompt": s.prompt_tokens, "prefilled": s.prefilled_tokens,
@@ -60,7 +60,7 @@ def role(args: argparse.Namespace) -> dict:
     db = Path(os.environ["MLXCHAT_HOME"]) / "bench.db"
     if args.hosts is None:
         from mlxchat.engine.core import ChatEngine
-        from mlxchat.models.loader import load_folder
+        from mlxchat.models import load_folder
 
         conv = _conversation(ChatEngine(load_folder(Path(args.model), name="bench",
                                                     spec="bench")), db)
@@ -79,7 +79,7 @@ def role(args: argparse.Namespace) -> dict:
             out["session"] = conv.session.id
         else:
             t0 = time.perf_counter()
-            load = conv.restore_snapshot()
+            load = conv.cache.restore()
             restore_s = time.perf_counter() - t0
             out = _turn(conv, "And the mountains?")
             out.update(restore_s=restore_s, restored=bool(load and load.ok))

@@ -103,8 +103,8 @@ def import_figures(kind: str = "Q4_K") -> dict[str, float]:
     """Write the K file, import it (timed), and measure both perplexities."""
     import json
 
-    from mlxchat.models.gguf_import import bundled_gguf, convert_gguf
-    from mlxchat.models.loader import load_folder
+    from mlxchat.models import bundled_gguf, load_folder
+    from mlxchat.models.gguf_import import convert_gguf
 
     work = Path(tempfile.mkdtemp(prefix="mlxchat-bench-gguf-"))
     k_file = work / f"smollm2-{kind}.gguf"

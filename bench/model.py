@@ -1,6 +1,6 @@
 """Model benchmark: prefill and decode tokens/s of `mlxchat ask`'s code path
 (the composition root: load_model, ChatEngine and a throwaway session's
-Conversation.send) against raw mlx_lm.load + stream_generate on the
+conv.turns.send) against raw mlx_lm.load + stream_generate on the
 same converted folder, in the same run, alternating.
 
     .venv/bin/python bench/model.py [--model smollm2-135m] [--tokens 32] [--repeats 3]
@@ -86,7 +86,7 @@ def main() -> int:
             conv = open_conversation(Settings(generation=greedy),
                                      store_factory=throwaway_store, keep_snapshots=False,
                                      load_model=lambda spec, progress=None: ours).conversation
-            done = [e for e in conv.send(PROMPT) if isinstance(e, TurnDone)][0]
+            done = [e for e in conv.turns.send(PROMPT) if isinstance(e, TurnDone)][0]
             conv.shutdown()
             o_pre.append(done.stats.prefill_tps)
             o_dec.append(done.stats.decode_tps)

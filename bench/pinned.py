@@ -20,7 +20,7 @@ from common import median, wall_ttft
 from mlxchat.config import Settings
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TurnDone
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel
 from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 
@@ -46,7 +46,7 @@ def _first_message(loaded: LoadedModel, db: Path, doc: Path | None, text: str | 
     conv = Conversation(settings=settings, store=open_store(db), engine=ChatEngine(loaded),
                         model_spec="bench")
     if doc is not None and text is not None:
-        conv.pin(doc, text)
+        conv.pins.pin(doc, text)
     ttft, done = wall_ttft(conv, QUESTION)
     return ttft, done, conv
 
@@ -63,14 +63,14 @@ def measure(loaded: LoadedModel, *, doc_tokens: int = 2000, repeats: int = 3
         # The first session computes the document's KV (on the bundled model at
         # ~10 tok/s, minutes: measured once) and stores it.
         computed, first, conv = _first_message(loaded, db, doc, text)
-        assert conv.last_prefix is not None and conv.last_prefix.how == "computed"
+        assert conv.pins.last_prefix is not None and conv.pins.last_prefix.how == "computed"
         conv.close()
         plain, pinned = [], []
         for k in range(repeats):
             for body in ((None, text) if k % 2 == 0 else (text, None)):
                 ttft, done, conv = _first_message(loaded, db, doc if body else None, body)
                 if body:
-                    assert conv.last_prefix is not None and conv.last_prefix.how == "loaded"
+                    assert conv.pins.last_prefix is not None and conv.pins.last_prefix.how == "loaded"
                     pinned.append(ttft)
                     shared = done
                 else:

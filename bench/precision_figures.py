@@ -24,8 +24,8 @@ from tests.models.prose import PROSE  # noqa: E402
 
 
 def _bundled(work: Path) -> tuple[dict[str, float], Path]:
-    from mlxchat.models.gguf_import import bundled_gguf, convert_gguf
-    from mlxchat.models.loader import load_folder
+    from mlxchat.models import bundled_gguf, load_folder
+    from mlxchat.models.gguf_import import convert_gguf
 
     convert_gguf(bundled_gguf(), work / "bundled")
     ours = load_folder(work / "bundled", available=None)
@@ -39,8 +39,8 @@ def _bundled(work: Path) -> tuple[dict[str, float], Path]:
 
 
 def _loud(work: Path) -> dict[str, float]:
+    from mlxchat.models import load_folder
     from mlxchat.models.gguf_import import convert_gguf
-    from mlxchat.models.loader import load_folder
 
     from tests.models.loud_gemma import FILES, reference, sampled_ids, write_loud_gemma
     from tests.models.loud_gemma import perplexity as ppl
@@ -81,7 +81,7 @@ def _decode_tps(model, steps: int) -> float:
 def _fp32_cost(folder: Path, steps: int = 3) -> float:
     """Decode tok/s float32 / float16 of the bundled model. Timed as bare decode
     steps: float16 prefill on this CPU backend is too slow for a full turn."""
-    from mlxchat.models.loader import load_folder
+    from mlxchat.models import load_folder
 
     tps = {d: _decode_tps(load_folder(folder, available=None, compute_dtype=d).model, steps)
            for d in ("float32", "float16")}

@@ -33,10 +33,10 @@ def main() -> int:
     ap.add_argument("file", type=Path)
     args = ap.parse_args()
 
+    from mlxchat.models import load_folder
     from mlxchat.models.gguf import read_header
     from mlxchat.models.gguf_arch import ARCHS
     from mlxchat.models.gguf_import import convert_gguf
-    from mlxchat.models.loader import load_folder
 
     header = read_header(args.file)
     arch = ARCHS.get(header.architecture)

@@ -135,7 +135,7 @@ def engine_tps(folder: Path, words: int) -> float:
     from mlxchat.engine.core import ChatEngine
     from mlxchat.engine.events import TextDelta, TurnDone
     from mlxchat.generation import GenerationSettings
-    from mlxchat.models.loader import load_folder
+    from mlxchat.models import load_folder
 
     engine = ChatEngine(load_folder(folder))
     try:

@@ -19,7 +19,7 @@ from mlxchat.chat import Message
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TurnDone
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel
 from mlxchat.turn_stats import TurnStats
 
 PASSAGE = ("The keeper climbed the stairs at dusk, lit the lamp, wound the clockwork, "

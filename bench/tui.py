@@ -38,7 +38,7 @@ from mlxchat.config import Settings
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TurnDone
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel
 
 PROMPT = "Tell me a long story about a lighthouse keeper and the ships she guided."
 
@@ -104,7 +104,7 @@ class AppRunner:
         await self.finished.wait()
         await app.workers.wait_for_complete()
         await pilot.pause()  # let the app go idle before anything else is timed
-        stats = app.conversation.last_stats
+        stats = app.conversation.turns.last_stats
         (t0, n0), (t1, n1) = self.batches[0], self.batches[-1]
         shown = (n1 - n0) / max(t1 - t0, 1e-9)
         (w0, cpu0), (w1, cpu1) = self.ui_cpu

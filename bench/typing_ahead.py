@@ -24,7 +24,7 @@ from common import wall_ttft
 from mlxchat.config import Settings
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TurnDone
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.typing_ahead import settled_text
 from mlxchat.store import open_store
@@ -56,7 +56,7 @@ def _typed(conv: Conversation, text: str, *, prefill: bool) -> tuple[float, Turn
             now = shown[0]
             if prefill and settled_text(now) != done_for:
                 done_for = settled_text(now)
-                conv.prefill_typed(now)
+                conv.typing.prefill_typed(now)
     worker = threading.Thread(target=prefiller, daemon=True)
     worker.start()
     start = time.perf_counter()
@@ -86,7 +86,7 @@ def measure(loaded: LoadedModel, *, history_tokens: int = 1000,
     wall_ttft(conv, history)  # the warm history
     plain_text = _message(conv, "Now", message_tokens)
     plain, plain_done = _typed(conv, plain_text, prefill=False)
-    conv.undo()
+    conv.turns.undo()
     typed_text = _message(conv, "Please", message_tokens)
     typed, typed_done = _typed(conv, typed_text, prefill=True)
     print(f"typing: a {len(tok.encode(typed_text))}-token message typed at {CHARS_PER_S:g} chars/s; "

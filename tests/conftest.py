@@ -107,7 +107,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny(tmp_path_factory: pytest.TempPathFactory):
     """A tiny model loaded once, a LoadedModel named and specified "tiny": float32,
     head_dim 16, a turn in milliseconds. Engine, command and app tests share it."""
-    from mlxchat.models.loader import load_folder
+    from mlxchat.models import load_folder
     from mlxchat.models.tiny import write_tiny_model
 
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny")), name="tiny",
@@ -117,7 +117,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def tiny64(tmp_path_factory: pytest.TempPathFactory):
     """A tiny llama with head_dim 64, so the KV cache can be quantized."""
-    from mlxchat.models.loader import load_folder
+    from mlxchat.models import load_folder
     from mlxchat.models.tiny import write_tiny_model
 
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny64"), hidden_size=128,

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,6 @@ from mlx_lm.models.cache import save_prompt_cache
 
 from mlxchat import paths
 from mlxchat.engine.core import ChatEngine
-from mlxchat.engine.events import SnapshotInfo
 from mlxchat.files import sha256_file
 from mlxchat.store import SessionStore
 
@@ -40,6 +40,19 @@ def _tensor_digest(cache: list[Any]) -> str:
             h.update(memoryview(np.ascontiguousarray(
                 arr.view(mx.uint8) if arr.dtype == mx.bfloat16 else arr)).cast("B"))
     return h.hexdigest()
+
+
+@dataclass
+class SnapshotInfo:
+    """An old whole-cache KV snapshot written to disk."""
+
+    path: str
+    bytes: int
+    checksum: str
+    """sha256 of the file."""
+    tokens: int
+    mlx_lm_version: str
+    kv_bits: int | None = None
 
 
 def write_old_snapshot(engine: ChatEngine, path: Path) -> SnapshotInfo:
@@ -61,7 +74,7 @@ def write_old_snapshot(engine: ChatEngine, path: Path) -> SnapshotInfo:
         "tokens": json.dumps(list(view.tokens)),
         "tensor_sha256": _tensor_digest(cache),
     }
-    tmp = paths.snapshot_temp_file(path, os.getpid())
+    tmp = paths.kv_temp_file(path, os.getpid())
     try:
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
         save_prompt_cache(str(tmp), cache, metadata)
@@ -77,8 +90,8 @@ def record_old_snapshot(store: SessionStore, session_id: int, leaf_id: int | Non
                         path: Path | str, *, sha256: str, token_count: int, file_bytes: int,
                         mlx_lm_version: str, kv_bits: int | None = None) -> None:
     """The row the store kept of a snapshot file (its path relative to the data folder)."""
-    name = paths.snapshot_name(path)
-    assert name is not None, f"{path} is not in {paths.snapshots_dir()}"
+    name = paths.kv_file_name(path)
+    assert name is not None, f"{path} is not in {paths.kv_dir()}"
     with store.db.writing() as cur:  # noqa: SLF001 - a row as an older mlxchat wrote it
         cur.execute(
             "INSERT INTO snapshots (session_id, leaf_id, path, sha256, token_count, file_bytes,"

@@ -66,7 +66,7 @@ class Message:
     """The message this one answers or follows; edits and retries branch here."""
     token_count: int | None = None
     """Tokens of this message in the rendered prompt, when measured."""
-    stats: "TurnStats | None" = None
+    stats: TurnStats | None = None
     """For an assistant reply: the measured figures of the turn that produced it."""
     cancelled: bool = False
     """An assistant reply stopped by the user: the text is what was shown."""

@@ -79,32 +79,34 @@ def database_file() -> Path:
     return data_dir() / "sessions.db"
 
 
-def snapshots_dir() -> Path:
-    """KV snapshots and segments of saved sessions."""
+def kv_dir() -> Path:
+    """The KV cache files of saved sessions: their segments, pinned prefixes and
+    old whole-cache snapshots (the folder keeps its first name, ``snapshots``:
+    rows written since hold paths under it)."""
     return data_dir() / "snapshots"
 
 
-def snapshot_name(path: Path | str) -> str | None:
-    """How a snapshot file is recorded: its path relative to the data folder
-    ('snapshots/NAME'), or None when it does not lie inside the snapshots folder."""
-    resolved = inside_snapshots(Path(path))
+def kv_file_name(path: Path | str) -> str | None:
+    """How a KV cache file is recorded: its path relative to the data folder
+    ('snapshots/NAME'), or None when it does not lie inside ``kv_dir()``."""
+    resolved = inside_kv_dir(Path(path))
     if resolved is None:
         return None
-    return str(Path("snapshots") / resolved.relative_to(snapshots_dir().resolve()))
+    return str(Path("snapshots") / resolved.relative_to(kv_dir().resolve()))
 
 
-def snapshot_file(recorded: str) -> Path | None:
-    """The file a recorded snapshot name stands for in this home, or None when the
-    name (absolute, '..', a link) leads anywhere but into the snapshots folder."""
+def kv_file(recorded: str) -> Path | None:
+    """The file a recorded KV file name stands for in this home, or None when the
+    name (absolute, '..', a link) leads anywhere but into ``kv_dir()``."""
     if not recorded or Path(recorded).is_absolute():
         return None
-    return inside_snapshots(data_dir() / recorded)
+    return inside_kv_dir(data_dir() / recorded)
 
 
-def inside_snapshots(path: Path) -> Path | None:
-    """``path`` resolved, if it is a file name inside this home's snapshots folder."""
+def inside_kv_dir(path: Path) -> Path | None:
+    """``path`` resolved, if it is a file name inside this home's ``kv_dir()``."""
     try:
-        folder = snapshots_dir().resolve()
+        folder = kv_dir().resolve()
         resolved = path.resolve()
     except (OSError, RuntimeError, ValueError):
         return None
@@ -113,12 +115,12 @@ def inside_snapshots(path: Path) -> Path | None:
     return resolved
 
 
-SNAPSHOT_TEMP = re.compile(r"^\..+\.(\d+)\.tmp\.safetensors$")
-"""A snapshot being written: '.NAME.PID.tmp.safetensors' (renamed when complete)."""
+KV_TEMP = re.compile(r"^\..+\.(\d+)\.tmp\.safetensors$")
+"""A KV cache file being written: '.NAME.PID.tmp.safetensors' (renamed when complete)."""
 
 
-def snapshot_temp_file(path: Path, pid: int) -> Path:
-    """Where the snapshot ``path`` is written before its rename."""
+def kv_temp_file(path: Path, pid: int) -> Path:
+    """Where the KV cache file ``path`` is written before its rename."""
     return path.with_name(f".{path.stem}.{pid}.tmp.safetensors")
 
 

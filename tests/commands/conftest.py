@@ -12,9 +12,7 @@ from mlxchat.config import Settings
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TurnDone
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.errors import ModelError
-from mlxchat.models.info import LoadedModel
-from mlxchat.models.loader import load_folder
+from mlxchat.models import LoadedModel, ModelError, load_folder
 from mlxchat.models.tiny import write_tiny_model
 from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
@@ -108,6 +106,6 @@ def finish(result: CommandResult) -> TurnDone:
 
 
 def send(conv: Conversation, text: str) -> TurnDone:
-    done = [e for e in conv.send(text) if isinstance(e, TurnDone)]
+    done = [e for e in conv.turns.send(text) if isinstance(e, TurnDone)]
     assert len(done) == 1
     return done[0]

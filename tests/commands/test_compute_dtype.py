@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlxchat.commands import CommandContext
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.models.tiny import write_tiny_model
 
 from tests.commands.conftest import NOW, make_conversation, send

@@ -30,7 +30,7 @@ def test_stats_of_a_one_token_reply_say_no_rate_was_measured(registry, ctx, conv
     assert rows["reply"] == "1 token at — tok/s (one token: no rate), finished by length"
     assert rows["prefill speed"].endswith(" tok/s") and rows["prefill speed"][0].isdigit()
     conv.update_generation(replace(conv.generation, max_tokens=8))
-    done = [e for e in conv.retry() if isinstance(e, TurnDone)][0]
+    done = [e for e in conv.turns.retry() if isinstance(e, TurnDone)][0]
     assert done.stats.prefilled_tokens == 1  # the same prompt again: all of it cached
     rows = dict(registry.run("/stats", ctx).rows)
     assert rows["prefill speed"] == "not measured (nothing prefilled)"
@@ -55,7 +55,7 @@ def test_cache_report_save_and_drop(registry, ctx, conv, home):
     send(conv, "Cache me")
     send(conv, "And again")
     rows = dict(registry.run("/cache", ctx).rows)
-    state = conv.state()
+    state = conv.views.state()
     assert rows["cached tokens"].startswith(f"{state.cached_tokens} of 2,048")
     assert rows["KV cache"].endswith("fp32")
     assert rows["last turn"].endswith("prefilled") and "(warm)" in rows["last turn"]
@@ -65,12 +65,12 @@ def test_cache_report_save_and_drop(registry, ctx, conv, home):
     saved = registry.run("/cache save", ctx)
     assert saved.ok and saved.text == (f"All {state.cached_tokens} tokens are on disk "
                                        "already (2 KV segments).")
-    files = [paths.snapshot_file(r.path)
+    files = [paths.kv_file(r.path)
              for r in conv.store.segments.on_branch(conv.session.leaf_id)]
     assert len(files) == 2 and all(f is not None and f.exists() for f in files)
     dropped = registry.run("/cache drop", ctx)
     assert dropped.ok and dropped.session_changed
-    assert conv.state().cached_tokens == 0 and not any(f.exists() for f in files)
+    assert conv.views.state().cached_tokens == 0 and not any(f.exists() for f in files)
     assert conv.store.segments.on_branch(conv.session.leaf_id) == []
     assert registry.run("/cache flush", ctx).text == "Usage: /cache [save|drop]"
 
@@ -109,7 +109,7 @@ def test_context_per_message(registry, ctx, conv, tmp_path, monkeypatch):
     assert result.text.startswith(f"{total} of 2,048 tokens")
     # Says what it counts, and how that differs from the cache (the Context gauge).
     assert "the next prompt" in result.text and "token ledger" in result.text
-    cached = conv.state().cached_tokens
+    cached = conv.views.state().cached_tokens
     assert f"the KV cache holds {cached:,}" in result.text
     assert result.rows[1][2] == "What fills the window?"
 
@@ -124,7 +124,7 @@ def test_context_without_a_ledger_renders_the_template(registry, ctx, conv, tmp_
     assert total == conv.engine.prompts.count_tokens(conv.engine_messages())
     assert result.text.startswith(f"{total} of 2,048 tokens")
     assert "generation prompt" in result.text
-    cached = conv.state().cached_tokens
+    cached = conv.views.state().cached_tokens
     assert cached != total and f"the KV cache holds {cached:,}" in result.text
     (tmp_path / "work" / "a.txt").write_text("attached text")
     registry.run("/attach a.txt", ctx)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from mlxchat.commands import CommandContext, CommandResult, default_registry
 from mlxchat.engine.events import EngineError
-from mlxchat.session.conversation import ConversationError
+from mlxchat.session.errors import ConversationError
 
 from tests.commands.conftest import NOW, make_conversation, send
 

@@ -111,7 +111,7 @@ def test_a_failing_confirmation_is_guarded(ctx):
 
 
 def test_commands_that_change_state_wait_for_the_running_turn(registry, ctx, conv):
-    turn = conv.send("Count to three, please.")
+    turn = conv.turns.send("Count to three, please.")
     assert isinstance(next(turn), PrefillProgress)  # the engine is now busy
     try:
         refused = registry.run("/new", ctx)

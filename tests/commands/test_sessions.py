@@ -25,16 +25,16 @@ def test_leaving_an_unused_session_removes_it_as_quitting_does(registry, ctx, co
     for _ in range(3):  # ctrl+n pressed again and again
         assert registry.run("/new", ctx).ok
     assert registry.run(f"/open {kept}", ctx).ok
-    assert [s.id for s in conv.list_sessions()] == [kept]
+    assert [s.id for s in conv.saved.list()] == [kept]
     # One with a message stays; reopening the open one removes nothing.
     registry.run("/new", ctx)
     send(conv, "Tell me about volcanoes")
     assert registry.run(f"/open {kept}", ctx).ok and registry.run(f"/open {kept}", ctx).ok
-    assert len(conv.list_sessions()) == 2
+    assert len(conv.saved.list()) == 2
     # Deleting the open session opens a new one in its place (nothing else goes).
     gone = conv.delete_session()
     assert gone.replacement is not None and gone.replacement.id == conv.session.id
-    assert len(conv.list_sessions()) == 2
+    assert len(conv.saved.list()) == 2
 
 
 def test_sessions_list_and_search(registry, ctx, conv):
@@ -92,7 +92,7 @@ def test_delete_asks_then_deletes_rows_and_snapshot_files(registry, ctx, conv, h
     assert done.ok and done.session_changed, done.text
     assert not any(f.exists() for f in files)
     assert doomed not in {s.id for s in conv.store.list_sessions()}
-    assert conv.session.id != doomed and conv.state().cached_tokens == 0
+    assert conv.session.id != doomed and conv.views.state().cached_tokens == 0
 
 
 def test_delete_another_session_by_title_and_with_yes(registry, ctx, conv):

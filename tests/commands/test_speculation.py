@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.models.tiny import write_tiny_model
 
 from tests.commands.conftest import make_conversation, send
@@ -32,7 +32,7 @@ def _replies(conv, draft_check=None):
     out = []
     for i, text in enumerate(texts):
         if i == 2:
-            out.append(_ids([e for e in conv.edit_last("Edited: abc abc.")][-1]))
+            out.append(_ids([e for e in conv.turns.edit_last("Edited: abc abc.")][-1]))
             draft_check and draft_check(out[-1])
         out.append(_ids(send(conv, text)))
         draft_check and draft_check(out[-1])
@@ -101,7 +101,7 @@ def test_help_draft_explains_the_hardware(registry, ctx):
 
 def test_auto_is_measured_after_a_reply_and_can_be_the_default(registry, ctx, conv):
     send(conv, "Tell me a story about a keeper and a lamp.")
-    cost = conv.verify_cost()
+    cost = conv.speculation.verify_cost()
     assert cost is not None and cost.proposed == conv.generation.draft_tokens
     shown = registry.run("/draft", ctx).text
     assert f"{cost.ratio:.1f} decode steps on this device" in shown
@@ -121,7 +121,7 @@ def test_resume_reloads_the_draft_and_rebuilds_its_cache(home, tmp_path, tiny, t
     expected = [send(plain, "abc abc abc").token_ids, send(plain, "and more").token_ids]
     plain.close()
     conv = make_conversation(tmp_path, tiny, tiny_d)
-    conv.set_draft("tiny-d")
+    conv.speculation.set_draft("tiny-d")
     first = send(conv, "abc abc abc")
     sid = conv.session.id
     conv.close()
@@ -129,7 +129,7 @@ def test_resume_reloads_the_draft_and_rebuilds_its_cache(home, tmp_path, tiny, t
     again = make_conversation(tmp_path, tiny, tiny_d)
     ctx.conversation = again
     assert registry.run(f"/open {sid}", ctx).ok
-    assert again.generation.speculative == "draft" and again.draft_name() == "tiny-d"
+    assert again.generation.speculative == "draft" and again.speculation.draft_name() == "tiny-d"
     done = send(again, "and more")
     s = done.stats
     assert s.cache_source == "snapshot" and s.reused_tokens > 0
@@ -142,10 +142,10 @@ def test_resume_reloads_the_draft_and_rebuilds_its_cache(home, tmp_path, tiny, t
 
 def test_new_session_frees_the_draft(home, tiny, tiny_d, registry, ctx, conv, shelf):
     shelf.add(tiny_d)
-    assert registry.run("/draft tiny-d", ctx).ok and conv.draft_name() == "tiny-d"
+    assert registry.run("/draft tiny-d", ctx).ok and conv.speculation.draft_name() == "tiny-d"
     assert registry.run("/new", ctx).ok
     assert conv.generation.speculative == conv.settings.generation.speculative == "auto"
-    assert conv.draft_name() is None
+    assert conv.speculation.draft_name() is None
 
 
 def test_each_session_gets_its_own_draft(home, tiny, tiny_d, registry, ctx, conv, shelf):
@@ -157,5 +157,5 @@ def test_each_session_gets_its_own_draft(home, tiny, tiny_d, registry, ctx, conv
     assert registry.run("/draft tiny-self", ctx).ok
     send(conv, "second")
     assert registry.run(f"/open {first}", ctx).ok
-    assert conv.draft_name() == "tiny-d" and conv.generation.draft == "tiny-d"
+    assert conv.speculation.draft_name() == "tiny-d" and conv.generation.draft == "tiny-d"
     assert send(conv, "again").stats.spec_mode == "draft"

@@ -67,7 +67,7 @@ def test_kv_bits_needs_a_quantizable_model(registry, ctx, conv):
     assert registry.run("/model tiny-b", ctx).ok
     assert registry.run("/set kv_bits 8", ctx).ok
     done = send(conv, "Quantize me")
-    assert done.stats.kv_bits == 8 and conv.state().kv_bits == 8
+    assert done.stats.kv_bits == 8 and conv.views.state().kv_bits == 8
 
 
 def test_get(registry, ctx, conv):
@@ -114,16 +114,16 @@ def test_models_lists_catalog_and_the_loaded_model(registry, ctx, monkeypatch):
 
 
 def test_context_window_caps_the_session_below_the_model(registry, ctx, conv):
-    model_window = conv.model_info.context_window
-    assert conv.context_window == model_window
+    model_window = conv.views.model_info.context_window
+    assert conv.views.context_window == model_window
     cap = model_window // 2
     assert registry.run(f"/set context_window {cap}", ctx).ok
-    assert conv.context_window == cap
+    assert conv.views.context_window == cap
     assert conv.store.get_session(conv.session.id).settings.context_window == cap
     done = send(conv, "hello")
-    assert done.stats.context_window == cap and conv.state().context_window == cap
+    assert done.stats.context_window == cap and conv.views.state().context_window == cap
     refused = registry.run(f"/set context_window {model_window + 1}", ctx)
     assert not refused.ok and f"{model_window:,}" in refused.text
-    assert conv.context_window == cap
+    assert conv.views.context_window == cap
     assert registry.run("/set context_window none", ctx).ok
-    assert conv.context_window == model_window
+    assert conv.views.context_window == model_window

@@ -77,11 +77,11 @@ def test_attach_reports_its_cost_then_goes_with_the_next_message(registry, ctx, 
     assert first.ok, first.text
     assert "measured on a two-token cache" in first.text
     assert "unknown until the first turn" in first.text
-    assert conv.attachments[0].tokens > 270  # byte-level tokenizer: about one per byte
+    assert conv.turns.attachments[0].tokens > 270  # byte-level tokenizer: about one per byte
     send(conv, "When is the meeting?")
     assert "The meeting is on Tuesday." in conv.messages[0].content
     assert conv.session.title == "When is the meeting?"  # the typed text, not the file
-    assert conv.attachments == []
+    assert conv.turns.attachments == []
     again = registry.run(f"/attach {notes}", ctx)
     assert "measured from the live cache" in again.text
     assert "tok/s (last turn)" in again.text
@@ -89,7 +89,7 @@ def test_attach_reports_its_cost_then_goes_with_the_next_message(registry, ctx, 
     assert registry.run("/attach notes.txt", ctx).text.startswith("notes.txt is attached")
     assert "notes.txt" in registry.run("/attach", ctx).text
     cleared = registry.run("/attach --clear", ctx)
-    assert cleared.text == "Dropped 1 pending attachment." and conv.attachments == []
+    assert cleared.text == "Dropped 1 pending attachment." and conv.turns.attachments == []
 
 
 def test_kv_probe_on_an_empty_cache_matches_the_live_cache(ctx, conv):
@@ -117,7 +117,7 @@ def test_attach_refusals(registry, ctx, conv, tmp_path):
         result = registry.run(f"/attach {name}", ctx)
         assert result.kind == "error" and words in result.text, (name, result.text)
         assert "\n" not in result.text
-    assert conv.attachments == []
+    assert conv.turns.attachments == []
 
 
 def test_code_blocks():

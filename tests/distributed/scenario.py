@@ -55,7 +55,7 @@ def engine_for(args: argparse.Namespace, ranks: list):
         Path(args.out + ".pids").write_text(json.dumps([p.pid for p in started.procs]))
     elif not args.split:
         from mlxchat.engine.core import ChatEngine
-        from mlxchat.models.loader import load_folder
+        from mlxchat.models import load_folder
 
         return ChatEngine(load_folder(Path(args.model), name="tiny", spec="tiny"))
     from mlxchat.cli.rank import join, serve
@@ -90,14 +90,14 @@ def main(argv: list[str] | None = None) -> None:
                         open_store(Path(args.db)).get_session(int(args.session)))
     restored = None
     if args.session is not None:
-        load = conv.restore_snapshot()
+        load = conv.cache.restore()
         restored = None if load is None else {"ok": load.ok, "tokens": load.tokens,
                                               "reason": load.reason}
     turns = []
     for n, text in enumerate(MESSAGES[args.skip:args.turns], args.skip + 1):
         done, shown = None, 0
         t0 = time.perf_counter()
-        for event in conv.send(text):
+        for event in conv.turns.send(text):
             if isinstance(event, TextDelta):
                 shown = event.generated_tokens
                 if args.cancel_after and n == args.turns and shown >= args.cancel_after:
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> None:
                       "decode_tps": stats.decode_tps, "total_s": time.perf_counter() - t0,
                       "weights_bytes": stats.weights_bytes, "kv_bytes": stats.kv_bytes})
     result = {"session": conv.session.id, "turns": turns, "restored": restored,
-              "words": conv.snapshot_words() if args.session is not None else None,
+              "words": conv.cache.words() if args.session is not None else None,
               "weights_bytes": engine.info.weights_bytes, "pid": os.getpid(),
               "layout": engine.state().layout}
     conv.close()

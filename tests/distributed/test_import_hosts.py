@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import time
 
-from mlxchat.cli.main import main
+from mlxchat.cli import main
 
 from tests.models.gguf_files import random_params, write_model
 from tests.models.test_gguf_arch import CONFIGS, metadata

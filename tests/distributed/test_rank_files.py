@@ -40,18 +40,18 @@ def _conversation(tiny, store) -> Conversation:
 
 def _talk(conv: Conversation) -> None:
     for text in ("hello", "and again"):
-        list(conv.send(text))
+        list(conv.turns.send(text))
 
 
 def test_drop_and_delete_remove_rank_files_and_manifests(tiny, tmp_path):
     store = open_store(tmp_path / "s.db")
     conv = _conversation(tiny, store)
     _talk(conv)
-    folder = paths.snapshots_dir()
+    folder = paths.kv_dir()
     files = _split_like(folder)
     assert sum(".rank1of2." in f.name for f in files) == 2
     assert sum(f.name.endswith(".ranks.json") for f in files) == 2
-    assert conv.drop_snapshot() == 6
+    assert conv.cache.drop() == 6
     assert [f for f in folder.iterdir() if f.name.startswith("seg-")] == []
 
     _talk(conv)

@@ -3,7 +3,8 @@ their size, overlap a little when cut for size, and keep lines and headings."""
 
 from __future__ import annotations
 
-from mlxchat.docs.chunking import LONG_LINE, ChunkSizes, chunk_text, count_tokens
+from mlxchat.docs import ChunkSizes, chunk_text, count_tokens
+from mlxchat.docs.chunking import LONG_LINE
 
 SMALL = ChunkSizes(target=60, limit=80, overlap=12, heading_break=10)
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mlxchat.cli.main import main
+from mlxchat.cli import main
 from mlxchat.store import open_store
 
 

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from mlxchat.docs.errors import DocsError
+from mlxchat.docs import DocsError
 from mlxchat.docs.reading import NotText, read_document
 
 

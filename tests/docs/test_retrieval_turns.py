@@ -59,7 +59,7 @@ def conv(tiny, tmp_path, notes):
 
 
 def test_a_message_carries_its_sources_in_front_and_stored(conv, notes):
-    done = last(conv.send("Where do herons nest?"))
+    done = last(conv.turns.send("Where do herons nest?"))
     found = conv.retrieval.last
     user = conv.messages[-2]
     assert found is not None and found.sources == user.sources
@@ -107,15 +107,15 @@ def test_the_budget_keeps_only_what_fits(conv):
     # What the message itself takes is not left to the sources.
     conv.update_generation(dataclasses.replace(settings, docs_budget=None))
     long = "herons " * 250
-    free = conv.window_left() - conv.engine.prompts.reply_reserve(conv.generation)
-    assert conv.retrieval.budget("") == conv.context_window // 4 < free
-    assert 0 < conv.retrieval.budget(long) < conv.context_window // 4
+    free = conv.views.window_left() - conv.engine.prompts.reply_reserve(conv.generation)
+    assert conv.retrieval.budget("") == conv.views.context_window // 4 < free
+    assert 0 < conv.retrieval.budget(long) < conv.views.context_window // 4
     assert conv.retrieval.budget(long) + conv.retrieval._tokens(long) == free
 
 
 def test_a_reopened_session_is_token_identical_and_never_retrieves_again(tiny, tmp_path,
                                                                          conv, notes):
-    first = last(conv.send("Where do herons nest?"))
+    first = last(conv.turns.send("Where do herons nest?"))
     sid, user = conv.session.id, conv.messages[-2]
     conv.close()
     # The files change and the collection goes: the stored turn must not.
@@ -128,7 +128,7 @@ def test_a_reopened_session_is_token_identical_and_never_retrieves_again(tiny, t
     assert again.messages[0].content == user.content
     assert again.messages[0].token_ids == user.token_ids
     # Retrying re-answers the stored message: same tokens, same greedy reply, from disk.
-    redo = last(again.retry())
+    redo = last(again.turns.retry())
     assert redo.stats.prompt_tokens == first.stats.prompt_tokens
     assert redo.reply == first.reply
     assert redo.stats.cache_source in ("warm", "snapshot")
@@ -137,24 +137,24 @@ def test_a_reopened_session_is_token_identical_and_never_retrieves_again(tiny, t
     again.retrieval._open.change_generation(docs="notes")
     before = len(again.store.all_messages(sid))
     with pytest.raises(RetrievalError, match="no longer exists"):
-        again.send("And owls?")
+        again.turns.send("And owls?")
     assert len(again.store.all_messages(sid)) == before
     again.close()
 
 
 def test_editing_retrieves_for_the_new_text_and_retry_does_not(conv):
-    last(conv.send("Where do herons nest?"))
+    last(conv.turns.send("Where do herons nest?"))
     first_sources = conv.messages[-2].sources
-    last(conv.retry())
+    last(conv.turns.retry())
     assert conv.messages[-2].sources == first_sources
     # The UI's edit starts from what was typed (sources off); sending the stored
     # content back retrieves once, for the question alone.
-    assert conv.last_user_text() == "Where do herons nest?"
-    last(conv.edit_last(conv.messages[-2].content))
+    assert conv.turns.last_user_text() == "Where do herons nest?"
+    last(conv.turns.edit_last(conv.messages[-2].content))
     again = conv.messages[-2]
     assert again.content.count("<sources collection=") == 1
     assert without_sources(again.content) == "Where do herons nest?"
-    last(conv.edit_last("When do owls hunt?"))
+    last(conv.turns.edit_last("When do owls hunt?"))
     edited = conv.messages[-2]
     assert without_sources(edited.content) == "When do owls hunt?"
     assert edited.sources is not None and edited.id != conv.store.all_messages(
@@ -163,7 +163,7 @@ def test_editing_retrieves_for_the_new_text_and_retry_does_not(conv):
 
 def test_no_collection_in_use_sends_the_text_alone(conv):
     conv.retrieval.use(None)
-    last(conv.send("Plain question"))
+    last(conv.turns.send("Plain question"))
     assert conv.messages[-2].content == "Plain question" and conv.messages[-2].sources is None
     assert conv.retrieval.last is None
 
@@ -176,22 +176,22 @@ def test_a_changed_file_is_said_by_its_source(conv, notes):
 
 
 def test_fork_and_export_keep_the_sources(conv, tmp_path):
-    last(conv.send("Where do herons nest?"))
+    last(conv.turns.send("Where do herons nest?"))
     sources = conv.messages[-2].sources
     _, copy = conv.fork()
     assert conv.session.id == copy.id and conv.messages[-2].sources == sources
-    path = conv.export("json", str(tmp_path / "out.json"), base_dir=tmp_path)
+    path = conv.saved.export("json", str(tmp_path / "out.json"), base_dir=tmp_path)
     data = json.loads(path.read_text())
     stored = [m for m in data["messages"] if m["role"] == "user"][0]
     assert [s["path"] for s in stored["sources"]] == [s.path for s in sources]
-    md = conv.export("md", str(tmp_path / "out.md"), base_dir=tmp_path).read_text()
+    md = conv.saved.export("md", str(tmp_path / "out.md"), base_dir=tmp_path).read_text()
     for s in sources:
         assert f"[{s.n}] {s.place}" in md
-    imported = conv.import_file(path)
+    imported = conv.saved.import_file(path)
     assert imported.messages[0].sources == sources
 
 
 def test_typing_prefill_waits_while_retrieving(conv):
-    assert conv.typed_tokens("Where do") is None  # the sources go in front: unknown yet
+    assert conv.typing.typed_tokens("Where do") is None  # the sources go in front: unknown yet
     conv.retrieval.use(None)
-    assert conv.typed_tokens("Where do") is not None
+    assert conv.typing.typed_tokens("Where do") is not None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mlxchat.config import Settings
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 from mlxchat.tui.app import create_app

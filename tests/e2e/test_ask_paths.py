@@ -8,7 +8,7 @@ import re
 import pytest
 
 from mlxchat import cli
-from mlxchat.session.conversation import Conversation
+from mlxchat.session.turns import TurnRunner
 from mlxchat.store import open_store
 
 
@@ -23,15 +23,15 @@ def titles() -> list[str]:
         return sorted(s.title for s in store.list_sessions(limit=100))
 
 
-def test_ask_with_and_without_a_session_go_through_conversation_send(
+def test_ask_with_and_without_a_session_go_through_the_conversation_s_turns(
         capsys, monkeypatch, tiny_model_dir):
     calls: list[str] = []
-    real_send = Conversation.send
+    real_send = TurnRunner.send
 
     def counting_send(self, text):
         calls.append(text)
         return real_send(self, text)
-    monkeypatch.setattr(Conversation, "send", counting_send)
+    monkeypatch.setattr(TurnRunner, "send", counting_send)
     code, one_off, _ = ask(capsys, tiny_model_dir, "--max-tokens", "3", "one-off")
     assert code == 0 and one_off["generated_tokens"] >= 1
     code, named, _ = ask(capsys, tiny_model_dir, "--max-tokens", "3", "--session", "kept", "hi")
@@ -130,7 +130,7 @@ def test_sessions_delete_removes_its_kv_segment_files(capsys, tiny_model_dir):
 
     for q in ("one", "two"):
         assert ask(capsys, tiny_model_dir, "--max-tokens", "2", "--session", "gone", q)[0] == 0
-    segments = sorted(paths.snapshots_dir().glob("*.safetensors"))
+    segments = sorted(paths.kv_dir().glob("*.safetensors"))
     # Each ask closes the session, joining its segment files into one.
     assert [p.name[:4] for p in segments] == ["cmp-"]
     assert cli.main(["sessions", "delete", "gone", "--yes"]) == 0

@@ -18,7 +18,7 @@ from mlxchat import paths
 from mlxchat.config import Settings
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TurnDone
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.models.tiny import write_tiny_model
 from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
@@ -26,9 +26,10 @@ from mlxchat.store import open_store
 CHILD = textwrap.dedent("""
     import os, signal, sys
     from mlxchat.config import Settings
-    from mlxchat.engine import ChatEngine
+    from mlxchat.engine.core import ChatEngine
     from mlxchat.models.loader import load_folder
-    from mlxchat.session import Conversation, compaction
+    from mlxchat.session import compaction
+    from mlxchat.session.conversation import Conversation
     from mlxchat.store import open_store
     from mlxchat.store.segments import Segments
 
@@ -61,7 +62,7 @@ STEPS = ("write", "rename", "rows", "delete")
 
 
 def _send(conv: Conversation, text: str) -> TurnDone:
-    return [e for e in conv.send(text) if isinstance(e, TurnDone)][-1]
+    return [e for e in conv.turns.send(text) if isinstance(e, TurnDone)][-1]
 
 
 def _make(model, db) -> Conversation:
@@ -78,7 +79,7 @@ def test_a_join_killed_at_any_step_loses_nothing(step, tmp_path, mlxchat_home):
     conv = _make(model, db)
     for q in ("One.", "Two?", "Three!"):
         _send(conv, q)
-    sid, held = conv.session.id, conv.state().cached_tokens
+    sid, held = conv.session.id, conv.views.state().cached_tokens
     conv.close(compact=False)  # as after a crash: one file per turn
     child = subprocess.run([sys.executable, "-c", CHILD, str(model), str(db), str(sid), step],
                            capture_output=True, timeout=120, env=os.environ.copy())
@@ -87,9 +88,9 @@ def test_a_join_killed_at_any_step_loses_nothing(step, tmp_path, mlxchat_home):
     again = _make(model, db)
     again.open_session(sid)
     rows = again.store.segments.on_branch(again.session.leaf_id)
-    assert all(paths.snapshot_file(r.path).is_file() for r in rows)
-    assert again.last_snapshot.ok and again.last_snapshot.reason is None
-    assert again.state().cached_tokens == held
+    assert all(paths.kv_file(r.path).is_file() for r in rows)
+    assert again.cache.last_load.ok and again.cache.last_load.reason is None
+    assert again.views.state().cached_tokens == held
     nxt = _send(again, "Four.")
     assert nxt.stats.reused_tokens == held
     again.close()  # joins again, and deletes what the kill left
@@ -97,7 +98,7 @@ def test_a_join_killed_at_any_step_loses_nothing(step, tmp_path, mlxchat_home):
     named = {os.path.basename(r.path)
              for r in store.segments.on_branch(store.get_session(sid).leaf_id)}
     store.close()
-    assert len(named) == 1 and set(os.listdir(paths.snapshots_dir())) == named
+    assert len(named) == 1 and set(os.listdir(paths.kv_dir())) == named
 
 
 def test_a_fifo_in_place_of_a_segment_answers_cold_and_exits(tmp_path, mlxchat_home):
@@ -112,7 +113,7 @@ def test_a_fifo_in_place_of_a_segment_answers_cold_and_exits(tmp_path, mlxchat_h
         return json.loads(proc.stdout)
 
     ask("Hello there.")
-    [segment] = [p for p in paths.snapshots_dir().iterdir() if p.name.startswith("seg-")]
+    [segment] = [p for p in paths.kv_dir().iterdir() if p.name.startswith("seg-")]
     segment.unlink()
     os.mkfifo(segment)
     out = ask("And then?")  # bounded by the timeout above: it must not wait on the pipe

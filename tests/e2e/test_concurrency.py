@@ -17,7 +17,8 @@ from mlxchat.engine.events import TurnDone
 from mlxchat.session import conversation as conversation_module
 from mlxchat.session import pending as pending_reply
 from mlxchat.session import turns as turns_module
-from mlxchat.session.conversation import Conversation, ConversationError
+from mlxchat.session.conversation import Conversation
+from mlxchat.session.errors import ConversationError
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 
@@ -67,7 +68,7 @@ def test_a_locked_database_never_stalls_the_stream_and_loses_no_reply(tiny, tmp_
         finally:
             stalls.append(time.perf_counter() - t0)
     monkeypatch.setattr(conv.store.drafts, "save", timed)
-    events = conv.send("Hello there.")  # the question is stored before the lock is taken
+    events = conv.turns.send("Hello there.")  # the question is stored before the lock is taken
     holder = hold_write_lock(tmp_path / "s.db")
     try:
         done = [e for e in events if isinstance(e, TurnDone)][0]
@@ -77,10 +78,10 @@ def test_a_locked_database_never_stalls_the_stream_and_loses_no_reply(tiny, tmp_
         with open_store(tmp_path / "s.db") as reader:
             assert [m.role for m in reader.get_session(sid).messages] == ["user"]
         with pytest.raises(ConversationError, match="not saved yet"):
-            conv.send("And then?")  # nothing may follow a reply the database lacks
+            conv.turns.send("And then?")  # nothing may follow a reply the database lacks
     finally:
         let_go(holder)
-    follow = [e for e in conv.send("And then?") if isinstance(e, TurnDone)][0]
+    follow = [e for e in conv.turns.send("And then?") if isinstance(e, TurnDone)][0]
     stored = conv.store.get_session(sid).messages
     assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
     assert stored[1].content == done.reply and stored[3].content == follow.reply
@@ -96,7 +97,7 @@ def test_a_reply_still_locked_at_quit_is_stored_by_the_next_open(tiny, tmp_path,
                                                                    monkeypatch):
     monkeypatch.setattr(conversation_module, "QUIT_SAVE_WAIT_S", 0.3)
     conv = make(tiny, tmp_path / "s.db", max_tokens=6)
-    events = conv.send("Hello there.")
+    events = conv.turns.send("Hello there.")
     holder = hold_write_lock(tmp_path / "s.db")
     try:
         done = [e for e in events if isinstance(e, TurnDone)][0]
@@ -119,7 +120,7 @@ def one_session(tiny, tmp_path) -> tuple[Settings, dict, Conversation]:
     opener = dict(store_factory=lambda: open_store(tmp_path / "s.db"),
                   load_model=lambda spec, progress=None: tiny)
     first = open_conversation(settings, **opener).conversation
-    [e for e in first.send("Hello.") if isinstance(e, TurnDone)]
+    [e for e in first.turns.send("Hello.") if isinstance(e, TurnDone)]
     return settings, opener, first
 
 

@@ -8,7 +8,7 @@ from mlxchat.chat import Message
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TurnDone
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.models.tiny import write_tiny_model
 
 

@@ -129,7 +129,7 @@ def test_an_unrelated_conversation_says_so(engine):
 def test_template_that_rewrites_earlier_turns_is_named(tmp_path):
     """Like reasoning models that drop earlier thinking: an earlier reply renders
     shorter in the next prompt than the tokens the cache holds for it."""
-    from mlxchat.models.loader import load_folder
+    from mlxchat.models import load_folder
     from mlxchat.models.tiny import write_tiny_model
 
     template = (

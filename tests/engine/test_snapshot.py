@@ -13,7 +13,7 @@ from mlx_lm.models.cache import load_prompt_cache, make_prompt_cache
 from mlxchat.chat import Message
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.disk import snapshot
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.models.tiny import write_tiny_model
 
 from .conftest import GREEDY, run

@@ -15,7 +15,7 @@ from mlxchat.engine.events import EngineError, TextDelta, TurnDone
 from mlxchat.engine.kv import prompt_cache
 from mlxchat.engine.speculative.lookup import Proposer
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.models.tiny import write_tiny_model
 
 from .conftest import run

@@ -14,7 +14,7 @@ from mlxchat.config import Settings
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TurnDone
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
@@ -39,7 +39,7 @@ def opener(loaded, db, fam: Family, **kw):
 
 
 def ask(conv: Conversation, text: str) -> TurnDone:
-    done = [e for e in conv.send(text) if isinstance(e, TurnDone)]
+    done = [e for e in conv.turns.send(text) if isinstance(e, TurnDone)]
     return done[0]
 
 
@@ -110,7 +110,7 @@ def test_edit_of_turn_two_and_a_retry(family, tmp_path):
         assert edited.stats.miss_reason.startswith("history edited at message")
     else:
         assert edited.stats.cache_source == "snapshot" and edited.stats.miss_reason is None
-    retried = answer_again(conv.retry())
+    retried = answer_again(conv.turns.retry())
     assert retried.token_ids == edited.token_ids  # greedy: the same answer again
     conv.shutdown()
     # The same branch answered by a fresh engine from nothing agrees.
@@ -119,11 +119,11 @@ def test_edit_of_turn_two_and_a_retry(family, tmp_path):
                         model_spec="tiny", session=None, keep_snapshots=False)
     cold.open_session(conv.session.id)
     cold.engine.drop_cache()
-    again = answer_again(cold.retry())
+    again = answer_again(cold.turns.retry())
     assert again.token_ids == edited.token_ids
     # The retried reply extends the token ledger: the next turn reuses all of it
     # (it was stored without its ids, and a window or recurrent state went cold).
-    held = cold.state().cached_tokens
+    held = cold.views.state().cached_tokens
     follow = ask(cold, "And after the retry?")
     assert cold.messages[-3].token_ids is not None
     assert (follow.stats.reused_tokens, follow.stats.miss_reason) == (held, None)
@@ -172,10 +172,10 @@ def test_context_says_when_the_ledger_differs_from_the_template(models_by_name, 
     settings = Settings(system_prompt=fam.system, generation=GREEDY)
     conv = open_conversation(settings, store_factory=lambda: open_store(tmp_path / "s.db"),
                              load_model=lambda spec, progress=None: loaded).conversation
-    assert conv.ledger_note() is None  # nothing sent yet
+    assert conv.views.ledger_note() is None  # nothing sent yet
     ask(conv, QUESTIONS[0])
     ask(conv, QUESTIONS[1])
-    note = conv.ledger_note()
+    note = conv.views.ledger_note()
     assert note and "/set history template" in note
     conv.shutdown()
 
@@ -186,8 +186,8 @@ def test_the_cache_dtype_is_known_before_the_first_token(family, tmp_path):
     cache has once it holds the first turn."""
     fam, loaded = family
     conv = opener(loaded, tmp_path / "s.db", fam)().conversation
-    before = conv.state().kv_dtype
+    before = conv.views.state().kv_dtype
     ask(conv, QUESTIONS[0])
     assert before in ("fp16", "bf16", "fp32")
-    assert conv.state().kv_dtype == before
+    assert conv.views.state().kv_dtype == before
     conv.shutdown()

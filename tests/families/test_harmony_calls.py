@@ -16,8 +16,7 @@ from mlxchat.engine.speculative.streams import plain_stream
 from mlxchat.engine.turn import reasoning
 from mlxchat.engine.turn.decode import Reply, decode
 from mlxchat.generation import GenerationSettings
-from mlxchat.models import tools
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder, tools
 from mlxchat.models.markup import call_start
 from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
@@ -105,9 +104,9 @@ def test_the_conversation_formats_a_stored_gpt_oss_call(oss, tmp_path):
                         store=open_store(tmp_path / "s.db"), engine=ChatEngine(oss),
                         model_spec="tiny")
     answer = call_start("functions.get_weather") + json.dumps(ARGS) + "<|call|>"
-    shown = conv.display_text(answer)
+    shown = conv.views.display_text(answer)
     assert shown.startswith("**Tool call** `get_weather`") and "<|" not in shown
-    stream = conv.reply_stream()
+    stream = conv.views.reply_stream()
     pieces = [stream.add(answer[i:i + 5]) for i in range(0, len(answer), 5)]
     assert "".join(pieces[:-1]) == ""  # nothing of a call in progress is shown
     assert ("".join(pieces) + stream.finish()).strip("\n") == shown

@@ -12,7 +12,7 @@ from mlxchat import paths
 from mlxchat.config import Settings
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TurnDone
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 
@@ -40,13 +40,13 @@ def test_a_loaded_prefix_answers_as_a_computed_one(name, tmp_path):
         settings.generation.max_tokens = 6
         conv = Conversation(settings=settings, store=open_store(tmp_path / "s.db"),
                             engine=ChatEngine(loaded), model_spec=name)
-        conv.pin(doc, DOC)
-        n = len(conv.prefix_tokens())
-        done = [e for e in conv.send("What is fact 7?") if isinstance(e, TurnDone)][-1]
-        replies.append((conv.last_prefix.how, done.stats.reused_tokens, done.token_ids))
+        conv.pins.pin(doc, DOC)
+        n = len(conv.pins.prefix_tokens())
+        done = [e for e in conv.turns.send("What is fact 7?") if isinstance(e, TurnDone)][-1]
+        replies.append((conv.pins.last_prefix.how, done.stats.reused_tokens, done.token_ids))
         conv.close()
     (how_a, reused_a, ids_a), (how_b, reused_b, ids_b) = replies
     assert (how_a, reused_a) == ("computed", 0) and (how_b, reused_b) == ("loaded", n)
     assert n > 24  # longer than any sliding window here: it wrapped inside the document
     assert ids_b == ids_a
-    assert len(list(paths.snapshots_dir().glob("prefix-*.safetensors"))) == 1
+    assert len(list(paths.kv_dir().glob("prefix-*.safetensors"))) == 1

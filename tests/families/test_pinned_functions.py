@@ -14,7 +14,7 @@ from mlxchat.engine.prompt import jinja
 from mlxchat.engine.prompt.delta import TemplateOptions
 from mlxchat.engine.prompt.jinja import apply_template
 from mlxchat.engine.prompt.render import render
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 
 from .builders import FAMILIES, write_family_model
 

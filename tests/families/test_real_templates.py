@@ -19,8 +19,8 @@ import pytest
 from transformers.utils import chat_template_utils
 
 from mlxchat.engine.prompt.jinja import SessionClock, apply_template
+from mlxchat.models import load_folder
 from mlxchat.models.info import takes_system
-from mlxchat.models.loader import load_folder
 from mlxchat.session.ledger import options_for
 
 from .builders import Family, with_template, write_family_model

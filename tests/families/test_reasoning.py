@@ -11,7 +11,8 @@ from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.engine.prompt.delta import TemplateOptions
 from mlxchat.engine.turn import reasoning
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
+from mlxchat.models.markup import Markup, markup_of
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.ledger import key_for, options_for
 from mlxchat.session.root import open_conversation
@@ -44,7 +45,7 @@ def labelled(tok, prompt: list[int], ids: list[int], markup=None):
 
 def test_think_tags_split_reasoning_from_the_answer(model):
     tok = model("qwen3").tokenizer
-    assert reasoning.markup_of(tok).kind == "think"
+    assert markup_of(tok).kind == "think"
     thought, answer = "plan the reply", "Here it is."
     ids = encode(tok, f"<think>\n{thought}\n</think>\n\n{answer}")
     shown, split = labelled(tok, encode(tok, "<|im_start|>assistant\n"), ids)
@@ -61,7 +62,7 @@ def test_a_prompt_that_opens_a_think_block_starts_in_reasoning(model):
     tok = model("qwen3_moe-r1").tokenizer
     prompt = list(tok.apply_chat_template([{"role": "user", "content": "hi"}],
                                           add_generation_prompt=True))
-    markup = reasoning.markup_of(tok)
+    markup = markup_of(tok)
     assert reasoning.starts_in_reasoning(markup, prompt)
     ids = encode(tok, "still thinking</think>done")
     result = reasoning.split_reply(tok, prompt, ids)
@@ -70,12 +71,12 @@ def test_a_prompt_that_opens_a_think_block_starts_in_reasoning(model):
     qwen = model("qwen3").tokenizer
     closed = list(qwen.apply_chat_template([{"role": "user", "content": "hi"}],
                                            add_generation_prompt=True, enable_thinking=False))
-    assert not reasoning.starts_in_reasoning(reasoning.markup_of(qwen), closed)
+    assert not reasoning.starts_in_reasoning(markup_of(qwen), closed)
 
 
 def test_harmony_channels(model):
     tok = model("gpt_oss").tokenizer
-    assert reasoning.markup_of(tok).kind == "harmony"
+    assert markup_of(tok).kind == "harmony"
     prompt = list(tok.apply_chat_template([{"role": "user", "content": "hi"}],
                                           add_generation_prompt=True))
     reply = ("<|channel|>analysis<|message|>User says hi.<|end|>"
@@ -90,7 +91,7 @@ def test_harmony_channels(model):
 
 def test_a_multi_token_marker_is_held_back_until_told_apart(model):
     tok = model("qwen3").tokenizer
-    markup = reasoning.Markup("think", start=tuple(encode(tok, "<t>")),
+    markup = Markup("think", start=tuple(encode(tok, "<t>")),
                               end=tuple(encode(tok, "</t>")))
     ids = encode(tok, "a <b <t>x</t>y<")
     shown, split = labelled(tok, [], ids, markup)
@@ -109,7 +110,7 @@ def conversation(loaded, tmp_path, **generation) -> Conversation:
 def test_engine_streams_and_stores_reasoning_apart(model, tmp_path):
     loaded = model("qwen3_moe-r1")  # its generation prompt opens reasoning
     conv = conversation(loaded, tmp_path, max_tokens=4, max_reasoning_tokens=7)
-    events = list(conv.send("Why is the sky blue?"))
+    events = list(conv.turns.send("Why is the sky blue?"))
     done = events[-1]
     assert isinstance(done, TurnDone)
     deltas = [e for e in events if isinstance(e, TextDelta)]
@@ -141,9 +142,9 @@ def test_thinking_switch_reaches_the_template_but_not_the_ledger_key(model, tmp_
     off = options_for(session, GenerationSettings(thinking=False))
     assert off.kwargs()["enable_thinking"] is False
     assert key_for(conv.engine, session, on) == key_for(conv.engine, session, off)
-    list(conv.send("First question"))
+    list(conv.turns.send("First question"))
     conv.update_generation(GenerationSettings(temperature=0.0, max_tokens=3, thinking=False))
-    list(conv.send("Second question"))
+    list(conv.turns.send("Second question"))
     first, second = (m for m in conv.messages if m.role == "user")
     assert end not in first.token_ids and end in second.token_ids
     assert second.ledger_key == first.ledger_key and not second.ledger_start
@@ -185,9 +186,9 @@ def test_think_and_reasoning_effort_commands(model, tmp_path):
     assert qwen.generation.reasoning_effort is None
     qwen.shutdown()
     oss = conversation(model("gpt_oss"), tmp_path / "g", max_tokens=2)
-    assert oss.model_info.reasoning == "harmony"
+    assert oss.views.model_info.reasoning == "harmony"
     assert run(oss, "/set reasoning_effort high").ok
-    list(oss.send("hello"))
+    list(oss.turns.send("hello"))
     first = oss.messages[0]
     assert "Reasoning: high" in model("gpt_oss").tokenizer.decode(first.token_ids)
     assert not run(oss, "/set reasoning_effort extreme").ok
@@ -210,7 +211,7 @@ def test_the_reply_reserve_counts_reasoning_for_models_that_reason(model):
 
 def test_stats_split_reasoning_and_answer(model, tmp_path):
     conv = conversation(model("qwen3_moe-r1"), tmp_path, max_tokens=3, max_reasoning_tokens=5)
-    done = [e for e in conv.send("Why?") if isinstance(e, TurnDone)][0]
+    done = [e for e in conv.turns.send("Why?") if isinstance(e, TurnDone)][0]
     table = run(conv, "/stats")
     rows = dict(table.rows)
     s = done.stats

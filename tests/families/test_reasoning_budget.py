@@ -13,8 +13,8 @@ import pytest
 from mlxchat.config import Settings
 from mlxchat.engine.turn import reasoning
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.loader import load_folder
-from mlxchat.models.markup import FINAL
+from mlxchat.models import load_folder
+from mlxchat.models.markup import FINAL, markup_of
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 
@@ -52,7 +52,7 @@ def open_conv(loaded, tmp_path, *, load=None, **generation):
 
 
 def closing_of(tok) -> list[int]:
-    markup = reasoning.markup_of(tok)
+    markup = markup_of(tok)
     if markup.kind == "think":
         return list(markup.end)
     return list(tok.encode("<|end|>" + FINAL, add_special_tokens=False))
@@ -100,7 +100,7 @@ def test_what_closes_the_reasoning_depends_on_where_gpt_oss_is(models):
     after its end: the head alone; in a header: nothing yet (it may open the
     final channel itself); in the answer: nothing to close."""
     tok = models("oss-analysis").tokenizer
-    markup = reasoning.markup_of(tok)
+    markup = markup_of(tok)
     enc = lambda text: tok.encode(text, add_special_tokens=False)  # noqa: E731
     prompt = enc("<|start|>user<|message|>hi<|end|><|start|>assistant<|channel|>analysis"
                  "<|message|>")
@@ -128,7 +128,7 @@ def test_the_close_under_speculation_keeps_the_cache_exact(models, tmp_path, mod
     conv = open_conv(loaded, tmp_path, max_tokens=6, speculative=mode, draft_tokens=3,
                      load=lambda spec, progress=None: draft if spec == "tiny-draft" else loaded)
     if mode == "draft":
-        conv.set_draft("tiny-draft")
+        conv.speculation.set_draft("tiny-draft")
     first = ask(conv, "Why is the sky blue?")
     assert first.stats.spec_mode == mode
     check_closed(conv, first)

@@ -11,7 +11,7 @@ from mlxchat.commands import CommandContext, default_registry
 from mlxchat.config import Settings
 from mlxchat.engine.events import TurnDone
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 
@@ -34,13 +34,13 @@ def test_system_prompt_is_folded_into_the_first_message(tmp_path):
                                load_model=lambda spec, progress=None: loaded)
     assert any(NO_SYSTEM_ROLE in text.lower() for text, _ in opened.notices)
     conv = opened.conversation
-    done = [e for e in conv.send("Bonjour?") if isinstance(e, TurnDone)][0]
+    done = [e for e in conv.turns.send("Bonjour?") if isinstance(e, TurnDone)][0]
     assert done.stats.finish_reason in ("stop", "length")
     first = loaded.tokenizer.decode(conv.messages[0].token_ids)
     # One user turn that starts with the system prompt; no system turn.
     assert first.count("<start_of_turn>user\n") == 1
     assert f"<start_of_turn>user\n{SYSTEM}\n\nBonjour?<end_of_turn>" in first
-    follow = [e for e in conv.send("Encore?") if isinstance(e, TurnDone)][0]
+    follow = [e for e in conv.turns.send("Encore?") if isinstance(e, TurnDone)][0]
     assert follow.stats.miss_reason is None  # the ledger goes on as usual
     said = default_registry().run("/system Be brief.", CommandContext(conversation=conv))
     assert said.ok and NO_SYSTEM_ROLE in said.text and "\n" not in said.text

@@ -10,7 +10,7 @@ from mlxchat.chat import Message
 from mlxchat.engine.prompt import delta
 from mlxchat.engine.prompt.delta import TemplateOptions
 from mlxchat.engine.prompt.render import render
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 
 from .builders import FAMILIES, write_family_model
 

@@ -11,8 +11,7 @@ from mlxchat.config import Settings
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TextDelta
 from mlxchat.generation import GenerationSettings
-from mlxchat.models import tools
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder, tools
 from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 from mlxchat.tui.widgets import AssistantMessage, Transcript
@@ -44,14 +43,14 @@ def test_tool_calls_are_parsed_with_the_model_parser(tmp_path):
     assert tok.tool_call_start == "<tool_call>"
     pieces = tools.split_tool_calls(tok, REPLY)
     assert pieces == ["Let me check.", tools.ToolCall("get_weather", CALL["arguments"])]
-    shown = conv.display_text(REPLY)
+    shown = conv.views.display_text(REPLY)
     assert "<tool_call>" not in shown and "`get_weather`" in shown
     block = shown.split("```json\n")[1].split("\n```")[0]
     assert json.loads(block) == CALL["arguments"]
     # A call cut short (a stopped reply) stays as it was written.
     cut = REPLY[:-len("</tool_call>") - 5]
-    assert conv.display_text(cut) == cut
-    assert conv.display_text("No tools here.") == "No tools here."
+    assert conv.views.display_text(cut) == cut
+    assert conv.views.display_text("No tools here.") == "No tools here."
     conv.close()
 
 
@@ -60,7 +59,7 @@ async def test_the_transcript_shows_the_formatted_block(tmp_path):
     app = HostApp(lambda: Transcript())
     async with app.run_test(size=(100, 30)) as pilot:
         transcript = app.query_one(Transcript)
-        transcript.formatter = conv.display_text
+        transcript.formatter = conv.views.display_text
         await transcript.load([Message("user", "Weather?"), Message("assistant", REPLY)])
         reply = await transcript.start_reply()
         await reply.append(REPLY)
@@ -69,7 +68,7 @@ async def test_the_transcript_shows_the_formatted_block(tmp_path):
         stored, streamed = transcript.query(AssistantMessage)
         for message in (stored, streamed):
             assert message.text == REPLY  # the answer as sampled is kept
-            assert message.markdown.source == conv.display_text(REPLY) != REPLY
+            assert message.markdown.source == conv.views.display_text(REPLY) != REPLY
     conv.close()
 
 
@@ -84,7 +83,7 @@ async def test_a_streaming_call_shows_as_a_block_once_complete(tmp_path, monkeyp
     app = HostApp(lambda: Transcript())
     async with app.run_test(size=(100, 30)) as pilot:
         transcript = app.query_one(Transcript)
-        transcript.formatter, transcript.reply_format = conv.display_text, conv.reply_stream
+        transcript.formatter, transcript.reply_format = conv.views.display_text, conv.views.reply_stream
         reply = await transcript.start_reply()
         markdown = reply.message.markdown
         rerendered: list[str] = []
@@ -105,7 +104,7 @@ async def test_a_streaming_call_shows_as_a_block_once_complete(tmp_path, monkeyp
         await reply.finish()
         await pilot.pause()
         assert rerendered == []
-        assert markdown.source.strip("\n") == conv.display_text(text).strip("\n")
+        assert markdown.source.strip("\n") == conv.views.display_text(text).strip("\n")
         assert "Let me check." in markdown.source and markdown.source.rstrip().endswith("Done.")
     conv.close()
 
@@ -114,7 +113,7 @@ def test_streamed_markdown_is_the_finished_markdown_at_any_chunking(tmp_path):
     conv = conversation(tmp_path)
     text = f"a < b <tool<{REPLY}<tool_call>not json</tool_call> then {REPLY}<tool_call>{{\"na"
     for size in range(1, 9):
-        stream = conv.reply_stream()
+        stream = conv.views.reply_stream()
         joined = "".join(stream.add(text[i:i + size]) for i in range(0, len(text), size))
-        assert (joined + stream.finish()).strip("\n") == conv.display_text(text)
+        assert (joined + stream.finish()).strip("\n") == conv.views.display_text(text)
     conv.close()

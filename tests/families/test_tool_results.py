@@ -14,7 +14,7 @@ from mlxchat.engine.prompt import delta
 from mlxchat.engine.prompt.delta import TemplateOptions
 from mlxchat.engine.prompt.fit import fit
 from mlxchat.engine.prompt.render import TemplateRefused, render, template_call_id
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 
 from .builders import with_template, write_family_model
 

@@ -131,9 +131,8 @@ def test_new_reader_keeps_the_old_arrays_and_perplexity(bundled_model_dir, prose
     very same arrays (after the q/k row fix) and so the same perplexity."""
     import shutil
 
+    from mlxchat.models import bundled_gguf, load_folder
     from mlxchat.models.gguf_arch import ARCHS, mlx_name, unpermute
-    from mlxchat.models.gguf_import import bundled_gguf
-    from mlxchat.models.loader import load_folder
 
     old = mx.load(str(bundled_gguf()))
     ours = mx.load(str(bundled_model_dir / "model.safetensors"))

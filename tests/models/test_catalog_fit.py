@@ -7,8 +7,7 @@ import json
 from importlib import resources
 
 from mlxchat import cli
-from mlxchat.models import catalog, memory
-from mlxchat.models.resolve import list_models
+from mlxchat.models import catalog, list_models, memory
 
 
 def test_one_line_per_entry_with_every_figure():

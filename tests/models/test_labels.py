@@ -9,8 +9,8 @@ import mlx.nn as nn
 import pytest
 from mlx.utils import tree_flatten
 
+from mlxchat.models import load_folder
 from mlxchat.models.info import parameter_counts, quantization_label
-from mlxchat.models.loader import load_folder
 
 from tests.families.builders import FAMILIES, write_family_model
 

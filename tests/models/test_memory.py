@@ -11,9 +11,7 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxchat.engine.kv import layers, prompt_cache
-from mlxchat.models import memory
-from mlxchat.models.errors import ModelError
-from mlxchat.models.loader import load_folder
+from mlxchat.models import ModelError, load_folder, memory
 
 from tests.families.builders import FAMILIES, write_family_model
 
@@ -112,8 +110,7 @@ def test_rope_scaling_passes_through_to_the_model(folders):
 
 def test_a_catalog_alias_passes_rope_scaling_to_the_model(folders):
     from mlxchat import paths
-    from mlxchat.models import catalog
-    from mlxchat.models.resolve import load_model
+    from mlxchat.models import add_user_alias, catalog, load_model
 
     path = paths.user_catalog_file()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -124,5 +121,5 @@ def test_a_catalog_alias_passes_rope_scaling_to_the_model(folders):
     assert type(loaded.model.model.layers[0].self_attn.rope).__name__ == "YarnRoPE"
     assert loaded.info.context_window == 16384
     # Rewriting the file (another alias added) keeps the option.
-    catalog.add_user_alias("other", str(folders["qwen3"]))
+    add_user_alias("other", str(folders["qwen3"]))
     assert catalog.lookup("long").rope_scaling["factor"] == 4.0

@@ -8,9 +8,8 @@ import mlx.core as mx
 import pytest
 from mlx.utils import tree_flatten
 
-from mlxchat.models import import_gguf, load_model, precision
+from mlxchat.models import import_gguf, load_folder, load_model, precision
 from mlxchat.models.info import recast
-from mlxchat.models.loader import load_folder
 
 from tests.models.loud_gemma import perplexity, reference, sampled_ids, write_loud_gemma
 

@@ -14,8 +14,8 @@ from mlxchat.engine.events import TurnDone
 from mlxchat.engine.prompt import control
 from mlxchat.engine.prompt.control import spliced_ids
 from mlxchat.engine.prompt.render import as_dicts, render
-from mlxchat.models.loader import load_folder
-from mlxchat.store.export import import_json
+from mlxchat.models import load_folder
+from mlxchat.store.importing import import_json
 
 from tests.commands.conftest import conv, copied, ctx, home, registry, send, shelf, tiny_b  # noqa: F401
 from tests.families.builders import with_template, write_family_model
@@ -120,7 +120,7 @@ def test_an_imported_session_cannot_inject_turns(conv):
                               "content": CHATML_ATTACK}]}
     session = import_json(conv.store, json.dumps(document))
     conv.open_session(session.id)
-    done = [e for e in conv.retry() if isinstance(e, TurnDone)][0]
+    done = [e for e in conv.turns.retry() if isinstance(e, TurnDone)][0]
     # The template's default system turn, the user turn and the reply's header.
     assert conv.engine.cached_tokens[:done.stats.prompt_tokens].count(IM_START) == 3
 

@@ -40,7 +40,7 @@ def turn(tiny) -> None:  # noqa: F811
     settings.generation.max_tokens = 4
     conv = Conversation(settings=settings, store=open_store(), engine=ChatEngine(tiny),
                         model_spec="tiny")
-    assert [e for e in conv.send("Hello.") if isinstance(e, TurnDone)]
+    assert [e for e in conv.turns.send("Hello.") if isinstance(e, TurnDone)]
     conv.close()
     conv.store.close()
 
@@ -83,7 +83,7 @@ def dead_pid() -> int:
 
 
 def test_temp_files_of_killed_writes_are_removed_on_open(tmp_path):
-    folder = paths.ensure_private_dir(paths.snapshots_dir())
+    folder = paths.ensure_private_dir(paths.kv_dir())
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         files = {

@@ -27,7 +27,7 @@ def make(tiny, session=None) -> Conversation:  # noqa: F811
 
 
 def turn(conv: Conversation, text: str) -> TurnDone:
-    return [e for e in conv.send(text) if isinstance(e, TurnDone)][-1]
+    return [e for e in conv.turns.send(text) if isinstance(e, TurnDone)][-1]
 
 
 def close(conv: Conversation) -> None:
@@ -52,9 +52,9 @@ def test_a_copied_home_neither_reads_nor_deletes_the_originals_snapshots(
     monkeypatch.setenv("MLXCHAT_HOME", str(copy))
     again = make(tiny)
     again.open_session(sid)
-    assert again.last_snapshot is not None and again.last_snapshot.ok
+    assert again.cache.last_load is not None and again.cache.last_load.ok
     [record] = again.store.segments.on_branch(again.session.leaf_id)
-    assert paths.snapshot_file(record.path).is_relative_to(copy.resolve())
+    assert paths.kv_file(record.path).is_relative_to(copy.resolve())
     turn(again, "And then?")
     close(again)
     assert snapshot_files(mlxchat_home) == original  # the original home is untouched
@@ -71,7 +71,7 @@ def test_a_moved_home_keeps_working(tiny, mlxchat_home, tmp_path, monkeypatch): 
     monkeypatch.setenv("MLXCHAT_HOME", str(moved))
     again = make(tiny)
     again.open_session(sid)
-    assert again.last_snapshot is not None and again.last_snapshot.ok
+    assert again.cache.last_load is not None and again.cache.last_load.ok
     done = turn(again, "And then?")
     assert done.stats.cache_source == "snapshot" and done.stats.reused_tokens > 0
     close(again)
@@ -85,7 +85,7 @@ def test_a_crafted_row_is_never_read_or_deleted(tiny, mlxchat_home, tmp_path,  #
     victim.write_text("precious")
     conv = make(tiny)
     turn(conv, "Hello there.")
-    folder = paths.snapshots_dir()
+    folder = paths.kv_dir()
     (folder / "link.safetensors").symlink_to(victim)
     row = recorded.format(victim=victim, name=Path(*victim.parts[-3:]))
     db = sqlite3.connect(paths.database_file())
@@ -93,16 +93,16 @@ def test_a_crafted_row_is_never_read_or_deleted(tiny, mlxchat_home, tmp_path,  #
     db.commit()
     db.close()
     [crafted] = conv.store.segments.on_branch(conv.session.leaf_id)
-    assert paths.snapshot_file(crafted.path) is None  # treated as missing
-    conv.restore_snapshot()
-    assert not conv.last_snapshot.ok and "file missing" in conv.last_snapshot.reason
+    assert paths.kv_file(crafted.path) is None  # treated as missing
+    conv.cache.restore()
+    assert not conv.cache.last_load.ok and "file missing" in conv.cache.last_load.reason
     turn(conv, "Again.")  # a new segment, in the snapshots folder
-    assert paths.snapshot_file(conv.store.segments.on_branch(conv.session.leaf_id)[-1].path)
+    assert paths.kv_file(conv.store.segments.on_branch(conv.session.leaf_id)[-1].path)
     db = sqlite3.connect(paths.database_file())
     db.execute("UPDATE kv_segments SET path = ?", (row,))
     db.commit()
     db.close()
-    conv.drop_snapshot()
+    conv.cache.drop()
     close(conv)
     assert victim.read_text() == "precious"
 
@@ -116,7 +116,7 @@ def test_the_migration_keeps_rows_inside_the_data_folder_and_drops_the_rest(tmp_
             conn.execute(statement)
     conn.execute("PRAGMA user_version = 4")
     conn.execute("INSERT INTO sessions (id, created, updated) VALUES (1, 0, 0), (2, 0, 0)")
-    inside = paths.snapshots_dir() / "session-1-None.safetensors"
+    inside = paths.kv_dir() / "session-1-None.safetensors"
     for sid, path in ((1, str(inside)), (2, str(tmp_path / "elsewhere.safetensors"))):
         conn.execute("INSERT INTO snapshots (session_id, path, sha256, token_count, file_bytes,"
                      " mlx_lm_version, created) VALUES (?, ?, 'x', 1, 1, 'v', 0)", (sid, path))

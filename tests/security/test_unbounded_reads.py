@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from mlxchat.store import StoreError, open_store
-from mlxchat.store.export import IMPORT_LIMIT_BYTES, import_json
+from mlxchat.store.importing import IMPORT_LIMIT_BYTES, import_json
 
 from tests.commands.conftest import conv, copied, ctx, home, registry, shelf, tiny_b  # noqa: F401
 
@@ -58,4 +58,4 @@ def test_an_import_over_the_limit_is_refused_before_reading(tmp_path):
 def test_attach_reads_a_file_whose_size_on_disk_is_zero(registry, ctx, conv):
     result = registry.run("/attach /proc/self/status", ctx)
     assert result.ok, result.text
-    assert "Name:" in conv.attachments[0].text
+    assert "Name:" in conv.turns.attachments[0].text

@@ -52,7 +52,8 @@ def serve(tiny, db: Path, *, api_key: str | None = None, max_waiting: int = 8,
           max_body_bytes: int = 1 << 20, max_tokens: int = 8,
           kv_budget_bytes: int | None = None) -> Served:
     conv = open_tiny(tiny, db, max_tokens)
-    service = ChatService(conv, max_waiting=max_waiting, kv_budget_bytes=kv_budget_bytes)
+    service = ChatService(conv, store=conv.store, engine=conv.engine, max_waiting=max_waiting,
+                          kv_budget_bytes=kv_budget_bytes)
     app = build_app(service, api_key=api_key, max_body_bytes=max_body_bytes)
     server = RunningServer(app, host="127.0.0.1", port=0).start()
     return Served(conv, service, server)
@@ -103,7 +104,7 @@ def real_qwen3(folder):
     """A tiny random Qwen3 speaking through Qwen3's real published template."""
     from pathlib import Path
 
-    from mlxchat.models.loader import load_folder
+    from mlxchat.models import load_folder
 
     from tests.families.builders import with_template, write_family_model
 

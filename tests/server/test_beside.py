@@ -13,8 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from mlxchat.models import precision
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder, precision
 from mlxchat.models.tiny import write_tiny_model
 from mlxchat.server.beside import ServeControl, SharedServer
 from mlxchat.server.options import ServeOptions
@@ -54,7 +53,7 @@ def shared(chat):
 
 def test_the_api_loads_a_draft_as_itself_not_as_the_chat_model(shared, tiny, tiny_d):
     api = shared.conversation
-    assert api.set_draft("tiny-d") == "tiny-d"
+    assert api.speculation.set_draft("tiny-d") == "tiny-d"
     assert api.engine.draft_spec == "tiny-d"
     assert api.engine.draft_info.name == "tiny-d"
 

@@ -27,7 +27,7 @@ def client(url: str) -> OpenAI:
 def direct_reply(tiny, tmp_path, text: str, max_tokens: int) -> str:
     conv = open_tiny(tiny, tmp_path / "direct.db", max_tokens)
     try:
-        return next(e for e in conv.send(text) if isinstance(e, TurnDone)).reply
+        return next(e for e in conv.turns.send(text) if isinstance(e, TurnDone)).reply
     finally:
         conv.shutdown()
 
@@ -66,7 +66,7 @@ def _turn(api: OpenAI, messages: list[dict], text: str):
 def _check_reuse(served, usage, previous) -> None:
     """The cache supplied the whole earlier conversation; only the new message
     was prefilled, as the engine counted it."""
-    stats = served.conv.last_stats
+    stats = served.conv.turns.last_stats
     assert usage.prompt_tokens_details.cached_tokens == stats.reused_tokens
     assert usage.prompt_tokens == stats.prompt_tokens
     if previous is not None:
@@ -108,7 +108,7 @@ def test_after_a_restart_the_segments_supply_the_history(tiny, tmp_path):
             usage = _turn(api, messages, f"Turn {i} after the restart.")
             _check_reuse(again, usage, previous)
             if i == 0:
-                assert again.conv.last_stats.cache_source == "snapshot"
+                assert again.conv.turns.last_stats.cache_source == "snapshot"
             previous = usage
         assert len(again.conv.store.list_sessions()) == 1
     finally:
@@ -137,7 +137,7 @@ def test_a_named_session_is_found_by_header_or_user_field(served):
     assert reply.status == 200
     [session] = served.conv.store.list_sessions()
     assert session.title == "notes" and session.from_api
-    assert len(served.conv.branches()) == 2  # two conversations, two branches of one session
+    assert len(served.conv.saved.branches()) == 2  # two conversations, two branches of one session
 
 
 def _long_request(served, *, stream: bool) -> socket.socket:
@@ -183,7 +183,7 @@ def test_a_reply_the_server_stops_mid_stream_ends_with_an_error_not_a_finish(ser
         for chunk in stream:
             chunks.append(chunk)
             if len(chunks) == 4:
-                served.conv.cancel()  # what stopping the server (ctrl-c, /serve off) does
+                served.conv.turns.cancel()  # what stopping the server (ctrl-c, /serve off) does
     assert "The server stopped before the reply was finished" in str(caught.value)
     # The client never reads it as a finished reply.
     assert all(c.finish_reason is None for chunk in chunks for c in chunk.choices)

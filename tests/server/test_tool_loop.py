@@ -14,8 +14,8 @@ from openai import OpenAI
 from mlxchat.chat import CalledTool
 from mlxchat.engine.events import TurnDone
 from mlxchat.engine.turn import decode
+from mlxchat.server.api_turns import ApiRequest, ApiTurns, IncomingMessage
 from mlxchat.server.tool_calls import calls_signature
-from mlxchat.session.api_turns import ApiRequest, ApiTurns, IncomingMessage
 
 from tests.server.conftest import WEATHER, open_tiny, real_qwen3, request, serve
 
@@ -51,7 +51,7 @@ def _as_sent(reply) -> dict:
 
 def _extends(served, usage, previous) -> None:
     """Only the new part was prefilled: the cache held the whole earlier exchange."""
-    stats = served.conv.last_stats
+    stats = served.conv.turns.last_stats
     assert usage.prompt_tokens_details.cached_tokens == stats.reused_tokens \
         == previous.prompt_tokens + previous.completion_tokens
     assert usage.prompt_tokens == stats.prompt_tokens
@@ -72,7 +72,7 @@ def test_a_tool_loop_prefills_only_each_new_part_and_survives_a_restart(qwen3, t
         assert result.role == "tool" and not result.ledger_start
         text = qwen3.tokenizer.decode(result.token_ids)
         assert "<tool_response>" in text and '"sky": "clear"' in text
-        assert first.conv.last_stats.prefilled_tokens == len(result.token_ids)
+        assert first.conv.turns.last_stats.prefilled_tokens == len(result.token_ids)
     finally:
         first.stop()
     again = serve(qwen3, db, max_tokens=4)
@@ -80,7 +80,7 @@ def test_a_tool_loop_prefills_only_each_new_part_and_survives_a_restart(qwen3, t
         messages += [_as_sent(answered), {"role": "user", "content": "Thanks!"}]
         thanked = _ask(_client(again.url), messages)
         _extends(again, thanked.usage, answered.usage)
-        assert again.conv.last_stats.cache_source == "snapshot"
+        assert again.conv.turns.last_stats.cache_source == "snapshot"
         roles = [m.role for m in again.conv.messages]
         assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
         assert len(again.conv.store.list_sessions()) == 1
@@ -127,7 +127,7 @@ def test_a_reply_that_calls_tools_is_stored_with_its_calls_and_found_again(qwen3
     the server reads a call's markup), and everything after is real."""
     conv = open_tiny(qwen3, tmp_path / "s.db", max_tokens=4)
     try:
-        turns = ApiTurns(conv)
+        turns = ApiTurns(conv, conv.store)
         tools = json.dumps([WEATHER], sort_keys=True)
         call = CalledTool("get_weather", {"city": "Paris"}, "call_1")
         user = IncomingMessage("user", "Weather in Paris?")
@@ -231,7 +231,7 @@ def test_the_servers_own_call_sent_back_finds_its_branch(qwen3, tmp_path, monkey
 def test_several_results_are_stored_after_their_reply_and_extend_the_ledger(qwen3, tmp_path):
     conv = open_tiny(qwen3, tmp_path / "s.db", max_tokens=4)
     try:
-        turns = ApiTurns(conv)
+        turns = ApiTurns(conv, conv.store)
         tools = json.dumps([WEATHER], sort_keys=True)
         calls = (CalledTool("get_weather", {"city": "Paris"}, "c1"),
                  CalledTool("get_weather", {"city": "Oslo"}, "c2"))

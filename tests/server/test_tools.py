@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from openai import OpenAI
 
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.models.tools import ToolCall, call_markup
-from mlxchat.server.openai_api import _events, _Shape
+from mlxchat.server.openai_api import _ChatShape, _events
 from mlxchat.server.requests import tool_signature
 from mlxchat.server.service import Finished, Piece
 from mlxchat.server.tool_calls import CallCut, calls_signature, openai_calls, reply_parts, with_ids
@@ -112,7 +112,7 @@ async def test_streamed_calls_arrive_as_delta_tool_calls(qwen3):
         include_usage = False
 
     chunks = [json.loads(line[6:]) async for line in _events(
-        _Shape("tiny"), _Chat(), Piece("Let me"), rest()) if line != "data: [DONE]\n\n"]
+        _ChatShape("tiny"), _Chat(), Piece("Let me"), rest()) if line != "data: [DONE]\n\n"]
     deltas = [c["choices"][0]["delta"] for c in chunks]
     assert "".join(d.get("content") or "" for d in deltas) == "Let me check."
     calls = next(d["tool_calls"] for d in deltas if "tool_calls" in d)
@@ -127,10 +127,10 @@ async def test_streamed_calls_arrive_as_delta_tool_calls(qwen3):
         yield Finished(parts.content, "", TurnStats(), "length", 1, ())
 
     texts = [json.loads(line[6:])["choices"][0]["delta"].get("content") or "" async for line
-             in _events(_Shape("tiny"), _Chat(), Piece("Let me check."), cut_end())
+             in _events(_ChatShape("tiny"), _Chat(), Piece("Let me check."), cut_end())
              if line != "data: [DONE]\n\n"]
     assert "".join(texts) == cut_short
-    whole = _Shape("tiny").completion(end)["choices"][0]
+    whole = _ChatShape("tiny").completion(end)["choices"][0]
     assert whole["finish_reason"] == "tool_calls"
     assert whole["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
 

@@ -21,7 +21,7 @@ def test_a_model_that_cannot_warm_up_is_served_cold(tiny, tmp_path, caplog):
                              store_factory=lambda: open_store(tmp_path / "s.db"),
                              load_model=lambda spec, progress=None: tiny,
                              engine_factory=TemplateThatFails).conversation
-    service = ChatService(conv)
+    service = ChatService(conv, store=conv.store, engine=conv.engine)
     try:
         service.warm_up()  # the start goes on
         assert "warm-up skipped: the chat template cannot render" in caplog.text

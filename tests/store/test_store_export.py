@@ -17,12 +17,12 @@ from mlxchat.generation import GenerationSettings
 from mlxchat.store import SessionStore, StoreError, open_store, title_from
 from mlxchat.store.export import (
     export_session,
-    import_json,
     markdown_stats_line,
     render_session,
     safe_filename,
     session_document,
 )
+from mlxchat.store.importing import import_json
 from mlxchat.turn_stats import TurnStats
 
 STATS = TurnStats(

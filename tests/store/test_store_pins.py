@@ -9,8 +9,7 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.chat import Pin
-from mlxchat.store import PrefixRecord, SessionStore
-from mlxchat.store.errors import StoreError
+from mlxchat.store import PrefixRecord, SessionStore, StoreError
 
 
 def _prefix(key: str) -> PrefixRecord:
@@ -19,7 +18,7 @@ def _prefix(key: str) -> PrefixRecord:
 
 
 def _file(key: str) -> Path:
-    return paths.snapshots_dir().resolve() / f"prefix-{key}.safetensors"
+    return paths.kv_dir().resolve() / f"prefix-{key}.safetensors"
 
 
 def test_pins_keep_their_order_and_a_fork_keeps_them(store: SessionStore, home: Path) -> None:
@@ -63,7 +62,8 @@ def test_pinned_documents_travel_with_an_export(store: SessionStore, home: Path)
     again (its KV prefix is this machine's to compute); Markdown names them."""
     import json
 
-    from mlxchat.store.export import import_json, session_document, session_markdown
+    from mlxchat.store.export import session_document, session_markdown
+    from mlxchat.store.importing import import_json
 
     s = store.create_session("m", "sys")
     pins = [Pin("b.md", "/x/b.md", "bee\nline two", 3, "k1"), Pin("a.md", "/x/a.md", "ay", 2, "k1")]

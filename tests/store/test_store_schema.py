@@ -97,9 +97,9 @@ def test_a_v1_database_migrates_and_keeps_its_data(db_path: Path) -> None:
     new = store.add_message(1, "user", "and herons?")
     assert store.list_sessions(search="herons")[0].snippet == "and [herons]?"
     # v2: snapshots work (rows as mlxchat kept them before segments).
-    record_old_snapshot(store, 1, new.id, paths.snapshots_dir() / "x.safetensors",
+    record_old_snapshot(store, 1, new.id, paths.kv_dir() / "x.safetensors",
                         sha256="ab", token_count=9, file_bytes=5, mlx_lm_version="0.32.0")
-    assert store.snapshots.referenced_paths() == {paths.snapshots_dir().resolve() / "x.safetensors"}
+    assert store.snapshots.referenced_paths() == {paths.kv_dir().resolve() / "x.safetensors"}
     assert store.snapshots.latest(1).token_count == 9  # type: ignore[union-attr]
     store.close()
     # Reopening applies nothing twice.

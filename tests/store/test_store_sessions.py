@@ -147,9 +147,9 @@ def test_delete_session_removes_everything(store: SessionStore, tmp_path) -> Non
     keep = store.create_session("m")
     u = store.add_message(s.id, "user", "secret words")
     store.add_message(keep.id, "user", "other words")
-    record_old_snapshot(store, s.id, u.id, paths.snapshots_dir() / "a.safetensors",
+    record_old_snapshot(store, s.id, u.id, paths.kv_dir() / "a.safetensors",
                         sha256="x", token_count=5, file_bytes=10, mlx_lm_version="0.32.0")
-    assert store.delete_session(s.id) == [paths.snapshots_dir().resolve() / "a.safetensors"]
+    assert store.delete_session(s.id) == [paths.kv_dir().resolve() / "a.safetensors"]
     with pytest.raises(StoreError):
         store.get_session(s.id)
     assert store.list_sessions(search="secret") == []

@@ -18,7 +18,7 @@ from tests.old_snapshots import record_old_snapshot
 @pytest.fixture
 def snaps() -> Path:
     """This home's snapshots folder: the only place a snapshot row may point."""
-    return paths.snapshots_dir().resolve()
+    return paths.kv_dir().resolve()
 
 
 def _record(store: SessionStore, sid: int, leaf: int | None, path: Path | str,

@@ -11,7 +11,8 @@ import pytest
 
 from mlxchat.chat import CalledTool, Message
 from mlxchat.store import SCHEMA_VERSION, StoreError, open_store
-from mlxchat.store.export import import_json, render_session
+from mlxchat.store.export import render_session
+from mlxchat.store.importing import import_json
 from mlxchat.store.messages_rebuild import messages_with_tool_role
 from mlxchat.store.schema import MIGRATIONS, V13_TOOL_MESSAGES
 

@@ -18,8 +18,7 @@ from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.engine.speculative.auto import VerifyCost
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.errors import ModelError
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel, ModelError
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 from mlxchat.tui.app import MlxChatApp, create_app
@@ -80,13 +79,13 @@ async def settle(pilot) -> None:
 def first_text(app: MlxChatApp) -> asyncio.Event:
     """Set once the first batch of streamed text is on screen."""
     arrived = asyncio.Event()
-    show = app._show_batch
+    show = app.turn_stream.show_batch
 
     async def showing(reply, batch):
         cpu = await show(reply, batch)
         arrived.set()
         return cpu
-    app._show_batch = showing
+    app.turn_stream.show_batch = showing
     return arrived
 
 

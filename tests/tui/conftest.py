@@ -8,7 +8,7 @@ import pytest
 @pytest.fixture(scope="session")
 def tiny_b(tmp_path_factory):
     """A second model to switch to."""
-    from mlxchat.models.loader import load_folder
+    from mlxchat.models import load_folder
     from mlxchat.models.tiny import write_tiny_model
 
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny-b"), seed=1,
@@ -20,4 +20,4 @@ def no_idle_compaction(monkeypatch):
     """The app joins a session's segment files after 30 s idle; a slow test
     on a loaded machine must not have its files joined under it. The tests
     of that idle join set their own delay."""
-    monkeypatch.setattr("mlxchat.tui.app.IDLE_COMPACT_SECONDS", 3600.0)
+    monkeypatch.setattr("mlxchat.tui.idle_compaction.IDLE_COMPACT_SECONDS", 3600.0)

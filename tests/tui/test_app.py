@@ -53,10 +53,10 @@ async def test_send_shows_the_reply_and_the_engine_figures(tmp_path, tiny):
         assert rows(app) == [("user", "Hello there"), ("assistant", stored[1].content)]
         assert app.title == conv.session.title == "Hello there"
         reply = app.transcript.query_one(AssistantMessage)
-        assert reply.stats is conv.last_stats and not reply.cancelled
+        assert reply.stats is conv.turns.last_stats and not reply.cancelled
 
         # The gauges show exactly the engine's figures.
-        st, state = conv.last_stats, conv.state()
+        st, state = conv.turns.last_stats, conv.views.state()
         assert gauge(app, "#turn-text").splitlines() == [
             cache_source_label(st.cache_source),
             f"first token  {fmt_seconds(st.ttft_s)}",
@@ -76,7 +76,7 @@ async def test_send_shows_the_reply_and_the_engine_figures(tmp_path, tiny):
         assert gauge(app, "#kv-source") == f"warm cache · {fmt_int(state.cached_tokens)} tokens"
         assert gauge(app, "#weights-text") == (
             f"{human_bytes(state.weights_bytes)} in memory\n"
-            f"{fmt_bits_per_weight(state.bits_per_weight, conv.model_info.scales_dtype)}\n"
+            f"{fmt_bits_per_weight(state.bits_per_weight, conv.views.model_info.scales_dtype)}\n"
             "computes in float32\n"  # a float model: no format besides its dtype
             f"peak memory {human_bytes(state.peak_memory_bytes)}")
         assert gauge(app, "#live-text") == "idle"
@@ -98,7 +98,7 @@ async def test_slash_commands_from_the_input(tmp_path, tiny):
         await send(pilot, "/stats")
         table = app.transcript.children[-1]
         assert isinstance(table, TableNotice) and table.caption == "Last turn"
-        st = app.conversation.last_stats
+        st = app.conversation.turns.last_stats
         prompt_row = (f"{fmt_int(st.prompt_tokens)} tokens: 0 reused (cold cache), "
                       f"{fmt_int(st.prefilled_tokens)} prefilled")
         assert ("prompt", prompt_row) in table.rows
@@ -137,7 +137,7 @@ async def test_too_large_message_is_refused_and_changes_nothing(tmp_path, tiny):
         assert kind == "error" and "context window" in text, text
         assert app.prompt.text == huge
         assert conv.messages == [] and conv.store.all_messages(conv.session.id) == []
-        assert not app.generating and conv.state().cached_tokens == 0
+        assert not app.generating and conv.views.state().cached_tokens == 0
 
 
 async def test_escape_stops_a_long_reply_and_keeps_the_partial_text(tmp_path, tiny):
@@ -155,7 +155,7 @@ async def test_escape_stops_a_long_reply_and_keeps_the_partial_text(tmp_path, ti
         await settle(pilot)
         assert app.is_running and not app.generating
         conv = app.conversation
-        stats = conv.last_stats
+        stats = conv.turns.last_stats
         assert stats.finish_reason == "cancelled" and 0 < stats.generated_tokens < 2000
         reply = app.transcript.query_one(AssistantMessage)
         assert reply.cancelled and plain(reply.query_one(".message-footer")).startswith(
@@ -205,14 +205,14 @@ async def test_new_open_and_the_sessions_browser_swap_transcript_and_gauges(tmp_
         await send(pilot, "About apples")
         first = app.conversation.session
         first_turn = gauge(app, "#turn-text")
-        held = app.conversation.state().cached_tokens
+        held = app.conversation.views.state().cached_tokens
         await send(pilot, "/new")
         assert rows(app)[-1][1].startswith("New session #")
         assert [k for k, _ in rows(app)] == ["info"]
         assert gauge(app, "#turn-text") == "no turn yet"
         # The new chat holds nothing yet; the last one's tokens stay warm in the cache.
-        assert held and app.conversation.state().cached_tokens == held
-        window = app.conversation.state().context_window
+        assert held and app.conversation.views.state().cached_tokens == held
+        window = app.conversation.views.state().context_window
         assert gauge(app, "#context-text") == (
             f"0 / {fmt_int(window)} tokens  {fmt_gauge_percent(0, window)}\n"
             f"in this chat · the KV cache holds {fmt_int(held)}")
@@ -234,7 +234,7 @@ async def test_new_open_and_the_sessions_browser_swap_transcript_and_gauges(tmp_
         await settle(pilot)
         assert app.conversation.session.id == second.id
         assert rows(app)[0] == ("user", "About pears")
-        assert app.conversation.state().cache_source in ("snapshot", "warm")
+        assert app.conversation.views.state().cache_source in ("snapshot", "warm")
 
 
 async def test_deleting_the_open_session_after_confirming_starts_a_new_one(tmp_path, tiny):
@@ -270,14 +270,14 @@ async def test_continue_restores_the_snapshot_and_prefills_only_the_new_message(
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
         conv = app.conversation
-        state = conv.state()
+        state = conv.views.state()
         assert conv.session.id == session_id
         assert state.cache_source == "snapshot" and state.cached_tokens > 0
         assert gauge(app, "#kv-source") == f"from snapshot · {fmt_int(state.cached_tokens)} tokens"
         assert [k for k, _ in rows(app)] == ["user", "assistant", "info"]
         assert "KV cache restored from its snapshot" in rows(app)[-1][1]
         await send(pilot, "Which number?")
-        st = conv.last_stats
+        st = conv.turns.last_stats
         assert st.cache_source == "snapshot" and st.miss_reason is None
         # The whole restored history is reused; only the new message is prefilled.
         assert st.reused_tokens == state.cached_tokens
@@ -346,7 +346,7 @@ async def test_theme_change_is_remembered(tmp_path, tiny):
 
 
 async def test_model_picker_switches_the_model(tmp_path, tiny, tiny_b):
-    from mlxchat.models.resolve import ModelEntry
+    from mlxchat.models import ModelEntry
 
     entries = [ModelEntry("tiny", "test", "folder", None, 2048, 400_000, True, True),
                ModelEntry("tiny-b", "test", "folder", None, 1024, 400_000, True, True)]
@@ -362,7 +362,7 @@ async def test_model_picker_switches_the_model(tmp_path, tiny, tiny_b):
         assert gauge(app, "#gauge-model") == "tiny-b"
         assert rows(app)[-1][1].startswith("Switched to tiny-b")
         # The palette starts a command that needs an argument in the input.
-        app.palette_command("rename")
+        app.screens.palette_command("rename")
         assert app.prompt.text == "/rename "
 
 
@@ -387,7 +387,7 @@ async def test_retry_edit_prefill_and_quit_commands(tmp_path, tiny):
         await send(pilot, "/retry")  # a turn result: streamed like a send, on a new branch
         assert [k for k, _ in rows(app)] == ["user", "assistant"]
         assert len(conv.store.branches.of(conv.session.id)) == 2
-        assert conv.last_stats.finish_reason in ("length", "stop")
+        assert conv.turns.last_stats.finish_reason in ("length", "stop")
         await send(pilot, "/edit")  # no text: the last message comes back to edit
         assert app.prompt.text == "/edit Question"
         app.prompt.text = ""

@@ -39,7 +39,7 @@ async def test_context_and_kv_gauges_move_during_a_reply(tmp_path, tiny):
         app.simulate_key("escape")
         await settle(pilot)
         # When the turn ends the gauge shows the engine's exact figure.
-        assert context_used(app) == app.conversation.state().cached_tokens
+        assert context_used(app) == app.conversation.views.state().cached_tokens
 
 
 async def test_prefill_progress_counts_what_is_prefilled_and_ends_at_its_total(tmp_path,
@@ -57,7 +57,7 @@ async def test_prefill_progress_counts_what_is_prefilled_and_ends_at_its_total(t
         app.prompt.text = "A question of some length, " * 20
         await pilot.press("enter")
         await settle(pilot)
-        stats = app.conversation.last_stats
+        stats = app.conversation.turns.last_stats
         assert shown, "no prefill progress was shown"
         assert {total for _, total in shown} == {stats.prefilled_tokens}
         assert shown[-1] == (stats.prefilled_tokens, stats.prefilled_tokens)

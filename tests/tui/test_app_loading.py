@@ -6,11 +6,12 @@ from __future__ import annotations
 import threading
 from functools import partial
 
-from mlxchat.models.errors import ModelError
+from mlxchat.models import ModelError
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 from mlxchat.tui.app import create_app
-from mlxchat.tui.widgets.transcript import NoticeMessage, PendingMessage, UserMessage
+from mlxchat.tui.widgets import NoticeMessage, UserMessage
+from mlxchat.tui.widgets.transcript import PendingMessage
 
 from .app_support import NOW, settle, tiny_loader, tiny_settings, until
 

@@ -35,14 +35,14 @@ async def test_an_idle_session_has_its_segments_joined(tmp_path, tiny):
         files = branch_files(db, sid)
         assert len(files) == 3 and len(set(files)) == 3  # a segment file a turn, not joined yet
         # The timer the last turn set fires: the session is idle.
-        app._compact_timer.stop()
-        app._compact_if_idle()
+        app.compaction.timer.stop()
+        app.compaction.if_idle()
         await settle(pilot)
         joined = branch_files(db, sid)
         assert len(joined) == 3 and len(set(joined)) == 1  # rows kept, one file for them
         # The next turn still reuses its cache and writes its own segment after it.
         await send(pilot, "Four.")
-        assert app.conversation.last_stats.reused_tokens > 0
+        assert app.conversation.turns.last_stats.reused_tokens > 0
         assert len(set(branch_files(db, sid))) == 2
 
 
@@ -52,14 +52,14 @@ async def test_nothing_is_joined_while_a_turn_runs(tmp_path, tiny):
     async with app.run_test(size=(120, 40)) as pilot:
         sid = await turns(pilot, "One.", "Two.")
         app.generating = True  # as while a reply streams
-        app._compact_if_idle()
+        app.compaction.if_idle()
         await settle(pilot)
         assert len(set(branch_files(db, sid))) == 2
         app.generating = False
 
 
 async def test_the_timer_a_turn_sets_joins_them(tmp_path, tiny, monkeypatch):
-    monkeypatch.setattr("mlxchat.tui.app.IDLE_COMPACT_SECONDS", 0.2)
+    monkeypatch.setattr("mlxchat.tui.idle_compaction.IDLE_COMPACT_SECONDS", 0.2)
     db = tmp_path / "s.db"
     app = tiny_app(db, tiny)
     async with app.run_test(size=(120, 40)) as pilot:

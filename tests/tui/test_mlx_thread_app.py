@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.models.tiny import write_tiny_model
 from mlxchat.session.mlx_thread import MlxThreadStopped
 from mlxchat.session.root import open_conversation
@@ -94,7 +94,7 @@ async def test_no_mlx_work_on_worker_threads_whose_streams_are_gone(tmp_path, mo
             app.typing.changed(app.prompt.text, at_once=True)
             await settle(pilot)
             assert app.typing.tokens > 0
-            app._compact_worker(conv)
+            app.compaction.join(conv)
             await settle(pilot)
             assert errors(app) == []
         # Quit stopped the app's thread (its streams released on it).

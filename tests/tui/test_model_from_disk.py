@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.models.tiny import write_tiny_model
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
@@ -36,4 +36,4 @@ async def test_model_switches_to_a_model_read_from_disk_after_other_commands(tmp
         assert app.conversation.model_spec == "tiny-b", app.transcript.children[-1]
         await send(pilot, "Hello there")
         assert app.conversation.messages[-1].role == "assistant"
-        assert app.conversation.last_stats.generated_tokens > 0
+        assert app.conversation.turns.last_stats.generated_tokens > 0

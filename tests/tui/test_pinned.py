@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from textual.widgets import Static
 
-from mlxchat.tui.widgets.meter import Meter
+from mlxchat.tui.widgets import Meter
 
 from .app_support import ready, send, settle, tiny_app
 
@@ -22,8 +22,8 @@ async def test_pin_on_start_shows_the_pinned_part_in_the_context_gauge(tmp_path,
         conv = app.conversation
         assert [p.name for p in conv.session.pins] == ["ferry.txt"]
         await send(pilot, "When does it leave?")
-        pinned = conv.state().pinned_tokens
-        assert pinned == len(conv.prefix_tokens()) > 0
+        pinned = conv.views.state().pinned_tokens
+        assert pinned == len(conv.pins.prefix_tokens()) > 0
         text = app.gauges.query_one("#context-text", Static).render().plain
         assert f"pinned {pinned:,}" in text
         meter = app.gauges.query_one("#context-meter", Meter)

@@ -1,5 +1,4 @@
-from mlxchat.tui.widgets import PromptInput
-from mlxchat.tui.widgets.prompt import CompletionList
+from mlxchat.tui.widgets import CompletionList, PromptInput
 
 from .tui_hosts import HostApp, fake_complete
 

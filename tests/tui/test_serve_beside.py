@@ -90,7 +90,7 @@ async def test_serve_answers_on_the_same_weights_and_the_chat_stays_warm(tmp_pat
         await ready(pilot)
         conv = app.conversation
         await send(pilot, "Hello there, chat.")
-        held = conv.state().cached_tokens
+        held = conv.views.state().cached_tokens
         await command(pilot, "/serve 0")
         server = app.serving.running
         assert server is not None and server.url.startswith("http://127.0.0.1:")
@@ -100,9 +100,9 @@ async def test_serve_answers_on_the_same_weights_and_the_chat_stays_warm(tmp_pat
         reply = await ask(server.url, [{"role": "user", "content": "Hi from a client."}])
         assert reply.choices[0].message.content is not None and reply.usage.completion_tokens
         # The chat's cache was not touched: its next turn prefills only its new message.
-        assert conv.state().cached_tokens == held
+        assert conv.views.state().cached_tokens == held
         await send(pilot, "And a second one.")
-        stats = conv.last_stats
+        stats = conv.turns.last_stats
         assert stats.cache_source == "warm" and stats.reused_tokens == held, stats
         # ...and the API's: the conversation sent back prefills only its new message.
         again = await ask(server.url, [
@@ -339,7 +339,7 @@ async def test_a_request_running_at_quit_is_cut_and_stored_as_stopped(tmp_path, 
 @pytest.fixture(scope="module")
 def tiny_b(tmp_path_factory):
     """Another tiny model the chat can switch to."""
-    from mlxchat.models.loader import load_folder
+    from mlxchat.models import load_folder
     from mlxchat.models.tiny import write_tiny_model
 
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny-b"), seed=1),

@@ -72,12 +72,12 @@ async def test_the_app_indexes_retrieves_and_shows_sources_before_the_reply(tmp_
         assert any(line.startswith("indexing 2/2 files") for line in shown), shown
         assert app.conversation.session.settings.docs == "notes"
         panels_at_first_text: list[int] = []
-        real_batch = app._show_batch
+        real_batch = app.turn_stream.show_batch
 
         async def first_batch(reply, batch):
             panels_at_first_text.append(len(app.transcript.query(SourcesPanel)))
             return await real_batch(reply, batch)
-        app._show_batch = first_batch
+        app.turn_stream.show_batch = first_batch
         await send(pilot, "what do sailing boats need")
         assert panels_at_first_text and panels_at_first_text[0] == 1  # before any reply text
         panel = app.transcript.query_one(SourcesPanel)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mlxchat.config import Settings
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.tui.widgets import AssistantMessage
 
 from .app_support import GB, ready, settle, tiny_app

@@ -42,11 +42,11 @@ async def test_typing_character_by_character_grows_the_prefilled_count(tmp_path,
             counts.append(typed_count(app))
         assert counts == sorted(counts) and len(set(counts)) == len(WORDS), counts
         # The Context gauge counts the typed-ahead tokens the cache holds too.
-        held = app.conversation.state().cached_tokens
+        held = app.conversation.views.state().cached_tokens
         assert gauge(app, "#context-text").startswith(f"{held:,} / ")
         await pilot.press("enter")
         await settle(pilot)
-        stats = app.conversation.last_stats
+        stats = app.conversation.turns.last_stats
         assert stats.typed_prefill_tokens == counts[-1]
         assert f"typed ahead {counts[-1]:,}" in gauge(app, "#turn-text")
         assert "prefilled while typing" not in gauge(app, "#live-text")

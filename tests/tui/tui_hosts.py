@@ -8,7 +8,7 @@ from textual.app import App, ComposeResult
 from textual.message import Message
 from textual.widget import Widget
 
-from mlxchat.commands.base import Completion
+from mlxchat.commands import Completion
 from mlxchat.engine.events import EngineState
 from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
 from mlxchat.tui.widgets import PromptInput

@@ -28,7 +28,8 @@ UI_FREE = ("mlxchat.tui.streaming",)
 ALSO_BANNED = {"mlxchat.store*": ("mlx", "mlx_lm", "numpy"), "mlxchat.commands*": ("mlx.core",),
                "mlxchat.engine": ("mlx", "mlx_lm"), "mlxchat.engine.events": ("mlx", "mlx_lm")}
 EXERCISE = {"mlxchat.commands": "module.default_registry()",
-            "mlxchat.engine": "from mlxchat.engine import EngineState, Event, TextDelta, TurnDone"}
+            "mlxchat.engine.events":
+                "from mlxchat.engine.events import EngineState, Event, TextDelta, TurnDone"}
 
 
 def non_ui_modules() -> list[str]:
@@ -85,13 +86,12 @@ def test_non_ui_modules_leave_textual_out(module, probed):
     assert result["found"] == [], f"{module} imported {' '.join(result['found'])}"
 
 
-def test_the_engine_package_imports_chat_engine_and_mlx_on_first_use():
-    code = ("import sys\nimport mlxchat.engine as engine\nfrom mlxchat.engine import TextDelta\n"
+def test_the_engine_package_and_its_events_import_no_mlx():
+    code = ("import sys\nimport mlxchat.engine\nfrom mlxchat.engine.events import TextDelta\n"
             "before = 'mlx.core' in sys.modules\n"
             "from mlxchat.engine.core import ChatEngine\n"
-            "print(before, engine.ChatEngine is ChatEngine, 'mlx.core' in sys.modules,\n"
-            "      hasattr(engine, 'NoSuchName'))\n")
+            "print(before, 'mlx.core' in sys.modules)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False, stdin=subprocess.DEVNULL, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["False", "True", "True", "False"]
+    assert proc.stdout.split() == ["False", "True"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from mlxchat.chat import typed_text
 from mlxchat.sources import Source, cite, with_sources, without_sources
-from mlxchat.store.rows import sources_from_json, sources_to_json, title_from
+from mlxchat.store import title_from
+from mlxchat.store.rows import sources_from_json, sources_to_json
 
 A = Source(n=1, collection="notes", path="/home/u/notes/setup.md", start_line=12, end_line=30,
            heading="Install > Linux", text="Run make.\n", tokens=9, score=0.03)

@@ -59,10 +59,10 @@ def _check_template(info, args: argparse.Namespace) -> None:
 def _speculate(conv, args: argparse.Namespace) -> None:
     """--draft loads a draft model, --speculative picks the mode; refused with the reason."""
     if args.draft is not None:
-        conv.set_draft(None if args.draft == "off" else
-                       conv.paired_draft() if args.draft == "auto" else args.draft)
+        conv.speculation.set_draft(None if args.draft == "off" else
+                       conv.speculation.paired_draft() if args.draft == "auto" else args.draft)
     if args.speculative is not None:
-        conv.set_speculative(args.speculative)
+        conv.speculation.set_speculative(args.speculative)
 
 
 def _read_prompt(arg: str) -> str:
@@ -117,7 +117,7 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
 
 
 def run_ask(args: argparse.Namespace, settings: Settings) -> int:
-    """One prompt through ``Conversation.send``: in the named session (created
+    """One prompt through ``conv.turns.send``: in the named session (created
     when missing or with ``--new``), else in a throwaway in-memory session."""
     from mlxchat.cli.split import split_launch
 
@@ -143,14 +143,14 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
     # A one-off question's session is in memory; its collections are the app's.
     wanted = args.docs if args.docs is not None else conv.generation.docs
     docs_store = default_store() if wanted not in (None, "off") and not named else None
-    previous = signal.signal(signal.SIGINT, lambda *_: conv.cancel())
+    previous = signal.signal(signal.SIGINT, lambda *_: conv.turns.cancel())
     try:
         if docs_store is not None:
             conv.retrieval.collections_from(docs_store)
         if args.system is not None and args.system != conv.session.system_prompt:
             conv.set_system_prompt(args.system)
         gen = _settings_from(args, conv.generation)
-        _check_template(conv.model_info, args)
+        _check_template(conv.views.model_info, args)
         if args.docs is not None:  # checked before anything is sent
             gen = replace(gen, docs=None if args.docs == "off" else
                           conv.retrieval.collection(args.docs).name)
@@ -159,17 +159,17 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
         else:
             conv.update_generation(gen)
         _speculate(conv, args)
-        events = conv.send(text)  # retrieves and commits; the prefill starts in _stream
+        events = conv.turns.send(text)  # retrieves and commits; the prefill starts in _stream
         extra: dict = {"sources": _sources(conv.retrieval.last, quiet=args.json)}
         done = _stream(events, quiet=args.json)
         if named:
-            snap = conv.last_snapshot
+            snap = conv.cache.last_load
             extra.update(session={"id": conv.session.id, "title": conv.session.title},
                          snapshot=None if snap is None else {"ok": snap.ok,
                                                              "reason": snap.reason})
-        name = conv.model_info.name
+        name = conv.views.model_info.name
         if split is not None:
-            state = conv.state()
+            state = conv.views.state()
             extra["layout"] = state.layout
             extra["ranks"] = [asdict(r) for r in state.ranks]
     finally:

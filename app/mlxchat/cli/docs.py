@@ -117,9 +117,8 @@ def _print_report(report) -> None:
 
 
 def _search(store, args) -> int:
-    from mlxchat.docs import Retriever
+    from mlxchat.docs import DocsError, Retriever
     from mlxchat.docs.embedder import default_embedder
-    from mlxchat.docs.errors import DocsError
 
     if not args.query.strip():
         raise DocsError("The search query is empty.")

@@ -60,8 +60,7 @@ class HostReport:
 
 def _local(spec: str, ranks: int) -> list[float]:
     """Has this host the model, and (bytes its shard needs, bytes it has)."""
-    from mlxchat.models import memory
-    from mlxchat.models.resolve import resolve_folder
+    from mlxchat.models import memory, resolve_folder
 
     os.environ["HF_HUB_OFFLINE"] = "1"  # a check never downloads
     try:

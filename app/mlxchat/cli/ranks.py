@@ -77,7 +77,7 @@ def _free(port: int) -> bool:
 
 
 @dataclass
-class Ranks:
+class StartedRanks:
     """The ranks other than 0 started for this process, and their logs."""
 
     procs: list[subprocess.Popen] = field(default_factory=list)
@@ -200,13 +200,13 @@ def end_remote(host: Any, pidfile: str, timeout_s: float = 15.0) -> None:
 
 
 def start(hostfile: Any, worker_args: list[str], *, starting_port: int = 32323,
-          python: str | None = None, log_dir: Path | None = None) -> Ranks:
+          python: str | None = None, log_dir: Path | None = None) -> StartedRanks:
     """Start ranks 1..N-1 and make this process rank 0 of the group (the
     environment ``mx.distributed.init`` reads); ``worker_args`` follow
     ``python -m mlxchat.cli.rank``."""
     wired = wiring(hostfile, starting_port)
     check_available(wired.backend)
-    ranks = Ranks()
+    ranks = StartedRanks()
     local_files = {}
     for variable, content in wired.files.items():  # rank 0's copies, removed at stop
         fd, name = tempfile.mkstemp(prefix=f"mlxchat-{variable.lower()}-", suffix=".json")

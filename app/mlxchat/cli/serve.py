@@ -68,10 +68,10 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
     from mlxchat.server.service import ChatService
     from mlxchat.session.root import open_conversation
 
-    conv = open_conversation(settings, model_spec=args.model,
-                             progress=progress_printer()).conversation
-    service = ChatService(conv, max_waiting=options.queue,
-                          kv_budget_bytes=options.kv_budget_bytes)
+    opened = open_conversation(settings, model_spec=args.model, progress=progress_printer())
+    conv = opened.conversation
+    service = ChatService(conv, store=opened.store, engine=opened.engine,
+                          max_waiting=options.queue, kv_budget_bytes=options.kv_budget_bytes)
     server = RunningServer(build_app(service, api_key=args.api_key), host=args.host,
                            port=args.port)
     try:

@@ -41,7 +41,8 @@ def run_sessions(args: argparse.Namespace) -> int:
     from mlxchat.chat import human_bytes, relative_time
     from mlxchat.errors import UserError
     from mlxchat.store import open_store
-    from mlxchat.store.export import export_session, import_json, render_session
+    from mlxchat.store.export import export_session, render_session
+    from mlxchat.store.importing import import_json
 
     store = open_store()
     action = args.action or "list"

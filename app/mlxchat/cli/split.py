@@ -23,7 +23,7 @@ class SplitLaunch:
     hosts_path: Path
     hostfile: Any
     rank_timeout_s: float = 30.0
-    started: launcher.Ranks | None = None
+    started: launcher.StartedRanks | None = None
     joined: Any = None
     _plans: dict[int, Any] = field(default_factory=dict)
 

@@ -3,7 +3,7 @@ context (the Conversation plus what the UI or CLI provides). No UI imports.
 
 A UI runs a line with ``registry.run(line, ctx)`` (off its event loop: a model
 switch can take a while), renders the CommandResult generically, then acts on
-its action fields: consume ``turn`` like ``Conversation.send``, ask
+its action fields: consume ``turn`` like ``conv.turns.send``, ask
 ``confirm.question`` and render ``confirm.accept()`` on yes, open
 ``open_screen``, reload on ``session_changed``, exit on ``quit``.
 """

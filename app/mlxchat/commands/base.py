@@ -67,7 +67,7 @@ class CommandResult:
     rows: list[tuple[str, ...]] = field(default_factory=list)
     """Table cells, already formatted as text, one tuple per row."""
     turn: Iterator[Event] | None = None
-    """A started turn (/retry, /edit): consume it exactly like ``Conversation.send``."""
+    """A started turn (/retry, /edit): consume it exactly like ``conv.turns.send``."""
     confirm: Confirmation | None = None
     """Ask ``confirm.question``; on yes, render ``confirm.accept()``."""
     open_screen: Screen | None = None
@@ -225,7 +225,7 @@ def stored_id(session_id: int | None) -> int:
 
 def last_stats(ctx: CommandContext) -> TurnStats | None:
     """The stats of the last turn, or of the last reply on the branch after a reopen."""
-    return ctx.conversation.branch_stats()
+    return ctx.conversation.views.branch_stats()
 
 
 # -- formatting shared by the command modules (numbers: mlxchat.units) ---------

@@ -56,7 +56,7 @@ def complete_path(ctx: CommandContext, prefix: str,
 
 def complete_sessions(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
     """Saved sessions by title ('#ID' when a title is ambiguous or looks like an id)."""
-    rows = ctx.conversation.list_sessions(limit=200)
+    rows = ctx.conversation.saved.list(limit=200)
     titles = Counter(r.title.casefold() for r in rows)
     now = ctx.now()
     by_id = prefix.startswith("#") or (prefix.isdigit() and prefix.isascii())

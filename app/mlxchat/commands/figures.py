@@ -41,7 +41,7 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
     s = last_stats(ctx)
     if s is None:
         return CommandResult.info("No turn yet in this session; /stats reports the last one.")
-    live = ctx.conversation.last_stats is s
+    live = ctx.conversation.turns.last_stats is s
     rows = [
         ("time to first token", f"{s.ttft_s:.2f} s"),
         ("prompt", (f"{fmt_int(s.prompt_tokens)} tokens: {fmt_int(s.reused_tokens)} reused "
@@ -77,13 +77,13 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
 
 def _disk_row(ctx: CommandContext) -> tuple[str, str]:
     conv = ctx.conversation
-    disk = conv.cache_on_disk()
+    disk = conv.cache.on_disk()
     if disk.segments:
         missing = "" if disk.newest and disk.newest.exists() else " — FILE MISSING"
         return ("on disk", (f"{plural(disk.segments, 'KV segment')} of this branch, "
                             f"{human_bytes(disk.file_bytes)}, tokens 0–{fmt_int(disk.tokens)}; "
                             f"newest {disk.newest}{missing}"))
-    record = conv.snapshot_record()
+    record = conv.saved.snapshot_record()
     if record is None:
         return ("on disk", "nothing saved yet (each turn writes the tokens it added)")
     missing = "" if Path(record.path).exists() else " — FILE MISSING"
@@ -94,13 +94,13 @@ def _disk_row(ctx: CommandContext) -> tuple[str, str]:
 
 def cache(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
-    state = conv.state()
+    state = conv.views.state()
     action = (args.get(0) or "").lower()
     if action == "save":
         if not state.cached_tokens:
             raise CommandError("The KV cache is empty; nothing to save.")
-        path = conv.save_snapshot()
-        disk = conv.cache_on_disk()
+        path = conv.cache.save(conv.turns.last_stats)
+        disk = conv.cache.on_disk()
         if path is None and disk.tokens >= state.cached_tokens:
             return CommandResult.info(f"All {fmt_int(state.cached_tokens)} tokens are on disk "
                                       f"already ({plural(disk.segments, 'KV segment')}).",
@@ -111,7 +111,7 @@ def cache(ctx: CommandContext, args: Args) -> CommandResult:
                                   f"to {path} ({human_bytes(path.stat().st_size)}).",
                                   clear_input=True)
     if action == "drop":
-        files = conv.drop_snapshot()
+        files = conv.cache.drop()
         return CommandResult.info(
             f"Dropped the live cache ({plural(state.cached_tokens, 'token')}) and "
             f"{plural(files, 'snapshot file')}; the next turn prefills from scratch.",
@@ -135,7 +135,7 @@ def cache(ctx: CommandContext, args: Args) -> CommandResult:
                                    f"{fmt_int(s.prefilled_tokens)} prefilled")))
         rows.append(("miss reason", s.miss_reason or "none"))
     rows.append(_disk_row(ctx))
-    snap = conv.last_snapshot
+    snap = conv.cache.last_load
     if snap is not None:
         rows.append(("snapshot on open", f"restored {fmt_int(snap.tokens)} tokens" if snap.ok
                      else f"not used: {snap.reason}"))
@@ -150,16 +150,16 @@ def complete_cache(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> 
 
 def context(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
-    window = conv.context_window
-    costs = conv.context_costs()
+    window = conv.views.context_window
+    costs = conv.views.context_costs()
     messages, counts, total = costs.messages, costs.counts, costs.total
-    pending = conv.attachments
+    pending = conv.turns.attachments
     if not messages and not pending:
         return CommandResult.info(f"The conversation is empty: 0 of {fmt_int(window)} tokens.")
     rows: list[tuple[str, ...]] = [
         (str(i), m.role, first_words(m.content), fmt_int(n), fmt_report_percent(n, window))
         for i, (m, n) in enumerate(zip(messages, counts, strict=True), 1)]
-    pins = conv.pins()
+    pins = conv.pins.list()
     if pins and messages and messages[0].role == "system":
         # The system message holds the pinned documents: each gets its own row.
         own = counts[0] - sum(p.tokens for p in pins)
@@ -176,7 +176,7 @@ def context(ctx: CommandContext, args: Args) -> CommandResult:
         rows.append(("+", "attached", a.path.name, fmt_int(a.tokens),
                      fmt_report_percent(a.tokens, window)))
     used = total + sum(a.tokens for a in pending)
-    cached = conv.state().cached_tokens
+    cached = conv.views.state().cached_tokens
     what = ("the conversation's token ledger, as the model saw it" if costs.from_ledger
             else "messages, template and generation prompt")
     caption = (f"{fmt_int(used)} of {fmt_int(window)} tokens "
@@ -184,7 +184,7 @@ def context(ctx: CommandContext, args: Args) -> CommandResult:
                f"{fmt_int(window - used)} free · replies up to "
                f"{fmt_int(conv.generation.max_tokens)} tokens · the KV cache holds "
                f"{fmt_int(cached)} now (the Context gauge: prompt and reply so far)")
-    note = conv.ledger_note()
+    note = conv.views.ledger_note()
     if note:
         caption += f" · {note}"
     return CommandResult.table(caption, ("#", "role", "starts with", "tokens", "of window"),

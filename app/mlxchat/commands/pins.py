@@ -23,10 +23,10 @@ def pin(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
     if not args.words:
         return pins(ctx, args)
-    path, text = read_text_file(ctx, args.words[0], conv.window_left(), verb="pin",
+    path, text = read_text_file(ctx, args.words[0], conv.views.window_left(), verb="pin",
                                 verbed="pinned")
-    pinned = conv.pin(path, text)
-    window = conv.context_window
+    pinned = conv.pins.pin(path, text)
+    window = conv.views.context_window
     kv = human_bytes(pinned.tokens * kv_bytes_per_token(ctx)[0])
     return CommandResult.info(
         f"Pinned {pinned.name}: {fmt_int(pinned.tokens)} tokens after the system prompt "
@@ -36,7 +36,7 @@ def pin(ctx: CommandContext, args: Args) -> CommandResult:
 
 
 def unpin(ctx: CommandContext, args: Args) -> CommandResult:
-    gone = ctx.conversation.unpin(args.words[0])
+    gone = ctx.conversation.pins.unpin(args.words[0])
     names = ", ".join(p.name for p in gone)
     return CommandResult.info(f"Unpinned {names}; the next turn prefills the conversation "
                               "without it (no message changed).", session_changed=True,
@@ -50,7 +50,7 @@ def complete_pinned(ctx: CommandContext, words: tuple[str, ...], prefix: str) ->
 
 
 def pins(ctx: CommandContext, args: Args) -> CommandResult:
-    views = ctx.conversation.pins()
+    views = ctx.conversation.pins.list()
     if not views:
         return CommandResult.info("No pinned documents. /pin FILE puts one after the system "
                                   "prompt, shared with every session that pins it.")

@@ -155,7 +155,7 @@ class Registry:
         try:
             command, args = self.parse(line)
             name = command.name
-            if not command.while_busy and ctx.conversation.state().busy:
+            if not command.while_busy and ctx.conversation.views.state().busy:
                 raise CommandError(f"A reply is being generated; wait for it or cancel it "
                                    f"before /{name}.")
             result = command.handler(ctx, args)

@@ -50,7 +50,7 @@ def new(ctx: CommandContext, args: Args) -> CommandResult:
 
 def sessions(ctx: CommandContext, args: Args) -> CommandResult:
     search = args.get(0)
-    rows = ctx.conversation.list_sessions(limit=100, search=search)
+    rows = ctx.conversation.saved.list(limit=100, search=search)
     screen = "sessions" if ctx.interactive and not search else None
     if not rows:
         text = f"No session matches {search!r}." if search else "No saved sessions yet."
@@ -79,24 +79,24 @@ def open_(ctx: CommandContext, args: Args) -> CommandResult:
         raise CommandError("Usage: /open ID_OR_TITLE")
     session = ctx.conversation.open_session(args.words[0])
     n = len(session.messages)
-    notice = ctx.conversation.speculation_notice
+    notice = ctx.conversation.speculation.notice
     return CommandResult.info(
         f"Opened #{session.id} {_title(session.title)} ({plural(n, 'message')} on this branch; "
-        f"{ctx.conversation.snapshot_words()})." + (f" {notice}." if notice else ""),
+        f"{ctx.conversation.cache.words()})." + (f" {notice}." if notice else ""),
         session_changed=True, clear_input=True)
 
 
 def rename(ctx: CommandContext, args: Args) -> CommandResult:
-    session = ctx.conversation.rename(args.words[0])
+    session = ctx.conversation.saved.rename(args.words[0])
     return CommandResult.info(f"Renamed #{session.id} to {_title(session.title)}.",
                               session_changed=True, clear_input=True)
 
 
 def delete(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
-    target = conv.find_session(args.words[0]) if args.words else conv.session
+    target = conv.saved.find(args.words[0]) if args.words else conv.session
     session_id = stored_id(target.id)
-    snap = conv.snapshot_record(session_id)
+    snap = conv.saved.snapshot_record(session_id)
     extra = f" and its {human_bytes(snap.file_bytes)} KV snapshot" if snap else ""
     which = "this session" if session_id == conv.session.id else "session"
     question = (f"Delete {which} #{session_id} {_title(target.title)} "
@@ -144,7 +144,7 @@ def _diverges(b: BranchInfo, limit: int) -> str:
 
 def branch(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
-    found = conv.branches()
+    found = conv.saved.branches()
     if not args.words:
         if not found:
             return CommandResult.info("This session has no messages yet.")
@@ -157,13 +157,13 @@ def branch(ctx: CommandContext, args: Args) -> CommandResult:
             ("leaf", "messages", "where it diverges", "updated", ""), rows)
     target = _leaf_id(args.words[0])
     if target in {b.leaf_id for b in found}:
-        session = conv.switch_branch(target)
+        session = conv.saved.switch_branch(target)
         return CommandResult.info(
             f"On the branch ending at #{session.leaf_id} "
             f"({plural(len(session.messages), 'message')}).",
             session_changed=True, clear_input=True)
-    leaves = conv.leaves_holding(target)
-    session = conv.switch_branch(target)
+    leaves = conv.saved.leaves_holding(target)
+    session = conv.saved.switch_branch(target)
     held = ", ".join(f"#{leaf}" for leaf in leaves)
     return CommandResult.info(
         f"#{target} is not the end of a branch; "
@@ -176,7 +176,7 @@ def branch(ctx: CommandContext, args: Args) -> CommandResult:
 def complete_branches(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
     return [(str(b.leaf_id), f"{plural(b.message_count, 'message')} · {_diverges(b, 40)}"
              + (" · current" if b.current else ""))
-            for b in ctx.conversation.branches()]
+            for b in ctx.conversation.saved.branches()]
 
 
 def export(ctx: CommandContext, args: Args) -> CommandResult:
@@ -186,7 +186,7 @@ def export(ctx: CommandContext, args: Args) -> CommandResult:
                            "Usage: /export md|json [PATH]")
     base = _exports_base(ctx)
     conv = ctx.conversation
-    path = conv.export(cast(ExportFormat, fmt), args.get(1), base_dir=base)
+    path = conv.saved.export(cast(ExportFormat, fmt), args.get(1), base_dir=base)
     size = human_bytes(path.stat().st_size)
     what = "the current branch" if fmt == "md" else "every branch"
     return CommandResult.info(f"Exported #{conv.session.id} ({what}) to {path} ({size}).",
@@ -219,7 +219,7 @@ def import_(ctx: CommandContext, args: Args) -> CommandResult:
         raise CommandError(f"{path} is {human_bytes(path.stat().st_size)}; too large to be "
                            "a session export.")
     conv = ctx.conversation
-    session = conv.import_file(path)
+    session = conv.saved.import_file(path)
     text = (f"Imported {path.name} as #{session.id} {_title(session.title)} "
             f"({plural(len(session.messages), 'message')} on its current branch)")
     if session.model and session.model != conv.model_spec:

@@ -31,7 +31,7 @@ HARDWARE_NOTE = (
 def _auto(conv) -> str:
     if conv.generation.seed is not None:
         return "auto, plain decoding while a seed is set (a seed gives the same reply)"
-    cost = conv.verify_cost()
+    cost = conv.speculation.verify_cost()
     if cost is None:
         return ("auto (prompt lookup if this device verifies proposals cheaply: measured "
                 "once after the first reply of a few tokens)")
@@ -41,7 +41,7 @@ def _auto(conv) -> str:
 def _status(ctx: CommandContext) -> str:
     conv = ctx.conversation
     gen = conv.generation
-    draft = conv.draft_name()
+    draft = conv.speculation.draft_name()
     mode = {"off": "off", "lookup": "prompt lookup (no draft model)",
             "draft": f"draft model {draft or gen.draft}", "auto": _auto(conv)}[gen.speculative]
     text = f"Speculative decoding: {mode}; {gen.draft_tokens} tokens proposed per pass."
@@ -60,12 +60,12 @@ def set_draft(ctx: CommandContext, raw: str) -> CommandResult:
     conv = ctx.conversation
     word = raw.strip()
     if word.lower() in ("off", "none"):
-        conv.set_draft(None)
+        conv.speculation.set_draft(None)
         return CommandResult.info("The draft model is unloaded; speculative decoding with "
                                   f"it is off (speculative = {conv.generation.speculative}).",
                                   clear_input=True)
-    spec = conv.paired_draft() if word.lower() == "auto" else word
-    name = conv.set_draft(spec)
+    spec = conv.speculation.paired_draft() if word.lower() == "auto" else word
+    name = conv.speculation.set_draft(spec)
     return CommandResult.info(
         f"Speculating with the draft model {name} ({spec}), "
         f"{conv.generation.draft_tokens} tokens per pass, from the next reply; the reply is "
@@ -76,7 +76,7 @@ def set_draft(ctx: CommandContext, raw: str) -> CommandResult:
 def set_mode(ctx: CommandContext, mode: str) -> CommandResult:
     """``/set speculative off|draft|lookup``."""
     conv = ctx.conversation
-    conv.set_speculative(mode)
+    conv.speculation.set_speculative(mode)
     return CommandResult.info(f"speculative = {mode} for this session. {_status(ctx)}",
                               clear_input=True)
 
@@ -84,7 +84,7 @@ def set_mode(ctx: CommandContext, mode: str) -> CommandResult:
 def draft(ctx: CommandContext, args: Args) -> CommandResult:
     if args.words:
         return set_draft(ctx, args.words[0])
-    paired = ctx.conversation.paired_draft_hint()
+    paired = ctx.conversation.speculation.paired_draft_hint()
     hint = f" The catalog pairs {paired} with this model (/draft auto)." if paired else ""
     return CommandResult.info(_status(ctx) + hint)
 
@@ -93,7 +93,7 @@ def complete_draft(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> 
     if words:
         return []
     out = [("off", "unload the draft model")]
-    paired = ctx.conversation.paired_draft_hint()
+    paired = ctx.conversation.speculation.paired_draft_hint()
     if paired:
         out.insert(0, ("auto", f"the catalog's pairing: {paired}"))
     return out

@@ -136,7 +136,7 @@ def show(value: Any) -> str:
 def _check_template(ctx: CommandContext, name: str, value: Any) -> None:
     """thinking and reasoning_effort only where the chat template reads them."""
     variable = {"thinking": "enable_thinking", "reasoning_effort": "reasoning_effort"}.get(name)
-    info = ctx.conversation.model_info
+    info = ctx.conversation.views.model_info
     if variable and value is not None and variable not in info.template_variables:
         raise CommandError(f"{info.name}'s chat template does not take {variable}, so "
                            f"{name} would change nothing.")
@@ -152,14 +152,14 @@ def _setting(raw: str) -> Setting:
 
 
 def _check_kv_bits(ctx: CommandContext, value: int | None) -> None:
-    head_dim = ctx.conversation.model_info.head_dim
+    head_dim = ctx.conversation.views.model_info.head_dim
     if value and head_dim and head_dim % 32:
         raise CommandError(f"kv_bits needs a head size that is a multiple of 32; this model's "
                            f"is {head_dim}, so its KV cache cannot be quantized.")
 
 
 def _check_window(ctx: CommandContext, value: int | None) -> None:
-    info = ctx.conversation.model_info
+    info = ctx.conversation.views.model_info
     if value and value > info.context_window:
         raise CommandError(f"context_window can only lower {info.name}'s window of "
                            f"{fmt_int(info.context_window)} tokens (what it was trained for, or "
@@ -206,8 +206,8 @@ def set_(ctx: CommandContext, args: Args) -> CommandResult:
         note = (" The next turn quantizes the cache." if value else
                 " The next turn recomputes the cache at full precision.")
     if setting.name == "compute_dtype":
-        dtype = value or conv.model_info.default_compute_dtype
-        if dtype != conv.model_info.compute_dtype:
+        dtype = value or conv.views.model_info.default_compute_dtype
+        if dtype != conv.views.model_info.compute_dtype:
             note = f" The next turn computes in {dtype}: a new token ledger, the cache cold."
     return CommandResult.info(f"{setting.name} = {show(value)} {where}.{note}",
                               clear_input=True)
@@ -219,7 +219,7 @@ def think(ctx: CommandContext, args: Args) -> CommandResult:
         on = conv.generation.thinking
         return CommandResult.info(
             f"thinking is {'the model default' if on is None else show(on)} for this session "
-            f"(/think on|off; this model marks reasoning as: {conv.model_info.reasoning}).")
+            f"(/think on|off; this model marks reasoning as: {conv.views.model_info.reasoning}).")
     value = _switch("thinking", args.words[0])
     _check_template(ctx, "thinking", value)
     conv.update_generation(dataclasses.replace(conv.generation, thinking=value))
@@ -290,9 +290,9 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
             f"parameters, {fmt_int(info.context_window)}-token window); the KV cache in "
             "memory starts empty (what this conversation saved with this model is restored "
             "from disk at the next turn)." + (f" {info.memory_note}." if info.memory_note else "")
-            + (f" {conv.speculation_notice}." if conv.speculation_notice else ""),
+            + (f" {conv.speculation.notice}." if conv.speculation.notice else ""),
             session_changed=True, clear_input=True)
-    info = conv.model_info
+    info = conv.views.model_info
     rows = [("name", info.name), ("spec", info.spec), ("architecture", info.architecture),
             ("parameters", _params(info.parameter_count) + (
                 f" total · {_params(info.active_parameter_count)} active per token"
@@ -309,7 +309,7 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
             ("layers · kv heads · head dim",
              f"{info.num_layers} · {info.kv_heads} · {info.head_dim}"),
             ("device", info.device), ("folder", info.path)]
-    state = conv.state()
+    state = conv.views.state()
     if state.layout:
         rows[7:7] = [("split across ranks", state.layout)] + [
             (f"rank {r.rank}", f"{human_bytes(r.weights_bytes)} weights · KV "
@@ -341,7 +341,7 @@ def models(ctx: CommandContext, args: Args) -> CommandResult:
                      "yes" if e.available_offline else "no",
                      one_line(e.description, 60)))
     if current not in {e.alias for e in entries}:
-        info = ctx.conversation.model_info
+        info = ctx.conversation.views.model_info
         rows.append((f"{info.name} *", f"{info.bits_per_weight:.1f} b/w",
                      human_bytes(info.weights_bytes), fmt_int(info.context_window),
                      "loaded", "yes", f"loaded from {one_line(current, 50)}"))

@@ -38,7 +38,7 @@ _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)[^`]*$")
 
 
 def retry(ctx: CommandContext, args: Args) -> CommandResult:
-    turn = ctx.conversation.retry()
+    turn = ctx.conversation.turns.retry()
     return CommandResult.info("Answering the last message again; the old reply stays on "
                               "its branch (/branch).", turn=turn, session_changed=True,
                               clear_input=True)
@@ -46,7 +46,7 @@ def retry(ctx: CommandContext, args: Args) -> CommandResult:
 
 def edit(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
-    last = conv.last_user_text()
+    last = conv.turns.last_user_text()
     if last is None:
         raise CommandError("There is no message to edit yet.")
     if not args.words:
@@ -54,14 +54,14 @@ def edit(ctx: CommandContext, args: Args) -> CommandResult:
                 else "Run /edit NEW TEXT to replace it")
         return CommandResult.info(f"{hint}; the old version stays on its branch.",
                                   prefill_input=f"/edit {last}")
-    turn = conv.edit_last(args.words[0])
+    turn = conv.turns.edit_last(args.words[0])
     return CommandResult.info("Answering the edited message; the old version stays on its "
                               "branch (/branch).", turn=turn, session_changed=True,
                               clear_input=True)
 
 
 def undo(ctx: CommandContext, args: Args) -> CommandResult:
-    removed = ctx.conversation.undo()
+    removed = ctx.conversation.turns.undo()
     return CommandResult.info(f"Stepped back {plural(removed, 'message')}; they stay on their "
                               "branch (/branch lists it).", session_changed=True,
                               clear_input=True)
@@ -83,14 +83,14 @@ def system(ctx: CommandContext, args: Args) -> CommandResult:
         if not current:
             return CommandResult.info("No system prompt (the model's template default "
                                       "applies). /system TEXT sets one.")
-        tokens = conv.message_tokens([Message("system", current)])[0]
+        tokens = conv.views.message_tokens([Message("system", current)])[0]
         return CommandResult.info(f"System prompt ({fmt_int(tokens)} tokens):\n{current}")
     text = args.words[0]
     conv.set_system_prompt(text)
-    tokens = conv.message_tokens([Message("system", text)])[0]
+    tokens = conv.views.message_tokens([Message("system", text)])[0]
     cost = (" The next turn prefills the conversation again (the cache starts with the "
             "old prompt)." if text != current and conv.messages else "")
-    if not conv.model_info.system_role:
+    if not conv.views.model_info.system_role:
         cost += f" Note: {NO_SYSTEM_ROLE}."
     return CommandResult.info(f"System prompt set ({fmt_int(tokens)} tokens).{cost}",
                               session_changed=True, clear_input=True)
@@ -107,10 +107,10 @@ def complete_system(ctx: CommandContext, words: tuple[str, ...], prefix: str) ->
 def kv_bytes_per_token(ctx: CommandContext) -> tuple[float, str]:
     """Bytes one token takes in the KV cache, and how that was found."""
     conv = ctx.conversation
-    state = conv.state()
+    state = conv.views.state()
     if state.cached_tokens and state.kv_bytes:
         return state.kv_bytes / state.cached_tokens, "measured from the live cache"
-    return conv.kv_bytes_per_token(), "measured on a two-token cache (the live one is empty)"
+    return conv.views.kv_bytes_per_token(), "measured on a two-token cache (the live one is empty)"
 
 
 def read_text_file(ctx: CommandContext, raw: str, free: int, *, verb: str = "attach",
@@ -144,7 +144,7 @@ def read_text_file(ctx: CommandContext, raw: str, free: int, *, verb: str = "att
 
 def attach(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
-    pending = conv.attachments
+    pending = conv.turns.attachments
     if "--clear" in args.flags:
         count = len(pending)
         pending.clear()
@@ -155,17 +155,17 @@ def attach(ctx: CommandContext, args: Args) -> CommandResult:
             return CommandResult.info("No pending attachments. Usage: /attach PATH")
         names = ", ".join(f"{a.path.name} ({fmt_int(a.tokens)} tokens)" for a in pending)
         return CommandResult.info(f"Going with your next message: {names}.")
-    window = conv.context_window
-    free = conv.window_left() - sum(a.tokens for a in pending)
+    window = conv.views.context_window
+    free = conv.views.window_left() - sum(a.tokens for a in pending)
     path, text = read_text_file(ctx, args.words[0], free)
     resolved = path.resolve()
     if any(a.path.resolve() == resolved for a in pending):
         raise CommandError(f"{path.name} is attached already; /attach --clear drops it.")
     messages = conv.engine_messages()
-    block = conv.compose("")  # the wrapping of the files already pending
+    block = conv.turns.compose("")  # the wrapping of the files already pending
     with_file = attachment_block(path.name, text)
-    tokens = (conv.count_tokens(messages + [Message("user", f"{block}{with_file}")])
-              - conv.count_tokens(messages + [Message("user", block)]))
+    tokens = (conv.views.count_tokens(messages + [Message("user", f"{block}{with_file}")])
+              - conv.views.count_tokens(messages + [Message("user", block)]))
     if tokens > free:
         raise CommandError(f"{path.name} is {fmt_int(tokens)} tokens; only {fmt_int(free)} "
                            f"are left in the {fmt_int(window)}-token window.")

@@ -23,7 +23,7 @@ import mlx.core as mx
 from mlxchat.chat import Message
 from mlxchat.engine.disk.prefix import PrefixMarks, PrefixSaved
 from mlxchat.engine.disk.segments import SegmentInfo, SegmentRef
-from mlxchat.engine.events import EngineError, EngineState, Event, SnapshotLoad
+from mlxchat.engine.events import CacheLoad, EngineError, EngineState, Event
 from mlxchat.engine.kv.live import LiveCache, compute_once
 from mlxchat.engine.kv.view import LiveView, view_of
 from mlxchat.engine.prompt.builder import PromptBuilder
@@ -38,8 +38,8 @@ from mlxchat.engine.turn.pipeline import TurnPipeline, events
 from mlxchat.engine.turn.ranks import OneProcess, Ranks
 from mlxchat.engine.turn.typing_prefill import TypingPrefill
 from mlxchat.generation import GenerationSettings
-from mlxchat.models import precision
-from mlxchat.models.info import LoadedModel, ModelInfo, recast, retyped
+from mlxchat.models import LoadedModel, ModelInfo, precision
+from mlxchat.models.info import recast, retyped
 from mlxchat.turn_stats import TurnStats
 
 _LIVE: "weakref.WeakSet[ChatEngine]" = weakref.WeakSet()
@@ -262,7 +262,7 @@ class ChatEngine:
         self._refreshed(lambda: self._live.reset(reason))
 
     def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,
-                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
+                      conversation: Sequence[Message] = ()) -> CacheLoad:
         """Make a whole-cache snapshot (a session saved before segments) the live
         cache. ``conversation`` is what it holds (for miss reasons). On rejection
         the live cache is left cold and the reason is reported by the next turn."""
@@ -280,7 +280,7 @@ class ChatEngine:
         return self._call(lambda: self._disk.save_segment(path, start))
 
     def load_segments(self, refs: Sequence[SegmentRef], *,
-                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
+                      conversation: Sequence[Message] = ()) -> CacheLoad:
         """Make consecutive segments the live cache. A damaged or mismatched one
         stops the restore there: the tokens before it are kept, the rest recomputed."""
         return self._refreshed(lambda: self._disk.load_segments(refs, conversation=conversation))

@@ -71,21 +71,9 @@ Event = PrefillProgress | TextDelta | TurnDone
 
 
 @dataclass
-class SnapshotInfo:
-    """A KV snapshot written to disk."""
-
-    path: str
-    bytes: int
-    checksum: str
-    """sha256 of the file."""
-    tokens: int
-    mlx_lm_version: str
-    kv_bits: int | None = None
-
-
-@dataclass
-class SnapshotLoad:
-    """Outcome of loading a snapshot: ``ok`` or a ``reason`` it was rejected."""
+class CacheLoad:
+    """Outcome of loading KV cache files (segments, or an old snapshot): ``ok``,
+    or a ``reason`` they were rejected."""
 
     ok: bool
     tokens: int = 0

@@ -10,12 +10,12 @@ from typing import Callable, Iterator, Protocol, Sequence
 from mlxchat.chat import Message
 from mlxchat.engine.disk.prefix import PrefixSaved
 from mlxchat.engine.disk.segments import SegmentInfo, SegmentRef
-from mlxchat.engine.events import EngineState, Event, SnapshotLoad
+from mlxchat.engine.events import CacheLoad, EngineState, Event
 from mlxchat.engine.prompt.builder import PromptBuilder
 from mlxchat.engine.prompt.fit import FittedPrompt
 from mlxchat.engine.speculative.auto import VerifyCost
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.info import LoadedModel, ModelInfo
+from mlxchat.models import LoadedModel, ModelInfo
 
 
 class Engine(Protocol):
@@ -57,12 +57,12 @@ class Engine(Protocol):
 
 
     def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,
-                      conversation: Sequence[Message] = ()) -> SnapshotLoad: ...
+                      conversation: Sequence[Message] = ()) -> CacheLoad: ...
 
     def save_segment(self, path: Path, start: int) -> SegmentInfo: ...
 
     def load_segments(self, refs: Sequence[SegmentRef], *,
-                      conversation: Sequence[Message] = ()) -> SnapshotLoad: ...
+                      conversation: Sequence[Message] = ()) -> CacheLoad: ...
 
     def mark_prefix(self, tokens: Sequence[int] | None, path: Path | None = None) -> None: ...
 

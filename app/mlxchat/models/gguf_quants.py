@@ -32,7 +32,7 @@ GROUP_SIZE = 32
 
 
 @dataclass(frozen=True)
-class Plan:
+class TensorPlan:
     how: str
     """'float', 'repack' (exact) or 'requantize' (dequantize, quantize again)."""
     bits: int | None = None
@@ -40,15 +40,15 @@ class Plan:
     """MLX's quantization mode: 'affine' (scales and biases) or 'mxfp4'."""
 
 
-PLANS: dict[str, Plan] = {
-    "F32": Plan("float"), "F16": Plan("float"), "BF16": Plan("float"),
-    "Q4_0": Plan("repack", 4), "Q4_1": Plan("repack", 4), "Q5_0": Plan("repack", 5),
-    "Q5_1": Plan("repack", 5), "Q8_0": Plan("repack", 8),
-    "Q4_K": Plan("repack", 4), "Q5_K": Plan("repack", 5),
-    "Q6_K": Plan("requantize", 8), "Q3_K": Plan("requantize", 5),
-    "Q2_K": Plan("requantize", 4),
-    "MXFP4": Plan("repack", 4, "mxfp4"),
-    "IQ4_NL": Plan("requantize", 6), "IQ4_XS": Plan("requantize", 6),
+PLANS: dict[str, TensorPlan] = {
+    "F32": TensorPlan("float"), "F16": TensorPlan("float"), "BF16": TensorPlan("float"),
+    "Q4_0": TensorPlan("repack", 4), "Q4_1": TensorPlan("repack", 4), "Q5_0": TensorPlan("repack", 5),
+    "Q5_1": TensorPlan("repack", 5), "Q8_0": TensorPlan("repack", 8),
+    "Q4_K": TensorPlan("repack", 4), "Q5_K": TensorPlan("repack", 5),
+    "Q6_K": TensorPlan("requantize", 8), "Q3_K": TensorPlan("requantize", 5),
+    "Q2_K": TensorPlan("requantize", 4),
+    "MXFP4": TensorPlan("repack", 4, "mxfp4"),
+    "IQ4_NL": TensorPlan("requantize", 6), "IQ4_XS": TensorPlan("requantize", 6),
 }
 REQUANT_ERROR = {"Q6_K": 0.01, "Q3_K": 0.05, "Q2_K": 0.1, "IQ4_NL": 0.04, "IQ4_XS": 0.04}
 """Stated bound of the requantization's relative error against the file's own values

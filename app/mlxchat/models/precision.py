@@ -24,9 +24,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_flatten
 
-from mlxchat.generation import COMPUTE_DTYPES
-
-__all__ = ["COMPUTE_DTYPES", "apply", "default_dtype", "gpu_dtype"]
+__all__ = ["apply", "default_dtype", "gpu_dtype"]
 
 TRAINED_IN = {
     "gemma": "bfloat16", "gemma2": "bfloat16", "gemma3": "bfloat16", "gemma3_text": "bfloat16",

@@ -15,7 +15,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlxchat.server import completions_api, ollama_api, openai_api
 from mlxchat.server.errors import ApiError, Dialect, internal
-from mlxchat.server.options import BindRefused, check_bind, is_loopback  # noqa: F401 (re-exported)
 from mlxchat.server.service import ChatService
 from mlxchat.server.streaming import ClientGone
 

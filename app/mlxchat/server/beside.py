@@ -4,7 +4,7 @@ one process, the chat's model weights loaded once.
 The server gets an engine of its own over the chat's ``LoadedModel`` (the same
 weights; its own KV cache, so the chat's stays warm while clients are served)
 and a conversation of its own on the same database. The two engines take
-turns under the process's compute lock (``engine/compute.py``).
+turns under the process's compute lock (``engine/thread/compute.py``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Callable
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.interface import Engine
 from mlxchat.errors import MlxchatError, UserError
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel
 from mlxchat.server.app import build_app
 from mlxchat.server.options import ServeOptions, check_options
 from mlxchat.server.runner import RunningServer
@@ -58,24 +58,24 @@ class SharedServer:
 
     def __init__(self, chat: Conversation, options: ServeOptions, *,
                  engine_factory: EngineFactory = api_engine):
-        if getattr(chat.engine, "segments_per_rank", False):
+        if chat.views.split_across_ranks:
             raise UserError("A model split over several Macs cannot be served from the "
                             "chat yet; run `mlxchat serve` on one machine.")
-        if not chat.store.path:
+        database = chat.saved.database
+        if not database:
             raise UserError("This session's store is in memory: nothing to serve from.")
-        loaded = chat.engine.loaded
-        database = chat.store.path
         opened = open_conversation(
             chat.settings, model_spec=chat.model_spec,
             store_factory=partial(open_store, database),
-            load_model=shared_loader(loaded, chat.model_spec, chat.model_loader),
+            load_model=shared_loader(chat.views.loaded, chat.model_spec, chat.model_loader),
             engine_factory=engine_factory, lock_holder=API_HOLDER)
         self.conversation = opened.conversation
         self.options = options
         service: ChatService | None = None
         try:
-            self.service = service = ChatService(self.conversation, max_waiting=options.queue,
-                                                 kv_budget_bytes=options.kv_budget_bytes)
+            self.service = service = ChatService(
+                self.conversation, store=opened.store, engine=opened.engine,
+                max_waiting=options.queue, kv_budget_bytes=options.kv_budget_bytes)
             self.server = RunningServer(build_app(service, api_key=options.api_key),
                                         host=options.host, port=options.port).start()
         except BaseException:
@@ -90,7 +90,7 @@ class SharedServer:
 
     @property
     def engine(self) -> Engine:
-        return self.conversation.engine
+        return self.service.engine
 
     def chat_waits(self) -> bool:
         """An API job is ahead of the chat's waiting one in the compute lock's
@@ -100,7 +100,7 @@ class SharedServer:
         return compute is not None and API_OWNER in compute.ahead_of("chat")
 
     def kv_bytes(self) -> int:
-        return self.conversation.state().kv_bytes
+        return self.conversation.views.state().kv_bytes
 
     def describe(self) -> str:
         answered = self.service.answered

@@ -61,22 +61,22 @@ def _work(service: ChatService, request: CompletionRequest, cancelled: threading
     """On the lane's thread: the prompt's tokens straight through the engine."""
     if cancelled.is_set():
         return
-    conv = service.conv
-    settings = dataclasses.replace(conv.settings.generation, context_policy="stop",
+    engine = service.engine
+    settings = dataclasses.replace(service.conv.settings.generation, context_policy="stop",
                                    **request.settings)
     settings.check()
-    tokens = list(conv.engine.loaded.tokenizer.encode(request.prompt))
-    window = conv.engine.prompts.window(settings)
+    tokens = list(engine.loaded.tokenizer.encode(request.prompt))
+    window = engine.prompts.window(settings)
     if len(tokens) + 1 > window:
         raise ApiError(400, f"The prompt has {len(tokens):,} tokens; this model's window "
                        f"is {window:,}.", param="prompt", code="context_length_exceeded")
     service.cache_taken = True
     watch = StopWatch(request.stop)
     done: TurnDone | None = None
-    for event in started_unless_gone(conv.engine.turn(FittedPrompt(tokens, [], 0), settings),
+    for event in started_unless_gone(engine.turn(FittedPrompt(tokens, [], 0), settings),
                                      cancelled):
         if cancelled.is_set() or watch.stopped:
-            conv.engine.cancel()
+            engine.cancel()
         if isinstance(event, TextDelta):
             text = watch.feed(event.text)  # no template: reasoning is text like any other
             if text:
@@ -95,7 +95,7 @@ def _work(service: ChatService, request: CompletionRequest, cancelled: threading
     yield Finished(watch.seen, "", done.stats, reason, None)
 
 
-class _Shape:
+class _CompletionShape:
     def __init__(self, model: str):
         self.id = f"cmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
@@ -112,7 +112,7 @@ async def completions(request: Request) -> Response:
     service: ChatService = request.app.state.service
     completion = parse(parse_json(await read_body(request)))
     service.check_model(completion.model)
-    shape = _Shape(service.model_id)
+    shape = _CompletionShape(service.model_id)
     items, first = await started(request, service.run(
         lambda cancelled: _work(service, completion, cancelled)))
     if not completion.stream:
@@ -123,7 +123,7 @@ async def completions(request: Request) -> Response:
                                  headers={"Cache-Control": "no-cache"})
 
 
-async def _events(shape: _Shape, completion: CompletionRequest, first: Piece | Finished,
+async def _events(shape: _CompletionShape, completion: CompletionRequest, first: Piece | Finished,
                   items: AsyncIterator[Piece | Finished]) -> AsyncIterator[str]:
     def event(body: dict[str, Any]) -> str:
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"

@@ -88,7 +88,7 @@ async def _lines(model: str, first: Piece | Finished,
 
 async def tags(request: Request) -> Response:
     service: ChatService = request.app.state.service
-    info = service.conv.model_info
+    info = service.conv.views.model_info
     return JSONResponse({"models": [{
         "name": service.model_id, "model": service.model_id,
         "modified_at": datetime.fromtimestamp(time.time(), timezone.utc).isoformat(),

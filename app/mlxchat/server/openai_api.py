@@ -28,7 +28,7 @@ def usage(stats: TurnStats) -> dict[str, Any]:
             "completion_tokens_details": {"reasoning_tokens": stats.reasoning_tokens}}
 
 
-class _Shape:
+class _ChatShape:
     """The ids and names every object of one reply carries."""
 
     def __init__(self, model: str):
@@ -67,7 +67,7 @@ def _delta(piece: Piece) -> dict[str, Any]:
 async def chat_completions(request: Request) -> Response:
     service: ChatService = request.app.state.service
     chat = openai_chat(parse_json(await read_body(request)), request.headers.get("x-session"))
-    shape = _Shape(service.model_id)
+    shape = _ChatShape(service.model_id)
     items, first = await started(request, service.chat(chat))
     if not chat.stream:
         return JSONResponse(shape.completion(await finished(request, first, items)))
@@ -76,7 +76,7 @@ async def chat_completions(request: Request) -> Response:
                                  headers={"Cache-Control": "no-cache"})
 
 
-async def _events(shape: _Shape, chat: ChatRequest, first: Piece | Finished,
+async def _events(shape: _ChatShape, chat: ChatRequest, first: Piece | Finished,
                   items: AsyncIterator[Piece | Finished]) -> AsyncIterator[str]:
     yield shape.chunk({"role": "assistant", "content": ""})
     sent = ""

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlxchat.chat import CalledTool
+from mlxchat.server.api_turns import ApiRequest, IncomingMessage
 from mlxchat.server.errors import ApiError, bad_field, missing_field
 from mlxchat.server.tool_calls import calls_signature
-from mlxchat.session.api_turns import ApiRequest, IncomingMessage
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 

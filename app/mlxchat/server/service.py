@@ -12,10 +12,12 @@ from typing import Any, AsyncIterator, Iterator
 
 from mlxchat.chat import CalledTool
 from mlxchat.engine.events import ContextOverflowError, Event, TextDelta, TurnDone
+from mlxchat.engine.interface import Engine
 from mlxchat.engine.thread.compute import WaitCancelled
 from mlxchat.engine.thread.worker import waits_end_on
 from mlxchat.errors import MlxchatError
 from mlxchat.models.tools import call_markup
+from mlxchat.server.api_turns import ApiTurns, IncomingMessage
 from mlxchat.server.errors import (
     ApiError,
     context_exceeded,
@@ -23,13 +25,13 @@ from mlxchat.server.errors import (
     server_stopped,
     unknown_model,
 )
+from mlxchat.server.kv_budget import Eviction, KvBudget
 from mlxchat.server.lane import EngineLane, QueueFull, Work
 from mlxchat.server.requests import ChatRequest
 from mlxchat.server.tool_calls import CallCut, ReplyParts, calls_signature, reply_parts, with_ids
-from mlxchat.session.api_turns import ApiTurns, IncomingMessage
 from mlxchat.session.conversation import Conversation
-from mlxchat.session.kv_budget import Eviction, KvBudget
 from mlxchat.session.lock import SessionBusy
+from mlxchat.store import SessionStore
 from mlxchat.turn_stats import TurnStats
 
 log = logging.getLogger(__name__)
@@ -140,23 +142,24 @@ def ids_up_to(tokenizer: Any, ids: list[int], answer: str, kept: int) -> list[in
 class ChatService:
     """One conversation, one engine lane, every endpoint's turns."""
 
-    def __init__(self, conv: Conversation, *, max_waiting: int = 8,
-                 kv_budget_bytes: int | None = None):
-        self.conv = conv
-        self.kv_budget = None if kv_budget_bytes is None else KvBudget(conv.store,
-                                                                       kv_budget_bytes)
+    def __init__(self, conv: Conversation, *, store: SessionStore, engine: Engine,
+                 max_waiting: int = 8, kv_budget_bytes: int | None = None):
+        # ``store`` and ``engine``: the ones ``conv`` was built on, handed over
+        # by the composition root (stored rows and raw completions use them).
+        self.conv, self.store, self.engine = conv, store, engine
+        self.kv_budget = None if kv_budget_bytes is None else KvBudget(store, kv_budget_bytes)
         self.last_eviction: Eviction | None = None
-        self.turns = ApiTurns(conv)
-        conv.let_go_session()  # held per request (``_work``)
-        self.lane = EngineLane(stop_running=conv.cancel, max_waiting=max_waiting)
+        self.turns = ApiTurns(conv, store)
+        conv.locks.release()  # held per request (``_work``)
+        self.lane = EngineLane(stop_running=conv.turns.cancel, max_waiting=max_waiting)
         self.model_id = conv.model_spec
         self.cache_taken = False
         """A raw completion used the engine's live cache since the last chat turn,
         or a request left before its branch's KV was back: the next turn restores."""
         self.answered = 0
         """Requests answered to their end."""
-        self._names = {conv.model_spec, conv.model_info.name,
-                       Path(conv.model_spec).name, conv.model_info.name.split("/")[-1]}
+        self._names = {conv.model_spec, conv.views.model_info.name,
+                       Path(conv.model_spec).name, conv.views.model_info.name.split("/")[-1]}
 
     def check_model(self, name: str) -> None:
         if name not in self._names:
@@ -167,7 +170,7 @@ class ChatService:
         first-call costs paid now, not by the first client. Never fails the
         start: a model it cannot warm is served cold."""
         try:
-            self.conv.engine.warm_up()
+            self.engine.warm_up()
         except Exception as exc:  # noqa: BLE001 - an optimisation, not a requirement
             log.warning("warm-up skipped: %s", exc)
 
@@ -212,9 +215,9 @@ class ChatService:
         last = self.conv.messages[-1] if self.conv.messages else None
         if last is not None and last.role == "assistant" and last.cancelled \
                 and last.id is not None:
-            ids = ids_up_to(self.conv.engine.loaded.tokenizer, last.token_ids or [],
+            ids = ids_up_to(self.engine.loaded.tokenizer, last.token_ids or [],
                             done.reply, len(kept)) if last.token_ids else None
-            self.conv.store.mark_stopped(last.id, token_ids=ids)
+            self.store.mark_stopped(last.id, token_ids=ids)
             self.conv.reload()
         done.stats.finish_reason = "stop"
 
@@ -229,13 +232,13 @@ class ChatService:
         except WaitCancelled:  # its client left while it waited for the compute lock
             self.cache_taken = True
         finally:
-            self.conv.let_go_session()
+            self.conv.locks.release()
 
     def _turn(self, request: ChatRequest, cancelled: threading.Event
               ) -> Iterator[Piece | Finished]:
         """Place the request, run its turn, yield its pieces."""
         watch = StopWatch(request.stop)
-        tokenizer = self.conv.engine.loaded.tokenizer
+        tokenizer = self.engine.loaded.tokenizer
         tools = request.turn.tools is not None
         cut = CallCut(call_markup(tokenizer) if tools else None)
 
@@ -256,12 +259,12 @@ class ChatService:
         with waits_end_on(cancelled):  # setup waits no longer than its client
             if self.cache_taken:  # the branch's KV from disk
                 self.cache_taken = False
-                self.conv.restore_snapshot()
+                self.conv.cache.restore()
             turn = self.turns.begin(request.turn, reply_form)
         done: TurnDone | None = None
         for event in started_unless_gone(turn.events, cancelled):
             if cancelled.is_set() or watch.stopped:
-                self.conv.cancel()  # also a turn that started after the cancel
+                self.conv.turns.cancel()  # also a turn that started after the cancel
             if isinstance(event, TextDelta):
                 text = event.text if event.part == "reasoning" \
                     else cut.feed(watch.feed(event.text))

@@ -10,13 +10,13 @@ import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from mlxchat import paths
 from mlxchat.chat import Message
 from mlxchat.engine.disk.checks import failure_words
 from mlxchat.engine.disk.segments import SegmentRef
-from mlxchat.engine.events import SnapshotLoad
+from mlxchat.engine.events import CacheLoad
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.kv.reuse import common_prefix
 from mlxchat.files import remove_files
@@ -51,7 +51,7 @@ def segment_refs(rows: Sequence[SegmentRecord]) -> list[SegmentRef]:
     snapshots folder is treated as a missing file, never opened."""
     out = []
     for r in rows:
-        path = paths.snapshot_file(r.path) or paths.snapshots_dir() / "missing"
+        path = paths.kv_file(r.path) or paths.kv_dir() / "missing"
         out.append(SegmentRef(path, r.start, r.end, r.checksum, r.token_ids))
     return out
 
@@ -61,12 +61,15 @@ class CacheKeeper:
     it when the session is opened."""
 
     def __init__(self, open_session: OpenSession, store: SessionStore, engine: Engine, *,
-                 keep_segments: bool = True):
+                 keep_segments: bool = True, writes: Callable[[], bool] = lambda: True):
         self._open = open_session
+        self._writes = writes
+        """False while another process writes this session's files (its lock
+        is not held here): nothing is joined then."""
         self._store = store
         self._engine = engine
         self._keep = keep_segments
-        self.last_load: SnapshotLoad | None = None
+        self.last_load: CacheLoad | None = None
         """What the last restore found (None: nothing on disk, or not restored yet)."""
         self._writing = threading.Lock()
         """Held while a segment file is written and recorded, or files are joined
@@ -75,7 +78,7 @@ class CacheKeeper:
     def forget(self) -> None:
         self.last_load = None
 
-    def snapshot_words(self) -> str:
+    def words(self) -> str:
         """What happened to the session's KV cache on disk when it was opened."""
         snap = self.last_load
         if snap is None:
@@ -87,7 +90,7 @@ class CacheKeeper:
             return f"KV cache restored from its snapshot ({snap.tokens:,} tokens)"
         return f"KV snapshot not used ({snap.reason}); the next turn recomputes the history"
 
-    def restore(self) -> SnapshotLoad | None:
+    def restore(self) -> CacheLoad | None:
         """Load the branch's KV from disk into the engine (a rejection is reported
         by the next turn as its miss reason)."""
         session = self._open.session
@@ -129,7 +132,7 @@ class CacheKeeper:
         except StoreError:
             return []
 
-    def _restore_whole_snapshot(self) -> SnapshotLoad | None:
+    def _restore_whole_snapshot(self) -> CacheLoad | None:
         """A session saved before segments existed: its one whole-cache file."""
         session_id = self._open.id
         record = self._store.snapshots.latest(session_id) if session_id else None
@@ -155,7 +158,7 @@ class CacheKeeper:
         (two queries and a folder listing); never raises."""
         session_id, leaf = self._open.id, self._open.session.leaf_id
         if (not self._keep or session_id is None or leaf is None
-                or self._engine.segments_per_rank):
+                or self._engine.segments_per_rank or not self._writes()):
             return None
         with self._writing:
             try:
@@ -172,7 +175,7 @@ class CacheKeeper:
         start, prefix_key = self._stored_prefix(live)
         base = start
         for row in self._store.segments.on_branch(leaf):
-            file = paths.snapshot_file(row.path)
+            file = paths.kv_file(row.path)
             if (row.start != start or live[row.start:row.end] != row.token_ids
                     or file is None or not file.is_file()
                     or (base and row.start == base and row.prefix_key != prefix_key)):
@@ -181,7 +184,7 @@ class CacheKeeper:
         if start >= len(live):
             return None  # everything is on disk already
         name = f"seg-{session_id}-{leaf}-{start}-{len(live)}.safetensors"
-        path = paths.snapshots_dir() / name
+        path = paths.kv_dir() / name
         try:
             paths.ensure_private_dir(path.parent)
             info = self._engine.save_segment(path, start)
@@ -216,7 +219,7 @@ class CacheKeeper:
         restore stops there and the turn recomputes)."""
         key = first.prefix_key if first.start else None
         record = self._store.prefixes.get(key) if key else None
-        file = paths.snapshot_file(record.path) if record else None
+        file = paths.kv_file(record.path) if record else None
         if record is None or file is None or len(record.token_ids) != first.start:
             return []
         return [SegmentRef(file, 0, first.start, record.checksum, record.token_ids)]
@@ -242,6 +245,6 @@ class CacheKeeper:
             if r.start != covered:
                 break
             covered = r.end
-        newest = paths.snapshot_file(rows[-1].path) if rows else None
+        newest = paths.kv_file(rows[-1].path) if rows else None
         files = {r.path: r.file_bytes for r in rows}  # a joined file is named by many rows
         return CacheOnDisk(len(files), covered, sum(files.values()), newest)

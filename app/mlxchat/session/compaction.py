@@ -84,7 +84,7 @@ def compact(store: SessionStore, session_id: int, leaf: int,
     for run in todo:
         name = (f"cmp-{session_id}-{run[0][0].start}-{run[-1][-1].end}-"
                 f"{time.time_ns():x}.safetensors")
-        out = paths.snapshots_dir() / name
+        out = paths.kv_dir() / name
         try:
             info = joiner.compact([refs(g) for g in run], out)
             gone = store.segments.replace_files([(g[0].path, g[0].checksum) for g in run],
@@ -106,7 +106,7 @@ def sweep(store: SessionStore, session_id: int) -> int:
     """Delete the session's segment files no row names and its compaction temp
     files: what a kill left. Only this session's writer calls it (the
     session lock), between turns."""
-    folder = paths.snapshots_dir()
+    folder = paths.kv_dir()
     if not folder.is_dir():
         return 0
     temps = list(folder.glob(f".cmp-{session_id}-*.tmp.safetensors"))

@@ -65,6 +65,10 @@ class OpenSession:
         system = self.session.context_system
         return ([Message("system", system)] if system else []) + list(messages)
 
+    def engine_messages(self, extra: list[Message] | None = None) -> list[Message]:
+        """The branch (and ``extra`` after it) as the engine renders it, system part first."""
+        return self.with_system(self.messages + (extra or []))
+
     def ledger(self, engine: Engine) -> Ledger:
         return Ledger(engine, self.session, self.generation, tools=self.call_tools)
 

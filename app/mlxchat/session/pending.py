@@ -10,15 +10,21 @@ import logging
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from mlxchat import paths
+from mlxchat.chat import Message
 from mlxchat.files import write_private_text
+from mlxchat.session.current import OpenSession
+from mlxchat.session.errors import ConversationError
 from mlxchat.store import SessionStore, StoreError, StoreLocked
 from mlxchat.turn_stats import TurnStats
 
 log = logging.getLogger(__name__)
 
 RETRY_S = 0.25
+#: How long a new action waits for a pending reply to be stored before refusing.
+PENDING_WAIT_S = 2.0
 
 
 @dataclass
@@ -89,11 +95,38 @@ class ReplyKeeper:
 
 class UnsavedReplies:
     """The finished reply the database has not taken yet, if any: nothing may
-    follow it until it is stored."""
+    follow it until it is stored (``require_saved``); ``stored()`` runs once it
+    is (its KV segment is written then)."""
 
-    def __init__(self, store: SessionStore):
+    def __init__(self, store: SessionStore, open_session: OpenSession, *,
+                 stored: Callable[[], None]):
         self._store = store
+        self._open = open_session
+        self._stored = stored
         self._keeper: ReplyKeeper | None = None
+
+    def require_saved(self) -> None:
+        """Return once no reply waits to be stored (at most PENDING_WAIT_S);
+        ConversationError when one still does."""
+        if not self.waiting:
+            return
+        if not self.wait(PENDING_WAIT_S):
+            raise ConversationError(
+                "Your last reply is not saved yet: the session database is locked by another "
+                "process. It is kept and retried; try again in a moment.")
+        self._open.reload()
+        self._stored()
+
+    def recover(self) -> Message | None:
+        """Store a reply a previous run could not (the database was locked), and
+        one left half-written by a crash or kill, marked stopped (returned)."""
+        session_id = self._open.id
+        if session_id is not None and store_unsaved(self._store, session_id):
+            self._open.reload()
+        message = self._store.drafts.recover(session_id)
+        if message is not None:
+            self._open.reload()
+        return message
 
     @property
     def waiting(self) -> bool:

@@ -29,6 +29,7 @@ from mlxchat.errors import MlxchatError
 from mlxchat.files import remove_files
 from mlxchat.session.current import OpenSession
 from mlxchat.session.ledger import options_for
+from mlxchat.session.pending import UnsavedReplies
 from mlxchat.store import PinUse, PrefixRecord, SessionStore
 from mlxchat.turn_stats import TurnStats
 
@@ -75,8 +76,11 @@ def prefix_key(fingerprint: str, template_hash: str, kv_bits: int | None,
 class PinnedDocs:
     """The open session's pinned documents and the stored KV of their prefix."""
 
-    def __init__(self, open_session: OpenSession, store: SessionStore, engine: Engine):
+    def __init__(self, open_session: OpenSession, store: SessionStore, engine: Engine, *,
+                 unsaved: UnsavedReplies):
         self._open = open_session
+        self._unsaved = unsaved
+        """Nothing is pinned or unpinned while a reply waits to be stored."""
         self._store = store
         self._engine = engine
         self.last_prefix: PrefixUse | None = None
@@ -130,6 +134,7 @@ class PinnedDocs:
     def pin(self, path: Path, text: str) -> Pin:
         """Pin ``text`` (read from ``path``) after the system prompt and the
         documents pinned already; PinError when it is there already or does not fit."""
+        self._unsaved.require_saved()
         name = path.name or str(path)
         session, settings, messages = self._open.session, self._open.generation, self._open.messages
         if any(p.name == name or p.text == text for p in session.pins):
@@ -153,6 +158,7 @@ class PinnedDocs:
 
     def unpin(self, name: str) -> list[Pin]:
         """Unpin the document called ``name`` ('all': every one); returns those removed."""
+        self._unsaved.require_saved()
         pins = self._open.session.pins
         gone = list(pins) if name == "all" else [p for p in pins if p.name == name]
         if not gone:
@@ -171,7 +177,7 @@ class PinnedDocs:
         self._known_stored = None  # the files of unused prefixes may just have gone
         self._open.session = session
 
-    def pins(self) -> list[PinView]:
+    def list(self) -> list[PinView]:
         """The session's pinned documents with their cost and who else pins them."""
         pins = self._open.session.pins
         if not pins:
@@ -225,7 +231,7 @@ class PinnedDocs:
         if stored:
             self._mark(None)
             return
-        folder = paths.ensure_private_dir(paths.snapshots_dir())
+        folder = paths.ensure_private_dir(paths.kv_dir())
         self._mark(ids, folder / f"prefix-{key}.safetensors")
 
     def _mark(self, ids: list[int] | None, path: Path | None = None) -> None:

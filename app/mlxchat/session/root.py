@@ -15,7 +15,7 @@ from typing import Literal, Protocol
 from mlxchat.chat import NO_SYSTEM_ROLE, Session
 from mlxchat.config import Settings
 from mlxchat.engine.interface import Engine
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.lock import SessionBusy
 from mlxchat.store import SessionNotFound, SessionStore, StoreError
@@ -47,6 +47,10 @@ class Opened:
     """A ready conversation and what the user should be told about getting there."""
 
     conversation: Conversation
+    store: SessionStore
+    """The store and the engine the conversation was built on, for those the
+    root hands them to (the API server's rows and raw completions)."""
+    engine: Engine
     notices: list[tuple[str, NoticeLevel]] = field(default_factory=list)
     resumed: bool = False
     """An existing session was opened (not a new one)."""
@@ -170,14 +174,14 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
     if resumed is not None:
         if resumed.model != spec and resumed.id is not None:
             conv.session = store.update_model(resumed.id, spec)
-        conv.restore_snapshot()
+        conv.cache.restore()
         text = (f"Resumed #{resumed.id} “{resumed.title}” ({len(conv.messages):,} messages; "
-                f"{conv.snapshot_words()}).")
+                f"{conv.cache.words()}).")
         notices.append((text, "info"))
-    notice = conv.resume_speculation()
+    notice = conv.speculation.resume()
     if notice:
         notices.append((notice + ".", "warning"))
-    return Opened(conv, notices, resumed=resumed is not None)
+    return Opened(conv, store, engine, notices, resumed=resumed is not None)
 
 
 @contextmanager

@@ -13,7 +13,8 @@ from mlxchat.chat import Session, SessionSummary
 from mlxchat.files import remove_files
 from mlxchat.session.current import OpenSession
 from mlxchat.store import BranchInfo, SessionStore, SnapshotRecord, StoreError
-from mlxchat.store.export import FORMATS, ExportFormat, export_session, import_json
+from mlxchat.store.export import ExportFormat, export_session
+from mlxchat.store.importing import import_json
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,11 @@ class SavedSessions:
         self._store = store
 
     # -- read-only views -------------------------------------------------------------
+    @property
+    def database(self) -> str | None:
+        """The sessions database's file (None: a throwaway store in memory)."""
+        return self._store.path or None
+
     def list(self, *, limit: int = 100, search: str | None = None) -> list[SessionSummary]:
         return self._store.list_sessions(limit=limit, search=search)
 
@@ -116,7 +122,7 @@ class SavedSessions:
         return True
 
 
-__all__ = ["FORMATS", "Deleted", "ExportFormat", "SavedSessions", "delete_stored_session"]
+__all__ = ["Deleted", "SavedSessions", "delete_stored_session"]
 
 
 def delete_stored_session(store: SessionStore, session_id: int) -> tuple[list[Path], list[str]]:

@@ -10,8 +10,7 @@ from typing import Callable
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.speculative.auto import VerifyCost
 from mlxchat.errors import MlxchatError, UserError
-from mlxchat.models import catalog
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel, catalog
 from mlxchat.session.current import OpenSession
 
 
@@ -30,6 +29,8 @@ class Speculation:
         self._model_spec = model_spec
         """The loaded model's spec (it changes with /model)."""
         self._load_model = load_model
+        self.notice: str | None = None
+        """Why speculation was turned off by the last ``resume`` (an open, a model switch)."""
 
     def verify_cost(self) -> VerifyCost | None:
         """What verifying proposals costs on this device, as ``speculative=auto``
@@ -88,7 +89,12 @@ class Speculation:
 
     def resume(self) -> str | None:
         """After opening a session or switching models: load the stored draft,
-        or turn speculation off when it cannot run here; the notice, if any."""
+        or turn speculation off when it cannot run here; the notice, if any
+        (kept as ``notice``)."""
+        self.notice = self._resumed()
+        return self.notice
+
+    def _resumed(self) -> str | None:
         mode, wanted = self._open.generation.speculative, self._open.generation.draft
         if mode != "draft" and self._engine.draft_spec not in (None, wanted):
             self._engine.set_draft(None)  # another session's draft: free its memory

@@ -1,9 +1,10 @@
-"""Running one planned turn: the engine's events streamed to the caller, the
+"""The open session's turns: a message (or tool results) planned against the
+token ledger and committed, the engine's events streamed to the caller, the
 reply checkpointed while it streams, then stored, then its KV segment written.
 
-Durability order: the user message is committed before the turn starts (by
-``Conversation``); the reply is committed when it finishes or is cancelled;
-then the KV segment is written and recorded.
+Durability order: the user message is committed before the turn starts; the
+reply is committed when it finishes or is cancelled; then the KV segment is
+written and recorded.
 """
 
 from __future__ import annotations
@@ -12,13 +13,17 @@ import logging
 import time
 from typing import Iterator
 
+from mlxchat.chat import Attachment, Message
 from mlxchat.engine.events import Event, TextDelta, TurnDone
 from mlxchat.engine.interface import Engine
 from mlxchat.session.cache_keeper import CacheKeeper
 from mlxchat.session.current import OpenSession
-from mlxchat.session.ledger import Plan
+from mlxchat.session.errors import ConversationError
+from mlxchat.session.ledger import Ledger, Plan
 from mlxchat.session.pending import PendingReply, UnsavedReplies
 from mlxchat.session.pins import PinnedDocs
+from mlxchat.session.retrieval import Retrieval
+from mlxchat.sources import Source, with_sources, without_sources
 from mlxchat.store import SessionStore, StoreError, StoreLocked
 from mlxchat.turn_stats import TurnStats
 
@@ -33,21 +38,133 @@ FIRST_SAVE_WAIT_S = 0.5
 
 
 class TurnRunner:
-    """Runs the open session's turns on the engine and keeps what they said."""
+    """Plans, commits and runs the open session's turns on the engine, and
+    keeps what they said. ``attachments`` go in front of the next message."""
 
     def __init__(self, open_session: OpenSession, store: SessionStore, engine: Engine, *,
-                 cache: CacheKeeper, pins: PinnedDocs, unsaved: UnsavedReplies):
+                 cache: CacheKeeper, pins: PinnedDocs, unsaved: UnsavedReplies,
+                 retrieval: Retrieval, attachments: list[Attachment]):
         self._open = open_session
         self._store = store
         self._engine = engine
         self._cache = cache
         self._pins = pins
         self._unsaved = unsaved
+        self._retrieval = retrieval
+        self.attachments = attachments
         self.started = 0
         """Turns started: a typing prefill planned before one is stale."""
         self.last_stats: TurnStats | None = None
         """What the last turn measured (None until one ran in this session)."""
 
+    # -- a turn asked for ------------------------------------------------------------------
+    def compose(self, text: str) -> str:
+        """The user's text with any pending attachments in front."""
+        return "\n\n".join([a.block for a in self.attachments] + [text])
+
+    def send(self, text: str) -> Iterator[Event]:
+        """Commit the user message (with what it retrieved from the session's
+        collection in front: ``retrieval.last``), then run the turn; yields the
+        engine's events. Nothing is prefilled until the first event is asked for."""
+        self._unsaved.require_saved()
+        if not text.strip():
+            raise ConversationError("Nothing to send.")
+        content, sources = self._with_retrieved(text, self.compose(text))
+        plan = self._ledger().plan_message(self._open.messages, content)
+        self._add_user(content, plan, sources)  # the plan refused what cannot fit
+        self.attachments.clear()
+        return self.run(plan)
+
+    def send_results(self, results: list[Message]) -> Iterator[Event]:
+        """Commit tool results (role ``tool``) after the last reply, then run
+        the turn that reads them; the first holds the ids they add together."""
+        self._unsaved.require_saved()
+        if not results or any(r.role != "tool" for r in results):
+            raise ConversationError("Tool results need at least one message of role 'tool'.")
+        plan = self._ledger().plan_results(self._open.messages, results)
+        self._store.add_messages(self._open.id, [  # all or none
+            Message("tool", r.content, token_ids=plan.user_ids if i == 0 or plan.user_ids is None
+                    else [], ledger_key=plan.key, ledger_start=plan.start and i == 0,
+                    tool_call_id=r.tool_call_id, tool_name=r.tool_name)
+            for i, r in enumerate(results)])
+        self._open.reload()
+        return self.run(plan)
+
+    def retry(self) -> Iterator[Event]:
+        """Answer the last user message again, as a new branch beside the old reply."""
+        self._unsaved.require_saved()
+        messages = self._open.messages
+        if not messages:
+            raise ConversationError("Nothing to retry yet.")
+        if messages[-1].role == "assistant":
+            self._store.branches.set_leaf(self._open.id, messages[-1].parent_id)
+            messages = self._open.reload().messages
+        if not messages or messages[-1].role not in ("user", "tool"):
+            raise ConversationError("The conversation does not end with a message to answer.")
+        plan = self._ledger().plan_existing(messages)
+        last = messages[-1]
+        if plan.user_ids is not None and last.id is not None and plan.key is not None:
+            self._store.set_message_ledger(last.id, plan.user_ids, plan.key, start=plan.start)
+            self._open.reload()
+        return self.run(plan)
+
+    def edit_last(self, text: str) -> Iterator[Event]:
+        """Replace the last user message with ``text`` on a new branch and answer it."""
+        self._unsaved.require_saved()
+        last = self.last_user_message()
+        if last is None:
+            raise ConversationError("There is no message to edit yet.")
+        text = without_sources(text)  # an edit of a message that retrieved retrieves anew
+        if not text.strip():
+            raise ConversationError("The edited message is empty.")
+        content, sources = self._with_retrieved(text, text)
+        # Planned (and refused when it cannot fit) before anything is committed.
+        messages = self._open.messages
+        plan = self._ledger().plan_message(messages[:messages.index(last)], content)
+        self._store.branches.set_leaf(self._open.id, last.parent_id)
+        self._add_user(content, plan, sources)
+        return self.run(plan)
+
+    def undo(self) -> int:
+        """Step back before the last user message (kept on its branch); returns
+        how many messages left the current branch."""
+        self._unsaved.require_saved()
+        last = self.last_user_message()
+        if last is None:
+            raise ConversationError("Nothing to undo.")
+        before = len(self._open.messages)
+        self._store.branches.set_leaf(self._open.id, last.parent_id)
+        return before - len(self._open.reload().messages)
+
+    def last_user_message(self) -> Message | None:
+        return next((m for m in reversed(self._open.messages) if m.role == "user"), None)
+
+    def last_user_text(self) -> str | None:
+        """What the user typed in the last message, its sources taken off:
+        what an edit starts from."""
+        last = self.last_user_message()
+        return None if last is None else without_sources(last.content)
+
+    def cancel(self) -> None:
+        """Stop the running turn (and any queued one) within about a token or a chunk."""
+        self._engine.cancel()
+
+    def _ledger(self) -> Ledger:
+        return self._open.ledger(self._engine)
+
+    def _with_retrieved(self, query: str, content: str) -> tuple[str, list[Source] | None]:
+        self._retrieval.last = None
+        found = self._retrieval.retrieve(query, message=content)
+        if found is None or not found.sources:
+            return content, None
+        return with_sources(found.collection, found.sources, content), found.sources
+
+    def _add_user(self, content: str, plan: Plan, sources: list[Source] | None = None) -> None:
+        self._store.add_message(self._open.id, "user", content, token_ids=plan.user_ids,
+                                ledger_key=plan.key, ledger_start=plan.start, sources=sources)
+        self._open.reload()
+
+    # -- a turn running ----------------------------------------------------------------------
     def run(self, plan: Plan) -> Iterator[Event]:
         """Yield the engine's events for ``plan``; the reply is stored at the end,
         or what was shown of it when the engine fails mid-reply."""

@@ -9,8 +9,7 @@ from typing import Callable
 from mlxchat.chat import Message
 from mlxchat.engine.events import EngineState
 from mlxchat.engine.interface import Engine
-from mlxchat.models import tools
-from mlxchat.models.info import ModelInfo
+from mlxchat.models import LoadedModel, ModelInfo, tools
 from mlxchat.session.current import OpenSession
 from mlxchat.session.pins import PinnedDocs
 from mlxchat.turn_stats import TurnStats
@@ -44,6 +43,16 @@ class EngineViews:
     @property
     def model_info(self) -> ModelInfo:
         return self._engine.info
+
+    @property
+    def loaded(self) -> LoadedModel:
+        """The model the engine holds now (its weights shared by a server beside it)."""
+        return self._engine.loaded
+
+    @property
+    def split_across_ranks(self) -> bool:
+        """The model is split over several MLX ranks (each keeps its own KV shard)."""
+        return self._engine.segments_per_rank
 
     def state(self) -> EngineState:
         state = replace(self._engine.state(), pinned_tokens=self._pins.pinned_in_cache())

@@ -63,7 +63,7 @@ def open_store(
                         f"Cannot create the folder {file.parent}: {exc.strerror or exc}."
                     ) from exc
         _make_private_file(file)
-        remove_stale_temp_files(paths.snapshots_dir())
+        remove_stale_temp_files(paths.kv_dir())
         target = str(file)
     else:
         target = ":memory:"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mlxchat.chat import Pin, Session
-from mlxchat.paths import snapshot_file
+from mlxchat.paths import kv_file
 from mlxchat.store.database import Database
 from mlxchat.store.pin_rows import write_pins
 from mlxchat.store.rows import ids_from_blob, ids_to_blob, read_session, session_row
@@ -36,7 +36,7 @@ class PrefixRecord:
 
     def file(self) -> Path | None:
         """The prefix's file, when it is on disk."""
-        file = snapshot_file(self.path)
+        file = kv_file(self.path)
         return file if file is not None and file.is_file() else None
 
 
@@ -106,5 +106,5 @@ def drop_unused_prefixes(cur: sqlite3.Cursor) -> list[Path]:
         "SELECT key, path FROM kv_prefixes WHERE key NOT IN"
         " (SELECT prefix_key FROM session_pins WHERE prefix_key IS NOT NULL)").fetchall()
     cur.executemany("DELETE FROM kv_prefixes WHERE key = ?", [(r[0],) for r in rows])
-    files = (snapshot_file(r[1]) for r in rows)
+    files = (kv_file(r[1]) for r in rows)
     return [f for f in files if f is not None]

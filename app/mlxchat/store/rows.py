@@ -8,6 +8,7 @@ import sqlite3
 import sys
 import time
 from array import array
+from typing import Any
 
 from mlxchat.chat import CalledTool, Message, Session, typed_text
 from mlxchat.generation import GENERATION_RULES, GenerationSettings, generation_problem
@@ -234,3 +235,21 @@ def insert_session(cur: sqlite3.Cursor, session: Session) -> int:
     assert session_id is not None
     write_pins(cur, session_id, session.pins)  # a fork pins what its source did
     return session_id
+
+
+def new_session_record(title: str, model: str, system_prompt: str | None,
+                 settings: GenerationSettings | None) -> Session:
+    """An empty session to insert: a given title is locked, else the first
+    user message sets it."""
+    clean = title_from(title, 200)
+    return Session(title=clean or DEFAULT_TITLE, model=model, system_prompt=system_prompt,
+                   settings=settings or GenerationSettings(), title_locked=bool(clean))
+
+
+def stats_dict(text: str | None) -> dict[str, Any]:
+    """Stored figures as a dict; unreadable ones (as other readers take them) none."""
+    try:
+        stats = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return stats if isinstance(stats, dict) else {}

@@ -114,12 +114,12 @@ def relative_snapshot_paths(conn: sqlite3.Connection) -> None:
     """Snapshot rows recorded absolute become relative to the data folder when
     they lie in its snapshots folder; any other row is dropped (its file is
     treated as missing and left alone)."""
-    folder = paths.snapshots_dir()
+    folder = paths.kv_dir()
     for row_id, recorded in conn.execute("SELECT id, path FROM snapshots").fetchall():
         name = None
         absolute = Path(recorded)
         if absolute.is_absolute() and absolute.parent in (folder, folder.resolve()):
-            name = paths.snapshot_name(folder / absolute.name)
+            name = paths.kv_file_name(folder / absolute.name)
         if name is None:
             conn.execute("DELETE FROM snapshots WHERE id = ?", (row_id,))
         else:

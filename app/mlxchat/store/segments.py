@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from mlxchat.paths import snapshot_file
+from mlxchat.paths import kv_file
 from mlxchat.store.database import Database
 from mlxchat.store.records import SegmentRecord
 from mlxchat.store.rows import PATH_UP, check_message, ids_from_blob, ids_to_blob
@@ -113,7 +113,7 @@ class Segments:
                             (path, checksum, file_bytes, old_path, old_checksum))
             gone = [p for p, _ in old if not cur.execute(
                 "SELECT 1 FROM kv_segments WHERE path = ?", (p,)).fetchone()]
-        return [f for f in (snapshot_file(p) for p in gone) if f is not None]
+        return [f for f in (kv_file(p) for p in gone) if f is not None]
 
     def drop(self, session_id: int) -> list[Path]:
         """Forget the session's segments; return the files no row names any more
@@ -139,6 +139,6 @@ def drop_rows(cur: sqlite3.Cursor, session_id: int) -> list[Path]:
     paths = [row[0] for row in cur.execute(
         "SELECT DISTINCT path FROM kv_segments WHERE session_id = ?", (session_id,))]
     cur.execute("DELETE FROM kv_segments WHERE session_id = ?", (session_id,))
-    files = (snapshot_file(p) for p in paths if not cur.execute(
+    files = (kv_file(p) for p in paths if not cur.execute(
         "SELECT 1 FROM kv_segments WHERE path = ?", (p,)).fetchone())
     return [f for f in files if f is not None]

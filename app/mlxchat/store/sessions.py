@@ -27,7 +27,6 @@ from mlxchat.store.database import Database
 from mlxchat.store.drafts import Drafts
 from mlxchat.store.errors import SessionNotFound, StoreError
 from mlxchat.store.rows import (
-    DEFAULT_TITLE,
     PATH_UP,
     calls_to_json,
     check_message,
@@ -35,9 +34,11 @@ from mlxchat.store.rows import (
     insert_message,
     insert_session,
     message_from_row,
+    new_session_record,
     path_to,
     read_session,
     session_row,
+    stats_dict,
     title_from,
 )
 from mlxchat.store.search import matching_sessions
@@ -50,15 +51,6 @@ class Position(enum.Enum):
 
 CURRENT_LEAF = Position.CURRENT_LEAF
 """Default parent of ``add_message``: the session's current leaf."""
-
-
-def _new_session(title: str, model: str, system_prompt: str | None,
-                 settings: GenerationSettings | None) -> Session:
-    """An empty session to insert: a given title is locked, else the first
-    user message sets it."""
-    clean = title_from(title, 200)
-    return Session(title=clean or DEFAULT_TITLE, model=model, system_prompt=system_prompt,
-                   settings=settings or GenerationSettings(), title_locked=bool(clean))
 
 
 class SessionStore:
@@ -115,7 +107,7 @@ class SessionStore:
         title: str | None = None,
     ) -> Session:
         """An empty session. A given ``title`` is locked; else the first user message sets it."""
-        draft = _new_session(title or "", model, system_prompt, settings)
+        draft = new_session_record(title or "", model, system_prompt, settings)
         with self.db.writing() as cur:
             return read_session(cur, insert_session(cur, draft))
 
@@ -132,7 +124,7 @@ class SessionStore:
                 raise StoreError(f"{title!r} matches {len(rows)} sessions; give its id.")
             if rows:
                 return read_session(cur, rows[0][0]), False
-            draft = _new_session(title, model, system_prompt, settings)
+            draft = new_session_record(title, model, system_prompt, settings)
             return read_session(cur, insert_session(cur, draft)), True
 
     def get_session(self, session_id: int) -> Session:
@@ -349,7 +341,7 @@ class SessionStore:
         stop (None: none kept, the next turn renders it)."""
         with self.db.writing() as cur:
             row = cur.execute("SELECT stats FROM messages WHERE id = ?", (message_id,)).fetchone()
-            stats = _stats_dict(row[0] if row else None)
+            stats = stats_dict(row[0] if row else None)
             stats["finish_reason"] = "stop"
             cur.execute("UPDATE messages SET cancelled = 0, stats = ?, token_ids = ? WHERE id = ?",
                         (json.dumps(stats), ids_to_blob(token_ids), message_id))
@@ -403,12 +395,3 @@ def _add(cur: sqlite3.Cursor, session_id: int, parent_id: int | None | Position,
             cur.execute("UPDATE sessions SET title = ? WHERE id = ?",
                         (title_from(draft.content), session_id))
     return draft
-
-
-def _stats_dict(text: str | None) -> dict[str, Any]:
-    """Stored figures as a dict; unreadable ones (as other readers take them) none."""
-    try:
-        stats = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    return stats if isinstance(stats, dict) else {}

@@ -38,7 +38,7 @@ class Snapshots:
                 "SELECT * FROM snapshots WHERE session_id = ? ORDER BY id DESC LIMIT 1",
                 (session_id,),
             ).fetchone()
-        file = None if row is None else paths.snapshot_file(row["path"])
+        file = None if row is None else paths.kv_file(row["path"])
         if row is None or file is None:
             return None
         return SnapshotRecord(
@@ -63,7 +63,7 @@ class Snapshots:
         """Every file a snapshot row points to; other files in the snapshots folder are orphans."""
         with self._db.reading() as cur:
             rows = [row[0] for row in cur.execute("SELECT path FROM snapshots")]
-        return {file for file in map(paths.snapshot_file, rows) if file is not None}
+        return {file for file in map(paths.kv_file, rows) if file is not None}
 
 
 def drop_rows(cur: sqlite3.Cursor, session_id: int) -> list[Path]:
@@ -77,7 +77,7 @@ def drop_rows(cur: sqlite3.Cursor, session_id: int) -> list[Path]:
         for p in recorded
         if cur.execute("SELECT 1 FROM snapshots WHERE path = ?", (p,)).fetchone()
     }
-    files = (paths.snapshot_file(p) for p in recorded if p not in still_used)
+    files = (paths.kv_file(p) for p in recorded if p not in still_used)
     return [file for file in files if file is not None]
 
 
@@ -95,7 +95,7 @@ def remove_stale_temp_files(folder: Path, *, now: float | None = None) -> list[P
     except OSError:
         return []
     for entry in entries:
-        found = paths.SNAPSHOT_TEMP.match(entry.name)
+        found = paths.KV_TEMP.match(entry.name)
         if found is None:
             continue
         try:

@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from mlxchat.commands import CommandResult
-from mlxchat.commands.base import Args, Command, CommandContext, CommandError
+from mlxchat.commands import Args, Command, CommandContext, CommandError, CommandResult
 from mlxchat.server.options import BindRefused, ServeOptions, is_loopback
 
 if TYPE_CHECKING:

@@ -11,9 +11,9 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlxchat.chat import Message
 from mlxchat.engine.disk import branch_restore, segments, snapshot
 from mlxchat.engine.disk.checks import CacheFileRejected
-from mlxchat.engine.events import SnapshotLoad
+from mlxchat.engine.events import CacheLoad
 from mlxchat.engine.kv.live import LiveCache
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel
 
 
 class DiskCache:
@@ -26,7 +26,7 @@ class DiskCache:
         self._origin = dict(fingerprint=info.fingerprint, template_hash=info.chat_template_hash)
 
     def load_snapshot(self, path: Path, *, expected_checksum: str | None = None,
-                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
+                      conversation: Sequence[Message] = ()) -> CacheLoad:
         """Make a saved whole cache the live one. ``conversation`` is what it
         holds (for miss reasons). On rejection the live cache is left cold and
         the reason is reported by the next turn."""
@@ -35,9 +35,9 @@ class DiskCache:
                                  expected_checksum=expected_checksum, **self._origin)
         except CacheFileRejected as exc:
             self._live.reset(f"snapshot rejected: {exc}", report=True)
-            return SnapshotLoad(ok=False, reason=str(exc))
+            return CacheLoad(ok=False, reason=str(exc))
         self._live.adopt(snap.cache, snap.tokens, conversation, "snapshot")
-        return SnapshotLoad(ok=True, tokens=len(snap.tokens))
+        return CacheLoad(ok=True, tokens=len(snap.tokens))
 
     def save_segment(self, path: Path, start: int) -> segments.SegmentInfo:
         """Write the live cache's positions from ``start`` on (a turn's new tokens)
@@ -49,14 +49,14 @@ class DiskCache:
                               **self._origin)
 
     def load_segments(self, refs: Sequence[segments.SegmentRef], *,
-                      conversation: Sequence[Message] = ()) -> SnapshotLoad:
+                      conversation: Sequence[Message] = ()) -> CacheLoad:
         """Make consecutive segments the live cache. A damaged or mismatched one
         stops the restore there: the tokens before it are kept, the rest recomputed."""
         got = branch_restore.restore(self._loaded.model, refs, **self._origin)
         if got.layers is None:
             self._live.reset(f"snapshot rejected: {got.reason}", report=True)
-            return SnapshotLoad(ok=False, reason=got.reason)
+            return CacheLoad(ok=False, reason=got.reason)
         tokens = [t for ref in refs[:got.used] for t in ref.token_ids]
         self._live.adopt(got.layers, tokens, conversation if got.reason is None else (),
                          "snapshot")
-        return SnapshotLoad(ok=True, tokens=got.end, reason=got.reason)
+        return CacheLoad(ok=True, tokens=got.end, reason=got.reason)

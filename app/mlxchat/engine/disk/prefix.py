@@ -18,7 +18,7 @@ from mlxchat.engine.disk import segments
 from mlxchat.engine.disk.checks import failure_words
 from mlxchat.engine.kv import layers
 from mlxchat.engine.kv.live import LiveCache
-from mlxchat.models.info import ModelInfo
+from mlxchat.models import ModelInfo
 
 
 @dataclass

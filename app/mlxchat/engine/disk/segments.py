@@ -27,7 +27,7 @@ from mlx_lm import __version__ as MLX_LM_VERSION
 from mlxchat.engine.disk import checksum as checksum_of
 from mlxchat.engine.disk.checks import write_failed
 from mlxchat.engine.kv import layers, prompt_cache
-from mlxchat.paths import snapshot_temp_file
+from mlxchat.paths import kv_temp_file
 
 FORMAT = "mlxchat-kv-segment-1"
 _DTYPES = {mx.float16: "F16", mx.bfloat16: "BF16", mx.float32: "F32", mx.uint32: "U32",
@@ -94,7 +94,7 @@ def write_durably(path: Path, fill: Callable[[BinaryIO], tuple[str, int]], *,
     """``fill(file)`` -> (checksum, size) run on a temp file beside ``path``, which
     then replaces ``path`` once its bytes are on disk (fsync, rename, fsync of
     the folder): a kill leaves the old file or the new one, never half of one."""
-    tmp = snapshot_temp_file(path, os.getpid())
+    tmp = kv_temp_file(path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         with os.fdopen(fd, "wb") as fh:

@@ -27,7 +27,7 @@ from mlxchat.engine.disk import branch_restore, segments
 from mlxchat.engine.disk.checks import failure_words
 from mlxchat.engine.disk.segments import SegmentRef
 from mlxchat.engine.distributed.channel import NOT_ACROSS_RANKS, RankLost
-from mlxchat.engine.events import SnapshotLoad
+from mlxchat.engine.events import CacheLoad
 from mlxchat.engine.kv import prompt_cache
 from mlxchat.files import write_private_text
 
@@ -111,7 +111,7 @@ def save_own(loaded: Any, layers: list[Any], path: Path, start: int, end: int,
 def _save_job(worker: "RankWorker", job: dict[str, Any]) -> None:
     channel = worker.channel
     name = rank_file(job["name"], channel.rank, channel.size)
-    path = paths.snapshots_dir() / name
+    path = paths.kv_dir() / name
     channel.gather(save_own(worker.loaded, worker.live.layers, path, int(job["start"]),
                             int(job["end"]), job["tokens"]))
 
@@ -156,7 +156,7 @@ def restore_own(loaded: Any, channel: "Channel", refs: Sequence[SegmentRef]
 
 def _restore_job(worker: "RankWorker", job: dict[str, Any]) -> None:
     channel = worker.channel
-    folder = paths.snapshots_dir()
+    folder = paths.kv_dir()
     refs = [SegmentRef(folder / r["name"], int(r["start"]), int(r["end"]), r["checksum"],
                        list(r["tokens"])) for r in job["refs"][channel.rank]]
     layers, _, _ = restore_own(worker.loaded, channel, refs)
@@ -216,14 +216,14 @@ class RankDisk:
         return per_rank, len(refs), None
 
     def load_snapshot(self, path: Any, *, expected_checksum: str | None = None,
-                      conversation: Sequence[Any] = ()) -> SnapshotLoad:
+                      conversation: Sequence[Any] = ()) -> CacheLoad:
         """Refused: a whole-cache snapshot holds one rank's cache."""
         reason = f"a whole-cache snapshot holds one rank's cache; {NOT_ACROSS_RANKS}"
         self._live.reset(reason)
-        return SnapshotLoad(ok=False, reason=reason)
+        return CacheLoad(ok=False, reason=reason)
 
     def load_segments(self, refs: Sequence[SegmentRef], *,
-                      conversation: Sequence[Any] = ()) -> SnapshotLoad:
+                      conversation: Sequence[Any] = ()) -> CacheLoad:
         """Make consecutive segments the live cache on every rank; a segment some
         rank cannot use stops the restore there on all of them."""
         per_rank, usable, reason = self._plan(refs)
@@ -235,10 +235,10 @@ class RankDisk:
             reason = agreed.reason or reason
         if layers is None:
             self._live.reset(f"snapshot rejected: {reason}", report=True)
-            return SnapshotLoad(ok=False, reason=reason)
+            return CacheLoad(ok=False, reason=reason)
         tokens = [t for ref in refs[:agreed.used] for t in ref.token_ids]
         self._live.adopt(layers, tokens, conversation if reason is None else (), "snapshot")
-        return SnapshotLoad(ok=True, tokens=ends[-1], reason=reason)
+        return CacheLoad(ok=True, tokens=ends[-1], reason=reason)
 
 
 WORKER_JOBS = {"save": _save_job, "restore": _restore_job}

@@ -17,7 +17,7 @@ from mlxchat.engine.results import SpeculationFigures
 from mlxchat.engine.speculative.streams import plain_stream
 from mlxchat.engine.turn.decode import sampling
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel
 
 log = logging.getLogger(__name__)
 

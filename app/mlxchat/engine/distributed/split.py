@@ -34,7 +34,7 @@ from mlxchat.engine.thread.worker import EngineThread
 from mlxchat.engine.turn.decode import OpenStream
 from mlxchat.engine.turn.pipeline import ABANDONED
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel
 from mlxchat.models.sharding import ShardPlan
 from mlxchat.turn_stats import TurnStats
 

@@ -195,16 +195,15 @@ class _Quantized(_Positions):
         return QuantizedKVCache(group_size=meta["group"], bits=meta["bits"])
 
 
-class _Checkpoint(Row):
-    """A layer saved whole at a segment's end (small, fixed size)."""
+class _Checkpointed(_KeysValues):
+    """Keys and values saved whole at a segment's end (a window or a chunk:
+    small, fixed size), not sliced."""
 
     def trims_anywhere(self, c: Any) -> bool:
         return False
 
     def restore(self, meta: Meta, runs: Sequence[Arrays], length: int, into: Any = None) -> Any:
-        layer = into if into is not None else self._blank(meta)
-        self._load(layer, meta, runs[-1])
-        return layer
+        return _restored(self, meta, runs, into)
 
     def _blank(self, meta: Meta) -> Any:
         raise NotImplementedError
@@ -213,7 +212,15 @@ class _Checkpoint(Row):
         raise NotImplementedError
 
 
-class _Window(_KeysValues, _Checkpoint):
+def _restored(row: Any, meta: Meta, runs: Sequence[Arrays], into: Any) -> Any:
+    """A checkpointed layer from the last segment's checkpoint, loaded ``into``
+    the model's fresh layer when given, else into a blank one."""
+    layer = into if into is not None else row._blank(meta)
+    row._load(layer, meta, runs[-1])
+    return layer
+
+
+class _Window(_Checkpointed):
     """A sliding window: the last ``max_size`` positions, wrapped in place."""
 
     cls = RotatingKVCache
@@ -234,7 +241,7 @@ class _Window(_KeysValues, _Checkpoint):
         layer.state = (arrays.get("s.0"), arrays.get("s.1"), offset, keep, max_size, idx)
 
 
-class _Chunked(_KeysValues, _Checkpoint):
+class _Chunked(_Checkpointed):
     """Chunked attention: the positions since the current chunk's start."""
 
     cls = ChunkedKVCache
@@ -263,10 +270,17 @@ class _Chunked(_KeysValues, _Checkpoint):
         layer.state = (arrays.get("s.0"), arrays.get("s.1"), offset, chunk_size, start)
 
 
-class _Recurrent(_Checkpoint):
-    """Recurrent state (conv and SSM slots): no positions at all."""
+class _Recurrent(Row):
+    """Recurrent state (conv and SSM slots): no positions at all, saved whole
+    at a segment's end."""
 
     cls = ArraysCache
+
+    def trims_anywhere(self, c: Any) -> bool:
+        return False
+
+    def restore(self, meta: Meta, runs: Sequence[Arrays], length: int, into: Any = None) -> Any:
+        return _restored(self, meta, runs, into)
 
     def nbytes(self, c: Any) -> int:
         return sum(a.nbytes for a in c.cache if a is not None)
@@ -378,7 +392,7 @@ def copy(c: Any) -> Any:
 
 def meta_bits(metas: Sequence[Meta]) -> int | None:
     """The KV bit width a segment's layer descriptions record (a mix's parts
-    included), else None: what ``kv.bits`` says of the live layers."""
+    included), else None: what ``prompt_cache.bits`` says of the live layers."""
     for m in metas:
         bits = m.get("bits") or meta_bits(m.get("parts", ()))
         if bits:

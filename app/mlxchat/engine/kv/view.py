@@ -41,7 +41,7 @@ class LiveView:
     tokens: tuple[int, ...]
     """The token ids the engine says the cache holds."""
     length: int
-    """Tokens the arrays hold (``kv.offset``): equal to ``len(tokens)`` between turns."""
+    """Tokens the arrays hold (``prompt_cache.offset``): equal to ``len(tokens)`` between turns."""
     nbytes: int
     bits: int | None
     dtype: str

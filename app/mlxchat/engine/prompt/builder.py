@@ -13,7 +13,7 @@ from mlxchat.engine.prompt.delta import TemplateOptions
 from mlxchat.engine.prompt.fit import FittedPrompt, fit, reply_reserve
 from mlxchat.engine.prompt.render import message_token_counts, render
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel
 from mlxchat.models.markup import cached_markup
 
 

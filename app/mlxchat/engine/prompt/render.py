@@ -58,7 +58,7 @@ def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bo
 
     Message text (tool calls, results and definitions too) is always plain
     text: when some of it spells one of the tokenizer's control tokens, the
-    template is rendered around it instead (engine/template.py), so only the
+    template is rendered around it instead (prompt/control.py), so only the
     template makes control tokens."""
     dicts = as_dicts(messages)
     if dicts and dicts[0]["role"] == "system" and not takes_system(tokenizer):

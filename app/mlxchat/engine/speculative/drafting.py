@@ -22,7 +22,7 @@ from mlxchat.engine.speculative.streams import (
     vocab_problem,
 )
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.info import LoadedModel, ModelInfo
+from mlxchat.models import LoadedModel, ModelInfo
 
 
 def _layout_problem(target: LoadedModel) -> str | None:

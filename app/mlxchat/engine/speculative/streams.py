@@ -18,7 +18,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlxchat.engine.kv import layers, prompt_cache
 from mlxchat.engine.kv.live import LiveCache
 from mlxchat.engine.results import Cancelled, SpeculationFigures
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel
 
 Stream = Iterator[tuple[int, bool]]
 """Sampled tokens, each with whether a proposal (draft or lookup) supplied it."""

@@ -24,6 +24,7 @@ from mlxchat.engine.results import Decode
 from mlxchat.engine.speculative.streams import Stream
 from mlxchat.engine.turn import reasoning
 from mlxchat.generation import GenerationSettings
+from mlxchat.models.markup import cached_markup
 
 OpenStream = Callable[..., Stream]
 """``(tail=, history=, budget=, sampler=, processors=, count=)`` -> the
@@ -52,7 +53,7 @@ class _Sampling:
         self.tokenizer, self.live, self.reply, self.emit = tokenizer, live, reply, emit
         settings = reply.settings
         self.split = reasoning.Splitter.for_prompt(tokenizer, reply.prompt_tokens,
-                                                   reasoning.cached_markup(tokenizer))
+                                                   cached_markup(tokenizer))
         self.think_budget = settings.max_reasoning_tokens if self.split.markup.reasons else 0
         self.out = Decode(finish_reason="length")
         self.text = reasoning.PartText(tokenizer.detokenizer, self._shown)

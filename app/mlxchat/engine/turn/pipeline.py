@@ -31,7 +31,7 @@ from mlxchat.engine.turn.decode import Reply, decode
 from mlxchat.engine.turn.progress import LiveFigures
 from mlxchat.engine.turn.ranks import Ranks
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel
 
 _DONE = object()
 ABANDONED = object()

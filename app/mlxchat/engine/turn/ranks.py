@@ -11,13 +11,13 @@ from typing import Any, Protocol, Sequence
 from mlxchat.chat import Message
 from mlxchat.engine.disk.disk_cache import DiskCache
 from mlxchat.engine.disk.segments import SegmentInfo, SegmentRef
-from mlxchat.engine.events import RankFigures, SnapshotLoad, TurnDone
+from mlxchat.engine.events import CacheLoad, RankFigures, TurnDone
 from mlxchat.engine.kv import prompt_cache
 from mlxchat.engine.kv.live import LiveCache
 from mlxchat.engine.thread.worker import EngineThread
 from mlxchat.engine.turn.decode import OpenStream
 from mlxchat.generation import GenerationSettings
-from mlxchat.models.info import LoadedModel
+from mlxchat.models import LoadedModel
 
 #: What ``Ranks.refusal`` is asked about.
 FEATURES = ("typing", "pins", "speculation", "draft", "compute_dtype", "switch_model",
@@ -30,10 +30,10 @@ class CacheDisk(Protocol):
     def save_segment(self, path: Any, start: int) -> SegmentInfo: ...
 
     def load_segments(self, refs: Sequence[SegmentRef], *,
-                      conversation: Sequence[Message] = ()) -> SnapshotLoad: ...
+                      conversation: Sequence[Message] = ()) -> CacheLoad: ...
 
     def load_snapshot(self, path: Any, *, expected_checksum: str | None = None,
-                      conversation: Sequence[Message] = ()) -> SnapshotLoad: ...
+                      conversation: Sequence[Message] = ()) -> CacheLoad: ...
 
 
 class Ranks(Protocol):

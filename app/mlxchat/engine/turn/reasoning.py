@@ -23,10 +23,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Sequence
 
-from mlxchat.models.markup import CALL_END, Markup, cached_markup, call_start, markup_of
+from mlxchat.models.markup import CALL_END, Markup, call_start, markup_of
 
-__all__ = ["ANSWER", "CALL_END", "REASONING", "Labelled", "Markup", "PartText", "Splitter",
-           "cached_markup", "call_start", "markup_of", "split_reply", "starts_in_reasoning"]
+__all__ = ["ANSWER", "REASONING", "Labelled", "PartText", "Splitter", "split_reply",
+           "starts_in_reasoning"]
 
 Part = Literal["reasoning", "answer"]
 HEADER_MAX = 64

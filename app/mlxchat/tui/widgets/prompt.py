@@ -18,7 +18,7 @@ from textual.message import Message
 from textual.widgets import OptionList, TextArea
 from textual.widgets.option_list import Option
 
-from mlxchat.commands.base import Completion
+from mlxchat.commands import Completion
 
 NEWLINE_KEYS = frozenset({"ctrl+j", "alt+enter", "shift+enter"})
 """A legacy terminal sends alt+enter as ESC CR, which Textual reads as a plain

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 
 from mlxchat import paths
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 
-from tests.engine.test_compaction import last, make
 from tests.families.builders import FAMILIES, write_family_model
+from tests.session.test_compaction import last, make
 
 LONG = "Summarize this: " + " ".join(["river mountain valley forest ocean"] * 8)
 
@@ -26,13 +26,13 @@ def gemma3(tmp_path_factory):
 
 def test_the_first_turn_of_a_fork_reuses_the_whole_branch(gemma3, tmp_path):
     conv = make(gemma3, tmp_path / "s.db")
-    last(conv.send(LONG))  # far past the 24-token window
-    last(conv.send("And the ocean?"))
+    last(conv.turns.send(LONG))  # far past the 24-token window
+    last(conv.turns.send("And the ocean?"))
     source = conv.session
     held = len(conv.engine.cached_tokens)
     _, copy = conv.fork()
     assert copy.created == source.created
-    done = last(conv.send("What about mountains?"))
+    done = last(conv.turns.send("What about mountains?"))
     assert done.stats.miss_reason is None
     assert done.stats.reused_tokens == held
     conv.close(compact=False)
@@ -41,22 +41,22 @@ def test_the_first_turn_of_a_fork_reuses_the_whole_branch(gemma3, tmp_path):
 def test_after_a_new_ledger_the_branch_files_are_the_new_ones_joined(gemma3, tmp_path):
     conv = make(gemma3, tmp_path / "s.db")
     for q in (LONG, "And the ocean?"):
-        last(conv.send(q))
+        last(conv.turns.send(q))
     conv.set_system_prompt("Be very brief.")
-    new_ledger = last(conv.send("And rivers?"))  # the wrapped cache starts over: says why
+    new_ledger = last(conv.turns.send("And rivers?"))  # the wrapped cache starts over: says why
     assert new_ledger.stats.miss_reason == "system prompt changed; cache not trimmable"
-    last(conv.send("And lakes?"))
+    last(conv.turns.send("And lakes?"))
     held = list(conv.engine.cached_tokens)
     rows = conv.store.segments.on_branch(conv.session.leaf_id)
     assert [r.start for r in rows] == [0, rows[0].end]  # the old ledger's rows left out
-    done = conv.compact_cache()
+    done = conv.cache.compact()
     assert done is not None and done.written == 1
     joined = {r.path for r in conv.store.segments.on_branch(conv.session.leaf_id)}
-    assert len(joined) == 1 and paths.snapshot_file(joined.pop()).is_file()
+    assert len(joined) == 1 and paths.kv_file(joined.pop()).is_file()
     sid = conv.session.id
     conv.close(compact=False)
     again = make(gemma3, tmp_path / "s.db")
     again.open_session(sid)
-    assert again.last_snapshot.ok and again.last_snapshot.tokens == len(held)
+    assert again.cache.last_load.ok and again.cache.last_load.tokens == len(held)
     assert list(again.engine.cached_tokens) == held
     again.close(compact=False)

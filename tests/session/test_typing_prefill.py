@@ -26,7 +26,7 @@ def make(tiny, db: Path) -> Conversation:
     settings.generation.max_tokens = 8
     conv = Conversation(settings=settings, store=open_store(db), engine=ChatEngine(tiny),
                         model_spec="tiny")
-    last(conv.send("Hello there."))
+    last(conv.turns.send("Hello there."))
     return conv
 
 
@@ -36,8 +36,8 @@ def last(events) -> TurnDone:
 
 def type_out(conv: Conversation, text: str) -> list[int]:
     """Prefill after every keystroke, as a debounce firing each time would."""
-    counts = [conv.prefill_typed(text[:i]) for i in range(1, len(text) + 1)]
-    assert conv.engine.cached_tokens == conv.typed_tokens(text)
+    counts = [conv.typing.prefill_typed(text[:i]) for i in range(1, len(text) + 1)]
+    assert conv.engine.cached_tokens == conv.typing.typed_tokens(text)
     return counts
 
 
@@ -53,7 +53,7 @@ def test_typing_prefill_gives_the_same_reply_as_a_plain_send(tiny, tmp_path):
     counts = type_out(typed, MESSAGE)
     assert counts[-1] > 0 and counts == sorted(counts)  # grows word by word
     assert history + counts[-1] == len(typed.engine.cached_tokens)
-    a, b = last(typed.send(MESSAGE)), last(plain.send(MESSAGE))
+    a, b = last(typed.turns.send(MESSAGE)), last(plain.turns.send(MESSAGE))
     assert a.reply == b.reply and a.token_ids == b.token_ids
     assert a.stats.prompt_tokens == b.stats.prompt_tokens
     # The turn reports only what it prefilled itself; typing prefill apart.
@@ -73,13 +73,13 @@ def test_an_edit_in_the_middle_trims_back_to_the_edit(tiny, tmp_path):
     type_out(conv, MESSAGE)
     before = conv.engine.cached_tokens
     edited = MESSAGE.replace("harvests", "fishermen")
-    after = conv.typed_tokens(edited)
-    count = conv.prefill_typed(edited)
+    after = conv.typing.typed_tokens(edited)
+    count = conv.typing.prefill_typed(edited)
     assert conv.engine.cached_tokens == after
     keep = next(i for i, (x, y) in enumerate(zip(before, after)) if x != y)
     assert before[:keep] == after[:keep] and keep < len(before)
     assert count == len(after) - len(plain.engine.cached_tokens)
-    a, b = last(conv.send(edited)), last(plain.send(edited))
+    a, b = last(conv.turns.send(edited)), last(plain.turns.send(edited))
     assert a.reply == b.reply and a.stats.miss_reason is None
     conv.close()
     plain.close()
@@ -89,7 +89,7 @@ def test_no_typing_prefill_when_history_follows_the_template(tiny, tmp_path):
     conv = make(tiny, tmp_path / "a.db")
     conv.update_generation(dataclasses.replace(conv.generation, history="template"))
     cached = conv.engine.cached_tokens
-    assert conv.prefill_typed(MESSAGE) == 0
+    assert conv.typing.prefill_typed(MESSAGE) == 0
     assert conv.engine.cached_tokens == cached
     conv.close()
 
@@ -99,26 +99,26 @@ def test_a_prefill_planned_before_a_turn_never_trims_its_reply(tiny, tmp_path, m
     prefill, after_send = conv.engine.prefill, []
 
     def late(tokens, settings, **options):  # the send runs after the prefill was planned
-        last(conv.send("Something else first."))
+        last(conv.turns.send("Something else first."))
         after_send.append(conv.engine.cached_tokens)
         return prefill(tokens, settings, **options)
     monkeypatch.setattr(conv.engine, "prefill", late)
-    assert conv.prefill_typed(MESSAGE) == 0
+    assert conv.typing.prefill_typed(MESSAGE) == 0
     monkeypatch.undo()
     cached = conv.engine.cached_tokens
     assert cached == after_send[0]  # the new message and reply are still there
-    a = last(conv.send("And then?"))
+    a = last(conv.turns.send("And then?"))
     assert a.stats.reused_tokens == len(cached) and a.stats.miss_reason is None
     conv.close()
 
 
 def test_after_an_undo_typing_prefill_trims_the_undone_message(tiny, tmp_path):
     conv, plain = make(tiny, tmp_path / "a.db"), make(tiny, tmp_path / "b.db")
-    last(conv.send("An answer I will take back."))
-    conv.undo()
-    count = conv.prefill_typed(MESSAGE)
-    assert count > 0 and conv.engine.cached_tokens == conv.typed_tokens(MESSAGE)
-    a, b = last(conv.send(MESSAGE)), last(plain.send(MESSAGE))
+    last(conv.turns.send("An answer I will take back."))
+    conv.turns.undo()
+    count = conv.typing.prefill_typed(MESSAGE)
+    assert count > 0 and conv.engine.cached_tokens == conv.typing.typed_tokens(MESSAGE)
+    a, b = last(conv.turns.send(MESSAGE)), last(plain.turns.send(MESSAGE))
     assert a.reply == b.reply and a.stats.typed_prefill_tokens == count
     conv.close()
     plain.close()
@@ -127,11 +127,11 @@ def test_after_an_undo_typing_prefill_trims_the_undone_message(tiny, tmp_path):
 def test_an_attachment_prefills_before_anything_is_typed(tiny, tmp_path):
     conv = make(tiny, tmp_path / "a.db")
     text = "The river floods every spring and the fields are rich.\n"
-    conv.attachments.append(Attachment(tmp_path / "note.txt", text, len(text)))
+    conv.turns.attachments.append(Attachment(tmp_path / "note.txt", text, len(text)))
     cached = len(conv.engine.cached_tokens)
-    count = conv.prefill_typed("")
+    count = conv.typing.prefill_typed("")
     assert count > len(text) // 4 and len(conv.engine.cached_tokens) == cached + count
-    a = last(conv.send("What floods?"))
+    a = last(conv.turns.send("What floods?"))
     assert a.stats.typed_prefill_tokens == count and a.stats.miss_reason is None
     conv.close()
 
@@ -149,19 +149,19 @@ def test_a_send_supersedes_a_waiting_typing_prefill(tiny, tmp_path):
     gate = threading.Event()
     engine._worker.later(gate.wait)  # noqa: SLF001 - the engine thread is busy until it opens
     counted: list[int] = []
-    typing = threading.Thread(target=lambda: counted.append(conv.prefill_typed(MESSAGE)))
+    typing = threading.Thread(target=lambda: counted.append(conv.typing.prefill_typed(MESSAGE)))
     typing.start()
     wait_for(lambda: engine._typing.current is not None)  # noqa: SLF001
     waiting = engine._typing.current  # noqa: SLF001
     reply: list[TurnDone] = []
-    sending = threading.Thread(target=lambda: reply.append(last(conv.send(MESSAGE))))
+    sending = threading.Thread(target=lambda: reply.append(last(conv.turns.send(MESSAGE))))
     sending.start()
     wait_for(waiting.is_set)  # the send superseded it before it ran
     gate.set()
     typing.join(30)
     sending.join(30)
     assert counted == [0]
-    b = last(plain.send(MESSAGE))
+    b = last(plain.turns.send(MESSAGE))
     assert reply[0].reply == b.reply and reply[0].stats.typed_prefill_tokens == 0
     assert reply[0].stats.prefilled_tokens == b.stats.prefilled_tokens
     conv.close()

@@ -12,11 +12,11 @@ from mlx_lm.models.cache import ArraysCache, RotatingKVCache
 
 from mlxchat import paths
 from mlxchat.engine.disk import segment_file
-from mlxchat.models.loader import load_folder
+from mlxchat.models import load_folder
 from mlxchat.models.tiny import write_tiny_model
 
-from tests.engine.test_compaction import last, make
 from tests.families.builders import FAMILIES, write_family_model
+from tests.session.test_compaction import last, make
 
 QUESTIONS = ("Tell me one long thing about rivers and the sea.", "Two more?", "Three!")
 
@@ -45,12 +45,12 @@ def test_a_checkpointed_branch_and_its_fork_restore_exactly_from_the_joined_file
     kinds = {type(c) for c in conv.engine.live_view().cache()}
     assert kinds & {RotatingKVCache, ArraysCache}  # the layouts this is about
     for q in QUESTIONS:
-        last(conv.send(q))
+        last(conv.turns.send(q))
     first_leaf = conv.session.leaf_id
-    last(conv.retry())  # a second branch: it shares the first two turns' files
+    last(conv.turns.retry())  # a second branch: it shares the first two turns' files
     second_leaf = conv.session.leaf_id
     sid = conv.session.id
-    done = conv.compact_cache()
+    done = conv.cache.compact()
     assert done is not None and done.warning is None and done.written == 1
     [joined] = {r.path for r in rows_of(conv, second_leaf)}
     first_rows = rows_of(conv, first_leaf)
@@ -58,7 +58,7 @@ def test_a_checkpointed_branch_and_its_fork_restore_exactly_from_the_joined_file
     # it ends where a source file ended, before the joined file's end.
     inside = [r for r in first_rows if r.path == joined]
     assert inside and inside[-1].end < rows_of(conv, second_leaf)[-1].end
-    opened = segment_file.open_file(paths.snapshot_file(joined))
+    opened = segment_file.open_file(paths.kv_file(joined))
     try:
         assert str(inside[-1].end) in json.loads(opened.meta["checkpoints"])
         assert any(t.name.endswith(f"@{inside[-1].end}") for t in opened.tensors)
@@ -67,19 +67,19 @@ def test_a_checkpointed_branch_and_its_fork_restore_exactly_from_the_joined_file
     conv.close(compact=False)
     warm = make(model, tmp_path / "w.db")  # what a warm cache answers next (greedy:
     for q in QUESTIONS:                   # the retried reply is the same text)
-        last(warm.send(q))
-    expected = last(warm.send("Four.")).token_ids
+        last(warm.turns.send(q))
+    expected = last(warm.turns.send("Four.")).token_ids
     warm.close(compact=False)
 
     for leaf in (first_leaf, second_leaf):
         again = make(model, tmp_path / "s.db")
         again.open_session(sid)
-        again.switch_branch(leaf)
+        again.saved.switch_branch(leaf)
         rows = rows_of(again, leaf)
-        again.restore_snapshot()
-        assert again.last_snapshot.ok and again.last_snapshot.reason is None
-        assert again.state().cached_tokens == rows[-1].end
-        nxt = last(again.send("Four."))
+        again.cache.restore()
+        assert again.cache.last_load.ok and again.cache.last_load.reason is None
+        assert again.views.state().cached_tokens == rows[-1].end
+        nxt = last(again.turns.send("Four."))
         assert (nxt.stats.cache_source, nxt.stats.reused_tokens) == ("snapshot", rows[-1].end), (
             leaf, nxt.stats.miss_reason)
         assert nxt.token_ids == expected
@@ -89,13 +89,13 @@ def test_a_checkpointed_branch_and_its_fork_restore_exactly_from_the_joined_file
 def test_joining_a_joined_file_keeps_the_checkpoints_it_took(model, tmp_path):
     conv = make(model, tmp_path / "s.db")
     for q in QUESTIONS[:2]:
-        last(conv.send(q))
-    assert conv.compact_cache().written == 1
-    last(conv.send(QUESTIONS[2]))
-    assert conv.compact_cache().joined == 2  # the joined file and the new turn's
+        last(conv.turns.send(q))
+    assert conv.cache.compact().written == 1
+    last(conv.turns.send(QUESTIONS[2]))
+    assert conv.cache.compact().joined == 2  # the joined file and the new turn's
     rows = rows_of(conv, conv.session.leaf_id)
     [joined] = {r.path for r in rows}
-    opened = segment_file.open_file(paths.snapshot_file(joined))
+    opened = segment_file.open_file(paths.kv_file(joined))
     try:
         taken = json.loads(opened.meta["checkpoints"])
     finally:
@@ -104,9 +104,9 @@ def test_joining_a_joined_file_keeps_the_checkpoints_it_took(model, tmp_path):
     ends = sorted({r.end for r in rows})
     assert sorted(int(e) for e in taken) == [e for e in ends[:-1] if str(e) in taken]
     assert len(taken) >= 2
-    sid, held = conv.session.id, conv.state().cached_tokens
+    sid, held = conv.session.id, conv.views.state().cached_tokens
     conv.close(compact=False)
     again = make(model, tmp_path / "s.db")
     again.open_session(sid)
-    assert again.last_snapshot.ok and again.state().cached_tokens == held
+    assert again.cache.last_load.ok and again.views.state().cached_tokens == held
     again.close(compact=False)

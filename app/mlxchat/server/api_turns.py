@@ -20,9 +20,10 @@ from typing import Any, Callable, Iterator, Sequence
 from mlxchat.chat import CalledTool, Message, Role, Session
 from mlxchat.engine.events import Event, TurnDone
 from mlxchat.errors import MlxchatError
-from mlxchat.session.conversation import Conversation, ConversationError
+from mlxchat.session.conversation import Conversation
+from mlxchat.session.errors import ConversationError
 from mlxchat.session.lock import SessionBusy
-from mlxchat.store import SessionNotFound
+from mlxchat.store import SessionNotFound, SessionStore
 
 HASH_VERSION = "mlxchat-api/1"
 
@@ -106,9 +107,9 @@ ReplyForm = Callable[[TurnDone], IncomingMessage]
 class ApiTurns:
     """Places each API request on its session and branch of one conversation."""
 
-    def __init__(self, conv: Conversation):
+    def __init__(self, conv: Conversation, store: SessionStore):
         self.conv = conv
-        self.store = conv.store
+        self.store = store
 
     def begin(self, request: ApiRequest, reply_form: ReplyForm) -> ApiTurn:
         """Find or start the request's branch, commit its new message (or tool
@@ -143,9 +144,9 @@ class ApiTurns:
         assert session_id is not None
         try:
             if new[0].role == "tool":
-                events = self.conv.send_results([m.stored() for m in new])
+                events = self.conv.turns.send_results([m.stored() for m in new])
             else:
-                events = self.conv.send(new[0].content)
+                events = self.conv.turns.send(new[0].content)
         except MlxchatError:
             self._undo(created, added)
             raise
@@ -177,14 +178,14 @@ class ApiTurns:
                 self._same_model(held)
                 self.store.branches.set_leaf(held, message_id)
             if self._hold_current():
-                conv.discard_if_empty()  # the server's start-up session, never used
+                conv.saved.discard_if_empty()  # the server's start-up session, never used
             conv.open_session(session_id, prepare=place)  # restores the branch's segments
             return
         conv.hold_session()  # SessionBusy: the chat or another process has it now
         if conv.session.leaf_id != message_id:
             self.store.branches.set_leaf(session_id, message_id)
             conv.reload()
-            conv.restore_snapshot()
+            conv.cache.restore()
 
     def _hold_current(self) -> bool:
         """Hold the open session again, read afresh (the server lets go of it
@@ -207,7 +208,7 @@ class ApiTurns:
             conv.check_free(named.id)  # refused early; written to only under its lock
             if conv.session.id != named.id:
                 if self._hold_current():
-                    conv.discard_if_empty()
+                    conv.saved.discard_if_empty()
                 conv.open_session(named.id, prepare=self._same_model)
             else:
                 conv.hold_session()

@@ -21,7 +21,7 @@ DEBOUNCE_S = 0.25
 """Seconds from a keystroke to the prefill of the text as it is then."""
 
 
-class TypingPrefill:
+class TypingTimer:
     """One per app; every method runs on the UI thread."""
 
     def __init__(self, app: Any, debounce_s: float = DEBOUNCE_S):
@@ -58,7 +58,7 @@ class TypingPrefill:
         conv = self.app.conversation
         if conv is None or not self._allowed() or text.lstrip().startswith("/"):
             return
-        key = (settled_text(text), len(conv.attachments))
+        key = (settled_text(text), len(conv.turns.attachments))
         if key == self._done_for or not (key[0] or key[1]):
             return
         self._done_for = key
@@ -70,7 +70,7 @@ class TypingPrefill:
         if conv is None:
             return
         try:
-            n = conv.prefill_typed(text)
+            n = conv.typing.prefill_typed(text)
         except Exception:  # noqa: BLE001 - a speed-up only: the send reports real errors
             self.app.log.warning("typing prefill failed", exc_info=True)
             return
@@ -82,5 +82,5 @@ class TypingPrefill:
         self.tokens = n
         conv = self.app.conversation
         if conv is not None:  # Context and KV cache now hold the typed-ahead tokens too
-            self.app.gauges.update_state(conv.state(), self.app.budget_bytes)
+            self.app.gauges.update_state(conv.views.state(), self.app.budget_bytes)
         self.app.gauges.typing_prefill(n)

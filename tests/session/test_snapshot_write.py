@@ -30,7 +30,7 @@ def make(tiny, tmp_path) -> Conversation:
 
 
 def turn(conv: Conversation) -> TurnDone:
-    return [e for e in conv.send("Hello there.") if isinstance(e, TurnDone)][-1]
+    return [e for e in conv.turns.send("Hello there.") if isinstance(e, TurnDone)][-1]
 
 
 def fail_with(exc: BaseException):
@@ -49,7 +49,7 @@ def check_warned(conv: Conversation, done: TurnDone, words: str) -> None:
     again = conv.store.get_session(conv.session.id).messages[-1]
     assert again.id == reply.id and again.stats.snapshot_warning == done.stats.snapshot_warning
     assert conv.store.segments.on_branch(conv.session.leaf_id) == []
-    folder = paths.snapshots_dir()
+    folder = paths.kv_dir()
     assert not folder.is_dir() or not [p for p in folder.iterdir() if ".tmp." in p.name]
 
 
@@ -68,7 +68,7 @@ def test_a_full_disk_during_the_write_is_a_warning(tiny, tmp_path, monkeypatch, 
 
 
 def test_a_snapshot_folder_that_is_a_file_is_a_warning(tiny, tmp_path):
-    folder = paths.snapshots_dir()
+    folder = paths.kv_dir()
     folder.parent.mkdir(parents=True)
     folder.write_text("in the way")
     conv = make(tiny, tmp_path)
@@ -78,7 +78,7 @@ def test_a_snapshot_folder_that_is_a_file_is_a_warning(tiny, tmp_path):
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
 def test_a_read_only_snapshot_folder_is_a_warning(tiny, tmp_path):
-    folder = paths.snapshots_dir()
+    folder = paths.kv_dir()
     folder.mkdir(parents=True)
     folder.chmod(0o500)
     conv = make(tiny, tmp_path)

@@ -5,24 +5,24 @@ prefilled. A branch the live cache already holds is never re-read."""
 
 from __future__ import annotations
 
-from tests.engine.test_compaction import last, make
+from tests.session.test_compaction import last, make
 
 QUESTIONS = ("One.", "Two?", "Three! Tell me about rivers and the sea.")
 
 
 def test_a_follow_up_on_a_branch_switched_back_to_prefills_only_its_new_message(tiny, tmp_path):
     conv = make(tiny, tmp_path / "s.db")
-    last(conv.send(QUESTIONS[0]))
-    last(conv.send(QUESTIONS[1]))
-    first = last(conv.send(QUESTIONS[2]))
+    last(conv.turns.send(QUESTIONS[0]))
+    last(conv.turns.send(QUESTIONS[1]))
+    first = last(conv.turns.send(QUESTIONS[2]))
     first_leaf, held = conv.session.leaf_id, first.stats.context_used
     # A second branch, diverging early: the live cache now holds it.
-    last(conv.edit_last("Three?"))
-    last(conv.send("And then?"))
-    assert conv.state().cached_tokens != held
+    last(conv.turns.edit_last("Three?"))
+    last(conv.turns.send("And then?"))
+    assert conv.views.state().cached_tokens != held
 
-    conv.switch_branch(first_leaf)
-    nxt = last(conv.send("Four."))
+    conv.saved.switch_branch(first_leaf)
+    nxt = last(conv.turns.send("Four."))
     assert nxt.stats.reused_tokens == held
     assert nxt.stats.prefilled_tokens == nxt.stats.prompt_tokens - held
     assert nxt.stats.cache_source == "snapshot"
@@ -30,8 +30,8 @@ def test_a_follow_up_on_a_branch_switched_back_to_prefills_only_its_new_message(
     # The same ids as a conversation that never left the branch.
     warm = make(tiny, tmp_path / "w.db")
     for q in QUESTIONS:
-        last(warm.send(q))
-    assert last(warm.send("Four.")).token_ids == nxt.token_ids
+        last(warm.turns.send(q))
+    assert last(warm.turns.send("Four.")).token_ids == nxt.token_ids
     warm.close(compact=False)
     conv.close()
 
@@ -39,9 +39,9 @@ def test_a_follow_up_on_a_branch_switched_back_to_prefills_only_its_new_message(
 def test_a_retry_keeps_trimming_the_live_cache_rather_than_reading_the_disk(tiny, tmp_path):
     conv = make(tiny, tmp_path / "s.db")
     for q in QUESTIONS:
-        last(conv.send(q))
-    prompt = conv.state().cached_tokens - conv.last_stats.generated_tokens
-    done = last(conv.retry())
+        last(conv.turns.send(q))
+    prompt = conv.views.state().cached_tokens - conv.turns.last_stats.generated_tokens
+    done = last(conv.turns.retry())
     assert done.stats.cache_source == "warm"
     assert done.stats.reused_tokens >= prompt - 1
     conv.close()

@@ -1,0 +1,317 @@
+"""The house rules, measured: what keeps the package easy to find one's way in.
+
+Run as a script (``python tests/unit/test_house.py``) it prints each figure;
+as tests, each rule fails with the places that break it:
+
+- ``engine/`` keeps at its root only its face (``__init__``, ``interface``,
+  ``events``, ``results``, ``core``); the rest lives in subpackages by concept;
+- ``Conversation`` forwards nothing (no method whose whole body hands its
+  arguments on to one of its parts) and stays within 250 lines;
+- no class has more than one base class of the project (no mixins);
+- no module hands on a name it imported (re-export shims) except package faces
+  (``__init__.py``), and no module renames an imported class (``A = B``);
+- no class name is defined in two modules;
+- a name is imported by one path from outside its package: the package's face
+  when the face hands it on, else the module that defines it;
+- outside the session layer nobody reaches a conversation's store or engine
+  (``conv.store``, ``ctx.conversation.engine``): they ask its parts;
+- no module is over 400 lines.
+
+The import order inside ``engine/`` (and between layers) is
+``test_import_graph.py``'s.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "app" / "mlxchat"
+ENGINE_ROOT_FILES = {"__init__.py", "interface.py", "events.py", "results.py", "core.py"}
+CONVERSATION = PACKAGE_ROOT / "session" / "conversation.py"
+CONVERSATION_MAX_LINES = 250
+MODULE_MAX_LINES = 400
+
+
+def _modules(root: Path) -> dict[Path, ast.Module]:
+    return {p: ast.parse(p.read_text(encoding="utf-8"), str(p))
+            for p in sorted(root.rglob("*.py"))}
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(PACKAGE_ROOT.parent))
+
+
+# -- the figures -------------------------------------------------------------------
+
+def engine_root_extras(root: Path = PACKAGE_ROOT) -> list[str]:
+    """Modules at engine/'s root beyond its face."""
+    return sorted(p.name for p in (root / "engine").glob("*.py")
+                  if p.name not in ENGINE_ROOT_FILES)
+
+
+def _attribute_chain(node: ast.AST) -> list[str] | None:
+    """['self', 'a', 'b'] for ``self.a.b``; None for anything else."""
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        return [node.id, *reversed(names)]
+    return None
+
+
+def _passes_through(call: ast.Call, params: list[str]) -> bool:
+    args = [a.id for a in call.args if isinstance(a, ast.Name)]
+    kwargs = [k.value.id for k in call.keywords if isinstance(k.value, ast.Name)]
+    plain = len(args) == len(call.args) and len(kwargs) == len(call.keywords)
+    return plain and set(args + kwargs) <= set(params)
+
+
+def forwarding_methods(tree: ast.Module, class_name: str) -> list[str]:
+    """Methods of ``class_name`` whose body (past a docstring) only hands its
+    parameters on to an attribute of one of its parts: ``return self._x.y(a)``,
+    ``self._x.y(a)`` or, for a property, ``return self._x.y``."""
+    found = []
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name):
+        for fn in (n for n in cls.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+            body = fn.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                body = body[1:]
+            if len(body) != 1 or not isinstance(body[0], (ast.Return, ast.Expr)):
+                continue
+            value = body[0].value
+            params = [a.arg for a in fn.args.args[1:] + fn.args.kwonlyargs]
+            target = value.func if isinstance(value, ast.Call) else value
+            chain = _attribute_chain(target) if target is not None else None
+            if chain is None or chain[0] != "self" or len(chain) < 3:
+                continue
+            if isinstance(value, ast.Call) and not _passes_through(value, params):
+                continue
+            found.append(f"{class_name}.{fn.name}")
+    return found
+
+
+def mixin_classes(trees: dict[Path, ast.Module]) -> list[str]:
+    """Classes with more than one base class defined in the project."""
+    defined = {n.name for t in trees.values() for n in ast.walk(t) if isinstance(n, ast.ClassDef)}
+    found = []
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                own = [b for b in node.bases
+                       if (_attribute_chain(b) or [""])[-1] in defined]
+                if len(own) > 1:
+                    found.append(f"{_rel(path)}: {node.name}")
+    return found
+
+
+def _imported_names(tree: ast.Module) -> dict[str, int]:
+    names = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+            for alias in node.names:
+                names[alias.asname or alias.name] = node.lineno
+    return names
+
+
+def reexports(trees: dict[Path, ast.Module]) -> list[str]:
+    """Names a module imports at its top and never uses but to hand them on
+    (in ``__all__``, or unused at all), and ``A = B`` renames of an imported
+    class; package faces (``__init__.py``) may hand on their public API."""
+    found = []
+    for path, tree in trees.items():
+        if path.name == "__init__.py":
+            continue
+        imported = _imported_names(tree)
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        for name, line in imported.items():
+            if name not in used:
+                found.append(f"{_rel(path)}:{line}: {name}")
+        for node in tree.body:
+            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
+                    and node.value.id in imported and node.value.id[:1].isupper()):
+                target = node.targets[0]
+                name = target.id if isinstance(target, ast.Name) else "?"
+                found.append(f"{_rel(path)}:{node.lineno}: {name} = {node.value.id}")
+    return found
+
+
+def classes_defined_twice(trees: dict[Path, ast.Module]) -> list[str]:
+    where: dict[str, list[str]] = defaultdict(list)
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                where[node.name].append(_rel(path))
+    return sorted(f"{name}: {', '.join(paths)}" for name, paths in where.items()
+                  if len(set(paths)) > 1)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE_ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _top_level(tree: ast.Module) -> list[ast.stmt]:
+    """Statements at the top, those under a top-level ``if`` or ``try`` too."""
+    out: list[ast.stmt] = []
+    for node in tree.body:
+        if isinstance(node, (ast.If, ast.Try)):
+            out += node.body + node.orelse
+        else:
+            out.append(node)
+    return out
+
+
+def import_paths(trees: dict[Path, ast.Module]) -> list[str]:
+    """Names imported from outside their package by more than one path."""
+    defined: dict[str, set[str]] = {}
+    handed: dict[str, dict[str, str]] = {}
+    for path, tree in trees.items():
+        module, names, imported = _module_name(path), set(), {}
+        for node in _top_level(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Assign):
+                names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.update({a.asname or a.name: node.module for a in node.names})
+        defined[module], handed[module] = names, imported
+
+    def origin(module: str, name: str, depth: int = 0) -> str:
+        if depth > 10 or module not in defined or name in defined[module]:
+            return module
+        source = handed[module].get(name)
+        return origin(source, name, depth + 1) if source else module
+
+    paths: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for path, tree in trees.items():
+        here = _module_name(path)
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.ImportFrom) and node.module and not node.level
+                    and node.module.startswith("mlxchat")):
+                continue
+            for alias in node.names:
+                if f"{node.module}.{alias.name}" in defined:
+                    continue  # a submodule
+                home = origin(node.module, alias.name)
+                package = home.rsplit(".", 1)[0]
+                if package != "mlxchat" and (here == package or here.startswith(package + ".")):
+                    continue  # inside its package: the module that defines it
+                paths[(home, alias.name)].add(node.module)
+    return sorted(f"{name} (from {home}): {', '.join(sorted(via))}"
+                  for (home, name), via in paths.items() if len(via) > 1)
+
+
+CONVERSATION_NAMES = {"conv", "conversation", "chat"}
+"""What the code calls a Conversation it holds."""
+
+
+def reached_through(trees: dict[Path, ast.Module]) -> list[str]:
+    """``X.store`` / ``X.engine`` where X names a conversation, outside session/."""
+    found = []
+    for path, tree in trees.items():
+        if _module_name(path).startswith("mlxchat.session"):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in ("store", "engine"):
+                chain = _attribute_chain(node.value)
+                if chain and chain[-1] in CONVERSATION_NAMES:
+                    found.append(f"{_rel(path)}:{node.lineno}: {'.'.join(chain)}.{node.attr}")
+    return found
+
+
+def long_modules(root: Path = PACKAGE_ROOT) -> list[str]:
+    return sorted(f"{_rel(p)}: {n}" for p in root.rglob("*.py")
+                  if (n := len(p.read_text(encoding="utf-8").splitlines())) > MODULE_MAX_LINES)
+
+
+# -- the tests -----------------------------------------------------------------------
+
+def test_engine_root_holds_only_its_face():
+    assert engine_root_extras() == []
+
+
+def test_conversation_forwards_nothing_and_stays_small():
+    tree = ast.parse(CONVERSATION.read_text(encoding="utf-8"))
+    assert forwarding_methods(tree, "Conversation") == []
+    assert len(CONVERSATION.read_text(encoding="utf-8").splitlines()) <= CONVERSATION_MAX_LINES
+
+
+def test_no_mixins():
+    assert mixin_classes(_modules(PACKAGE_ROOT)) == []
+
+
+def test_no_reexport_shims():
+    assert reexports(_modules(PACKAGE_ROOT)) == []
+
+
+def test_one_class_per_name():
+    assert classes_defined_twice(_modules(PACKAGE_ROOT)) == []
+
+
+def test_one_import_path_per_name():
+    assert import_paths(_modules(PACKAGE_ROOT)) == []
+
+
+def test_nobody_reaches_through_the_conversation():
+    assert reached_through(_modules(PACKAGE_ROOT)) == []
+
+
+def test_no_module_over_400_lines():
+    assert long_modules() == []
+
+
+def test_the_checks_see_what_they_look_for():
+    # Each check finds its case in a small made-up module, so none passes by
+    # looking at nothing.
+    tree = ast.parse(
+        "from x import A, B, C\n"
+        "__all__ = ['B']\n"
+        "D = A\n"
+        "class Conversation(A, C):\n"
+        "    def f(self, a, *, b):\n        '''doc'''\n        return self._p.f(a, b=b)\n"
+        "    @property\n    def g(self):\n        return self._p.g\n"
+        "    def h(self, a):\n        return self._p.h(a + 1)\n"
+        "    def i(self):\n        self._p.i()\n"
+        "class C: pass\nclass A: pass\n")
+    assert forwarding_methods(tree, "Conversation") == [
+        "Conversation.f", "Conversation.g", "Conversation.i"]
+    here = PACKAGE_ROOT / "made_up.py"
+    assert mixin_classes({here: tree}) == ["mlxchat/made_up.py: Conversation"]
+    assert reexports({here: tree}) == ["mlxchat/made_up.py:1: B", "mlxchat/made_up.py:3: D = A"]
+    there = PACKAGE_ROOT / "other.py"
+    assert classes_defined_twice({here: tree, there: ast.parse("class C: pass\n")}) == [
+        "C: mlxchat/made_up.py, mlxchat/other.py"]
+    assert reached_through({here: ast.parse("x = self.conv.store.get(1)\ny = app.engine\n")}) == [
+        "mlxchat/made_up.py:1: self.conv.store"]
+    face = PACKAGE_ROOT / "pkg" / "__init__.py"
+    inner = PACKAGE_ROOT / "pkg" / "inner.py"
+    assert import_paths({
+        face: ast.parse("from mlxchat.pkg.inner import Thing\n"),
+        inner: ast.parse("class Thing: pass\n"),
+        here: ast.parse("from mlxchat.pkg import Thing\n"),
+        there: ast.parse("from mlxchat.pkg.inner import Thing\n"),
+    }) == ["Thing (from mlxchat.pkg.inner): mlxchat.pkg, mlxchat.pkg.inner"]
+
+
+if __name__ == "__main__":
+    trees = _modules(PACKAGE_ROOT)
+    conv = CONVERSATION.read_text(encoding="utf-8")
+    figures = {
+        "engine root modules beyond the face": engine_root_extras(),
+        "Conversation forwarding methods": forwarding_methods(ast.parse(conv), "Conversation"),
+        "Conversation lines": len(conv.splitlines()),
+        "classes with several project bases": mixin_classes(trees),
+        "re-exported or unused imported names": reexports(trees),
+        "class names defined twice": classes_defined_twice(trees),
+        "names imported by several paths": import_paths(trees),
+        "a conversation's store or engine reached from outside": reached_through(trees),
+        "modules over 400 lines": long_modules(),
+    }
+    for name, value in figures.items():
+        count = value if isinstance(value, int) else len(value)
+        print(f"{name}: {count}")
+        for item in ([] if isinstance(value, int) else value):
+            print(f"    {item}")
