@@ -70,6 +70,16 @@ def config_file() -> Path:
     return config_dir() / "config.toml"
 
 
+def mcp_config_file() -> Path:
+    """The MCP servers whose tools the model may use (``{"mcpServers": {...}}``)."""
+    return config_dir() / "mcp.json"
+
+
+def tool_logs_dir() -> Path:
+    """What each MCP server writes to its stderr, one file per server."""
+    return cache_dir() / "mcp-logs"
+
+
 def user_catalog_file() -> Path:
     """Local model aliases registered by ``mlxchat import --name``."""
     return config_dir() / "models.toml"

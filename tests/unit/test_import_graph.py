@@ -6,7 +6,8 @@ folder:
 
     ground    mlxchat.errors, paths, files, chat, record, generation, turn_stats, config,
               units, sources, mlxchat/__init__
-    core      mlxchat/engine/, mlxchat/store/, mlxchat/models/, mlxchat/docs/
+    core      mlxchat/engine/, mlxchat/store/, mlxchat/models/, mlxchat/docs/,
+              mlxchat/tools/
               (peers: engine may import models, docs may import store; store and
               models import neither)
     session   mlxchat/session/ (the conversation layer and its composition root)
@@ -34,7 +35,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("mlxchat.errors", "mlxchat.paths", "mlxchat.files", "mlxchat.chat",
                 "mlxchat.record", "mlxchat.generation", "mlxchat.turn_stats",
                 "mlxchat.config", "mlxchat.__init__", "mlxchat.units", "mlxchat.sources")),
-    ("core", ("mlxchat.engine.*", "mlxchat.store.*", "mlxchat.models.*", "mlxchat.docs.*")),
+    ("core", ("mlxchat.engine.*", "mlxchat.store.*", "mlxchat.models.*", "mlxchat.docs.*",
+              "mlxchat.tools.*")),
     ("session", ("mlxchat.session.*",)),
     ("commands", ("mlxchat.commands.*", "mlxchat.server.*")),
     ("tui", ("mlxchat.tui.*",)),
