@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 from mlxchat.generation import GenerationSettings
+from mlxchat.record import Record
 from mlxchat.turn_stats import TurnStats
 
 if TYPE_CHECKING:
@@ -32,6 +33,26 @@ class CalledTool:
     name: str
     arguments: Any
     id: str = ""
+
+
+@dataclass(frozen=True)
+class ToolRun(Record):
+    """How a tool result came to be: which server's tool gave it, how long it
+    took, how much it sent (shown folded over the result, and exported)."""
+
+    server: str
+    tool: str
+    """The tool's name on its server (the result's ``tool_name`` is the model's)."""
+    duration_s: float = 0.0
+    result_bytes: int = 0
+    note: str = ""
+    """One line: denied and why, an error, a timeout, a cut to the token budget."""
+
+    def header(self) -> str:
+        """'server.tool · 0.4 s · 1.2 KB · note'."""
+        parts = [f"{self.server}.{self.tool}", f"{self.duration_s:.1f} s",
+                 human_bytes(self.result_bytes)]
+        return " · ".join(parts + ([self.note] if self.note else []))
 
 
 def quoted(text: str) -> str:
@@ -91,6 +112,8 @@ class Message:
     """For a tool result (role ``tool``): the id of the call it answers."""
     tool_name: str | None = None
     """For a tool result: the name of the tool that gave it."""
+    tool_run: ToolRun | None = None
+    """For a result of a tool the app ran: where it came from and what it cost."""
 
 
 

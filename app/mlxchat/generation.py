@@ -26,6 +26,17 @@ MAX_DOCS_K = 20
 MIN_DOCS_BUDGET = 64
 DOCS_BUDGET_SHARE = 4
 """With no budget set, retrieved sources take at most 1/4 of the window."""
+TOOL_RESULT_SHARE = 10
+"""With no budget set, a tool's result takes at most 1/10 of the window."""
+MIN_TOOL_RESULT_TOKENS = 32
+MAX_TOOL_STEPS = 64
+TOOLS_CHOICE = re.compile(r"^-?(\*|[A-Za-z0-9][A-Za-z0-9_-]{0,63}(\.[^,\s]{1,128})?)$")
+"""One selector of the ``tools`` setting: '*', SERVER or SERVER.TOOL, '-' to leave out."""
+
+
+def _tools_choice(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and all(
+        TOOLS_CHOICE.match(s.strip()) for s in value.split(",")))
 
 GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "temperature": (lambda v: v >= 0, ">= 0"),
@@ -52,14 +63,19 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "docs_k": (lambda v: 1 <= v <= MAX_DOCS_K, f"1 to {MAX_DOCS_K}"),
     "docs_budget": (lambda v: v is None or MIN_DOCS_BUDGET <= v < _INT64,
                     f"auto or a whole number >= {MIN_DOCS_BUDGET}"),
+    "tools": (_tools_choice, "off or a list of *, SERVER, SERVER.TOOL (-NAME leaves one out)"),
+    "tool_timeout": (lambda v: 0 < v <= 3600, "seconds > 0 and <= 3600"),
+    "tool_result_tokens": (lambda v: v is None or MIN_TOOL_RESULT_TOKENS <= v < _INT64,
+                           f"auto or a whole number >= {MIN_TOOL_RESULT_TOKENS}"),
+    "max_tool_steps": (lambda v: 1 <= v <= MAX_TOOL_STEPS, f"1 to {MAX_TOOL_STEPS}"),
 }
 """What each generation setting allows (a check and the rule in words): the one
 place the /set command, `mlxchat ask` flags and the config file are checked against."""
 
 _WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
-          "draft_tokens", "docs_k", "docs_budget")
+          "draft_tokens", "docs_k", "docs_budget", "tool_result_tokens", "max_tool_steps")
 _WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft",
-          "compute_dtype", "docs")
+          "compute_dtype", "docs", "tools")
 
 
 def generation_problem(name: str, value: Any) -> str | None:
@@ -132,6 +148,17 @@ class GenerationSettings(Record):
     """At most this many chunks retrieved per message."""
     docs_budget: int | None = None
     """Tokens the retrieved chunks may take; None (auto): a quarter of the window."""
+    tools: str | None = None
+    """The MCP tools the model may call (/tools on|off): '*' for every
+    configured server, or SERVER and SERVER.TOOL, comma-separated ('-' in
+    front leaves one out); None: no tools."""
+    tool_timeout: float = 60.0
+    """Seconds a tool call may take before it is given up (escape stops it sooner)."""
+    tool_result_tokens: int | None = None
+    """Tokens a tool's result may take (the rest is cut, and the model told);
+    None (auto): a tenth of the window."""
+    max_tool_steps: int = 8
+    """Tool calls and their answers the model may chain for one message."""
 
     def check(self) -> None:
         """Raise ValueError (one line) for the first setting out of its range."""

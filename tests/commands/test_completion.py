@@ -65,7 +65,7 @@ def test_model_aliases(registry, ctx):
 
 def test_settings_and_values(registry, ctx):
     names = values(registry, ctx, "/set ")
-    assert names[0] == "/set temperature " and len(names) == 20
+    assert names[0] == "/set temperature " and len(names) == 24
     assert values(registry, ctx, "/set kv") == ["/set kv_bits "]
     assert values(registry, ctx, "/set kv_bits ") == [
         "/set kv_bits none", "/set kv_bits 4", "/set kv_bits 8"]
@@ -76,7 +76,8 @@ def test_settings_and_values(registry, ctx):
     assert values(registry, ctx, "/set --default top") == ["/set --default top_p "]
     assert values(registry, ctx, "/set seed 1 ") == []
     assert values(registry, ctx, "/get m") == ["/get min_p", "/get max_tokens",
-                                              "/get max_reasoning_tokens"]
+                                              "/get max_reasoning_tokens",
+                                              "/get max_tool_steps"]
 
 
 def test_paths(registry, ctx, tmp_path):

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import json
 
-import mlx.core as mx
 import pytest
 from openai import OpenAI
 
 from mlxchat.chat import CalledTool
 from mlxchat.engine.events import TurnDone
-from mlxchat.engine.turn import decode
 from mlxchat.server.api_turns import ApiRequest, ApiTurns, IncomingMessage
 from mlxchat.server.tool_calls import calls_signature
 
+from tests.scripted import Scripted
 from tests.server.conftest import WEATHER, open_tiny, real_qwen3, request, serve
 
 CALL = {"id": "call_abc", "type": "function",
@@ -154,29 +153,6 @@ def test_a_reply_that_calls_tools_is_stored_with_its_calls_and_found_again(qwen3
         assert stats.prefilled_tokens == len(conv.messages[-2].token_ids)
     finally:
         conv.shutdown()
-
-
-class Scripted:
-    """The model's next reply steered to ``text`` (then its end token) with a
-    logits processor, as mlx-lm applies one: the model still runs, its cache
-    holds what it wrote. Where the reply is comes from the tokens so far."""
-
-    def __init__(self, tokenizer, monkeypatch):
-        self.tok, self.script = tokenizer, []
-        real = decode.sampling
-        monkeypatch.setattr(decode, "sampling", lambda settings: {
-            **real(settings), "processors": [self._force]})
-
-    def reply(self, text: str) -> None:
-        self.script = self.tok.encode(text, add_special_tokens=False) \
-            + [self.tok.convert_tokens_to_ids("<|im_end|>")]
-
-    def _force(self, tokens, logits):
-        seen = tokens.tolist()
-        done = next(k for k in range(min(len(seen), len(self.script)), -1, -1)
-                    if k == 0 or seen[-k:] == self.script[:k])
-        wanted = self.script[min(done, len(self.script) - 1)]
-        return mx.where(mx.arange(logits.shape[-1]) == wanted, 0.0, -1e9) + 0 * logits
 
 
 def _streamed(api: OpenAI, messages: list[dict]):

@@ -124,6 +124,11 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("docs", _collection_name, GENERATION_RULES["docs"][1], ("off",)),
     Setting("docs_k", _ranged(int), GENERATION_RULES["docs_k"][1]),
     Setting("docs_budget", _optional_int, GENERATION_RULES["docs_budget"][1], ("auto",)),
+    Setting("tools", _collection_name, GENERATION_RULES["tools"][1], ("off", "*")),
+    Setting("tool_timeout", _ranged(float), GENERATION_RULES["tool_timeout"][1]),
+    Setting("tool_result_tokens", _optional_int, GENERATION_RULES["tool_result_tokens"][1],
+            ("auto",)),
+    Setting("max_tool_steps", _ranged(int), GENERATION_RULES["max_tool_steps"][1]),
 )}
 
 

@@ -4,7 +4,7 @@ mlx-lm's tokenizer wrapper names for the model (``tool_call_start``,
 ``tool_call_end``, ``tool_parser``), or, for gpt-oss, a message to a
 recipient on the commentary channel, which the engine keeps in the reply's
 text as gpt-oss's template writes a call (``models.markup.CALL_HEAD``).
-Running the tools is not done here.
+Running the tools is the session's (``session/tool_loop.py``).
 """
 
 from __future__ import annotations
@@ -85,12 +85,42 @@ def _read_call(markup: CallMarkup, body: str, written: str) -> list[str | ToolCa
         return [written]
 
 
+_BARE_JSON_CALL = """'{"name": "' + tool_call.name + '", '"""
+"""How Llama 3.1-3.3's templates write a call: the reply is a bare JSON object
+(``{"name": ..., "parameters": {...}}``), no markers; mlx-lm names no parser."""
+
+
+def bare_json_call(tokenizer: Any, text: str) -> ToolCall | None:
+    """A reply that is one call as Llama 3.x's template writes calls (its
+    ``<|python_tag|>`` before it, if any), for such templates only."""
+    template = getattr(tokenizer, "chat_template", None)
+    body = text.strip().removeprefix("<|python_tag|>").strip()
+    for end in ("<|eom_id|>", "<|eot_id|>"):
+        body = body.removesuffix(end).strip()
+    if not isinstance(template, str) or _BARE_JSON_CALL not in template \
+            or not body.startswith("{"):
+        return None
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return None
+    args = parsed.get("parameters", parsed.get("arguments")) if isinstance(parsed, dict) else None
+    if not isinstance(parsed.get("name") if isinstance(parsed, dict) else None, str) \
+            or not isinstance(args, dict):
+        return None
+    return ToolCall(parsed["name"], args)
+
+
 def split_tool_calls(tokenizer: Any, text: str) -> list[str | ToolCall]:
     """``text`` as plain pieces and the tool calls between the tokenizer's
     markers; a call its parser cannot read, or without its end marker,
-    stays plain text."""
+    stays plain text. A template without markers that writes a call as the
+    whole reply (Llama 3.x) gives that call."""
     markup = call_markup(tokenizer)
-    if markup is None or markup.start not in text:
+    if markup is None:
+        bare = bare_json_call(tokenizer, text) if text else None
+        return [bare] if bare is not None else [text] if text else []
+    if markup.start not in text:
         return [text] if text else []
     start, end = markup.start, markup.end
     out: list[str | ToolCall] = []

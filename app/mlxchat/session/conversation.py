@@ -7,7 +7,8 @@ closes. Everything else is a part it hands out, each given what it needs:
 ``turns`` (send, retry, edit, undo, tool results: planned, committed, run,
 stopped), ``saved`` (the store's other sessions), ``cache`` (the KV on disk),
 ``pins``, ``typing`` (prefill while typing), ``speculation``, ``views``
-(figures and token counts), ``locks`` and ``retrieval``.
+(figures and token counts), ``locks``, ``retrieval``, ``tools`` (the MCP tools
+it uses) and ``tool_loop`` (running a reply's calls).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from mlxchat.session.pins import PinnedDocs
 from mlxchat.session.retrieval import Retrieval
 from mlxchat.session.saved import Deleted, SavedSessions
 from mlxchat.session.speculation import Speculation
+from mlxchat.session.tool_loop import ToolLoop
+from mlxchat.session.tools import SessionTools
 from mlxchat.session.turns import TurnRunner
 from mlxchat.session.typing_ahead import TypingAhead
 from mlxchat.session.views import EngineViews
@@ -36,6 +39,7 @@ from mlxchat.store import SessionNotFound, SessionStore
 
 if TYPE_CHECKING:
     from mlxchat.docs.embedder import Embedder
+    from mlxchat.tools.host import ToolHost
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +54,7 @@ class Conversation(OpenSession):
                  model_spec: str, load_model: ModelLoader | None = None,
                  session: Session | None = None, keep_snapshots: bool = True,
                  lock_wait_s: float = 0.0, embedder: Callable[[], Embedder] | None = None,
-                 lock_holder: str = ""):
+                 lock_holder: str = "", tool_host: ToolHost | None = None):
         self.settings, self.engine, self.model_spec = settings, engine, model_spec
         """What it was built with (the composition root and tests read them)."""
         self.model_loader = load_model
@@ -66,17 +70,21 @@ class Conversation(OpenSession):
                                  last_stats=lambda: self.turns.last_stats)
         self.retrieval = Retrieval(self, store, engine, window_left=self.views.window_left,
                                    last_stats=self.views.branch_stats, embedder=embedder)
+        self.tools = SessionTools(self, store, engine, host=tool_host)
         self.turns = TurnRunner(self, store, engine, cache=self.cache, pins=self.pins,
-                                unsaved=self._unsaved, retrieval=self.retrieval, attachments=[])
+                                unsaved=self._unsaved, retrieval=self.retrieval, attachments=[],
+                                also_cancel=self.tools.cancel)
         self.typing = TypingAhead(self, engine, self.pins, attachments=self.turns.attachments,
                                   turns_started=lambda: self.turns.started)
         self.speculation = Speculation(self, engine, model_spec=lambda: self.model_spec,
                                        load_model=load_model)
         self.saved = SavedSessions(self, store)
+        self.tool_loop = ToolLoop(self, store, engine, turns=self.turns, tools=self.tools)
         self.locks.hold(self.session)
         if session is not None and session.id is not None and self.locks.held:
             self.reload()  # another process may have written to it while we waited
         self._unsaved.recover()
+        self.tools.start()  # in the background: ready by the time a message is sent
 
     # -- which session is open ----------------------------------------------------------
     def _new_session(self, store: SessionStore | None = None) -> Session:
@@ -90,6 +98,7 @@ class Conversation(OpenSession):
         self.turns.last_stats = None
         self.cache.forget()
         self.pins.forget()
+        self.tools.start()
 
     def new_session(self) -> Session:
         """Start an empty session; the engine cache stays until the next turn trims it."""
@@ -199,7 +208,7 @@ class Conversation(OpenSession):
     def shutdown(self) -> None:
         """On exit: stop any turn, store a pending reply (or keep it in a file the
         next open stores), drop an unused session, stop everything."""
-        self.turns.cancel()
+        self.turns.cancel()  # and a tool call, a consent dialog
         if not self._unsaved.wait(QUIT_SAVE_WAIT_S):
             path = self._unsaved.give_up()
             if path is not None:

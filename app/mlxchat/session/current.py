@@ -5,7 +5,7 @@ every part of the conversation (turns, cache keeper, pins, typing, speculation).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 from mlxchat.chat import Message, Session
 from mlxchat.engine.interface import Engine
@@ -25,6 +25,9 @@ class OpenSession:
         self.call_tools: str | None = None
         """Tool definitions (canonical JSON) the template renders in this call's
         turns (``use_settings``); never stored."""
+        self.session_tools: Callable[[], str | None] = lambda: None
+        """The definitions of the session's own tools (``conv.tools`` sets it),
+        rendered when this call gives none."""
 
     @property
     def id(self) -> int | None:
@@ -70,7 +73,8 @@ class OpenSession:
         return self.with_system(self.messages + (extra or []))
 
     def ledger(self, engine: Engine) -> Ledger:
-        return Ledger(engine, self.session, self.generation, tools=self.call_tools)
+        tools = self.call_tools if self.call_tools is not None else self.session_tools()
+        return Ledger(engine, self.session, self.generation, tools=tools)
 
     def reload(self) -> Session:
         self.session = self.store.get_session(self.session.id)

@@ -19,6 +19,7 @@ from mlxchat.models import LoadedModel
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.lock import SessionBusy
 from mlxchat.store import SessionNotFound, SessionStore, StoreError
+from mlxchat.tools.host import ToolHost
 
 Progress = Callable[[str, int, int], None]
 """``progress(stage, done, total)``, from the loading thread (see ``load_model``)."""
@@ -57,6 +58,9 @@ class Opened:
 
 
 class ConversationFactory(Protocol):
+    """How an app opens its conversation (``open_conversation``, or a test's);
+    it is given ``tool_host=`` only when the app runs MCP tools."""
+
     def __call__(self, settings: Settings, *, model_spec: str | None, session: str | None,
                  continue_last: bool, progress: Progress | None) -> Opened: ...
 
@@ -78,6 +82,13 @@ def default_loader(spec: str, progress: Progress | None = None) -> LoadedModel:
     from mlxchat.models import load_model
 
     return load_model(spec, progress=progress)
+
+
+def default_tool_host() -> ToolHost:
+    """The MCP servers of the user's ``mcp.json`` (none started until a session needs them)."""
+    from mlxchat.tools.config import load_tools_config
+
+    return ToolHost(load_tools_config())
 
 
 def default_engine(loaded: LoadedModel) -> Engine:
@@ -117,7 +128,7 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
                       load_model: Callable[..., LoadedModel] = default_loader,
                       engine_factory: Callable[[LoadedModel], Engine] = default_engine,
                       keep_snapshots: bool = True, lock_wait_s: float = 0.0,
-                      lock_holder: str = "") -> Opened:
+                      lock_holder: str = "", tool_host: ToolHost | None = None) -> Opened:
     """Open the store, pick the session (``session`` id/title, or the most recent
     one with ``continue_last``), load the model once (``model_spec``, else the
     session's, else the settings'), and restore the session's KV snapshot.
@@ -154,7 +165,7 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
         raise
     build = partial(Conversation, settings=settings, store=store, engine=engine,
                     model_spec=spec, keep_snapshots=keep_snapshots, lock_wait_s=lock_wait_s,
-                    lock_holder=lock_holder,
+                    lock_holder=lock_holder, tool_host=tool_host,
                     # /model later reports its import or download the same way.
                     load_model=lambda s: load_model(s, progress=progress))
     try:
@@ -178,6 +189,9 @@ def open_conversation(settings: Settings, *, model_spec: str | None = None,
         text = (f"Resumed #{resumed.id} “{resumed.title}” ({len(conv.messages):,} messages; "
                 f"{conv.cache.words()}).")
         notices.append((text, "info"))
+        if conv.messages and conv.messages[-1].role == "tool":
+            notices.append(("The last tool results were stored but not answered (the app "
+                            "stopped mid-loop); /retry lets the model read them.", "info"))
     notice = conv.speculation.resume()
     if notice:
         notices.append((notice + ".", "warning"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 from mlxchat.chat import Attachment, Message
 from mlxchat.engine.events import Event, TextDelta, TurnDone
@@ -43,7 +43,8 @@ class TurnRunner:
 
     def __init__(self, open_session: OpenSession, store: SessionStore, engine: Engine, *,
                  cache: CacheKeeper, pins: PinnedDocs, unsaved: UnsavedReplies,
-                 retrieval: Retrieval, attachments: list[Attachment]):
+                 retrieval: Retrieval, attachments: list[Attachment],
+                 also_cancel: Callable[[], None] = lambda: None):
         self._open = open_session
         self._store = store
         self._engine = engine
@@ -52,6 +53,8 @@ class TurnRunner:
         self._unsaved = unsaved
         self._retrieval = retrieval
         self.attachments = attachments
+        self._also_cancel = also_cancel
+        """Stops what a turn's tool loop waits on (a call, the consent dialog)."""
         self.started = 0
         """Turns started: a typing prefill planned before one is stale."""
         self.last_stats: TurnStats | None = None
@@ -85,7 +88,7 @@ class TurnRunner:
         self._store.add_messages(self._open.id, [  # all or none
             Message("tool", r.content, token_ids=plan.user_ids if i == 0 or plan.user_ids is None
                     else [], ledger_key=plan.key, ledger_start=plan.start and i == 0,
-                    tool_call_id=r.tool_call_id, tool_name=r.tool_name)
+                    tool_call_id=r.tool_call_id, tool_name=r.tool_name, tool_run=r.tool_run)
             for i, r in enumerate(results)])
         self._open.reload()
         return self.run(plan)
@@ -146,8 +149,10 @@ class TurnRunner:
         return None if last is None else without_sources(last.content)
 
     def cancel(self) -> None:
-        """Stop the running turn (and any queued one) within about a token or a chunk."""
+        """Stop the running turn (and any queued one) within about a token or a chunk,
+        and a tool call or a consent dialog its loop waits on."""
         self._engine.cancel()
+        self._also_cancel()
 
     def _ledger(self) -> Ledger:
         return self._open.ledger(self._engine)

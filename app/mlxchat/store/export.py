@@ -78,7 +78,10 @@ def session_markdown(session: Session) -> str:
     sources: list[Source] | None = None
     for message in session.messages:
         if message.role == "tool":  # a quoted block under its tool's name
-            out += ["", f"### {tool_label(message).capitalize()}", "", quoted(message.content)]
+            out += ["", f"### {tool_label(message).capitalize()}"]
+            if message.tool_run is not None:
+                out += ["", f"_{message.tool_run.header()}_"]
+            out += ["", quoted(message.content)]
             continue
         out += ["", f"### {message.role.capitalize()}"]
         if message.reasoning:
@@ -129,6 +132,7 @@ def _message_dict(message: Message) -> dict[str, Any]:
            if message.tool_calls else {}),
         **({"tool_call_id": message.tool_call_id, "tool_name": message.tool_name}
            if message.role == "tool" else {}),
+        **({"tool_run": message.tool_run.to_dict()} if message.tool_run is not None else {}),
     }
 
 

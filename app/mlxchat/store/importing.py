@@ -10,7 +10,7 @@ import types
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from mlxchat.chat import Message, Pin, Session
+from mlxchat.chat import Message, Pin, Session, ToolRun
 from mlxchat.files import FileRefused, read_limited
 from mlxchat.generation import GenerationSettings
 from mlxchat.sources import Source
@@ -78,6 +78,15 @@ def _sources(rows: list[Any] | None, where: str) -> list[Source] | None:
             raise StoreError(f"Not an importable session: {where}.sources[{n}] lacks a "
                              "field.") from None
     return found
+
+
+def _tool_run(row: dict | None, where: str) -> ToolRun | None:
+    if row is None:
+        return None
+    try:
+        return _checked(ToolRun, row, f"{where}.tool_run")
+    except TypeError:
+        raise StoreError(f"Not an importable session: {where}.tool_run lacks a field.") from None
 
 
 def _ordered(messages: list[Message]) -> list[Message]:
@@ -180,6 +189,7 @@ def parse_document(data: Any) -> tuple[Session, list[Message]]:
                                                              []))),
                 tool_call_id=_field(row, "tool_call_id", str | None, where, None),
                 tool_name=_field(row, "tool_name", str | None, where, None),
+                tool_run=_tool_run(_field(row, "tool_run", dict | None, where, None), where),
             )
         )
     for index, message in enumerate(messages):

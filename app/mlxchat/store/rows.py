@@ -10,7 +10,7 @@ import time
 from array import array
 from typing import Any
 
-from mlxchat.chat import CalledTool, Message, Session, typed_text
+from mlxchat.chat import CalledTool, Message, Session, ToolRun, typed_text
 from mlxchat.generation import GENERATION_RULES, GenerationSettings, generation_problem
 from mlxchat.sources import Source, without_sources
 from mlxchat.store.errors import StoreError
@@ -74,7 +74,17 @@ def message_from_row(row: sqlite3.Row) -> Message:
         tool_calls=calls_from_json(row["tool_calls"]),
         tool_call_id=row["tool_call_id"],
         tool_name=row["tool_name"],
+        tool_run=tool_run_from_json(row["tool_run"]),
     )
+
+
+def tool_run_from_json(text: str | None) -> ToolRun | None:
+    """A result's stored run; an unreadable one (a hand edit) reads as none."""
+    try:
+        data = json.loads(text) if text else None
+        return ToolRun.from_dict(data) if isinstance(data, dict) else None
+    except (ValueError, TypeError):
+        return None
 
 
 def calls_to_json(calls: tuple[CalledTool, ...] | list[CalledTool]) -> str | None:
@@ -190,8 +200,8 @@ def insert_message(
     cur.execute(
         "INSERT INTO messages (session_id, parent_id, role, content, token_count, stats,"
         " cancelled, created, token_ids, ledger_key, ledger_start, reasoning, sources,"
-        " tool_calls, tool_call_id, tool_name)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " tool_calls, tool_call_id, tool_name, tool_run)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             session_id,
             parent_id,
@@ -209,6 +219,7 @@ def insert_message(
             calls_to_json(message.tool_calls),
             message.tool_call_id,
             message.tool_name,
+            json.dumps(message.tool_run.to_dict()) if message.tool_run is not None else None,
         ),
     )
     assert cur.lastrowid is not None

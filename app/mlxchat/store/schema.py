@@ -15,6 +15,7 @@ from mlxchat import paths
 from mlxchat.store.docs_fts import V14_DOC_CHUNKS_FTS_BY_COLLECTION
 from mlxchat.store.errors import StoreError, sqlite_errors
 from mlxchat.store.messages_rebuild import messages_with_tool_role
+from mlxchat.store.tool_schema import V15_TOOL_GRANTS_AND_RUNS
 
 V1_SESSIONS_AND_MESSAGES = (
     """
@@ -319,6 +320,7 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V12_MESSAGE_SOURCES,
     V13_TOOL_MESSAGES,
     V14_DOC_CHUNKS_FTS_BY_COLLECTION,
+    V15_TOOL_GRANTS_AND_RUNS,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -42,6 +42,7 @@ from mlxchat.store.rows import (
     title_from,
 )
 from mlxchat.store.search import matching_sessions
+from mlxchat.store.tool_grants import ToolGrants
 from mlxchat.turn_stats import TurnStats
 
 
@@ -76,6 +77,7 @@ class SessionStore:
         """Whole-cache snapshots of sessions saved before segments."""
         self.api = ApiMessages(self.db)
         """Messages the HTTP API saw, by the hash of the conversation up to them."""
+        self.tool_grants = ToolGrants(self.db)
 
     @property
     def path(self) -> str:
