@@ -243,7 +243,7 @@ async def test_a_streamed_update_costs_one_layout_pass():
 
 async def test_a_tool_loop_shows_its_calls_and_its_results_under_the_tools_name():
     from mlxchat.chat import CalledTool
-    from mlxchat.tui.widgets.transcript import ToolResultMessage
+    from mlxchat.tui.widgets.tool_result import ToolResultMessage
 
     call = CalledTool("get_weather", {"city": "Paris"}, "call_1")
     app = host()
@@ -254,8 +254,9 @@ async def test_a_tool_loop_shows_its_calls_and_its_results_under_the_tools_name(
             Message("tool", "clear\nwindy", tool_call_id="call_1", tool_name="get_weather")])
         await pilot.pause()
         result = transcript.query_one(ToolResultMessage)
-        assert result.query_one(".message-label", Static).render().plain \
-            == "tool result · get_weather"
-        assert result.query_one(".message-body", Static).render().plain == "> clear\n> windy"
+        assert result.block.render().plain == "▸ tool result · get_weather · 11 B"  # folded
+        await pilot.click(result.block)
+        assert result.block.render().plain == \
+            "▾ tool result · get_weather · 11 B\n> clear\n> windy"
         reply = transcript.query_one(AssistantMessage)
         assert reply.text == 'Checking.\n\n→ get_weather({"city": "Paris"})'

@@ -4,12 +4,12 @@
 The window appears at once; the model loads with a progress line. The app
 holds the screen's state and keys, and hands each concern to an object of its
 own: a message sent while loading (``QueuedMessage``), a turn streamed into
-the transcript (``TurnStream``), slash commands (``CommandRunner``), screens
-(``ScreenOpener``), prefill while typing (``TypingTimer``) and the idle join of
-KV files (``IdleCompaction``). Every turn and command runs in a thread worker;
-the start-up load and the commands (``/model`` loads) run on the app's one MLX
-thread (``MlxThread``): Textual's worker threads are pooled and reused, and
-MLX streams belong to a thread.
+the transcript (``TurnStream``) and its tool calls (``ToolSteps``), slash
+commands (``CommandRunner``), screens (``ScreenOpener``), prefill while typing
+(``TypingTimer``), the idle join of KV files (``IdleCompaction``). Turns and
+commands run in thread workers; the start-up load and the commands run on the
+app's one MLX thread (``MlxThread``): Textual's are pooled, MLX streams belong
+to a thread.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from mlxchat.server.options import ServeOptions
 from mlxchat.session.mlx_thread import MlxThread
 from mlxchat.session.root import (
     ConversationFactory,
+    default_tool_host,
     log_to_file,
     memory_budget,
     open_conversation,
@@ -44,14 +45,16 @@ from mlxchat.tui.queued_message import QueuedMessage
 from mlxchat.tui.screen_opener import ScreenOpener, SlashCommandsProvider
 from mlxchat.tui.serving import Serving, serve_command
 from mlxchat.tui.start_up import StartUp
+from mlxchat.tui.tool_steps import ToolSteps
 from mlxchat.tui.turn_stream import TurnStream
 from mlxchat.tui.typing_timer import TypingTimer
-from mlxchat.tui.widgets import GaugesPanel, PromptInput, ThinkingBlock, Transcript
+from mlxchat.tui.widgets import GaugesPanel, PromptInput, Transcript
 from mlxchat.tui.widgets.activity import ActivityBar
 from mlxchat.tui.widgets.header import TitleHeader
 
 if TYPE_CHECKING:
     from mlxchat.session.conversation import Conversation
+    from mlxchat.tools.host import ToolHost
 
 QUIT_WAIT_SECONDS = 10.0
 """On quit, how long a stopped reply gets to be committed before the app exits."""
@@ -99,7 +102,8 @@ class MlxChatApp(App[int]):
                  conversation_factory: ConversationFactory, continue_last: bool,
                  session: str | None, now: Callable[[], float],
                  registry: Registry | None = None, cursor_blink: bool = True,
-                 pins: Sequence[str] = (), serve: ServeOptions | None = None) -> None:
+                 pins: Sequence[str] = (), serve: ServeOptions | None = None,
+                 tool_host: ToolHost | None = None) -> None:
         super().__init__()
         self.settings = settings
         self.budget_bytes = memory_budget(settings)
@@ -110,8 +114,7 @@ class MlxChatApp(App[int]):
         if self.registry.get("serve") is None:
             self.registry.add(serve_command(self.serving))
         self.mlx = MlxThread()
-        """Where the MLX work the app starts outside the engine runs (model loads):
-        never on Textual's pooled worker threads, which are reused."""
+        """Where the MLX work the app starts outside the engine runs (model loads)."""
         self.conversation: Conversation | None = None
         self.ctx: CommandContext | None = None
         self.start_error: str | None = None
@@ -124,6 +127,8 @@ class MlxChatApp(App[int]):
         """A message sent while the model loads."""
         self.turn_stream = TurnStream(self)
         """Sending a message and streaming its reply."""
+        self.tool_steps = ToolSteps(self, tool_host)
+        """A reply's tool calls (consent, the calls, their results) and the MCP servers."""
         self.commands = CommandRunner(self)
         """Running slash commands and acting on their results."""
         self.screens = ScreenOpener(self)
@@ -327,12 +332,10 @@ class MlxChatApp(App[int]):
         self._ui(self.copy_to_clipboard, text)
 
     def action_toggle_thinking(self) -> None:
-        """Fold or unfold the reasoning of the last reply that has some."""
-        blocks = [b for b in self.transcript.query(ThinkingBlock) if b.text]
-        if not blocks:
-            self.notify("No reply here has reasoning to show.", severity="warning")
-            return
-        blocks[-1].toggle()
+        """Fold or unfold the last reasoning or tool result."""
+        if not self.transcript.toggle_last_fold():
+            self.notify("No reply here has reasoning or tool results to show.",
+                        severity="warning")
 
     def watch_theme(self, theme: str) -> None:
         if theme == self.settings.theme:
@@ -363,6 +366,7 @@ class MlxChatApp(App[int]):
         conv, self.conversation = self.conversation, None
         if conv is not None:
             await asyncio.to_thread(conv.shutdown)
+        await asyncio.to_thread(self.tool_steps.close)  # bounded: every server stops
         await asyncio.to_thread(self.mlx.stop)  # its streams released on it
 
 
@@ -370,14 +374,15 @@ def create_app(settings: Settings, *, model_spec: str | None = None,
                conversation_factory: ConversationFactory | None = None,
                continue_last: bool = False, session: str | None = None,
                now: Callable[[], float] = time.time, cursor_blink: bool = True,
-               pins: Sequence[str] = (), serve: ServeOptions | None = None) -> MlxChatApp:
+               pins: Sequence[str] = (), serve: ServeOptions | None = None,
+               tool_host: ToolHost | None = None) -> MlxChatApp:
     """The app, for ``run_app`` and for tests. ``conversation_factory`` defaults to
     ``app_root.open_conversation`` (the real store and ``load_model``); it runs in
     a thread and gets a ``progress(stage, done, total)`` callback."""
     return MlxChatApp(settings, model_spec=model_spec,
                       conversation_factory=conversation_factory or open_conversation,
                       continue_last=continue_last, session=session, now=now,
-                      cursor_blink=cursor_blink, pins=pins, serve=serve)
+                      cursor_blink=cursor_blink, pins=pins, serve=serve, tool_host=tool_host)
 
 
 def run_app(settings: Settings, *, model: str | None = None, continue_last: bool = False,
@@ -387,7 +392,8 @@ def run_app(settings: Settings, *, model: str | None = None, continue_last: bool
     """Run the chat UI until the user quits (``serve``: with the API served
     beside it from the start); returns the exit status."""
     app = create_app(settings, model_spec=model, continue_last=continue_last, session=session,
-                     pins=pins, conversation_factory=conversation_factory, serve=serve)
+                     pins=pins, conversation_factory=conversation_factory, serve=serve,
+                     tool_host=default_tool_host())
     with log_to_file():
         result = app.run()
     release_thread_streams()

@@ -49,6 +49,7 @@ class TurnStream:
     def _send(self, text: str) -> None:
         app, conv = self.app, self.app.conversation
         assert conv is not None
+        app.tool_steps.prepare()  # the session's MCP servers up: their tools are in the prompt
         if conv.generation.docs is not None:
             app._ui(app.activity.show, f"retrieving from {conv.generation.docs}…")
         try:
@@ -81,7 +82,26 @@ class TurnStream:
         self.app.set_titles()
 
     def stream(self, events: Iterator[Event]) -> None:
-        """On a worker thread: consume a started turn, batching onto the UI."""
+        """On a worker thread: consume a started turn, batching onto the UI;
+        then, while its reply calls tools, the tool loop's steps and their turns."""
+        ui = self.app._ui
+        done, error = self._one(events)
+        while done is not None and error is None:
+            step = self.app.tool_steps.after(done)
+            if step is None:
+                break
+            if step.results:
+                ui(self.app.transcript.add_results, step.results)
+            if step.notice:
+                ui(self.app.transcript.add_notice, step.notice,
+                   "warning" if step.turn is None else "info")
+            if step.turn is None:
+                break
+            done, error = self._one(step.turn)
+        ui(self._ended, done, error)
+
+    def _one(self, events: Iterator[Event]) -> tuple[TurnDone | None, str | None]:
+        """One reply streamed into its own message; its end, or the error."""
         ui = self.app._ui
         reply: ReplyHandle = ui(self.app.transcript.start_reply)
         self._settle_screen()
@@ -94,9 +114,10 @@ class TurnStream:
             done = pump_turn(events, on_text=show, interval=pacer,
                              on_prefill=partial(ui, self.show_prefill))
         except Exception as exc:  # noqa: BLE001 - an engine failure mid-turn
-            ui(self._finished, reply, None, error_text(exc))
-            return
-        ui(self._finished, reply, done, None)
+            ui(self._finished, reply, None)
+            return None, error_text(exc)
+        ui(self._finished, reply, done)
+        return done, None
 
     def _settle_screen(self) -> None:
         """On a worker thread: wait (at most SETTLE_SECONDS) until the screen has
@@ -130,11 +151,13 @@ class TurnStream:
             gauges.live_cache(batch.cached_tokens, batch.kv_bytes)
         return time.thread_time()
 
-    async def _finished(self, reply: ReplyHandle, done: TurnDone | None,
-                        error: str | None) -> None:
-        app = self.app
+    async def _finished(self, reply: ReplyHandle, done: TurnDone | None) -> None:
         stats = done.stats if done is not None else None
         await reply.finish(stats, cancelled=stats is None or stats.finish_reason == "cancelled")
+        self.app.refresh_gauges()
+
+    async def _ended(self, done: TurnDone | None, error: str | None) -> None:
+        app = self.app
         app.generating = False
         app.serving.watch()  # a "waiting for the API" line goes with the turn, not a tick later
         app.gauges.idle()

@@ -16,10 +16,11 @@ from textual.content import Content
 from textual.widgets import Markdown, Static
 from textual.widgets._markdown import MarkdownBlock, MarkdownParagraph
 
-from mlxchat.chat import Message, calls_text, quoted, tool_label
+from mlxchat.chat import Message, calls_text
 from mlxchat.sources import Source, cite, without_sources
 from mlxchat.tui.formatting import transcript_stats_line
 from mlxchat.tui.widgets.sources import SourcesPanel
+from mlxchat.tui.widgets.tool_result import ToolResultBlock, ToolResultMessage
 from mlxchat.turn_stats import TurnStats
 from mlxchat.units import fmt_int, fmt_seconds
 
@@ -66,14 +67,6 @@ class PendingMessage(UserMessage):
 
 class SystemMessage(PlainMessage):
     LABEL = "system prompt"
-
-
-class ToolResultMessage(PlainMessage):
-    """A tool's result (from an API client's tool loop): quoted, under its tool's name."""
-
-    def __init__(self, message: Message) -> None:
-        super().__init__(quoted(message.content))
-        self.LABEL = tool_label(message)
 
 
 class ThinkingBlock(Static):
@@ -350,6 +343,19 @@ class Transcript(VerticalScroll):
         await self.mount(widget)
         self.anchor()
         return ReplyHandle(self, widget)
+
+    def toggle_last_fold(self) -> bool:
+        """Fold or unfold the last reasoning or tool result; False: there is none."""
+        blocks = [b for b in self.query("ThinkingBlock, ToolResultBlock")
+                  if isinstance(b, (ThinkingBlock, ToolResultBlock)) and b.text]
+        if blocks:
+            blocks[-1].toggle()
+        return bool(blocks)
+
+    async def add_results(self, messages: Iterable[Message]) -> None:
+        """Tool results the app's loop stored, folded, before the reply that reads them."""
+        await self.mount_all([ToolResultMessage(m) for m in messages])
+        self.anchor()
 
     async def add_notice(self, text: str | BaseException, level: NoticeLevel = "info") -> NoticeMessage:
         widget = NoticeMessage(text, level)
