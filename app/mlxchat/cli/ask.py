@@ -10,6 +10,7 @@ from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from mlxchat.cli.progress import progress_printer
+from mlxchat.cli.tool_consent import TerminalConsent
 from mlxchat.config import Settings
 from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.errors import UserError
@@ -63,6 +64,38 @@ def _speculate(conv, args: argparse.Namespace) -> None:
                        conv.speculation.paired_draft() if args.draft == "auto" else args.draft)
     if args.speculative is not None:
         conv.speculation.set_speculative(args.speculative)
+
+
+def _tools_choice(args: argparse.Namespace) -> str | None:
+    """--tools as the session's ``tools`` setting, checked before any load."""
+    from mlxchat.generation import generation_problem
+
+    if args.tools is None:
+        if args.allow_tools:
+            raise UserError("--allow-tools needs --tools SERVER[,...]")
+        return None
+    choice = ",".join(s.strip() for s in args.tools.split(",") if s.strip())
+    if not choice or generation_problem("tools", choice):
+        raise UserError(f"--tools takes SERVER, SERVER.TOOL or '*', comma-separated; "
+                        f"got {args.tools!r}")
+    return choice
+
+
+def _tool_steps(conv, done: TurnDone, consent, *, quiet: bool) -> tuple[TurnDone, list]:
+    """Run the reply's tool calls, then the turns that read their results,
+    until a reply calls none (each result said on stderr, one line)."""
+    steps: list[dict] = []
+    while (step := conv.tool_loop.step(done, consent=consent)) is not None:
+        for result in step.results:
+            run = result.tool_run
+            steps.append(run.to_dict())
+            print(f"[tool {run.header()}]", file=sys.stderr)
+        if step.notice:
+            print(f"mlxchat: {step.notice}", file=sys.stderr)
+        if step.turn is None:
+            break
+        done = _stream(step.turn, quiet=quiet)
+    return done, steps
 
 
 def _read_prompt(arg: str) -> str:
@@ -125,43 +158,74 @@ def run_ask(args: argparse.Namespace, settings: Settings) -> int:
     if args.new and args.session is None:
         raise UserError("--new needs --session NAME (the title of the new session)")
     _settings_from(args, settings.generation)  # a flag out of range: said before any load
+    _tools_choice(args)
     with split_launch(getattr(args, "hosts", None)) as split:
         return _ask(args, settings, text, split)
 
 
+def _configure(conv, args: argparse.Namespace, *, choice: str | None, docs_store: Any,
+               grants_store: Any) -> None:
+    """The flags on the conversation: this call's settings (the session's own
+    for a new one), its system prompt, collection, tools and speculation."""
+    if docs_store is not None:
+        conv.retrieval.collections_from(docs_store)
+    if args.system is not None and args.system != conv.session.system_prompt:
+        conv.set_system_prompt(args.system)
+    gen = _settings_from(args, conv.generation)
+    _check_template(conv.views.model_info, args)
+    if args.docs is not None:  # checked before anything is sent
+        gen = replace(gen, docs=None if args.docs == "off" else
+                      conv.retrieval.collection(args.docs).name)
+    if choice:
+        gen = replace(gen, tools=choice)
+        if grants_store is not None:  # 'always' answers are the app's
+            conv.tools.grants_from(grants_store)
+    if conv.messages:
+        conv.use_settings(gen)  # flags apply to this call; the session keeps its own
+    else:
+        conv.update_generation(gen)
+    _speculate(conv, args)
+
+
 def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) -> int:
     from mlxchat.cli.split import factories
-    from mlxchat.session.root import default_store, open_conversation, throwaway_store
+    from mlxchat.session.root import (
+        default_store,
+        default_tool_host,
+        open_conversation,
+        throwaway_store,
+    )
 
     named = args.session is not None
-    opened = open_conversation(
-        settings, model_spec=args.model, session=None if args.new else args.session,
-        lookup="exact", new_title=args.session, progress=progress_printer(),
-        store_factory=default_store if named else throwaway_store, keep_snapshots=named,
-        lock_wait_s=SESSION_WAIT_S, **factories(split))
+    choice = _tools_choice(args)
+    host = default_tool_host() if choice else None
+    try:
+        opened = open_conversation(
+            settings, model_spec=args.model, session=None if args.new else args.session,
+            lookup="exact", new_title=args.session, progress=progress_printer(),
+            store_factory=default_store if named else throwaway_store, keep_snapshots=named,
+            lock_wait_s=SESSION_WAIT_S, tool_host=host, **factories(split))
+    except BaseException:
+        if host is not None:
+            host.close()
+        raise
     conv = opened.conversation
     # A one-off question's session is in memory; its collections are the app's.
     wanted = args.docs if args.docs is not None else conv.generation.docs
     docs_store = default_store() if wanted not in (None, "off") and not named else None
+    grants_store = default_store() if choice and not named else None
     previous = signal.signal(signal.SIGINT, lambda *_: conv.turns.cancel())
     try:
-        if docs_store is not None:
-            conv.retrieval.collections_from(docs_store)
-        if args.system is not None and args.system != conv.session.system_prompt:
-            conv.set_system_prompt(args.system)
-        gen = _settings_from(args, conv.generation)
-        _check_template(conv.views.model_info, args)
-        if args.docs is not None:  # checked before anything is sent
-            gen = replace(gen, docs=None if args.docs == "off" else
-                          conv.retrieval.collection(args.docs).name)
-        if conv.messages:
-            conv.use_settings(gen)  # flags apply to this call; the session keeps its own
-        else:
-            conv.update_generation(gen)
-        _speculate(conv, args)
+        _configure(conv, args, choice=choice, docs_store=docs_store, grants_store=grants_store)
+        for line in conv.tools.ready():
+            print(f"mlxchat: {line}", file=sys.stderr)
         events = conv.turns.send(text)  # retrieves and commits; the prefill starts in _stream
         extra: dict = {"sources": _sources(conv.retrieval.last, quiet=args.json)}
         done = _stream(events, quiet=args.json)
+        if choice:
+            consent = TerminalConsent(args.allow_tools.split(","),
+                                      session_grants=conv.tools.session_grants)
+            done, extra["tool_steps"] = _tool_steps(conv, done, consent, quiet=args.json)
         if named:
             snap = conv.cache.last_load
             extra.update(session={"id": conv.session.id, "title": conv.session.title},
@@ -175,8 +239,11 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
     finally:
         signal.signal(signal.SIGINT, previous)
         conv.shutdown()  # a session a refused prompt left empty is removed
-        if docs_store is not None:
-            docs_store.close()
+        if host is not None:
+            host.close()
+        for store in (docs_store, grants_store):
+            if store is not None:
+                store.close()
     if args.json:
         print(json.dumps(report(done.stats, done.reply, name,
                                 {"reasoning": done.reasoning or None, **extra})))

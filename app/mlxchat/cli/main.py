@@ -81,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
                           "sources go to stderr, and into --json); 'off' for none")
     ask.add_argument("--hosts", metavar="HOSTFILE",
                      help="split the model over the hosts of this mlx.launch hostfile")
+    ask.add_argument("--tools", metavar="SERVER[,...]",
+                     help="let the model call the tools of these MCP servers ('*': all; "
+                          "SERVER.TOOL for one); each call asks on the terminal")
+    ask.add_argument("--allow-tools", metavar="TOOL[,...]", default="",
+                     help="these tools (TOOL or SERVER.TOOL) run without asking; with no "
+                          "terminal, any other call is refused")
 
     models = sub.add_parser("models", help="list catalog and local models",
                             description="List catalog and local models and whether they work "
@@ -108,9 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     from mlxchat.cli.docs import add_docs_parser
     from mlxchat.cli.serve import add_serve_parser
     from mlxchat.cli.sessions import add_sessions_parser
+    from mlxchat.cli.tools import add_tools_parser
 
     add_sessions_parser(sub)
     add_docs_parser(sub)
+    add_tools_parser(sub)
     add_serve_parser(sub)
     from mlxchat.cli.host_check import add_hosts_parser
 
@@ -198,6 +206,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from mlxchat.cli.docs import run_docs
 
         return run_docs(args)
+    if args.command == "tools":
+        from mlxchat.cli.tools import run_tools
+
+        return run_tools(args)
     for name in args.pin:
         if not os.path.isfile(name):
             raise UserError(f"--pin {name}: no such file")
