@@ -36,6 +36,7 @@ bench: model
 	HF_HUB_OFFLINE=1 $(PY) bench/model.py
 	HF_HUB_OFFLINE=1 $(PY) bench/engine.py $(BENCH_FLAGS)
 	HF_HUB_OFFLINE=1 $(PY) bench/tui.py $(BENCH_FLAGS)
+	HF_HUB_OFFLINE=1 $(PY) bench/tools.py $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(VENV) build app/*.egg-info

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from mlxchat.engine.events import TextDelta, TurnDone
@@ -62,3 +66,19 @@ def wall_ttft(conv: Conversation, text: str) -> tuple[float, TurnDone]:
             done = event
     assert done is not None
     return (first if first is not None else done.stats.ttft_s), done
+
+
+@contextmanager
+def temporary_home(prefix: str) -> Iterator[Path]:
+    """A fresh MLXCHAT_HOME for one run (its stores, prefixes, config), removed after."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    home = os.environ.get("MLXCHAT_HOME")
+    os.environ["MLXCHAT_HOME"] = str(folder)
+    try:
+        yield folder
+    finally:
+        if home is None:
+            os.environ.pop("MLXCHAT_HOME", None)
+        else:
+            os.environ["MLXCHAT_HOME"] = home
+        shutil.rmtree(folder, ignore_errors=True)

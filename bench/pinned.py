@@ -10,12 +10,9 @@ counts. Runs alternate so machine noise spreads over both.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
-from common import median, wall_ttft
+from common import median, temporary_home, wall_ttft
 
 from mlxchat.config import Settings
 from mlxchat.engine.core import ChatEngine
@@ -53,10 +50,7 @@ def _first_message(loaded: LoadedModel, db: Path, doc: Path | None, text: str | 
 
 def measure(loaded: LoadedModel, *, doc_tokens: int = 2000, repeats: int = 3
             ) -> dict[str, float]:
-    folder = Path(tempfile.mkdtemp(prefix="mlxchat-bench-pinned-"))
-    home = os.environ.get("MLXCHAT_HOME")
-    os.environ["MLXCHAT_HOME"] = str(folder)  # the prefix store of this run only
-    try:
+    with temporary_home("mlxchat-bench-pinned-") as folder:  # this run's prefix store only
         text = _document(loaded, doc_tokens)
         doc = folder / "harbour.txt"
         db = folder / "b.db"
@@ -83,12 +77,6 @@ def measure(loaded: LoadedModel, *, doc_tokens: int = 2000, repeats: int = 3
               f"the prefix store {median(pinned):.3f} s (prefilled "
               f"{shared.stats.prefilled_tokens}), computed {computed:.3f} s (prefilled "
               f"{first.stats.prefilled_tokens})")
-    finally:
-        if home is None:
-            os.environ.pop("MLXCHAT_HOME", None)
-        else:
-            os.environ["MLXCHAT_HOME"] = home
-        shutil.rmtree(folder, ignore_errors=True)
     return {"pinned_ttft_ratio": median(pinned) / median(plain),
             "pinned_recompute_ratio": computed / median(plain)}
 
