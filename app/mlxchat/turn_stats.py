@@ -55,6 +55,10 @@ class TurnStats(Record):
     """Of reused_tokens, those prefilled while the user typed the message."""
     typed_prefill_s: float = 0.0
     """Seconds the engine spent prefilling while the user typed (not in ttft_s)."""
+    model: str = ""
+    """The model that wrote the reply ('smollm2-135m'), as the engine named it."""
+    model_quantization: str = ""
+    """How its weights were held ('int4 g32', 'bfloat16'), as the gauges say it."""
     miss_reason: str | None = None
     """Why fewer tokens were reused than the conversation shares with the cache."""
     dropped_messages: int = 0

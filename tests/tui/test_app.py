@@ -405,3 +405,18 @@ async def test_what_exists_at_start_is_out_of_the_collectors_sight(tmp_path, tin
         await ready(pilot)
         assert gc.get_freeze_count() > 0
         assert not any(o is before_start for o in gc.get_objects())
+
+
+async def test_each_reply_is_labelled_with_the_model_that_wrote_it(tmp_path, tiny, tiny_b):
+    from mlxchat.tui.widgets.transcript import AssistantMessage
+
+    app = tiny_app(tmp_path / "s.db", tiny, tiny_b)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await send(pilot, "One.")
+        await send(pilot, "/model tiny-b")
+        await send(pilot, "Two.")
+        await send(pilot, "/model tiny")  # the transcript is shown again
+        await settle(pilot)
+        labels = [w.label for w in app.transcript.query(AssistantMessage)]
+        assert labels == ["tiny", "tiny-b"]

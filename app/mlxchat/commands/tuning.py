@@ -7,7 +7,7 @@ import difflib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxchat.chat import human_bytes
 from mlxchat.commands import speculation
@@ -34,6 +34,9 @@ from mlxchat.generation import (
 )
 from mlxchat.paths import config_file
 from mlxchat.units import fmt_int
+
+if TYPE_CHECKING:
+    from mlxchat.session.conversation import Conversation
 
 
 def _number(name: str, raw: str, kind: type) -> Any:
@@ -278,6 +281,18 @@ def _params(n: int) -> str:
     return str(n)
 
 
+def _kv_after_switch(conv: Conversation) -> str:
+    """What the next turn will find of the conversation's KV cache, as checked now."""
+    if not conv.messages:
+        return "the KV cache in memory starts empty"
+    saved = conv.cache.saved_for_model()
+    if saved:
+        return (f"the KV cache in memory starts empty; the next turn brings back from disk the "
+                f"{fmt_int(saved)} tokens this conversation saved with this model")
+    return ("the KV cache in memory starts empty and nothing this conversation saved was made "
+            "with this model: the next turn computes its history once")
+
+
 def model(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
     if args.words:
@@ -287,9 +302,8 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
         info = conv.switch_model(spec).info
         return CommandResult.info(
             f"Switched to {info.name} ({info.quantization}, {_params(info.parameter_count)} "
-            f"parameters, {fmt_int(info.context_window)}-token window); the KV cache in "
-            "memory starts empty (what this conversation saved with this model is restored "
-            "from disk at the next turn)." + (f" {info.memory_note}." if info.memory_note else "")
+            f"parameters, {fmt_int(info.context_window)}-token window); {_kv_after_switch(conv)}."
+            + (f" {info.memory_note}." if info.memory_note else "")
             + (f" {conv.speculation.notice}." if conv.speculation.notice else ""),
             session_changed=True, clear_input=True)
     info = conv.views.model_info

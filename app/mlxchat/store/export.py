@@ -38,7 +38,9 @@ FILENAME_BYTES = 100
 def markdown_stats_line(stats: TurnStats, cancelled: bool = False) -> str:
     """Under a reply in the Markdown export (plain figures, unlike the transcript's):
     '_ttft 0.12 s · 45.1 tok/s · 132 tokens · reused 1200/1250 · warm_'."""
-    parts = [
+    parts = [stats.model + (f" ({stats.model_quantization})" if stats.model_quantization
+                            else "")] if stats.model else []
+    parts += [
         f"ttft {stats.ttft_s:.2f} s",
         fmt_tps(stats.decode_tps),
         f"{stats.generated_tokens} token" + ("" if stats.generated_tokens == 1 else "s")

@@ -134,7 +134,8 @@ class TurnPipeline:
             dropped=fitted.dropped, window=window, kv_bits=settings.kv_bits,
             weights_bytes=info.weights_bytes, total_s=time.perf_counter() - started,
             context_used=len(live.tokens), kv_bytes=live.nbytes,
-            peak_memory_bytes=mx.get_peak_memory())
+            peak_memory_bytes=mx.get_peak_memory(), model=info.name,
+            model_quantization=info.quantization)
         done = TurnDone(reply=decoded.reply, stats=stats, dropped_messages=fitted.dropped,
                         token_ids=decoded.token_ids, reasoning=decoded.reasoning)
         return done, figures

@@ -316,7 +316,8 @@ class Transcript(VerticalScroll):
         if message.tool_calls:  # stored apart from the text: shown after it
             content = "\n\n".join(filter(None, [content.rstrip(),
                                                  calls_text(message.tool_calls)]))
-        return AssistantMessage(content, label=self.assistant_label,
+        label = message.stats.model if message.stats and message.stats.model else None
+        return AssistantMessage(content, label=label or self.assistant_label,
                                 stats=message.stats, cancelled=message.cancelled,
                                 reasoning=message.reasoning,
                                 shown=self.shown(content, self.last_sources))
