@@ -94,9 +94,9 @@ class TurnStream:
             done = pump_turn(events, on_text=show, interval=pacer,
                              on_prefill=partial(ui, self.show_prefill))
         except Exception as exc:  # noqa: BLE001 - an engine failure mid-turn
-            ui(self._finished, reply, None, error_text(exc))
+            ui(self.show_end, reply, None, error_text(exc))
             return
-        ui(self._finished, reply, done, None)
+        ui(self.show_end, reply, done, None)
 
     def _settle_screen(self) -> None:
         """On a worker thread: wait (at most SETTLE_SECONDS) until the screen has
@@ -130,7 +130,7 @@ class TurnStream:
             gauges.live_cache(batch.cached_tokens, batch.kv_bytes)
         return time.thread_time()
 
-    async def _finished(self, reply: ReplyHandle, done: TurnDone | None,
+    async def show_end(self, reply: ReplyHandle, done: TurnDone | None,
                         error: str | None) -> None:
         app = self.app
         stats = done.stats if done is not None else None
