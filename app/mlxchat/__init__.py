@@ -1,3 +1,9 @@
 """mlxchat: a private chat app for the terminal on local MLX models."""
 
+import os
+
+# mlx-lm imports transformers for its tokenizers only: its advice that PyTorch
+# is missing (printed at import) is noise here.
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
 __version__ = "0.1.0"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -28,16 +29,16 @@ DOCS_BUDGET_SHARE = 4
 """With no budget set, retrieved sources take at most 1/4 of the window."""
 
 GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "temperature": (lambda v: v >= 0, ">= 0"),
-    "top_p": (lambda v: 0 < v <= 1, "> 0 and <= 1"),
-    "min_p": (lambda v: 0 <= v < 1, ">= 0 and < 1"),
+    "temperature": (lambda v: v is None or v >= 0, ">= 0"),
+    "top_p": (lambda v: v is None or 0 < v <= 1, "> 0 and <= 1"),
+    "min_p": (lambda v: v is None or 0 <= v < 1, ">= 0 and < 1"),
     "max_tokens": (lambda v: 1 <= v < _INT64, ">= 1"),
     "max_reasoning_tokens": (lambda v: 1 <= v < _INT64, ">= 1"),
     "thinking": (lambda v: v in (None, True, False), "on, off or none"),
     "reasoning_effort": (lambda v: v in (None, *REASONING_EFFORTS),
                          "none, " + ", ".join(REASONING_EFFORTS)),
     "seed": (lambda v: v is None or 0 <= v < _INT64, "none or a whole number >= 0"),
-    "repetition_penalty": (lambda v: v > 0, "> 0"),
+    "repetition_penalty": (lambda v: v is None or v > 0, "> 0"),
     "kv_bits": (lambda v: v in (None, 4, 8), "none, 4 or 8"),
     "context_window": (lambda v: v is None or 256 <= v < _INT64, "none or a whole number >= 256"),
     "context_policy": (lambda v: v in CONTEXT_POLICIES, " or ".join(CONTEXT_POLICIES)),
@@ -55,6 +56,9 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 """What each generation setting allows (a check and the rule in words): the one
 place the /set command, `mlxchat ask` flags and the config file are checked against."""
+
+SAMPLING = ("temperature", "top_p", "min_p", "repetition_penalty")
+"""Settings a model gives defaults for; None in a session follows the model's."""
 
 _WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
           "draft_tokens", "docs_k", "docs_budget")
@@ -81,12 +85,13 @@ def generation_problem(name: str, value: Any) -> str | None:
 class GenerationSettings(Record):
     """Sampling and cache options of a turn; each is settable with ``/set``."""
 
-    temperature: float = 0.7
-    """0 means greedy decoding."""
-    top_p: float = 1.0
-    """Nucleus sampling; 1.0 keeps every token."""
-    min_p: float = 0.0
-    """Drop tokens below this fraction of the top token's probability; 0 disables."""
+    temperature: float | None = None
+    """0 means greedy decoding; None: the model's default (``/get`` says it)."""
+    top_p: float | None = None
+    """Nucleus sampling; 1.0 keeps every token; None: the model's default."""
+    min_p: float | None = None
+    """Drop tokens below this fraction of the top token's probability; 0
+    disables; None: the model's default."""
     max_tokens: int = 1024
     """Upper bound on the answer's length in tokens."""
     max_reasoning_tokens: int = 4096
@@ -99,8 +104,9 @@ class GenerationSettings(Record):
     """low, medium or high, for templates that take it (gpt-oss); None: theirs."""
     seed: int | None = None
     """Random seed for sampling; None draws a fresh one each turn."""
-    repetition_penalty: float = 1.0
-    """1.0 disables; 1.1 is a mild penalty on recently generated tokens."""
+    repetition_penalty: float | None = None
+    """1.0 disables; 1.1 is a mild penalty on recently generated tokens; None:
+    the model's default."""
     kv_bits: int | None = None
     """Quantize the KV cache to 8 or 4 bits; None keeps the model's dtype."""
     context_window: int | None = None
@@ -132,6 +138,13 @@ class GenerationSettings(Record):
     """At most this many chunks retrieved per message."""
     docs_budget: int | None = None
     """Tokens the retrieved chunks may take; None (auto): a quarter of the window."""
+
+    def sampled_with(self, defaults: dict[str, float]) -> GenerationSettings:
+        """These settings with each sampling setting left to the model (None)
+        taken from ``defaults`` (the model's, every one named)."""
+        chosen = {name: value for name in SAMPLING
+                  if (value := getattr(self, name)) is None}
+        return dataclasses.replace(self, **{name: defaults[name] for name in chosen})
 
     def check(self) -> None:
         """Raise ValueError (one line) for the first setting out of its range."""

@@ -33,7 +33,8 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "app" / "mlxchat"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("mlxchat.errors", "mlxchat.paths", "mlxchat.files", "mlxchat.chat",
                 "mlxchat.record", "mlxchat.generation", "mlxchat.turn_stats",
-                "mlxchat.config", "mlxchat.__init__", "mlxchat.units", "mlxchat.sources")),
+                "mlxchat.config", "mlxchat.__init__", "mlxchat.units", "mlxchat.sources",
+                "mlxchat.clipboard")),
     ("core", ("mlxchat.engine.*", "mlxchat.store.*", "mlxchat.models.*", "mlxchat.docs.*")),
     ("session", ("mlxchat.session.*",)),
     ("commands", ("mlxchat.commands.*", "mlxchat.server.*")),

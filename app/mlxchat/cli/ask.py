@@ -167,6 +167,7 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
             extra.update(session={"id": conv.session.id, "title": conv.session.title},
                          snapshot=None if snap is None else {"ok": snap.ok,
                                                              "reason": snap.reason})
+        extra.setdefault("session", None)  # a one-off question is not kept
         name = conv.views.model_info.name
         if split is not None:
             state = conv.views.state()

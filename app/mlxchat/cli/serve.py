@@ -4,6 +4,7 @@ API over it, on loopback unless given a key."""
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import sys
 from typing import Callable
@@ -55,6 +56,17 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
     return options
 
 
+def log_requests() -> None:
+    """One line per request on stderr (the access log of ``server/access_log.py``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("mlxchat serve: %(asctime)s %(message)s",
+                                           datefmt="%H:%M:%S"))
+    access = logging.getLogger("mlxchat.server.access")
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False
+
+
 def run_serve(args: argparse.Namespace, settings: Settings, *,
               need_terminal: Callable[[], None] = lambda: None) -> int:
     options = serve_options(args)
@@ -68,6 +80,7 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
     from mlxchat.server.service import ChatService
     from mlxchat.session.root import open_conversation
 
+    log_requests()
     opened = open_conversation(settings, model_spec=args.model, progress=progress_printer())
     conv = opened.conversation
     service = ChatService(conv, store=opened.store, engine=opened.engine,

@@ -22,10 +22,10 @@ from mlxchat.commands.registry import Registry
 
 def default_registry() -> Registry:
     """Every built-in command, /help included."""
-    from mlxchat.commands import docs, figures, pins, sessions, speculation, tuning, turns
+    from mlxchat.commands import docs, figures, models, pins, sessions, speculation, tuning, turns
 
-    return Registry([*sessions.COMMANDS, *turns.COMMANDS, *tuning.COMMANDS, *figures.COMMANDS,
-                     *speculation.COMMANDS, *pins.COMMANDS, *docs.COMMANDS])
+    return Registry([*sessions.COMMANDS, *turns.COMMANDS, *tuning.COMMANDS, *models.COMMANDS,
+                     *figures.COMMANDS, *speculation.COMMANDS, *pins.COMMANDS, *docs.COMMANDS])
 
 
 __all__ = ["Args", "Command", "CommandContext", "CommandError", "CommandResult", "Completion",

@@ -155,6 +155,8 @@ class ChatEngine:
         start = time.perf_counter()
         settings = self._ranks.begin_turn(settings)
         self._match_compute(settings.compute_dtype)
+        # Sampling left to the model (None) is its own default, decided here once.
+        settings = settings.sampled_with(self._loaded.info.sampling.values())
         if isinstance(planned, FittedPrompt):
             fitted, messages = planned, planned.messages
         else:

@@ -17,6 +17,7 @@ from mlxchat.engine.thread.compute import WaitCancelled
 from mlxchat.engine.thread.worker import waits_end_on
 from mlxchat.errors import MlxchatError
 from mlxchat.models.tools import call_markup
+from mlxchat.server.access_log import note_turn
 from mlxchat.server.api_turns import ApiTurns, IncomingMessage
 from mlxchat.server.errors import (
     ApiError,
@@ -194,6 +195,7 @@ class ChatService:
             async for item in job.items(merge=_join_pieces):
                 if isinstance(item, Finished):
                     self.answered += 1
+                    note_turn(item.session_id, item.stats)
                 yield item
         except ContextOverflowError as exc:
             raise context_exceeded(exc.user_text()) from None

@@ -26,6 +26,7 @@ from textual.binding import Binding, BindingType
 from textual.reactive import var
 from textual.widgets import Footer
 
+from mlxchat import clipboard
 from mlxchat.commands import CommandContext, Registry, default_registry
 from mlxchat.config import ConfigError, Settings, remember
 from mlxchat.server.options import ServeOptions
@@ -190,7 +191,7 @@ class MlxChatApp(App[int]):
         self.transcript.assistant_label = conv.views.model_info.name
         self.transcript.formatter = conv.views.display_text
         self.transcript.reply_format = conv.views.reply_stream
-        await self.transcript.load(conv.messages)
+        await self.transcript.load(conv.messages, session_id=conv.session.id)
         self.refresh_gauges()
         self.set_titles()
 
@@ -319,8 +320,13 @@ class MlxChatApp(App[int]):
         if reply is None or not reply.content:
             self.notify("There is no reply to copy yet.", severity="warning")
             return
-        self.copy_to_clipboard(reply.content)
-        self.notify(f"Copied the last reply ({len(reply.content):,} characters).")
+        try:
+            ways = clipboard.copy(reply.content, terminal=self.copy_to_clipboard)
+        except clipboard.ClipboardError as exc:
+            self.notify(exc.user_text(), severity="warning")
+            return
+        self.notify(f"Copied the last reply ({len(reply.content):,} characters) "
+                    f"{clipboard.said(ways)}.")
 
     def _copy_from_worker(self, text: str) -> None:
         """For /copy, which runs in a worker thread."""
