@@ -1,0 +1,81 @@
+"""Bodies a hostile client sends, against the real server on 127.0.0.1: each
+is refused with its own status and error, nothing is stored, no traceback
+is logged, and the server goes on answering."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from tests.server.conftest import request, serve
+
+CHAT, OLLAMA, COMPLETIONS = "/v1/chat/completions", "/api/chat", "/v1/completions"
+
+
+@pytest.fixture
+def roomy(tiny, tmp_path):
+    """The server with the real 16 MB body limit."""
+    running = serve(tiny, tmp_path / "s.db", max_body_bytes=16 << 20)
+    yield running
+    running.stop()
+
+
+def _nested_lists(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def _nested_objects(depth: int) -> bytes:
+    return b'{"a":' * depth + b"1" + b"}" * depth
+
+
+def _no_tracebacks(caplog) -> None:
+    failures = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not failures, failures[0].getMessage()
+
+
+def test_deeply_nested_json_is_a_400_not_a_traceback(roomy, caplog):
+    caplog.set_level(logging.INFO)
+    user = b'{"role": "user", "content": "hi"}'
+    bodies = [
+        (CHAT, b'{"model": "tiny", "messages": ' + _nested_lists(100_000) + b"}"),
+        (CHAT, b'{"model": "tiny", "messages": [' + user + b'], "extra": '
+         + _nested_objects(50_000) + b"}"),
+        (OLLAMA, b'{"model": "tiny", "messages": ' + _nested_lists(100_000) + b"}"),
+        (COMPLETIONS, b'{"model": "tiny", "prompt": "hi", "extra": '
+         + _nested_objects(50_000) + b"}"),
+        # Under Python's recursion limit, yet deeper than any request needs.
+        (CHAT, b'{"model": "tiny", "messages": [' + user + b'], "tools": '
+         + _nested_lists(900) + b"}"),
+    ]
+    for path, body in bodies:
+        reply = request(roomy.url, "POST", path, body)
+        assert reply.status == 400, (path, reply.body[:200])
+        error = reply.json()["error"]
+        if path == OLLAMA:
+            assert "nested" in error
+        else:
+            assert error["code"] == "invalid_json" and "nested" in error["message"]
+    _no_tracebacks(caplog)
+    assert all(s.message_count == 0 for s in roomy.conv.store.list_sessions())
+    ok = request(roomy.url, "POST", CHAT, {"model": "tiny", "max_tokens": 2,
+                                           "messages": [{"role": "user", "content": "hi"}]})
+    assert ok.status == 200
+
+
+def test_deeply_nested_tool_call_arguments_stay_text(roomy, caplog):
+    """Arguments are a JSON string the server parses itself: one nested past the
+    limit is kept as the string it was, as any other unparsable arguments are."""
+    caplog.set_level(logging.INFO)
+    deep = "[" * 50_000 + "]" * 50_000
+    messages = [{"role": "user", "content": "call it"},
+                {"role": "assistant", "content": "",
+                 "tool_calls": [{"id": "c1", "type": "function",
+                                 "function": {"name": "f", "arguments": deep}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "done"}]
+    reply = request(roomy.url, "POST", CHAT, {"model": "tiny", "max_tokens": 2,
+                                              "messages": messages})
+    assert reply.status in (200, 400), reply.body[:300]
+    if reply.status == 400:
+        assert reply.json()["error"]["code"] != "internal_error"
+    _no_tracebacks(caplog)
