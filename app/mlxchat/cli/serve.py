@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import stat
 import sys
 from pathlib import Path
@@ -115,10 +116,16 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
     from mlxchat.server.service import ChatService
     from mlxchat.session.root import open_conversation
 
+    # SIGTERM (launchctl, systemd, Docker, kill) stops it as ctrl-c does.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     conv = open_conversation(settings, model_spec=args.model,
                              progress=progress_printer()).conversation
     service = ChatService(conv, max_waiting=options.queue,
                           kv_budget_bytes=options.kv_budget_bytes)
+    if service.recovered:
+        n = service.recovered
+        print(f"mlxchat serve: kept {n} {'reply' if n == 1 else 'replies'} a killed run was "
+              "streaming, as far as it was checkpointed (marked stopped)", file=sys.stderr)
     server = RunningServer(build_app(service, api_key=options.api_key), host=args.host,
                            port=args.port)
     try:
@@ -130,7 +137,9 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
     except KeyboardInterrupt:
         pass
     finally:
-        server.stop()
+        # The turns first: a stream cut short says so (server_stopped) and its reply
+        # is stored; then the server, whose streams have ended.
         service.close()
+        server.stop()
         conv.shutdown()
     return 0

@@ -143,6 +143,8 @@ class ChatService:
         self.last_eviction: Eviction | None = None
         self.turns = ApiTurns(conv)
         conv.let_go_session()  # held per request (``_work``)
+        self.recovered = self.turns.recover_left_replies()
+        """Replies a killed run was streaming, stored at start (marked stopped)."""
         self.lane = EngineLane(stop_running=conv.cancel, max_waiting=max_waiting)
         self.model_id = conv.model_spec
         self.cache_taken = False
