@@ -50,11 +50,12 @@ class Served:
 
 def serve(tiny, db: Path, *, api_key: str | None = None, max_waiting: int = 8,
           max_body_bytes: int = 1 << 20, max_tokens: int = 8,
-          kv_budget_bytes: int | None = None) -> Served:
+          kv_budget_bytes: int | None = None, **server_options) -> Served:
+    """``server_options``: RunningServer's (max_connections, header_timeout_s)."""
     conv = open_tiny(tiny, db, max_tokens)
     service = ChatService(conv, max_waiting=max_waiting, kv_budget_bytes=kv_budget_bytes)
     app = build_app(service, api_key=api_key, max_body_bytes=max_body_bytes)
-    server = RunningServer(app, host="127.0.0.1", port=0).start()
+    server = RunningServer(app, host="127.0.0.1", port=0, **server_options).start()
     return Served(conv, service, server)
 
 
