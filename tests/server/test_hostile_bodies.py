@@ -4,6 +4,7 @@ is logged, and the server goes on answering."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -79,3 +80,32 @@ def test_deeply_nested_tool_call_arguments_stay_text(roomy, caplog):
     if reply.status == 400:
         assert reply.json()["error"]["code"] != "internal_error"
     _no_tracebacks(caplog)
+
+
+def test_a_max_tokens_past_the_window_is_said_to_be_capped(roomy):
+    """Accepted (the reply runs to the window), and the response says so."""
+    hello = [{"role": "user", "content": "hi " * 300}]  # leaves ~1,100 of the window
+    whole = request(roomy.url, "POST", CHAT, {"model": "tiny", "messages": hello,
+                                              "max_tokens": 10**12, "temperature": 0})
+    assert whole.status == 200
+    usage = whole.json()["usage"]
+    room = 2048 - usage["prompt_tokens"] + 1
+    assert usage["max_tokens_capped_to"] == room >= usage["completion_tokens"]
+    assert whole.headers["x-max-tokens-capped"] == str(room)
+    streamed = request(roomy.url, "POST", CHAT, {
+        "model": "tiny", "messages": hello, "max_tokens": 10**12, "stream": True,
+        "stream_options": {"include_usage": True}, "temperature": 0})
+    last = [line for line in streamed.lines() if line.startswith("data: {")][-1]
+    assert json.loads(last[6:])["usage"]["max_tokens_capped_to"] == room
+    ollama = request(roomy.url, "POST", OLLAMA, {"model": "tiny", "messages": hello,
+                                                 "stream": False,
+                                                 "options": {"num_predict": 10**12}})
+    assert ollama.json()["num_predict_capped_to"] == room
+    raw = request(roomy.url, "POST", COMPLETIONS, {"model": "tiny", "prompt": "Once " * 200,
+                                                   "max_tokens": 10**12})
+    assert raw.json()["usage"]["max_tokens_capped_to"] > 0
+    # A max_tokens the window holds says nothing.
+    small = request(roomy.url, "POST", CHAT, {"model": "tiny", "messages": hello,
+                                              "max_tokens": 4})
+    assert "max_tokens_capped_to" not in small.json()["usage"]
+    assert "x-max-tokens-capped" not in small.headers
