@@ -82,14 +82,22 @@ def test_deeply_nested_tool_call_arguments_stay_text(roomy, caplog):
     _no_tracebacks(caplog)
 
 
-def test_a_max_tokens_past_the_window_is_said_to_be_capped(roomy):
+def test_a_max_tokens_past_the_window_is_said_to_be_capped(tiny, tmp_path):
     """Accepted (the reply runs to the window), and the response says so."""
-    hello = [{"role": "user", "content": "hi " * 300}]  # leaves ~1,100 of the window
+    narrow = serve(tiny, tmp_path / "n.db", context_window=256)
+    try:
+        _say_capped(narrow)
+    finally:
+        narrow.stop()
+
+
+def _say_capped(roomy) -> None:
+    hello = [{"role": "user", "content": "hi"}]
     whole = request(roomy.url, "POST", CHAT, {"model": "tiny", "messages": hello,
                                               "max_tokens": 10**12, "temperature": 0})
     assert whole.status == 200
     usage = whole.json()["usage"]
-    room = 2048 - usage["prompt_tokens"] + 1
+    room = 256 - usage["prompt_tokens"] + 1
     assert usage["max_tokens_capped_to"] == room >= usage["completion_tokens"]
     assert whole.headers["x-max-tokens-capped"] == str(room)
     streamed = request(roomy.url, "POST", CHAT, {
@@ -101,7 +109,7 @@ def test_a_max_tokens_past_the_window_is_said_to_be_capped(roomy):
                                                  "stream": False,
                                                  "options": {"num_predict": 10**12}})
     assert ollama.json()["num_predict_capped_to"] == room
-    raw = request(roomy.url, "POST", COMPLETIONS, {"model": "tiny", "prompt": "Once " * 200,
+    raw = request(roomy.url, "POST", COMPLETIONS, {"model": "tiny", "prompt": "Once",
                                                    "max_tokens": 10**12})
     assert raw.json()["usage"]["max_tokens_capped_to"] > 0
     # A max_tokens the window holds says nothing.
@@ -109,3 +117,41 @@ def test_a_max_tokens_past_the_window_is_said_to_be_capped(roomy):
                                               "max_tokens": 4})
     assert "max_tokens_capped_to" not in small.json()["usage"]
     assert "x-max-tokens-capped" not in small.headers
+
+
+def test_a_15_mb_message_is_refused_from_its_floor_without_tokenizing(roomy):
+    """A message under the body limit but far past the window is refused
+    before it queues, from a floor no tokenizing is needed for (a 15 MB
+    message took 41-56 s to refuse, tokenized on the lane)."""
+    huge = "All work and no play makes a dull model.\n" * (15_000_000 // 41)
+    body = {"model": "tiny", "messages": [{"role": "user", "content": huge}]}
+    for path in (CHAT, OLLAMA):
+        reply = request(roomy.url, "POST", path, body, timeout_s=20)
+        assert reply.status == 400
+        error = reply.json()["error"]
+        text = error if path == OLLAMA else error["message"]
+        if path == CHAT:
+            assert error["code"] == "context_length_exceeded"
+        assert "This message is at least" in text and "2,048 tokens" in text
+    raw = request(roomy.url, "POST", COMPLETIONS, {"model": "tiny", "prompt": huge},
+                  timeout_s=20)
+    assert raw.status == 400 and raw.json()["error"]["code"] == "context_length_exceeded"
+    assert all(s.message_count == 0 for s in roomy.conv.store.list_sessions())
+
+
+def test_a_large_message_past_the_window_is_counted_off_the_lane(bundled_model, tmp_path):
+    """One that passes the floor (under 8,192 x 81 bytes for the bundled model)
+    but not the window is counted on a thread of its own, up to the window."""
+    served = serve(bundled_model, tmp_path / "s.db", max_body_bytes=16 << 20)
+    try:
+        large = "The river runs past the mill and turns the wheel.\n" * 8000  # 400 KB
+        reply = request(served.url, "POST", CHAT, {
+            "model": bundled_model.info.name, "messages": [{"role": "user", "content": large}]},
+            timeout_s=60)
+        assert reply.status == 400
+        error = reply.json()["error"]
+        assert error["code"] == "context_length_exceeded"
+        assert error["message"].startswith("The messages are at least ")
+        assert "the context window is 8,192 tokens" in error["message"]
+    finally:
+        served.stop()

@@ -113,6 +113,7 @@ async def completions(request: Request) -> Response:
     service: ChatService = request.app.state.service
     completion = parse(parse_json(await read_body(request)))
     service.check_model(completion.model)
+    await service.check_fits([completion.prompt])
     shape = _Shape(service.model_id)
     items, first = await started(request, service.run(
         lambda cancelled: _work(service, completion, cancelled)))

@@ -10,11 +10,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
+import anyio
+
 from mlxchat.chat import CalledTool, TurnStats
 from mlxchat.engine.compute import WaitCancelled
 from mlxchat.engine.events import ContextOverflowError, Event, TextDelta, TurnDone
+from mlxchat.engine.prompt import refuse_unfittable
 from mlxchat.engine.worker import waits_end_on
 from mlxchat.errors import MlxchatError
+from mlxchat.models.token_floor import tokens_at_least
 from mlxchat.models.tools import call_markup
 from mlxchat.session.api_turns import ApiTurns, IncomingMessage
 from mlxchat.session.conversation import Conversation
@@ -28,6 +32,10 @@ from mlxchat.server.tool_calls import (CallCut, ReplyParts, calls_signature, rep
                                        with_ids)
 
 log = logging.getLogger(__name__)
+
+COUNTED_CHARS = 256 * 1024
+"""Requests with more text than this are counted off the lane before they
+queue: tokenizing them there would hold up every request behind them."""
 
 
 @dataclass
@@ -175,8 +183,37 @@ class ChatService:
         """The reply's pieces, then ``Finished``; errors before the first piece
         are ``ApiError``s. Leaving early (the client went away) cancels the turn."""
         self.check_model(request.model)
+        turn = request.turn
+        await self.check_fits([m.content for m in turn.messages if m.role != "assistant"]
+                              + ([turn.system] if turn.system else []))
         async for item in self.run(lambda cancelled: self._work(request, cancelled)):
             yield item
+
+    async def check_fits(self, texts: list[str]) -> None:
+        """A 400 context_length_exceeded, before the request queues, when
+        ``texts`` (all of which the prompt holds; templates may cut replies,
+        so those are left out) cannot fit the model's window whatever is reused."""
+        try:
+            await anyio.to_thread.run_sync(self._fits_at_all, texts)
+        except ContextOverflowError as exc:
+            raise context_exceeded(exc.user_text()) from None
+
+    def _fits_at_all(self, texts: list[str]) -> None:
+        """From a floor computed without tokenizing (milliseconds for 15 MB),
+        then, for a large request, counted a piece at a time up to the window:
+        on a thread of its own, never the lane's, so no other request waits."""
+        engine = self.conv.engine
+        window = engine.info.context_window
+        refuse_unfittable(engine.loaded.tokenizer, texts, window=window)
+        if sum(map(len, texts)) <= COUNTED_CHARS:
+            return  # tokenized on the lane in no time
+        counted = 0
+        for text in texts:
+            counted += tokens_at_least(engine.loaded.tokenizer, text, limit=window - counted)
+            if counted >= window:
+                raise ContextOverflowError(
+                    f"The messages are at least {counted:,} tokens; the context window is "
+                    f"{window:,} tokens. Shorten them or send less.")
 
     async def run(self, work: Work) -> AsyncIterator[Piece | Finished]:
         """``work``'s items, run in the lane; its refusals as ``ApiError``s."""
