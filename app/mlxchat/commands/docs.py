@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 PROGRESS_INTERVAL_S = 0.2
 """At most this often an index reports how it goes."""
-SHOWN_SKIPS = 3
+SHOWN_SKIPS = 8
 
 
 def docs(ctx: CommandContext, args: Args) -> CommandResult:
@@ -82,9 +82,12 @@ def use(ctx: CommandContext, words: Sequence[str]) -> CommandResult:
 
 
 def add(ctx: CommandContext, words: Sequence[str]) -> CommandResult:
-    """/docs add [NAME] PATH...: a first word that is no path and a valid name names it."""
+    """/docs add [NAME] PATH... [--follow-links]: a first word that is no path and a
+    valid name names it."""
+    follow = "--follow-links" in words
+    words = [w for w in words if w != "--follow-links"]
     if not words:
-        raise CommandError("Usage: /docs add [NAME] PATH...")
+        raise CommandError("Usage: /docs add [NAME] PATH... [--follow-links]")
     base = ctx.cwd()
     name: str | None = None
     if len(words) > 1 and DOCS_NAME.match(words[0]) and not (base / words[0]).exists():
@@ -93,7 +96,7 @@ def add(ctx: CommandContext, words: Sequence[str]) -> CommandResult:
     retrieval = ctx.conversation.retrieval
     name = name or retrieval.in_use or _name_for(paths[0])
     report = retrieval.add(name, paths, on_progress=_reporter(ctx, "indexing"),
-                           cancel=_fresh_cancel(ctx))
+                           cancel=_fresh_cancel(ctx), follow_links=follow)
     used = ""
     if retrieval.in_use is None and not report.cancelled:
         retrieval.use(name)
@@ -270,14 +273,17 @@ ACTION_HELP = {
 
 COMMANDS = (
     Command("docs", docs, "Document collections: list, use, add, update, remove, search",
-            usage="/docs [use NAME|off · add [NAME] PATH... · update [NAME] · remove NAME · "
+            usage="/docs [use NAME|off · add [NAME] PATH... [--follow-links] · update [NAME] · "
+                  "remove NAME · "
                   "k N · budget N|auto · search QUERY]", max_args=None, complete=complete_docs,
             details="With a collection in use, each message retrieves its best chunks (hybrid "
                     "BM25 + embeddings) within the token budget, puts them in front of the "
                     "question as numbered sources, and asks the reply to cite them as [n]; the "
                     "transcript shows [n] as file:line. What was retrieved is stored with the "
                     "message, so reopening, retrying or exporting never retrieves again. "
-                    "Indexing can be cancelled with escape: whole files only are kept."),
+                    "Indexing can be cancelled with escape: whole files only are kept. "
+                    "Symlinks that lead out of the folders given are skipped and named, "
+                    "unless --follow-links (kept for the collection's updates)."),
     Command("sources", sources, "Show what the last message retrieved: file:lines, score, tokens",
             while_busy=True),
 )
