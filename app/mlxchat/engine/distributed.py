@@ -26,8 +26,8 @@ from mlxchat.engine import kv
 from mlxchat.engine.channel import GO_ON, STOP, Channel, RankLost
 from mlxchat.engine.core import _LIVE, ChatEngine
 from mlxchat.engine.decode import Reply, decode
-from mlxchat.engine.events import (EngineError, Event, RankFigures, SnapshotLoad, TextDelta,
-                                   TurnDone)
+from mlxchat.engine.events import (EngineError, Event, PrefillProgress, RankFigures,
+                                   SnapshotLoad, TextDelta, TurnDone)
 from mlxchat.engine.live import LiveCache
 from mlxchat.engine.rank_segments import RankDisk
 from mlxchat.engine.rank_worker import own_figures
@@ -291,7 +291,9 @@ class DistributedEngine(ChatEngine):
         return out
 
     def turn(self, conversation: Any, settings: GenerationSettings) -> Iterator[Event]:
-        self._watch.started_at = time.monotonic()  # the ranks' silence counts from here
+        self._watch.begin(prompt=getattr(conversation, "tokens", None),
+                          window=self.window(settings), kv_bits=settings.kv_bits,
+                          weights_bytes=self._loaded.info.weights_bytes)
         return super().turn(conversation, settings)
 
     def _next_event(self, events: queue.Queue) -> Any:
@@ -313,24 +315,47 @@ class DistributedEngine(ChatEngine):
 
 
 class TurnWatch:
-    """What the consumer of a turn saw, to end it without the engine thread."""
+    """What the consumer of a turn saw, to end it without the engine thread:
+    its text, and the figures its events carried (the stats it keeps)."""
 
     def __init__(self) -> None:
         self.started_at = time.monotonic()
         self.abandoned = False
         self._text: dict[str, list[str]] = {}
+        self._seen: dict[str, Any] = {}
+
+    def begin(self, *, prompt: Sequence[int] | None, window: int, kv_bits: int | None,
+              weights_bytes: int) -> None:
+        """A turn starts (the ranks' silence counts from here)."""
+        self.started_at, self._text = time.monotonic(), {}
+        self._seen = dict(prompt_tokens=len(prompt) if prompt is not None else 0,
+                          context_window=window, kv_bits=kv_bits, weights_bytes=weights_bytes)
 
     def saw(self, event: Any) -> Any:
+        seen = self._seen
         if isinstance(event, TurnDone):
             self.started_at, self._text = time.monotonic(), {}
+        elif isinstance(event, PrefillProgress):
+            seen.update(prefilled_tokens=event.total, context_used=event.cached_tokens,
+                        kv_bytes=event.kv_bytes)
+            if event.tps is not None:
+                seen["prefill_tps"] = event.tps
         elif isinstance(event, TextDelta):
             self._text.setdefault(event.part, []).append(event.text)
+            seen.setdefault("ttft_s", time.monotonic() - self.started_at)
+            seen.update(context_used=event.cached_tokens, kv_bytes=event.kv_bytes)
+            if event.decode_tps is not None:
+                seen["decode_tps"] = event.decode_tps
         return event
 
     def cut_short(self, lost: Exception, token_ids: list[int]) -> TurnDone:
+        seen = dict(self._seen)
+        if seen.get("prompt_tokens") and "prefilled_tokens" in seen:
+            seen["reused_tokens"] = max(0, seen["prompt_tokens"] - seen["prefilled_tokens"])
         stats = TurnStats(finish_reason="cancelled", generated_tokens=len(token_ids),
+                          total_s=time.monotonic() - self.started_at,
                           engine_warning=f"{lost}: the reply was cut short and kept as "
-                                         "cancelled")
+                                         "cancelled", **seen)
         return TurnDone(reply="".join(self._text.get("answer", [])), stats=stats,
                         token_ids=token_ids,
                         reasoning="".join(self._text.get("reasoning", [])).rstrip())
