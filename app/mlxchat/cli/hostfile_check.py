@@ -119,16 +119,24 @@ def _has_route(ip: str) -> bool:
     return True
 
 
-def check_addresses(data: Any) -> None:
+def check_addresses(hosts: Any, source: str | None = None) -> None:
     """Addresses a rank on this machine listens on are this machine's; the
-    others can be reached from here."""
-    hosts = data if isinstance(data, list) else data.get("hosts", [])
+    others can be reached from here (checked just before a launch: ``hosts``
+    are MLX's, ``source`` the hostfile's path for the message)."""
+    try:
+        _check_addresses(hosts)
+    except HostfileError as exc:
+        raise HostfileError(f"{source}: {exc}" if source else str(exc)) from None
+
+
+def _check_addresses(hosts: Any) -> None:
     for i, host in enumerate(hosts):
-        here = i == 0 or host["ssh"] in LOCAL_NAMES
-        for j, ip in enumerate(host.get("ips", [])):
+        here = i == 0 or host.ssh_hostname in LOCAL_NAMES
+        for j, ip in enumerate(host.ips):
             where = f"hosts[{i}].ips[{j}]"
             if here and not _is_mine(ip):
-                who = "rank 0 (this process)" if i == 0 else f"rank {i} (run here: ssh {host['ssh']})"
+                who = "rank 0 (this process)" if i == 0 else \
+                    f"rank {i} (run here: ssh {host.ssh_hostname})"
                 raise HostfileError(f"{where}: {ip} is not an address of this machine, and "
                                     f"{who} must listen on it")
             if not here and not _has_route(ip):
@@ -137,8 +145,8 @@ def check_addresses(data: Any) -> None:
 
 
 def check_hostfile(path: Path) -> Any:
-    """The hostfile's JSON, every field and address checked; HostfileError
-    ('PATH: FIELD: what is wrong') otherwise."""
+    """The hostfile's JSON, every field checked; HostfileError ('PATH: FIELD:
+    what is wrong') otherwise."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
@@ -147,7 +155,6 @@ def check_hostfile(path: Path) -> Any:
         raise HostfileError(f"{path} is not valid JSON: {exc}") from None
     try:
         check_fields(data)
-        check_addresses(data)
     except HostfileError as exc:
         raise HostfileError(f"{path}: {exc}") from None
     return data

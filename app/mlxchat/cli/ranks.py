@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlxchat.cli.hostfile_check import HostfileError, check_hostfile
+from mlxchat.cli.hostfile_check import HostfileError, check_addresses, check_hostfile
 
 
 def read_hostfile(path: str | Path) -> Any:
@@ -40,6 +40,7 @@ def read_hostfile(path: str | Path) -> Any:
         raise HostfileError(str(exc).splitlines()[0]) from None
     if len(hostfile.hosts) < 2:
         raise HostfileError(f"{path} names {len(hostfile.hosts)} host; splitting needs at least 2")
+    hostfile.source = str(path)  # for the messages of the checks before a launch
     return hostfile
 
 
@@ -267,6 +268,7 @@ def start(hostfile: Any, worker_args: list[str], *, starting_port: int = 32323,
     ``python -m mlxchat.cli.rank``."""
     wired = wiring(hostfile, starting_port)
     check_available(wired.backend)
+    check_addresses(hostfile.hosts, getattr(hostfile, "source", None))
     ranks = Ranks()
     try:
         _launch(ranks, hostfile, wired, worker_args, python, log_dir)

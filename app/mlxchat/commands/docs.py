@@ -38,6 +38,10 @@ def docs(ctx: CommandContext, args: Args) -> CommandResult:
     if handler is None:
         raise CommandError(f"Unknown /docs action {one_line(action, 20)!r}: use "
                            f"{', '.join(ACTIONS)} (see /help docs).")
+    if action == "add":
+        return add(ctx, rest, follow_links="--follow-links" in args.flags)
+    if args.flags:
+        raise CommandError("--follow-links goes with /docs add only.")
     return handler(ctx, rest)
 
 
@@ -81,11 +85,10 @@ def use(ctx: CommandContext, words: Sequence[str]) -> CommandResult:
                               session_changed=True)
 
 
-def add(ctx: CommandContext, words: Sequence[str]) -> CommandResult:
+def add(ctx: CommandContext, words: Sequence[str], *,
+        follow_links: bool = False) -> CommandResult:
     """/docs add [NAME] PATH... [--follow-links]: a first word that is no path and a
     valid name names it."""
-    follow = "--follow-links" in words
-    words = [w for w in words if w != "--follow-links"]
     if not words:
         raise CommandError("Usage: /docs add [NAME] PATH... [--follow-links]")
     base = ctx.cwd()
@@ -96,7 +99,7 @@ def add(ctx: CommandContext, words: Sequence[str]) -> CommandResult:
     retrieval = ctx.conversation.retrieval
     name = name or retrieval.in_use or _name_for(paths[0])
     report = retrieval.add(name, paths, on_progress=_reporter(ctx, "indexing"),
-                           cancel=_fresh_cancel(ctx), follow_links=follow)
+                           cancel=_fresh_cancel(ctx), follow_links=follow_links)
     used = ""
     if retrieval.in_use is None and not report.cancelled:
         retrieval.use(name)
@@ -273,9 +276,9 @@ ACTION_HELP = {
 
 COMMANDS = (
     Command("docs", docs, "Document collections: list, use, add, update, remove, search",
-            usage="/docs [use NAME|off · add [NAME] PATH... [--follow-links] · update [NAME] · "
-                  "remove NAME · "
+            usage="/docs [use NAME|off · add [NAME] PATH... · update [NAME] · remove NAME · "
                   "k N · budget N|auto · search QUERY]", max_args=None, complete=complete_docs,
+            flags=("--follow-links",),
             details="With a collection in use, each message retrieves its best chunks (hybrid "
                     "BM25 + embeddings) within the token budget, puts them in front of the "
                     "question as numbered sources, and asks the reply to cite them as [n]; the "

@@ -38,7 +38,7 @@ def _message(content: str, thinking: str = "",
 
 
 def _final(model: str, end: Finished, message: dict[str, Any],
-           asked: int | None) -> dict[str, Any]:
+           asked: int | None = None) -> dict[str, Any]:
     s = end.stats
     capped = capped_to(s, asked)  # num_predict past the window: says how far it went
     return {"model": model, "created_at": _now(), "message": message, "done": True,
@@ -66,7 +66,7 @@ async def chat(request: Request) -> Response:
 
 
 async def _lines(model: str, first: Piece | Finished, items: AsyncIterator[Piece | Finished],
-                 asked: int | None) -> AsyncIterator[str]:
+                 asked: int | None = None) -> AsyncIterator[str]:
     sent = ""
     try:
         item = first
