@@ -66,7 +66,7 @@ def test_progress_and_cancel_within_a_30_mb_file(big, store, tiny_embed):
 
 
 def test_sections_chunk_as_the_whole_text_does(tmp_path):
-    text = PARA * 90  # 1.1 MB: three sections
+    text = PARA * 50  # 620 KB: two sections
     whole, parts = chunk_text(text, "markdown"), list(iter_chunks(text, "markdown"))
     assert abs(len(parts) - len(whole)) <= 8  # only chunks at a seam differ
     lines = text.split("\n")
