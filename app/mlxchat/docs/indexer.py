@@ -278,13 +278,13 @@ class Indexer:
 
         def flush() -> bool:
             nonlocal written
-            vectors = paced.embed(_texts(batch), lambda: stop.cancelled)
+            vectors = paced.embed(_texts(batch), lambda: stop.cancelled,
+                                  lambda n: progress(batch[n - 1].end_line / lines))
             if len(vectors) < len(batch):
                 return False
             self.documents.add_chunks(info.id, file_id, written, _new_chunks(batch, vectors))
             written += len(batch)
             report.chunks_added += len(batch)
-            progress(batch[-1].end_line / lines)
             batch.clear()
             return True
         for chunk in iter_chunks(doc.text, doc.kind, sizes=self.sizes):
