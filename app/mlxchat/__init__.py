@@ -7,3 +7,7 @@ import os
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 __version__ = "0.1.0"
+
+from mlxchat import open_files as _open_files
+
+_open_files.keep_at_import()  # before anything imports mlx-lm, which would lower the limit

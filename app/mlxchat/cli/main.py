@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="split the model over the hosts of this mlx.launch hostfile "
                              "(its backend: ring, or jaccl / jaccl-ring over Thunderbolt 5 RDMA; "
                              "this process is rank 0)")
+    parser.add_argument("--rank-timeout", type=float, default=30.0, metavar="S",
+                        help="with --hosts: end a turn, cut short, when the ranks say nothing "
+                             "for S seconds (default 30)")
     parser.add_argument("--pin", action="append", default=[], metavar="FILE",
                         help="pin FILE after the system prompt of the session it opens "
                              "(repeatable); its KV is shared with other sessions pinning it")
@@ -81,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "sources go to stderr, and into --json); 'off' for none")
     ask.add_argument("--hosts", metavar="HOSTFILE",
                      help="split the model over the hosts of this mlx.launch hostfile")
+    ask.add_argument("--rank-timeout", type=float, default=30.0, metavar="S",
+                     help="with --hosts: end the turn, cut short, when the ranks say nothing "
+                          "for S seconds (default 30)")
 
     models = sub.add_parser("models", help="list catalog and local models",
                             description="List catalog and local models and whether they work "
@@ -126,6 +132,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stdout_closed()
     logging.basicConfig(level=os.environ.get("MLXCHAT_LOG", "WARNING").upper(),
                         format="%(levelname)s %(name)s: %(message)s")
+    if os.environ.get("MLXCHAT_LAUNCH_FILES"):  # run on a host by a launch script
+        import atexit
+
+        from mlxchat.cli.ranks import remove_own_launch_files
+
+        atexit.register(remove_own_launch_files)
     try:
         code = _dispatch(args)
         sys.stdout.flush()  # a broken pipe shows here, not at interpreter exit
@@ -208,7 +220,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     from mlxchat.session.root import open_conversation
     from mlxchat.tui.app import run_app
 
-    with split_launch(args.hosts) as split:
+    with split_launch(args.hosts, rank_timeout_s=args.rank_timeout) as split:
         factory = partial(open_conversation, **factories(split)) if split else None
         return run_app(settings, model=args.model, continue_last=args.continue_last,
                        session=args.session, pins=args.pin, conversation_factory=factory)

@@ -144,9 +144,9 @@ class ChatEngine:
         Closing the iterator early cancels the turn.
         """
         self.supersede_typing()  # a send takes precedence over typing prefill
-        self._ranks.watch_turn()
         planned = (conversation if isinstance(conversation, FittedPrompt)
                    else list(conversation))
+        self._ranks.watch_turn(planned, settings, self._loaded, self.prompts.window(settings))
         return events(self._worker, lambda emit: self._turn(planned, settings, emit),
                       self._ranks.next_event)
 

@@ -304,6 +304,12 @@ V13_TOOL_MESSAGES = (
     messages_with_tool_role,
 )
 
+V15_FOLLOW_LINKS = (
+    # Whether a collection's walk follows symlinks out of its folders (the user
+    # said so with --follow-links); an update walks it the same way.
+    "ALTER TABLE doc_collections ADD COLUMN follow_links INTEGER NOT NULL DEFAULT 0",
+)
+
 MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V1_SESSIONS_AND_MESSAGES,
     V2_CANCELLED_AND_SNAPSHOTS,
@@ -319,6 +325,7 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V12_MESSAGE_SOURCES,
     V13_TOOL_MESSAGES,
     V14_DOC_CHUNKS_FTS_BY_COLLECTION,
+    V15_FOLLOW_LINKS,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
