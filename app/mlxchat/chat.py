@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Sequence
 
 # Settings and turn stats live in their own modules; imported here so that
 # `from mlxchat.chat import ...` keeps working for every caller.
-from mlxchat.generation import (COMPUTE_DTYPES, CONTEXT_POLICIES,  # noqa: F401
+from mlxchat.generation import (COMPUTE_DTYPES, CONTEXT_POLICIES, CPU_MATMUL_MODES,  # noqa: F401
                                 DOCS_BUDGET_SHARE, DOCS_NAME, GENERATION_RULES,
                                 HISTORY_MODES, MAX_DOCS_K, MIN_DOCS_BUDGET, REASONING_EFFORTS,
                                 SPECULATIVE_MODES, ContextPolicy, GenerationSettings,

@@ -5,7 +5,7 @@ inside functions and under `if TYPE_CHECKING:` too. Layers, bottom to top, by
 folder:
 
     ground    mlxchat.errors, paths, files, chat, record, generation, turn_stats, config,
-              units, sources, mlxchat/__init__
+              units, sources, blas, mlxchat/__init__
     core      mlxchat/engine/, mlxchat/store/, mlxchat/models/, mlxchat/docs/
               (peers: engine may import models, docs may import store; store and
               models import neither)
@@ -31,7 +31,8 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "app" / "mlxchat"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("mlxchat.errors", "mlxchat.paths", "mlxchat.files", "mlxchat.chat",
                 "mlxchat.record", "mlxchat.generation", "mlxchat.turn_stats",
-                "mlxchat.config", "mlxchat.__init__", "mlxchat.units", "mlxchat.sources")),
+                "mlxchat.config", "mlxchat.__init__", "mlxchat.units", "mlxchat.sources",
+                "mlxchat.blas")),
     ("core", ("mlxchat.engine.*", "mlxchat.store.*", "mlxchat.models.*", "mlxchat.docs.*")),
     ("session", ("mlxchat.session.*",)),
     ("commands", ("mlxchat.commands.*", "mlxchat.server.*")),

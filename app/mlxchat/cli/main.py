@@ -14,6 +14,7 @@ import sys
 from typing import Sequence
 
 from mlxchat import __version__
+from mlxchat.generation import CPU_MATMUL_MODES
 from mlxchat.cli.progress import progress_printer
 from mlxchat.errors import UserError, user_message
 
@@ -41,6 +42,8 @@ def _add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", metavar="SPEC",
                    help="speculate with this draft model (same tokenizer; 'auto': the "
                         "catalog's pairing)")
+    p.add_argument("--cpu-matmul", choices=CPU_MATMUL_MODES,
+                   help="how quantized layers multiply on the CPU (auto: measured)")
     p.add_argument("--speculative", choices=("off", "lookup", "draft"),
                    help="speculative decoding: lookup proposes from the text so far")
 

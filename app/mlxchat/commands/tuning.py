@@ -9,9 +9,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mlxchat.chat import (COMPUTE_DTYPES, CONTEXT_POLICIES, GENERATION_RULES, HISTORY_MODES,
+from mlxchat.chat import (COMPUTE_DTYPES, CONTEXT_POLICIES, CPU_MATMUL_MODES, GENERATION_RULES, HISTORY_MODES,
                           REASONING_EFFORTS, SPECULATIVE_MODES, GenerationSettings,
                           generation_problem, human_bytes)
+from mlxchat import blas
 from mlxchat.commands import speculation
 from mlxchat.commands.base import (
     Args,
@@ -21,6 +22,7 @@ from mlxchat.commands.base import (
     CommandError,
     CommandResult,
     field_docs,
+    last_stats,
     one_line,
 )
 from mlxchat.config import remember
@@ -113,6 +115,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("draft_tokens", _ranged(int), "1 to 16"),
     Setting("compute_dtype", _dtype_word, "auto, " + ", ".join(COMPUTE_DTYPES),
             ("auto", *COMPUTE_DTYPES)),
+    Setting("cpu_matmul", _policy, ", ".join(CPU_MATMUL_MODES), CPU_MATMUL_MODES),
     Setting("docs", _collection_name, GENERATION_RULES["docs"][1], ("off",)),
     Setting("docs_k", _ranged(int), GENERATION_RULES["docs_k"][1]),
     Setting("docs_budget", _optional_int, GENERATION_RULES["docs_budget"][1], ("auto",)),
@@ -270,6 +273,16 @@ def _params(n: int) -> str:
     return str(n)
 
 
+def _cpu_rows(ctx: CommandContext) -> list[tuple[str, str]]:
+    """The BLAS serving MLX and how the last turn's quantized layers multiplied."""
+    current = blas.status()
+    last = last_stats(ctx)
+    chosen = last.cpu_matmul if last is not None and last.cpu_matmul else (
+        f"{ctx.conversation.generation.cpu_matmul}: chosen at the next turn")
+    return [("BLAS", current.words() + (f" ({current.note})" if current.note else "")),
+            ("cpu matmul", chosen + " (/set cpu_matmul auto|quantized|dequantized)")]
+
+
 def model(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
     if args.words:
@@ -301,6 +314,8 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
             ("layers · kv heads · head dim",
              f"{info.num_layers} · {info.kv_heads} · {info.head_dim}"),
             ("device", info.device), ("folder", info.path)]
+    if info.device == "cpu":
+        rows[-1:-1] = _cpu_rows(ctx)
     state = conv.state()
     if state.layout:
         rows[7:7] = [("split across ranks", state.layout)] + [

@@ -20,6 +20,7 @@ from mlxchat.engine import kv, prompt, reasoning, spec_auto, template_delta
 from mlxchat.engine.ahead import TypingPrefill
 from mlxchat.engine.cache_files import CacheFiles
 from mlxchat.engine.compute import PROCESS_LOCK, ComputeLock
+from mlxchat.engine.cpu_choice import CpuMatmul
 from mlxchat.engine.drafting import Drafting, MeasureVerify
 from mlxchat.engine.events import EngineState, RankFigures
 from mlxchat.engine.live import LiveCache, compute_once
@@ -74,6 +75,7 @@ class ChatEngine(TurnPipeline, CacheFiles):
         self._state = EngineState()
         self._chunk = 64
         self._drafting = Drafting(measure=measure_verify)
+        self.cpu_matmul = CpuMatmul()
         self._marks = PrefixMarks()
         self._worker = EngineThread(owner=compute_owner, compute=compute)
         self._call = self._worker.call  # fn() on the engine thread, waited for
@@ -130,6 +132,7 @@ class ChatEngine(TurnPipeline, CacheFiles):
             if not current():
                 return 0
             self._match_compute(settings.compute_dtype)
+            self.cpu_matmul.match(self._loaded, settings.cpu_matmul)
             return self._typing.extend(self._live, wanted, kv_bits=settings.kv_bits, floor=floor)
         return self._typing.run(extend)
 

@@ -14,9 +14,11 @@ from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 
+from mlxchat import blas
 from mlxchat.chat import GenerationSettings, Message
 from mlxchat.engine import prompt
 from mlxchat.engine.compute import WaitCancelled
+from mlxchat.engine.cpu_choice import CpuMatmul
 from mlxchat.engine.decode import Reply, decode
 from mlxchat.engine.drafting import Drafting
 from mlxchat.engine.events import EngineError, Event, PrefillProgress, TurnDone
@@ -46,6 +48,7 @@ class TurnPipeline:
     _chunk: int
     _window: int
     _drafting: Drafting
+    cpu_matmul: CpuMatmul
     _marks: PrefixMarks
     _worker: EngineThread
 
@@ -117,6 +120,7 @@ class TurnPipeline:
     def _turn(self, planned: list[Message] | prompt.FittedPrompt,
               settings: GenerationSettings, emit: Callable[[Event], None]) -> None:
         self._match_compute(settings.compute_dtype)
+        plan = self.cpu_matmul.match(self._loaded, settings.cpu_matmul)
         info, live = self._loaded.info, self._live
         start = time.perf_counter()
         if isinstance(planned, prompt.FittedPrompt):
@@ -157,7 +161,8 @@ class TurnPipeline:
             dropped=fitted.dropped, window=self._window, kv_bits=settings.kv_bits,
             weights_bytes=info.weights_bytes, total_s=time.perf_counter() - start,
             context_used=len(live.tokens), kv_bytes=live.nbytes,
-            peak_memory_bytes=mx.get_peak_memory())
+            peak_memory_bytes=mx.get_peak_memory(), blas=blas.status().words(),
+            cpu_matmul=plan.words())
         self._after_turn()
         self._refresh_state(stats)
         measure = self._drafting.measurement(self._loaded, settings, decoded.generated,
