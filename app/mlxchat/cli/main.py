@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Sequence
 
-from mlxchat import __version__
+from mlxchat import __version__, blas
 from mlxchat.generation import CPU_MATMUL_MODES
 from mlxchat.cli.progress import progress_printer
 from mlxchat.errors import UserError, user_message
@@ -129,6 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stdout_closed()
     logging.basicConfig(level=os.environ.get("MLXCHAT_LOG", "WARNING").upper(),
                         format="%(levelname)s %(name)s: %(message)s")
+    blas.warn_once()  # the reference BLAS: why it is slow and how to fix it, once
     try:
         code = _dispatch(args)
         sys.stdout.flush()  # a broken pipe shows here, not at interpreter exit

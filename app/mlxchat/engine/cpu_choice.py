@@ -37,6 +37,9 @@ QUANTIZED_ROWS = 16
 MARGIN_BYTES = 512 << 20
 """Left free beyond the KV cache at the whole context."""
 FORMAT = 1
+_MEASURED: dict[tuple[str, str], dict[str, "ShapeTimes"]] = {}
+"""This process's figures by (fingerprint, machine): a model measures once per
+process even where the cache folder changes (each test has its own)."""
 
 
 @dataclass(frozen=True)
@@ -139,12 +142,15 @@ def shape_times(loaded: LoadedModel) -> tuple[dict[str, ShapeTimes], bool]:
     """Each shape's figures: from the cache when taken on this machine, else
     measured now and stored. Also whether this call measured."""
     key, here = loaded.info.fingerprint, machine()
+    if (key, here) in _MEASURED:
+        return _MEASURED[key, here], False
     data = _read_cache()
     entry = data.get("models", {}).get(key)
     layers = dict((cm.shape_key(layer), layer) for _, layer in cm.quantized_layers(loaded.model))
     if entry and entry.get("machine") == here and set(entry.get("shapes", {})) == set(layers):
-        return {k: ShapeTimes(**v) for k, v in entry["shapes"].items()}, False
-    times = {k: measure_shape(layer) for k, layer in layers.items()}
+        _MEASURED[key, here] = {k: ShapeTimes(**v) for k, v in entry["shapes"].items()}
+        return _MEASURED[key, here], False
+    times = _MEASURED[key, here] = {k: measure_shape(layer) for k, layer in layers.items()}
     models = {**data.get("models", {}),
               key: {"machine": here, "shapes": {k: asdict(t) for k, t in times.items()}}}
     try:
