@@ -81,6 +81,7 @@ def worker(model_spec: str, mode: str, prefill: int, decode: int) -> dict:
 LLAMACPP = r"""
 import json, sys, time
 import numpy as np
+import llama_cpp
 from llama_cpp import Llama
 path, n, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 llm = Llama(model_path=path, n_ctx=4096, n_batch=256, n_threads=threads, verbose=False)
@@ -89,10 +90,13 @@ ids = []
 while len(ids) < n:
     ids += llm.tokenize((text + f"Day {len(ids)}. ").encode(), add_bos=False)
 ids = ids[:n]
-t0 = time.perf_counter(); llm.eval(ids); pre = time.perf_counter() - t0
-tok = int(np.argmax(llm.scores[llm.n_tokens - 1])); t0 = time.perf_counter()
+def last():
+    row = llama_cpp.llama_get_logits_ith(llm._ctx.ctx, -1)
+    return int(np.argmax(np.ctypeslib.as_array(row, shape=(llm.n_vocab(),))))
+t0 = time.perf_counter(); llm.eval(ids); tok = last(); pre = time.perf_counter() - t0
+t0 = time.perf_counter()
 for _ in range(steps):
-    llm.eval([tok]); tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+    llm.eval([tok]); tok = last()
 dec = time.perf_counter() - t0
 print(json.dumps({"prefill_tps": n / pre, "decode_tps": steps / dec}))
 """
@@ -135,6 +139,7 @@ def compare(label: str, spec: str, gguf: Path, python: str | None, a: argparse.N
             suffix: str) -> dict[str, float]:
     today = _ours(spec, False, a.prefill, a.decode)
     new = _ours(spec, True, a.prefill, a.decode)
+    print(f"{label}: {json.dumps({'today': today, 'new': new})}", flush=True)
     theirs = _llamacpp(python, gguf, a.prefill, a.decode)
     for name, r in (("today", today), ("new", new)) + ((("llama.cpp", theirs),) if theirs else ()):
         extra = f" [{r['blas']}; {r['plan']}; chosen in {r['choose_s']:.1f} s]" if "plan" in r else ""
