@@ -146,7 +146,7 @@ def ensure() -> BlasStatus:
     if "mlx.core" in sys.modules and serving_library() is None:
         _status = BlasStatus("reference (netlib)", None, None, False,
                              "MLX was imported before mlxchat, so its reference BLAS serves "
-                             "it; import mlxchat first")
+                             f"it: import mlxchat first; {FIX}")
         return _status
     threads = _threads()
     name, found = _find(threads)
