@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import mlxchat  # noqa: F401 - first: importing mlx-lm later keeps the open-file limit
+import mlxchat  # noqa: F401 - first: the optimized BLAS under MLX, the open-file limit kept
 
 _bundled: dict[str, Path] = {}
 

@@ -16,6 +16,7 @@ CONTEXT_POLICIES: tuple[str, ...] = ("drop_oldest", "stop")
 HistoryMode = Literal["ledger", "template"]
 HISTORY_MODES: tuple[str, ...] = ("ledger", "template")
 SPECULATIVE_MODES: tuple[str, ...] = ("auto", "off", "draft", "lookup")
+CPU_MATMUL_MODES: tuple[str, ...] = ("auto", "quantized", "dequantized")
 
 _INT64 = 2**63
 
@@ -48,6 +49,7 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
               "off or a model spec"),
     "draft_tokens": (lambda v: 1 <= v <= 16, "1 to 16"),
     "compute_dtype": (lambda v: v in (None, *COMPUTE_DTYPES), "auto, " + ", ".join(COMPUTE_DTYPES)),
+    "cpu_matmul": (lambda v: v in CPU_MATMUL_MODES, ", ".join(CPU_MATMUL_MODES)),
     "docs": (lambda v: v is None or (isinstance(v, str) and DOCS_NAME.match(v) is not None),
              "off or a collection name"),
     "docs_k": (lambda v: 1 <= v <= MAX_DOCS_K, f"1 to {MAX_DOCS_K}"),
@@ -63,7 +65,7 @@ SAMPLING = ("temperature", "top_p", "min_p", "repetition_penalty")
 _WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
           "draft_tokens", "docs_k", "docs_budget")
 _WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft",
-          "compute_dtype", "docs")
+          "compute_dtype", "cpu_matmul", "docs")
 
 
 def generation_problem(name: str, value: Any) -> str | None:
@@ -131,6 +133,11 @@ class GenerationSettings(Record):
     compute_dtype: str | None = None
     """What activations and the KV cache compute in; None (auto): float32 on
     the CPU, the family's training dtype on a GPU (models/precision.py)."""
+    cpu_matmul: str = "auto"
+    """How quantized layers multiply on the CPU: 'quantized' (quantized_matmul),
+    'dequantized' (through the BLAS in float32: per prefill chunk, and from a kept
+    float32 copy where memory allows), 'auto' (per layer shape, measured on this
+    machine once; engine/cpu_choice.py). Not used on a GPU."""
     docs: str | None = None
     """The document collection each message retrieves from (/docs use NAME);
     None: no retrieval."""

@@ -76,6 +76,10 @@ class TurnStats(Record):
     draft_rebuilt: bool = False
     """The draft's cache was rebuilt from the prompt's token ids (after a resume
     from disk or a model change: the draft's cache is not saved)."""
+    blas: str = ""
+    """The BLAS serving MLX's float matmuls ('OpenBLAS 0.3.21, 2 threads')."""
+    cpu_matmul: str = ""
+    """How the quantized layers multiplied on the CPU (engine/cpu_choice.py)."""
 
     def __post_init__(self) -> None:
         # Rows stored before the rates could be None say 0.0 for "not measured":

@@ -65,7 +65,7 @@ def test_model_aliases(registry, ctx):
 
 def test_settings_and_values(registry, ctx):
     names = values(registry, ctx, "/set ")
-    assert names[0] == "/set temperature " and len(names) == 20
+    assert names[0] == "/set temperature " and len(names) == 21
     assert values(registry, ctx, "/set kv") == ["/set kv_bits "]
     assert values(registry, ctx, "/set kv_bits ") == [
         "/set kv_bits none", "/set kv_bits 4", "/set kv_bits 8"]

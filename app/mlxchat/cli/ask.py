@@ -29,7 +29,7 @@ _FLAGS = {"max_tokens": "max_tokens", "temp": "temperature", "top_p": "top_p",
           "min_p": "min_p", "seed": "seed", "repetition_penalty": "repetition_penalty",
           "kv_bits": "kv_bits", "context_policy": "context_policy",
           "max_reasoning_tokens": "max_reasoning_tokens", "reasoning_effort": "reasoning_effort",
-          "context": "context_window"}
+          "context": "context_window", "cpu_matmul": "cpu_matmul"}
 
 
 def _settings_from(args: argparse.Namespace, base: GenerationSettings) -> GenerationSettings:
@@ -112,7 +112,7 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
             "peak_memory_bytes", "finish_reason", "reused_tokens", "prefilled_tokens",
             "cache_source", "miss_reason", "dropped_messages", "snapshot_warning", "save_warning",
             "reasoning_tokens", "reasoning_s", "reasoning_budget_closed", "spec_mode", "draft_tokens_proposed",
-            "draft_tokens_accepted", "target_passes", "engine_warning")
+            "draft_tokens_accepted", "target_passes", "engine_warning", "blas", "cpu_matmul")
     data = {"reply": reply, "model": model}
     data.update({k: getattr(stats, k) for k in keys})
     data.update(extra or {})

@@ -13,9 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from mlxchat import __version__
+from mlxchat import __version__, blas
 from mlxchat.cli.progress import progress_printer
 from mlxchat.errors import UserError, user_message
+from mlxchat.generation import CPU_MATMUL_MODES
 
 
 def _add_generation_args(p: argparse.ArgumentParser) -> None:
@@ -41,6 +42,8 @@ def _add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", metavar="SPEC",
                    help="speculate with this draft model (same tokenizer; 'auto': the "
                         "catalog's pairing)")
+    p.add_argument("--cpu-matmul", choices=CPU_MATMUL_MODES,
+                   help="how quantized layers multiply on the CPU (auto: measured)")
     p.add_argument("--speculative", choices=("off", "lookup", "draft"),
                    help="speculative decoding: lookup proposes from the text so far")
 
@@ -132,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stdout_closed()
     logging.basicConfig(level=os.environ.get("MLXCHAT_LOG", "WARNING").upper(),
                         format="%(levelname)s %(name)s: %(message)s")
+    blas.warn_once()  # the reference BLAS: why it is slow and how to fix it, once
     if os.environ.get("MLXCHAT_LAUNCH_FILES"):  # run on a host by a launch script
         import atexit
 

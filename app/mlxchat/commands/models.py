@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mlxchat import blas
 from mlxchat.chat import human_bytes
 from mlxchat.commands.base import (
     Args,
@@ -12,6 +13,7 @@ from mlxchat.commands.base import (
     Command,
     CommandContext,
     CommandResult,
+    last_stats,
     one_line,
 )
 from mlxchat.units import fmt_int
@@ -37,6 +39,16 @@ def _kv_after_switch(conv: Conversation) -> str:
                 f"{fmt_int(saved)} tokens this conversation saved with this model")
     return ("the KV cache in memory starts empty and nothing this conversation saved was made "
             "with this model: the next turn computes its history once")
+
+
+def _cpu_rows(ctx: CommandContext) -> list[tuple[str, str]]:
+    """The BLAS serving MLX and how the last turn's quantized layers multiplied."""
+    current = blas.status()
+    last = last_stats(ctx)
+    chosen = last.cpu_matmul if last is not None and last.cpu_matmul else (
+        f"{ctx.conversation.generation.cpu_matmul}: chosen at the next turn")
+    return [("BLAS", current.words() + (f" ({current.note})" if current.note else "")),
+            ("cpu matmul", chosen + " (/set cpu_matmul auto|quantized|dequantized)")]
 
 
 def model(ctx: CommandContext, args: Args) -> CommandResult:
@@ -69,6 +81,8 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
             ("layers · kv heads · head dim",
              f"{info.num_layers} · {info.kv_heads} · {info.head_dim}"),
             ("device", info.device), ("folder", info.path)]
+    if info.device == "cpu":
+        rows[-1:-1] = _cpu_rows(ctx)
     state = conv.views.state()
     if state.layout:
         rows[7:7] = [("split across ranks", state.layout)] + [

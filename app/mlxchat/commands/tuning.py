@@ -23,6 +23,7 @@ from mlxchat.config import remember
 from mlxchat.generation import (
     COMPUTE_DTYPES,
     CONTEXT_POLICIES,
+    CPU_MATMUL_MODES,
     GENERATION_RULES,
     HISTORY_MODES,
     REASONING_EFFORTS,
@@ -146,6 +147,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("draft_tokens", _ranged(int), "1 to 16", "tokens guessed per checking pass"),
     Setting("compute_dtype", _dtype_word, "auto, " + ", ".join(COMPUTE_DTYPES),
             "the float type the model computes in", ("auto", *COMPUTE_DTYPES)),
+    Setting("cpu_matmul", _policy, ", ".join(CPU_MATMUL_MODES),
+            "how quantized layers multiply on a CPU (auto: measured)", CPU_MATMUL_MODES),
     Setting("docs", _collection_name, GENERATION_RULES["docs"][1],
             "the document collection each message searches", ("off",)),
     Setting("docs_k", _ranged(int), GENERATION_RULES["docs_k"][1],
