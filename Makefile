@@ -20,6 +20,11 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 model: $(STAMP)
+	# An optimized BLAS under MLX on Linux (the mlx-cpu wheel links the reference
+	# one): Debian's OpenBLAS where apt-get runs as root, else the mkl wheel.
+	$(PY) -c 'import sys, mlxchat.blas as b; sys.exit(not b.status().optimized)' || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && \
+	    apt-get install -y -qq libopenblas0-pthread; } || $(PY) -m pip install -q --no-deps mkl
 	$(VENV)/bin/mlxchat import --bundled
 
 run: model

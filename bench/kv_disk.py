@@ -129,7 +129,7 @@ def measure(*, long: int, short: int, branch_history: int) -> dict[str, float]:
         restore, plain = [], []
         for _ in range(2):
             plain.append(plain_read_s(refs))
-            branch_restore.append(restore_s(refs))
+            restore.append(restore_s(refs))
         size = sum(r.path.stat().st_size for r in refs)
         fresh = fresh_memory_s(long)
         print(f"restore {long:,} tokens ({size / 1e9:.2f} GB in {len(refs)} segments): "

@@ -69,7 +69,8 @@ class AppRunner:
         self.batches: list[tuple[float, int]] = []  # (time shown, tokens so far)
         self.ui_cpu: list[tuple[float, float]] = []  # (time, UI CPU) at first batch, at end
         self.finished = asyncio.Event()
-        show, finish = self.app._show_batch, self.app._turn_finished
+        stream = self.app.turn_stream
+        show, finish = stream.show_batch, stream.show_end
 
         async def showing(reply, batch):
             if not self.ui_cpu:
@@ -82,7 +83,7 @@ class AppRunner:
             self.ui_cpu.append((time.perf_counter(), time.thread_time()))
             await finish(reply, done, error)
             self.finished.set()
-        self.app._show_batch, self.app._turn_finished = showing, finishing
+        stream.show_batch, stream.show_end = showing, finishing
 
     async def ready(self, pilot) -> None:
         await self.app.workers.wait_for_complete()

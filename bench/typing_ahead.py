@@ -28,7 +28,7 @@ from mlxchat.models import LoadedModel
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.typing_ahead import settled_text
 from mlxchat.store import open_store
-from mlxchat.tui.typing_prefill import DEBOUNCE_S
+from mlxchat.tui.typing_timer import DEBOUNCE_S
 
 CHARS_PER_S = 5.0
 WORDS = ("could you tell me more about how the rivers shaped the harvests, the trade "

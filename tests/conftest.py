@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+import mlxchat  # noqa: F401 - first: the optimized BLAS under MLX, the open-file limit kept
+
 _bundled: dict[str, Path] = {}
 
 LONGEST_FILES = ("tests/distributed/test_split.py", "tests/e2e/test_cli.py",

@@ -219,7 +219,7 @@ def relative_time(ts: float, now: float | None = None) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(ts))
 
 
-_ATTACHMENT = re.compile(r'\s*<file name="([^"\n]*)">\n.*?\n</file>', re.S)
+_ATTACHMENT = re.compile(r'\s*<file name="([^"\n]*)">\n(.*?)\n</file>', re.S)
 
 
 def attachment_block(name: str, text: str) -> str:
@@ -240,13 +240,19 @@ class Attachment:
         return attachment_block(self.path.name, self.text)
 
 
+def split_attachments(content: str) -> tuple[list[tuple[str, str]], str]:
+    """A user message's attached files in front ((name, text) each) and the rest."""
+    files, rest = [], content
+    while (found := _ATTACHMENT.match(rest)) is not None:
+        files.append((found.group(1), found.group(2)))
+        rest = rest[found.end():]
+    return files, rest
+
+
 def typed_text(content: str) -> str:
     """A user message without the attached files in front: what was typed, or
     the files' names when nothing was (for titles and previews)."""
-    names, rest = [], content
-    while (found := _ATTACHMENT.match(rest)) is not None:
-        names.append(found.group(1))
-        rest = rest[found.end():]
-    if not names:
+    files, rest = split_attachments(content)
+    if not files:
         return content
-    return rest if rest.strip() else ", ".join(names)
+    return rest if rest.strip() else ", ".join(name for name, _ in files)

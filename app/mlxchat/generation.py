@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ CONTEXT_POLICIES: tuple[str, ...] = ("drop_oldest", "stop")
 HistoryMode = Literal["ledger", "template"]
 HISTORY_MODES: tuple[str, ...] = ("ledger", "template")
 SPECULATIVE_MODES: tuple[str, ...] = ("auto", "off", "draft", "lookup")
+CPU_MATMUL_MODES: tuple[str, ...] = ("auto", "quantized", "dequantized")
 
 _INT64 = 2**63
 
@@ -39,16 +41,16 @@ def _tools_choice(value: Any) -> bool:
         TOOLS_CHOICE.match(s.strip()) for s in value.split(",")))
 
 GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "temperature": (lambda v: v >= 0, ">= 0"),
-    "top_p": (lambda v: 0 < v <= 1, "> 0 and <= 1"),
-    "min_p": (lambda v: 0 <= v < 1, ">= 0 and < 1"),
+    "temperature": (lambda v: v is None or v >= 0, ">= 0"),
+    "top_p": (lambda v: v is None or 0 < v <= 1, "> 0 and <= 1"),
+    "min_p": (lambda v: v is None or 0 <= v < 1, ">= 0 and < 1"),
     "max_tokens": (lambda v: 1 <= v < _INT64, ">= 1"),
     "max_reasoning_tokens": (lambda v: 1 <= v < _INT64, ">= 1"),
     "thinking": (lambda v: v in (None, True, False), "on, off or none"),
     "reasoning_effort": (lambda v: v in (None, *REASONING_EFFORTS),
                          "none, " + ", ".join(REASONING_EFFORTS)),
     "seed": (lambda v: v is None or 0 <= v < _INT64, "none or a whole number >= 0"),
-    "repetition_penalty": (lambda v: v > 0, "> 0"),
+    "repetition_penalty": (lambda v: v is None or v > 0, "> 0"),
     "kv_bits": (lambda v: v in (None, 4, 8), "none, 4 or 8"),
     "context_window": (lambda v: v is None or 256 <= v < _INT64, "none or a whole number >= 256"),
     "context_policy": (lambda v: v in CONTEXT_POLICIES, " or ".join(CONTEXT_POLICIES)),
@@ -58,6 +60,7 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
               "off or a model spec"),
     "draft_tokens": (lambda v: 1 <= v <= 16, "1 to 16"),
     "compute_dtype": (lambda v: v in (None, *COMPUTE_DTYPES), "auto, " + ", ".join(COMPUTE_DTYPES)),
+    "cpu_matmul": (lambda v: v in CPU_MATMUL_MODES, ", ".join(CPU_MATMUL_MODES)),
     "docs": (lambda v: v is None or (isinstance(v, str) and DOCS_NAME.match(v) is not None),
              "off or a collection name"),
     "docs_k": (lambda v: 1 <= v <= MAX_DOCS_K, f"1 to {MAX_DOCS_K}"),
@@ -72,10 +75,13 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 """What each generation setting allows (a check and the rule in words): the one
 place the /set command, `mlxchat ask` flags and the config file are checked against."""
 
+SAMPLING = ("temperature", "top_p", "min_p", "repetition_penalty")
+"""Settings a model gives defaults for; None in a session follows the model's."""
+
 _WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
           "draft_tokens", "docs_k", "docs_budget", "tool_result_tokens", "max_tool_steps")
 _WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft",
-          "compute_dtype", "docs", "tools")
+          "compute_dtype", "cpu_matmul", "docs", "tools")
 
 
 def generation_problem(name: str, value: Any) -> str | None:
@@ -97,12 +103,13 @@ def generation_problem(name: str, value: Any) -> str | None:
 class GenerationSettings(Record):
     """Sampling and cache options of a turn; each is settable with ``/set``."""
 
-    temperature: float = 0.7
-    """0 means greedy decoding."""
-    top_p: float = 1.0
-    """Nucleus sampling; 1.0 keeps every token."""
-    min_p: float = 0.0
-    """Drop tokens below this fraction of the top token's probability; 0 disables."""
+    temperature: float | None = None
+    """0 means greedy decoding; None: the model's default (``/get`` says it)."""
+    top_p: float | None = None
+    """Nucleus sampling; 1.0 keeps every token; None: the model's default."""
+    min_p: float | None = None
+    """Drop tokens below this fraction of the top token's probability; 0
+    disables; None: the model's default."""
     max_tokens: int = 1024
     """Upper bound on the answer's length in tokens."""
     max_reasoning_tokens: int = 4096
@@ -115,8 +122,9 @@ class GenerationSettings(Record):
     """low, medium or high, for templates that take it (gpt-oss); None: theirs."""
     seed: int | None = None
     """Random seed for sampling; None draws a fresh one each turn."""
-    repetition_penalty: float = 1.0
-    """1.0 disables; 1.1 is a mild penalty on recently generated tokens."""
+    repetition_penalty: float | None = None
+    """1.0 disables; 1.1 is a mild penalty on recently generated tokens; None:
+    the model's default."""
     kv_bits: int | None = None
     """Quantize the KV cache to 8 or 4 bits; None keeps the model's dtype."""
     context_window: int | None = None
@@ -141,6 +149,11 @@ class GenerationSettings(Record):
     compute_dtype: str | None = None
     """What activations and the KV cache compute in; None (auto): float32 on
     the CPU, the family's training dtype on a GPU (models/precision.py)."""
+    cpu_matmul: str = "auto"
+    """How quantized layers multiply on the CPU: 'quantized' (quantized_matmul),
+    'dequantized' (through the BLAS in float32: per prefill chunk, and from a kept
+    float32 copy where memory allows), 'auto' (per layer shape, measured on this
+    machine once; engine/cpu_choice.py). Not used on a GPU."""
     docs: str | None = None
     """The document collection each message retrieves from (/docs use NAME);
     None: no retrieval."""
@@ -159,6 +172,13 @@ class GenerationSettings(Record):
     None (auto): a tenth of the window."""
     max_tool_steps: int = 8
     """Tool calls and their answers the model may chain for one message."""
+
+    def sampled_with(self, defaults: dict[str, float]) -> GenerationSettings:
+        """These settings with each sampling setting left to the model (None)
+        taken from ``defaults`` (the model's, every one named)."""
+        chosen = {name: value for name in SAMPLING
+                  if (value := getattr(self, name)) is None}
+        return dataclasses.replace(self, **{name: defaults[name] for name in chosen})
 
     def check(self) -> None:
         """Raise ValueError (one line) for the first setting out of its range."""

@@ -134,6 +134,11 @@ def kv_temp_file(path: Path, pid: int) -> Path:
     return path.with_name(f".{path.stem}.{pid}.tmp.safetensors")
 
 
+def exports_dir() -> Path:
+    """Where ``/export`` and ``mlxchat sessions export`` write when given no path."""
+    return data_dir() / "exports"
+
+
 def models_cache_dir() -> Path:
     """Converted models, one folder per source file hash and converter version."""
     return cache_dir() / "models"

@@ -55,6 +55,10 @@ class TurnStats(Record):
     """Of reused_tokens, those prefilled while the user typed the message."""
     typed_prefill_s: float = 0.0
     """Seconds the engine spent prefilling while the user typed (not in ttft_s)."""
+    model: str = ""
+    """The model that wrote the reply ('smollm2-135m'), as the engine named it."""
+    model_quantization: str = ""
+    """How its weights were held ('int4 g32', 'bfloat16'), as the gauges say it."""
     miss_reason: str | None = None
     """Why fewer tokens were reused than the conversation shares with the cache."""
     dropped_messages: int = 0
@@ -72,6 +76,10 @@ class TurnStats(Record):
     draft_rebuilt: bool = False
     """The draft's cache was rebuilt from the prompt's token ids (after a resume
     from disk or a model change: the draft's cache is not saved)."""
+    blas: str = ""
+    """The BLAS serving MLX's float matmuls ('OpenBLAS 0.3.21, 2 threads')."""
+    cpu_matmul: str = ""
+    """How the quantized layers multiplied on the CPU (engine/cpu_choice.py)."""
 
     def __post_init__(self) -> None:
         # Rows stored before the rates could be None say 0.0 for "not measured":

@@ -65,13 +65,13 @@ def test_model_aliases(registry, ctx):
 
 def test_settings_and_values(registry, ctx):
     names = values(registry, ctx, "/set ")
-    assert names[0] == "/set temperature " and len(names) == 24
+    assert names[0] == "/set temperature " and len(names) == 25
     assert values(registry, ctx, "/set kv") == ["/set kv_bits "]
     assert values(registry, ctx, "/set kv_bits ") == [
         "/set kv_bits none", "/set kv_bits 4", "/set kv_bits 8"]
     assert values(registry, ctx, "/set context_policy s") == ["/set context_policy stop"]
     assert values(registry, ctx, "/set temperature ") == [
-        "/set temperature 0.0", "/set temperature 0.7"]  # current, then built-in default
+        "/set temperature 0.0", "/set temperature model"]  # current, then the model's
     assert values(registry, ctx, "/set --d") == ["/set --default "]
     assert values(registry, ctx, "/set --default top") == ["/set --default top_p "]
     assert values(registry, ctx, "/set seed 1 ") == []

@@ -106,3 +106,17 @@ def test_set_docs_checks_the_collection(registry, ctx, conv, notes):
     assert registry.run("/docs add notes", ctx).ok
     assert registry.run("/set docs off", ctx).ok and conv.session.settings.docs is None
     assert registry.run("/set docs notes", ctx).ok and conv.session.settings.docs == "notes"
+
+
+def test_links_out_of_the_folder_are_followed_only_when_asked(registry, ctx, conv, notes):
+    outside = notes.parent / "elsewhere"
+    outside.mkdir()
+    (outside / "far.md").write_text("# Far\n\nA note kept outside the folder.\n")
+    (notes / "far").symlink_to(outside, target_is_directory=True)
+    r = registry.run("/docs add kept notes", ctx)
+    assert r.ok and r.text.startswith("kept: 3 files indexed"), r.text
+    assert f"skipped {notes}/far: a symlink to {outside}, outside {notes}" in r.text
+    r = registry.run("/docs add both notes --follow-links", ctx)
+    assert r.ok and r.text.startswith("both: 4 files indexed"), r.text
+    assert conv.retrieval.collection("both").follow_links
+    assert not conv.retrieval.collection("kept").follow_links

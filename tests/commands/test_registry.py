@@ -63,7 +63,7 @@ def test_unbalanced_quotes_are_a_clean_error(registry, ctx):
 def test_quoted_words(registry, ctx, tmp_path):
     result = registry.run('/export md "my notes"', ctx)
     assert result.ok, result.text
-    assert (tmp_path / "exports" / "my notes.md").is_file()
+    assert (tmp_path / "work" / "my notes.md").is_file()  # a path is the user's, as typed
 
 
 def test_free_text_keeps_quotes_and_apostrophes(registry, ctx, conv):

@@ -75,10 +75,19 @@ def test_get(registry, ctx, conv):
     assert table.kind == "table"
     assert [row[0] for row in table.rows] == list(GenerationSettings().to_dict())
     meanings = {row[0]: row[-1] for row in table.rows}
-    assert meanings["temperature"] == "0 means greedy decoding."  # the field's docstring
+    assert meanings["temperature"] == "randomness of sampling; 0 always takes the likeliest token"
+    # Words for the user: no code, no Python None, no meaning cut mid-word.
+    for row in table.rows:
+        cells = " ".join(row)
+        assert "``" not in cells and ".py" not in cells and "None" not in cells, row
+        assert not row[-1].endswith("…"), row
     one = registry.run("/get max_tokens", ctx)
-    assert one.text.startswith("max_tokens = 8 (default 8; allowed: >= 1).")
+    assert one.text == "max_tokens = 8 (new sessions: 8; allowed: >= 1): longest answer, in tokens."
     assert "Did you mean seed?" in registry.run("/get sed", ctx).text
+    assert registry.run("/set temperature model", ctx).ok
+    assert conv.generation.temperature is None
+    assert registry.run("/get temperature", ctx).text.startswith(
+        "temperature = 0.7 (model: built in) (new sessions: 0.0;")
 
 
 def test_model_show_and_switch(registry, ctx, conv):

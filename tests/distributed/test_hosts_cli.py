@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,13 +37,28 @@ def rank_pids(model: Path) -> list[int]:
     return found
 
 
-def ask(model: Path, home: Path, prompt: str, *args: str) -> dict:
+def ask_process(model: Path, home: Path, prompt: str, *args: str,
+                max_tokens: int = 8, temp: float = 0) -> tuple[subprocess.Popen, Path]:
+    """`ask --json` started, with a temp folder of its own (every rank's too)."""
+    temp_dir = home / "tmp"
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    kernels = Path(tempfile.gettempdir()) / "mlx"  # MLX's compiled kernels: kept warm
+    kernels.mkdir(exist_ok=True)
+    if not (temp_dir / "mlx").exists():
+        (temp_dir / "mlx").symlink_to(kernels, target_is_directory=True)
     env = dict(os.environ, MLXCHAT_HOME=str(home), HF_HUB_OFFLINE="1",
-               PYTHONPATH=str(ROOT / "app"))
+               PYTHONPATH=str(ROOT / "app"), TMPDIR=str(temp_dir))
     cmd = [sys.executable, "-m", "mlxchat", "ask", "--model", str(model), "--json",
-           "--temp", "0", "--max-tokens", "8", "--session", "s", *args, prompt]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True, text=True)
+           "--temp", str(temp), "--max-tokens", str(max_tokens), "--session", "s", *args,
+           prompt]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, text=True), temp_dir
+
+
+def finish(proc: subprocess.Popen, model: Path, temp_dir: Path, *,
+           lost_rank: bool = False) -> tuple[str, str]:
+    """Its output, once it ended: no rank left running, nothing left in its temp
+    folder but MLX's kernel cache (and a lost rank's log, kept to say why)."""
     try:
         out, err = communicate(proc, TIMEOUT_S)
     finally:
@@ -50,6 +66,15 @@ def ask(model: Path, home: Path, prompt: str, *args: str) -> dict:
         for pid in left:
             os.kill(pid, signal.SIGKILL)
     assert not left, f"ranks still running after ask: {left}"
+    kept = [n for n in os.listdir(temp_dir) if n != "mlx"
+            and not (lost_rank and n.startswith("mlxchat-rank1-") and n.endswith(".log"))]
+    assert kept == [], "temp files left: " + ", ".join(kept)
+    return out, err
+
+
+def ask(model: Path, home: Path, prompt: str, *args: str) -> dict:
+    proc, temp_dir = ask_process(model, home, prompt, *args)
+    out, err = finish(proc, model, temp_dir)
     assert proc.returncode == 0, err[-3000:]
     return json.loads(out)
 
@@ -101,3 +126,42 @@ def test_ask_hosts_refuses_a_missing_or_short_hostfile(llama, tmp_path):
                               text=True, timeout=60)
         assert proc.returncode == 1 and said in proc.stderr
         assert proc.stderr.count("\n") == 1
+
+
+def test_a_rank_lost_mid_turn_is_said_on_stderr_and_in_json(tmp_path, mlxchat_home):
+    """Killed mid-reply, rank 1 takes the turn down: one line says so on stderr
+    and in --json, with the turn's figures, and the exit status is 3, not
+    ctrl-c's 130; every rank and temp file is gone afterwards."""
+    import time
+
+    from mlxchat import paths
+    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.store import open_store
+
+    model = write_tiny_model(tmp_path / "long-llama", context_window=16384)
+    hosts = tmp_path / "hosts.json"
+    hosts.write_text(json.dumps({"hosts": [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * 2}))
+    proc, temp_dir = ask_process(model, mlxchat_home, "Tell me everything.", "--hosts",
+                                 str(hosts), "--rank-timeout", "15", max_tokens=12000,
+                                 temp=0.8)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:  # the reply streams once its first checkpoint is in the database
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()
+            db = paths.database_file()
+            if db.exists():
+                with open_store() as store:
+                    if store.drafts.left():
+                        break
+            time.sleep(0.2)
+        [rank1] = rank_pids(model)
+        os.kill(rank1, signal.SIGKILL)
+    finally:
+        out, err = finish(proc, model, temp_dir, lost_rank=True)
+    assert proc.returncode == 3, err[-3000:]
+    said = json.loads(out)
+    warning = said["engine_warning"]
+    assert warning.endswith("the reply was cut short and kept as cancelled")
+    assert f"mlxchat: {warning}\n" in err
+    assert said["finish_reason"] == "cancelled" and said["reply"]
+    assert said["prompt_tokens"] > 0 and said["context_window"] == 16384

@@ -71,3 +71,29 @@ def test_a_split_engine_runs_turns_with_one_rank(engine):
             if isinstance(e, TurnDone)][-1]
     assert done.stats.generated_tokens == len(done.token_ids) > 0
     assert done.stats.spec_mode == "off" and done.stats.engine_warning is None
+
+
+def test_a_turn_given_up_on_keeps_the_figures_its_events_carried(engine):
+    """The ranks' silence path (rank_timeout_s) ends the turn without the engine
+    thread: its stats are what the turn's events said, not zeros."""
+    from mlxchat.engine.distributed.split import TurnWatch
+    from mlxchat.engine.events import PrefillProgress, TextDelta
+    from mlxchat.engine.prompt.fit import FittedPrompt
+
+    settings = GenerationSettings(temperature=0.0, max_tokens=6)
+    watch = TurnWatch()
+    watch.begin(prompt=FittedPrompt(list(range(40)), [], 0).tokens,
+                window=engine.prompts.window(settings), kv_bits=None,
+                weights_bytes=engine.info.weights_bytes)
+    watch.saw(PrefillProgress(30, 30, 120.0, cached_tokens=39, kv_bytes=3900))
+    watch.saw(TextDelta("Hel", 1, None, cached_tokens=40, kv_bytes=4000))
+    watch.saw(TextDelta("lo", 2, 9.5, cached_tokens=41, kv_bytes=4100))
+    done = watch.cut_short(RuntimeError("a rank did not answer for 30 s"), [7, 8])
+    stats = done.stats
+    assert done.reply == "Hello" and stats.finish_reason == "cancelled"
+    assert (stats.prompt_tokens, stats.prefilled_tokens, stats.reused_tokens) == (40, 30, 10)
+    assert stats.context_window == engine.prompts.window(settings) > 0
+    assert (stats.context_used, stats.kv_bytes, stats.generated_tokens) == (41, 4100, 2)
+    assert stats.weights_bytes == engine.info.weights_bytes > 0
+    assert stats.prefill_tps == 120.0 and stats.decode_tps == 9.5 and stats.ttft_s > 0
+    assert stats.engine_warning.endswith("the reply was cut short and kept as cancelled")

@@ -180,11 +180,11 @@ def test_fork_and_export_keep_the_sources(conv, tmp_path):
     sources = conv.messages[-2].sources
     _, copy = conv.fork()
     assert conv.session.id == copy.id and conv.messages[-2].sources == sources
-    path = conv.saved.export("json", str(tmp_path / "out.json"), base_dir=tmp_path)
+    path = conv.saved.export("json", str(tmp_path / "out.json"), cwd=tmp_path)
     data = json.loads(path.read_text())
     stored = [m for m in data["messages"] if m["role"] == "user"][0]
     assert [s["path"] for s in stored["sources"]] == [s.path for s in sources]
-    md = conv.saved.export("md", str(tmp_path / "out.md"), base_dir=tmp_path).read_text()
+    md = conv.saved.export("md", str(tmp_path / "out.md"), cwd=tmp_path).read_text()
     for s in sources:
         assert f"[{s.n}] {s.place}" in md
     imported = conv.saved.import_file(path)

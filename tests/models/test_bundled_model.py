@@ -152,3 +152,27 @@ def test_new_reader_keeps_the_old_arrays_and_perplexity(bundled_model_dir, prose
     mx.save_safetensors(str(folder / "model.safetensors"), rebuilt, {"format": "mlx"})
     ids, ours_perplexity = prose
     assert perplexity(load_folder(folder).model, ids) == ours_perplexity
+
+
+def test_at_its_defaults_the_first_answer_is_english(bundled_model, tmp_path):
+    """A new session left to the model's own sampling (the catalog's, measured):
+    the question that got French nonsense at temperature 0.7 gets an answer."""
+    from mlxchat.config import Settings
+    from mlxchat.engine.core import ChatEngine
+    from mlxchat.engine.events import TurnDone
+    from mlxchat.session.conversation import Conversation
+    from mlxchat.store import open_store
+
+    settings = Settings()
+    settings.generation.max_tokens = 20
+    assert settings.generation.temperature is None  # the model's
+    conv = Conversation(settings=settings, store=open_store(tmp_path / "s.db"),
+                        engine=ChatEngine(bundled_model), model_spec="smollm2-135m")
+    try:
+        done = [e for e in conv.turns.send("What is the capital of France?")
+                if isinstance(e, TurnDone)][-1]
+    finally:
+        conv.close()
+    text = done.reply
+    words = set(re.findall(r"[a-z]+", text.lower()))
+    assert len(words & COMMON_WORDS) >= 2 and "paris" in words, text

@@ -145,6 +145,12 @@ def test_import_with_name_registers_alias(tiny_gguf):
     assert (entry.context_window, entry.bits) == (CONFIG["max_position_embeddings"], 4)
     row = next(e for e in list_models() if e.alias == "tiny-q4")
     assert row.kind == "gguf" and row.available_offline and row.size_on_disk
+    # What it needs, from the converted folder's config: weights + KV at its context.
+    layers, kv_heads = CONFIG["num_hidden_layers"], CONFIG["num_key_value_heads"]
+    head_dim = CONFIG["hidden_size"] // CONFIG["num_attention_heads"]
+    per_token = layers * 2 * kv_heads * head_dim * 2
+    assert row.needed_bytes is not None and row.needed_bytes >= row.size_bytes + per_token
+    assert row.fits != "?"
     loaded = load_model("tiny-q4")
     assert loaded.info.name == "tiny-q4" and loaded.info.path == str(folder)
 

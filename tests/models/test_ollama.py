@@ -149,7 +149,13 @@ def test_scan_lists_ollama_and_lm_studio(tmp_path, monkeypatch, capsys):
 def test_cli_import_prints_what_each_type_became(tmp_path, monkeypatch, capsys):
     ollama_store(tmp_path, monkeypatch)
     assert main(["import", "ollama:tiny:q8"]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    # Not a terminal: a line as each stage starts, the vocabulary's too (seconds on a
+    # large one), never silence.
+    assert captured.err.splitlines()[:3] == ["checking model…", "converting model…",
+                                             "writing model…"]
+    assert "reading the vocabulary of the model…" in captured.err.splitlines()
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line[:2] in ("Q8", "F3")}
     assert rows["Q8_0"][2:4] == ["int8", "g32"] and float(rows["Q8_0"][-1]) == 8 + 32 / 32
     assert rows["F32"][2] == "float32"

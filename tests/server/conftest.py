@@ -22,13 +22,16 @@ from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 
 
-def tiny_settings(max_tokens: int = 8) -> Settings:
+def tiny_settings(max_tokens: int = 8, context_window: int | None = None) -> Settings:
     return Settings(model="tiny", memory_budget_bytes=16 * 10**9,
-                    generation=GenerationSettings(temperature=0.0, max_tokens=max_tokens))
+                    generation=GenerationSettings(temperature=0.0, max_tokens=max_tokens,
+                                                  context_window=context_window))
 
 
-def open_tiny(tiny, db: Path, max_tokens: int = 8) -> Conversation:
-    return open_conversation(tiny_settings(max_tokens), store_factory=lambda: open_store(db),
+def open_tiny(tiny, db: Path, max_tokens: int = 8, context_window: int | None = None
+              ) -> Conversation:
+    return open_conversation(tiny_settings(max_tokens, context_window),
+                             store_factory=lambda: open_store(db),
                              load_model=lambda spec, progress=None: tiny).conversation
 
 
@@ -50,12 +53,14 @@ class Served:
 
 def serve(tiny, db: Path, *, api_key: str | None = None, max_waiting: int = 8,
           max_body_bytes: int = 1 << 20, max_tokens: int = 8,
-          kv_budget_bytes: int | None = None) -> Served:
-    conv = open_tiny(tiny, db, max_tokens)
+          kv_budget_bytes: int | None = None, context_window: int | None = None,
+          **server_options) -> Served:
+    """``server_options``: RunningServer's (max_connections, header_timeout_s)."""
+    conv = open_tiny(tiny, db, max_tokens, context_window)
     service = ChatService(conv, store=conv.store, engine=conv.engine, max_waiting=max_waiting,
                           kv_budget_bytes=kv_budget_bytes)
     app = build_app(service, api_key=api_key, max_body_bytes=max_body_bytes)
-    server = RunningServer(app, host="127.0.0.1", port=0).start()
+    server = RunningServer(app, host="127.0.0.1", port=0, **server_options).start()
     return Served(conv, service, server)
 
 

@@ -33,7 +33,7 @@ def test_serve_tui_runs_the_chat_with_the_server_options(launched):
     (["--port", "70000"], "--port must be 0 to 65535"),
     (["--queue", "0"], "--queue must be at least 1"),
     (["--kv-budget", "lots"], "--kv-budget must be a size"),
-    (["--host", "0.0.0.0"], "give --api-key KEY"),
+    (["--host", "0.0.0.0"], "give a key with --api-key-file PATH, $MLXCHAT_API_KEY or --api-key"),
 ])
 def test_bad_serve_tui_options_are_one_line_and_start_nothing(launched, capsys, argv, words):
     assert cli.main(["serve", "--tui", *argv]) == 1

@@ -18,8 +18,9 @@ from mlxchat.store.schema import (
     V11_API_MESSAGES,
     V12_MESSAGE_SOURCES,
     V13_TOOL_MESSAGES,
+    V15_FOLLOW_LINKS,
 )
-from mlxchat.store.tool_schema import V15_TOOL_GRANTS_AND_RUNS
+from mlxchat.store.tool_schema import V16_TOOL_GRANTS_AND_RUNS
 
 from tests.old_snapshots import record_old_snapshot
 
@@ -76,12 +77,13 @@ def _make_v1(path: Path) -> None:
 
 
 def test_migrations_are_ordered_and_versioned() -> None:
-    assert SCHEMA_VERSION == len(MIGRATIONS) == 15
+    assert SCHEMA_VERSION == len(MIGRATIONS) == 16
     assert MIGRATIONS[10] is V11_API_MESSAGES  # version 11 exactly, after version 10
     assert MIGRATIONS[11] is V12_MESSAGE_SOURCES
     assert MIGRATIONS[12] is V13_TOOL_MESSAGES
     assert MIGRATIONS[13] is V14_DOC_CHUNKS_FTS_BY_COLLECTION
-    assert MIGRATIONS[14] is V15_TOOL_GRANTS_AND_RUNS
+    assert MIGRATIONS[14] is V15_FOLLOW_LINKS
+    assert MIGRATIONS[15] is V16_TOOL_GRANTS_AND_RUNS
 
 
 def test_a_v1_database_migrates_and_keeps_its_data(db_path: Path) -> None:

@@ -89,7 +89,7 @@ async def test_slash_commands_from_the_input(tmp_path, tiny):
         await ready(pilot)
         await send(pilot, "/get temperature")
         kind, text = rows(app)[-1]
-        assert kind == "info" and text.startswith("temperature = 0.0 (default 0.0;")
+        assert kind == "info" and text.startswith("temperature = 0.0 (new sessions: 0.0;")
         assert app.prompt.text == ""
         await send(pilot, "/stats")
         no_turn = "No turn yet in this session; /stats reports the last one."
@@ -321,7 +321,10 @@ async def test_help_copy_and_palette(tmp_path, tiny):
         app.copy_to_clipboard("")
         await send(pilot, "/copy")  # the command copies from its worker thread
         assert app.clipboard == reply
-        assert rows(app)[-1] == ("info", f"Copied the last reply ({len(reply)} characters).")
+        kind, said = rows(app)[-1]
+        assert kind == "info" and said.startswith(f"Copied the last reply ({len(reply)} "
+                                                  "characters) ")
+        assert "to the terminal (OSC 52" in said  # which way it went
 
         await pilot.press("ctrl+p")
         await pilot.pause()
@@ -405,3 +408,39 @@ async def test_what_exists_at_start_is_out_of_the_collectors_sight(tmp_path, tin
         await ready(pilot)
         assert gc.get_freeze_count() > 0
         assert not any(o is before_start for o in gc.get_objects())
+
+
+async def test_each_reply_is_labelled_with_the_model_that_wrote_it(tmp_path, tiny, tiny_b):
+    from mlxchat.tui.widgets.transcript import AssistantMessage
+
+    app = tiny_app(tmp_path / "s.db", tiny, tiny_b)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await send(pilot, "One.")
+        await send(pilot, "/model tiny-b")
+        await send(pilot, "Two.")
+        await send(pilot, "/model tiny")  # the transcript is shown again
+        await settle(pilot)
+        labels = [w.label for w in app.transcript.query(AssistantMessage)]
+        assert labels == ["tiny", "tiny-b"]
+
+
+async def test_notices_stay_through_a_reload_and_a_resize_but_not_into_another_session(
+        tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await ready(pilot)
+        await send(pilot, "Hello there.")
+        await send(pilot, "/nosuchcommand")
+        await send(pilot, "/stats")
+        before = rows(app)
+        assert [kind for kind, _ in before][:2] == ["user", "assistant"]
+        assert any(kind == "error" for kind, _ in before)
+        await send(pilot, "/rename Kept notices")  # the session changed: shown again
+        await pilot.resize_terminal(80, 24)
+        await settle(pilot)
+        after = rows(app)
+        assert after[:len(before)] == before
+        assert len(app.transcript.query(TableNotice)) == 1
+        await send(pilot, "/new")
+        assert not any(kind == "error" for kind, _ in rows(app))

@@ -267,3 +267,26 @@ async def test_one_decoded_token_is_one_token():
         assert text(panel, "#live-text").splitlines()[0] == "decoding 1 token"
         panel.decoding(2, None)
         assert text(panel, "#live-text").splitlines()[0] == "decoding 2 tokens"
+
+
+async def test_a_live_figure_that_grows_a_digit_and_wraps_is_laid_out_again():
+    from textual.app import App
+
+    from mlxchat.tui.widgets.gauges import GaugeText
+
+    class Narrow(App[None]):
+        CSS = "GaugeText { width: 20; height: auto; }"
+
+        def compose(self):
+            yield GaugeText(id="t")
+
+    app = Narrow()
+    async with app.run_test(size=(40, 10)) as pilot:
+        text = app.query_one(GaugeText)
+        text.show("decoding 99 tokens")  # 18 cells: one row
+        await pilot.pause()
+        assert text.size.height == 1
+        text.show("decoding 100 tokens")  # 19 cells: one row still
+        text.show("decoding 1,000 tokens")  # 21 cells: wraps, the same "\n" count
+        await pilot.pause()
+        assert text.size.height == 2  # the second row is shown, not cut off

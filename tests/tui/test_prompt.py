@@ -106,3 +106,15 @@ async def test_enter_sends_what_was_typed_even_when_typed_faster_than_the_list()
         assert prompt.process_key("enter")
         await pilot.pause()
         assert [m.text for m in app.received] == ["/set max_tokens 12"]
+
+
+async def test_refused_text_put_back_shows_no_completions_until_edited():
+    app = host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        prompt = app.query_one(PromptInput)
+        prompt.restore("/he")  # a refused command: the error must stay readable
+        await pilot.pause()
+        assert prompt.completions == [] and prompt.text == "/he"
+        await pilot.press("right", "l")  # edited: the list is back
+        await pilot.pause()
+        assert [c.value for c in prompt.completions]

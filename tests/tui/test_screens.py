@@ -234,3 +234,22 @@ async def test_model_picker_download_error_is_shown_plainly():
         await pilot.pause()
         assert app.screen.query_one("#models-status", Static).render().plain == (
             "Download of qwen3-4b failed: no network: set HF_HUB_OFFLINE=0 or copy the model folder")
+
+
+async def test_model_picker_shows_what_each_needs_and_fits_within_160_columns():
+    from mlxchat.tui.screens.model_picker import SOURCE_WIDTH
+
+    imported = ModelEntry("mine", "/home/someone/very/deep/folder/of/models/gemma-3-270m-"
+                          "q4_k_m-from-some-download.gguf", "gguf", bits=4, context_window=32768,
+                          size_bytes=253_000_000, size_on_disk=True, available_offline=True,
+                          needed_bytes=1_300_000_000, fits="yes")
+    app = ScreenHost(lambda: ModelPickerScreen([*ENTRIES, imported], current="mine"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one("#models-table")
+        labels = [str(c.label) for c in table.columns.values()]
+        assert labels[:7] == ["Model", "Bits", "Context", "Size", "Needs", "Fits", "Offline"]
+        assert table.virtual_size.width <= table.size.width  # nothing cut at 160 columns
+        row = [str(cell) for cell in table.get_row("mine")]
+        assert row[5] == "yes" and row[4] == "1.3 GB"
+        assert len(row[-1]) == SOURCE_WIDTH and row[-1].endswith("download.gguf")

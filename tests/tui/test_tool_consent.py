@@ -1,26 +1,29 @@
 """The app's tool loop, driven like a user: the consent dialog shows the call
 (server, tool, arguments, the server's hints as its claims) and nothing runs
 before its answer; a denied call's reason reaches the model; results show
-folded (a click or ctrl+t unfolds them); escape stops a running call; after
-quit no server process is left (asked of the OS)."""
+folded (a click or ctrl+t unfolds them); escape stops a running call; once
+the app is gone and its host closed (as `mlxchat` does) no server process is
+left (asked of the OS)."""
 
 from __future__ import annotations
 
 import json
 import os
 from dataclasses import replace
+from functools import partial
 
 import pytest
 from textual.widgets import Input, Static
 
+from mlxchat.tui.app import create_app
 from mlxchat.tui.screens import ToolConsentScreen
-from mlxchat.tui.widgets.tool_result import ToolResultMessage
+from mlxchat.tui.widgets.transcript import ToolResultMessage
 
 from tests.scripted import Scripted
 from tests.server.conftest import real_qwen3
 from tests.tools.servers import children, host_for, qwen_call, ran, wait_gone
 
-from .app_support import ready, tiny_app, tiny_settings, until
+from .app_support import NOW, ready, tiny_factory, tiny_settings, until
 
 
 
@@ -42,7 +45,11 @@ async def test_consent_gates_each_call_and_results_show_folded(qwen3, tmp_path, 
     scripted = Scripted(qwen3.tokenizer, monkeypatch)
     settings = tiny_settings(200)
     settings.generation = replace(settings.generation, tools="t.write_note,t.get_weather,t.slow")
-    app = tiny_app(tmp_path / "s.db", qwen3, settings=settings, tool_host=host)
+    # As `mlxchat` opens the app: the conversation gets the host, which is closed
+    # once the app is gone.
+    app = create_app(settings, conversation_factory=partial(
+        tiny_factory(tmp_path / "s.db", qwen3), tool_host=host), now=lambda: NOW,
+        cursor_blink=False)
     async with app.run_test(size=(110, 40)) as pilot:
         await ready(pilot)
         scripted.reply(qwen_call("write_note", text="rm -rf /"))
@@ -92,4 +99,5 @@ async def test_consent_gates_each_call_and_results_show_folded(qwen3, tmp_path, 
         assert "Sunny" not in weather.render().plain
         notices = [n.render().plain for n in app.query(".notice")]
         assert any(n.startswith("Stopped at slow") for n in notices), notices
-    assert processes and wait_gone(processes) == []  # quit stopped every server
+    host.close()
+    assert processes and wait_gone(processes) == []  # every server stopped

@@ -243,7 +243,7 @@ async def test_a_streamed_update_costs_one_layout_pass():
 
 async def test_a_tool_loop_shows_its_calls_and_its_results_under_the_tools_name():
     from mlxchat.chat import CalledTool
-    from mlxchat.tui.widgets.tool_result import ToolResultMessage
+    from mlxchat.tui.widgets.transcript import ToolResultMessage
 
     call = CalledTool("get_weather", {"city": "Paris"}, "call_1")
     app = host()
@@ -260,3 +260,24 @@ async def test_a_tool_loop_shows_its_calls_and_its_results_under_the_tools_name(
             "▾ tool result · get_weather · 11 B\n> clear\n> windy"
         reply = transcript.query_one(AssistantMessage)
         assert reply.text == 'Checking.\n\n→ get_weather({"city": "Paris"})'
+
+
+async def test_an_attached_file_is_folded_to_one_line_and_unfolds_on_click():
+    from mlxchat.chat import attachment_block
+    from mlxchat.tui.widgets.folded import AttachmentBlock
+
+    big = "\n".join(f"line {i}: " + "x" * 60 for i in range(200))  # ~14 KB
+    content = attachment_block("notes.md", big) + "\n\nWhat is in it?"
+    app = HostApp(lambda: Transcript(id="transcript"))
+    async with app.run_test(size=(100, 40)) as pilot:
+        transcript = app.query_one(Transcript)
+        await transcript.add_user(content)
+        await pilot.pause()
+        block = transcript.query_one(AttachmentBlock)
+        assert block.size.height == 1
+        assert str(block.render()).startswith("▸ attached notes.md · 14.")
+        body = transcript.query_one(UserMessage).query(".message-body").first()
+        assert str(body.render()) == "What is in it?"
+        await pilot.click(AttachmentBlock)
+        await pilot.pause()
+        assert block.expanded and block.size.height > 100

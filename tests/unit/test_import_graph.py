@@ -5,7 +5,7 @@ inside functions and under `if TYPE_CHECKING:` too. Layers, bottom to top, by
 folder:
 
     ground    mlxchat.errors, paths, files, chat, record, generation, turn_stats, config,
-              units, sources, mlxchat/__init__
+              units, sources, blas, open_files, clipboard, mlxchat/__init__
     core      mlxchat/engine/, mlxchat/store/, mlxchat/models/, mlxchat/docs/,
               mlxchat/tools/
               (peers: engine may import models, docs may import store; store and
@@ -34,7 +34,8 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[2] / "app" / "mlxchat"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("mlxchat.errors", "mlxchat.paths", "mlxchat.files", "mlxchat.chat",
                 "mlxchat.record", "mlxchat.generation", "mlxchat.turn_stats",
-                "mlxchat.config", "mlxchat.__init__", "mlxchat.units", "mlxchat.sources")),
+                "mlxchat.config", "mlxchat.__init__", "mlxchat.units", "mlxchat.sources",
+                "mlxchat.clipboard", "mlxchat.open_files", "mlxchat.blas")),
     ("core", ("mlxchat.engine.*", "mlxchat.store.*", "mlxchat.models.*", "mlxchat.docs.*",
               "mlxchat.tools.*")),
     ("session", ("mlxchat.session.*",)),

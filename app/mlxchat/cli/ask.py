@@ -22,12 +22,15 @@ if TYPE_CHECKING:
 
 SESSION_WAIT_S = 10.0
 """How long `ask --session` waits for another mlxchat to let go of the session."""
+CUT_SHORT_EXIT = 3
+"""The exit status when the engine cut the reply short (a rank of a split model
+was lost): not ctrl-c's 130, so a script can tell the two apart."""
 
 _FLAGS = {"max_tokens": "max_tokens", "temp": "temperature", "top_p": "top_p",
           "min_p": "min_p", "seed": "seed", "repetition_penalty": "repetition_penalty",
           "kv_bits": "kv_bits", "context_policy": "context_policy",
           "max_reasoning_tokens": "max_reasoning_tokens", "reasoning_effort": "reasoning_effort",
-          "context": "context_window"}
+          "context": "context_window", "cpu_matmul": "cpu_matmul"}
 
 
 def _settings_from(args: argparse.Namespace, base: GenerationSettings) -> GenerationSettings:
@@ -142,7 +145,7 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
             "peak_memory_bytes", "finish_reason", "reused_tokens", "prefilled_tokens",
             "cache_source", "miss_reason", "dropped_messages", "snapshot_warning", "save_warning",
             "reasoning_tokens", "reasoning_s", "reasoning_budget_closed", "spec_mode", "draft_tokens_proposed",
-            "draft_tokens_accepted", "target_passes")
+            "draft_tokens_accepted", "target_passes", "engine_warning", "blas", "cpu_matmul")
     data = {"reply": reply, "model": model}
     data.update({k: getattr(stats, k) for k in keys})
     data.update(extra or {})
@@ -159,7 +162,8 @@ def run_ask(args: argparse.Namespace, settings: Settings) -> int:
         raise UserError("--new needs --session NAME (the title of the new session)")
     _settings_from(args, settings.generation)  # a flag out of range: said before any load
     _tools_choice(args)
-    with split_launch(getattr(args, "hosts", None)) as split:
+    with split_launch(getattr(args, "hosts", None),
+                      rank_timeout_s=getattr(args, "rank_timeout", 30.0)) as split:
         return _ask(args, settings, text, split)
 
 
@@ -231,6 +235,7 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
             extra.update(session={"id": conv.session.id, "title": conv.session.title},
                          snapshot=None if snap is None else {"ok": snap.ok,
                                                              "reason": snap.reason})
+        extra.setdefault("session", None)  # a one-off question is not kept
         name = conv.views.model_info.name
         if split is not None:
             state = conv.views.state()
@@ -247,5 +252,8 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
     if args.json:
         print(json.dumps(report(done.stats, done.reply, name,
                                 {"reasoning": done.reasoning or None, **extra})))
+    if done.stats.engine_warning:  # a lost rank: said here, not only in the app
+        print(f"mlxchat: {done.stats.engine_warning}", file=sys.stderr)
+        return CUT_SHORT_EXIT
     return 130 if done.stats.finish_reason == "cancelled" else 0
 

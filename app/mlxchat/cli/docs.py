@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 from dataclasses import asdict
 
-SHOWN_SKIPS = 5
+SHOWN_SKIPS = 20
 """Skipped files named after an index; the rest are counted."""
 
 
@@ -19,6 +20,9 @@ def add_docs_parser(sub) -> None:
     add = ds.add_parser("add", help="index files and folders into a collection (made if new)")
     add.add_argument("name")
     add.add_argument("paths", nargs="+", metavar="PATH")
+    add.add_argument("--follow-links", action="store_true",
+                     help="follow symlinks that lead out of the folders given (by default "
+                     "they are skipped and named); the collection's updates do too")
     ls = ds.add_parser("list", help="collections: files, chunks, bytes, last update")
     ls.add_argument("--json", action="store_true")
     rm = ds.add_parser("remove", help="remove a collection and its index")
@@ -78,13 +82,24 @@ def _index(store, args) -> int:
     indexer = Indexer(store.documents, default_embedder())
     cancel = threading.Event()
     show = _progress_line(sys.stderr)
+
+    def stop(*_) -> None:  # the first ctrl-c stops within a moment; a second at once
+        cancel.set()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    previous = signal.signal(signal.SIGINT, stop)
     try:
         if args.action == "add":
-            report = indexer.add(args.name, args.paths, on_progress=show, cancel=cancel)
+            report = indexer.add(args.name, args.paths, on_progress=show, cancel=cancel,
+                                 follow_links=args.follow_links)
         else:
             report = indexer.update(args.name, on_progress=show, cancel=cancel)
     except KeyboardInterrupt:
-        # The batch being written rolled back; whole files only are in the index.
+        # The batch being written rolled back; a file written in batches is
+        # marked incomplete and read again by the update.
+        report = None
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if report is None or report.cancelled:
         print(f"\ncancelled; `mlxchat docs update {args.name}` carries on", file=sys.stderr)
         return 130
     _print_report(report)

@@ -135,6 +135,8 @@ def check(hosts_path: Path, spec: str) -> list[HostReport]:
     rows: list[list[float]] = []
     try:
         rows = _rank0_probe(spec)
+    except RuntimeError as exc:  # the group never formed
+        raise launcher.not_joined(exc, hosts_path) from None
     finally:
         started.stop(timeout=5 if rows else 0.1)
     if not rows:
@@ -148,14 +150,20 @@ def _rank0_probe(spec: str) -> list[list[float]]:
     import mlx.core as mx
 
     out: list[list[float]] = []
+    failed: list[RuntimeError] = []
 
     def run() -> None:
-        group = mx.distributed.init(strict=True,
-                                    backend=os.environ.get("MLXCHAT_BACKEND", "ring"))
-        out.extend(probe(spec, group))
+        try:
+            group = mx.distributed.init(strict=True,
+                                        backend=os.environ.get("MLXCHAT_BACKEND", "ring"))
+            out.extend(probe(spec, group))
+        except RuntimeError as exc:  # said by the caller, never as a thread's traceback
+            failed.append(exc)
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     thread.join(JOIN_TIMEOUT_S)
+    if failed:
+        raise failed[0]
     return out
 
 

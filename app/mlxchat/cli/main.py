@@ -13,9 +13,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from mlxchat import __version__
+from mlxchat import __version__, blas
 from mlxchat.cli.progress import progress_printer
 from mlxchat.errors import UserError, user_message
+from mlxchat.generation import CPU_MATMUL_MODES
 
 
 def _add_generation_args(p: argparse.ArgumentParser) -> None:
@@ -41,6 +42,8 @@ def _add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft", metavar="SPEC",
                    help="speculate with this draft model (same tokenizer; 'auto': the "
                         "catalog's pairing)")
+    p.add_argument("--cpu-matmul", choices=CPU_MATMUL_MODES,
+                   help="how quantized layers multiply on the CPU (auto: measured)")
     p.add_argument("--speculative", choices=("off", "lookup", "draft"),
                    help="speculative decoding: lookup proposes from the text so far")
 
@@ -61,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="split the model over the hosts of this mlx.launch hostfile "
                              "(its backend: ring, or jaccl / jaccl-ring over Thunderbolt 5 RDMA; "
                              "this process is rank 0)")
+    parser.add_argument("--rank-timeout", type=float, default=30.0, metavar="S",
+                        help="with --hosts: end a turn, cut short, when the ranks say nothing "
+                             "for S seconds (default 30)")
     parser.add_argument("--pin", action="append", default=[], metavar="FILE",
                         help="pin FILE after the system prompt of the session it opens "
                              "(repeatable); its KV is shared with other sessions pinning it")
@@ -81,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "sources go to stderr, and into --json); 'off' for none")
     ask.add_argument("--hosts", metavar="HOSTFILE",
                      help="split the model over the hosts of this mlx.launch hostfile")
+    ask.add_argument("--rank-timeout", type=float, default=30.0, metavar="S",
+                     help="with --hosts: end the turn, cut short, when the ranks say nothing "
+                          "for S seconds (default 30)")
     ask.add_argument("--tools", metavar="SERVER[,...]",
                      help="let the model call the tools of these MCP servers ('*': all; "
                           "SERVER.TOOL for one); each call asks on the terminal")
@@ -134,6 +143,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stdout_closed()
     logging.basicConfig(level=os.environ.get("MLXCHAT_LOG", "WARNING").upper(),
                         format="%(levelname)s %(name)s: %(message)s")
+    blas.warn_once()  # the reference BLAS: why it is slow and how to fix it, once
+    if os.environ.get("MLXCHAT_LAUNCH_FILES"):  # run on a host by a launch script
+        import atexit
+
+        from mlxchat.cli.ranks import remove_own_launch_files
+
+        atexit.register(remove_own_launch_files)
     try:
         code = _dispatch(args)
         sys.stdout.flush()  # a broken pipe shows here, not at interpreter exit
@@ -217,13 +233,17 @@ def _dispatch(args: argparse.Namespace) -> int:
     from functools import partial
 
     from mlxchat.cli.split import factories, split_launch
-    from mlxchat.session.root import open_conversation
+    from mlxchat.session.root import default_tool_host, open_conversation
     from mlxchat.tui.app import run_app
 
-    with split_launch(args.hosts) as split:
-        factory = partial(open_conversation, **factories(split)) if split else None
-        return run_app(settings, model=args.model, continue_last=args.continue_last,
-                       session=args.session, pins=args.pin, conversation_factory=factory)
+    host = default_tool_host()  # the MCP servers: started when a session uses them
+    try:
+        with split_launch(args.hosts, rank_timeout_s=args.rank_timeout) as split:
+            factory = partial(open_conversation, tool_host=host, **factories(split))
+            return run_app(settings, model=args.model, continue_last=args.continue_last,
+                           session=args.session, pins=args.pin, conversation_factory=factory)
+    finally:
+        host.close()  # after the app's conversation is shut down; bounded
 
 
 def _need_terminal() -> None:

@@ -73,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true",
                         help="measure for `mlxchat hosts check` instead of serving")
     args = parser.parse_args(argv)
+    import atexit
+
+    from mlxchat.cli.ranks import remove_own_launch_files
+
+    atexit.register(remove_own_launch_files)
     if args.check:
         from mlxchat.cli.host_check import rank_main
 

@@ -25,23 +25,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlxchat.errors import UserError
-
-
-class HostfileError(UserError):
-    """The hostfile cannot be read or used with the chosen backend."""
+from mlxchat.cli.hostfile_check import HostfileError, check_addresses, check_hostfile
 
 
 def read_hostfile(path: str | Path) -> Any:
-    """MLX's ``Hostfile`` of ``path``; HostfileError in one line."""
+    """MLX's ``Hostfile`` of ``path``, every field checked first; HostfileError
+    in one line naming the field."""
     from mlx._distributed_utils.common import Hostfile
 
+    check_hostfile(Path(path))
     try:
         hostfile = Hostfile.from_file(str(path))
     except ValueError as exc:
         raise HostfileError(str(exc).splitlines()[0]) from None
     if len(hostfile.hosts) < 2:
         raise HostfileError(f"{path} names {len(hostfile.hosts)} host; splitting needs at least 2")
+    hostfile.source = str(path)  # for the messages of the checks before a launch
     return hostfile
 
 
@@ -85,11 +84,29 @@ class StartedRanks:
     temp_files: list[Path] = field(default_factory=list)
     """Rank 0's copies of the backend's files (its address list, RDMA devices)."""
     killed: set[int] = field(default_factory=set)
+    hosts: list[Any] = field(default_factory=list)
+    """Each rank's host (a local one's launch files can be removed here)."""
 
     def kill(self, rank: int) -> None:
         """End rank ``rank`` now (tests: a rank lost mid-turn)."""
         os.killpg(self.procs[rank - 1].pid, signal.SIGKILL)
         self.killed.add(rank)
+
+    def abort(self) -> None:
+        """End every rank now (a launch that failed part way), then clean up."""
+        for rank, proc in enumerate(self.procs, 1):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.killed.add(rank)
+        for host, log in zip(self.hosts, self.logs):
+            if not is_local(host):
+                pidfile = log.read_text(errors="replace").split("\n", 1)[0].strip() \
+                    if log.exists() else ""
+                if pidfile:
+                    end_remote(host, pidfile)
+        self.stop(timeout=5)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Wait for the ranks to exit (rank 0 closed them), then end any left."""
@@ -100,6 +117,9 @@ class StartedRanks:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=5)
         for rank, (proc, log) in enumerate(zip(self.procs, self.logs), 1):
+            if is_local(self.hosts[rank - 1]):  # a rank killed never removed its launch's files
+                for path in launch_files(log):
+                    path.unlink(missing_ok=True)
             if proc.returncode == 0 or rank in self.killed:
                 log.unlink(missing_ok=True)  # kept when a rank failed: its traceback
         for path in self.temp_files:
@@ -153,6 +173,14 @@ def wiring(hostfile: Any, starting_port: int) -> Wiring:
     return Wiring("jaccl", env, {"MLX_IBV_DEVICES": json.dumps([h.rdma for h in hosts])})
 
 
+def not_joined(exc: BaseException, hosts_path: Any) -> HostfileError:
+    """The one line for a group that could not form after the ranks started
+    (an address that does not answer, a rank that failed: its log says why)."""
+    said = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    return HostfileError(f"the ranks of {hosts_path} could not connect ({said}); check that "
+                         "every host's \"ips\" can be reached from the others")
+
+
 def check_available(backend: str) -> None:
     """This machine's MLX can start ``backend`` (JACCL needs macOS with
     Thunderbolt 5 RDMA enabled); one line when not."""
@@ -162,6 +190,33 @@ def check_available(backend: str) -> None:
         raise HostfileError(f"the {backend} backend is not available in this MLX build or on "
                             "this machine (JACCL needs macOS 26.2 or later and Thunderbolt 5 "
                             "with RDMA enabled); use \"backend\": \"ring\"")
+
+
+LAUNCH_FILES = "MLXCHAT_LAUNCH_FILES"
+"""The temp files a rank's launch script made, space-separated."""
+
+
+def _temp_files(words: str) -> list[Path]:
+    """The paths in ``words`` that are mktemp's files in the temp folder (nothing else)."""
+    temp = Path(tempfile.gettempdir())
+    return [Path(p) for p in words.split()
+            if Path(p).parent == temp and Path(p).name.startswith("tmp.")]
+
+
+def launch_files(log: Path) -> list[Path]:
+    """The temp files a rank's launch script named on its second line (its log's)."""
+    try:
+        with log.open(encoding="utf-8", errors="replace") as fh:
+            lines = [fh.readline() for _ in range(2)]
+    except OSError:
+        return []
+    return _temp_files(lines[1])
+
+
+def remove_own_launch_files() -> None:
+    """At the exit of a process a launch script started: its temp files go."""
+    for path in _temp_files(os.environ.get(LAUNCH_FILES, "")):
+        path.unlink(missing_ok=True)
 
 
 def is_local(host: Any) -> bool:
@@ -177,6 +232,13 @@ def launch_argv(host: Any, files: dict[str, str], env: list[str], command: list[
 
     script = RemoteProcess.make_launch_script(host.rank, None, os.getcwd(), files, env,
                                               command, is_local(host))
+    # The script's mktemp files (its pid file, the backend's files) outlive the
+    # process it starts: it names them to that process (which removes them at
+    # exit) and on stderr after its pid file's line (rank 0 removes a killed
+    # local rank's).
+    named = "$pidfile" + "".join(f" ${name}" for name in files)
+    script = script.replace("export MLX_RANK=", f'export {LAUNCH_FILES}="{named}"; '
+                            f'printf "%s\\n" "${LAUNCH_FILES}" >&2; export MLX_RANK=', 1)
     if is_local(host):
         return ["bash", "-c", script]
     options = ["-o", "LogLevel=QUIET"]
@@ -206,7 +268,18 @@ def start(hostfile: Any, worker_args: list[str], *, starting_port: int = 32323,
     ``python -m mlxchat.cli.rank``."""
     wired = wiring(hostfile, starting_port)
     check_available(wired.backend)
+    check_addresses(hostfile.hosts, getattr(hostfile, "source", None))
     ranks = StartedRanks()
+    try:
+        _launch(ranks, hostfile, wired, worker_args, python, log_dir)
+    except BaseException:
+        ranks.abort()  # nothing started stays running, nothing made stays behind
+        raise
+    return ranks
+
+
+def _launch(ranks: StartedRanks, hostfile: Any, wired: Wiring, worker_args: list[str],
+            python: str | None, log_dir: Path | None) -> None:
     local_files = {}
     for variable, content in wired.files.items():  # rank 0's copies, removed at stop
         fd, name = tempfile.mkstemp(prefix=f"mlxchat-{variable.lower()}-", suffix=".json")
@@ -225,8 +298,8 @@ def start(hostfile: Any, worker_args: list[str], *, starting_port: int = 32323,
                                                 stderr=subprocess.STDOUT,
                                                 start_new_session=True))
         ranks.logs.append(log)
+        ranks.hosts.append(host)
     os.environ.update(MLX_RANK="0", MLXCHAT_BACKEND=wired.backend, **local_files)
     for item in [*hostfile.envs, *wired.env]:
         key, _, value = item.partition("=")
         os.environ[key] = value
-    return ranks

@@ -4,8 +4,13 @@ API over it, on loopback unless given a key."""
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import re
+import signal
+import stat
 import sys
+from pathlib import Path
 from typing import Callable
 
 from mlxchat.cli.progress import progress_printer
@@ -21,7 +26,11 @@ def add_serve_parser(sub) -> None:
                    help="address to bind (default 127.0.0.1; others need --api-key)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free)")
     p.add_argument("--model", "-m", help="catalog alias, HF repo id, MLX folder or .gguf file")
-    p.add_argument("--api-key", help="required of every request (Bearer token or x-api-key)")
+    p.add_argument("--api-key", help="required of every request (Bearer token or x-api-key); "
+                   "visible to other users of this machine: prefer --api-key-file or "
+                   f"${API_KEY_VARIABLE}")
+    p.add_argument("--api-key-file", metavar="PATH",
+                   help="read the key from this file (readable by you only: chmod 600)")
     p.add_argument("--queue", type=int, default=8, metavar="N",
                    help="requests that may wait for the engine before 503 (default 8)")
     p.add_argument("--tui", action="store_true",
@@ -34,6 +43,8 @@ def add_serve_parser(sub) -> None:
 
 
 KV_BUDGET_TEXT = f"{DEFAULT_KV_BUDGET / 10**9:g}G"
+API_KEY_VARIABLE = "MLXCHAT_API_KEY"
+MAX_KEY_FILE_BYTES = 4096
 _UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 
@@ -47,12 +58,61 @@ def parse_size(text: str) -> int:
     return int(float(found.group(1)) * _UNITS[found.group(2)])
 
 
+def _key_from_file(given: str) -> str:
+    """The key in ``given`` (its first line), which only its owner may read."""
+    from mlxchat.errors import UserError
+    from mlxchat.files import FileRefused, read_limited
+
+    path = Path(given).expanduser()
+    try:
+        mode = path.stat().st_mode
+        data = read_limited(path, MAX_KEY_FILE_BYTES)
+    except (OSError, FileRefused) as exc:
+        text = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise UserError(f"--api-key-file {given}: {text}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise UserError(f"--api-key-file {given} can be read by other users "
+                        f"(mode {stat.S_IMODE(mode):o}); chmod 600 {given}")
+    lines = data.decode("utf-8", "replace").strip().splitlines()
+    if not lines or not lines[0].strip():
+        raise UserError(f"--api-key-file {given} is empty")
+    return lines[0].strip()
+
+
+def api_key(args: argparse.Namespace, *, warn=lambda text: print(text, file=sys.stderr)
+            ) -> str | None:
+    """The key from --api-key-file, --api-key or $MLXCHAT_API_KEY (one of the flags at
+    most); a key on the command line works but is said to be visible to others."""
+    from mlxchat.errors import UserError
+
+    if args.api_key is not None and args.api_key_file is not None:
+        raise UserError("give --api-key or --api-key-file, not both")
+    if args.api_key_file is not None:
+        return _key_from_file(args.api_key_file)
+    if args.api_key is not None:
+        warn("mlxchat serve: a key given with --api-key can be read by every user of this "
+             "machine (ps, /proc); use --api-key-file PATH or $" + API_KEY_VARIABLE)
+        return args.api_key or None
+    return os.environ.get(API_KEY_VARIABLE) or None
+
+
 def serve_options(args: argparse.Namespace) -> ServeOptions:
     """The options, checked: bad ones are refused in one line before the model loads."""
-    options = ServeOptions(host=args.host, port=args.port, api_key=args.api_key,
+    options = ServeOptions(host=args.host, port=args.port, api_key=api_key(args),
                            queue=args.queue, kv_budget_bytes=parse_size(args.kv_budget))
     check_options(options)
     return options
+
+
+def log_requests() -> None:
+    """One line per request on stderr (the access log of ``server/access_log.py``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("mlxchat serve: %(asctime)s %(message)s",
+                                           datefmt="%H:%M:%S"))
+    access = logging.getLogger("mlxchat.server.access")
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    access.propagate = False
 
 
 def run_serve(args: argparse.Namespace, settings: Settings, *,
@@ -68,11 +128,18 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
     from mlxchat.server.service import ChatService
     from mlxchat.session.root import open_conversation
 
+    # SIGTERM (launchctl, systemd, Docker, kill) stops it as ctrl-c does.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    log_requests()
     opened = open_conversation(settings, model_spec=args.model, progress=progress_printer())
     conv = opened.conversation
     service = ChatService(conv, store=opened.store, engine=opened.engine,
                           max_waiting=options.queue, kv_budget_bytes=options.kv_budget_bytes)
-    server = RunningServer(build_app(service, api_key=args.api_key), host=args.host,
+    if service.recovered:
+        n = service.recovered
+        print(f"mlxchat serve: kept {n} {'reply' if n == 1 else 'replies'} a killed run was "
+              "streaming, as far as it was checkpointed (marked stopped)", file=sys.stderr)
+    server = RunningServer(build_app(service, api_key=options.api_key), host=args.host,
                            port=args.port)
     try:
         service.warm_up()  # before listening: the first request is served warm
@@ -83,7 +150,9 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
     except KeyboardInterrupt:
         pass
     finally:
-        server.stop()
+        # The turns first: a stream cut short says so (server_stopped) and its reply
+        # is stored; then the server, whose streams have ended.
         service.close()
+        server.stop()
         conv.shutdown()
     return 0

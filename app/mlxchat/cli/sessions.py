@@ -26,7 +26,7 @@ def add_sessions_parser(sub) -> None:
     exp = ss.add_parser("export", help="write a session as Markdown or JSON")
     exp.add_argument("session", help="id or title")
     exp.add_argument("--format", "-f", choices=("md", "json"), default="md")
-    exp.add_argument("--out", "-o", help="file or folder (default: the current folder)")
+    exp.add_argument("--out", "-o", help="file or folder (default: the exports folder)")
     imp = ss.add_parser("import", help="import a session exported as JSON")
     imp.add_argument("file")
     ren = ss.add_parser("rename", help="rename a session")
@@ -70,15 +70,8 @@ def run_sessions(args: argparse.Namespace) -> int:
     if action == "show":
         sys.stdout.write(render_session(store, session.id, "md"))
     elif action == "export":
-        # On the command line the user names the place: any folder they can write.
-        dest, base = None, Path.cwd()
-        if args.out:
-            out = Path(args.out).expanduser().absolute()
-            if out.is_dir() or args.out.endswith("/"):
-                base = out
-            else:
-                dest, base = out.name, out.parent
-        print(export_session(store, session.id, args.format, dest, base_dir=base))
+        # -o names the place (any folder of the user's); else the exports folder.
+        print(export_session(store, session.id, args.format, args.out or None, cwd=Path.cwd()))
     elif action == "rename":
         print(f"#{session.id} is now {store.rename_session(session.id, args.title).title!r}")
     elif action == "delete":

@@ -38,7 +38,10 @@ class SplitLaunch:
         self.started = launcher.start(self.hostfile, ["--model", spec],
                                       starting_port=launcher.free_port(
                                           sum(len(h.ips) for h in self.hostfile.hosts)))
-        self.joined = join(spec)
+        try:
+            self.joined = join(spec)
+        except RuntimeError as exc:  # MLX's own, from the backend's connect
+            raise launcher.not_joined(exc, self.hosts_path) from None
         return self.joined.loaded
 
     def engine(self, loaded: Any) -> Any:
@@ -56,7 +59,8 @@ class SplitLaunch:
 
 
 @contextlib.contextmanager
-def split_launch(hosts: str | None) -> Iterator[SplitLaunch | None]:
+def split_launch(hosts: str | None, *, rank_timeout_s: float = 30.0
+                 ) -> Iterator[SplitLaunch | None]:
     """A ``SplitLaunch`` for ``--hosts`` (None without it); its ranks are
     stopped when the block ends, however it ends."""
     if hosts is None:
@@ -65,7 +69,9 @@ def split_launch(hosts: str | None) -> Iterator[SplitLaunch | None]:
     path = Path(hosts).expanduser()
     if not path.is_file():
         raise UserError(f"--hosts {hosts}: no such file")
-    split = SplitLaunch(path, launcher.read_hostfile(path))
+    if not rank_timeout_s > 0:
+        raise UserError(f"--rank-timeout must be above 0 seconds; got {rank_timeout_s:g}")
+    split = SplitLaunch(path, launcher.read_hostfile(path), rank_timeout_s=rank_timeout_s)
     try:
         yield split
     finally:

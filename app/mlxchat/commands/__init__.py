@@ -25,6 +25,7 @@ def default_registry() -> Registry:
     from mlxchat.commands import (
         docs,
         figures,
+        models,
         pins,
         sessions,
         speculation,
@@ -33,8 +34,9 @@ def default_registry() -> Registry:
         turns,
     )
 
-    return Registry([*sessions.COMMANDS, *turns.COMMANDS, *tuning.COMMANDS, *figures.COMMANDS,
-                     *speculation.COMMANDS, *pins.COMMANDS, *docs.COMMANDS, *tools.COMMANDS])
+    return Registry([*sessions.COMMANDS, *turns.COMMANDS, *tuning.COMMANDS, *models.COMMANDS,
+                     *figures.COMMANDS, *speculation.COMMANDS, *pins.COMMANDS, *docs.COMMANDS,
+                     *tools.COMMANDS])
 
 
 __all__ = ["Args", "Command", "CommandContext", "CommandError", "CommandResult", "Completion",

@@ -5,15 +5,10 @@ Stdlib only at import time; nothing here imports Textual or MLX.
 
 from __future__ import annotations
 
-import ast
-import inspect
-import itertools
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -144,14 +139,15 @@ class CommandContext:
 
     conversation: Conversation
     clipboard: Callable[[str], None] | None = None
-    """Copies text to the clipboard (e.g. Textual's OSC 52); None tries the system tools."""
+    """Copies text through the terminal (Textual's OSC 52), besides the system's
+    clipboard tools; None: the tools only."""
     config_path: Path | None = None
     """Settings file that ``/set --default`` writes; None: ``paths.config_file()``."""
     now: Callable[[], float] = time.time
     cwd: Callable[[], Path] = _default_cwd
     """Folder relative paths of /attach and /import start from."""
     exports_dir: Path | None = None
-    """Folder /export writes under; None: ``cwd()``."""
+    """Folder /export writes to when given no path; None: ``paths.exports_dir()``."""
     interactive: bool = True
     """A UI that can open screens (``open_screen``); False for the CLI."""
     assume_yes: bool = False
@@ -248,20 +244,3 @@ def ago(timestamp: float | None, now: float) -> str:
 def first_words(text: str, limit: int = 40) -> str:
     line = one_line(text, limit)
     return line or "(empty)"
-
-
-@lru_cache(maxsize=8)
-def field_docs(cls: type) -> dict[str, str]:
-    """The docstring under each dataclass field, read from the source ({} without it)."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-    except (OSError, TypeError, SyntaxError):
-        return {}
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
-    docs: dict[str, str] = {}
-    for node, after in itertools.pairwise(body):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)):
-            docs[node.target.id] = one_line(after.value.value, 200)
-    return docs

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 PROGRESS_INTERVAL_S = 0.2
 """At most this often an index reports how it goes."""
-SHOWN_SKIPS = 3
+SHOWN_SKIPS = 8
 
 
 def docs(ctx: CommandContext, args: Args) -> CommandResult:
@@ -47,6 +47,10 @@ def docs(ctx: CommandContext, args: Args) -> CommandResult:
     if handler is None:
         raise CommandError(f"Unknown /docs action {one_line(action, 20)!r}: use "
                            f"{', '.join(ACTIONS)} (see /help docs).")
+    if action == "add":
+        return add(ctx, rest, follow_links="--follow-links" in args.flags)
+    if args.flags:
+        raise CommandError("--follow-links goes with /docs add only.")
     return handler(ctx, rest)
 
 
@@ -90,10 +94,12 @@ def use(ctx: CommandContext, words: Sequence[str]) -> CommandResult:
                               session_changed=True)
 
 
-def add(ctx: CommandContext, words: Sequence[str]) -> CommandResult:
-    """/docs add [NAME] PATH...: a first word that is no path and a valid name names it."""
+def add(ctx: CommandContext, words: Sequence[str], *,
+        follow_links: bool = False) -> CommandResult:
+    """/docs add [NAME] PATH... [--follow-links]: a first word that is no path and a
+    valid name names it."""
     if not words:
-        raise CommandError("Usage: /docs add [NAME] PATH...")
+        raise CommandError("Usage: /docs add [NAME] PATH... [--follow-links]")
     base = ctx.cwd()
     name: str | None = None
     if len(words) > 1 and DOCS_NAME.match(words[0]) and not (base / words[0]).exists():
@@ -102,7 +108,7 @@ def add(ctx: CommandContext, words: Sequence[str]) -> CommandResult:
     retrieval = ctx.conversation.retrieval
     name = name or retrieval.in_use or _name_for(paths[0])
     report = retrieval.add(name, paths, on_progress=_reporter(ctx, "indexing"),
-                           cancel=_fresh_cancel(ctx))
+                           cancel=_fresh_cancel(ctx), follow_links=follow_links)
     used = ""
     if retrieval.in_use is None and not report.cancelled:
         retrieval.use(name)
@@ -281,12 +287,15 @@ COMMANDS = (
     Command("docs", docs, "Document collections: list, use, add, update, remove, search",
             usage="/docs [use NAME|off · add [NAME] PATH... · update [NAME] · remove NAME · "
                   "k N · budget N|auto · search QUERY]", max_args=None, complete=complete_docs,
+            flags=("--follow-links",),
             details="With a collection in use, each message retrieves its best chunks (hybrid "
                     "BM25 + embeddings) within the token budget, puts them in front of the "
                     "question as numbered sources, and asks the reply to cite them as [n]; the "
                     "transcript shows [n] as file:line. What was retrieved is stored with the "
                     "message, so reopening, retrying or exporting never retrieves again. "
-                    "Indexing can be cancelled with escape: whole files only are kept."),
+                    "Indexing can be cancelled with escape: whole files only are kept. "
+                    "Symlinks that lead out of the folders given are skipped and named, "
+                    "unless --follow-links (kept for the collection's updates)."),
     Command("sources", sources, "Show what the last message retrieved: file:lines, score, tokens",
             while_busy=True),
 )

@@ -59,6 +59,10 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
         ("weights", human_bytes(s.weights_bytes)),
         ("peak memory", human_bytes(s.peak_memory_bytes)),
     ]
+    if s.blas:
+        rows.append(("BLAS", s.blas))
+    if s.cpu_matmul:
+        rows.append(("cpu matmul", s.cpu_matmul))
     if s.miss_reason:
         rows.insert(2, ("cache miss", s.miss_reason))
     if s.reasoning_tokens:

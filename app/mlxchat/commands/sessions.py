@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from mlxchat import paths
 from mlxchat.chat import human_bytes
 from mlxchat.commands.base import (
     Args,
@@ -184,22 +185,23 @@ def export(ctx: CommandContext, args: Args) -> CommandResult:
     if fmt not in FORMATS:
         raise CommandError(f"Unknown format {one_line(args.words[0], 20)!r}: use md or json. "
                            "Usage: /export md|json [PATH]")
-    base = _exports_base(ctx)
     conv = ctx.conversation
-    path = conv.saved.export(cast(ExportFormat, fmt), args.get(1), base_dir=base)
+    path = conv.saved.export(cast(ExportFormat, fmt), args.get(1), cwd=ctx.cwd(),
+                             folder=_exports_folder(ctx))
     size = human_bytes(path.stat().st_size)
     what = "the current branch" if fmt == "md" else "every branch"
     return CommandResult.info(f"Exported #{conv.session.id} ({what}) to {path} ({size}).",
                               clear_input=True)
 
 
-def _exports_base(ctx: CommandContext) -> Path:
-    return (ctx.exports_dir or ctx.cwd()).expanduser().resolve()
+def _exports_folder(ctx: CommandContext) -> Path:
+    return (ctx.exports_dir or paths.exports_dir()).expanduser()
 
 
 def explain_export(ctx: CommandContext) -> str:
-    return (f"Here it writes under {_exports_base(ctx)}{os.sep} (without PATH: "
-            "a file named after the title); the message after writing gives the full path.")
+    return (f"Without PATH it writes a file named after the title in {_exports_folder(ctx)}"
+            f"{os.sep}; PATH is a file or folder of yours, relative to {ctx.cwd()}. The "
+            "message after writing gives the full path.")
 
 
 def complete_export(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:

@@ -7,9 +7,8 @@ import difflib
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mlxchat.chat import human_bytes
 from mlxchat.commands import speculation
 from mlxchat.commands.base import (
     Args,
@@ -18,22 +17,26 @@ from mlxchat.commands.base import (
     CommandContext,
     CommandError,
     CommandResult,
-    field_docs,
     one_line,
 )
 from mlxchat.config import remember
 from mlxchat.generation import (
     COMPUTE_DTYPES,
     CONTEXT_POLICIES,
+    CPU_MATMUL_MODES,
     GENERATION_RULES,
     HISTORY_MODES,
     REASONING_EFFORTS,
+    SAMPLING,
     SPECULATIVE_MODES,
     GenerationSettings,
     generation_problem,
 )
 from mlxchat.paths import config_file
 from mlxchat.units import fmt_int
+
+if TYPE_CHECKING:
+    pass
 
 
 def _number(name: str, raw: str, kind: type) -> Any:
@@ -91,44 +94,75 @@ def _switch(name: str, raw: str) -> Any:
     return words[raw.lower()]
 
 
+def _sampling(name: str, raw: str) -> Any:
+    if raw.lower() in ("model", "default", "auto", "none"):
+        return None  # the model's own default
+    return _allowed(name, _number(name, raw, float), raw)
+
+
 @dataclass(frozen=True)
 class Setting:
     name: str
     parse: Callable[[str, str], Any]
     rule: str
     """What values are allowed, in words."""
+    meaning: str
+    """What it does, in words for the user (one short line)."""
     choices: tuple[str, ...] = ()
 
 
 SETTINGS: dict[str, Setting] = {s.name: s for s in (
-    Setting("temperature", _ranged(float), ">= 0 (0 is greedy)"),
-    Setting("top_p", _ranged(float), "> 0 and <= 1"),
-    Setting("min_p", _ranged(float), ">= 0 and < 1"),
-    Setting("max_tokens", _ranged(int), ">= 1"),
-    Setting("max_reasoning_tokens", _ranged(int), ">= 1"),
-    Setting("thinking", _switch, "on, off or default", ("on", "off", "default")),
+    Setting("temperature", _sampling, "model, or >= 0",
+            "randomness of sampling; 0 always takes the likeliest token"),
+    Setting("top_p", _sampling, "model, or > 0 and <= 1",
+            "sample only from the likeliest tokens covering this share"),
+    Setting("min_p", _sampling, "model, or >= 0 and < 1",
+            "drop tokens less likely than this share of the likeliest one"),
+    Setting("max_tokens", _ranged(int), ">= 1", "longest answer, in tokens"),
+    Setting("max_reasoning_tokens", _ranged(int), ">= 1",
+            "longest reasoning, in tokens (apart from the answer)"),
+    Setting("thinking", _switch, "on, off or default",
+            "reasoning before the answer, for models that can", ("on", "off", "default")),
     Setting("reasoning_effort", _optional_word, "none, " + ", ".join(REASONING_EFFORTS),
+            "how hard the model reasons, for models that take it",
             ("none", *REASONING_EFFORTS)),
-    Setting("seed", _optional_int, "none or a whole number >= 0", ("none",)),
-    Setting("repetition_penalty", _ranged(float), "> 0 (1 is off)"),
-    Setting("kv_bits", _optional_int, "none, 4 or 8", ("none", "4", "8")),
+    Setting("seed", _optional_int, "none or a whole number >= 0",
+            "fixes the random draws: the same seed, the same reply", ("none",)),
+    Setting("repetition_penalty", _sampling, "model, or > 0 (1 is off)",
+            "makes recently written tokens less likely"),
+    Setting("kv_bits", _optional_int, "none, 4 or 8",
+            "stores the KV cache in 4 or 8 bits: less memory", ("none", "4", "8")),
     Setting("context_window", _optional_int, "none or a whole number >= 256 (at most the "
-            "model's)", ("none",)),
-    Setting("context_policy", _policy, " or ".join(CONTEXT_POLICIES), CONTEXT_POLICIES),
-    Setting("history", _policy, " or ".join(HISTORY_MODES), HISTORY_MODES),
-    Setting("speculative", _policy, ", ".join(SPECULATIVE_MODES), SPECULATIVE_MODES),
-    Setting("draft", lambda name, raw: raw, "off, auto or a model spec", ("auto", "off")),
-    Setting("draft_tokens", _ranged(int), "1 to 16"),
+            "model's)", "a smaller context window than the model's", ("none",)),
+    Setting("context_policy", _policy, " or ".join(CONTEXT_POLICIES),
+            "when the window is full: drop the oldest messages, or stop", CONTEXT_POLICIES),
+    Setting("history", _policy, " or ".join(HISTORY_MODES),
+            "ledger: earlier turns keep their tokens; template: render them again",
+            HISTORY_MODES),
+    Setting("speculative", _policy, ", ".join(SPECULATIVE_MODES),
+            "speculative decoding: a guess checked in one pass, same reply",
+            SPECULATIVE_MODES),
+    Setting("draft", lambda name, raw: raw, "off, auto or a model spec",
+            "the small model that guesses for speculative decoding", ("auto", "off")),
+    Setting("draft_tokens", _ranged(int), "1 to 16", "tokens guessed per checking pass"),
     Setting("compute_dtype", _dtype_word, "auto, " + ", ".join(COMPUTE_DTYPES),
-            ("auto", *COMPUTE_DTYPES)),
-    Setting("docs", _collection_name, GENERATION_RULES["docs"][1], ("off",)),
-    Setting("docs_k", _ranged(int), GENERATION_RULES["docs_k"][1]),
-    Setting("docs_budget", _optional_int, GENERATION_RULES["docs_budget"][1], ("auto",)),
-    Setting("tools", _collection_name, GENERATION_RULES["tools"][1], ("off", "*")),
-    Setting("tool_timeout", _ranged(float), GENERATION_RULES["tool_timeout"][1]),
+            "the float type the model computes in", ("auto", *COMPUTE_DTYPES)),
+    Setting("cpu_matmul", _policy, ", ".join(CPU_MATMUL_MODES),
+            "how quantized layers multiply on a CPU (auto: measured)", CPU_MATMUL_MODES),
+    Setting("docs", _collection_name, GENERATION_RULES["docs"][1],
+            "the document collection each message searches", ("off",)),
+    Setting("docs_k", _ranged(int), GENERATION_RULES["docs_k"][1],
+            "at most this many passages found per message"),
+    Setting("docs_budget", _optional_int, GENERATION_RULES["docs_budget"][1],
+            "tokens the found passages may take (auto: a quarter of the window)", ("auto",)),
+    Setting("tools", _collection_name, GENERATION_RULES["tools"][1],
+            "the MCP tools the model may call (/tools lists them)", ("off", "*")),
+    Setting("tool_timeout", _ranged(float), GENERATION_RULES["tool_timeout"][1],
+            "seconds a tool call may take"),
     Setting("tool_result_tokens", _optional_int, GENERATION_RULES["tool_result_tokens"][1],
-            ("auto",)),
-    Setting("max_tool_steps", _ranged(int), GENERATION_RULES["max_tool_steps"][1]),
+            "tokens a tool's result may take (auto: a tenth of the window)", ("auto",)),
+    Setting("max_tool_steps", _ranged(int), GENERATION_RULES["max_tool_steps"][1],
+            "tool calls the model may chain for one message"),
 )}
 
 
@@ -136,6 +170,22 @@ def show(value: Any) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return "none" if value is None else str(value)
+
+
+def shown(ctx: CommandContext, name: str, value: Any) -> str:
+    """A setting's value as /get says it: one left to the model names the model's."""
+    if name in SAMPLING and value is None:
+        sampling = ctx.conversation.views.model_info.sampling
+        own = sampling.values()[name]
+        whose = sampling.source if name in sampling.named() else "built in"
+        return f"{own:g} (model: {whose})"
+    if name in ("compute_dtype", "docs_budget") and value is None:
+        return "auto"
+    if name == "docs" and value is None:
+        return "off"
+    if name == "thinking" and value is None:
+        return "model"
+    return show(value)
 
 
 def _check_template(ctx: CommandContext, name: str, value: Any) -> None:
@@ -237,25 +287,24 @@ def think(ctx: CommandContext, args: Args) -> CommandResult:
 def get(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
     current, defaults = conv.generation, conv.settings.generation
-    docs = field_docs(GenerationSettings)
     if args.words:
         s = _setting(args.words[0])
         return CommandResult.info(
-            f"{s.name} = {show(getattr(current, s.name))} (default "
-            f"{show(getattr(defaults, s.name))}; allowed: {s.rule}). {docs.get(s.name, '')}"
-            .rstrip())
-    rows = [(s.name, show(getattr(current, s.name)), show(getattr(defaults, s.name)), s.rule,
-             docs.get(s.name, "")) for s in SETTINGS.values()]
+            f"{s.name} = {shown(ctx, s.name, getattr(current, s.name))} (new sessions: "
+            f"{shown(ctx, s.name, getattr(defaults, s.name))}; allowed: {s.rule}): "
+            f"{s.meaning}.")
+    rows = [(s.name, shown(ctx, s.name, getattr(current, s.name)),
+             shown(ctx, s.name, getattr(defaults, s.name)), s.rule, s.meaning)
+            for s in SETTINGS.values()]
     return CommandResult.table(
         "Generation settings of this session (/set NAME VALUE; --default also saves it "
         f"for new sessions in {ctx.config_path or config_file()})",
-        ("setting", "value", "default", "allowed", "meaning"), rows)
+        ("setting", "value", "new sessions", "allowed", "meaning"), rows)
 
 
 def complete_settings(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
-    docs = field_docs(GenerationSettings)
     if not words:
-        return [(s.name, docs.get(s.name, s.rule)) for s in SETTINGS.values()]
+        return [(s.name, s.meaning) for s in SETTINGS.values()]
     setting = SETTINGS.get(words[0].lower())
     if setting is None or len(words) > 1:
         return []
@@ -263,97 +312,17 @@ def complete_settings(ctx: CommandContext, words: tuple[str, ...], prefix: str) 
         return [(c, setting.rule) for c in setting.choices]
     current = show(getattr(ctx.conversation.generation, setting.name))
     default = show(getattr(GenerationSettings(), setting.name))
+    if setting.name in SAMPLING:
+        current = "model" if current == "none" else current
+        default = "model"
     out = [(current, f"current · {setting.rule}")]
-    return out + ([(default, f"built-in default · {setting.rule}")] if default != current
-                  else [])
+    what = "the model's default" if setting.name in SAMPLING else "built-in default"
+    return out + ([(default, f"{what} · {setting.rule}")] if default != current else [])
 
 
 def complete_setting_names(ctx: CommandContext, words: tuple[str, ...],
                            prefix: str) -> Candidates:
     return complete_settings(ctx, (), prefix)
-
-
-# -- /model /models -------------------------------------------------------------------
-
-
-def _params(n: int) -> str:
-    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n >= size:
-            return f"{n / size:.1f}{unit}".replace(".0", "")
-    return str(n)
-
-
-def model(ctx: CommandContext, args: Args) -> CommandResult:
-    conv = ctx.conversation
-    if args.words:
-        spec = args.words[0]
-        if spec == conv.model_spec:
-            return CommandResult.info(f"Already using {spec}.")
-        info = conv.switch_model(spec).info
-        return CommandResult.info(
-            f"Switched to {info.name} ({info.quantization}, {_params(info.parameter_count)} "
-            f"parameters, {fmt_int(info.context_window)}-token window); the KV cache in "
-            "memory starts empty (what this conversation saved with this model is restored "
-            "from disk at the next turn)." + (f" {info.memory_note}." if info.memory_note else "")
-            + (f" {conv.speculation.notice}." if conv.speculation.notice else ""),
-            session_changed=True, clear_input=True)
-    info = conv.views.model_info
-    rows = [("name", info.name), ("spec", info.spec), ("architecture", info.architecture),
-            ("parameters", _params(info.parameter_count) + (
-                f" total · {_params(info.active_parameter_count)} active per token"
-                if 0 < info.active_parameter_count < info.parameter_count else "")),
-            ("quantization", info.quantization + (f", scales {info.scales_dtype}"
-                                                  if info.scales_dtype not in ("", "-") else "")
-             + f" · computes in {info.compute_dtype}"
-             + ("" if info.compute_dtype == info.default_compute_dtype
-                else f" (this session; default {info.default_compute_dtype})")),
-            ("bits per weight", f"{info.bits_per_weight:.2f} in memory"
-             + (f" ({info.scales_dtype} scales)" if info.scales_dtype not in ("", "-") else "")),
-            ("weights in memory", human_bytes(info.weights_bytes)),
-            ("context window", f"{fmt_int(info.context_window)} tokens"),
-            ("layers · kv heads · head dim",
-             f"{info.num_layers} · {info.kv_heads} · {info.head_dim}"),
-            ("device", info.device), ("folder", info.path)]
-    state = conv.views.state()
-    if state.layout:
-        rows[7:7] = [("split across ranks", state.layout)] + [
-            (f"rank {r.rank}", f"{human_bytes(r.weights_bytes)} weights · KV "
-             f"{human_bytes(r.kv_bytes)} · peak {human_bytes(r.peak_memory_bytes)}")
-            for r in state.ranks]
-    return CommandResult.table("Current model (/model SPEC switches; /models lists them)",
-                               ("", ""), rows)
-
-
-def complete_models(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
-    from mlxchat.models import catalog
-
-    return [(e.alias, one_line(e.description or e.source, 60))
-            for e in catalog.list_entries()]
-
-
-def models(ctx: CommandContext, args: Args) -> CommandResult:
-    entries = list(ctx.list_models())
-    current = ctx.conversation.model_spec
-    rows = []
-    for e in entries:
-        size = (human_bytes(e.size_bytes) + ("" if e.size_on_disk else " download")
-                if e.size_bytes else "?")
-        rows.append((e.alias + (" *" if e.alias == current else ""),
-                     f"{e.bits}-bit" if e.bits else "-",
-                     size,
-                     fmt_int(e.context_window) if e.context_window else "?",
-                     e.fits,
-                     "yes" if e.available_offline else "no",
-                     one_line(e.description, 60)))
-    if current not in {e.alias for e in entries}:
-        info = ctx.conversation.views.model_info
-        rows.append((f"{info.name} *", f"{info.bits_per_weight:.1f} b/w",
-                     human_bytes(info.weights_bytes), fmt_int(info.context_window),
-                     "loaded", "yes", f"loaded from {one_line(current, 50)}"))
-    return CommandResult.table(
-        "Models (* is loaded; /model ALIAS switches)",
-        ("alias", "bits", "size", "context", "fits", "offline", "description"), rows,
-        open_screen="models" if ctx.interactive else None)
 
 
 COMMANDS = (
@@ -371,11 +340,4 @@ COMMANDS = (
                     "read it); the reasoning shows folded above the answer."),
     Command("get", get, "Show the generation settings, or one of them", usage="/get [NAME]",
             max_args=1, complete=complete_setting_names, while_busy=True),
-    Command("model", model, "Show the loaded model, or switch to another",
-            usage="/model [SPEC]", text=True, unquote=True, max_args=1,
-            complete=complete_models,
-            details="SPEC is a catalog alias (/models), a Hugging Face repo id, a local MLX "
-                    "folder or a .gguf file."),
-    Command("models", models, "List the catalog and local models, and which work offline",
-            while_busy=True),
 )

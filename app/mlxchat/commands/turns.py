@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
+from mlxchat import clipboard
 from mlxchat.chat import NO_SYSTEM_ROLE, Attachment, Message, attachment_block, human_bytes
 from mlxchat.commands.base import (
     Args,
@@ -22,15 +19,12 @@ from mlxchat.commands.base import (
 )
 from mlxchat.commands.completers import complete_files, user_path
 from mlxchat.files import FileRefused, FileTooLarge, read_limited
-from mlxchat.units import fmt_int, fmt_report_percent, plural
+from mlxchat.units import fmt_int, fmt_report_percent, fmt_seconds, plural
 
 ATTACH_LIMIT_BYTES = 8 << 20
 MAX_BYTES_PER_TOKEN = 24
 """No tokenizer we ship packs more bytes than this into one token on real text;
 a file larger than the free window times this cannot fit, so it is not tokenized."""
-_CLIPBOARD_TOOLS: tuple[tuple[str, ...], ...] = (
-    ("pbcopy",), ("wl-copy",), ("xclip", "-selection", "clipboard"),
-    ("xsel", "--clipboard", "--input"))
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)[^`]*$")
 
 
@@ -38,9 +32,15 @@ _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([^`\s]*)[^`]*$")
 
 
 def retry(ctx: CommandContext, args: Args) -> CommandResult:
-    turn = ctx.conversation.turns.retry()
+    conv = ctx.conversation
+    turn = conv.turns.retry()
+    temperature = conv.generation.temperature
+    if temperature is None:
+        temperature = conv.views.model_info.sampling.values()["temperature"]
+    same = (" At temperature 0 it is the same reply again (/set temperature 0.7 varies it)."
+            if temperature == 0 and conv.generation.seed is None else "")
     return CommandResult.info("Answering the last message again; the old reply stays on "
-                              "its branch (/branch).", turn=turn, session_changed=True,
+                              f"its branch (/branch).{same}", turn=turn, session_changed=True,
                               clear_input=True)
 
 
@@ -172,7 +172,7 @@ def attach(ctx: CommandContext, args: Args) -> CommandResult:
     per_token, how = kv_bytes_per_token(ctx)
     stats = last_stats(ctx)
     if stats is not None and stats.prefill_tps is not None:
-        prefill = (f"~{tokens / stats.prefill_tps:.1f} s to prefill at "
+        prefill = (f"~{fmt_seconds(tokens / stats.prefill_tps)} to prefill at "
                    f"{stats.prefill_tps:,.0f} tok/s (last turn)")
     else:
         prefill = "prefill time unknown until the first turn"
@@ -209,28 +209,6 @@ def code_blocks(markdown: str) -> list[tuple[str, str]]:
     return blocks
 
 
-def system_clipboard() -> Callable[[str], None] | None:
-    """A function that copies with pbcopy, wl-copy, xclip or xsel; None if none works here."""
-    for tool in _CLIPBOARD_TOOLS:
-        exe = shutil.which(tool[0])
-        if exe is None:
-            continue
-        if tool[0] == "wl-copy" and not os.environ.get("WAYLAND_DISPLAY"):
-            continue
-        if tool[0] in ("xclip", "xsel") and not os.environ.get("DISPLAY"):
-            continue
-
-        def copy(text: str, argv: tuple[str, ...] = (exe, *tool[1:])) -> None:
-            try:
-                subprocess.run(argv, input=text.encode("utf-8"), check=True, timeout=5,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            except (subprocess.SubprocessError, OSError) as exc:
-                raise CommandError(f"{os.path.basename(argv[0])} could not copy "
-                                   f"({one_line(str(exc), 80)}); nothing was copied.") from None
-        return copy
-    return None
-
-
 def _last_reply(ctx: CommandContext) -> Message:
     reply = next((m for m in reversed(ctx.conversation.messages) if m.role == "assistant"), None)
     if reply is None or not reply.content:
@@ -255,13 +233,9 @@ def copy(ctx: CommandContext, args: Args) -> CommandResult:
                                f"choose 1 to {len(blocks)}.")
         lang, text = blocks[n - 1]
         what = f"code block {n} of {len(blocks)}" + (f" ({lang})" if lang else "")
-    clipboard = ctx.clipboard or system_clipboard()
-    if clipboard is None:
-        raise CommandError("No clipboard here (none of pbcopy, wl-copy, xclip, xsel works); "
-                           "select the text with the mouse instead.")
-    clipboard(text)
-    return CommandResult.info(f"Copied {what} ({fmt_int(len(text))} characters).",
-                              clear_input=True)
+    ways = clipboard.copy(text, terminal=ctx.clipboard)
+    return CommandResult.info(f"Copied {what} ({fmt_int(len(text))} characters) "
+                              f"{clipboard.said(ways)}.", clear_input=True)
 
 
 def complete_copy(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:

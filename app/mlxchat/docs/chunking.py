@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Iterator
 
 WORD = re.compile(r"\w+|[^\w\s]")
 LONG_LINE = 2000
@@ -59,9 +60,9 @@ _CODE_DEF = re.compile(r"^(?:export\s+)?(?:pub\s+)?(?:async\s+)?"
                        r"(?:fn|func|function|class|struct|impl|interface|enum|trait)\s+(\w+)")
 
 
-def _rows(text: str) -> list[tuple[int, str]]:
+def _rows(text: str, first_line: int = 1) -> list[tuple[int, str]]:
     rows = []
-    for number, line in enumerate(text.split("\n"), 1):
+    for number, line in enumerate(text.split("\n"), first_line):
         line = line.rstrip("\r")
         if len(line) <= LONG_LINE:
             rows.append((number, line))
@@ -111,10 +112,9 @@ def _heading_at(rows, i: int, kind: str, heads: _Headings) -> tuple[int, tuple[s
     return None
 
 
-def _blocks(rows, kind: str) -> list[_Block]:
+def _blocks(rows, kind: str, heads: _Headings) -> list[_Block]:
     """Blocks: a heading, a fenced code block, or lines up to a blank line."""
     blocks: list[_Block] = []
-    heads = _Headings()
     i, fence, open_block = 0, None, False
     while i < len(rows):
         line = rows[i][1]
@@ -145,14 +145,18 @@ def _blocks(rows, kind: str) -> list[_Block]:
     return blocks
 
 
-def chunk_text(text: str, kind: str = "text", *, sizes: ChunkSizes = ChunkSizes()) -> list[Chunk]:
-    """The chunks of a document; ``kind`` is markdown, rst, code or text."""
-    rows = _rows(text)
+def chunk_text(text: str, kind: str = "text", *, sizes: ChunkSizes = ChunkSizes(),
+               first_line: int = 1, heads: _Headings | None = None) -> list[Chunk]:
+    """The chunks of a document; ``kind`` is markdown, rst, code or text.
+    ``first_line`` and ``heads`` continue a document cut in sections (``iter_chunks``)."""
+    heads = heads or _Headings()
+    carried = heads.path
+    rows = _rows(text, first_line)
     tokens = [count_tokens(line) for _, line in rows]
-    blocks = _blocks(rows, kind)
+    blocks = _blocks(rows, kind, heads)
     bounds = [b.first for b in blocks] + [len(rows)]
     chunks: list[Chunk] = []
-    start, size, path = 0, 0, ()
+    start, size, path = 0, 0, carried
     cut = start  # rows before `cut` belong to the previous chunk (overlap)
 
     def flush(end: int, overlap: bool) -> int:
@@ -175,7 +179,7 @@ def chunk_text(text: str, kind: str = "text", *, sizes: ChunkSizes = ChunkSizes(
         start, cut, size = back, end, sum(tokens[back:end])
         return start
 
-    heading_path: tuple[str, ...] = ()
+    heading_path: tuple[str, ...] = carried
     for block, (first, end) in zip(blocks, zip(bounds, bounds[1:])):
         weight = sum(tokens[first:end])
         if block.heading is not None and size - sum(tokens[start:cut]) >= sizes.heading_break:
@@ -196,3 +200,38 @@ def chunk_text(text: str, kind: str = "text", *, sizes: ChunkSizes = ChunkSizes(
             size += weight
     flush(len(rows), overlap=False)
     return chunks
+
+
+SECTION_CHARS = 512 * 1024
+"""A longer document is chunked a section of about this much at a time."""
+_SEAM = re.compile(r"\n[ \t]*\n(?=\S)")
+_FENCE_LINE = re.compile(r"^ {0,3}(```|~~~)", re.M)
+
+
+def _section_end(text: str, at: int, kind: str) -> int:
+    """Where the section from ``at`` ends: after a blank line near SECTION_CHARS
+    on (outside a fenced block in Markdown), or the end of the text."""
+    if len(text) - at <= SECTION_CHARS:
+        return len(text)
+    for seam in _SEAM.finditer(text, at + SECTION_CHARS):
+        end = seam.end()
+        if kind != "markdown" or len(_FENCE_LINE.findall(text, at, end)) % 2 == 0:
+            return end
+        if end - at > 4 * SECTION_CHARS:
+            return end  # a fence that never closes: cut anyway
+    return len(text)
+
+
+def iter_chunks(text: str, kind: str = "text", *,
+                sizes: ChunkSizes = ChunkSizes()) -> Iterator[Chunk]:
+    """The chunks of a document of any size, a section at a time (memory and
+    the time before the first chunk bounded by the section, not the text).
+    Sections are cut at blank lines; the heading path carries across them, so
+    only a chunk at a seam can end sooner than ``chunk_text`` would end it."""
+    heads, at, line = _Headings(), 0, 1
+    while at < len(text):
+        end = _section_end(text, at, kind)
+        section = text[at:end]
+        yield from chunk_text(section, kind, sizes=sizes, first_line=line, heads=heads)
+        line += section.count("\n")
+        at = end

@@ -4,7 +4,16 @@ A file whose size and mtime match its row is not read; one whose content hash
 matches is not re-chunked (its row takes the new mtime). Changed files are
 chunked and embedded in batches, each batch written in one transaction, so a
 crash between batches leaves whole files only; a cancel writes the files read
-so far, whole, and the next update carries on from there. Files gone from disk are dropped.
+so far, whole, as far as that takes no more than a moment, and the next update
+carries on from there. Files gone from disk are dropped.
+
+A file with more text than ``STREAMED_CHARS`` (up to the 32 MB limit) is
+chunked a section at a time and its chunks embedded and written a batch at a
+time, with progress within it: memory stays bounded by a batch, not the
+file. Its row is marked incomplete until its last batch (a crash leaves it
+to be read again by the next update; a cancel removes it). Embedding runs in
+slices of a fraction of a second (``PacedEmbedder``), so a cancel stops it
+within one.
 """
 
 from __future__ import annotations
@@ -19,10 +28,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from mlxchat.docs.chunking import ChunkSizes, chunk_text
+from mlxchat.docs.chunking import Chunk, ChunkSizes, chunk_text, iter_chunks
 from mlxchat.docs.embedder import Embedder
 from mlxchat.docs.errors import DocsError
-from mlxchat.docs.reading import NotText, read_document
+from mlxchat.docs.paced import PacedEmbedder
+from mlxchat.docs.reading import Document, NotText, read_document
 from mlxchat.docs.walk import Skipped, check_roots, walk
 from mlxchat.files import FileRefused, read_limited
 from mlxchat.generation import DOCS_NAME
@@ -36,6 +46,10 @@ from mlxchat.store.documents import (
 
 MAX_FILE_BYTES = 32 << 20
 BATCH_CHUNKS = 64
+STREAMED_CHARS = 512 * 1024
+CANCEL_GRACE_S = 0.5
+"""After a cancel, files already read are still written whole if their
+chunks embed within this long; the rest are left to the next update."""
 
 
 def check_name(name: str) -> str:
@@ -62,12 +76,15 @@ class IndexProgress:
     chunks: int
     chunks_per_s: float
     current: str
-
+    part: float | None = None
+    """How far into ``current`` a file written in batches is (0-1)."""
 
     def words(self) -> str:
-        """'12/40 files · 230 chunks · 45 chunks/s', as every progress line says it."""
+        """'12/40 files · 230 chunks · 45 chunks/s', as every progress line says it
+        (and '· big.txt 40%' within a file written in batches)."""
+        within = f" · {Path(self.current).name} {self.part:.0%}" if self.part is not None else ""
         return (f"{self.files_done:,}/{self.files_total:,} files · {self.chunks:,} chunks · "
-                f"{self.chunks_per_s:.0f} chunks/s")
+                f"{self.chunks_per_s:.0f} chunks/s{within}")
 
 
 @dataclass
@@ -94,6 +111,35 @@ class _Pending:
     chunks: int = 0
 
 
+class _Stop:
+    """Whether to stop embedding: at once while indexing goes on (never), and
+    ``CANCEL_GRACE_S`` after a cancel for what was read before it."""
+
+    def __init__(self, cancel: threading.Event | None):
+        self.cancel = cancel
+        self._seen: float | None = None
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
+
+    def __call__(self) -> bool:
+        if not self.cancelled:
+            return False
+        if self._seen is None:
+            self._seen = time.monotonic()
+        return time.monotonic() - self._seen > CANCEL_GRACE_S
+
+
+def _new_chunks(chunks: Sequence[Chunk], vectors: np.ndarray) -> list[NewChunk]:
+    return [NewChunk(c.start_line, c.end_line, " > ".join(c.heading), c.text, c.tokens, blob)
+            for c, blob in zip(chunks, vector_blobs(vectors))]
+
+
+def _texts(chunks: Sequence[Chunk]) -> list[str]:
+    return [embedding_text(" > ".join(c.heading), c.text) for c in chunks]
+
+
 class Indexer:
     def __init__(self, documents: Documents, embedder: Embedder, *,
                  sizes: ChunkSizes = ChunkSizes(), max_file_bytes: int = MAX_FILE_BYTES) -> None:
@@ -104,19 +150,22 @@ class Indexer:
 
     def add(self, name: str, paths: Sequence[str | Path], *,
             on_progress: Callable[[IndexProgress], None] | None = None,
-            cancel: threading.Event | None = None) -> IndexReport:
-        """Index ``paths`` into the collection, making it or adding to its roots."""
+            cancel: threading.Event | None = None, follow_links: bool = False) -> IndexReport:
+        """Index ``paths`` into the collection, making it or adding to its roots.
+        ``follow_links``: its walks follow symlinks out of its folders from now on."""
         roots = [str(p) for p in check_roots(paths)]
         check_name(name)
         try:
             info = self.documents.get(name)
         except CollectionNotFound:
             info = self.documents.create(name, roots, embedder=self.embedder.name,
-                                         dims=self.embedder.dims)
+                                         dims=self.embedder.dims, follow_links=follow_links)
         else:
             self._check_embedder(info)
             merged = info.roots + [r for r in roots if r not in info.roots]
             self.documents.set_roots(info.id, merged)
+            if follow_links:
+                self.documents.set_follow_links(info.id, True)
             info = self.documents.get(name)
         return self._sync(info, on_progress, cancel)
 
@@ -135,78 +184,121 @@ class Indexer:
         started = time.perf_counter()
         report = IndexReport(info.name)
         roots = [Path(r) for r in info.roots if os.path.exists(r)]
-        found = walk(roots)
+        found = walk(roots, follow_links=info.follow_links)
         report.skipped.extend(found.skipped)
         known = self.documents.files(info.id)
-        pending = _Pending()
+        pending, stop = _Pending(), _Stop(cancel)
+        paced = PacedEmbedder(self.embedder)
         total = len(found.files)
-        for done, path in enumerate(found.files):
-            if cancel is not None and cancel.is_set():
-                report.cancelled = True
-                break
-            self._visit(info, path, known.get(str(path)), pending, report)
-            if pending.chunks >= BATCH_CHUNKS or len(pending.updates) >= BATCH_CHUNKS:
-                self._write(info, pending, report)
+
+        def progress(done: int, path: Path, part: float | None = None) -> None:
             if on_progress is not None:
                 elapsed = time.perf_counter() - started
-                on_progress(IndexProgress(done + 1, total, report.chunks_added + pending.chunks,
+                on_progress(IndexProgress(done, total, report.chunks_added + pending.chunks,
                                           report.chunks_added / elapsed if elapsed else 0.0,
-                                          str(path)))
-        # Files read before a cancel are whole: keep them (the next update skips them).
-        self._write(info, pending, report)
-        if not report.cancelled:
-            if found.complete:
-                gone = sorted(set(known) - {str(p) for p in found.files})
-                self.documents.remove_files(info.id, gone)
-                report.files_removed = len(gone)
+                                          str(path), part))
+        for done, path in enumerate(found.files):
+            if stop.cancelled:
+                report.cancelled = True
+                break
+            doc = self._visit(info, path, known.get(str(path)), report)
+            if doc is not None and len(doc[1].text) > STREAMED_CHARS:
+                self._write(info, pending, report, paced, stop)  # the smaller ones first
+                self._stream(info, *doc, report, paced, stop,
+                             lambda part: progress(done, path, part))
+            elif doc is not None:
+                chunks = chunk_text(doc[1].text, doc[1].kind, sizes=self.sizes)
+                pending.updates.append((doc[0], chunks))
+                pending.chunks += len(chunks)
+            if pending.chunks >= BATCH_CHUNKS or len(pending.updates) >= BATCH_CHUNKS:
+                self._write(info, pending, report, paced, stop)
+            progress(done + 1, path)
+        # Files read before a cancel are whole: kept, if they embed in a moment.
+        self._write(info, pending, report, paced, stop)
+        report.cancelled = report.cancelled or stop.cancelled
+        if not report.cancelled and found.complete:
+            gone = sorted(set(known) - {str(p) for p in found.files})
+            self.documents.remove_files(info.id, gone)
+            report.files_removed = len(gone)
         report.seconds = time.perf_counter() - started
         return report
 
-    def _visit(self, info: CollectionInfo, path: Path, record, pending: _Pending,
-               report: IndexReport) -> None:
+    def _visit(self, info: CollectionInfo, path: Path, record,
+               report: IndexReport) -> tuple[FileUpdate, Document] | None:
+        """The file's new row and text, or None when it is unchanged or skipped."""
         try:
             stat = path.stat()
             if record is not None and record.size == stat.st_size \
                     and record.mtime_ns == stat.st_mtime_ns:
                 report.files_unchanged += 1
-                return
+                return None
             data = read_limited(path, self.max_file_bytes)
             digest = hashlib.sha256(data).hexdigest()
             if record is not None and record.sha256 == digest:
                 self.documents.touch_file(record.id, size=stat.st_size,
                                           mtime_ns=stat.st_mtime_ns)
                 report.files_unchanged += 1
-                return
+                return None
             doc = read_document(path, data, limit=self.max_file_bytes)
         except (NotText, FileRefused, DocsError) as exc:
             report.skipped.append(Skipped(str(path), exc.user_text()))
-            return
+            return None
         except OSError as exc:
             report.skipped.append(Skipped(str(path), exc.strerror or str(exc)))
-            return
+            return None
         if doc.replaced:
             report.files_with_replacements += 1
-        chunks = chunk_text(doc.text, doc.kind, sizes=self.sizes)
-        update = FileUpdate(path=str(path), kind=doc.kind, size=stat.st_size,
-                            mtime_ns=stat.st_mtime_ns, sha256=digest, replaced_chars=doc.replaced)
-        pending.updates.append((update, chunks))
-        pending.chunks += len(chunks)
+        return FileUpdate(path=str(path), kind=doc.kind, size=stat.st_size,
+                          mtime_ns=stat.st_mtime_ns, sha256=digest,
+                          replaced_chars=doc.replaced), doc
 
-    def _write(self, info: CollectionInfo, pending: _Pending, report: IndexReport) -> None:
-        """Embed the pending files' chunks and write them in one transaction."""
+    def _write(self, info: CollectionInfo, pending: _Pending, report: IndexReport,
+               paced: PacedEmbedder, stop: _Stop) -> None:
+        """Embed the pending files' chunks and write them in one transaction;
+        those a stop left unembedded are dropped (the next update reads them)."""
         if not pending.updates:
             return
-        texts = [embedding_text(" > ".join(c.heading), c.text)
-                 for _, chunks in pending.updates for c in chunks]
-        vectors = self.embedder.embed(texts) if texts else np.zeros((0, self.embedder.dims))
-        blobs = iter(vector_blobs(vectors))
-        files = []
+        texts = [t for _, chunks in pending.updates for t in _texts(chunks)]
+        vectors = paced.embed(texts, stop)
+        files, used = [], 0
         for update, chunks in pending.updates:
-            new = [NewChunk(c.start_line, c.end_line, " > ".join(c.heading), c.text, c.tokens,
-                            next(blobs)) for c in chunks]
-            files.append((update, new))
-        self.documents.replace_files(info.id, files)
+            if used + len(chunks) > len(vectors):
+                break  # not embedded whole: left out
+            files.append((update, _new_chunks(chunks, vectors[used:used + len(chunks)])))
+            used += len(chunks)
+        if files:
+            self.documents.replace_files(info.id, files)
         report.files_indexed += len(files)
-        report.chunks_added += len(texts)
+        report.chunks_added += used
         pending.updates.clear()
         pending.chunks = 0
+
+    def _stream(self, info: CollectionInfo, update: FileUpdate, doc: Document,
+                report: IndexReport, paced: PacedEmbedder, stop: _Stop,
+                progress: Callable[[float], None]) -> None:
+        """A large file chunked, embedded and written a batch at a time; a
+        cancel removes what was written of it."""
+        file_id = self.documents.begin_file(info.id, update)
+        lines, written, batch = doc.text.count("\n") + 1, 0, []
+
+        def flush() -> bool:
+            nonlocal written
+            vectors = paced.embed(_texts(batch), lambda: stop.cancelled,
+                                  lambda n: progress(batch[n - 1].end_line / lines))
+            if len(vectors) < len(batch):
+                return False
+            self.documents.add_chunks(info.id, file_id, written, _new_chunks(batch, vectors))
+            written += len(batch)
+            report.chunks_added += len(batch)
+            batch.clear()
+            return True
+        for chunk in iter_chunks(doc.text, doc.kind, sizes=self.sizes):
+            batch.append(chunk)
+            if stop.cancelled or (len(batch) >= BATCH_CHUNKS and not flush()):
+                break
+        if not stop.cancelled and (not batch or flush()):
+            self.documents.finish_file(file_id, update)
+            report.files_indexed += 1
+            return
+        self.documents.remove_files(info.id, [update.path])  # nothing half-written stays
+        report.chunks_added -= written

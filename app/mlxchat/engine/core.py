@@ -34,6 +34,7 @@ from mlxchat.engine.speculative.drafting import Drafting, MeasureVerify
 from mlxchat.engine.speculative.streams import trim_problem
 from mlxchat.engine.thread.compute import PROCESS_LOCK, ComputeLock
 from mlxchat.engine.thread.worker import Bookkeeping, EngineThread
+from mlxchat.engine.turn.cpu_choice import CpuMatmul
 from mlxchat.engine.turn.pipeline import TurnPipeline, events
 from mlxchat.engine.turn.ranks import OneProcess, Ranks
 from mlxchat.engine.turn.typing_prefill import TypingPrefill
@@ -72,6 +73,8 @@ class ChatEngine:
         self._live: LiveCache
         self._state = EngineState()
         self._drafting = Drafting(measure=measure_verify)
+        self.cpu_matmul = CpuMatmul()
+        """How quantized layers multiply on a CPU (measured per shape, per model)."""
         self._marks = PrefixMarks()
         self._worker = EngineThread(owner=compute_owner, compute=compute)
         self._pipeline = TurnPipeline(worker=self._worker, drafting=self._drafting,
@@ -144,9 +147,9 @@ class ChatEngine:
         Closing the iterator early cancels the turn.
         """
         self.supersede_typing()  # a send takes precedence over typing prefill
-        self._ranks.watch_turn()
         planned = (conversation if isinstance(conversation, FittedPrompt)
                    else list(conversation))
+        self._ranks.watch_turn(planned, settings, self._loaded, self.prompts.window(settings))
         return events(self._worker, lambda emit: self._turn(planned, settings, emit),
                       self._ranks.next_event)
 
@@ -155,6 +158,9 @@ class ChatEngine:
         start = time.perf_counter()
         settings = self._ranks.begin_turn(settings)
         self._match_compute(settings.compute_dtype)
+        plan = self.cpu_matmul.match(self._loaded, settings.cpu_matmul)
+        # Sampling left to the model (None) is its own default, decided here once.
+        settings = settings.sampled_with(self._loaded.info.sampling.values())
         if isinstance(planned, FittedPrompt):
             fitted, messages = planned, planned.messages
         else:
@@ -165,7 +171,8 @@ class ChatEngine:
         self._window = self.prompts.window(settings)
         done, figures = self._pipeline.run(
             self._loaded, self._live, fitted, messages, settings, window=self._window,
-            started=start, emit=emit, busy=lambda: self._refresh_state(busy=True))
+            started=start, emit=emit, busy=lambda: self._refresh_state(busy=True),
+            compute=plan.words())
         self._ranks.end_turn(self._loaded, self._live, done)
         self._refresh_state(done.stats)
         measure = self._drafting.measurement(self._loaded, settings,
@@ -193,6 +200,7 @@ class ChatEngine:
             if not current():
                 return 0
             self._match_compute(settings.compute_dtype)
+            self.cpu_matmul.match(self._loaded, settings.cpu_matmul)
             return self._typing.extend(self._live, wanted, kv_bits=settings.kv_bits, floor=floor)
         return self._typing.run(extend)
 

@@ -85,13 +85,21 @@ def prefill_rate(tokens: int, seconds: float) -> float | None:
 def turn_stats(tokens: int, reuse: Reuse, prefill: Prefill, decode: Decode, *,
                typed: tuple[int, float], drafted: tuple[int, bool], dropped: int,
                window: int, kv_bits: int | None, weights_bytes: int, total_s: float,
-               context_used: int, kv_bytes: int, peak_memory_bytes: int) -> TurnStats:
+               context_used: int, kv_bytes: int, peak_memory_bytes: int,
+               model: str = "", model_quantization: str = "", blas: str = "",
+               cpu_matmul: str = "") -> TurnStats:
     """A turn's figures: ``tokens`` in the prompt, ``typed`` (tokens, seconds)
-    prefilled while typing, ``drafted`` (tokens, rebuilt) by the draft model."""
+    prefilled while typing, ``drafted`` (tokens, rebuilt) by the draft model.
+    Prefilled are the tokens computed: all the prompt's new ones once a token
+    was sampled, else (stopped during prefill) what the cache holds past the
+    reused ones."""
     spec = decode.speculation
+    computed = (tokens - reuse.tokens if decode.generated
+                else max(0, min(context_used, tokens) - reuse.tokens))
     return TurnStats(
-        prompt_tokens=tokens, reused_tokens=reuse.tokens,
-        prefilled_tokens=tokens - reuse.tokens, miss_reason=reuse.reason,
+        prompt_tokens=tokens, reused_tokens=reuse.tokens, model=model,
+        model_quantization=model_quantization,
+        prefilled_tokens=computed, miss_reason=reuse.reason,
         typed_prefill_tokens=typed[0], typed_prefill_s=typed[1],
         cache_source=reuse.source, dropped_messages=dropped,
         context_window=window, kv_bits=kv_bits,
@@ -99,10 +107,11 @@ def turn_stats(tokens: int, reuse: Reuse, prefill: Prefill, decode: Decode, *,
         generated_tokens=decode.generated, reasoning_tokens=decode.reasoning_tokens,
         reasoning_s=decode.reasoning_s, reasoning_budget_closed=decode.reasoning_closed,
         ttft_s=decode.ttft_s, decode_tps=decode.decode_tps,
-        prefill_tps=prefill_rate(tokens - reuse.tokens, prefill.seconds + decode.first_pass_s)
+        prefill_tps=prefill_rate(computed, prefill.seconds + decode.first_pass_s)
         if decode.generated else None,
         total_s=total_s, context_used=context_used, kv_bytes=kv_bytes,
         peak_memory_bytes=peak_memory_bytes, spec_mode=spec.mode,
         draft_tokens_proposed=spec.proposed, draft_tokens_accepted=spec.accepted,
         target_passes=spec.passes,
-        draft_prefilled_tokens=drafted[0], draft_rebuilt=drafted[1] and reuse.tokens > 0)
+        draft_prefilled_tokens=drafted[0], draft_rebuilt=drafted[1] and reuse.tokens > 0,
+        blas=blas, cpu_matmul=cpu_matmul)

@@ -38,6 +38,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 STAGE_LABELS = {"hash": "checking", "convert": "converting", "write": "writing",
+                "vocab": "reading the vocabulary of the",
                 "download": "downloading", "load": "loading"}
 """Words for the ``progress(stage, done, total)`` stages of load_model and friends."""
 

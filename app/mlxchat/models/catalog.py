@@ -4,8 +4,10 @@ Both files are TOML tables ``[models."alias"]`` (or one inline table a line
 under ``[models]``) with a ``source`` (a model spec: Hugging Face repo, folder,
 .gguf file or ``bundled:...``) and optional ``context``, ``size_mb``, ``bits``,
 ``kv_kb``, ``licence``, ``draft`` (a small sibling for speculative decoding),
-``description`` and ``rope_scaling`` (a table passed
-to the model's config, e.g. YaRN with ``context`` the stretched window). Stdlib only.
+``description``, ``rope_scaling`` (a table passed
+to the model's config, e.g. YaRN with ``context`` the stretched window) and
+``sampling`` (default temperature, top_p, min_p, repetition_penalty measured for a
+model that has no generation_config, with a ``note``). Stdlib only.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from importlib import resources
 from mlxchat import paths
 from mlxchat.files import write_private_text
 from mlxchat.models.errors import ModelError
+from mlxchat.models.sampling import ModelSampling, from_mapping
 
 _ALIAS = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -43,6 +46,8 @@ class CatalogEntry:
     draft: str | None = None
     """A small sibling with the same tokenizer, for speculative decoding
     (``/set draft auto``); an alias or a spec."""
+    sampling: ModelSampling = ModelSampling()
+    """Default sampling measured for this model (it has no generation_config)."""
 
 
 def _entries(text: str, *, user: bool, origin: str) -> list[CatalogEntry]:
@@ -62,6 +67,9 @@ def _entries(text: str, *, user: bool, origin: str) -> list[CatalogEntry]:
             kv_bytes_per_token=int(item["kv_kb"] * 1024) if item.get("kv_kb") else None,
             licence=item.get("licence", ""),
             draft=item["draft"] if isinstance(item.get("draft"), str) else None,
+            sampling=from_mapping(item.get("sampling"), "the catalog, "
+                                  + str(item.get("sampling", {}).get("note", "measured"))
+                                  if isinstance(item.get("sampling"), dict) else ""),
             rope_scaling=item["rope_scaling"] if isinstance(item.get("rope_scaling"), dict)
             else None))
     return entries

@@ -137,11 +137,19 @@ def convert_gguf(path: Path, out: Path, *, progress: Progress | None = None,
         notes = [*notes, f"{vision} vision tensors skipped: imported as a text-only model"]
     weights, report = _weights(header, progress)
     out.mkdir(parents=True, exist_ok=True)
+    if progress:
+        progress("write", 0, 2)
     mx.save_safetensors(str(out / "model.safetensors"), weights, {"format": "mlx"})
     (out / "config.json").write_text(json.dumps(config, indent=2))
+    if progress:  # a large vocabulary takes seconds to read and check
+        progress("vocab", 0, 2)
     chat, notice = gguf_vocab.chat_template(header, template)
     gguf_vocab.write_tokenizer(header, out, chat)
+    if progress:
+        progress("vocab", 1, 2)
     gguf_vocab.verify_tokenizer(header, out)
+    if progress:
+        progress("vocab", 2, 2)
     total, active = gguf_arch.active_parameters(header)
     provenance = {
         "source": str(Path(path).resolve()), "sha256": sha256,

@@ -14,6 +14,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from mlxchat.models import precision
+from mlxchat.models.sampling import ModelSampling
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ class ModelInfo:
     reasoning: str = "none"
     """How replies mark reasoning: 'think' (think tags), 'harmony' (gpt-oss
     channels) or 'none'."""
+    sampling: ModelSampling = ModelSampling()
+    """The model's own default sampling (its generation_config, or the catalog's)."""
     template_variables: tuple[str, ...] = ()
     """Of enable_thinking and reasoning_effort, those the chat template reads."""
     system_role: bool = True

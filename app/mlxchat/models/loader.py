@@ -14,6 +14,7 @@ from mlx_lm.utils import load_model, load_tokenizer, maybe_set_recommended_wired
 from mlxchat.models import memory, precision
 from mlxchat.models.errors import ModelError
 from mlxchat.models.info import LoadedModel, describe, on_cpu
+from mlxchat.models.sampling import ModelSampling, from_folder
 from mlxchat.models.sharding import ShardPlan, apply_plan, split_fingerprint
 
 __all__ = ["ModelError", "load_folder"]
@@ -50,7 +51,8 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
                 context_window: int | None = None, rope_scaling: dict | None = None,
                 available: memory.Available | None = _UNSET,
                 split: tuple[ShardPlan, Any] | None = None,
-                compute_dtype: str | None = None) -> LoadedModel:
+                compute_dtype: str | None = None,
+                sampling: ModelSampling | None = None) -> LoadedModel:
     """Load the MLX model in ``folder`` (config.json, *.safetensors, tokenizer).
 
     Refuses (ModelError, one line with the numbers) a model whose weights leave
@@ -61,7 +63,8 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     ``split`` (a plan ``sharding.plan_split`` made for this config, and an
     ``mx.distributed`` group) loads only this rank's shard: the memory fit
     counts one rank's share before any weight is read.
-    ``compute_dtype`` overrides the policy's (models/precision.py).
+    ``compute_dtype`` overrides the policy's (models/precision.py). ``sampling``
+    (the catalog's, measured) replaces the folder's generation_config.json.
     """
     folder = Path(folder)
     if not (folder / "config.json").is_file():
@@ -96,6 +99,7 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     if split is not None:
         info = replace(info, fingerprint=split_fingerprint(info.fingerprint, split[0],
                                                            split[1].rank()))
+    own = sampling if sampling is not None and sampling.named() else from_folder(folder)
     return LoadedModel(model=model, tokenizer=tokenizer,
-                       info=replace(info, memory_note=fit.note,
+                       info=replace(info, memory_note=fit.note, sampling=own,
                                     needed_bytes=fit.needed_bytes))

@@ -144,7 +144,7 @@ def load_model(spec: str, *, progress: Progress | None = None) -> "LoadedModel":
     entry = catalog.lookup(spec.strip())
     rope = entry.rope_scaling if entry else None
     loaded = load_folder(folder, name=_display_name(spec.strip()), spec=spec.strip(),
-                         rope_scaling=rope,
+                         rope_scaling=rope, sampling=entry.sampling if entry else None,
                          context_window=entry.context_window if entry and rope else None)
     if progress:
         progress("load", 1, 1)
@@ -167,7 +167,7 @@ def load_sharded(spec: str, group: Any, *, mode: str | None = None,
     rope = entry.rope_scaling if entry else None
     loaded = load_folder(folder, name=name, spec=spec.strip(), rope_scaling=rope,
                          context_window=entry.context_window if entry and rope else None,
-                         split=(plan, group))
+                         split=(plan, group), sampling=entry.sampling if entry else None)
     return loaded, plan
 
 
@@ -190,6 +190,7 @@ def _entry(e: catalog.CatalogEntry, room: memory.Available | None = None,
            kv_scale: int = 1) -> ModelEntry:
     kind = source_kind(e.source)
     bits, context, size, on_disk, available = e.bits, e.context_window, e.size_bytes, False, False
+    kv = e.kv_bytes_per_token
     local: Path | None = None
     if kind == "bundled":
         try:
@@ -201,6 +202,12 @@ def _entry(e: catalog.CatalogEntry, room: memory.Available | None = None,
         path = Path(e.source).expanduser()
         if path.is_file():
             size, on_disk, available = path.stat().st_size, True, True
+            converted = _converted(path)  # its facts, once imported: no header read
+            if converted is not None:
+                config = _read_config(converted)
+                cfg_bits, cfg_context = _config_facts(config)
+                bits, context = cfg_bits or bits, cfg_context or context
+                kv = kv or memory.kv_layout(config, 2).full_bytes_per_token or None
     elif kind == "ollama":
         from mlxchat.models import ollama
 
@@ -215,14 +222,27 @@ def _entry(e: catalog.CatalogEntry, room: memory.Available | None = None,
         local = hub.local_snapshot(e.source)
     if local is not None:
         size, on_disk, available = hub.folder_size(local), True, True
-        cfg_bits, cfg_context = _config_facts(_read_config(local))
+        config = _read_config(local)
+        cfg_bits, cfg_context = _config_facts(config)
         bits, context = cfg_bits or bits, cfg_context or context
-    needed, fits = memory.entry_fit(size, e.kv_bytes_per_token, context, room,
-                                    kv_scale=kv_scale)
+        kv = kv or memory.kv_layout(config, 2).full_bytes_per_token or None
+    needed, fits = memory.entry_fit(size, kv, context, room, kv_scale=kv_scale)
     return ModelEntry(alias=e.alias, source=e.source, kind=kind, bits=bits,
                       context_window=context, size_bytes=size, size_on_disk=on_disk,
                       available_offline=available, description=e.description, user=e.user,
                       licence=e.licence, needed_bytes=needed, fits=fits)
+
+
+def _converted(path: Path) -> Path | None:
+    """The folder a GGUF file was converted into, when it was (by its remembered hash)."""
+    from mlxchat.models.gguf_import import cached_folder, remembered_sha256
+
+    try:
+        digest = remembered_sha256(path)
+    except OSError:
+        return None
+    folder = cached_folder(digest) if digest else None
+    return folder if folder is not None and (folder / "config.json").is_file() else None
 
 
 def list_models() -> list[ModelEntry]:

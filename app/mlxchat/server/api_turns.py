@@ -22,7 +22,7 @@ from mlxchat.engine.events import Event, TurnDone
 from mlxchat.errors import MlxchatError
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.errors import ConversationError
-from mlxchat.session.lock import SessionBusy
+from mlxchat.session.lock import SessionBusy, SessionLock
 from mlxchat.store import SessionNotFound, SessionStore
 
 HASH_VERSION = "mlxchat-api/1"
@@ -155,6 +155,24 @@ class ApiTurns:
         # Only the last of several results is indexed: the first holds the ids of all.
         self.store.api.record(session_id, last.id, hashes[-1])
         return ApiTurn(session_id, self._indexed(events, hashes[-1], reply_form), start)
+
+    def recover_left_replies(self) -> int:
+        """Store the replies a killed server (or app) was streaming, as far as
+        they were checkpointed, marked stopped: every session's but those
+        another holder has open (it may be streaming one now). How many."""
+        if not self.store.path or self.store.path == ":memory:":
+            return 0
+        kept = 0
+        for session_id in self.store.drafts.left():
+            try:
+                lock = SessionLock(self.store.path, session_id, holder="the API server")
+            except SessionBusy:
+                continue
+            try:
+                kept += self.store.drafts.recover(session_id) is not None
+            finally:
+                lock.release()
+        return kept
 
     # -- where the request goes ---------------------------------------------------------
     def _named(self, name: str | None) -> Session | None:

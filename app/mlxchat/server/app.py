@@ -14,6 +14,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from mlxchat.server import completions_api, ollama_api, openai_api
+from mlxchat.server.access_log import AccessLog
 from mlxchat.server.errors import ApiError, Dialect, internal
 from mlxchat.server.service import ChatService
 from mlxchat.server.streaming import ClientGone
@@ -87,4 +88,4 @@ def build_app(service: ChatService, *, api_key: str | None = None,
         Exception: _unexpected})
     app.state.service = service
     app.state.max_body_bytes = max_body_bytes
-    return ApiKeyCheck(app, api_key)
+    return AccessLog(ApiKeyCheck(app, api_key))

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.engine.prompt.fit import FittedPrompt
 from mlxchat.server.errors import ApiError, bad_field, missing_field, server_stopped
-from mlxchat.server.openai_api import usage
+from mlxchat.server.openai_api import capped_header, usage
 from mlxchat.server.requests import openai_common, parse_json, sampling, stop_strings
 from mlxchat.server.service import ChatService, Finished, Piece, StopWatch, started_unless_gone
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
@@ -112,12 +112,16 @@ async def completions(request: Request) -> Response:
     service: ChatService = request.app.state.service
     completion = parse(parse_json(await read_body(request)))
     service.check_model(completion.model)
+    await service.check_fits([completion.prompt])
     shape = _CompletionShape(service.model_id)
     items, first = await started(request, service.run(
         lambda cancelled: _work(service, completion, cancelled)))
     if not completion.stream:
         end = await finished(request, first, items)
-        return JSONResponse(shape.body(end.content, end.finish_reason, usage=usage(end.stats)))
+        asked = completion.settings["max_tokens"]
+        return JSONResponse(shape.body(end.content, end.finish_reason,
+                                       usage=usage(end.stats, asked)),
+                            headers=capped_header(end.stats, asked))
     return DisconnectAwareStream(_events(shape, completion, first, items),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})
@@ -135,7 +139,8 @@ async def _events(shape: _CompletionShape, completion: CompletionRequest, first:
             item = await anext(items)
         yield event(shape.body("", item.finish_reason))
         if completion.include_usage:
-            yield event({**shape.body("", None), "choices": [], "usage": usage(item.stats)})
+            yield event({**shape.body("", None), "choices": [],
+                         "usage": usage(item.stats, completion.settings["max_tokens"])})
     except ApiError as exc:  # after the status went out: said in the stream
         yield event({"error": {"message": exc.message, "code": exc.code}})
     finally:

@@ -13,6 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from mlxchat.chat import CalledTool
 from mlxchat.server.errors import ApiError
+from mlxchat.server.openai_api import capped_to
 from mlxchat.server.requests import ollama_chat, parse_json
 from mlxchat.server.service import ChatService, Finished, Piece
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started, unsent
@@ -35,9 +36,12 @@ def _message(content: str, thinking: str = "",
     return message
 
 
-def _final(model: str, end: Finished, message: dict[str, Any]) -> dict[str, Any]:
+def _final(model: str, end: Finished, message: dict[str, Any],
+           asked: int | None = None) -> dict[str, Any]:
     s = end.stats
+    capped = capped_to(s, asked)  # num_predict past the window: says how far it went
     return {"model": model, "created_at": _now(), "message": message, "done": True,
+            **({} if capped is None else {"num_predict_capped_to": capped}),
             # Ollama says "stop" after tool calls too
             "done_reason": "stop" if end.tool_calls else end.finish_reason, "total_duration": int(s.total_s * NS),
             "load_duration": 0, "prompt_eval_count": s.prefilled_tokens,
@@ -51,15 +55,17 @@ async def chat(request: Request) -> Response:
                                request.headers.get("x-session"))
     items, first = await started(request, service.chat(chat_request))
     model = service.model_id
+    asked = chat_request.turn.settings.get("max_tokens")
     if not chat_request.stream:
         end = await finished(request, first, items)
         return JSONResponse(_final(model, end, _message(end.content, end.reasoning,
-                                                        end.tool_calls)))
-    return DisconnectAwareStream(_lines(model, first, items), media_type="application/x-ndjson")
+                                                        end.tool_calls), asked))
+    return DisconnectAwareStream(_lines(model, first, items, asked),
+                                 media_type="application/x-ndjson")
 
 
-async def _lines(model: str, first: Piece | Finished,
-                 items: AsyncIterator[Piece | Finished]) -> AsyncIterator[str]:
+async def _lines(model: str, first: Piece | Finished, items: AsyncIterator[Piece | Finished],
+                 asked: int | None = None) -> AsyncIterator[str]:
     sent = ""
     try:
         item = first
@@ -79,7 +85,7 @@ async def _lines(model: str, first: Piece | Finished,
             line = {"model": model, "created_at": _now(), "done": False,
                     "message": _message("", "", item.tool_calls)}
             yield json.dumps(line, ensure_ascii=False) + "\n"
-        yield json.dumps(_final(model, item, _message(""))) + "\n"
+        yield json.dumps(_final(model, item, _message(""), asked)) + "\n"
     except ApiError as exc:  # after the status went out: said in the stream
         yield json.dumps({"error": exc.message}) + "\n"
     finally:

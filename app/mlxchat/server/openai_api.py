@@ -19,22 +19,43 @@ from mlxchat.server.tool_calls import openai_calls
 from mlxchat.turn_stats import TurnStats
 
 
-def usage(stats: TurnStats) -> dict[str, Any]:
-    """What the turn cost; ``cached_tokens`` is what the KV cache supplied."""
-    return {"prompt_tokens": stats.prompt_tokens,
-            "completion_tokens": stats.generated_tokens,
-            "total_tokens": stats.prompt_tokens + stats.generated_tokens,
-            "prompt_tokens_details": {"cached_tokens": stats.reused_tokens},
-            "completion_tokens_details": {"reasoning_tokens": stats.reasoning_tokens}}
+def capped_to(stats: TurnStats, asked: int | None) -> int | None:
+    """The most tokens the reply could have had when the request asked for
+    more than the window leaves after the prompt (``max_tokens: 10**12``), else None."""
+    room = max(0, stats.context_window - stats.prompt_tokens + 1)  # the last is never fed
+    return room if asked is not None and stats.context_window and asked > room else None
+
+
+def usage(stats: TurnStats, asked: int | None = None) -> dict[str, Any]:
+    """What the turn cost; ``cached_tokens`` is what the KV cache supplied;
+    ``max_tokens_capped_to`` says a ``max_tokens`` (``asked``) was more than
+    the context window left."""
+    out: dict[str, Any] = {
+        "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.generated_tokens,
+        "total_tokens": stats.prompt_tokens + stats.generated_tokens,
+        "prompt_tokens_details": {"cached_tokens": stats.reused_tokens},
+        "completion_tokens_details": {"reasoning_tokens": stats.reasoning_tokens}}
+    capped = capped_to(stats, asked)
+    if capped is not None:
+        out["max_tokens_capped_to"] = capped
+    return out
+
+
+def capped_header(stats: TurnStats, asked: int | None) -> dict[str, str]:
+    """The same as a header, for a reply asked for whole."""
+    capped = capped_to(stats, asked)
+    return {} if capped is None else {"X-Max-Tokens-Capped": str(capped)}
 
 
 class _ChatShape:
     """The ids and names every object of one reply carries."""
 
-    def __init__(self, model: str):
+    def __init__(self, model: str, asked: int | None = None):
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.model = model
+        self.asked = asked
+        """The request's max_tokens, if it gave one."""
 
     def chunk(self, delta: dict[str, Any], finish: str | None = None) -> str:
         body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
@@ -44,7 +65,7 @@ class _ChatShape:
 
     def usage_chunk(self, stats: TurnStats) -> str:
         body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                "model": self.model, "choices": [], "usage": usage(stats)}
+                "model": self.model, "choices": [], "usage": usage(stats, self.asked)}
         return f"data: {json.dumps(body)}\n\n"
 
     def completion(self, end: Finished) -> dict[str, Any]:
@@ -55,7 +76,7 @@ class _ChatShape:
         if end.reasoning:
             message["reasoning_content"] = end.reasoning
         return {"id": self.id, "object": "chat.completion", "created": self.created,
-                "model": self.model, "usage": usage(end.stats),
+                "model": self.model, "usage": usage(end.stats, self.asked),
                 "choices": [{"index": 0, "message": message,
                              "finish_reason": end.finish_reason}]}
 
@@ -67,10 +88,11 @@ def _delta(piece: Piece) -> dict[str, Any]:
 async def chat_completions(request: Request) -> Response:
     service: ChatService = request.app.state.service
     chat = openai_chat(parse_json(await read_body(request)), request.headers.get("x-session"))
-    shape = _ChatShape(service.model_id)
+    shape = _ChatShape(service.model_id, chat.turn.settings.get("max_tokens"))
     items, first = await started(request, service.chat(chat))
     if not chat.stream:
-        return JSONResponse(shape.completion(await finished(request, first, items)))
+        end = await finished(request, first, items)
+        return JSONResponse(shape.completion(end), headers=capped_header(end.stats, shape.asked))
     return DisconnectAwareStream(_events(shape, chat, first, items),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache"})

@@ -41,7 +41,8 @@ def is_loopback(host: str) -> bool:
 def check_bind(host: str, api_key: str | None) -> None:
     if not is_loopback(host) and not api_key:
         raise BindRefused(f"binding to {host} serves every machine that reaches it: "
-                          "give --api-key KEY (clients send it as a Bearer token), "
+                          "give a key with --api-key-file PATH, $MLXCHAT_API_KEY or "
+                          "--api-key KEY (clients send it as a Bearer token), "
                           "or bind to 127.0.0.1")
 
 

@@ -27,13 +27,39 @@ class ChatRequest:
     include_usage: bool = False
 
 
+MAX_DEPTH = 64
+"""Nesting a body may have (a tool's JSON schema needs a dozen levels): deeper
+data would only be walked recursively later (the template, the tools' JSON)."""
+
+
+def too_deep(data: Any, limit: int = MAX_DEPTH) -> bool:
+    """Whether lists and objects nest more than ``limit`` levels (walked level
+    by level, never recursively)."""
+    level = [data]
+    for _ in range(limit):
+        level = [v for c in level for v in (c.values() if isinstance(c, dict) else c)
+                 if isinstance(v, (dict, list))]
+        if not level:
+            return False
+    return True
+
+
+def _nested_too_deep() -> ApiError:
+    return ApiError(400, f"The body's JSON is nested more than {MAX_DEPTH} levels deep.",
+                    code="invalid_json")
+
+
 def parse_json(body: bytes) -> dict[str, Any]:
     try:
         data = json.loads(body)
+    except RecursionError:  # the parser's own bound, far past ours
+        raise _nested_too_deep() from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ApiError(400, f"The body is not valid JSON: {exc}.", code="invalid_json") from None
     if not isinstance(data, dict):
         raise ApiError(400, "The body must be a JSON object.", code="invalid_json")
+    if too_deep(data):
+        raise _nested_too_deep()
     return data
 
 
@@ -58,9 +84,10 @@ def _call_arguments(args: Any) -> Any:
     """Arguments as JSON data: OpenAI sends them as a JSON string, Ollama as an object."""
     if isinstance(args, str):
         try:
-            return json.loads(args)
-        except ValueError:
+            parsed = json.loads(args)
+        except (ValueError, RecursionError):
             return args
+        return args if too_deep([parsed]) else parsed
     return {} if args is None else args
 
 

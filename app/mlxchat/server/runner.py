@@ -10,6 +10,8 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from mlxchat.errors import MlxchatError
+from mlxchat.open_files import raise_soft_limit
+from mlxchat.server.connections import HEADER_TIMEOUT_S, connection_cap, guarded_protocol
 
 
 class ServerFailed(MlxchatError):
@@ -17,10 +19,17 @@ class ServerFailed(MlxchatError):
 
 
 class RunningServer:
-    def __init__(self, app: ASGIApp, *, host: str, port: int):
+    def __init__(self, app: ASGIApp, *, host: str, port: int,
+                 max_connections: int | None = None,
+                 header_timeout_s: float = HEADER_TIMEOUT_S):
+        # Every connection holds a descriptor: as many as the hard limit allows,
+        # and a cap below them (``max_connections``, else from the limit).
+        self.max_connections = max_connections or connection_cap(raise_soft_limit())
+        protocol = guarded_protocol(max_connections=self.max_connections,
+                                    header_timeout_s=header_timeout_s)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning",
                                 lifespan="off", timeout_graceful_shutdown=3,
-                                access_log=False)
+                                access_log=False, http=protocol)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name="mlxchat-http",
                                         daemon=True)

@@ -10,13 +10,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
+import anyio
+
 from mlxchat.chat import CalledTool
 from mlxchat.engine.events import ContextOverflowError, Event, TextDelta, TurnDone
 from mlxchat.engine.interface import Engine
+from mlxchat.engine.prompt.fit import refuse_unfittable
 from mlxchat.engine.thread.compute import WaitCancelled
 from mlxchat.engine.thread.worker import waits_end_on
 from mlxchat.errors import MlxchatError
+from mlxchat.models.token_floor import tokens_at_least
 from mlxchat.models.tools import call_markup
+from mlxchat.server.access_log import note_turn
 from mlxchat.server.api_turns import ApiTurns, IncomingMessage
 from mlxchat.server.errors import (
     ApiError,
@@ -35,6 +40,10 @@ from mlxchat.store import SessionStore
 from mlxchat.turn_stats import TurnStats
 
 log = logging.getLogger(__name__)
+
+COUNTED_CHARS = 256 * 1024
+"""Requests with more text than this are counted off the lane before they
+queue: tokenizing them there would hold up every request behind them."""
 
 
 @dataclass
@@ -151,6 +160,8 @@ class ChatService:
         self.last_eviction: Eviction | None = None
         self.turns = ApiTurns(conv, store)
         conv.locks.release()  # held per request (``_work``)
+        self.recovered = self.turns.recover_left_replies()
+        """Replies a killed run was streaming, stored at start (marked stopped)."""
         self.lane = EngineLane(stop_running=conv.turns.cancel, max_waiting=max_waiting)
         self.model_id = conv.model_spec
         self.cache_taken = False
@@ -181,8 +192,37 @@ class ChatService:
         """The reply's pieces, then ``Finished``; errors before the first piece
         are ``ApiError``s. Leaving early (the client went away) cancels the turn."""
         self.check_model(request.model)
+        turn = request.turn
+        await self.check_fits([m.content for m in turn.messages if m.role != "assistant"]
+                              + ([turn.system] if turn.system else []))
         async for item in self.run(lambda cancelled: self._work(request, cancelled)):
             yield item
+
+    async def check_fits(self, texts: list[str]) -> None:
+        """A 400 context_length_exceeded, before the request queues, when
+        ``texts`` (all of which the prompt holds; templates may cut replies,
+        so those are left out) cannot fit the model's window whatever is reused."""
+        try:
+            await anyio.to_thread.run_sync(self._fits_at_all, texts)
+        except ContextOverflowError as exc:
+            raise context_exceeded(exc.user_text()) from None
+
+    def _fits_at_all(self, texts: list[str]) -> None:
+        """From a floor computed without tokenizing (milliseconds for 15 MB),
+        then, for a large request, counted a piece at a time up to the window:
+        on a thread of its own, never the lane's, so no other request waits."""
+        engine = self.engine
+        window = engine.info.context_window
+        refuse_unfittable(engine.loaded.tokenizer, texts, window=window)
+        if sum(map(len, texts)) <= COUNTED_CHARS:
+            return  # tokenized on the lane in no time
+        counted = 0
+        for text in texts:
+            counted += tokens_at_least(engine.loaded.tokenizer, text, limit=window - counted)
+            if counted >= window:
+                raise ContextOverflowError(
+                    f"The messages are at least {counted:,} tokens; the context window is "
+                    f"{window:,} tokens. Shorten them or send less.")
 
     async def run(self, work: Work) -> AsyncIterator[Piece | Finished]:
         """``work``'s items, run in the lane; its refusals as ``ApiError``s."""
@@ -194,6 +234,7 @@ class ChatService:
             async for item in job.items(merge=_join_pieces):
                 if isinstance(item, Finished):
                     self.answered += 1
+                    note_turn(item.session_id, item.stats)
                 yield item
         except ContextOverflowError as exc:
             raise context_exceeded(exc.user_text()) from None

@@ -14,8 +14,9 @@ from typing import Callable, Sequence
 
 from mlxchat import paths
 from mlxchat.chat import Message
-from mlxchat.engine.disk.checks import failure_words
-from mlxchat.engine.disk.segments import SegmentRef
+from mlxchat.engine.disk import segment_file
+from mlxchat.engine.disk.checks import CacheFileRejected, failure_words, origin_problem
+from mlxchat.engine.disk.segments import FORMAT, SegmentRef
 from mlxchat.engine.events import CacheLoad
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.kv.reuse import common_prefix
@@ -111,6 +112,8 @@ class CacheKeeper:
         if live and shared == len(live):
             return False  # an ordinary follow-up: the files hold no more than it
         covered = self.covers(tokens)
+        if covered > shared:  # only files made with this model can come back
+            covered = min(covered, self.saved_for_model())
         return covered > shared and covered - shared >= covered * RESTORE_WORTH_SHARE
 
     def covers(self, tokens: Sequence[int]) -> int:
@@ -122,6 +125,32 @@ class CacheKeeper:
         for ref in (self._prefix_refs(rows[0]) + segment_refs(rows)) if rows else []:
             if (ref.start != covered or list(tokens[ref.start:ref.end]) != ref.token_ids
                     or not ref.path.is_file()):
+                break
+            covered = ref.end
+        return covered
+
+    def saved_for_model(self) -> int:
+        """Tokens from the open branch's start that its files made with the
+        loaded model (and template) hold: what a restore can bring back now.
+        Each file's header is read, not its data."""
+        info = self._engine.info
+        session = self._open.session
+        rows = self._store.segments.on_branch(session.leaf_id) if session.id else []
+        covered = 0
+        for ref in (self._prefix_refs(rows[0]) + segment_refs(rows)) if rows else []:
+            if ref.start != covered:
+                break
+            try:
+                file = segment_file.open_file(ref.path)
+            except CacheFileRejected:
+                break
+            try:
+                problem = origin_problem(file.meta, FORMAT, "a KV segment",
+                                         fingerprint=info.fingerprint,
+                                         template_hash=info.chat_template_hash)
+            finally:
+                file.close()
+            if problem:
                 break
             covered = ref.end
         return covered

@@ -73,13 +73,29 @@ def runs(rows: Sequence[SegmentRecord], spans: dict[str, tuple[int, int]]) -> li
     return out
 
 
+def same_origin(run: Run, refs: Callable[[Sequence[SegmentRecord]], list[SegmentRef]]
+                ) -> list[Run]:
+    """``run`` cut where its files' origin changes (a branch that went on with
+    another model): the parts of two or more files each made for one model."""
+    parts: list[Run] = []
+    last: tuple[str, ...] | None = None
+    for group in run:
+        origin = joiner.origin_of(refs(group)[0].path)
+        if origin is None or origin != last or not parts:
+            parts.append([])
+        parts[-1].append(group)
+        last = origin
+    return [p for p in parts if len(p) > 1]
+
+
 def compact(store: SessionStore, session_id: int, leaf: int,
             refs: Callable[[Sequence[SegmentRecord]], list[SegmentRef]]) -> Compacted:
     """Join the branch's runs of files; never raises (the rows keep naming the
     old files when anything fails)."""
     removed = sweep(store, session_id)
     rows = store.segments.on_branch(leaf)
-    todo = runs(rows, store.segments.spans(sorted({r.path for r in rows})))
+    todo = [part for run in runs(rows, store.segments.spans(sorted({r.path for r in rows})))
+            for part in same_origin(run, refs)]
     done = Compacted(joined=0, written=0, removed=removed)
     for run in todo:
         name = (f"cmp-{session_id}-{run[0][0].start}-{run[-1][-1].end}-"

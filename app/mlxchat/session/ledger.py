@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 from mlxchat.chat import Message, Session
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt.delta import TemplateNotIncremental, TemplateOptions
-from mlxchat.engine.prompt.fit import FittedPrompt
+from mlxchat.engine.prompt.fit import FittedPrompt, refuse_unfittable
 from mlxchat.generation import GenerationSettings
 
 
@@ -148,6 +148,9 @@ class Ledger:
                   added: Callable[[], list[int]], *, first: bool) -> Plan:
         """New messages after ``history``: the ledger extended by what they add
         (``added``), or the conversation rendered whole (a new ledger, and why)."""
+        # Before the new text is tokenized: one that cannot fit at all is refused now.
+        refuse_unfittable(self.engine.loaded.tokenizer, [m.content for m in new],
+                          window=self.engine.prompts.window(self.settings))
         if self.settings.history == "template":
             return Plan(self._rendered([*history, *new], None))
         ids, reason = branch_ids(history, self.key) if history else ([], None)

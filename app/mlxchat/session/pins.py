@@ -160,6 +160,8 @@ class PinnedDocs:
         """Unpin the document called ``name`` ('all': every one); returns those removed."""
         self._unsaved.require_saved()
         pins = self._open.session.pins
+        if not pins:
+            raise PinError("Nothing is pinned in this session (/pin FILE pins a document).")
         gone = list(pins) if name == "all" else [p for p in pins if p.name == name]
         if not gone:
             pinned = ", ".join(p.name for p in pins) or "none"

@@ -129,7 +129,7 @@ class Retrieval:
 
     def add(self, name: str, paths: Sequence[str | Path], *,
             on_progress: Callable[[IndexProgress], None] | None = None,
-            cancel: threading.Event | None = None) -> IndexReport:
+            cancel: threading.Event | None = None, follow_links: bool = False) -> IndexReport:
         from mlxchat.docs import Indexer
         from mlxchat.docs.indexer import check_name
         from mlxchat.docs.walk import check_roots
@@ -137,7 +137,7 @@ class Retrieval:
         check_name(name)
         check_roots(paths)  # bad paths fail before the embedder loads
         return self._on_thread(lambda: Indexer(self._docs.documents, self.embedder()).add(
-            name, paths, on_progress=on_progress, cancel=cancel))
+            name, paths, on_progress=on_progress, cancel=cancel, follow_links=follow_links))
 
     def update(self, name: str, *, on_progress: Callable[[IndexProgress], None] | None = None,
                cancel: threading.Event | None = None) -> IndexReport:

@@ -94,9 +94,11 @@ class SavedSessions:
             self._store.branches.switch(session_id, leaf_id)
         return self._open.reload()
 
-    def export(self, fmt: ExportFormat, dest: str | None, *, base_dir: Path) -> Path:
+    def export(self, fmt: ExportFormat, dest: str | None, *, cwd: Path,
+               folder: Path | None = None) -> Path:
         """Write the open session as Markdown (its branch) or JSON (every branch)."""
-        return export_session(self._store, self._open.stored_id(), fmt, dest, base_dir=base_dir)
+        return export_session(self._store, self._open.stored_id(), fmt, dest, cwd=cwd,
+                              folder=folder)
 
     def import_file(self, path: Path) -> Session:
         """Store a JSON export as a new session (not opened)."""

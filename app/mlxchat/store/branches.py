@@ -13,7 +13,9 @@ from mlxchat.store.database import Database
 from mlxchat.store.errors import StoreError
 from mlxchat.store.records import BranchInfo
 from mlxchat.store.rows import (
+    DEFAULT_TITLE,
     check_message,
+    free_title,
     insert_message,
     insert_session,
     path_to,
@@ -143,7 +145,8 @@ class Branches:
         Message ids and ``session.leaf_id`` are the source's; they are remapped to new ids.
         """
         with self._db.writing() as cur:
-            return _copy_in(cur, session, messages)
+            title = free_title(cur, title_from(session.title, 200) or DEFAULT_TITLE)
+            return _copy_in(cur, dataclasses.replace(session, title=title), messages)
 
 
 def _move_leaf(cur: sqlite3.Cursor, session_id: int, leaf_id: int | None) -> Session:

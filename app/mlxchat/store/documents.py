@@ -3,7 +3,9 @@ the BM25 index over the chunks (FTS5).
 
 Vectors are stored and returned as bytes; what they hold is the caller's
 business (the store never imports numpy or mlx). A file is replaced in one
-transaction, so an index interrupted between files has no half-written file.
+transaction, so an index interrupted between files has no half-written file;
+one too large for that is written in batches, its row marked incomplete
+until the last (an update reads it again).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class CollectionInfo:
     """The indexed files' sizes on disk, summed."""
     created: float
     updated: float
+    follow_links: bool = False
+    """Its walk follows symlinks out of its folders (the user said so)."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,8 @@ def _collection(row) -> CollectionInfo:
                           embedder=row["embedder"], dims=row["dims"],
                           generation=row["generation"], files=row["n_files"],
                           chunks=row["n_chunks"], bytes=row["n_bytes"],
-                          created=row["created"], updated=row["updated"])
+                          created=row["created"], updated=row["updated"],
+                          follow_links=bool(row["follow_links"]))
 
 
 def _drop_file(cur, collection_id: int, path: str) -> None:
@@ -143,15 +148,16 @@ class Documents:
     # -- collections -----------------------------------------------------------
 
     def create(self, name: str, roots: Sequence[str], *, embedder: str,
-               dims: int) -> CollectionInfo:
+               dims: int, follow_links: bool = False) -> CollectionInfo:
         with self._db.writing() as cur:
             if cur.execute("SELECT 1 FROM doc_collections WHERE name = ?", (name,)).fetchone():
                 raise CollectionExists(f"A collection named {name!r} already exists; "
                                        "use `docs update` or another name.")
             now = time.time()
             cur.execute("INSERT INTO doc_collections (name, roots, embedder, dims, created,"
-                        " updated) VALUES (?, ?, ?, ?, ?, ?)",
-                        (name, json.dumps(list(roots)), embedder, dims, now, now))
+                        " updated, follow_links) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                        (name, json.dumps(list(roots)), embedder, dims, now, now,
+                         int(follow_links)))
             return self._get(cur, name)
 
     def get(self, name: str) -> CollectionInfo:
@@ -174,6 +180,11 @@ class Documents:
         with self._db.writing() as cur:
             cur.execute("UPDATE doc_collections SET roots = ? WHERE id = ?",
                         (json.dumps(list(roots)), collection_id))
+
+    def set_follow_links(self, collection_id: int, follow: bool) -> None:
+        with self._db.writing() as cur:
+            cur.execute("UPDATE doc_collections SET follow_links = ? WHERE id = ?",
+                        (int(follow), collection_id))
 
     def delete(self, name: str) -> CollectionInfo:
         """Drop the collection with its files and chunks."""
@@ -212,6 +223,38 @@ class Documents:
                     [(file_id, collection_id, i, c.start_line, c.end_line, c.heading, c.text,
                       c.token_count, c.vector) for i, c in enumerate(chunks)])
             _bump(cur, collection_id)
+
+    # A file too large for one transaction is written a batch at a time: its row
+    # is marked incomplete (mtime -1, no hash: an update reads it again) until
+    # its last batch; a cancel removes it.
+    def begin_file(self, collection_id: int, update: FileUpdate) -> int:
+        """Drop what the file had and start its row, incomplete; its id."""
+        with self._db.writing() as cur:
+            _drop_file(cur, collection_id, update.path)
+            cur.execute("INSERT INTO doc_files (collection_id, path, kind, size, mtime_ns,"
+                        " sha256, replaced_chars, indexed) VALUES (?, ?, ?, ?, -1, '', ?, ?)",
+                        (collection_id, update.path, update.kind, update.size,
+                         update.replaced_chars, time.time()))
+            _bump(cur, collection_id)
+            return int(cur.lastrowid)
+
+    def add_chunks(self, collection_id: int, file_id: int, first: int,
+                   chunks: Sequence[NewChunk]) -> None:
+        """One batch of a file's chunks, at positions from ``first`` on."""
+        with self._db.writing() as cur:
+            cur.executemany(
+                "INSERT INTO doc_chunks (file_id, collection_id, position, start_line,"
+                " end_line, heading, text, token_count, vector)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [(file_id, collection_id, first + i, c.start_line, c.end_line, c.heading,
+                  c.text, c.token_count, c.vector) for i, c in enumerate(chunks)])
+            _bump(cur, collection_id)
+
+    def finish_file(self, file_id: int, update: FileUpdate) -> None:
+        """The file's last batch is in: its row is complete."""
+        with self._db.writing() as cur:
+            cur.execute("UPDATE doc_files SET mtime_ns = ?, sha256 = ?, indexed = ? WHERE id = ?",
+                        (update.mtime_ns, update.sha256, time.time(), file_id))
 
     def touch_file(self, file_id: int, *, size: int, mtime_ns: int) -> None:
         """The file changed on disk but not in content: keep its chunks."""

@@ -36,6 +36,13 @@ class Drafts:
                 (session_id, parent_id, content, time.time(), reasoning or None),
             )
 
+    def left(self) -> list[int]:
+        """The sessions that have a draft (a reply whose process died, or one
+        streaming now in another process)."""
+        with self._db.reading() as cur:
+            return [row[0] for row in cur.execute(
+                "SELECT session_id FROM drafts ORDER BY session_id")]
+
     def discard(self, session_id: int) -> None:
         with self._db.writing() as cur:
             cur.execute("DELETE FROM drafts WHERE session_id = ?", (session_id,))

@@ -3,7 +3,7 @@
 Markdown holds the current branch. JSON holds everything: every branch, message
 ids and parents, stats, settings (``importing.import_json`` makes a new session
 from it with new ids). Files are written atomically (temp file + rename), mode
-0600, and never outside the folder the caller chose.
+0600, where the user says, or in the exports folder.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from mlxchat import __version__
+from mlxchat import __version__, paths
 from mlxchat.chat import Message, Session, calls_text, quoted, tool_label
 from mlxchat.files import write_private_text
+from mlxchat.generation import SAMPLING
 from mlxchat.sources import Source, cite, without_sources
 from mlxchat.store.errors import StoreError
 from mlxchat.store.rows import calls_to_json
@@ -38,7 +39,9 @@ FILENAME_BYTES = 100
 def markdown_stats_line(stats: TurnStats, cancelled: bool = False) -> str:
     """Under a reply in the Markdown export (plain figures, unlike the transcript's):
     '_ttft 0.12 s · 45.1 tok/s · 132 tokens · reused 1200/1250 · warm_'."""
-    parts = [
+    parts = [stats.model + (f" ({stats.model_quantization})" if stats.model_quantization
+                            else "")] if stats.model else []
+    parts += [
         f"ttft {stats.ttft_s:.2f} s",
         fmt_tps(stats.decode_tps),
         f"{stats.generated_tokens} token" + ("" if stats.generated_tokens == 1 else "s")
@@ -58,9 +61,20 @@ def _when(timestamp: float | None) -> str:
     return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M") if timestamp else "?"
 
 
+def _setting_words(name: str, value: object) -> str:
+    """A setting as a reader says it: never Python's None or True."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return "model default" if name in SAMPLING or name == "thinking" else (
+            "off" if name in ("docs", "draft", "kv_bits", "seed") else "auto")
+    return str(value)
+
+
 def session_markdown(session: Session) -> str:
     """The session's header and its current branch as Markdown."""
-    settings = " · ".join(f"{k} {v}" for k, v in session.settings.to_dict().items())
+    settings = " · ".join(f"{k} {_setting_words(k, v)}"
+                          for k, v in session.settings.to_dict().items())
     out = [
         f"# {session.title}",
         "",
@@ -162,14 +176,14 @@ def session_document(store: SessionStore, session_id: int) -> dict[str, Any]:
 
 
 def safe_filename(title: str, fallback: str = "session") -> str:
-    """A file name (no extension) made from a title: no separators, no leading dots, short."""
+    """A file name (no extension) made from a title: one plain component with
+    no separators, spaces, leading dots or dashes, at most FILENAME_BYTES."""
     title = title.encode("utf-8", "replace").decode("utf-8")
-    kept = "".join(ch if ch.isalnum() or ch in " -_" else "-" for ch in title)
-    words = "-".join(part for part in kept.split("-") if part.strip())
-    name = " ".join(words.split()).strip(" -_")
+    kept = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in title)
+    name = "-".join(part for part in kept.split("-") if part).strip("-_")
     while len(name.encode("utf-8")) > FILENAME_BYTES:
         name = name[:-1]
-    return name.rstrip(" -_") or fallback
+    return name.rstrip("-_") or fallback
 
 
 def render_session(store: SessionStore, session_id: int, fmt: ExportFormat) -> str:
@@ -181,30 +195,32 @@ def render_session(store: SessionStore, session_id: int, fmt: ExportFormat) -> s
     raise StoreError(f"Unknown export format {fmt!r}; use one of {', '.join(FORMATS)}.")
 
 
-def export_target(dest: Path | str | None, base_dir: Path, default_name: str, ext: str) -> Path:
-    """Where an export goes: ``dest`` is a file or folder name under ``base_dir``.
-
-    Refuses (StoreError) anything that resolves outside ``base_dir``: ``..``,
-    an absolute path elsewhere, or a symlink that points out.
-    """
-    try:
-        base = base_dir.expanduser().resolve()
-        if dest is None or str(dest) == "":
-            target = base / default_name
-        else:
-            raw = str(dest)
-            given = Path(raw).expanduser()
-            target = given if given.is_absolute() else base / given
-            if raw.endswith(("/", os.sep)) or target.is_dir():
-                target = target / default_name
-            elif not target.suffix:
-                target = target.with_name(f"{target.name}.{ext}")
-        resolved = target.resolve()
-    except (OSError, ValueError, RuntimeError) as exc:
-        raise StoreError(f"Cannot export to {str(dest)!r:.80}: {exc}.") from exc
-    if resolved == base or not resolved.is_relative_to(base):
-        raise StoreError(f"Refusing to export to {str(dest)!r:.80}: it is outside {base}.")
-    return resolved
+def export_target(dest: Path | str | None, *, cwd: Path, folder: Path, default_name: str,
+                  ext: str) -> Path:
+    """Where an export goes. Without ``dest``: ``default_name`` in ``folder`` (the
+    exports folder, created readable by the owner only). With it: the place the
+    user named, relative to ``cwd``: a folder (one that exists, or a name ending
+    in a separator) gets the default name inside, a file name without a suffix
+    gets ``.ext``; missing folders on the way are made (StoreError, one line,
+    when they cannot be)."""
+    if dest is None or str(dest) == "":
+        try:
+            return paths.ensure_private_dir(folder) / default_name
+        except OSError as exc:
+            raise StoreError(f"Cannot create {folder}: {exc.strerror or exc}.") from None
+    raw = str(dest)
+    if "\x00" in raw:
+        raise StoreError("An export path cannot hold a NUL character.")
+    target = Path(raw).expanduser()
+    target = target if target.is_absolute() else cwd / target
+    named_folder = raw.endswith(("/", os.sep)) or target.is_dir()
+    if not named_folder and not target.suffix:
+        target = target.with_name(f"{target.name}.{ext}")
+    try:  # the folders on the way are made, readable by the owner only
+        paths.ensure_private_dir(target if named_folder else target.parent)
+    except OSError as exc:
+        raise StoreError(f"Cannot export to {raw!r:.80}: {exc.strerror or exc}.") from None
+    return target / default_name if named_folder else target
 
 
 def write_private(path: Path, text: str) -> None:
@@ -221,18 +237,21 @@ def export_session(
     fmt: ExportFormat,
     dest: Path | str | None = None,
     *,
-    base_dir: Path | None = None,
+    cwd: Path | None = None,
+    folder: Path | None = None,
 ) -> Path:
     """Write the session as ``fmt`` and return the file's path.
 
-    ``dest`` is a file or folder, relative to ``base_dir`` (default: the current
-    folder); without it the name is the sanitised title plus the session id.
-    A file of the same name is replaced.
+    ``dest`` is the file or folder the user named, relative to ``cwd`` (default:
+    the current folder); without it the file goes in ``folder`` (default:
+    ``paths.exports_dir()``), named after the title and the session id. A file
+    of the same name is replaced.
     """
     if fmt not in FORMATS:
         raise StoreError(f"Unknown export format {fmt!r}; use one of {', '.join(FORMATS)}.")
     session = store.get_session(session_id)
     default_name = f"{safe_filename(session.title)}-{session_id}.{fmt}"
-    path = export_target(dest, base_dir if base_dir is not None else Path.cwd(), default_name, fmt)
+    path = export_target(dest, cwd=cwd or Path.cwd(), folder=folder or paths.exports_dir(),
+                         default_name=default_name, ext=fmt)
     write_private(path, render_session(store, session_id, fmt))
     return path

@@ -226,6 +226,24 @@ def insert_message(
     return cur.lastrowid
 
 
+def free_title(cur: sqlite3.Cursor, title: str, session_id: int | None = None) -> str:
+    """``title``, or 'title (2)', 'title (3)'... when another session has it (so a
+    title names one session: ``ask --session TITLE`` and ``/open`` find it)."""
+    taken = {row[0] for row in cur.execute(
+        "SELECT title FROM sessions WHERE (title = ? OR title LIKE ? ESCAPE '\\')"
+        " AND id IS NOT ?", (title, _like_prefix(title) + " (%)", session_id))}
+    if title not in taken or title == DEFAULT_TITLE:
+        return title
+    n = 2
+    while f"{title} ({n})" in taken:
+        n += 1
+    return f"{title} ({n})"
+
+
+def _like_prefix(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
 def insert_session(cur: sqlite3.Cursor, session: Session) -> int:
     """A new sessions row (and its pins) from ``session``'s metadata; its id."""
     now = time.time()

@@ -15,7 +15,7 @@ from mlxchat import paths
 from mlxchat.store.docs_fts import V14_DOC_CHUNKS_FTS_BY_COLLECTION
 from mlxchat.store.errors import StoreError, sqlite_errors
 from mlxchat.store.messages_rebuild import messages_with_tool_role
-from mlxchat.store.tool_schema import V15_TOOL_GRANTS_AND_RUNS
+from mlxchat.store.tool_schema import V16_TOOL_GRANTS_AND_RUNS
 
 V1_SESSIONS_AND_MESSAGES = (
     """
@@ -305,6 +305,12 @@ V13_TOOL_MESSAGES = (
     messages_with_tool_role,
 )
 
+V15_FOLLOW_LINKS = (
+    # Whether a collection's walk follows symlinks out of its folders (the user
+    # said so with --follow-links); an update walks it the same way.
+    "ALTER TABLE doc_collections ADD COLUMN follow_links INTEGER NOT NULL DEFAULT 0",
+)
+
 MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V1_SESSIONS_AND_MESSAGES,
     V2_CANCELLED_AND_SNAPSHOTS,
@@ -320,7 +326,8 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V12_MESSAGE_SOURCES,
     V13_TOOL_MESSAGES,
     V14_DOC_CHUNKS_FTS_BY_COLLECTION,
-    V15_TOOL_GRANTS_AND_RUNS,
+    V15_FOLLOW_LINKS,
+    V16_TOOL_GRANTS_AND_RUNS,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -30,6 +30,7 @@ from mlxchat.store.rows import (
     PATH_UP,
     calls_to_json,
     check_message,
+    free_title,
     ids_to_blob,
     insert_message,
     insert_session,
@@ -395,5 +396,5 @@ def _add(cur: sqlite3.Cursor, session_id: int, parent_id: int | None | Position,
             earlier = cur.execute(sql, (parent,)).fetchone()[0]
         if not earlier:
             cur.execute("UPDATE sessions SET title = ? WHERE id = ?",
-                        (title_from(draft.content), session_id))
+                        (free_title(cur, title_from(draft.content), session_id), session_id))
     return draft

@@ -1,7 +1,7 @@
-"""Schema version 15: what tools the user let run unasked, and how each result
+"""Schema version 16: what tools the user let run unasked, and how each result
 of a tool the app ran came to be."""
 
-V15_TOOL_GRANTS_AND_RUNS = (
+V16_TOOL_GRANTS_AND_RUNS = (
     # "Always allow" answers to a tool's consent dialog: for one session
     # (session_id, gone with it) or everywhere (NULL). A grant holds for the
     # server as it was configured then (fingerprint: its command or URL).

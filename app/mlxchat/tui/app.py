@@ -26,13 +26,13 @@ from textual.binding import Binding, BindingType
 from textual.reactive import var
 from textual.widgets import Footer
 
+from mlxchat import clipboard
 from mlxchat.commands import CommandContext, Registry, default_registry
 from mlxchat.config import ConfigError, Settings, remember
 from mlxchat.server.options import ServeOptions
 from mlxchat.session.mlx_thread import MlxThread
 from mlxchat.session.root import (
     ConversationFactory,
-    default_tool_host,
     log_to_file,
     memory_budget,
     open_conversation,
@@ -54,7 +54,6 @@ from mlxchat.tui.widgets.header import TitleHeader
 
 if TYPE_CHECKING:
     from mlxchat.session.conversation import Conversation
-    from mlxchat.tools.host import ToolHost
 
 QUIT_WAIT_SECONDS = 10.0
 """On quit, how long a stopped reply gets to be committed before the app exits."""
@@ -102,8 +101,7 @@ class MlxChatApp(App[int]):
                  conversation_factory: ConversationFactory, continue_last: bool,
                  session: str | None, now: Callable[[], float],
                  registry: Registry | None = None, cursor_blink: bool = True,
-                 pins: Sequence[str] = (), serve: ServeOptions | None = None,
-                 tool_host: ToolHost | None = None) -> None:
+                 pins: Sequence[str] = (), serve: ServeOptions | None = None) -> None:
         super().__init__()
         self.settings = settings
         self.budget_bytes = memory_budget(settings)
@@ -127,8 +125,8 @@ class MlxChatApp(App[int]):
         """A message sent while the model loads."""
         self.turn_stream = TurnStream(self)
         """Sending a message and streaming its reply."""
-        self.tool_steps = ToolSteps(self, tool_host)
-        """A reply's tool calls (consent, the calls, their results) and the MCP servers."""
+        self.tool_steps = ToolSteps(self)
+        """A reply's tool calls: consent, the calls, their results."""
         self.commands = CommandRunner(self)
         """Running slash commands and acting on their results."""
         self.screens = ScreenOpener(self)
@@ -195,7 +193,7 @@ class MlxChatApp(App[int]):
         self.transcript.assistant_label = conv.views.model_info.name
         self.transcript.formatter = conv.views.display_text
         self.transcript.reply_format = conv.views.reply_stream
-        await self.transcript.load(conv.messages)
+        await self.transcript.load(conv.messages, session_id=conv.session.id)
         self.refresh_gauges()
         self.set_titles()
 
@@ -324,8 +322,13 @@ class MlxChatApp(App[int]):
         if reply is None or not reply.content:
             self.notify("There is no reply to copy yet.", severity="warning")
             return
-        self.copy_to_clipboard(reply.content)
-        self.notify(f"Copied the last reply ({len(reply.content):,} characters).")
+        try:
+            ways = clipboard.copy(reply.content, terminal=self.copy_to_clipboard)
+        except clipboard.ClipboardError as exc:
+            self.notify(exc.user_text(), severity="warning")
+            return
+        self.notify(f"Copied the last reply ({len(reply.content):,} characters) "
+                    f"{clipboard.said(ways)}.")
 
     def _copy_from_worker(self, text: str) -> None:
         """For /copy, which runs in a worker thread."""
@@ -366,7 +369,6 @@ class MlxChatApp(App[int]):
         conv, self.conversation = self.conversation, None
         if conv is not None:
             await asyncio.to_thread(conv.shutdown)
-        await asyncio.to_thread(self.tool_steps.close)  # bounded: every server stops
         await asyncio.to_thread(self.mlx.stop)  # its streams released on it
 
 
@@ -374,15 +376,14 @@ def create_app(settings: Settings, *, model_spec: str | None = None,
                conversation_factory: ConversationFactory | None = None,
                continue_last: bool = False, session: str | None = None,
                now: Callable[[], float] = time.time, cursor_blink: bool = True,
-               pins: Sequence[str] = (), serve: ServeOptions | None = None,
-               tool_host: ToolHost | None = None) -> MlxChatApp:
+               pins: Sequence[str] = (), serve: ServeOptions | None = None) -> MlxChatApp:
     """The app, for ``run_app`` and for tests. ``conversation_factory`` defaults to
     ``app_root.open_conversation`` (the real store and ``load_model``); it runs in
     a thread and gets a ``progress(stage, done, total)`` callback."""
     return MlxChatApp(settings, model_spec=model_spec,
                       conversation_factory=conversation_factory or open_conversation,
                       continue_last=continue_last, session=session, now=now,
-                      cursor_blink=cursor_blink, pins=pins, serve=serve, tool_host=tool_host)
+                      cursor_blink=cursor_blink, pins=pins, serve=serve)
 
 
 def run_app(settings: Settings, *, model: str | None = None, continue_last: bool = False,
@@ -392,8 +393,7 @@ def run_app(settings: Settings, *, model: str | None = None, continue_last: bool
     """Run the chat UI until the user quits (``serve``: with the API served
     beside it from the start); returns the exit status."""
     app = create_app(settings, model_spec=model, continue_last=continue_last, session=session,
-                     pins=pins, conversation_factory=conversation_factory, serve=serve,
-                     tool_host=default_tool_host())
+                     pins=pins, conversation_factory=conversation_factory, serve=serve)
     with log_to_file():
         result = app.run()
     release_thread_streams()

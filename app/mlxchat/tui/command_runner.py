@@ -118,15 +118,12 @@ class CommandRunner:
         if result.kind == "error":
             await transcript.add_notice(result.text, "error")
         elif result.kind == "markdown":
-            await self._mount(MarkdownNotice(result.text))
+            await transcript.add_kept(partial(MarkdownNotice, result.text))
         elif result.kind == "table":
-            await self._mount(TableNotice(result.text, result.columns, result.rows))
+            await transcript.add_kept(partial(TableNotice, result.text, result.columns,
+                                              result.rows))
         elif result.text:
             await transcript.add_notice(result.text, "info")
-
-    async def _mount(self, widget: Any) -> None:
-        await self.app.transcript.mount(widget)
-        self.app.transcript.anchor()
 
     def _ask(self, result: CommandResult) -> None:
         confirm = result.confirm

@@ -67,7 +67,7 @@ class Serving:
         wanted = host or self.defaults.host
         if not is_loopback(wanted) and not self.defaults.api_key:
             raise BindRefused(f"Serving on {wanted} from the chat needs a key given on the "
-                              "command line (mlxchat serve --tui --api-key KEY); "
+                              "command line (mlxchat serve --tui --api-key-file PATH); "
                               "/serve PORT serves on 127.0.0.1.")
         server = self.control.start(chat, host=host, port=port)
         self.app.call_from_thread(self.changed)
@@ -152,6 +152,6 @@ def serve_command(serving: Serving) -> Command:
                    "(its weights are shared; the server keeps a KV cache of its own). "
                    "It computes in the chat's compute dtype. /serve PORT serves on "
                    "127.0.0.1 (0: any free port); another host needs mlxchat serve --tui "
-                   "--api-key KEY. After /model it serves the chat's new model at the same "
+                   "--api-key-file PATH (or $MLXCHAT_API_KEY). After /model it serves the chat's new model at the same "
                    "address. /serve off stops it; /serve alone says where it serves "
                    "and how many requests it answered.")

@@ -40,11 +40,9 @@ class StartUp:
                 shown[stage] = percent
                 app._ui(app.activity.show,
                         f"{STAGE_LABELS.get(stage, stage)} model…", done, total)
-        host = app.tool_steps.host
-        tools = {"tool_host": host} if host is not None else {}
         try:
             opened = app.mlx.call(partial(self._factory, app.settings, progress=progress,
-                                          **self._open, **tools))
+                                          **self._open))
         except Exception as exc:  # noqa: BLE001 - shown in the transcript
             app._ui(self._failed, error_text(exc))
             return

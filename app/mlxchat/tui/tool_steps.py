@@ -15,7 +15,6 @@ from mlxchat.tui.screens import ToolConsentScreen
 
 if TYPE_CHECKING:
     from mlxchat.engine.events import TurnDone
-    from mlxchat.tools.host import ToolHost
 
 WAIT_S = 0.1
 
@@ -23,16 +22,9 @@ WAIT_S = 0.1
 class ToolSteps:
     """One per app; every method but the dialog's callback on a worker thread."""
 
-    def __init__(self, app: Any, host: ToolHost | None):
+    def __init__(self, app: Any):
         self.app = app
         """The MlxChatApp (not imported: it imports this module)."""
-        self.host = host
-        """Runs the MCP servers (the app's conversation is opened with it); None: no tools."""
-
-    def close(self) -> None:
-        """At exit, after the conversation's shutdown: every server stops (bounded)."""
-        if self.host is not None:
-            self.host.close()
 
     def prepare(self) -> None:
         """Before a message: the servers the session uses are up (or said to

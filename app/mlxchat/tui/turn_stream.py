@@ -85,8 +85,9 @@ class TurnStream:
         """On a worker thread: consume a started turn, batching onto the UI;
         then, while its reply calls tools, the tool loop's steps and their turns."""
         ui = self.app._ui
-        done, error = self._one(events)
+        reply, done, error = self._one(events)
         while done is not None and error is None:
+            ui(self.show_reply, reply, done)
             step = self.app.tool_steps.after(done)
             if step is None:
                 break
@@ -97,11 +98,11 @@ class TurnStream:
                    "warning" if step.turn is None else "info")
             if step.turn is None:
                 break
-            done, error = self._one(step.turn)
-        ui(self._ended, done, error)
+            reply, done, error = self._one(step.turn)
+        ui(self.show_end, reply, done, error)
 
-    def _one(self, events: Iterator[Event]) -> tuple[TurnDone | None, str | None]:
-        """One reply streamed into its own message; its end, or the error."""
+    def _one(self, events: Iterator[Event]) -> tuple[ReplyHandle, TurnDone | None, str | None]:
+        """One reply streamed into its own message: its end, or the error."""
         ui = self.app._ui
         reply: ReplyHandle = ui(self.app.transcript.start_reply)
         self._settle_screen()
@@ -114,10 +115,8 @@ class TurnStream:
             done = pump_turn(events, on_text=show, interval=pacer,
                              on_prefill=partial(ui, self.show_prefill))
         except Exception as exc:  # noqa: BLE001 - an engine failure mid-turn
-            ui(self._finished, reply, None)
-            return None, error_text(exc)
-        ui(self._finished, reply, done)
-        return done, None
+            return reply, None, error_text(exc)
+        return reply, done, None
 
     def _settle_screen(self) -> None:
         """On a worker thread: wait (at most SETTLE_SECONDS) until the screen has
@@ -151,13 +150,17 @@ class TurnStream:
             gauges.live_cache(batch.cached_tokens, batch.kv_bytes)
         return time.thread_time()
 
-    async def _finished(self, reply: ReplyHandle, done: TurnDone | None) -> None:
+    async def show_reply(self, reply: ReplyHandle, done: TurnDone | None) -> None:
+        """A reply's end (its footer and figures); the turn may go on with tools."""
         stats = done.stats if done is not None else None
         await reply.finish(stats, cancelled=stats is None or stats.finish_reason == "cancelled")
         self.app.refresh_gauges()
 
-    async def _ended(self, done: TurnDone | None, error: str | None) -> None:
+    async def show_end(self, reply: ReplyHandle, done: TurnDone | None,
+                        error: str | None) -> None:
         app = self.app
+        stats = done.stats if done is not None else None
+        await reply.finish(stats, cancelled=stats is None or stats.finish_reason == "cancelled")
         app.generating = False
         app.serving.watch()  # a "waiting for the API" line goes with the turn, not a tick later
         app.gauges.idle()

@@ -31,6 +31,19 @@ _BUFFER = 8 << 20
 _ORIGIN = ("format", "mlx_lm_version", "model_fingerprint", "template_hash")
 
 
+def origin_of(path: Path) -> tuple[str, ...] | None:
+    """What a segment file was made for (format, mlx-lm, model, template), from
+    its header; None when it cannot be read. Files of two origins never join."""
+    try:
+        file = segment_file.open_file(path)
+    except CacheFileRejected:
+        return None
+    try:
+        return tuple(str(file.meta.get(k, "")) for k in _ORIGIN)
+    finally:
+        file.close()
+
+
 def compact(sources: Sequence[Sequence[SegmentRef]], out: Path) -> SegmentInfo:
     """Join files into one at ``out``: each item of ``sources`` is the
     consecutive references naming one file, which they must cover whole.

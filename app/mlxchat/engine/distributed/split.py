@@ -26,7 +26,7 @@ from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.distributed.channel import GO_ON, NOT_ACROSS_RANKS, STOP, Channel, RankLost
 from mlxchat.engine.distributed.rank_files import RankDisk
 from mlxchat.engine.distributed.rank_worker import own_figures
-from mlxchat.engine.events import EngineError, RankFigures, TextDelta, TurnDone
+from mlxchat.engine.events import EngineError, PrefillProgress, RankFigures, TextDelta, TurnDone
 from mlxchat.engine.kv import prompt_cache
 from mlxchat.engine.kv.live import LiveCache
 from mlxchat.engine.speculative.streams import Stream, plain_stream
@@ -144,8 +144,10 @@ class SplitRanks:
         return prompt_cache.probe_bytes_per_token(loaded.model, kv_bits, loaded.info.head_dim)
 
     # -- the turn --------------------------------------------------------------------
-    def watch_turn(self) -> None:
-        self._watch.started_at = time.monotonic()  # the ranks' silence counts from here
+    def watch_turn(self, planned: Any, settings: GenerationSettings, loaded: LoadedModel,
+                   window: int) -> None:
+        self._watch.begin(prompt=getattr(planned, "tokens", None), window=window,
+                          kv_bits=settings.kv_bits, weights_bytes=loaded.info.weights_bytes)
 
     def next_event(self, events: queue.Queue) -> Any:
         """The turn's next event; when the ranks have been silent for
@@ -248,24 +250,47 @@ def split_engine(loaded: LoadedModel, channel: Channel, plan: ShardPlan, *,
 
 
 class TurnWatch:
-    """What the consumer of a turn saw, to end it without the engine thread."""
+    """What the consumer of a turn saw, to end it without the engine thread:
+    its text, and the figures its events carried (the stats it keeps)."""
 
     def __init__(self) -> None:
         self.started_at = time.monotonic()
         self.abandoned = False
         self._text: dict[str, list[str]] = {}
+        self._seen: dict[str, Any] = {}
+
+    def begin(self, *, prompt: Sequence[int] | None, window: int, kv_bits: int | None,
+              weights_bytes: int) -> None:
+        """A turn starts (the ranks' silence counts from here)."""
+        self.started_at, self._text = time.monotonic(), {}
+        self._seen = dict(prompt_tokens=len(prompt) if prompt is not None else 0,
+                          context_window=window, kv_bits=kv_bits, weights_bytes=weights_bytes)
 
     def saw(self, event: Any) -> Any:
+        seen = self._seen
         if isinstance(event, TurnDone):
             self.started_at, self._text = time.monotonic(), {}
+        elif isinstance(event, PrefillProgress):
+            seen.update(prefilled_tokens=event.total, context_used=event.cached_tokens,
+                        kv_bytes=event.kv_bytes)
+            if event.tps is not None:
+                seen["prefill_tps"] = event.tps
         elif isinstance(event, TextDelta):
             self._text.setdefault(event.part, []).append(event.text)
+            seen.setdefault("ttft_s", time.monotonic() - self.started_at)
+            seen.update(context_used=event.cached_tokens, kv_bytes=event.kv_bytes)
+            if event.decode_tps is not None:
+                seen["decode_tps"] = event.decode_tps
         return event
 
     def cut_short(self, lost: Exception, token_ids: list[int]) -> TurnDone:
+        seen = dict(self._seen)
+        if seen.get("prompt_tokens") and "prefilled_tokens" in seen:
+            seen["reused_tokens"] = max(0, seen["prompt_tokens"] - seen["prefilled_tokens"])
         stats = TurnStats(finish_reason="cancelled", generated_tokens=len(token_ids),
+                          total_s=time.monotonic() - self.started_at,
                           engine_warning=f"{lost}: the reply was cut short and kept as "
-                                         "cancelled")
+                                         "cancelled", **seen)
         return TurnDone(reply="".join(self._text.get("answer", [])), stats=stats,
                         token_ids=token_ids,
                         reasoning="".join(self._text.get("reasoning", [])).rstrip())

@@ -9,6 +9,7 @@ from typing import Any, Sequence
 from mlxchat.chat import Message
 from mlxchat.engine.events import ContextOverflowError
 from mlxchat.engine.prompt.render import render
+from mlxchat.models.token_floor import least_tokens
 
 
 @dataclass
@@ -41,6 +42,18 @@ def _newest_unit(messages: Sequence[Message]) -> int:
     return max(n, 1) if messages else 0
 
 
+def refuse_unfittable(tokenizer: Any, texts: Sequence[str], *, window: int) -> None:
+    """ContextOverflowError, before any tokenizing, when ``texts`` (the
+    newest messages) take at least the whole window, whatever the policy:
+    a 15 MB message is refused in milliseconds instead of tokenized first."""
+    floor = least_tokens(tokenizer, texts)
+    if floor.tokens >= window:
+        raise ContextOverflowError(
+            f"This message is at least {floor.tokens:,} tokens ({floor.text_bytes:,} bytes; "
+            f"no token of this model holds more than {floor.token_bytes}); the context window "
+            f"is {window:,} tokens. Shorten it or attach less.")
+
+
 def fit(tokenizer: Any, messages: Sequence[Message], *, window: int, max_tokens: int,
         policy: str, template_kwargs: dict[str, Any] | None = None) -> FittedPrompt:
     """Render ``messages``; when they overflow the window apply ``policy``.
@@ -50,6 +63,9 @@ def fit(tokenizer: Any, messages: Sequence[Message], *, window: int, max_tokens:
     prompt plus the reply reserve fits; ``stop`` refuses.
     """
     messages = list(messages)
+    newest = messages[len(messages) - _newest_unit(messages):]
+    refuse_unfittable(tokenizer, [m.content for m in newest if m.role != "assistant"],
+                      window=window)
     kw = template_kwargs or {}
     reserve = reply_reserve(max_tokens, window)
     tokens = render(tokenizer, messages, **kw)

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 
+from mlxchat import blas
 from mlxchat.chat import Message
 from mlxchat.engine.disk.prefix import PrefixMarks
 from mlxchat.engine.events import Event, PrefillProgress, TurnDone
@@ -100,10 +101,11 @@ class TurnPipeline:
 
     def run(self, loaded: LoadedModel, live: LiveCache, fitted: FittedPrompt,
             messages: Sequence[Message], settings: GenerationSettings, *, window: int,
-            started: float, emit: Callable[[Event], None], busy: Callable[[], None]
-            ) -> tuple[TurnDone, LiveFigures]:
+            started: float, emit: Callable[[Event], None], busy: Callable[[], None],
+            compute: str = "") -> tuple[TurnDone, LiveFigures]:
         """Reuse, prefill, decode: the turn's end (not said yet) and the figures
-        that say it. ``busy()`` once the cache was trimmed to what is reused."""
+        that say it. ``busy()`` once the cache was trimmed to what is reused;
+        ``compute``: how quantized layers multiply this turn, for its stats."""
         info, tokens = loaded.info, fitted.tokens
         mx.reset_peak_memory()
         # generate_step gets the tail: its logits processors (repetition
@@ -134,7 +136,9 @@ class TurnPipeline:
             dropped=fitted.dropped, window=window, kv_bits=settings.kv_bits,
             weights_bytes=info.weights_bytes, total_s=time.perf_counter() - started,
             context_used=len(live.tokens), kv_bytes=live.nbytes,
-            peak_memory_bytes=mx.get_peak_memory())
+            peak_memory_bytes=mx.get_peak_memory(), model=info.name,
+            model_quantization=info.quantization, blas=blas.status().words(),
+            cpu_matmul=compute)
         done = TurnDone(reply=decoded.reply, stats=stats, dropped_messages=fitted.dropped,
                         token_ids=decoded.token_ids, reasoning=decoded.reasoning)
         return done, figures

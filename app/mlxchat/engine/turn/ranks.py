@@ -56,8 +56,10 @@ class Ranks(Protocol):
     def probe_bytes_per_token(self, loaded: LoadedModel, kv_bits: int | None) -> int:
         """Engine thread: what one more token adds to this rank's KV cache."""
 
-    def watch_turn(self) -> None:
-        """Caller's thread, as a turn is asked for."""
+    def watch_turn(self, planned: Any, settings: GenerationSettings, loaded: LoadedModel,
+                   window: int) -> None:
+        """Caller's thread, as a turn is asked for (``planned``: its messages, or its
+        fitted prompt)."""
 
     def next_event(self, events: queue.Queue) -> Any:
         """Caller's thread: the turn's next event (or ``ABANDONED``)."""
@@ -101,7 +103,8 @@ class OneProcess:
     def probe_bytes_per_token(self, loaded: LoadedModel, kv_bits: int | None) -> int:
         return prompt_cache.probe_bytes_per_token(loaded.model, kv_bits, loaded.info.head_dim)
 
-    def watch_turn(self) -> None:
+    def watch_turn(self, planned: Any, settings: GenerationSettings, loaded: LoadedModel,
+                   window: int) -> None:
         return None
 
     def next_event(self, events: queue.Queue) -> Any:

@@ -27,6 +27,14 @@ StartDownload = Callable[[str, ProgressCallback], object]
 stops early (returning or raising) once the picker's cancel event is set."""
 
 
+SOURCE_WIDTH = 40
+"""A source longer than this (a deep path, a long repo id) shows its end."""
+
+
+def short_source(source: str) -> str:
+    return source if len(source) <= SOURCE_WIDTH else "…" + source[-(SOURCE_WIDTH - 1):]
+
+
 class ModelPickerScreen(ModalScreen[str | None]):
     """Dismisses with the chosen alias, or None. Choosing a model that is not on
     disk starts ``start_download`` in a thread; escape cancels it."""
@@ -57,16 +65,22 @@ class ModelPickerScreen(ModalScreen[str | None]):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        table.add_columns("Model", "Source", "Bits", "Context", "Size", "Offline")
+        table.add_columns("Model", "Bits", "Context", "Size", "Needs", "Fits", "Offline",
+                          "Source")
         for entry in self.entries:
             mark = "● " if entry.alias == self.current else "  "
+            fits = entry.fits
             table.add_row(
                 Text(mark + entry.alias, style="bold"),
-                Text(entry.source, style="dim"),
                 Text(f"{entry.bits}" if entry.bits else "–"),
-                Text(fmt_int(entry.context_window or 0)),
-                Text(human_bytes(entry.size_bytes or 0)),
-                Text("yes", style="green") if entry.available_offline else Text("download", style="yellow"),
+                Text(fmt_int(entry.context_window) if entry.context_window else "–"),
+                Text(human_bytes(entry.size_bytes) if entry.size_bytes else "–"),
+                Text(human_bytes(entry.needed_bytes) if entry.needed_bytes else "–"),
+                Text(fits, style="green" if fits == "yes" else "red" if fits == "no"
+                     else "yellow" if fits.startswith("up to") else "dim"),
+                Text("yes", style="green") if entry.available_offline
+                else Text("download", style="yellow"),
+                Text(short_source(entry.source), style="dim"),
                 key=entry.alias)
         self.query_one("#models-download").display = False
         table.focus()

@@ -1,5 +1,6 @@
 """Widgets that render plain data; each is tested alone in a small host App."""
 
+from mlxchat.tui.widgets.folded import ThinkingBlock
 from mlxchat.tui.widgets.gauges import GaugesPanel
 from mlxchat.tui.widgets.meter import Meter
 from mlxchat.tui.widgets.prompt import CompletionList, PromptInput
@@ -8,7 +9,6 @@ from mlxchat.tui.widgets.transcript import (
     NoticeMessage,
     ReplyHandle,
     SystemMessage,
-    ThinkingBlock,
     Transcript,
     UserMessage,
 )

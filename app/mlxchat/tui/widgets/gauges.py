@@ -10,8 +10,10 @@ import functools
 from dataclasses import replace
 from typing import Any, Callable, TypeVar
 
+from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
 from textual.css.query import NoMatches
 from textual.markup import escape
 from textual.widgets import Static
@@ -64,11 +66,17 @@ class GaugeText(Static):
     def show(self, markup: str) -> None:
         if markup == self.shown:
             return  # unchanged (the weights while a reply streams): nothing to draw
-        # Same number of lines: a repaint will do. A layout pass of the whole
-        # screen costs ~10 ms, and live figures change many times a second.
-        same = self.shown is not None and self.shown.count("\n") == markup.count("\n")
+        # The same number of rows on screen: a repaint will do. A layout pass of
+        # the whole screen costs ~10 ms, and live figures change many times a
+        # second; a line that now wraps (a count grown a digit) needs one.
+        same = self.shown is not None and self._rows(self.shown) == self._rows(markup)
         self.shown = markup
         self.update(markup, layout=not same)
+
+    def _rows(self, markup: str) -> int:
+        width = max(self.content_size.width, 1)
+        return sum(max(1, -(-cell_len(line) // width))
+                   for line in Content.from_markup(markup).plain.split("\n"))
 
 
 def rank_line(figures: RankFigures) -> str:

@@ -132,7 +132,10 @@ class PromptInput(Vertical):
 
     def restore(self, text: str) -> None:
         """Put refused text back, all selected: Enter sends it again, typing
-        replaces it (never glued to it), an arrow key keeps it for editing."""
+        replaces it (never glued to it), an arrow key keeps it for editing. A
+        refused command's completions stay closed until it is edited: they
+        would cover the error that says why."""
+        self._dismissed_for = text
         area = self.area
         area.load_text(text)
         area.select_all()

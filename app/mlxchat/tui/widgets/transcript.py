@@ -7,22 +7,23 @@ each token appends a fragment instead of re-rendering the whole message.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Literal, Protocol
 
 from markdown_it import MarkdownIt
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
+from textual.widget import Widget
 from textual.widgets import Markdown, Static
 from textual.widgets._markdown import MarkdownBlock, MarkdownParagraph
 
-from mlxchat.chat import Message, calls_text
+from mlxchat.chat import Message, calls_text, split_attachments
 from mlxchat.sources import Source, cite, without_sources
 from mlxchat.tui.formatting import transcript_stats_line
+from mlxchat.tui.widgets.folded import AttachmentBlock, ThinkingBlock, ToolResultBlock
 from mlxchat.tui.widgets.sources import SourcesPanel
-from mlxchat.tui.widgets.tool_result import ToolResultBlock, ToolResultMessage
 from mlxchat.turn_stats import TurnStats
-from mlxchat.units import fmt_int, fmt_seconds
 
 NoticeLevel = Literal["info", "warning", "error"]
 
@@ -42,19 +43,26 @@ class PlainMessage(Vertical):
 
 
 class UserMessage(PlainMessage):
-    """What the user typed; with the sources retrieved for it underneath."""
+    """What the user typed (files attached in front of it folded); with the
+    sources retrieved for it underneath."""
 
     LABEL = "you"
 
     def __init__(self, text: str, *, sources: list[Source] | None = None,
                  forecast_s: float | None = None, left_out: int = 0) -> None:
         super().__init__(without_sources(text) if sources else text)
+        self.files, self.typed = split_attachments(self.text)
         self.sources = sources
         self._panel = (SourcesPanel(sources, forecast_s=forecast_s, left_out=left_out)
                        if sources else None)
 
     def compose(self) -> ComposeResult:
-        yield from super().compose()
+        yield Static(self.LABEL, classes="message-label", markup=False)
+        for name, text in self.files:
+            yield AttachmentBlock(name, text)
+        if self.typed.strip() or not self.files:
+            yield Static(self.typed.strip("\n") if self.files else self.text,
+                         classes="message-body", markup=False)
         if self._panel is not None:
             yield self._panel
 
@@ -69,41 +77,19 @@ class SystemMessage(PlainMessage):
     LABEL = "system prompt"
 
 
-class ThinkingBlock(Static):
-    """A reply's reasoning above its answer: one dimmed line while folded (its
-    token count and time), the whole text when unfolded (a click, or ctrl+t
-    for the last reply)."""
+class ToolResultMessage(Vertical):
+    """A tool's result (from the app's tool loop or an API client's), folded."""
 
-    def __init__(self, text: str = "", stats: TurnStats | None = None) -> None:
-        super().__init__(classes="thinking", markup=False)
-        self.text, self.stats = text, stats
-        self.expanded = False
-        self.live = False
-        """Reasoning is streaming into it now."""
+    def __init__(self, message: Message) -> None:
+        super().__init__(classes="message tool-message")
+        self.message = message
 
-    def on_mount(self) -> None:
-        self.show()
+    def compose(self) -> ComposeResult:
+        yield ToolResultBlock(self.message)
 
-    def header(self) -> str:
-        mark = "▾" if self.expanded else "▸"
-        figures = []
-        if self.stats is not None and self.stats.reasoning_tokens:
-            figures = [f"{fmt_int(self.stats.reasoning_tokens)} tokens",
-                       fmt_seconds(self.stats.reasoning_s)]
-        words = "Thinking…" if self.live else "Thought"
-        return " · ".join([f"{mark} {words}", *figures])
-
-    def show(self) -> None:
-        self.display = bool(self.text or self.live)
-        body = self.text if self.expanded else ""
-        self.update(Content.assemble((self.header(), "italic"), ("\n" + body) if body else ""))
-
-    def toggle(self) -> None:
-        self.expanded = not self.expanded
-        self.show()
-
-    def on_click(self) -> None:
-        self.toggle()
+    @property
+    def block(self) -> ToolResultBlock:
+        return self.query_one(ToolResultBlock)
 
 
 class _OnePass:
@@ -289,6 +275,12 @@ class Transcript(VerticalScroll):
         """A new ``ReplyFormat`` for each streaming reply (the app's formats tool calls)."""
         self.last_sources: list[Source] | None = None
         """The sources of the last user message shown: the next reply cites them."""
+        self._session_id: int | None = None
+        self._shown = 0
+        """Messages shown (a notice is kept at this place)."""
+        self._kept: list[tuple[int, Callable[[], Widget]]] = []
+        """The open session's notices, each where it came and how to show it again:
+        a reload of the same session (a command that changed it) keeps them."""
 
     def on_mount(self) -> None:
         self.anchor()
@@ -309,16 +301,31 @@ class Transcript(VerticalScroll):
         if message.tool_calls:  # stored apart from the text: shown after it
             content = "\n\n".join(filter(None, [content.rstrip(),
                                                  calls_text(message.tool_calls)]))
-        return AssistantMessage(content, label=self.assistant_label,
+        label = message.stats.model if message.stats and message.stats.model else None
+        return AssistantMessage(content, label=label or self.assistant_label,
                                 stats=message.stats, cancelled=message.cancelled,
                                 reasoning=message.reasoning,
                                 shown=self.shown(content, self.last_sources))
 
-    async def load(self, messages: Iterable[Message]) -> None:
-        """Replace everything with ``messages`` (root first)."""
+    async def load(self, messages: Iterable[Message], *, session_id: int | None = None) -> None:
+        """Replace everything with ``messages`` (root first); the notices shown
+        in the same session stay where they were."""
+        if session_id != self._session_id:
+            self._session_id, self._kept = session_id, []
         await self.clear()
         self.last_sources = None
-        await self.mount_all([self._message_widget(m) for m in messages])
+        shown = [self._message_widget(m) for m in messages]
+        self._shown = len(shown)
+        widgets: list[Widget] = []
+        kept = iter(self._kept)
+        pending = next(kept, None)
+        for i, widget in enumerate([*shown, None]):
+            while pending is not None and (pending[0] <= i or widget is None):
+                widgets.append(pending[1]())
+                pending = next(kept, None)
+            if widget is not None:
+                widgets.append(widget)
+        await self.mount_all(widgets)
         self.anchor()
 
     async def clear(self) -> None:
@@ -332,6 +339,7 @@ class Transcript(VerticalScroll):
             widget: UserMessage = PendingMessage(text)
         else:
             self.last_sources = sources
+            self._shown += 1
             widget = UserMessage(text, sources=sources, forecast_s=forecast_s,
                                  left_out=left_out)
         await self.mount(widget)
@@ -340,6 +348,7 @@ class Transcript(VerticalScroll):
 
     async def start_reply(self, label: str | None = None) -> ReplyHandle:
         widget = AssistantMessage(label=label or self.assistant_label)
+        self._shown += 1
         await self.mount(widget)
         self.anchor()
         return ReplyHandle(self, widget)
@@ -354,11 +363,21 @@ class Transcript(VerticalScroll):
 
     async def add_results(self, messages: Iterable[Message]) -> None:
         """Tool results the app's loop stored, folded, before the reply that reads them."""
-        await self.mount_all([ToolResultMessage(m) for m in messages])
+        widgets = [ToolResultMessage(m) for m in messages]
+        self._shown += len(widgets)
+        await self.mount_all(widgets)
         self.anchor()
 
-    async def add_notice(self, text: str | BaseException, level: NoticeLevel = "info") -> NoticeMessage:
-        widget = NoticeMessage(text, level)
+    async def add_notice(self, text: str | BaseException,
+                         level: NoticeLevel = "info") -> NoticeMessage:
+        widget = await self.add_kept(partial(NoticeMessage, text, level))
+        assert isinstance(widget, NoticeMessage)
+        return widget
+
+    async def add_kept(self, make: Callable[[], Widget]) -> Widget:
+        """Show ``make()`` (a notice, a command's table) and keep it for reloads."""
+        self._kept.append((self._shown, make))
+        widget = make()
         await self.mount(widget)
         self.anchor()
         return widget

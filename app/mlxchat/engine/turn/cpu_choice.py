@@ -1,0 +1,245 @@
+"""``cpu_matmul=auto``: each quantized layer shape computed the fastest way this
+CPU has, decided by measuring (models/cpu_matmul.py holds the paths).
+
+Once per model and machine, one layer of each shape is timed: a decode step
+(one row) with ``quantized_matmul`` and with a kept float32 copy through the
+BLAS; a prefill chunk with ``quantized_matmul``, dequantize-then-matmul and the
+kept copy. The figures are stored with the model's fingerprint under the cache
+folder, with the machine they were taken on (cores, CPU, BLAS, MLX version): a
+changed machine measures again. Kept copies cost 4 bytes a weight and are made
+only within what the memory fit leaves (RAM available now, less the KV cache at
+the model's whole context, less a margin), the biggest saving per byte first.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path as FilePath
+from typing import Any, Callable
+
+import mlx.core as mx
+
+from mlxchat import blas
+from mlxchat.chat import human_bytes
+from mlxchat.files import write_private_text
+from mlxchat.models import LoadedModel, memory
+from mlxchat.models import cpu_matmul as cm
+from mlxchat.models.info import on_cpu
+from mlxchat.paths import cache_dir
+
+PREFILL_ROWS = 128
+"""Rows of the prefill chunk the BLAS paths are timed at."""
+QUANTIZED_ROWS = 16
+"""quantized_matmul is compute-bound (linear in rows): timed at this many, scaled."""
+MARGIN_BYTES = 512 << 20
+"""Left free beyond the KV cache at the whole context."""
+FORMAT = 1
+_MEASURED: dict[tuple[str, str], dict[str, "ShapeTimes"]] = {}
+"""This process's figures by (fingerprint, machine): a model measures once per
+process even where the cache folder changes (each test has its own)."""
+
+
+@dataclass(frozen=True)
+class ShapeTimes:
+    """Seconds per call of one layer shape, measured."""
+
+    decode_quantized: float
+    decode_kept: float
+    prefill_quantized: float
+    prefill_dequantized: float
+    prefill_kept: float
+
+
+@dataclass(frozen=True)
+class MatmulPlan:
+    """What every quantized layer of the model computes with, and why."""
+
+    mode: str
+    paths: dict[str, cm.Path] = field(default_factory=dict)
+    layers: dict[str, int] = field(default_factory=dict)
+    kept_bytes: int = 0
+    measured: bool = False
+    """True when this load measured (False: read from the cache)."""
+    note: str = ""
+
+    def words(self) -> str:
+        if not self.paths:
+            return self.note or "quantized_matmul (no quantized layers)"
+        shapes = len(self.paths)
+        prefill = sum(1 for p in self.paths.values() if p.prefill != cm.QUANTIZED)
+        decode = sum(1 for p in self.paths.values() if p.decode == cm.KEPT)
+        kept = f" (+{human_bytes(self.kept_bytes)})" if self.kept_bytes else ""
+        text = (f"{self.mode}: prefill through the BLAS for {prefill} of {shapes} layer shapes, "
+                f"decode from float32 copies for {decode} of {shapes}{kept}")
+        return text + (f"; {self.note}" if self.note else "")
+
+
+def machine() -> str:
+    """What the figures depend on besides the model."""
+    status = blas.status()
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in FilePath("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{blas._cores()} cores · {cpu} · {status.words()} · mlx {mx.__version__}"
+
+
+def _best(fn: Callable[[], mx.array], reps: int = 3) -> float:
+    t0 = time.perf_counter()
+    mx.eval(fn())  # warm-up: kernels, allocations
+    best = float("inf") if time.perf_counter() - t0 < 0.1 else time.perf_counter() - t0
+    for _ in range(reps if best == float("inf") else 1):
+        t0 = time.perf_counter()
+        mx.eval(fn())
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure_shape(layer: Any) -> ShapeTimes:
+    """Time one layer on each path (its own path is restored after)."""
+    width = layer.weight.shape[-1] * 32 // layer.bits
+    # Looked up at each call: set_path swaps the layer's class.
+    head = hasattr(layer, "as_linear")
+    call = (lambda x: layer.as_linear(x)) if head else layer
+    one, chunk = mx.random.normal((1, width)), mx.random.normal((PREFILL_ROWS, width))
+    few = chunk[:QUANTIZED_ROWS]
+    saved = layer.__dict__.get("_cpu_path") or cm.Path()
+    kept = layer.__dict__.get("_cpu_kept")
+    try:
+        cm.set_path(layer, cm.Path())
+        q1 = _best(lambda: call(one))
+        # A head's prefill rows are never computed (a chunk evaluates the cache
+        # only) and its chunk is the dearest to time: scaled from one row.
+        qn = q1 * QUANTIZED_ROWS if head else _best(lambda: call(few))
+        cm.set_path(layer, cm.Path(prefill=cm.DEQUANTIZED))
+        dn = _best(lambda: call(chunk))
+        cm.set_path(layer, cm.Path(prefill=cm.KEPT, decode=cm.KEPT))
+        k1, kn = _best(lambda: call(one)), _best(lambda: call(chunk))
+    finally:
+        cm.set_path(layer, cm.Path())
+        if kept is not None:
+            layer.__dict__["_cpu_kept"] = kept
+        cm.set_path(layer, saved)
+    return ShapeTimes(q1, k1, qn * PREFILL_ROWS / QUANTIZED_ROWS, dn, kn)
+
+
+def _cache_file() -> FilePath:
+    return cache_dir() / "cpu_matmul.json"
+
+
+def _read_cache() -> dict:
+    try:
+        data = json.loads(_cache_file().read_text())
+        return data if data.get("format") == FORMAT else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def shape_times(loaded: LoadedModel) -> tuple[dict[str, ShapeTimes], bool]:
+    """Each shape's figures: from the cache when taken on this machine, else
+    measured now and stored. Also whether this call measured."""
+    key, here = loaded.info.fingerprint, machine()
+    if (key, here) in _MEASURED:
+        return _MEASURED[key, here], False
+    data = _read_cache()
+    entry = data.get("models", {}).get(key)
+    layers = dict((cm.shape_key(layer), layer) for _, layer in cm.quantized_layers(loaded.model))
+    if entry and entry.get("machine") == here and set(entry.get("shapes", {})) == set(layers):
+        _MEASURED[key, here] = {k: ShapeTimes(**v) for k, v in entry["shapes"].items()}
+        return _MEASURED[key, here], False
+    times = _MEASURED[key, here] = {k: measure_shape(layer) for k, layer in layers.items()}
+    models = {**data.get("models", {}),
+              key: {"machine": here, "shapes": {k: asdict(t) for k, t in times.items()}}}
+    try:
+        write_private_text(_cache_file(), json.dumps({"format": FORMAT, "models": models}))
+    except OSError:
+        pass  # measured again next time
+    return times, True
+
+
+def budget(loaded: LoadedModel, held: int) -> int:
+    """Bytes kept copies may take: within the memory fit, KV at the context counted."""
+    available = memory.available_memory()
+    if available is None:
+        return 0
+    kv = max(0, loaded.info.needed_bytes - loaded.info.weights_bytes)
+    return max(0, available.bytes + held - kv - MARGIN_BYTES)
+
+
+def decide(mode: str, times: dict[str, ShapeTimes], sizes: dict[str, tuple[int, int]],
+           room: int) -> tuple[dict[str, cm.Path], int]:
+    """Each shape's path and the bytes kept. ``sizes``: (layers, bytes of one copy)."""
+    if mode == "quantized":
+        return {k: cm.Path() for k in times}, 0
+    def saving(k: str) -> float:  # decode seconds saved per byte kept
+        t = times[k]
+        return (t.decode_quantized - t.decode_kept) / sizes[k][1]
+    keep, used = set(), 0
+    for k in sorted(times, key=saving, reverse=True):
+        t, (count, each) = times[k], sizes[k]
+        wanted = mode == "dequantized" or t.decode_kept < 0.9 * t.decode_quantized
+        if wanted and used + count * each <= room:
+            keep.add(k)
+            used += count * each
+    paths = {}
+    for k, t in times.items():
+        if k in keep:
+            paths[k] = cm.Path(prefill=cm.KEPT, decode=cm.KEPT)
+        elif mode == "dequantized" or t.prefill_dequantized < t.prefill_quantized:
+            paths[k] = cm.Path(prefill=cm.DEQUANTIZED)
+        else:
+            paths[k] = cm.Path()
+    return paths, used
+
+
+class CpuMatmul:
+    """The engine's part that keeps the model's layers on the chosen paths."""
+
+    def __init__(self) -> None:
+        self.plan = MatmulPlan(mode="auto", note="not chosen yet (the first turn measures)")
+        self._matched: tuple[int, str, str] | None = None
+
+    def match(self, loaded: LoadedModel, wanted: str | None) -> MatmulPlan:
+        """Put ``loaded``'s layers on the paths ``wanted`` (auto|quantized|dequantized)
+        gives; a no-op when nothing changed. Off the CPU nothing is touched."""
+        mode = wanted or "auto"
+        key = (id(loaded.model), loaded.info.fingerprint, mode)
+        if self._matched == key:
+            return self.plan
+        self._matched = key
+        if not on_cpu():
+            self.plan = MatmulPlan(mode=mode, note="not used off the CPU")
+            return self.plan
+        self.plan = apply(loaded, mode)
+        return self.plan
+
+
+def apply(loaded: LoadedModel, mode: str) -> MatmulPlan:
+    """Measure (or read) and set every quantized layer's path for ``mode``."""
+    groups: dict[str, list[Any]] = {}
+    for _, layer in cm.quantized_layers(loaded.model):
+        groups.setdefault(cm.shape_key(layer), []).append(layer)
+    if not groups:
+        return MatmulPlan(mode=mode)
+    held = sum(cm.kept_bytes(x) for ls in groups.values() for x in ls
+               if x.__dict__.get("_cpu_kept") is not None)
+    if mode == "quantized":
+        times, measured = {k: None for k in groups}, False
+        paths, used = {k: cm.Path() for k in groups}, 0
+    else:
+        times, measured = shape_times(loaded)
+        sizes = {k: (len(ls), cm.kept_bytes(ls[0])) for k, ls in groups.items()}
+        paths, used = decide(mode, times, sizes, budget(loaded, held))
+    for k, ls in groups.items():
+        for layer in ls:
+            cm.set_path(layer, paths[k])
+    note = "" if blas.status().optimized else blas.status().note
+    return MatmulPlan(mode=mode, paths=paths, layers={k: len(ls) for k, ls in groups.items()},
+                kept_bytes=used, measured=measured, note=note)

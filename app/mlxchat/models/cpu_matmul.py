@@ -1,0 +1,114 @@
+"""How a quantized layer multiplies on the CPU: ``quantized_matmul`` (MLX's own
+kernel, no BLAS), its weight dequantized for the call and multiplied through the
+BLAS (``dequantized``: the float weight lives only for that prefill chunk), or a
+float32 copy of the weight kept beside the quantized one (``kept``).
+
+Prefill chunks and decode steps may take different paths: a layer looks at how
+many rows it is given. The quantized weights stay the model's parameters (the
+kept copy is a private attribute, never saved, cast or counted as a weight),
+so switching back is exact and costs nothing. Only float32 activations take the
+BLAS paths; any other dtype computes as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import mlx.core as mx
+import mlx.nn as nn
+
+QUANTIZED, DEQUANTIZED, KEPT = "quantized", "dequantized", "kept"
+DECODE_ROWS = 8
+"""A call with at most this many rows is a decode step (or a verifying pass)."""
+
+
+@dataclass(frozen=True)
+class Path:
+    """The path of one layer: for prefill chunks and for decode steps."""
+
+    prefill: str = QUANTIZED
+    decode: str = QUANTIZED
+
+    @property
+    def keeps(self) -> bool:
+        return KEPT in (self.prefill, self.decode)
+
+
+def dequantized(layer: Any) -> mx.array:
+    """``layer``'s weight as float32 (out, in), as ``quantized_matmul`` reads it."""
+    return mx.dequantize(layer.weight, layer.scales, layer.get("biases"),
+                         group_size=layer.group_size, bits=layer.bits,
+                         mode=getattr(layer, "mode", "affine"), dtype=mx.float32)
+
+
+def _through_blas(layer: Any, x: mx.array) -> mx.array | None:
+    """``x @ w.T`` on the path this many rows take, or None for quantized_matmul."""
+    path: Path = layer.__dict__.get("_cpu_path") or Path()
+    rows = x.size // max(x.shape[-1], 1)
+    chosen = path.decode if rows <= DECODE_ROWS else path.prefill
+    if chosen == QUANTIZED or x.dtype != mx.float32:
+        return None
+    kept = layer.__dict__.get("_cpu_kept")
+    if chosen == KEPT and kept is not None:
+        return x @ kept.T
+    return x @ dequantized(layer).T
+
+
+class CpuQuantizedLinear(nn.QuantizedLinear):
+    def __call__(self, x: mx.array) -> mx.array:
+        y = _through_blas(self, x)
+        if y is None:
+            return super().__call__(x)
+        return y + self["bias"] if "bias" in self else y
+
+
+class CpuQuantizedEmbedding(nn.QuantizedEmbedding):
+    """A tied head (``as_linear``); looking up rows stays as it was."""
+
+    def as_linear(self, x: mx.array) -> mx.array:
+        y = _through_blas(self, x)
+        return super().as_linear(x) if y is None else y
+
+
+_SWAPS = {nn.QuantizedLinear: CpuQuantizedLinear, nn.QuantizedEmbedding: CpuQuantizedEmbedding}
+
+
+def quantized_layers(model: nn.Module) -> Iterator[tuple[str, Any]]:
+    """(name, layer) of every plain quantized linear and embedding (subclasses
+    such as a split model's sharded layers are left alone)."""
+    for name, module in model.named_modules():
+        if type(module) in _SWAPS or type(module) in _SWAPS.values():
+            yield name, module
+
+
+def shape_key(layer: Any) -> str:
+    """Layers of one key cost the same: out x in, bits, group, mode."""
+    out, packed = layer.weight.shape[-2:]
+    width = packed * 32 // layer.bits
+    return f"{out}x{width}:{getattr(layer, 'mode', 'affine')}{layer.bits}g{layer.group_size}"
+
+
+def kept_bytes(layer: Any) -> int:
+    out, packed = layer.weight.shape[-2:]
+    return out * (packed * 32 // layer.bits) * 4
+
+
+def set_path(layer: Any, path: Path) -> None:
+    """Give ``layer`` ``path``: its class swapped for the one that reads it, a
+    float32 copy made when the path keeps one and dropped when it does not."""
+    base = type(layer)
+    layer.__class__ = _SWAPS.get(base, base)
+    layer.__dict__["_cpu_path"] = path
+    if path.keeps and layer.__dict__.get("_cpu_kept") is None:
+        kept = dequantized(layer)
+        mx.eval(kept)
+        layer.__dict__["_cpu_kept"] = kept
+    elif not path.keeps:
+        layer.__dict__.pop("_cpu_kept", None)
+
+
+def clear(model: nn.Module) -> None:
+    """Every layer back on quantized_matmul, kept copies freed."""
+    for _, layer in quantized_layers(model):
+        set_path(layer, Path())

@@ -1,0 +1,61 @@
+"""One line per request in the server's log: method, path, status, the session
+it ran on, its reused / prompt tokens and its time. The figures of a turn are
+noted by the service (``note_turn``) into the request's own slot, a context
+variable this middleware sets for the request."""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextvars import ContextVar
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from mlxchat.turn_stats import TurnStats
+
+log = logging.getLogger("mlxchat.server.access")
+
+_TURN: ContextVar[dict[str, Any] | None] = ContextVar("mlxchat_request_turn", default=None)
+
+
+def note_turn(session_id: int | None, stats: TurnStats) -> None:
+    """The request being answered ran a turn: on ``session_id``, with ``stats``."""
+    slot = _TURN.get()
+    if slot is not None:
+        slot.update(session=session_id, cached=stats.reused_tokens, prompt=stats.prompt_tokens)
+
+
+def line(method: str, path: str, status: int, seconds: float, turn: dict[str, Any]) -> str:
+    """'POST /v1/chat/completions 200 session=#12 cached=1,180/1,206 0.42 s'."""
+    parts = [method, path, str(status or "-")]
+    if turn:
+        if turn.get("session") is not None:
+            parts.append(f"session=#{turn['session']}")
+        parts.append(f"cached={turn['cached']:,}/{turn['prompt']:,}")
+    return " ".join(parts) + f" {seconds:.2f} s"
+
+
+class AccessLog:
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        slot: dict[str, Any] = {}
+        token = _TURN.set(slot)
+        start, status = time.monotonic(), 0
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            _TURN.reset(token)
+            log.info(line(scope.get("method", "?"), scope.get("path", "?"), status,
+                          time.monotonic() - start, slot))

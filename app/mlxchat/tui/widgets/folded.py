@@ -1,0 +1,115 @@
+"""What a message holds folded to one line until clicked: a reply's reasoning
+(``ThinkingBlock``), a file attached to a message (``AttachmentBlock``) and a
+tool's result (``ToolResultBlock``)."""
+
+from __future__ import annotations
+
+from textual.content import Content
+from textual.widgets import Static
+
+from mlxchat.chat import Message, human_bytes, quoted, tool_label
+from mlxchat.turn_stats import TurnStats
+from mlxchat.units import fmt_int, fmt_seconds, plural
+
+
+class ThinkingBlock(Static):
+    """A reply's reasoning above its answer: one dimmed line while folded (its
+    token count and time), the whole text when unfolded (a click, or ctrl+t
+    for the last reply)."""
+
+    def __init__(self, text: str = "", stats: TurnStats | None = None) -> None:
+        super().__init__(classes="thinking", markup=False)
+        self.text, self.stats = text, stats
+        self.expanded = False
+        self.live = False
+        """Reasoning is streaming into it now."""
+
+    def on_mount(self) -> None:
+        self.show()
+
+    def header(self) -> str:
+        mark = "▾" if self.expanded else "▸"
+        figures = []
+        if self.stats is not None and self.stats.reasoning_tokens:
+            figures = [f"{fmt_int(self.stats.reasoning_tokens)} tokens",
+                       fmt_seconds(self.stats.reasoning_s)]
+        words = "Thinking…" if self.live else "Thought"
+        return " · ".join([f"{mark} {words}", *figures])
+
+    def show(self) -> None:
+        self.display = bool(self.text or self.live)
+        body = self.text if self.expanded else ""
+        self.update(Content.assemble((self.header(), "italic"), ("\n" + body) if body else ""))
+
+    def toggle(self) -> None:
+        self.expanded = not self.expanded
+        self.show()
+
+    def on_click(self) -> None:
+        self.toggle()
+
+
+class AttachmentBlock(Static):
+    """A file attached to a message: one line while folded (its name, size and
+    lines), the whole text when unfolded (a click)."""
+
+    def __init__(self, name: str, text: str) -> None:
+        super().__init__(classes="attachment", markup=False)
+        self.name_, self.text = name, text
+        self.expanded = False
+
+    def on_mount(self) -> None:
+        self.show()
+
+    def header(self) -> str:
+        mark = "▾" if self.expanded else "▸"
+        size = len(self.text.encode("utf-8"))
+        lines = self.text.count("\n") + 1
+        return (f"{mark} attached {self.name_} · {human_bytes(size)} · "
+                f"{plural(lines, 'line')}" + ("" if self.expanded else " · click to unfold"))
+
+    def show(self) -> None:
+        body = "\n" + self.text if self.expanded else ""
+        self.update(Content.assemble((self.header(), "italic"), body))
+
+    def on_click(self) -> None:
+        self.expanded = not self.expanded
+        self.show()
+
+
+class ToolResultBlock(Static):
+    """A tool's result: one dimmed line while folded (the server's tool, how
+    long it took, how much it sent, a note: denied, an error, a cut), the
+    result as it went to the model when unfolded (a click, or ctrl+t on the
+    last one)."""
+
+    def __init__(self, message: Message) -> None:
+        super().__init__(classes="tool-result", markup=False)
+        self.message = message
+        self.expanded = False
+
+    @property
+    def text(self) -> str:
+        return self.message.content
+
+    def header(self) -> str:
+        mark = "▾" if self.expanded else "▸"
+        run = self.message.tool_run
+        if run is not None:
+            return f"{mark} tool · {run.header()}"
+        size = human_bytes(len(self.message.content.encode("utf-8", "replace")))
+        return f"{mark} {tool_label(self.message)} · {size}"
+
+    def on_mount(self) -> None:
+        self.show()
+
+    def show(self) -> None:
+        body = "\n" + quoted(self.message.content) if self.expanded else ""
+        self.update(Content.assemble((self.header(), "italic"), body))
+
+    def toggle(self) -> None:
+        self.expanded = not self.expanded
+        self.show()
+
+    def on_click(self) -> None:
+        self.toggle()

@@ -1,0 +1,114 @@
+"""Every CPU compute path of a quantized layer gives what quantized_matmul gives:
+logits within float32 rounding on tiny random models of every family the tests
+build (dense, MoE, gpt-oss with MXFP4 experts), the same greedy tokens there and
+on the bundled model over 64 tokens."""
+
+from __future__ import annotations
+
+import importlib
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+from mlx_lm.models.cache import make_prompt_cache
+
+from mlxchat.models import cpu_matmul as cm
+
+from tests.families.builders import _BASE, FAMILIES
+
+PATHS = {
+    "dequantized per chunk": cm.Path(prefill=cm.DEQUANTIZED),
+    "kept copy": cm.Path(prefill=cm.KEPT, decode=cm.KEPT),
+    "per chunk, then kept for decode": cm.Path(prefill=cm.DEQUANTIZED, decode=cm.KEPT),
+}
+PROMPT = [5, 17, 33, 2, 41, 9, 12, 60, 7, 22, 31, 44, 3, 18]  # 14 rows: a prefill chunk
+
+
+def _family_model(family, *, mode: str = "affine"):
+    config = {**_BASE, **family.config, "model_type": family.model_type, "vocab_size": 96}
+    module = importlib.import_module(f"mlx_lm.models.{family.model_type}")
+    mx.random.seed(3)
+    model = module.Model(module.ModelArgs.from_dict(config))
+    kwargs = {"mode": mode} if mode != "affine" else {}
+    nn.quantize(model, group_size=32, bits=4,
+                class_predicate=lambda _, m: hasattr(m, "to_quantized")
+                and getattr(m, "weight", mx.zeros((1, 1))).shape[-1] % 32 == 0, **kwargs)
+    mx.eval(model.parameters())
+    return model
+
+
+def _run(model, steps: int) -> tuple[list[mx.array], list[int]]:
+    """The prompt's last logits and each decode step's, and the greedy tokens."""
+    cache = make_prompt_cache(model)
+    logits = [model(mx.array(PROMPT)[None], cache=cache)[0, -1]]
+    tokens = []
+    for _ in range(steps):
+        tokens.append(int(mx.argmax(logits[-1]).item()))
+        logits.append(model(mx.array([[tokens[-1]]]), cache=cache)[0, -1])
+    mx.eval(logits)
+    return logits, tokens
+
+
+def _on_path(model, path: cm.Path) -> int:
+    layers = list(cm.quantized_layers(model))
+    for _, layer in layers:
+        cm.set_path(layer, path)
+    return len(layers)
+
+
+CASES = [(f.name, f, "affine") for f in FAMILIES] + [
+    ("gpt_oss-mxfp4", next(f for f in FAMILIES if f.name == "gpt_oss"), "mxfp4")]
+
+
+@pytest.mark.parametrize("name,family,mode", CASES, ids=[c[0] for c in CASES])
+def test_every_path_matches_quantized_matmul(name, family, mode):
+    model = _family_model(family, mode=mode)
+    want_logits, want_tokens = _run(model, 12)
+    for label, path in PATHS.items():
+        assert _on_path(model, path) > 0
+        logits, tokens = _run(model, 12)
+        assert tokens == want_tokens, label
+        for got, want in zip(logits, want_logits):
+            scale = float(mx.abs(want).max().item())
+            assert float(mx.abs(got - want).max().item()) <= 1e-4 * scale, label
+        kept = [layer for _, layer in cm.quantized_layers(model)
+                if layer.__dict__.get("_cpu_kept") is not None]
+        assert bool(kept) == path.keeps, label
+    cm.clear(model)
+    assert all(layer.__dict__.get("_cpu_kept") is None for _, layer in cm.quantized_layers(model))
+    assert _run(model, 12)[1] == want_tokens
+
+
+def test_the_kept_copy_is_no_parameter(bundled_model):
+    from mlx.utils import tree_flatten
+
+    model = bundled_model.model
+    before = {k: v.nbytes for k, v in tree_flatten(model.parameters())}
+    try:
+        _on_path(model, PATHS["kept copy"])
+        after = {k: v.nbytes for k, v in tree_flatten(model.parameters())}
+        assert after == before  # never saved, cast or counted as weights
+    finally:
+        cm.clear(model)
+
+
+def test_bundled_model_greedy_tokens_are_the_same_on_every_path(bundled_model):
+    model = bundled_model.model
+    ids = bundled_model.tokenizer.encode(
+        "The lighthouse keeper climbed the stairs at dusk, as he had done every evening, and")
+    assert len(ids) > cm.DECODE_ROWS  # the prompt takes the prefill path
+    def greedy() -> list[int]:
+        cache = make_prompt_cache(model)
+        y = mx.argmax(model(mx.array(ids)[None], cache=cache)[0, -1])
+        out = []
+        for _ in range(64):
+            out.append(int(y.item()))
+            y = mx.argmax(model(mx.array([[out[-1]]]), cache=cache)[0, -1])
+        return out
+    try:
+        cm.clear(model)
+        want = greedy()
+        _on_path(model, cm.Path(prefill=cm.DEQUANTIZED, decode=cm.KEPT))
+        assert greedy() == want
+    finally:
+        cm.clear(model)

@@ -1,0 +1,42 @@
+"""The server logs one line per request (method, path, status, session,
+reused/prompt tokens, time) and starts without transformers' PyTorch advice."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+
+from tests.server.conftest import request
+from tests.server.test_serve import _turn, client
+from tests.waiting import until
+
+
+def test_each_request_is_one_line_with_its_session_and_tokens(served, caplog):
+    caplog.set_level(logging.INFO, logger="mlxchat.server.access")
+    api = client(served.url)
+    messages = [{"role": "system", "content": "Be brief."}]
+    first = _turn(api, messages, "Tell me about herons.")
+    second = _turn(api, messages, "And their nests?")
+    missing = request(served.url, "GET", "/v1/nothing")
+
+    def logged() -> list[str]:  # written once the response went out
+        return [r.getMessage() for r in caplog.records if r.name == "mlxchat.server.access"]
+    until(lambda: len(logged()) >= 3)
+    lines = logged()
+    chats = [line for line in lines if line.startswith("POST /v1/chat/completions 200 ")]
+    assert len(chats) == 2, lines
+    session = served.conv.store.list_sessions()[0].id
+    for line, usage in zip(chats, (first, second)):
+        cached = usage.prompt_tokens_details.cached_tokens
+        assert f" session=#{session} cached={cached:,}/{usage.prompt_tokens:,} " in line, line
+        assert line.endswith(" s")
+    assert missing.status == 404 and any(line.startswith("GET /v1/nothing 404 ")
+                                         for line in lines), lines
+
+
+def test_importing_the_model_stack_prints_no_pytorch_advice():
+    proc = subprocess.run([sys.executable, "-c", "import mlxchat, mlx_lm"], capture_output=True,
+                          text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert "PyTorch" not in proc.stderr, proc.stderr

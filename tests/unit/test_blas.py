@@ -1,0 +1,50 @@
+"""The BLAS that serves MLX's float32 matmuls on Linux is an optimized one,
+loaded before MLX by importing mlxchat, and checked where the symbol resolves."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mlxchat import blas
+
+PROBE = ("import json, mlxchat, mlxchat.blas as b, mlx.core as mx; s = b.status(); "
+         "print(json.dumps({'name': s.name, 'optimized': s.optimized, 'note': s.note, "
+         "'threads': s.threads, 'serving': b.serving_library(), "
+         "'mlx': mx.__file__}))")
+
+
+def _probe(**env: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, **env})
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux CPU wheel only")
+def test_mlx_matmuls_are_served_by_an_optimized_blas():
+    if not blas._candidates():
+        pytest.skip("no optimized BLAS installed here (make test installs one)")
+    found = _probe()
+    assert found["optimized"], found["note"]
+    serving = found["serving"]
+    assert serving and ("openblas" in serving.lower() or "mkl" in serving.lower())
+    assert "mlx_cpu.libs" not in serving  # not the wheel's reference BLAS
+    assert found["threads"] and found["threads"] >= 1
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux CPU wheel only")
+def test_without_one_it_says_why_and_how_to_fix_it():
+    found = _probe(MLXCHAT_BLAS="none")
+    assert not found["optimized"] and found["serving"] is None
+    assert "reference BLAS" in found["note"] and "apt-get install" in found["note"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux CPU wheel only")
+def test_a_library_that_does_not_load_is_reported_not_raised():
+    found = _probe(MLXCHAT_BLAS="/nonexistent/libopenblas.so.0")
+    assert not found["optimized"] and "/nonexistent/libopenblas.so.0" in found["note"]
