@@ -33,7 +33,12 @@ def qwen3(tmp_path_factory):
 
 
 def consent_shown(app):
-    return lambda: isinstance(app.screen, ToolConsentScreen)
+    """The dialog is up and mounted: its safe answer has focus (on_mount ran)."""
+    def shown():
+        screen = app.screen
+        return (isinstance(screen, ToolConsentScreen) and screen.focused is not None
+                and screen.focused.id == "deny")
+    return shown
 
 
 async def test_consent_gates_each_call_and_results_show_folded(qwen3, tmp_path, monkeypatch):

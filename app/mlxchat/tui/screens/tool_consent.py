@@ -51,7 +51,9 @@ class ToolConsentScreen(ModalScreen[Consent]):
                          classes="dialog-hint", markup=False, id="consent-hints")
             with VerticalScroll(id="consent-arguments"):
                 yield Static(args, markup=False, id="consent-arguments-text")
-            yield Input(placeholder="why (the model is told), then enter", id="consent-reason")
+            reason = Input(placeholder="why (the model is told), then enter", id="consent-reason")
+            reason.display = False  # shown by "r"
+            yield reason
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Allow once (a)", id="once", variant="primary")
                 if self.session_grants:
@@ -61,7 +63,6 @@ class ToolConsentScreen(ModalScreen[Consent]):
                 yield Button("Deny, say why (r)", id="reason")
 
     def on_mount(self) -> None:
-        self.query_one("#consent-reason", Input).display = False
         # The safe answer has focus: a stray enter runs nothing.
         self.query_one("#deny", Button).focus()
 
