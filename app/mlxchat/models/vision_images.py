@@ -71,17 +71,36 @@ def read_header(path: Path) -> Header:
             fmt, mode = img.format or "", img.mode
     except UnidentifiedImageError:
         raise ImageRefused(f"{name} is not an image this app can read") from None
+    except Image.DecompressionBombError:
+        width, height = _png_size(path)
+        raise ImageRefused(f"{name} claims {width:,}x{height:,} pixels; images up to "
+                           f"{MAX_PIXELS // 1_000_000} megapixels are taken") from None
     except (OSError, ValueError, SyntaxError) as exc:
         raise ImageRefused(f"{name} cannot be read as an image: {_first_line(exc)}") from None
     if frames > 1:
         raise ImageRefused(f"{name} is animated ({frames} frames); give one frame as a "
                            "still image")
     if width * height > MAX_PIXELS:
-        raise ImageRefused(f"{name} is {width:,}x{height:,} pixels; images up to "
+        raise ImageRefused(f"{name} claims {width:,}x{height:,} pixels; images up to "
                            f"{MAX_PIXELS // 1_000_000} megapixels are taken")
     if orientation in _TURNED:
         width, height = height, width
     return Header(width, height, fmt, mode, frames)
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    """Width and height from a PNG's IHDR (PIL refuses to open a huge one)."""
+    with open(path, "rb") as fh:
+        head = fh.read(24)
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def check(path: Path) -> Header:
+    """Read the header and decode the whole image once: a file that would fail
+    later fails now, before anything is stored or sent."""
+    header = read_header(path)
+    decode(path)
+    return header
 
 
 def _first_line(exc: BaseException) -> str:

@@ -152,6 +152,9 @@ class VisionChat(nn.Module):
             out.append(found)
         return out
 
+    def known_images(self) -> list[PreparedImage]:
+        return list(self._state.images.values())
+
     def expand(self, ids: Sequence[int], refs: Sequence[ImageRef]) -> list[int]:
         """``ids`` with the k-th image placeholder the template wrote replaced
         by the k-th image's span (its key, once per token it takes)."""
