@@ -13,7 +13,7 @@ import logging
 import time
 from typing import Callable, Iterator
 
-from mlxchat.chat import Attachment, Message
+from mlxchat.chat import Attachment, ImageRef, Message
 from mlxchat.engine.events import Event, TextDelta, TurnDone
 from mlxchat.engine.interface import Engine
 from mlxchat.session.cache_keeper import CacheKeeper
@@ -53,6 +53,8 @@ class TurnRunner:
         self._unsaved = unsaved
         self._retrieval = retrieval
         self.attachments = attachments
+        self.images: list[ImageRef] = []
+        """Stored images (``store_image``) that go with the next message, in order."""
         self._also_cancel = also_cancel
         """Stops what a turn's tool loop waits on (a call, the consent dialog)."""
         self.started = 0
@@ -73,9 +75,11 @@ class TurnRunner:
         if not text.strip():
             raise ConversationError("Nothing to send.")
         content, sources = self._with_retrieved(text, self.compose(text))
-        plan = self._ledger().plan_message(self._open.messages, content)
-        self._add_user(content, plan, sources)  # the plan refused what cannot fit
+        images = tuple(self.images)
+        plan = self._ledger().plan_message(self._open.messages, content, images=images)
+        self._add_user(content, plan, sources, images)  # the plan refused what cannot fit
         self.attachments.clear()
+        self.images.clear()
         return self.run(plan)
 
     def send_results(self, results: list[Message]) -> Iterator[Event]:
@@ -123,9 +127,10 @@ class TurnRunner:
         content, sources = self._with_retrieved(text, text)
         # Planned (and refused when it cannot fit) before anything is committed.
         messages = self._open.messages
-        plan = self._ledger().plan_message(messages[:messages.index(last)], content)
+        plan = self._ledger().plan_message(messages[:messages.index(last)], content,
+                                           images=last.images)  # an edit keeps its images
         self._store.branches.set_leaf(self._open.id, last.parent_id)
-        self._add_user(content, plan, sources)
+        self._add_user(content, plan, sources, last.images)
         return self.run(plan)
 
     def undo(self) -> int:
@@ -164,9 +169,11 @@ class TurnRunner:
             return content, None
         return with_sources(found.collection, found.sources, content), found.sources
 
-    def _add_user(self, content: str, plan: Plan, sources: list[Source] | None = None) -> None:
-        self._store.add_message(self._open.id, "user", content, token_ids=plan.user_ids,
-                                ledger_key=plan.key, ledger_start=plan.start, sources=sources)
+    def _add_user(self, content: str, plan: Plan, sources: list[Source] | None = None,
+                  images: tuple[ImageRef, ...] = ()) -> None:
+        self._store.add_messages(self._open.id, [Message(
+            "user", content, token_ids=plan.user_ids, ledger_key=plan.key,
+            ledger_start=plan.start, sources=sources, images=images)])
         self._open.reload()
 
     # -- a turn running ----------------------------------------------------------------------
