@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Callable, Iterator
 
 from mlxchat.chat import Attachment, ImageRef, Message
 from mlxchat.engine.events import Event, TextDelta, TurnDone
 from mlxchat.engine.interface import Engine
+from mlxchat.models import vision_images
 from mlxchat.session.cache_keeper import CacheKeeper
 from mlxchat.session.current import OpenSession
 from mlxchat.session.errors import ConversationError
@@ -25,6 +27,7 @@ from mlxchat.session.pins import PinnedDocs
 from mlxchat.session.retrieval import Retrieval
 from mlxchat.sources import Source, with_sources, without_sources
 from mlxchat.store import SessionStore, StoreError, StoreLocked
+from mlxchat.store.image_files import store_image
 from mlxchat.turn_stats import TurnStats
 
 log = logging.getLogger(__name__)
@@ -66,6 +69,24 @@ class TurnRunner:
     def compose(self, text: str) -> str:
         """The user's text with any pending attachments in front."""
         return "\n\n".join([a.block for a in self.attachments] + [text])
+
+    def add_image(self, path: Path, *, room: int | None = None) -> tuple[ImageRef, int]:
+        """Check the image at ``path`` (decoded once: one line when it cannot be
+        shown, the model sees none, or it takes more than ``room`` tokens),
+        keep its bytes by their hash and put it with the next message; it and
+        the tokens it takes. Nothing is kept when a check fails."""
+        header = vision_images.check(path)
+        probe = ImageRef(digest=vision_images.file_digest(path), path=str(path),
+                         name=path.name, width=header.width, height=header.height)
+        if any(r.digest == probe.digest for r in self.images):
+            raise ConversationError(f"{path.name} goes with the next message already.")
+        tokens = self._engine.prompts.image_tokens(probe)
+        if room is not None and tokens > room:
+            raise ConversationError(f"{path.name} takes {tokens:,} tokens; only {room:,} are "
+                                    "left in the context window.")
+        ref = store_image(path, width=header.width, height=header.height)
+        self.images.append(ref)
+        return ref, tokens
 
     def send(self, text: str) -> Iterator[Event]:
         """Commit the user message (with what it retrieved from the session's

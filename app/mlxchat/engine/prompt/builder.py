@@ -57,6 +57,13 @@ class PromptBuilder:
                                   images=images)
         return prompt_images.expand(loaded, ids, images)
 
+    def image_tokens(self, ref: ImageRef) -> int:
+        """Tokens ``ref`` takes in this model's window (from its header: no
+        decoding). ImagesRefused when the model sees no images."""
+        loaded = self._loaded()
+        prompt_images.check_sees(loaded, [ref])
+        return loaded.model.know([ref])[0].tokens
+
     def result_ids(self, results: Sequence[Message], *, reply: Message,
                    previous: Sequence[int], options: TemplateOptions = TemplateOptions()
                    ) -> list[int]:
