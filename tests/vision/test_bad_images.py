@@ -16,7 +16,7 @@ from mlxchat.models.vision_images import ImageRefused, check, decode, file_diges
 from .conftest import load
 
 
-def _png_header_only(path, width: int, height: int) -> None:
+def png_header_only(path, width: int, height: int) -> None:
     """A PNG whose header claims ``width`` x ``height`` (a decompression bomb's shape)."""
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(
@@ -49,7 +49,7 @@ def test_a_truncated_png(tmp_path):
 
 def test_a_decompression_bomb_is_refused_by_its_header(tmp_path):
     bomb = tmp_path / "bomb.png"
-    _png_header_only(bomb, 20_000, 20_000)
+    png_header_only(bomb, 20_000, 20_000)
     assert bomb.stat().st_size < 200
     assert "20,000x20,000 pixels" in _refused(bomb)
 
