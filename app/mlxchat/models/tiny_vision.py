@@ -24,7 +24,7 @@ QWEN_VL_SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|vi
 
 def write_tiny_qwen_vl(folder: Path, *, chat_template: str, family: str = "qwen2_vl",
                        hidden_size: int = 32, num_layers: int = 2, vision_depth: int = 1,
-                       seed: int = 0, min_pixels: int = 28 * 28 * 4,
+                       vision_width: int = 32, seed: int = 0, min_pixels: int = 28 * 28 * 4,
                        max_pixels: int = 28 * 28 * 64) -> Path:
     """A random Qwen2-VL (``family="qwen2_vl"``) or Qwen2.5-VL
     (``"qwen2_5_vl"``) with a 263-token vocabulary; images of up to
@@ -35,21 +35,23 @@ def write_tiny_qwen_vl(folder: Path, *, chat_template: str, family: str = "qwen2
     folder.mkdir(parents=True, exist_ok=True)
     tokens = SPECIALS + QWEN_VL_SPECIALS + _byte_chars()
     ids = {t: i for i, t in enumerate(tokens)}
-    embed = 32
+    embed = vision_width
+    half = hidden_size // 4 // 2  # half a head's dimensions, split over t, h, w (mRoPE)
+    sections = [half // 4, (half - half // 4) // 2, half - half // 4 - (half - half // 4) // 2]
     vision = {"model_type": family, "depth": vision_depth, "embed_dim": embed,
               "hidden_size": hidden_size if family == "qwen2_vl" else embed,
               "num_heads": 2, "image_size": 28, "patch_size": 14, "spatial_patch_size": 14,
               "spatial_merge_size": 2, "temporal_patch_size": 2, "in_channels": 3,
               "mlp_ratio": 2}
     if family == "qwen2_5_vl":
-        vision.update(intermediate_size=64, out_hidden_size=hidden_size, window_size=56,
+        vision.update(intermediate_size=2 * embed, out_hidden_size=hidden_size, window_size=56,
                       fullatt_block_indexes=[0])
     config = {
         "model_type": family, "hidden_size": hidden_size, "num_hidden_layers": num_layers,
         "intermediate_size": 2 * hidden_size, "num_attention_heads": 4,
         "num_key_value_heads": 2, "rms_norm_eps": 1e-6, "vocab_size": len(tokens),
         "max_position_embeddings": 4096, "rope_theta": 10000.0, "tie_word_embeddings": False,
-        "rope_scaling": {"type": "mrope", "mrope_section": [1, 1, 2]},
+        "rope_scaling": {"type": "mrope", "mrope_section": sections},
         "image_token_id": ids["<|image_pad|>"], "video_token_id": ids["<|video_pad|>"],
         "vision_start_token_id": ids["<|vision_start|>"],
         "vision_end_token_id": ids["<|vision_end|>"],
