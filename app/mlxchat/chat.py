@@ -75,6 +75,20 @@ def calls_text(calls: Sequence[CalledTool]) -> str:
     return "\n".join(f"→ {call.name}({args(call)})" for call in calls)
 
 
+@dataclass(frozen=True)
+class ImageRef:
+    """An image a message carries, stored once by the hash of its bytes."""
+
+    digest: str
+    """sha256 of the file's bytes (hex): the image's identity everywhere."""
+    path: str
+    """Where its bytes are (the image store's file, or the file given)."""
+    name: str = ""
+    """The file name it was given as, for labels."""
+    width: int = 0
+    height: int = 0
+
+
 @dataclass
 class Message:
     """One message of a conversation, as the engine and the store see it."""
@@ -114,6 +128,8 @@ class Message:
     """For a tool result: the name of the tool that gave it."""
     tool_run: ToolRun | None = None
     """For a result of a tool the app ran: where it came from and what it cost."""
+    images: tuple[ImageRef, ...] = ()
+    """For a user message: the images it shows the model, before its text."""
 
 
 

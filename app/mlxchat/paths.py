@@ -96,6 +96,17 @@ def kv_dir() -> Path:
     return data_dir() / "snapshots"
 
 
+def images_dir() -> Path:
+    """Images messages show a vision-language model, each stored once by the
+    sha256 of its bytes."""
+    return data_dir() / "images"
+
+
+def image_file(digest: str) -> Path:
+    """Where the image with this sha256 (hex) is kept."""
+    return images_dir() / digest
+
+
 def kv_file_name(path: Path | str) -> str | None:
     """How a KV cache file is recorded: its path relative to the data folder
     ('snapshots/NAME'), or None when it does not lie inside ``kv_dir()``."""

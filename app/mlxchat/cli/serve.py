@@ -33,6 +33,9 @@ def add_serve_parser(sub) -> None:
                    help="read the key from this file (readable by you only: chmod 600)")
     p.add_argument("--queue", type=int, default=8, metavar="N",
                    help="requests that may wait for the engine before 503 (default 8)")
+    p.add_argument("--allow-image-urls", action="store_true",
+                   help="fetch the http(s) image URLs requests name (default: refused; "
+                   "images come as data URLs)")
     p.add_argument("--tui", action="store_true",
                    help="run the chat in this terminal while serving, on the same loaded "
                    "model (quitting the chat stops the server)")
@@ -99,7 +102,8 @@ def api_key(args: argparse.Namespace, *, warn=lambda text: print(text, file=sys.
 def serve_options(args: argparse.Namespace) -> ServeOptions:
     """The options, checked: bad ones are refused in one line before the model loads."""
     options = ServeOptions(host=args.host, port=args.port, api_key=api_key(args),
-                           queue=args.queue, kv_budget_bytes=parse_size(args.kv_budget))
+                           queue=args.queue, kv_budget_bytes=parse_size(args.kv_budget),
+                           allow_image_urls=args.allow_image_urls)
     check_options(options)
     return options
 
@@ -139,7 +143,8 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
         n = service.recovered
         print(f"mlxchat serve: kept {n} {'reply' if n == 1 else 'replies'} a killed run was "
               "streaming, as far as it was checkpointed (marked stopped)", file=sys.stderr)
-    server = RunningServer(build_app(service, api_key=options.api_key), host=args.host,
+    server = RunningServer(build_app(service, api_key=options.api_key,
+                                     allow_image_urls=options.allow_image_urls), host=args.host,
                            port=args.port)
     try:
         service.warm_up()  # before listening: the first request is served warm

@@ -25,6 +25,7 @@ def default_registry() -> Registry:
     from mlxchat.commands import (
         docs,
         figures,
+        images,
         models,
         pins,
         sessions,
@@ -36,7 +37,7 @@ def default_registry() -> Registry:
 
     return Registry([*sessions.COMMANDS, *turns.COMMANDS, *tuning.COMMANDS, *models.COMMANDS,
                      *figures.COMMANDS, *speculation.COMMANDS, *pins.COMMANDS, *docs.COMMANDS,
-                     *tools.COMMANDS])
+                     *tools.COMMANDS, *images.COMMANDS])
 
 
 __all__ = ["Args", "Command", "CommandContext", "CommandError", "CommandResult", "Completion",

@@ -78,6 +78,7 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
              + (f" ({info.scales_dtype} scales)" if info.scales_dtype not in ("", "-") else "")),
             ("weights in memory", human_bytes(info.weights_bytes)),
             ("context window", f"{fmt_int(info.context_window)} tokens"),
+            ("images", "sees images (/image PATH)" if info.sees_images else "text only"),
             ("layers · kv heads · head dim",
              f"{info.num_layers} · {info.kv_heads} · {info.head_dim}"),
             ("device", info.device), ("folder", info.path)]
@@ -113,7 +114,7 @@ def models(ctx: CommandContext, args: Args) -> CommandResult:
                      fmt_int(e.context_window) if e.context_window else "?",
                      e.fits,
                      "yes" if e.available_offline else "no",
-                     one_line(e.description, 60)))
+                     ("sees images · " if e.images else "") + one_line(e.description, 60)))
     if current not in {e.alias for e in entries}:
         info = ctx.conversation.views.model_info
         rows.append((f"{info.name} *", f"{info.bits_per_weight:.1f} b/w",

@@ -26,6 +26,7 @@ from mlxchat.engine.disk.segments import SegmentInfo, SegmentRef
 from mlxchat.engine.events import CacheLoad, EngineError, EngineState, Event
 from mlxchat.engine.kv.live import LiveCache, compute_once
 from mlxchat.engine.kv.view import LiveView, view_of
+from mlxchat.engine.prompt import images as prompt_images
 from mlxchat.engine.prompt.builder import PromptBuilder
 from mlxchat.engine.prompt.fit import FittedPrompt
 from mlxchat.engine.prompt.render import render
@@ -165,6 +166,7 @@ class ChatEngine:
             fitted, messages = planned, planned.messages
         else:
             fitted, messages = self.prompts.fit(planned, settings), planned
+        prompt_images.know(self._loaded, fitted.messages)
         problem = self.speculation_problem(settings.speculative)
         if problem:
             raise EngineError(f"speculative {settings.speculative}: {problem}")

@@ -48,6 +48,8 @@ class CatalogEntry:
     (``/set draft auto``); an alias or a spec."""
     sampling: ModelSampling = ModelSampling()
     """Default sampling measured for this model (it has no generation_config)."""
+    images: bool = False
+    """A vision-language model: it sees images (``/image``)."""
 
 
 def _entries(text: str, *, user: bool, origin: str) -> list[CatalogEntry]:
@@ -65,7 +67,7 @@ def _entries(text: str, *, user: bool, origin: str) -> list[CatalogEntry]:
             size_bytes=int(size_mb * 1_000_000) if size_mb else None, bits=item.get("bits"),
             description=item.get("description", ""), user=user,
             kv_bytes_per_token=int(item["kv_kb"] * 1024) if item.get("kv_kb") else None,
-            licence=item.get("licence", ""),
+            licence=item.get("licence", ""), images=item.get("images") is True,
             draft=item["draft"] if isinstance(item.get("draft"), str) else None,
             sampling=from_mapping(item.get("sampling"), "the catalog, "
                                   + str(item.get("sampling", {}).get("note", "measured"))

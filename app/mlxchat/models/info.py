@@ -68,6 +68,8 @@ class ModelInfo:
     """Set when the context window was lowered to fit this machine's memory."""
     needed_bytes: int = 0
     """Weights plus the KV cache at ``context_window``, as estimated before loading."""
+    sees_images: bool = False
+    """A vision-language model: messages may show it images."""
 
 
 @dataclass
@@ -259,4 +261,5 @@ def describe(model: nn.Module, tokenizer: Any, config: dict, *, name: str, spec:
         reasoning=markup_of(tokenizer).kind,
         system_role=takes_system(tokenizer),
         template_variables=template_variables(tokenizer),
+        sees_images=bool(getattr(model, "sees_images", False)),
     )

@@ -11,7 +11,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.utils import load_model, load_tokenizer, maybe_set_recommended_wired_limit
 
-from mlxchat.models import memory, precision
+from mlxchat.models import memory, precision, vision_load
 from mlxchat.models.errors import ModelError
 from mlxchat.models.info import LoadedModel, describe, on_cpu
 from mlxchat.models.sampling import ModelSampling, from_folder
@@ -78,16 +78,21 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     dtype = compute_dtype or default
     fit = _fit(folder, config, name or folder.name, context_window, available, dtype,
                ranks=split[1].size() if split else 1)
-    try:
-        model, config = load_model(folder, lazy=split is not None, model_config=(
-            {"rope_scaling": rope_scaling} if rope_scaling is not None else None))
+    if vision_load.is_vision_config(config):
         if split is not None:
-            apply_plan(model, *split)
-            mx.eval(model.parameters())
-        tokenizer = load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
-    except (ValueError, FileNotFoundError, KeyError, OSError) as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise ModelError(f"cannot load the model in {folder}: {reason}") from None
+            raise ModelError("a vision-language model cannot be split over ranks yet")
+        model, tokenizer = vision_load.load_vision(folder, config)
+    else:
+        try:
+            model, config = load_model(folder, lazy=split is not None, model_config=(
+                {"rope_scaling": rope_scaling} if rope_scaling is not None else None))
+            if split is not None:
+                apply_plan(model, *split)
+                mx.eval(model.parameters())
+            tokenizer = load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
+        except (ValueError, FileNotFoundError, KeyError, OSError) as exc:
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+            raise ModelError(f"cannot load the model in {folder}: {reason}") from None
     precision.apply(model, dtype)
     if not on_cpu():
         # As mlx-lm does: keep the weights wired (a no-op where the device

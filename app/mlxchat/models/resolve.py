@@ -53,6 +53,8 @@ class ModelEntry:
     """Weights plus the KV cache at the full context, on this device."""
     fits: str = "?"
     """'yes', 'up to N tokens', 'no', or '?' when unknown."""
+    images: bool = False
+    """A vision-language model (it sees images)."""
 
 
 def source_kind(source: str) -> str:
@@ -230,7 +232,7 @@ def _entry(e: catalog.CatalogEntry, room: memory.Available | None = None,
     return ModelEntry(alias=e.alias, source=e.source, kind=kind, bits=bits,
                       context_window=context, size_bytes=size, size_on_disk=on_disk,
                       available_offline=available, description=e.description, user=e.user,
-                      licence=e.licence, needed_bytes=needed, fits=fits)
+                      licence=e.licence, needed_bytes=needed, fits=fits, images=e.images)
 
 
 def _converted(path: Path) -> Path | None:

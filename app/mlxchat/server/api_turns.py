@@ -17,9 +17,11 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from mlxchat.chat import CalledTool, Message, Role, Session
+from mlxchat.chat import CalledTool, ImageRef, Message, Role, Session
 from mlxchat.engine.events import Event, TurnDone
 from mlxchat.errors import MlxchatError
+from mlxchat.server import images
+from mlxchat.server.images import ImageBlob
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.errors import ConversationError
 from mlxchat.session.lock import SessionBusy, SessionLock
@@ -41,10 +43,12 @@ class IncomingMessage:
     call_id: str | None = None
     """A tool result's call id and its tool's name, stored with it."""
     tool_name: str | None = None
+    images: tuple[ImageBlob, ...] = ()
+    """A user message's images as sent (their digests are in ``signature``)."""
 
-    def stored(self) -> Message:
+    def stored(self, images: tuple[ImageRef, ...] = ()) -> Message:
         return Message(self.role, self.content, tool_calls=self.calls,
-                       tool_call_id=self.call_id, tool_name=self.tool_name)
+                       tool_call_id=self.call_id, tool_name=self.tool_name, images=images)
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,11 @@ class ApiTurns:
             self._open_empty(named, request.system)
             start = 0
         try:
-            added = self._add_history(messages[start:-len(new)], hashes[start:-len(new)])
+            info = self.conv.views.model_info
+            shown = [images.keep(m.images, sees=info.sees_images, model=info.name)
+                     for m in messages[start:]]
+            added = self._add_history(messages[start:-len(new)], hashes[start:-len(new)],
+                                      shown)
         except MlxchatError:  # nothing of it stored
             self._undo(created, [])
             raise
@@ -146,6 +154,7 @@ class ApiTurns:
             if new[0].role == "tool":
                 events = self.conv.turns.send_results([m.stored() for m in new])
             else:
+                self.conv.turns.images[:] = shown[-1]
                 events = self.conv.turns.send(new[0].content)
         except MlxchatError:
             self._undo(created, added)
@@ -239,15 +248,16 @@ class ApiTurns:
         if conv.session.system_prompt != system:
             conv.set_system_prompt(system)
 
-    def _add_history(self, messages: Sequence[IncomingMessage], hashes: Sequence[str]
-                     ) -> list[int]:
+    def _add_history(self, messages: Sequence[IncomingMessage], hashes: Sequence[str],
+                     shown: Sequence[tuple[ImageRef, ...]]) -> list[int]:
         """Store the request's messages the branch lacks (but the last), as given
-        and indexed, all or none (one transaction)."""
+        (with their kept images) and indexed, all or none (one transaction)."""
         session_id = self.conv.session.id
         assert session_id is not None
         if not messages:
             return []
-        stored = self.store.add_messages(session_id, [m.stored() for m in messages],
+        stored = self.store.add_messages(session_id, [m.stored(refs) for m, refs
+                                                      in zip(messages, shown)],
                                          api_hashes=hashes)
         self.conv.reload()
         return [m.id for m in stored if m.id is not None]

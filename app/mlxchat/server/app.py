@@ -75,7 +75,7 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 
 def build_app(service: ChatService, *, api_key: str | None = None,
-              max_body_bytes: int = MAX_BODY_BYTES) -> ASGIApp:
+              max_body_bytes: int = MAX_BODY_BYTES, allow_image_urls: bool = False) -> ASGIApp:
     routes = [
         Route("/v1/chat/completions", openai_api.chat_completions, methods=["POST"]),
         Route("/v1/models", openai_api.models, methods=["GET"]),
@@ -88,4 +88,5 @@ def build_app(service: ChatService, *, api_key: str | None = None,
         Exception: _unexpected})
     app.state.service = service
     app.state.max_body_bytes = max_body_bytes
+    app.state.allow_image_urls = allow_image_urls
     return AccessLog(ApiKeyCheck(app, api_key))

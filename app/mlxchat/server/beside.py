@@ -76,8 +76,10 @@ class SharedServer:
             self.service = service = ChatService(
                 self.conversation, store=opened.store, engine=opened.engine,
                 max_waiting=options.queue, kv_budget_bytes=options.kv_budget_bytes)
-            self.server = RunningServer(build_app(service, api_key=options.api_key),
-                                        host=options.host, port=options.port).start()
+            self.server = RunningServer(
+                build_app(service, api_key=options.api_key,
+                          allow_image_urls=options.allow_image_urls),
+                host=options.host, port=options.port).start()
         except BaseException:
             if service is not None:
                 service.close()  # its lane thread

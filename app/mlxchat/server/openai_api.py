@@ -87,7 +87,8 @@ def _delta(piece: Piece) -> dict[str, Any]:
 
 async def chat_completions(request: Request) -> Response:
     service: ChatService = request.app.state.service
-    chat = openai_chat(parse_json(await read_body(request)), request.headers.get("x-session"))
+    chat = openai_chat(parse_json(await read_body(request)), request.headers.get("x-session"),
+                       allow_image_urls=request.app.state.allow_image_urls)
     shape = _ChatShape(service.model_id, chat.turn.settings.get("max_tokens"))
     items, first = await started(request, service.chat(chat))
     if not chat.stream:

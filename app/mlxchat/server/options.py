@@ -27,6 +27,8 @@ class ServeOptions:
     queue: int = 8
     kv_budget_bytes: int | None = DEFAULT_KV_BUDGET
     """None: no budget (the segments are never trimmed)."""
+    allow_image_urls: bool = False
+    """Fetch http(s) image URLs of requests (else only data URLs are taken)."""
 
 
 def is_loopback(host: str) -> bool:

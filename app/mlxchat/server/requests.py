@@ -10,7 +10,9 @@ from typing import Any
 
 from mlxchat.chat import CalledTool
 from mlxchat.server.api_turns import ApiRequest, IncomingMessage
+from mlxchat.server import images
 from mlxchat.server.errors import ApiError, bad_field, missing_field
+from mlxchat.server.images import ImageBlob
 from mlxchat.server.tool_calls import calls_signature
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -63,20 +65,27 @@ def parse_json(body: bytes) -> dict[str, Any]:
     return data
 
 
-def _text(content: Any, param: str) -> str:
-    """A message's content: a string, null, or a list of text parts."""
+def _content(content: Any, param: str, *, allow_urls: bool = False
+             ) -> tuple[str, tuple[ImageBlob, ...]]:
+    """A message's content: a string, null, or a list of text and image parts."""
     if content is None:
-        return ""
+        return "", ()
     if isinstance(content, str):
-        return content
+        return content, ()
     if isinstance(content, list):
-        parts = []
+        parts, blobs = [], []
         for i, part in enumerate(content):
+            where = f"{param}[{i}]"
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                url = part.get("image_url")
+                blobs.append(images.from_url(url.get("url") if isinstance(url, dict) else url,
+                                             where, allow_urls=allow_urls))
+                continue
             if not isinstance(part, dict) or part.get("type") != "text" \
                     or not isinstance(part.get("text"), str):
-                raise bad_field(f"{param}[{i}]", "Only text content parts are supported.")
+                raise bad_field(where, "Only text and image_url content parts are supported.")
             parts.append(part["text"])
-        return "".join(parts)
+        return "".join(parts), tuple(blobs)
     raise bad_field(param, "A message's content must be a string or a list of text parts.")
 
 
@@ -130,7 +139,17 @@ def tool_definitions(tools: Any, choice: Any) -> str | None:
     return json.dumps(tools, sort_keys=True, ensure_ascii=False)
 
 
-def _messages(data: dict[str, Any]) -> tuple[str | None, list[IncomingMessage]]:
+def _ollama_images(m: dict[str, Any], where: str) -> tuple[ImageBlob, ...]:
+    raw = m.get("images")
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise bad_field(f"{where}.images", "'images' must be a list of base64 strings.")
+    return tuple(images.from_base64(b, f"{where}.images[{n}]") for n, b in enumerate(raw))
+
+
+def _messages(data: dict[str, Any], *, allow_urls: bool = False, ollama: bool = False
+              ) -> tuple[str | None, list[IncomingMessage]]:
     if "messages" not in data:
         raise missing_field("messages")
     raw = data["messages"]
@@ -150,7 +169,11 @@ def _messages(data: dict[str, Any]) -> tuple[str | None, list[IncomingMessage]]:
         if role not in ROLES:
             raise bad_field(f"{where}.role", f"Role {role!r} is not supported; use one of "
                             + ", ".join(ROLES) + ".")
-        content = _text(m.get("content"), f"{where}.content")
+        content, blobs = _content(m.get("content"), f"{where}.content", allow_urls=allow_urls)
+        if ollama:
+            blobs += _ollama_images(m, where)
+        if blobs and role != "user":
+            raise bad_field(where, "Only the user's messages may show images.")
         if role in ("system", "developer"):
             if out:
                 raise bad_field(where, "System messages are supported only before the others.")
@@ -166,7 +189,8 @@ def _messages(data: dict[str, Any]) -> tuple[str | None, list[IncomingMessage]]:
             called[""] = calls[-1].name  # a result that names no call answers the last
         if role == "user" and "content" not in m:
             raise missing_field(f"{where}.content")
-        out.append(IncomingMessage(role, content, calls_signature(calls), calls))
+        signature = calls_signature(calls) + "".join(f"\0image:{b.digest}" for b in blobs)
+        out.append(IncomingMessage(role, content, signature, calls, images=blobs))
     if not out or out[-1].role not in ("user", "tool"):
         raise bad_field("messages", "The last message must be the user's or a tool result.")
     return ("\n\n".join(system) if system else None), out
@@ -272,9 +296,10 @@ def openai_common(data: dict[str, Any]) -> OpenAiCommon:
     return OpenAiCommon(model, stream, bool(options.get("include_usage")))
 
 
-def openai_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest:
+def openai_chat(data: dict[str, Any], header_session: str | None, *,
+                allow_image_urls: bool = False) -> ChatRequest:
     common = openai_common(data)
-    system, messages = _messages(data)
+    system, messages = _messages(data, allow_urls=allow_image_urls)
     settings = sampling(data, max_names=("max_tokens", "max_completion_tokens"))
     tools = tool_definitions(data.get("tools"), data.get("tool_choice"))
     turn = ApiRequest(system, messages, settings, session_name(data, header_session), tools)
@@ -286,7 +311,7 @@ def ollama_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest
     model = data.get("model")
     if not isinstance(model, str) or not model:
         raise missing_field("model")
-    system, messages = _messages(data)
+    system, messages = _messages(data, ollama=True)
     options = data.get("options") or {}
     if not isinstance(options, dict):
         raise bad_field("options", "'options' must be an object.")

@@ -16,7 +16,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from mlxchat.chat import Message, Session
+from mlxchat.chat import ImageRef, Message, Session
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt.delta import TemplateNotIncremental, TemplateOptions
 from mlxchat.engine.prompt.fit import FittedPrompt, refuse_unfittable
@@ -124,14 +124,16 @@ class Ledger:
         prompts = self.engine.prompts
         return n + prompts.reply_reserve(self.settings) <= prompts.window(self.settings)
 
-    def plan_message(self, history: Sequence[Message], text: str) -> Plan:
-        """The prompt for a new user message ``text`` after ``history``."""
+    def plan_message(self, history: Sequence[Message], text: str, *,
+                     images: tuple[ImageRef, ...] = ()) -> Plan:
+        """The prompt for a new user message ``text`` (showing ``images``) after ``history``."""
         def added() -> list[int]:
             return self.engine.prompts.message_ids(
                 text, system=self.session.context_system,
-                previous=history[-1].token_ids if history else None, options=self.options)
+                previous=history[-1].token_ids if history else None, options=self.options,
+                images=images)
 
-        return self._plan_new(history, [Message("user", text)], added,
+        return self._plan_new(history, [Message("user", text, images=images)], added,
                               first=not history)
 
     def plan_results(self, history: Sequence[Message], results: Sequence[Message]) -> Plan:

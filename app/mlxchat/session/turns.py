@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 from typing import Callable, Iterator
 
-from mlxchat.chat import Attachment, Message
+from mlxchat.chat import Attachment, ImageRef, Message
 from mlxchat.engine.events import Event, TextDelta, TurnDone
 from mlxchat.engine.interface import Engine
+from mlxchat.models import vision_images
 from mlxchat.session.cache_keeper import CacheKeeper
 from mlxchat.session.current import OpenSession
 from mlxchat.session.errors import ConversationError
@@ -25,6 +27,7 @@ from mlxchat.session.pins import PinnedDocs
 from mlxchat.session.retrieval import Retrieval
 from mlxchat.sources import Source, with_sources, without_sources
 from mlxchat.store import SessionStore, StoreError, StoreLocked
+from mlxchat.store.image_files import store_image
 from mlxchat.turn_stats import TurnStats
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,8 @@ class TurnRunner:
         self._unsaved = unsaved
         self._retrieval = retrieval
         self.attachments = attachments
+        self.images: list[ImageRef] = []
+        """Stored images (``store_image``) that go with the next message, in order."""
         self._also_cancel = also_cancel
         """Stops what a turn's tool loop waits on (a call, the consent dialog)."""
         self.started = 0
@@ -65,6 +70,24 @@ class TurnRunner:
         """The user's text with any pending attachments in front."""
         return "\n\n".join([a.block for a in self.attachments] + [text])
 
+    def add_image(self, path: Path, *, room: int | None = None) -> tuple[ImageRef, int]:
+        """Check the image at ``path`` (decoded once: one line when it cannot be
+        shown, the model sees none, or it takes more than ``room`` tokens),
+        keep its bytes by their hash and put it with the next message; it and
+        the tokens it takes. Nothing is kept when a check fails."""
+        header = vision_images.check(path)
+        probe = ImageRef(digest=vision_images.file_digest(path), path=str(path),
+                         name=path.name, width=header.width, height=header.height)
+        if any(r.digest == probe.digest for r in self.images):
+            raise ConversationError(f"{path.name} goes with the next message already.")
+        tokens = self._engine.prompts.image_tokens(probe)
+        if room is not None and tokens > room:
+            raise ConversationError(f"{path.name} takes {tokens:,} tokens; only {room:,} are "
+                                    "left in the context window.")
+        ref = store_image(path, width=header.width, height=header.height)
+        self.images.append(ref)
+        return ref, tokens
+
     def send(self, text: str) -> Iterator[Event]:
         """Commit the user message (with what it retrieved from the session's
         collection in front: ``retrieval.last``), then run the turn; yields the
@@ -73,9 +96,11 @@ class TurnRunner:
         if not text.strip():
             raise ConversationError("Nothing to send.")
         content, sources = self._with_retrieved(text, self.compose(text))
-        plan = self._ledger().plan_message(self._open.messages, content)
-        self._add_user(content, plan, sources)  # the plan refused what cannot fit
+        images = tuple(self.images)
+        plan = self._ledger().plan_message(self._open.messages, content, images=images)
+        self._add_user(content, plan, sources, images)  # the plan refused what cannot fit
         self.attachments.clear()
+        self.images.clear()
         return self.run(plan)
 
     def send_results(self, results: list[Message]) -> Iterator[Event]:
@@ -123,9 +148,10 @@ class TurnRunner:
         content, sources = self._with_retrieved(text, text)
         # Planned (and refused when it cannot fit) before anything is committed.
         messages = self._open.messages
-        plan = self._ledger().plan_message(messages[:messages.index(last)], content)
+        plan = self._ledger().plan_message(messages[:messages.index(last)], content,
+                                           images=last.images)  # an edit keeps its images
         self._store.branches.set_leaf(self._open.id, last.parent_id)
-        self._add_user(content, plan, sources)
+        self._add_user(content, plan, sources, last.images)
         return self.run(plan)
 
     def undo(self) -> int:
@@ -164,9 +190,11 @@ class TurnRunner:
             return content, None
         return with_sources(found.collection, found.sources, content), found.sources
 
-    def _add_user(self, content: str, plan: Plan, sources: list[Source] | None = None) -> None:
-        self._store.add_message(self._open.id, "user", content, token_ids=plan.user_ids,
-                                ledger_key=plan.key, ledger_start=plan.start, sources=sources)
+    def _add_user(self, content: str, plan: Plan, sources: list[Source] | None = None,
+                  images: tuple[ImageRef, ...] = ()) -> None:
+        self._store.add_messages(self._open.id, [Message(
+            "user", content, token_ids=plan.user_ids, ledger_key=plan.key,
+            ledger_start=plan.start, sources=sources, images=images)])
         self._open.reload()
 
     # -- a turn running ----------------------------------------------------------------------

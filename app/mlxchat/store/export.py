@@ -21,6 +21,7 @@ from mlxchat.files import write_private_text
 from mlxchat.generation import SAMPLING
 from mlxchat.sources import Source, cite, without_sources
 from mlxchat.store.errors import StoreError
+from mlxchat.store.image_files import export_images
 from mlxchat.store.rows import calls_to_json
 from mlxchat.store.sessions import SessionStore
 from mlxchat.turn_stats import TurnStats
@@ -104,6 +105,8 @@ def session_markdown(session: Session) -> str:
         if message.role == "user":
             sources = message.sources
             text = without_sources(message.content) if sources else message.content
+            for image in message.images:  # the kept file, by its hash
+                out += ["", f"![{image.name or image.digest[:12]}]({Path(image.path).as_uri()})"]
             out += ["", text.rstrip()] + _sources_markdown(sources)
         else:
             out += ["", cite(message.content, sources).rstrip()]
@@ -147,6 +150,7 @@ def _message_dict(message: Message) -> dict[str, Any]:
         **({"tool_call_id": message.tool_call_id, "tool_name": message.tool_name}
            if message.role == "tool" else {}),
         **({"tool_run": message.tool_run.to_dict()} if message.tool_run is not None else {}),
+        **({"images": export_images(message.images)} if message.images else {}),
     }
 
 

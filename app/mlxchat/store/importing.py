@@ -16,6 +16,7 @@ from mlxchat.generation import GenerationSettings
 from mlxchat.sources import Source
 from mlxchat.store.errors import StoreError
 from mlxchat.store.export import FORMAT_NAME, FORMAT_VERSION
+from mlxchat.store.image_files import import_images, keep_imported
 from mlxchat.store.rows import ROLES, calls_from_json
 from mlxchat.store.sessions import SessionStore
 from mlxchat.turn_stats import TurnStats
@@ -132,8 +133,11 @@ def _pins(rows: list[Any]) -> list[Pin]:
     return pins
 
 
-def parse_document(data: Any) -> tuple[Session, list[Message]]:
-    """Validate an exported session; return it and its messages, parents first (source ids)."""
+def parse_document(data: Any, images: dict[str, bytes] | None = None
+                   ) -> tuple[Session, list[Message]]:
+    """Validate an exported session; return it and its messages, parents first
+    (source ids). The bytes of its images go into ``images`` (by digest)."""
+    images = {} if images is None else images
     if not isinstance(data, dict) or data.get("format") != FORMAT_NAME:
         raise StoreError("Not an mlxchat session export (no 'format': 'mlxchat-session').")
     version = data.get("version")
@@ -190,6 +194,7 @@ def parse_document(data: Any) -> tuple[Session, list[Message]]:
                 tool_call_id=_field(row, "tool_call_id", str | None, where, None),
                 tool_name=_field(row, "tool_name", str | None, where, None),
                 tool_run=_tool_run(_field(row, "tool_run", dict | None, where, None), where),
+                images=import_images(_field(row, "images", list, where, []), where, images),
             )
         )
     for index, message in enumerate(messages):
@@ -224,7 +229,9 @@ def import_json(store: SessionStore, source: Path | str | bytes) -> Session:
         raise StoreError(f"{label} is not JSON ({' '.join(str(exc).split())}).") from exc
     except RecursionError as exc:
         raise StoreError(f"{label} is nested too deeply to be a session export.") from exc
-    session, messages = parse_document(data)
+    images: dict[str, bytes] = {}
+    session, messages = parse_document(data, images)
+    keep_imported(images)  # only once the whole file passed
     return store.branches.import_tree(session, messages)
 
 

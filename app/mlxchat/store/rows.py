@@ -14,6 +14,7 @@ from mlxchat.chat import CalledTool, Message, Session, ToolRun, typed_text
 from mlxchat.generation import GENERATION_RULES, GenerationSettings, generation_problem
 from mlxchat.sources import Source, without_sources
 from mlxchat.store.errors import StoreError
+from mlxchat.store.image_files import images_from_json, images_to_json
 from mlxchat.store.pin_rows import read_pins, write_pins
 from mlxchat.turn_stats import TurnStats
 
@@ -75,6 +76,7 @@ def message_from_row(row: sqlite3.Row) -> Message:
         tool_call_id=row["tool_call_id"],
         tool_name=row["tool_name"],
         tool_run=tool_run_from_json(row["tool_run"]),
+        images=images_from_json(row["images"]),
     )
 
 
@@ -200,8 +202,8 @@ def insert_message(
     cur.execute(
         "INSERT INTO messages (session_id, parent_id, role, content, token_count, stats,"
         " cancelled, created, token_ids, ledger_key, ledger_start, reasoning, sources,"
-        " tool_calls, tool_call_id, tool_name, tool_run)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " tool_calls, tool_call_id, tool_name, tool_run, images)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             session_id,
             parent_id,
@@ -220,6 +222,7 @@ def insert_message(
             message.tool_call_id,
             message.tool_name,
             json.dumps(message.tool_run.to_dict()) if message.tool_run is not None else None,
+            images_to_json(message.images),
         ),
     )
     assert cur.lastrowid is not None

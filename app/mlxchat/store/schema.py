@@ -1,8 +1,7 @@
 """Schema of the session database: an ordered list of migrations by ``PRAGMA user_version``.
 
-Migration N takes a database at version N-1 to version N. Each runs once, in its
-own transaction, together with the ``user_version`` bump, so a crash mid-way
-leaves the previous version intact. Append new migrations; never edit old ones.
+Migration N takes a database at version N-1 to version N, once, in one transaction with
+its ``user_version`` bump (a crash mid-way leaves the previous version). Append; never edit.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from typing import Callable, Union
 from mlxchat import paths
 from mlxchat.store.docs_fts import V14_DOC_CHUNKS_FTS_BY_COLLECTION
 from mlxchat.store.errors import StoreError, sqlite_errors
+from mlxchat.store.image_files import V17_MESSAGE_IMAGES
 from mlxchat.store.messages_rebuild import messages_with_tool_role
 from mlxchat.store.tool_schema import V16_TOOL_GRANTS_AND_RUNS
 
@@ -327,7 +327,7 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V13_TOOL_MESSAGES,
     V14_DOC_CHUNKS_FTS_BY_COLLECTION,
     V15_FOLLOW_LINKS,
-    V16_TOOL_GRANTS_AND_RUNS,
+    V16_TOOL_GRANTS_AND_RUNS, V17_MESSAGE_IMAGES,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

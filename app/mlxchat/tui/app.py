@@ -243,7 +243,7 @@ class MlxChatApp(App[int]):
                                    editing=True)
             self.editing = False
             return self.commands.run(f"/edit {text}", restore=text, restore_editing=True)
-        if Registry.is_command(text):
+        if Registry.is_command(text) or self.commands.dropped(text):
             return self.commands.run(text.strip(), restore=text)
         if self.generating:
             return self.refuse(text, "A reply is being generated: wait for it, or press "

@@ -10,6 +10,7 @@ from functools import partial
 from typing import Any
 
 from mlxchat.commands import CommandResult
+from mlxchat.commands.images import dropped_image
 from mlxchat.tui.failures import error_text
 from mlxchat.tui.screens import ConfirmScreen
 from mlxchat.tui.widgets.notices import MarkdownNotice, TableNotice
@@ -30,12 +31,20 @@ class CommandRunner:
         self.app = app
         """The MlxChatApp (not imported: it imports this module)."""
 
+    def dropped(self, text: str) -> bool:
+        """``text`` is only the path of an image file (a file dropped on the terminal)."""
+        ctx = self.app.ctx
+        return ctx is not None and dropped_image(ctx, text) is not None
+
     def run(self, line: str, *, restore: str | None = None,
             restore_editing: bool = False) -> None:
-        """Run ``line`` (a slash command) in a thread; ``restore`` goes back into the
-        input if the command fails, so nothing typed is lost."""
+        """Run ``line`` (a slash command, or a dropped image's path: ``/image
+        --dropped``, which asks first) in a thread; ``restore`` goes back into
+        the input if the command fails, so nothing typed is lost."""
         app = self.app
         assert app.ctx is not None
+        if not line.lstrip().startswith("/") and self.dropped(line):
+            line = f"/image --dropped {line.strip()}"
         self.start(command_name(line), partial(app.registry.run, line, app.ctx),
                    restore, restore_editing)
 

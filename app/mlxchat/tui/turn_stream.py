@@ -76,9 +76,10 @@ class TurnStream:
         if retrieved is not None and message.sources:
             await transcript.add_user(message.content, sources=message.sources,
                                       forecast_s=retrieved.forecast_s,
-                                      left_out=retrieved.left_out)
+                                      left_out=retrieved.left_out, images=message.images)
         else:
-            await transcript.add_user(message.content, sources=message.sources)
+            await transcript.add_user(message.content, sources=message.sources,
+                                      images=message.images)
         self.app.set_titles()
 
     def stream(self, events: Iterator[Event]) -> None:

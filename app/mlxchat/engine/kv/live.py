@@ -77,9 +77,17 @@ class LiveCache:
               source: CacheSource) -> None:
         """Make restored cache objects the live ones."""
         self.layers, self.tokens = layers, list(tokens)
+        self._follow()
         self.conversation = [(m.role, m.content) for m in conversation]
         self.source, self._pending_reason = source, None
         self.ahead_from, self.ahead_s = None, 0.0
+
+    def _follow(self) -> None:
+        """Tell a model that keeps position state per cache (mRoPE) that new
+        layer objects hold these tokens."""
+        follow = getattr(self.model, "follow_tokens", None)
+        if follow is not None:
+            follow(self.layers, self.tokens)
 
     def take_reason(self) -> str | None:
         reason, self._pending_reason = self._pending_reason, None
@@ -94,6 +102,7 @@ class LiveCache:
             return None
         if kv_bits and current is None:
             self.layers = prompt_cache.quantize(self.layers, kv_bits, head_dim)
+            self._follow()
             return None
         had = bool(self.tokens)
         self.reset()

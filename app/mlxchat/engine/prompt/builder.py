@@ -5,10 +5,12 @@ engine's."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Sequence
 
-from mlxchat.chat import Message
+from mlxchat.chat import ImageRef, Message
 from mlxchat.engine.prompt import delta
+from mlxchat.engine.prompt import images as prompt_images
 from mlxchat.engine.prompt.delta import TemplateOptions
 from mlxchat.engine.prompt.fit import FittedPrompt, fit, reply_reserve
 from mlxchat.engine.prompt.render import message_token_counts, render
@@ -28,19 +30,39 @@ class PromptBuilder:
             options: TemplateOptions = TemplateOptions()) -> FittedPrompt:
         """Render the whole conversation and fit it to the window under the
         settings' policy (a new ledger, or ``history=template``)."""
-        return fit(self._loaded().tokenizer, messages, window=self.window(settings),
-                   max_tokens=self.reply_budget(settings), policy=settings.context_policy,
-                   template_kwargs=options.kwargs())
+        loaded = self._loaded()
+        prompt_images.check_sees(loaded, prompt_images.images_of(messages))
+        fitted = fit(loaded.tokenizer, messages, window=self.window(settings),
+                     max_tokens=self.reply_budget(settings), policy=settings.context_policy,
+                     template_kwargs=options.kwargs())
+        refs = prompt_images.images_of(fitted.messages)
+        return replace(fitted, tokens=prompt_images.expand(loaded, fitted.tokens, refs)) \
+            if refs else fitted
 
     def message_ids(self, text: str, *, system: str | None, previous: Sequence[int] | None,
-                    options: TemplateOptions = TemplateOptions()) -> list[int]:
+                    options: TemplateOptions = TemplateOptions(),
+                    images: Sequence[ImageRef] = ()) -> list[int]:
         """The token ids a user message adds: after ``previous`` (the ids of the
-        reply it follows), or as the first message of a conversation (None).
-        Raises TemplateNotIncremental when the template cannot be split so."""
-        tokenizer = self._loaded().tokenizer
+        reply it follows), or as the first message of a conversation (None);
+        each of ``images`` (shown before the text) as its span. Raises
+        TemplateNotIncremental when the template cannot be split so,
+        ImagesRefused when the model sees no images."""
+        loaded = self._loaded()
+        prompt_images.check_sees(loaded, images)
+        tokenizer = loaded.tokenizer
         if previous is None:
-            return delta.head(tokenizer, system, text, options)
-        return delta.follow_up(tokenizer, text, previous=previous, options=options)
+            ids = delta.head(tokenizer, system, text, options, images)
+        else:
+            ids = delta.follow_up(tokenizer, text, previous=previous, options=options,
+                                  images=images)
+        return prompt_images.expand(loaded, ids, images)
+
+    def image_tokens(self, ref: ImageRef) -> int:
+        """Tokens ``ref`` takes in this model's window (from its header: no
+        decoding). ImagesRefused when the model sees no images."""
+        loaded = self._loaded()
+        prompt_images.check_sees(loaded, [ref])
+        return loaded.model.know([ref])[0].tokens
 
     def result_ids(self, results: Sequence[Message], *, reply: Message,
                    previous: Sequence[int], options: TemplateOptions = TemplateOptions()

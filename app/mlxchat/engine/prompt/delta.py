@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from mlxchat.chat import Message
+from mlxchat.chat import ImageRef, Message
 from mlxchat.engine.events import EngineError
 from mlxchat.engine.prompt.jinja import SessionClock
 from mlxchat.engine.prompt.render import render
@@ -70,24 +70,25 @@ def _stub(reply: str) -> list[Message]:
     return [Message("user", _STUB_USER), Message("assistant", reply)]
 
 
-def head(tokenizer: Any, system: str | None, text: str, options: TemplateOptions
-         ) -> list[int]:
+def head(tokenizer: Any, system: str | None, text: str, options: TemplateOptions,
+         images: Sequence[ImageRef] = ()) -> list[int]:
     """The first user message: everything the template puts before the reply
     (begin-of-text, system block, the message, the generation prompt)."""
-    messages = ([Message("system", system)] if system else []) + [Message("user", text)]
+    messages = ([Message("system", system)] if system else []) + [
+        Message("user", text, images=tuple(images))]
     return render(tokenizer, messages, **options.kwargs())
 
 
 def follow_up(tokenizer: Any, text: str, *, previous: Sequence[int],
-              options: TemplateOptions) -> list[int]:
+              options: TemplateOptions, images: Sequence[ImageRef] = ()) -> list[int]:
     """A user message after a reply whose token ids are ``previous``: what the
     template puts after a reply's text once another message follows it (its
     closing, which may differ from a final reply's: gpt-oss ends that one with
     ``<|return|>``), the user turn and the generation prompt; less the closing's
     end token when the model generated its own."""
     kwargs = options.kwargs()
-    a, b = (render(tokenizer, _stub(reply) + [Message("user", text)], **kwargs)
-            for reply in _STUB_REPLIES)
+    message = Message("user", text, images=tuple(images))
+    a, b = (render(tokenizer, _stub(reply) + [message], **kwargs) for reply in _STUB_REPLIES)
     n = 0  # the two stub replies end differently: the shared tail starts right after them
     while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
         n += 1

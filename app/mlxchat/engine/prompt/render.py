@@ -28,6 +28,9 @@ def template_call_id(given: str) -> str:
 def as_dict(m: Message) -> dict[str, Any]:
     """A message as chat templates read it (OpenAI's shape for tool calls and results)."""
     out: dict[str, Any] = {"role": m.role, "content": m.content}
+    if m.images:  # content parts, as vision-language templates take them
+        out["content"] = [{"type": "image"} for _ in m.images] + [{"type": "text",
+                                                                   "text": m.content}]
     if m.tool_calls:
         out["tool_calls"] = [{"id": template_call_id(c.id), "type": "function",
                               "function": {"name": c.name, "arguments": c.arguments}}

@@ -18,11 +18,12 @@ from textual.widget import Widget
 from textual.widgets import Markdown, Static
 from textual.widgets._markdown import MarkdownBlock, MarkdownParagraph
 
-from mlxchat.chat import Message, calls_text, split_attachments
+from mlxchat.chat import ImageRef, Message, calls_text, split_attachments
 from mlxchat.sources import Source, cite, without_sources
 from mlxchat.tui.formatting import transcript_stats_line
 from mlxchat.tui.widgets.folded import AttachmentBlock, ThinkingBlock, ToolResultBlock
 from mlxchat.tui.widgets.sources import SourcesPanel
+from mlxchat.tui.widgets.thumbnail import ImageThumbnail
 from mlxchat.turn_stats import TurnStats
 
 NoticeLevel = Literal["info", "warning", "error"]
@@ -49,8 +50,10 @@ class UserMessage(PlainMessage):
     LABEL = "you"
 
     def __init__(self, text: str, *, sources: list[Source] | None = None,
-                 forecast_s: float | None = None, left_out: int = 0) -> None:
+                 forecast_s: float | None = None, left_out: int = 0,
+                 images: tuple[ImageRef, ...] = ()) -> None:
         super().__init__(without_sources(text) if sources else text)
+        self.images = images
         self.files, self.typed = split_attachments(self.text)
         self.sources = sources
         self._panel = (SourcesPanel(sources, forecast_s=forecast_s, left_out=left_out)
@@ -58,6 +61,7 @@ class UserMessage(PlainMessage):
 
     def compose(self) -> ComposeResult:
         yield Static(self.LABEL, classes="message-label", markup=False)
+        yield from (ImageThumbnail(ref) for ref in self.images)
         for name, text in self.files:
             yield AttachmentBlock(name, text)
         if self.typed.strip() or not self.files:
@@ -292,7 +296,7 @@ class Transcript(VerticalScroll):
     def _message_widget(self, message: Message) -> Vertical:
         if message.role == "user":
             self.last_sources = message.sources
-            return UserMessage(message.content, sources=message.sources)
+            return UserMessage(message.content, sources=message.sources, images=message.images)
         if message.role == "system":
             return SystemMessage(message.content)
         if message.role == "tool":
@@ -333,7 +337,7 @@ class Transcript(VerticalScroll):
 
     async def add_user(self, text: str, *, pending: bool = False,
                        sources: list[Source] | None = None, forecast_s: float | None = None,
-                       left_out: int = 0) -> UserMessage:
+                       left_out: int = 0, images: tuple[ImageRef, ...] = ()) -> UserMessage:
         """A sent message (``text`` as stored; with ``sources``, what it retrieved)."""
         if pending:
             widget: UserMessage = PendingMessage(text)
@@ -341,7 +345,7 @@ class Transcript(VerticalScroll):
             self.last_sources = sources
             self._shown += 1
             widget = UserMessage(text, sources=sources, forecast_s=forecast_s,
-                                 left_out=left_out)
+                                 left_out=left_out, images=images)
         await self.mount(widget)
         self.anchor()  # sending a message brings the view back to the bottom
         return widget

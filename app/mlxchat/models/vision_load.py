@@ -1,0 +1,66 @@
+"""Loading a vision-language model folder through mlx-vlm.
+
+mlx-vlm builds the model (vision tower, projector, language model) and reads
+its weights; the tokenizer is mlx-lm's, as for a text model, and the image
+processor is the family's own (transformers' PIL one, no torch). The model is
+wrapped in ``VisionChat`` so the engine drives it as it drives a text model.
+
+mlx-vlm is installed without its dependencies (``make model``): only what
+these code paths import (transformers, Pillow, numpy) is needed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mlxchat.models.errors import ModelError
+
+FAMILIES = {"qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL"}
+"""Vision-language families this app drives, by mlx-vlm model type."""
+
+
+def is_vision_config(config: dict[str, Any]) -> bool:
+    """A folder whose config describes a vision tower (a VLM checkpoint)."""
+    return bool(config.get("vision_config"))
+
+
+def refusal(config: dict[str, Any]) -> str | None:
+    """Why this vision-language folder cannot be driven here, or None."""
+    kind = config.get("model_type", "?")
+    if kind not in FAMILIES:
+        return (f"{kind} is a vision-language model of a family this app does not drive yet "
+                f"(it drives {', '.join(FAMILIES.values())})")
+    try:
+        import mlx_vlm  # noqa: F401
+    except ImportError:
+        return "vision-language models need mlx-vlm (make model installs it)"
+    return None
+
+
+def load_vision(folder: Path, config: dict[str, Any]) -> tuple[Any, Any]:
+    """The wrapped model and the tokenizer of a VLM folder (ModelError: one line)."""
+    from mlx_lm.utils import load_tokenizer
+    from mlx_vlm.utils import load_model as vlm_load
+
+    from mlxchat.models.vision_images import QwenImages
+    from mlxchat.models.vision_model import VisionChat
+
+    problem = refusal(config)
+    if problem:
+        raise ModelError(problem)
+    try:
+        processor_config = json.loads((folder / "preprocessor_config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read the image processor's settings in {folder}: "
+                         f"{exc}") from None
+    try:
+        vlm = vlm_load(folder)
+        tokenizer = load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
+    except (ValueError, FileNotFoundError, KeyError, OSError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise ModelError(f"cannot load the model in {folder}: {reason}") from None
+    model = VisionChat(vlm, QwenImages(processor_config),
+                       image_token_id=int(config["image_token_id"]))
+    return model, tokenizer

@@ -1,0 +1,170 @@
+"""Images in the token ledger, timed on a small random Qwen2-VL (mlx-vlm's
+classes, random weights; 256 placeholder tokens an image), one run:
+
+- ``vision_followup_ratio``: TTFT of a text follow-up after an image turn,
+  on the warm cache / the same prompt recomputed from nothing (goal <= 0.1).
+- ``vision_second_image_ratio``: TTFT of turn 5, which adds a second image
+  after four turns (the first with an image), warm / recomputed (goal <= 0.35).
+- ``vision_resume_ratio``: TTFT of the follow-up after a restart (a fresh
+  model object and engine, the branch restored from its KV segments, the
+  vision tower not run) / the warm follow-up's (goal <= 1.1).
+
+Each TTFT is the median of ``--repeats`` runs of the same turn, each engine
+warmed up first (``ChatEngine.warm_up``: MLX's kernels and the template, as
+the server does before listening); every run checks that the warm, resumed
+and recomputed replies agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from common import temporary_home  # noqa: E402
+
+from mlxchat.chat import ImageRef, Message  # noqa: E402
+from mlxchat.engine.core import ChatEngine  # noqa: E402
+from mlxchat.engine.disk.segments import SegmentRef  # noqa: E402
+from mlxchat.engine.events import TurnDone  # noqa: E402
+from mlxchat.engine.prompt.fit import FittedPrompt  # noqa: E402
+from mlxchat.generation import GenerationSettings  # noqa: E402
+from mlxchat.models import load_folder  # noqa: E402
+from mlxchat.models.tiny_vision import write_tiny_qwen_vl  # noqa: E402
+from mlxchat.models.vision_images import file_digest  # noqa: E402
+
+TEMPLATE = ROOT / "tests" / "vision" / "data" / "qwen2-vl-7b-instruct.chat_template.json"
+ONE = GenerationSettings(temperature=0.0, max_tokens=1)
+TURNS = [("Describe this picture in detail, please.", 0), ("What are the main colours?", None),
+         ("Is there any text in it?", None), ("What would you title it?", None),
+         ("Now compare it with this second picture.", 1)]
+
+
+def images(folder: Path) -> list[ImageRef]:
+    import numpy as np
+    from PIL import Image
+
+    refs = []
+    for n in range(2):
+        path = folder / f"picture{n}.png"
+        rng = np.random.default_rng(n)
+        Image.fromarray(rng.integers(0, 255, (448, 448, 3), dtype=np.uint8)).save(path)
+        refs.append(ImageRef(file_digest(path), str(path), path.name, 448, 448))
+    return refs
+
+
+class Ledger:
+    """The turns' prompts as the session builds them (the token ledger)."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.messages: list[Message] = []
+        self.previous: list[int] | None = None
+
+    def prompt(self, engine: ChatEngine, text: str, shown: tuple[ImageRef, ...]
+               ) -> FittedPrompt:
+        added = engine.prompts.message_ids(text, system=None, previous=self.previous,
+                                           images=shown)
+        return FittedPrompt(self.tokens + added, [*self.messages,
+                                                  Message("user", text, images=shown)], 0,
+                            ledger=True)
+
+    def keep(self, prompt: FittedPrompt, done: TurnDone) -> None:
+        self.tokens = prompt.tokens + done.token_ids
+        self.messages = [*prompt.messages, Message("assistant", done.reply,
+                                                   token_ids=done.token_ids)]
+        self.previous = done.token_ids
+
+
+def run(engine: ChatEngine, prompt: FittedPrompt) -> TurnDone:
+    return next(e for e in engine.turn(prompt, ONE) if isinstance(e, TurnDone))
+
+
+def one_run(folder: Path, refs: list[ImageRef], work: Path) -> dict[str, float]:
+    """The five turns warm (segments written), then the follow-up and turn 5
+    each recomputed cold, and the follow-up resumed from the segments."""
+    loaded = load_folder(folder, available=None)
+    engine = ChatEngine(loaded)
+    engine.warm_up()
+    ledger, segs, prompts, warm = Ledger(), [], [], []
+    for i, (text, image) in enumerate(TURNS):
+        prompt = ledger.prompt(engine, text, () if image is None else (refs[image],))
+        done = run(engine, prompt)
+        prompts.append(prompt)
+        warm.append(done)
+        ledger.keep(prompt, done)
+        start = segs[-1].end if segs else 0
+        info = engine.save_segment(work / f"t{i}.safetensors", start)
+        segs.append(SegmentRef(work / f"t{i}.safetensors", start, info.end, info.checksum,
+                               engine.cached_tokens[start:info.end]))
+    engine.close()
+    figures = {"warm_followup": warm[1].stats.ttft_s, "warm_second": warm[4].stats.ttft_s}
+    for name, turn in (("cold_followup", 1), ("cold_second", 4)):
+        cold = load_folder(folder, available=None)
+        engine = ChatEngine(cold)
+        engine.warm_up()  # first-call costs (kernels, the template) out of every TTFT
+        done = run(engine, prompts[turn])
+        engine.close()
+        assert done.token_ids == warm[turn].token_ids, "a recomputed turn differs"
+        figures[name] = done.stats.ttft_s
+    fresh = load_folder(folder, available=None)
+    engine = ChatEngine(fresh)
+    engine.warm_up()
+    assert engine.load_segments(segs[:1], conversation=prompts[1].messages[:2]).ok
+    done = run(engine, prompts[1])
+    engine.close()
+    assert done.token_ids == warm[1].token_ids and fresh.model.vision_calls == 0
+    figures["resumed_followup"] = done.stats.ttft_s
+    figures["image_tokens"] = fresh.model.know(refs[:1])[0].tokens
+    figures["followup_prompt"] = warm[1].stats.prompt_tokens
+    figures["followup_prefilled"] = warm[1].stats.prefilled_tokens
+    figures["second_prompt"] = warm[4].stats.prompt_tokens
+    figures["second_prefilled"] = warm[4].stats.prefilled_tokens
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    args = parser.parse_args()
+    with temporary_home("mlxchat-bench-vision-home-"):
+        work = Path(tempfile.mkdtemp(prefix="mlxchat-bench-vision-"))
+        template = json.loads(TEMPLATE.read_text())["chat_template"]
+        folder = write_tiny_qwen_vl(work / "model", chat_template=template, hidden_size=256,
+                                    num_layers=4, vision_depth=2, vision_width=64,
+                                    max_pixels=448 * 448)
+        refs = images(work)
+        runs = []
+        for n in range(args.repeats):
+            (work / f"run{n}").mkdir()
+            runs.append(one_run(folder, refs, work / f"run{n}"))
+    med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    out = {
+        "vision_followup_ratio": med["warm_followup"] / med["cold_followup"],
+        "vision_second_image_ratio": med["warm_second"] / med["cold_second"],
+        "vision_resume_ratio": med["resumed_followup"] / med["warm_followup"],
+    }
+    print(f"small random Qwen2-VL (hidden 256, 4 layers; vision depth 2), "
+          f"{int(med['image_tokens'])} tokens an image, median of {args.repeats} runs")
+    print(f"follow-up after the image: {int(med['followup_prefilled'])} of "
+          f"{int(med['followup_prompt'])} prompt tokens prefilled; TTFT warm "
+          f"{med['warm_followup'] * 1000:.1f} ms, recomputed {med['cold_followup'] * 1000:.1f} "
+          f"ms, resumed from segments {med['resumed_followup'] * 1000:.1f} ms")
+    print(f"turn 5 adding a second image: {int(med['second_prefilled'])} of "
+          f"{int(med['second_prompt'])} prompt tokens prefilled; TTFT warm "
+          f"{med['warm_second'] * 1000:.1f} ms, recomputed {med['cold_second'] * 1000:.1f} ms")
+    for name, value in out.items():
+        print(f"{name}={value:.3f}")
+    if args.json:
+        print(json.dumps({**out, **med}))
+
+
+if __name__ == "__main__":
+    main()
