@@ -197,7 +197,8 @@ class ApiTurns:
                 self.store.branches.set_leaf(held, message_id)
             if self._hold_current():
                 conv.saved.discard_if_empty()  # the server's start-up session, never used
-            conv.open_session(session_id, prepare=place)  # restores the branch's segments
+            # Restores the branch's segments; the session left is joined when idle.
+            conv.open_session(session_id, prepare=place, join_left=False)
             return
         conv.hold_session()  # SessionBusy: the chat or another process has it now
         if conv.session.leaf_id != message_id:
@@ -227,7 +228,7 @@ class ApiTurns:
             if conv.session.id != named.id:
                 if self._hold_current():
                     conv.saved.discard_if_empty()
-                conv.open_session(named.id, prepare=self._same_model)
+                conv.open_session(named.id, prepare=self._same_model, join_left=False)
             else:
                 conv.hold_session()
                 self._same_model(named.id)
@@ -235,7 +236,7 @@ class ApiTurns:
             conv.reload()
         elif (not self._hold_current() or conv.messages or conv.session.pins
               or conv.model_spec != conv.session.model):
-            conv.new_session()
+            conv.new_session(join_left=False)
         if conv.session.system_prompt != system:
             conv.set_system_prompt(system)
 

@@ -2,6 +2,8 @@
 first come first served, with a bounded number waiting. A request whose client
 went away is cancelled: waiting, it never starts; running, its generation
 stops within one decode step (the engine's cancel) and what it said is kept.
+When no request waits, the lane runs its idle work (the idle join of KV
+files), which stops at its next safe point once a request arrives.
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ Work = Callable[[threading.Event], Iterator[Any]]
 """Run on the lane's thread with the job's cancel flag; what it yields
 reaches the request's handler."""
 
+IdleWork = Callable[[Callable[[], bool]], "float | None"]
+"""Run on the lane's thread when no request waits, given ``arrived`` (True
+once a request waits or the lane closes: stop at the next safe point);
+returns the seconds until it wants to run again (None: when asked)."""
+
 _END = object()
+_IDLE = object()
 
 
 class QueueFull(Exception):
@@ -113,9 +121,13 @@ class EngineLane:
     """A FIFO of jobs run on one thread; ``cancel`` calls ``stop_running``
     (the engine's cancel) only while that job runs."""
 
-    def __init__(self, *, stop_running: Callable[[], None], max_waiting: int = 8):
+    def __init__(self, *, stop_running: Callable[[], None], max_waiting: int = 8,
+                 when_idle: IdleWork | None = None):
         self.max_waiting = max_waiting
         self._stop_running = stop_running
+        self._when_idle = when_idle
+        self._idle_at: float | None = None
+        """When the idle work asked to run next (monotonic; None: not asked)."""
         self._waiting: deque[Job] = deque()
         self._running: Job | None = None
         self._lock = threading.Condition()
@@ -146,6 +158,17 @@ class EngineLane:
             elif self._running is job:
                 self._stop_running()
 
+    def idle_work_in(self, seconds: float) -> None:
+        """Run the idle work once ``seconds`` have passed with no request waiting."""
+        with self._lock:
+            at = time.monotonic() + seconds
+            self._idle_at = at if self._idle_at is None else min(self._idle_at, at)
+            self._lock.notify()
+
+    def _arrived(self) -> bool:
+        with self._lock:
+            return bool(self._waiting) or self._closed
+
     @property
     def waiting(self) -> int:
         with self._lock:
@@ -164,15 +187,39 @@ class EngineLane:
             self._lock.notify()
         self._thread.join(timeout_s)
 
+    def _next(self) -> Job | object | None:
+        """The next job to run, ``_IDLE`` for the idle work, None once closed."""
+        with self._lock:
+            while True:
+                if self._waiting:
+                    self._running = job = self._waiting.popleft()
+                    return job
+                if self._closed:
+                    return None
+                now, at = time.monotonic(), self._idle_at
+                if at is not None and at <= now and self._when_idle is not None:
+                    self._idle_at = None
+                    return _IDLE
+                self._lock.wait(None if at is None else at - now)
+
+    def _idle(self) -> None:
+        assert self._when_idle is not None
+        try:
+            again = self._when_idle(self._arrived)
+        except Exception:  # noqa: BLE001 - idle work never stops the lane
+            log.exception("the lane's idle work failed")
+            again = None
+        if again is not None:
+            self.idle_work_in(again)
+
     def _run(self) -> None:
         while True:
-            with self._lock:
-                while not self._waiting and not self._closed:
-                    self._lock.wait()
-                if self._closed and not self._waiting:
-                    return
-                job = self._waiting.popleft()
-                self._running = job
+            job = self._next()
+            if job is None:
+                return
+            if not isinstance(job, Job):
+                self._idle()
+                continue
             began = time.monotonic()
             try:
                 for item in job.work(job.cancelled):

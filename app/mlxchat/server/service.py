@@ -30,6 +30,7 @@ from mlxchat.server.errors import (
     server_stopped,
     unknown_model,
 )
+from mlxchat.server.idle_join import IdleJoins
 from mlxchat.server.kv_budget import Eviction, KvBudget
 from mlxchat.server.lane import EngineLane, QueueFull, Work
 from mlxchat.server.requests import ChatRequest
@@ -152,9 +153,12 @@ class ChatService:
     """One conversation, one engine lane, every endpoint's turns."""
 
     def __init__(self, conv: Conversation, *, store: SessionStore, engine: Engine,
-                 max_waiting: int = 8, kv_budget_bytes: int | None = None):
+                 max_waiting: int = 8, kv_budget_bytes: int | None = None,
+                 idle_join_s: float | None = None):
         # ``store`` and ``engine``: the ones ``conv`` was built on, handed over
         # by the composition root (stored rows and raw completions use them).
+        # ``idle_join_s``: how long a session is idle before its files are
+        # joined (None: as the app, ``compaction.IDLE_JOIN_S``).
         self.conv, self.store, self.engine = conv, store, engine
         self.kv_budget = None if kv_budget_bytes is None else KvBudget(store, kv_budget_bytes)
         self.last_eviction: Eviction | None = None
@@ -162,7 +166,10 @@ class ChatService:
         conv.locks.release()  # held per request (``_work``)
         self.recovered = self.turns.recover_left_replies()
         """Replies a killed run was streaming, stored at start (marked stopped)."""
-        self.lane = EngineLane(stop_running=conv.turns.cancel, max_waiting=max_waiting)
+        self.idle_joins = IdleJoins(store, after_s=idle_join_s,
+                                    allowed=lambda: not engine.segments_per_rank)
+        self.lane = EngineLane(stop_running=conv.turns.cancel, max_waiting=max_waiting,
+                               when_idle=self.idle_joins.run)
         self.model_id = conv.model_spec
         self.cache_taken = False
         """A raw completion used the engine's live cache since the last chat turn,
@@ -274,6 +281,8 @@ class ChatService:
             self.cache_taken = True
         finally:
             self.conv.locks.release()
+            if self.conv.session.id is not None:
+                self.lane.idle_work_in(self.idle_joins.used(self.conv.session.id))
 
     def _turn(self, request: ChatRequest, cancelled: threading.Event
               ) -> Iterator[Piece | Finished]:

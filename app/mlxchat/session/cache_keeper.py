@@ -190,11 +190,7 @@ class CacheKeeper:
                 or self._engine.segments_per_rank or not self._writes()):
             return None
         with self._writing:
-            try:
-                return compaction.compact(self._store, session_id, leaf, segment_refs)
-            except (OSError, StoreError) as exc:
-                log.warning("KV segments not joined: %s", exc)
-                return compaction.Compacted(0, 0, 0, warning=str(exc))
+            return compaction.compact(self._store, session_id, leaf, segment_refs)
 
     def _save(self, stats: TurnStats | None) -> Path | None:
         session_id, leaf = self._open.id, self._open.session.leaf_id
