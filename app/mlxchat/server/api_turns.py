@@ -86,6 +86,15 @@ def chain_hashes(model: str, system: str | None,
     return out
 
 
+def conversation_key(model: str, request: ApiRequest) -> str:
+    """Which conversation a request belongs to, before it is placed (the lane's
+    fairness): the session it names, else its first message's chain hash."""
+    if request.session_name:
+        return f"session:{request.session_name}"
+    return chain_hashes(model, request.system, request.messages[:1])[0] \
+        if request.messages else ""
+
+
 def _new_part(messages: Sequence[IncomingMessage]) -> list[IncomingMessage]:
     """What a request adds: its last message, the user's, or the tool results it ends with."""
     if not messages or messages[-1].role not in ("user", "tool"):

@@ -22,7 +22,7 @@ from mlxchat.errors import MlxchatError
 from mlxchat.models.token_floor import tokens_at_least
 from mlxchat.models.tools import call_markup
 from mlxchat.server.access_log import note_turn
-from mlxchat.server.api_turns import ApiTurns, IncomingMessage
+from mlxchat.server.api_turns import ApiTurns, IncomingMessage, conversation_key
 from mlxchat.server.errors import (
     ApiError,
     context_exceeded,
@@ -53,6 +53,9 @@ class Piece:
 
     text: str
     part: str = "answer"
+    cache_miss: str | None = None
+    """On a reply's first piece: why its conversation's KV was recomputed
+    (its files were evicted), for the response's headers."""
 
 
 @dataclass
@@ -66,13 +69,15 @@ class Finished:
     session_id: int | None
     """None for a raw completion (no session)."""
     tool_calls: tuple[CalledTool, ...] = ()
+    cache_miss: str | None = None
+    """Why the conversation's KV was recomputed (its files were evicted)."""
 
 
 def _join_pieces(a: Piece | Finished, b: Piece | Finished) -> Piece | None:
     """Two pieces of the same part that arrived together, as one (fewer chunks
     to encode and send when the client reads slower than the model writes)."""
     if isinstance(a, Piece) and isinstance(b, Piece) and a.part == b.part:
-        return Piece(a.text + b.text, a.part)
+        return Piece(a.text + b.text, a.part, a.cache_miss or b.cache_miss)
     return None
 
 
@@ -202,7 +207,8 @@ class ChatService:
         turn = request.turn
         await self.check_fits([m.content for m in turn.messages if m.role != "assistant"]
                               + ([turn.system] if turn.system else []))
-        async for item in self.run(lambda cancelled: self._work(request, cancelled)):
+        key = conversation_key(self.model_id, turn)
+        async for item in self.run(lambda cancelled: self._work(request, cancelled), key=key):
             yield item
 
     async def check_fits(self, texts: list[str]) -> None:
@@ -231,10 +237,12 @@ class ChatService:
                     f"The messages are at least {counted:,} tokens; the context window is "
                     f"{window:,} tokens. Shorten them or send less.")
 
-    async def run(self, work: Work) -> AsyncIterator[Piece | Finished]:
-        """``work``'s items, run in the lane; its refusals as ``ApiError``s."""
+    async def run(self, work: Work, *, key: str | None = None
+                  ) -> AsyncIterator[Piece | Finished]:
+        """``work``'s items, run in the lane (``key``: its conversation, for the
+        lane's fairness); its refusals as ``ApiError``s."""
         try:
-            job = self.lane.submit(work)
+            job = self.lane.submit(work, key=key)
         except QueueFull as exc:
             raise queue_full(exc.retry_after_s) from None
         try:
@@ -311,6 +319,8 @@ class ChatService:
                 self.cache_taken = False
                 self.conv.cache.restore()
             turn = self.turns.begin(request.turn, reply_form)
+        miss = self.kv_budget.reason_for(turn.session_id) if self.kv_budget else None
+        unsaid = miss
         done: TurnDone | None = None
         for event in started_unless_gone(turn.events, cancelled):
             if cancelled.is_set() or watch.stopped:
@@ -319,7 +329,8 @@ class ChatService:
                 text = event.text if event.part == "reasoning" \
                     else cut.feed(watch.feed(event.text))
                 if text:
-                    yield Piece(text, event.part)
+                    yield Piece(text, event.part, unsaid)
+                    unsaid = None
             elif isinstance(event, TurnDone):
                 done = event
         if done is None:
@@ -333,11 +344,11 @@ class ChatService:
             raise server_stopped()
         rest = cut.feed(watch.flush())
         if rest:
-            yield Piece(rest)
+            yield Piece(rest, cache_miss=unsaid)
         reply, calls = parts()
         reason = "tool_calls" if calls else "stop" if watch.stopped else {
             "length": "length"}.get(done.stats.finish_reason, "stop")
         if self.kv_budget is not None:  # before the end goes out: done when the client sees it
             self.last_eviction = self.kv_budget.enforce(in_use=turn.session_id)
         yield Finished(reply.content, done.reasoning, done.stats, reason, turn.session_id,
-                       calls)
+                       calls, cache_miss=miss)
