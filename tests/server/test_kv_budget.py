@@ -4,6 +4,8 @@ session still answers, the same reply, recomputing its history."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from openai import OpenAI
 
@@ -73,3 +75,58 @@ def test_sizes_read_with_their_units():
     assert parse_size("0") == 0
     with pytest.raises(UserError):
         parse_size("lots")
+
+
+def _raw_turn(api: OpenAI, messages: list[dict], text: str, *, stream: bool = False):
+    """A turn through the raw response: (its headers, its usage)."""
+    messages.append({"role": "user", "content": text})
+    if stream:
+        raw = api.chat.completions.with_raw_response.create(
+            model="tiny", messages=messages, temperature=0, max_tokens=6, stream=True,
+            stream_options={"include_usage": True})
+        chunks = list(raw.parse())
+        content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        used = chunks[-1].usage
+    else:
+        raw = api.chat.completions.with_raw_response.create(
+            model="tiny", messages=messages, temperature=0, max_tokens=6)
+        reply = raw.parse()
+        content, used = reply.choices[0].message.content, reply.usage
+    messages.append({"role": "assistant", "content": content})
+    return raw.headers, used
+
+
+def test_the_least_recently_used_go_first_said_in_the_log_and_to_the_next_turn(
+        tiny, tmp_path, caplog):
+    running = serve(tiny, tmp_path / "s.db", kv_budget_bytes=10**12)
+    api = OpenAI(base_url=f"{running.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    talks: dict[str, list[dict]] = {"a": [], "b": [], "c": []}
+    ids: dict[str, int] = {}
+    try:
+        for name in ("a", "b"):
+            _turn(api, talks[name], f"Conversation {name} starts here.")
+            ids[name] = running.conv.session.id
+        _turn(api, talks["a"], "A goes on.")  # A is used more recently than B now
+        running.service.kv_budget.limit_bytes = 1  # room for the session in use only
+        with caplog.at_level(logging.INFO, logger="mlxchat.server.kv_budget"):
+            _turn(api, talks["c"], "Conversation c is the third.")
+        evicted = running.service.last_eviction
+        assert evicted.sessions == [ids["b"], ids["a"]]  # least recently used first
+        [said] = [r.getMessage() for r in caplog.records if r.name.endswith("kv_budget")]
+        assert said.index(f"#{ids['b']} (") < said.index(f"#{ids['a']} (")
+        assert "least recently used first" in said
+        # B's next turn recomputes, and says why: in usage and in a header.
+        headers, used = _raw_turn(api, talks["b"], "B comes back.", stream=True)
+        reason = used.model_extra["cache_miss_reason"]
+        assert "evicted" in reason and "--kv-budget" in reason
+        assert headers["x-cache-miss"] == reason
+        assert used.prompt_tokens_details.cached_tokens < used.prompt_tokens // 2
+        headers, used = _raw_turn(api, talks["a"], "A comes back.")  # asked for whole
+        assert "evicted" in used.model_extra["cache_miss_reason"]
+        assert "evicted" in headers["x-cache-miss"]
+        # Said once: A's following turn is an ordinary one.
+        headers, used = _raw_turn(api, talks["a"], "A again.")
+        assert "x-cache-miss" not in headers and "cache_miss_reason" not in used.model_extra
+        assert used.prompt_tokens_details.cached_tokens > used.prompt_tokens // 2
+    finally:
+        running.stop()

@@ -80,3 +80,62 @@ async def test_pieces_that_follow_soon_go_out_together_and_the_end_at_once():
     async def rest() -> list[str]:
         return [x async for x in items]
     assert await asyncio.wait_for(rest(), 10) == ["bc"]  # one piece, and the end
+
+
+async def test_the_queue_is_fair_across_conversations():
+    """One conversation's requests, queued while its long reply streams, go
+    after the others' that arrived later; each conversation then in turn."""
+    release = threading.Event()
+    ran: list[str] = []
+
+    def work(name: str, *, block: bool = False):
+        def run(cancelled: threading.Event):
+            ran.append(name)
+            if block:
+                release.wait(10)
+            yield name
+        return run
+
+    lane = EngineLane(stop_running=lambda: None, max_waiting=8)
+    try:
+        jobs = [lane.submit(work("a1", block=True), key="a")]
+        while not ran:
+            await asyncio.sleep(0.01)
+        for name in ("a2", "a3", "b1", "c1", "b2"):
+            jobs.append(lane.submit(work(name), key=name[0]))
+        with pytest.raises(QueueFull):  # a conversation holds half the places at most
+            for n in range(4, 8):
+                jobs.append(lane.submit(work(f"a{n}"), key="a"))
+        release.set()
+        for job in jobs:
+            assert [x async for x in job.items()]
+        assert ran == ["a1", "b1", "c1", "a2", "b2", "a3", "a4", "a5"]
+    finally:
+        lane.close()
+
+
+async def test_idle_work_runs_only_while_no_request_waits_and_stops_for_one():
+    ran: list[str] = []
+    in_idle, go = threading.Event(), threading.Event()
+
+    def idle(arrived) -> float | None:
+        ran.append("idle")
+        in_idle.set()
+        go.wait(10)
+        ran.append(f"idle saw a request: {arrived()}")
+        return None
+
+    def work(cancelled):
+        ran.append("request")
+        yield 1
+
+    lane = EngineLane(stop_running=lambda: None, when_idle=idle)
+    try:
+        lane.idle_work_in(0)
+        assert in_idle.wait(10)
+        job = lane.submit(work)  # arrives while the idle work runs: it waits
+        go.set()
+        assert [x async for x in job.items()] == [1]
+        assert ran == ["idle", "idle saw a request: True", "request"]
+    finally:
+        lane.close()

@@ -20,4 +20,4 @@ def no_idle_compaction(monkeypatch):
     """The app joins a session's segment files after 30 s idle; a slow test
     on a loaded machine must not have its files joined under it. The tests
     of that idle join set their own delay."""
-    monkeypatch.setattr("mlxchat.tui.idle_compaction.IDLE_COMPACT_SECONDS", 3600.0)
+    monkeypatch.setattr("mlxchat.session.compaction.IDLE_JOIN_S", 3600.0)

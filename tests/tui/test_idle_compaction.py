@@ -59,7 +59,7 @@ async def test_nothing_is_joined_while_a_turn_runs(tmp_path, tiny):
 
 
 async def test_the_timer_a_turn_sets_joins_them(tmp_path, tiny, monkeypatch):
-    monkeypatch.setattr("mlxchat.tui.idle_compaction.IDLE_COMPACT_SECONDS", 0.2)
+    monkeypatch.setattr("mlxchat.session.compaction.IDLE_JOIN_S", 0.2)
     db = tmp_path / "s.db"
     app = tiny_app(db, tiny)
     async with app.run_test(size=(120, 40)) as pilot:

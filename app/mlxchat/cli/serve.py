@@ -108,15 +108,21 @@ def serve_options(args: argparse.Namespace) -> ServeOptions:
     return options
 
 
+LOGGED = ("mlxchat.server.access", "mlxchat.server.kv_budget", "mlxchat.server.idle_join")
+"""What the server says on stderr: one line per request (``server/access_log.py``),
+each eviction of --kv-budget and each idle join."""
+
+
 def log_requests() -> None:
-    """One line per request on stderr (the access log of ``server/access_log.py``)."""
+    """The server's lines (``LOGGED``) on stderr, each with its time."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("mlxchat serve: %(asctime)s %(message)s",
                                            datefmt="%H:%M:%S"))
-    access = logging.getLogger("mlxchat.server.access")
-    access.addHandler(handler)
-    access.setLevel(logging.INFO)
-    access.propagate = False
+    for name in LOGGED:
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
 
 
 def run_serve(args: argparse.Namespace, settings: Settings, *,

@@ -84,8 +84,13 @@ def _disk_row(ctx: CommandContext) -> tuple[str, str]:
     disk = conv.cache.on_disk()
     if disk.segments:
         missing = "" if disk.newest and disk.newest.exists() else " — FILE MISSING"
+        shared = (f" ({human_bytes(disk.shared_bytes)} of it shared with other branches)"
+                  if disk.shared_bytes else "")
+        whole = (f"; the session's files {human_bytes(disk.session_bytes)}, each counted once"
+                 if disk.session_bytes > disk.file_bytes else "")
         return ("on disk", (f"{plural(disk.segments, 'KV segment')} of this branch, "
-                            f"{human_bytes(disk.file_bytes)}, tokens 0–{fmt_int(disk.tokens)}; "
+                            f"{human_bytes(disk.file_bytes)}{shared}, "
+                            f"tokens 0–{fmt_int(disk.tokens)}{whole}; "
                             f"newest {disk.newest}{missing}"))
     record = conv.saved.snapshot_record()
     if record is None:
@@ -141,8 +146,10 @@ def cache(ctx: CommandContext, args: Args) -> CommandResult:
     rows.append(_disk_row(ctx))
     snap = conv.cache.last_load
     if snap is not None:
-        rows.append(("snapshot on open", f"restored {fmt_int(snap.tokens)} tokens" if snap.ok
-                     else f"not used: {snap.reason}"))
+        rows.append(("snapshot on open",
+                     f"kept the live cache's {fmt_int(snap.tokens)} tokens (no file read)"
+                     if snap.from_live else f"restored {fmt_int(snap.tokens)} tokens"
+                     if snap.ok else f"not used: {snap.reason}"))
     return CommandResult.table("KV cache (/cache save writes a snapshot now; /cache drop "
                                "forgets it)", ("", ""), rows)
 

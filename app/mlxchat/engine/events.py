@@ -79,6 +79,8 @@ class CacheLoad:
     tokens: int = 0
     reason: str | None = None
     """Why it was rejected; with ``ok``, why only the first ``tokens`` were restored."""
+    from_live: bool = False
+    """The live cache held those tokens already: no file was read."""
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,15 @@ def chain_hashes(model: str, system: str | None,
     return out
 
 
+def conversation_key(model: str, request: ApiRequest) -> str:
+    """Which conversation a request belongs to, before it is placed (the lane's
+    fairness): the session it names, else its first message's chain hash."""
+    if request.session_name:
+        return f"session:{request.session_name}"
+    return chain_hashes(model, request.system, request.messages[:1])[0] \
+        if request.messages else ""
+
+
 def _new_part(messages: Sequence[IncomingMessage]) -> list[IncomingMessage]:
     """What a request adds: its last message, the user's, or the tool results it ends with."""
     if not messages or messages[-1].role not in ("user", "tool"):
@@ -206,7 +215,8 @@ class ApiTurns:
                 self.store.branches.set_leaf(held, message_id)
             if self._hold_current():
                 conv.saved.discard_if_empty()  # the server's start-up session, never used
-            conv.open_session(session_id, prepare=place)  # restores the branch's segments
+            # Restores the branch's segments; the session left is joined when idle.
+            conv.open_session(session_id, prepare=place, join_left=False)
             return
         conv.hold_session()  # SessionBusy: the chat or another process has it now
         if conv.session.leaf_id != message_id:
@@ -236,7 +246,7 @@ class ApiTurns:
             if conv.session.id != named.id:
                 if self._hold_current():
                     conv.saved.discard_if_empty()
-                conv.open_session(named.id, prepare=self._same_model)
+                conv.open_session(named.id, prepare=self._same_model, join_left=False)
             else:
                 conv.hold_session()
                 self._same_model(named.id)
@@ -244,7 +254,7 @@ class ApiTurns:
             conv.reload()
         elif (not self._hold_current() or conv.messages or conv.session.pins
               or conv.model_spec != conv.session.model):
-            conv.new_session()
+            conv.new_session(join_left=False)
         if conv.session.system_prompt != system:
             conv.set_system_prompt(system)
 

@@ -1,7 +1,13 @@
 """One engine, one lane: requests run one at a time on a thread of their own,
-first come first served, with a bounded number waiting. A request whose client
+with a bounded number waiting, fair across conversations: the next to run is
+the first waiting of the conversation that started a request least recently
+(so one client sending request after request, or streaming long replies,
+cannot keep the others waiting), and one conversation may hold at most half
+the waiting places. A request whose client
 went away is cancelled: waiting, it never starts; running, its generation
 stops within one decode step (the engine's cancel) and what it said is kept.
+When no request waits, the lane runs its idle work (the idle join of KV
+files), which stops at its next safe point once a request arrives.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Hashable, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +25,13 @@ Work = Callable[[threading.Event], Iterator[Any]]
 """Run on the lane's thread with the job's cancel flag; what it yields
 reaches the request's handler."""
 
+IdleWork = Callable[[Callable[[], bool]], "float | None"]
+"""Run on the lane's thread when no request waits, given ``arrived`` (True
+once a request waits or the lane closes: stop at the next safe point);
+returns the seconds until it wants to run again (None: when asked)."""
+
 _END = object()
+_IDLE = object()
 
 
 class QueueFull(Exception):
@@ -44,8 +56,10 @@ class Job:
     for the end."""
 
     def __init__(self, work: Work, loop: asyncio.AbstractEventLoop, *,
-                 coalesce_s: float = COALESCE_S):
+                 coalesce_s: float = COALESCE_S, key: Hashable = None):
         self.work = work
+        self.key = key
+        """The conversation it belongs to (None: one shared by all keyless jobs)."""
         self.cancelled = threading.Event()
         self._loop = loop
         self._pending: deque[Any] = deque()
@@ -109,15 +123,26 @@ def _merged(batch: list[Any], merge: Callable[[Any, Any], Any]) -> list[Any]:
     return out
 
 
-class EngineLane:
-    """A FIFO of jobs run on one thread; ``cancel`` calls ``stop_running``
-    (the engine's cancel) only while that job runs."""
+KEYS_KEPT = 4096
+"""Conversations whose last start the lane remembers (the oldest are forgotten)."""
 
-    def __init__(self, *, stop_running: Callable[[], None], max_waiting: int = 8):
+
+class EngineLane:
+    """A queue of jobs run on one thread, fair across their keys; ``cancel``
+    calls ``stop_running`` (the engine's cancel) only while that job runs."""
+
+    def __init__(self, *, stop_running: Callable[[], None], max_waiting: int = 8,
+                 when_idle: IdleWork | None = None):
         self.max_waiting = max_waiting
         self._stop_running = stop_running
+        self._when_idle = when_idle
+        self._idle_at: float | None = None
+        """When the idle work asked to run next (monotonic; None: not asked)."""
         self._waiting: deque[Job] = deque()
         self._running: Job | None = None
+        self._started: dict[Hashable, int] = {}
+        """Key -> the number of the last job of it started (a key not here: never)."""
+        self._starts = 0
         self._lock = threading.Condition()
         self._closed = False
         self.turn_seconds = 1.0
@@ -125,14 +150,18 @@ class EngineLane:
         self._thread = threading.Thread(target=self._run, name="mlxchat-api-lane", daemon=True)
         self._thread.start()
 
-    def submit(self, work: Work) -> Job:
-        """Queue ``work``; raises QueueFull when ``max_waiting`` jobs wait already."""
+    def submit(self, work: Work, *, key: Hashable = None) -> Job:
+        """Queue ``work`` of conversation ``key``; raises QueueFull when
+        ``max_waiting`` jobs wait already, or half as many of ``key`` (None:
+        no conversation known, not capped)."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            if self._closed or len(self._waiting) >= self.max_waiting:
+            own = 0 if key is None else sum(1 for j in self._waiting if j.key == key)
+            if (self._closed or len(self._waiting) >= self.max_waiting
+                    or own >= max(1, self.max_waiting // 2)):
                 ahead = len(self._waiting) + (self._running is not None)
                 raise QueueFull(max(1, round(self.turn_seconds * ahead)))
-            job = Job(work, loop)
+            job = Job(work, loop, key=key)
             self._waiting.append(job)
             self._lock.notify()
         return job
@@ -145,6 +174,17 @@ class EngineLane:
                 job.put(_END)
             elif self._running is job:
                 self._stop_running()
+
+    def idle_work_in(self, seconds: float) -> None:
+        """Run the idle work once ``seconds`` have passed with no request waiting."""
+        with self._lock:
+            at = time.monotonic() + seconds
+            self._idle_at = at if self._idle_at is None else min(self._idle_at, at)
+            self._lock.notify()
+
+    def _arrived(self) -> bool:
+        with self._lock:
+            return bool(self._waiting) or self._closed
 
     @property
     def waiting(self) -> int:
@@ -164,15 +204,50 @@ class EngineLane:
             self._lock.notify()
         self._thread.join(timeout_s)
 
+    def _next(self) -> Job | object | None:
+        """The next job to run, ``_IDLE`` for the idle work, None once closed."""
+        with self._lock:
+            while True:
+                if self._waiting:
+                    self._running = job = self._fairest()
+                    return job
+                if self._closed:
+                    return None
+                now, at = time.monotonic(), self._idle_at
+                if at is not None and at <= now and self._when_idle is not None:
+                    self._idle_at = None
+                    return _IDLE
+                self._lock.wait(None if at is None else at - now)
+
+    def _fairest(self) -> Job:
+        """Take the first waiting job of the key that started least recently."""
+        job = min(self._waiting, key=lambda j: self._started.get(j.key, -1))
+        self._waiting.remove(job)  # min keeps the first of equals: arrival order
+        self._starts += 1
+        self._started.pop(job.key, None)
+        self._started[job.key] = self._starts
+        if len(self._started) > KEYS_KEPT:  # insertion order: the oldest start first
+            del self._started[next(iter(self._started))]
+        return job
+
+    def _idle(self) -> None:
+        assert self._when_idle is not None
+        try:
+            again = self._when_idle(self._arrived)
+        except Exception:  # noqa: BLE001 - idle work never stops the lane
+            log.exception("the lane's idle work failed")
+            again = None
+        if again is not None:
+            self.idle_work_in(again)
+
     def _run(self) -> None:
         while True:
-            with self._lock:
-                while not self._waiting and not self._closed:
-                    self._lock.wait()
-                if self._closed and not self._waiting:
-                    return
-                job = self._waiting.popleft()
-                self._running = job
+            job = self._next()
+            if job is None:
+                return
+            if not isinstance(job, Job):
+                self._idle()
+                continue
             began = time.monotonic()
             try:
                 for item in job.work(job.cancelled):

@@ -26,10 +26,12 @@ def capped_to(stats: TurnStats, asked: int | None) -> int | None:
     return room if asked is not None and stats.context_window and asked > room else None
 
 
-def usage(stats: TurnStats, asked: int | None = None) -> dict[str, Any]:
+def usage(stats: TurnStats, asked: int | None = None, cache_miss: str | None = None
+          ) -> dict[str, Any]:
     """What the turn cost; ``cached_tokens`` is what the KV cache supplied;
     ``max_tokens_capped_to`` says a ``max_tokens`` (``asked``) was more than
-    the context window left."""
+    the context window left; ``cache_miss_reason`` why the conversation's KV
+    was recomputed (its files were evicted)."""
     out: dict[str, Any] = {
         "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.generated_tokens,
         "total_tokens": stats.prompt_tokens + stats.generated_tokens,
@@ -38,6 +40,8 @@ def usage(stats: TurnStats, asked: int | None = None) -> dict[str, Any]:
     capped = capped_to(stats, asked)
     if capped is not None:
         out["max_tokens_capped_to"] = capped
+    if cache_miss:
+        out["cache_miss_reason"] = cache_miss
     return out
 
 
@@ -45,6 +49,12 @@ def capped_header(stats: TurnStats, asked: int | None) -> dict[str, str]:
     """The same as a header, for a reply asked for whole."""
     capped = capped_to(stats, asked)
     return {} if capped is None else {"X-Max-Tokens-Capped": str(capped)}
+
+
+def miss_header(first: Piece | Finished) -> dict[str, str]:
+    """``X-Cache-Miss: REASON`` when the conversation's KV was recomputed
+    (known before the first piece, so a stream has it too)."""
+    return {"X-Cache-Miss": first.cache_miss} if first.cache_miss else {}
 
 
 class _ChatShape:
@@ -63,9 +73,10 @@ class _ChatShape:
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
-    def usage_chunk(self, stats: TurnStats) -> str:
+    def usage_chunk(self, end: Finished) -> str:
         body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                "model": self.model, "choices": [], "usage": usage(stats, self.asked)}
+                "model": self.model, "choices": [],
+                "usage": usage(end.stats, self.asked, end.cache_miss)}
         return f"data: {json.dumps(body)}\n\n"
 
     def completion(self, end: Finished) -> dict[str, Any]:
@@ -76,7 +87,7 @@ class _ChatShape:
         if end.reasoning:
             message["reasoning_content"] = end.reasoning
         return {"id": self.id, "object": "chat.completion", "created": self.created,
-                "model": self.model, "usage": usage(end.stats, self.asked),
+                "model": self.model, "usage": usage(end.stats, self.asked, end.cache_miss),
                 "choices": [{"index": 0, "message": message,
                              "finish_reason": end.finish_reason}]}
 
@@ -93,10 +104,11 @@ async def chat_completions(request: Request) -> Response:
     items, first = await started(request, service.chat(chat))
     if not chat.stream:
         end = await finished(request, first, items)
-        return JSONResponse(shape.completion(end), headers=capped_header(end.stats, shape.asked))
+        return JSONResponse(shape.completion(end), headers={
+            **capped_header(end.stats, shape.asked), **miss_header(end)})
     return DisconnectAwareStream(_events(shape, chat, first, items),
                                  media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+                                 headers={"Cache-Control": "no-cache", **miss_header(first)})
 
 
 async def _events(shape: _ChatShape, chat: ChatRequest, first: Piece | Finished,
@@ -117,7 +129,7 @@ async def _events(shape: _ChatShape, chat: ChatRequest, first: Piece | Finished,
                                                                   streamed=True)})
                 yield shape.chunk({}, item.finish_reason)
                 if chat.include_usage:
-                    yield shape.usage_chunk(item.stats)
+                    yield shape.usage_chunk(item)
                 break
             if item.part != "reasoning":
                 sent += item.text

@@ -22,7 +22,7 @@ from mlxchat.errors import MlxchatError
 from mlxchat.models.token_floor import tokens_at_least
 from mlxchat.models.tools import call_markup
 from mlxchat.server.access_log import note_turn
-from mlxchat.server.api_turns import ApiTurns, IncomingMessage
+from mlxchat.server.api_turns import ApiTurns, IncomingMessage, conversation_key
 from mlxchat.server.errors import (
     ApiError,
     context_exceeded,
@@ -30,6 +30,7 @@ from mlxchat.server.errors import (
     server_stopped,
     unknown_model,
 )
+from mlxchat.server.idle_join import IdleJoins
 from mlxchat.server.kv_budget import Eviction, KvBudget
 from mlxchat.server.lane import EngineLane, QueueFull, Work
 from mlxchat.server.requests import ChatRequest
@@ -52,6 +53,9 @@ class Piece:
 
     text: str
     part: str = "answer"
+    cache_miss: str | None = None
+    """On a reply's first piece: why its conversation's KV was recomputed
+    (its files were evicted), for the response's headers."""
 
 
 @dataclass
@@ -65,13 +69,15 @@ class Finished:
     session_id: int | None
     """None for a raw completion (no session)."""
     tool_calls: tuple[CalledTool, ...] = ()
+    cache_miss: str | None = None
+    """Why the conversation's KV was recomputed (its files were evicted)."""
 
 
 def _join_pieces(a: Piece | Finished, b: Piece | Finished) -> Piece | None:
     """Two pieces of the same part that arrived together, as one (fewer chunks
     to encode and send when the client reads slower than the model writes)."""
     if isinstance(a, Piece) and isinstance(b, Piece) and a.part == b.part:
-        return Piece(a.text + b.text, a.part)
+        return Piece(a.text + b.text, a.part, a.cache_miss or b.cache_miss)
     return None
 
 
@@ -152,9 +158,12 @@ class ChatService:
     """One conversation, one engine lane, every endpoint's turns."""
 
     def __init__(self, conv: Conversation, *, store: SessionStore, engine: Engine,
-                 max_waiting: int = 8, kv_budget_bytes: int | None = None):
+                 max_waiting: int = 8, kv_budget_bytes: int | None = None,
+                 idle_join_s: float | None = None):
         # ``store`` and ``engine``: the ones ``conv`` was built on, handed over
         # by the composition root (stored rows and raw completions use them).
+        # ``idle_join_s``: how long a session is idle before its files are
+        # joined (None: as the app, ``compaction.IDLE_JOIN_S``).
         self.conv, self.store, self.engine = conv, store, engine
         self.kv_budget = None if kv_budget_bytes is None else KvBudget(store, kv_budget_bytes)
         self.last_eviction: Eviction | None = None
@@ -162,7 +171,10 @@ class ChatService:
         conv.locks.release()  # held per request (``_work``)
         self.recovered = self.turns.recover_left_replies()
         """Replies a killed run was streaming, stored at start (marked stopped)."""
-        self.lane = EngineLane(stop_running=conv.turns.cancel, max_waiting=max_waiting)
+        self.idle_joins = IdleJoins(store, after_s=idle_join_s,
+                                    allowed=lambda: not engine.segments_per_rank)
+        self.lane = EngineLane(stop_running=conv.turns.cancel, max_waiting=max_waiting,
+                               when_idle=self.idle_joins.run)
         self.model_id = conv.model_spec
         self.cache_taken = False
         """A raw completion used the engine's live cache since the last chat turn,
@@ -195,7 +207,8 @@ class ChatService:
         turn = request.turn
         await self.check_fits([m.content for m in turn.messages if m.role != "assistant"]
                               + ([turn.system] if turn.system else []))
-        async for item in self.run(lambda cancelled: self._work(request, cancelled)):
+        key = conversation_key(self.model_id, turn)
+        async for item in self.run(lambda cancelled: self._work(request, cancelled), key=key):
             yield item
 
     async def check_fits(self, texts: list[str]) -> None:
@@ -224,10 +237,12 @@ class ChatService:
                     f"The messages are at least {counted:,} tokens; the context window is "
                     f"{window:,} tokens. Shorten them or send less.")
 
-    async def run(self, work: Work) -> AsyncIterator[Piece | Finished]:
-        """``work``'s items, run in the lane; its refusals as ``ApiError``s."""
+    async def run(self, work: Work, *, key: str | None = None
+                  ) -> AsyncIterator[Piece | Finished]:
+        """``work``'s items, run in the lane (``key``: its conversation, for the
+        lane's fairness); its refusals as ``ApiError``s."""
         try:
-            job = self.lane.submit(work)
+            job = self.lane.submit(work, key=key)
         except QueueFull as exc:
             raise queue_full(exc.retry_after_s) from None
         try:
@@ -274,6 +289,8 @@ class ChatService:
             self.cache_taken = True
         finally:
             self.conv.locks.release()
+            if self.conv.session.id is not None:
+                self.lane.idle_work_in(self.idle_joins.used(self.conv.session.id))
 
     def _turn(self, request: ChatRequest, cancelled: threading.Event
               ) -> Iterator[Piece | Finished]:
@@ -302,6 +319,8 @@ class ChatService:
                 self.cache_taken = False
                 self.conv.cache.restore()
             turn = self.turns.begin(request.turn, reply_form)
+        miss = self.kv_budget.reason_for(turn.session_id) if self.kv_budget else None
+        unsaid = miss
         done: TurnDone | None = None
         for event in started_unless_gone(turn.events, cancelled):
             if cancelled.is_set() or watch.stopped:
@@ -310,7 +329,8 @@ class ChatService:
                 text = event.text if event.part == "reasoning" \
                     else cut.feed(watch.feed(event.text))
                 if text:
-                    yield Piece(text, event.part)
+                    yield Piece(text, event.part, unsaid)
+                    unsaid = None
             elif isinstance(event, TurnDone):
                 done = event
         if done is None:
@@ -324,11 +344,11 @@ class ChatService:
             raise server_stopped()
         rest = cut.feed(watch.flush())
         if rest:
-            yield Piece(rest)
+            yield Piece(rest, cache_miss=unsaid)
         reply, calls = parts()
         reason = "tool_calls" if calls else "stop" if watch.stopped else {
             "length": "length"}.get(done.stats.finish_reason, "stop")
         if self.kv_budget is not None:  # before the end goes out: done when the client sees it
             self.last_eviction = self.kv_budget.enforce(in_use=turn.session_id)
         yield Finished(reply.content, done.reasoning, done.stats, reason, turn.session_id,
-                       calls)
+                       calls, cache_miss=miss)

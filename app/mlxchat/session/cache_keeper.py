@@ -41,10 +41,16 @@ class CacheOnDisk:
     """What the open branch has on disk."""
 
     segments: int
+    """Distinct files the branch's segments are in."""
     tokens: int
     """Positions the branch's consecutive segments cover from the start."""
     file_bytes: int
+    """Bytes of those files, each counted once."""
     newest: Path | None
+    shared_bytes: int = 0
+    """Of ``file_bytes``, those in files other branches or sessions also name."""
+    session_bytes: int = 0
+    """Bytes of every file the session's branches name, each counted once."""
 
 
 def segment_refs(rows: Sequence[SegmentRecord]) -> list[SegmentRef]:
@@ -84,6 +90,8 @@ class CacheKeeper:
         snap = self.last_load
         if snap is None:
             return "no KV snapshot: the next turn prefills the history"
+        if snap.from_live:
+            return f"KV cache kept in memory ({snap.tokens:,} tokens; no file read)"
         if snap.ok and snap.reason:
             return (f"KV cache restored for its first {snap.tokens:,} tokens ({snap.reason}); "
                     "the next turn recomputes the rest")
@@ -97,12 +105,28 @@ class CacheKeeper:
         session = self._open.session
         rows = self._store.segments.on_branch(session.leaf_id) if session.id else []
         if rows:
-            covered = self._path_to(rows[-1].message_id)
-            self.last_load = self._engine.load_segments(
-                self._prefix_refs(rows[0]) + segment_refs(rows),
-                conversation=self._open.with_system(covered))
+            refs = self._prefix_refs(rows[0]) + segment_refs(rows)
+            self.last_load = self._kept_live(refs)
+            if self.last_load is None:
+                covered = self._path_to(rows[-1].message_id)
+                self.last_load = self._engine.load_segments(
+                    refs, conversation=self._open.with_system(covered))
             return self.last_load
         return self._restore_whole_snapshot()
+
+    def _kept_live(self, refs: Sequence[SegmentRef]) -> CacheLoad | None:
+        """The live cache already holds every token the files would bring back
+        (the same turn sent again, a fork of the open branch): it is kept (the
+        next turn trims it back) and no file is read. None: the files are needed."""
+        tokens: list[int] = []
+        for ref in refs:
+            if ref.start != len(tokens):
+                break
+            tokens.extend(ref.token_ids)
+        if (not tokens or common_prefix(self._engine.cached_tokens, tokens) < len(tokens)
+                or self._engine.needs_restore(tokens)):
+            return None
+        return CacheLoad(ok=True, tokens=len(tokens), from_live=True)
 
     def worth_restoring(self, tokens: Sequence[int]) -> bool:
         """The live cache holds another branch (left by /branch) and this
@@ -190,11 +214,7 @@ class CacheKeeper:
                 or self._engine.segments_per_rank or not self._writes()):
             return None
         with self._writing:
-            try:
-                return compaction.compact(self._store, session_id, leaf, segment_refs)
-            except (OSError, StoreError) as exc:
-                log.warning("KV segments not joined: %s", exc)
-                return compaction.Compacted(0, 0, 0, warning=str(exc))
+            return compaction.compact(self._store, session_id, leaf, segment_refs)
 
     def _save(self, stats: TurnStats | None) -> Path | None:
         session_id, leaf = self._open.id, self._open.session.leaf_id
@@ -276,4 +296,8 @@ class CacheKeeper:
             covered = r.end
         newest = paths.kv_file(rows[-1].path) if rows else None
         files = {r.path: r.file_bytes for r in rows}  # a joined file is named by many rows
-        return CacheOnDisk(len(files), covered, sum(files.values()), newest)
+        shared = self._store.segments.shared(list(files), [r.message_id for r in rows])
+        return CacheOnDisk(len(files), covered, sum(files.values()), newest,
+                           shared_bytes=sum(files[p] for p in shared),
+                           session_bytes=self._store.segments.session_bytes(session.id)
+                           if session.id else 0)

@@ -13,6 +13,10 @@ renamed; then the rows move to it in one transaction; then the old files,
 which no row names any more, are deleted. Leftovers of a kill (a temp file,
 a joined file no row names, old files no row names) are deleted by the next
 compaction of the session; the rows always name files that exist.
+
+The app and the API server also join a session once it has been idle
+``IDLE_JOIN_S`` after a turn; the server, which lets go of a session between
+requests, joins it under its lock (``compact_saved``).
 """
 
 from __future__ import annotations
@@ -28,9 +32,16 @@ from mlxchat.engine.disk import joiner
 from mlxchat.engine.disk.checks import CacheFileRejected
 from mlxchat.engine.disk.segments import SegmentRef
 from mlxchat.files import remove_files
-from mlxchat.store import SegmentRecord, SessionStore, StoreError
+from mlxchat.session.lock import SessionBusy, SessionLock
+from mlxchat.store import SegmentRecord, SessionNotFound, SessionStore, StoreError
 
 log = logging.getLogger(__name__)
+
+IDLE_JOIN_S = 30.0
+"""After a turn, how long a session stays idle before its segment files are joined."""
+
+Refs = Callable[[Sequence[SegmentRecord]], list[SegmentRef]]
+"""Rows as references the engine can check (``cache_keeper.segment_refs``)."""
 
 Run = list[list[SegmentRecord]]
 """Consecutive files, each as the consecutive rows of the branch naming it."""
@@ -73,8 +84,7 @@ def runs(rows: Sequence[SegmentRecord], spans: dict[str, tuple[int, int]]) -> li
     return out
 
 
-def same_origin(run: Run, refs: Callable[[Sequence[SegmentRecord]], list[SegmentRef]]
-                ) -> list[Run]:
+def same_origin(run: Run, refs: Refs) -> list[Run]:
     """``run`` cut where its files' origin changes (a branch that went on with
     another model): the parts of two or more files each made for one model."""
     parts: list[Run] = []
@@ -88,10 +98,37 @@ def same_origin(run: Run, refs: Callable[[Sequence[SegmentRecord]], list[Segment
     return [p for p in parts if len(p) > 1]
 
 
-def compact(store: SessionStore, session_id: int, leaf: int,
-            refs: Callable[[Sequence[SegmentRecord]], list[SegmentRef]]) -> Compacted:
+def compact(store: SessionStore, session_id: int, leaf: int, refs: Refs) -> Compacted:
     """Join the branch's runs of files; never raises (the rows keep naming the
-    old files when anything fails)."""
+    old files when anything fails). Only the session's writer calls it."""
+    try:
+        return _compact(store, session_id, leaf, refs)
+    except (OSError, StoreError) as exc:
+        log.warning("KV segments not joined: %s", exc)
+        return Compacted(0, 0, 0, warning=str(exc))
+
+
+def compact_saved(store: SessionStore, session_id: int, refs: Refs, *,
+                  holder: str) -> Compacted | None:
+    """Join a saved session's files on its stored branch, holding its lock
+    meanwhile; None when another holder has it open (that one joins it)."""
+    if not store.path or store.path == ":memory:":
+        return None
+    try:
+        lock = SessionLock(store.path, session_id, holder=holder)
+    except SessionBusy:
+        return None
+    try:
+        leaf = store.get_session(session_id).leaf_id
+    except (SessionNotFound, StoreError):  # deleted meanwhile: nothing to join
+        leaf = None
+    try:
+        return Compacted(0, 0, 0) if leaf is None else compact(store, session_id, leaf, refs)
+    finally:
+        lock.release()
+
+
+def _compact(store: SessionStore, session_id: int, leaf: int, refs: Refs) -> Compacted:
     removed = sweep(store, session_id)
     rows = store.segments.on_branch(leaf)
     todo = [part for run in runs(rows, store.segments.spans(sorted({r.path for r in rows})))

@@ -100,10 +100,13 @@ class Conversation(OpenSession):
         self.pins.forget()
         self.tools.start()
 
-    def new_session(self) -> Session:
-        """Start an empty session; the engine cache stays until the next turn trims it."""
+    def new_session(self, *, join_left: bool = True) -> Session:
+        """Start an empty session; the engine cache stays until the next turn trims it.
+        ``join_left``: join the files of the session left (the API server joins
+        its sessions when idle instead, never in a request's time)."""
         self._unsaved.require_saved()
-        self.cache.compact()  # the session left behind is idle now
+        if join_left:
+            self.cache.compact()  # the session left behind is idle now
         self._leave_if_empty()
         session = self._new_session()
         self.locks.switch(session)
@@ -112,14 +115,15 @@ class Conversation(OpenSession):
         return self.session
 
     def open_session(self, id_or_title: str | int, *,
-                     prepare: Callable[[int], None] | None = None) -> Session:
+                     prepare: Callable[[int], None] | None = None,
+                     join_left: bool = True) -> Session:
         """Open a saved session and restore its KV cache when it is usable.
         ``prepare(id)`` writes to it once its lock is held, before it is read
-        (the API server places its leaf)."""
+        (the API server places its leaf); ``join_left`` as for ``new_session``."""
         self._unsaved.require_saved()
         session = (self.store.get_session(id_or_title) if isinstance(id_or_title, int)
                    else self.store.find_session(id_or_title))
-        if session.id != self.session.id:
+        if join_left and session.id != self.session.id:
             self.cache.compact()  # the session left behind is idle now
         with self.locks.switching(session):  # SessionBusy, or a failed load: nothing changes
             if prepare is not None and session.id is not None:

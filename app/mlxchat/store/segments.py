@@ -87,6 +87,16 @@ class Segments:
                 f" FROM kv_segments WHERE session_id IN ({marks}))", ids).fetchone()
         return int(row[0])
 
+    def shared(self, paths: Sequence[str], message_ids: Sequence[int]) -> set[str]:
+        """Those of ``paths`` that a row of another message than ``message_ids``
+        names (another branch's, or another session's: a fork's)."""
+        ids = list(message_ids)
+        marks = ",".join("?" * len(ids)) or "NULL"
+        with self._db.reading() as cur:
+            return {p for p in paths if cur.execute(
+                f"SELECT 1 FROM kv_segments WHERE path = ? AND message_id NOT IN ({marks})"
+                " LIMIT 1", (p, *ids)).fetchone()}
+
     def spans(self, paths: list[str]) -> dict[str, tuple[int, int]]:
         """The positions each file covers, as far as the rows naming it (in any
         session) say: (first start, last end)."""

@@ -7,14 +7,12 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from mlxchat.session import compaction
+
 if TYPE_CHECKING:
     from textual.timer import Timer
 
     from mlxchat.session.conversation import Conversation
-
-IDLE_COMPACT_SECONDS = 30.0
-"""After a turn, how long the session stays idle before its segment files are joined."""
-
 
 class IdleCompaction:
     """One per app; ``later`` and ``if_idle`` on the UI thread."""
@@ -25,10 +23,10 @@ class IdleCompaction:
         self.timer: Timer | None = None
 
     def later(self) -> None:
-        """Join the branch's files once it has been idle IDLE_COMPACT_SECONDS."""
+        """Join the branch's files once it has been idle ``compaction.IDLE_JOIN_S``."""
         if self.timer is not None:
             self.timer.stop()
-        self.timer = self.app.set_timer(IDLE_COMPACT_SECONDS, self.if_idle)
+        self.timer = self.app.set_timer(compaction.IDLE_JOIN_S, self.if_idle)
 
     def if_idle(self) -> None:
         app = self.app
