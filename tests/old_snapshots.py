@@ -98,3 +98,66 @@ def record_old_snapshot(store: SessionStore, session_id: int, leaf_id: int | Non
             " mlx_lm_version, kv_bits, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (session_id, leaf_id, name, sha256, token_count, file_bytes, mlx_lm_version,
              kv_bits, time.time()))
+
+
+# -- KV segments of format 1 (a window's whole buffer at every segment's end) ------------
+
+OLD_SEGMENT_FORMAT = "mlxchat-kv-segment-1"
+_OLD_DTYPES = {mx.float16: "F16", mx.bfloat16: "BF16", mx.float32: "F32", mx.uint32: "U32",
+               mx.int32: "I32", mx.uint8: "U8"}
+
+
+def _old_layer(c: Any, start: int, end: int) -> tuple[dict[str, mx.array], dict[str, Any]]:
+    """What format 1 kept of a layer: a window's or a chunk's whole buffer, as
+    the writer of then did; other layers as the table says (unchanged)."""
+    from mlx_lm.models.cache import ChunkedKVCache, RotatingKVCache
+
+    from mlxchat.engine.kv import layers
+
+    if type(c) is RotatingKVCache:
+        meta = {"type": "RotatingKVCache",
+                "meta": [int(c.offset), int(c.keep), int(c.max_size), int(c._idx)]}
+        return ({} if c.keys is None else {"s.0": c.keys, "s.1": c.values}), meta
+    if type(c) is ChunkedKVCache:
+        held = int(c.offset) - int(c.start_position)
+        meta = {"type": "ChunkedKVCache",
+                "meta": [int(c.offset), int(c.chunk_size), int(c.start_position)]}
+        return ({} if c.keys is None else {"s.0": c.keys[..., :held, :],
+                                           "s.1": c.values[..., :held, :]}), meta
+    return layers.row(c).arrays(c, start, end), layers.row(c).meta(c)
+
+
+def write_old_segment(path: Path, cache: list[Any], start: int, end: int, tokens: list[int], *,
+                      fingerprint: str, template_hash: str) -> tuple[str, int]:
+    """A format-1 segment of positions ``[start, end)``: (its checksum, its size)."""
+    from mlxchat.engine.disk.segments import write_durably, write_header
+
+    tensors, described = {}, []
+    for i, c in enumerate(cache):
+        arrays, meta = _old_layer(c, start, end)
+        tensors.update((f"{i}.{name}", a) for name, a in arrays.items())
+        described.append(meta)
+    mx.eval(list(tensors.values()))
+    metadata = {"format": OLD_SEGMENT_FORMAT, "mlx_lm_version": MLX_LM_VERSION,
+                "model_fingerprint": fingerprint, "template_hash": template_hash,
+                "start": str(start), "end": str(end), "tokens": json.dumps(list(tokens)),
+                "layers": json.dumps(described)}
+
+    def fill(fh):
+        header: dict[str, Any] = {"__metadata__": metadata}
+        hosts, offset = [], 0
+        for name, arr in tensors.items():
+            host = np.ascontiguousarray(np.array(
+                arr.view(mx.uint16) if arr.dtype == mx.bfloat16 else arr, copy=False))
+            header[name] = {"dtype": _OLD_DTYPES[arr.dtype], "shape": list(arr.shape),
+                            "data_offsets": [offset, offset + host.nbytes]}
+            offset += host.nbytes
+            hosts.append(host)
+        hasher, head = write_header(fh, header)
+        for host in hosts:
+            data = host.tobytes()
+            fh.write(data)
+            hasher.update(data)
+        return hasher.label(), head + offset
+
+    return write_durably(Path(path), fill, needed=sum(a.nbytes for a in tensors.values()))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mlxchat.commands.turns import code_blocks, kv_bytes_per_token
+from mlxchat.commands.turns import code_blocks, kv_sizer
 
 from tests.commands.conftest import SYSTEM, finish, send
 
@@ -93,11 +93,11 @@ def test_attach_reports_its_cost_then_goes_with_the_next_message(registry, ctx, 
 
 
 def test_kv_probe_on_an_empty_cache_matches_the_live_cache(ctx, conv):
-    estimated, how = kv_bytes_per_token(ctx)
+    estimated, how = kv_sizer(ctx)
     assert how.startswith("measured on a two-token cache")
     send(conv, "Fill the cache a little")
-    measured, how = kv_bytes_per_token(ctx)
-    assert how.startswith("measured") and measured == estimated
+    measured, how = kv_sizer(ctx)
+    assert how.startswith("measured") and measured(100) == estimated(100)
 
 
 def test_attach_refusals(registry, ctx, conv, tmp_path):
@@ -159,10 +159,10 @@ def test_copy_before_any_reply(registry, ctx):
 def test_kv_probe_is_measured_at_the_session_kv_bits(registry, ctx, conv, tiny_b):
     # tiny_b's head size (64) lets its cache be quantized: 8-bit takes fewer bytes.
     assert registry.run("/model tiny-b", ctx).ok
-    full, _ = kv_bytes_per_token(ctx)
+    full, _ = kv_sizer(ctx)
     assert registry.run("/set kv_bits 8", ctx).ok
-    eight, how = kv_bytes_per_token(ctx)
-    assert how.startswith("measured") and 0 < eight < full
+    eight, how = kv_sizer(ctx)
+    assert how.startswith("measured") and 0 < eight(1) < full(1)
     send(conv, "Fill the cache a little")
-    live, how = kv_bytes_per_token(ctx)
-    assert how == "measured from the live cache" and live == eight
+    live, how = kv_sizer(ctx)
+    assert how == "measured from the live cache" and live(1) == eight(1)

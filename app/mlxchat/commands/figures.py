@@ -16,6 +16,7 @@ from mlxchat.commands.base import (
     first_words,
     last_stats,
 )
+from mlxchat.engine.events import EngineState
 from mlxchat.turn_stats import TurnStats
 from mlxchat.units import fmt_int, fmt_report_percent, plural
 
@@ -101,6 +102,27 @@ def _disk_row(ctx: CommandContext) -> tuple[str, str]:
                         f"saved {ago(record.created, ctx.now())}){missing}"))
 
 
+def per_token_text(state: EngineState) -> str:
+    """What the next token adds to the KV cache, per layer kind: past its
+    window a sliding-window layer adds nothing, so the average so far is not
+    what the next tokens cost."""
+    held = state.cached_tokens
+    average = human_bytes(state.kv_bytes / held)
+    layout = state.kv_layout
+    if layout is None:
+        return f"{average} (average so far)"
+    text = f"{human_bytes(layout.added(held, 1))} for the next token"
+    growing = [w for _, w in layout.windows if w > held]
+    if growing:
+        last = max(growing)
+        text += (f" (sliding-window layers grow until {fmt_int(last)} tokens, then "
+                 f"{human_bytes(layout.added(last, 1))})")
+    elif layout.windows:
+        text += (" (full-attention layers only: the sliding windows are full at "
+                 f"{fmt_int(max(w for _, w in layout.windows))} tokens)")
+    return f"{text}; average so far {average}"
+
+
 def cache(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
     state = conv.views.state()
@@ -137,7 +159,7 @@ def cache(ctx: CommandContext, args: Args) -> CommandResult:
         rows.append(("draft KV cache", f"{human_bytes(state.draft_kv_bytes)} "
                                        f"({state.draft_model}; not saved, rebuilt on resume)"))
     if state.cached_tokens:
-        rows.append(("per token", human_bytes(state.kv_bytes / state.cached_tokens)))
+        rows.append(("per token", per_token_text(state)))
     s = last_stats(ctx)
     if s is not None:
         rows.append(("last turn", (f"{fmt_int(s.reused_tokens)} reused ({s.cache_source}), "

@@ -14,7 +14,7 @@ from mlxchat.commands.base import (
     one_line,
 )
 from mlxchat.commands.completers import complete_files
-from mlxchat.commands.turns import kv_bytes_per_token, read_text_file
+from mlxchat.commands.turns import kv_sizer, read_text_file
 from mlxchat.errors import MlxchatError
 from mlxchat.units import fmt_int, fmt_report_percent, plural
 
@@ -27,7 +27,7 @@ def pin(ctx: CommandContext, args: Args) -> CommandResult:
                                 verbed="pinned")
     pinned = conv.pins.pin(path, text)
     window = conv.views.context_window
-    kv = human_bytes(pinned.tokens * kv_bytes_per_token(ctx)[0])
+    kv = human_bytes(kv_sizer(ctx)[0](pinned.tokens, after=0))
     return CommandResult.info(
         f"Pinned {pinned.name}: {fmt_int(pinned.tokens)} tokens after the system prompt "
         f"({fmt_report_percent(pinned.tokens, window)} of the {fmt_int(window)}-token window, "
@@ -55,13 +55,13 @@ def pins(ctx: CommandContext, args: Args) -> CommandResult:
         return CommandResult.info("No pinned documents. /pin FILE puts one after the system "
                                   "prompt, shared with every session that pins it.")
     me = ctx.conversation.session.id
-    per_token, _ = kv_bytes_per_token(ctx)  # from the live cache: /pins runs during a reply
+    size, _ = kv_sizer(ctx)  # from the live cache: /pins runs during a reply
     rows = []
     for v in views:
         others = [u for u in v.sessions if u.session_id != me]
         used = "this one" + (f" + {plural(len(others), 'other')}: " if others else "") + \
             ", ".join(f"#{u.session_id} {one_line(u.title, 24)}" for u in others[:3])
-        rows.append((v.name, fmt_int(v.tokens), human_bytes(v.tokens * per_token), used,
+        rows.append((v.name, fmt_int(v.tokens), human_bytes(size(v.tokens, after=0)), used,
                      "yes" if v.stored else "after the next turn"))
     total = sum(v.tokens for v in views)
     return CommandResult.table(

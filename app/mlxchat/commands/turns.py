@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Callable
 
 from mlxchat import clipboard
 from mlxchat.chat import NO_SYSTEM_ROLE, Attachment, Message, attachment_block, human_bytes
@@ -104,13 +105,21 @@ def complete_system(ctx: CommandContext, words: tuple[str, ...], prefix: str) ->
 # -- /attach --------------------------------------------------------------------------
 
 
-def kv_bytes_per_token(ctx: CommandContext) -> tuple[float, str]:
-    """Bytes one token takes in the KV cache, and how that was found."""
+def kv_sizer(ctx: CommandContext) -> tuple[Callable[..., int], str]:
+    """``size(tokens, after=None)``: the bytes ``tokens`` tokens take in the KV
+    cache placed after ``after`` (default: after what it holds), per layer
+    kind (a sliding-window layer stops growing once it holds its window); and
+    how that was found. The engine is asked only when the cache is empty."""
     conv = ctx.conversation
     state = conv.views.state()
-    if state.cached_tokens and state.kv_bytes:
-        return state.kv_bytes / state.cached_tokens, "measured from the live cache"
-    return conv.views.kv_bytes_per_token(), "measured on a two-token cache (the live one is empty)"
+    layout, held = state.kv_layout, state.cached_tokens
+    if held and layout is not None:
+        def size(tokens: int, after: int | None = None) -> int:
+            return layout.added(held if after is None else after, tokens)
+        return size, "measured from the live cache"
+    per_token = conv.views.kv_bytes_per_token()
+    return (lambda tokens, after=None: tokens * per_token,
+            "measured on a two-token cache (the live one is empty)")
 
 
 def read_text_file(ctx: CommandContext, raw: str, free: int, *, verb: str = "attach",
@@ -169,7 +178,8 @@ def attach(ctx: CommandContext, args: Args) -> CommandResult:
     if tokens > free:
         raise CommandError(f"{path.name} is {fmt_int(tokens)} tokens; only {fmt_int(free)} "
                            f"are left in the {fmt_int(window)}-token window.")
-    per_token, how = kv_bytes_per_token(ctx)
+    size, how = kv_sizer(ctx)
+    kv = size(tokens)
     stats = last_stats(ctx)
     if stats is not None and stats.prefill_tps is not None:
         prefill = (f"~{fmt_seconds(tokens / stats.prefill_tps)} to prefill at "
@@ -181,7 +191,7 @@ def attach(ctx: CommandContext, args: Args) -> CommandResult:
         f"Attached {path.name}: {fmt_int(tokens)} tokens "
         f"({fmt_report_percent(tokens, window)} of the {fmt_int(window)}-token window; "
         f"{fmt_int(free - tokens)} left after it) · "
-        f"~{human_bytes(tokens * per_token)} of KV cache ({human_bytes(per_token)}/token, "
+        f"~{human_bytes(kv)} of KV cache ({human_bytes(kv / max(tokens, 1))}/token, "
         f"{how}) · {prefill}. It goes in front of your next message.", clear_input=True)
 
 

@@ -367,6 +367,7 @@ class ChatEngine:
         self._state = EngineState(
             model_name=info.name, cached_tokens=len(live.tokens),
             context_window=min(self._window, info.context_window), kv_bytes=live.nbytes,
+            kv_layout=live.layout,
             kv_bits=live.bits, kv_dtype=live.dtype_label,
             cache_source=live.source if live.tokens else "cold",
             weights_bytes=info.weights_bytes,

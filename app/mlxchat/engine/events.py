@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mlxchat.errors import MlxchatError
+from mlxchat.models.memory import KVLayout
 from mlxchat.turn_stats import TurnStats
 
 
@@ -101,6 +102,8 @@ class EngineState:
     cached_tokens: int = 0
     context_window: int = 0
     kv_bytes: int = 0
+    kv_layout: KVLayout | None = None
+    """How the live cache grows per token by layer kind (None while empty)."""
     kv_bits: int | None = None
     kv_dtype: str = "-"
     """'fp16', 'bf16', 'fp32', or '8-bit' / '4-bit' when quantized."""

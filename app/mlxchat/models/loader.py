@@ -39,8 +39,7 @@ def _fit(folder: Path, config: dict, name: str, context_window: int | None,
                  or 4096)
     layout = memory.kv_layout(config, precision.bytes_per_value(compute_dtype))
     if ranks > 1:
-        layout = replace(layout, full_bytes_per_token=-(-layout.full_bytes_per_token // ranks),
-                         sliding_bytes_per_token=-(-layout.sliding_bytes_per_token // ranks))
+        layout = layout.scaled(1, ranks)
         name = f"{name} (one of {ranks} ranks)"
     return memory.fit_context(name, -(-memory.folder_weights_bytes(folder) // ranks), layout,
                               context_window or native, available,

@@ -26,17 +26,42 @@ MIN_CONTEXT = 512
 
 @dataclass(frozen=True)
 class KVLayout:
-    """Bytes the KV cache takes per token, split by how layers keep tokens."""
+    """Bytes the KV cache takes per token, split by how layers keep tokens:
+    layers that keep every token grow with each one; a sliding-window (or
+    chunked) layer grows only until it holds its window, then stays."""
 
     full_bytes_per_token: int
     """Summed over layers that keep every token."""
-    sliding_bytes_per_token: int = 0
-    """Summed over sliding-window layers, which keep at most ``window`` tokens."""
-    window: int = 0
+    windows: tuple[tuple[int, int], ...] = ()
+    """(bytes per token, window in tokens) of each group of windowed layers."""
 
     def bytes_at(self, context: int) -> int:
         return (self.full_bytes_per_token * context
-                + self.sliding_bytes_per_token * min(context, self.window or context))
+                + sum(b * min(context, w) for b, w in self.windows))
+
+    def added(self, held: int, more: int) -> int:
+        """Bytes ``more`` tokens add to a cache holding ``held``."""
+        return self.bytes_at(held + more) - self.bytes_at(held)
+
+    def tokens_within(self, held: int, room: int) -> int | None:
+        """The most tokens a cache holding ``held`` can add in ``room`` bytes;
+        None when it has stopped growing (no full layers, every window full)."""
+        pos, left = held, max(room, 0)
+        for edge in [*sorted({w for _, w in self.windows if w > held}), None]:
+            rate = self.full_bytes_per_token + sum(b for b, w in self.windows if w > pos)
+            if edge is None:
+                return None if rate == 0 else pos - held + left // rate
+            if rate * (edge - pos) > left:
+                return pos - held + left // rate
+            left -= rate * (edge - pos)
+            pos = edge
+        return None  # unreachable: the loop ends at edge None
+
+    def scaled(self, numerator: int, denominator: int = 1) -> KVLayout:
+        """Every rate times ``numerator / denominator``, rounded up (a dtype
+        twice as wide; one rank's share)."""
+        return KVLayout(-(-self.full_bytes_per_token * numerator // denominator),
+                        tuple((-(-b * numerator // denominator), w) for b, w in self.windows))
 
 
 def _text_config(config: dict) -> dict:
@@ -68,7 +93,10 @@ def kv_layout(config: dict, dtype_bytes: int) -> KVLayout:
     head_dim = int(cfg.get("head_dim") or (cfg.get("hidden_size", 0) // heads if heads else 0))
     per_layer = 2 * kv_heads * head_dim * dtype_bytes  # keys and values
     full, sliding = _attention_kinds(cfg)
-    return KVLayout(full * per_layer, sliding * per_layer, int(cfg.get("sliding_window") or 0))
+    window = int(cfg.get("sliding_window") or 0)
+    if not (sliding and window):
+        return KVLayout((full + sliding) * per_layer)
+    return KVLayout(full * per_layer, ((sliding * per_layer, window),))
 
 
 def folder_weights_bytes(folder: Path) -> int:
@@ -134,9 +162,8 @@ def fit_context(name: str, weights: int, layout: KVLayout, context: int,
     if available is None or need <= available.bytes:
         return Fit(context, need)
     room = available.bytes - weights - layout.bytes_at(MIN_CONTEXT)
-    largest = context
-    if layout.full_bytes_per_token:
-        largest = MIN_CONTEXT + max(room, -1) // layout.full_bytes_per_token
+    more = layout.tokens_within(MIN_CONTEXT, room)
+    largest = context if more is None else MIN_CONTEXT + more
     have = f"this machine can give {human_bytes(available.bytes)} ({available.source})"
     wants = (f"{name} needs {human_bytes(need)} ({human_bytes(weights)} of weights + "
              f"{human_bytes(need - weights)} of KV cache at {context:,} tokens)")
@@ -149,13 +176,16 @@ def fit_context(name: str, weights: int, layout: KVLayout, context: int,
                f"{wants}; {have}, so its context is capped at {largest:,} tokens")
 
 
-def entry_fit(size_bytes: int | None, kv_bytes_per_token: int | None, context: int | None,
+def entry_fit(size_bytes: int | None, kv: KVLayout | int | None, context: int | None,
               available: Available | None, *, kv_scale: int = 1) -> tuple[int | None, str]:
     """For a catalog row: (bytes needed at the full context, whether it fits:
-    'yes', 'up to N tokens', 'no' or '?'). ``kv_scale`` 2 on the CPU (float32 KV)."""
-    if not size_bytes or not kv_bytes_per_token or not context:
+    'yes', 'up to N tokens', 'no' or '?'). ``kv`` the layout from the model's
+    config, or the catalog's bytes per token; ``kv_scale`` 2 on the CPU (float32 KV)."""
+    if isinstance(kv, int):
+        kv = KVLayout(kv)
+    if not size_bytes or kv is None or not kv.bytes_at(1) or not context:
         return None, "?"
-    layout = KVLayout(kv_bytes_per_token * kv_scale)
+    layout = kv.scaled(kv_scale)
     need = size_bytes + layout.bytes_at(context)
     if available is None:
         return need, "?"

@@ -192,7 +192,7 @@ def _entry(e: catalog.CatalogEntry, room: memory.Available | None = None,
            kv_scale: int = 1) -> ModelEntry:
     kind = source_kind(e.source)
     bits, context, size, on_disk, available = e.bits, e.context_window, e.size_bytes, False, False
-    kv = e.kv_bytes_per_token
+    kv: memory.KVLayout | int | None = e.kv_bytes_per_token
     local: Path | None = None
     if kind == "bundled":
         try:
@@ -209,7 +209,7 @@ def _entry(e: catalog.CatalogEntry, room: memory.Available | None = None,
                 config = _read_config(converted)
                 cfg_bits, cfg_context = _config_facts(config)
                 bits, context = cfg_bits or bits, cfg_context or context
-                kv = kv or memory.kv_layout(config, 2).full_bytes_per_token or None
+                kv = kv or memory.kv_layout(config, 2)
     elif kind == "ollama":
         from mlxchat.models import ollama
 
@@ -227,7 +227,7 @@ def _entry(e: catalog.CatalogEntry, room: memory.Available | None = None,
         config = _read_config(local)
         cfg_bits, cfg_context = _config_facts(config)
         bits, context = cfg_bits or bits, cfg_context or context
-        kv = kv or memory.kv_layout(config, 2).full_bytes_per_token or None
+        kv = kv or memory.kv_layout(config, 2)
     needed, fits = memory.entry_fit(size, kv, context, room, kv_scale=kv_scale)
     return ModelEntry(alias=e.alias, source=e.source, kind=kind, bits=bits,
                       context_window=context, size_bytes=size, size_on_disk=on_disk,

@@ -14,9 +14,9 @@ from typing import Callable, Sequence
 
 from mlxchat import paths
 from mlxchat.chat import Message
-from mlxchat.engine.disk import segment_file
-from mlxchat.engine.disk.checks import CacheFileRejected, failure_words, origin_problem
-from mlxchat.engine.disk.segments import FORMAT, SegmentRef
+from mlxchat.engine.disk import segment_file, segments
+from mlxchat.engine.disk.checks import CacheFileRejected, failure_words
+from mlxchat.engine.disk.segments import SegmentRef
 from mlxchat.engine.events import CacheLoad
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.kv.reuse import common_prefix
@@ -169,9 +169,9 @@ class CacheKeeper:
             except CacheFileRejected:
                 break
             try:
-                problem = origin_problem(file.meta, FORMAT, "a KV segment",
-                                         fingerprint=info.fingerprint,
-                                         template_hash=info.chat_template_hash)
+                problem = segments.origin_problem(file.meta, what="a KV segment",
+                                                  fingerprint=info.fingerprint,
+                                                  template_hash=info.chat_template_hash)
             finally:
                 file.close()
             if problem:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from mlxchat.models.memory import KVLayout
 from mlxchat.turn_stats import TurnStats
 from mlxchat.units import fmt_int, fmt_seconds, fmt_tps, plural
 
@@ -70,13 +71,16 @@ def cache_source_label(source: str) -> str:
 
 @dataclass(frozen=True)
 class KvRoom:
-    """How many more tokens fit: by the memory budget at the current bytes/token,
-    and by what is left of the context window."""
+    """How many more tokens fit: by the memory budget at what the next tokens
+    add (per layer kind: a sliding window stops growing when full), and by
+    what is left of the context window."""
 
     by_memory: int | None
-    """None until the cache holds a token (no rate to extrapolate from)."""
+    """None until the cache holds a token (no rate to extrapolate from), or
+    once it has stopped growing (``grows`` False)."""
     by_window: int
     limit: Literal["memory", "window"]
+    grows: bool = True
 
     @property
     def tokens(self) -> int:
@@ -84,13 +88,21 @@ class KvRoom:
 
 
 def kv_room(*, kv_bytes: int, cached_tokens: int, budget_bytes: int,
-            context_window: int) -> KvRoom:
-    """(budget - kv) / (kv_bytes / cached_tokens), capped by the window remaining."""
+            context_window: int, layout: KVLayout | None = None) -> KvRoom:
+    """The tokens the budget left after ``kv_bytes`` holds, at the bytes each
+    layer kind adds per token (``layout``; without one, the average so far),
+    capped by the window remaining."""
     by_window = max(context_window - cached_tokens, 0)
     if kv_bytes <= 0 or cached_tokens <= 0:
         return KvRoom(None, by_window, "window")
-    # Integer form of the same quotient, floored: no float rounding in the figure.
-    by_memory = max(budget_bytes - kv_bytes, 0) * cached_tokens // kv_bytes
+    left = max(budget_bytes - kv_bytes, 0)
+    if layout is None:
+        # Integer form of the same quotient, floored: no float rounding in the figure.
+        by_memory: int | None = left * cached_tokens // kv_bytes
+    else:
+        by_memory = layout.tokens_within(cached_tokens, left)
+        if by_memory is None:
+            return KvRoom(None, by_window, "window", grows=False)
     return KvRoom(by_memory, by_window, "memory" if by_memory < by_window else "window")
 
 

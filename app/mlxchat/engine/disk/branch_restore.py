@@ -8,9 +8,11 @@ bytes: there is no join pass and no second pass for the check. MLX allocates
 the array and asks for its bytes through a file-like object (``_Joined``)
 that stands for the joined tensor, so nothing is zeroed or copied first.
 
-Layers that keep a checkpoint (sliding windows, recurrent states) restore
-from the last file's: its own at its end, or one a joined file took inside
-it where the branch ends (``joiner``).
+Layers that keep a checkpoint (recurrent states) restore from the last
+file's: its own at its end, or one a joined file took inside it where the
+branch ends (``joiner``). Sliding-window and chunked layers are composed from
+the rows each file kept of them (``window_rows``), a format-1 file's whole
+buffer read as the rows it holds.
 
 A file whose header is refused stops the restore there; one whose checksum
 then fails drops its positions and every one after it (they are beyond the
@@ -30,10 +32,10 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlxchat.engine.disk import prefault, segment_file
-from mlxchat.engine.disk.checks import CacheFileRejected, origin_problem
+from mlxchat.engine.disk import prefault, segment_file, segments, window_rows
+from mlxchat.engine.disk.checks import CacheFileRejected
 from mlxchat.engine.disk.segment_file import SegmentFile, SegmentReader, Tensor, kind, positional
-from mlxchat.engine.disk.segments import FORMAT, SegmentRef
+from mlxchat.engine.disk.segments import SegmentRef
 from mlxchat.engine.kv import layers
 
 STEP = 256
@@ -96,7 +98,10 @@ def restore(model: Any, refs: Sequence[SegmentRef], *, fingerprint: str,
         if not good:
             return Restored(None, 0, 0, reason)
         last = groups[good - 1]
-        cache = _layers(last, readers[good - 1], arrays, fresh)
+        try:
+            cache = _layers(groups[:good], readers[:good], arrays, fresh)
+        except CacheFileRejected as exc:
+            return Restored(None, 0, 0, f"segment {last.first + 1} of {len(refs)}: {exc}")
         return Restored(cache, last.end, last.first + len(last.refs), reason)
     finally:
         for g in groups:
@@ -131,8 +136,8 @@ def _open_groups(refs: Sequence[SegmentRef], groups: list[_Group], *, fingerprin
 def _group(file: SegmentFile, refs: Sequence[SegmentRef], n: int, fingerprint: str,
            template_hash: str) -> _Group:
     meta = file.meta
-    problem = origin_problem(meta, FORMAT, "an mlxchat KV segment", fingerprint=fingerprint,
-                             template_hash=template_hash)
+    problem = segments.origin_problem(meta, fingerprint=fingerprint,
+                                      template_hash=template_hash)
     if problem:
         raise CacheFileRejected(problem)
     start, end, tokens = segment_file.span(meta)
@@ -179,9 +184,16 @@ def _agrees(first: _Group, later: _Group) -> None:
         raise CacheFileRejected("the KV bit width changed")
     mine, theirs = first.file.by_name, later.file.by_name
     own = first.file.own()
-    if own != later.file.own() or any(
+    if _as_checkpoints(own) != _as_checkpoints(later.file.own()) or any(
             positional(name) and kind(mine[name]) != kind(theirs[name]) for name in own):
         raise CacheFileRejected("its arrays do not match the segment before")
+
+
+def _as_checkpoints(names: list[str]) -> list[str]:
+    """Names with a window's rows (format 2) named as its whole checkpoint
+    (format 1): a branch may go on from older files."""
+    return [name.replace(".w.", ".s.") if window_rows.is_rows(name) else name
+            for name in names]
 
 
 def _fits(described: list[dict[str, Any]], fresh: list[Any]) -> str | None:
@@ -195,22 +207,42 @@ def _fits(described: list[dict[str, Any]], fresh: list[Any]) -> str | None:
 def _read(groups: list[_Group]) -> tuple[list[SegmentReader], dict[str, mx.array]]:
     """Every array of positions at the branch's whole length, each file read
     once; the readers then hold the checkpoints and give the checksums."""
-    keep = groups[0].file.checkpoints()
-    readers = [SegmentReader(g.file, g.refs[0].checksum, frozenset(k + g.taken for k in keep))
-               for g in groups]
+    readers = [SegmentReader(g.file, g.refs[0].checksum, _kept(g)) for g in groups]
     length = groups[-1].end
     arrays = {t.name: _joined(t, groups, readers, length)
               for t in groups[0].file.tensors if positional(t.name)}
     return readers, arrays
 
 
-def _layers(last: _Group, reader: SegmentReader, arrays: dict[str, mx.array],
+def _kept(g: _Group) -> frozenset[str]:
+    """What a group's reader keeps: its checkpoints where the branch ends, and
+    every window row it holds up to there."""
+    end = int(g.file.meta["end"])
+    names = set()
+    for name in g.file.checkpoints() + [t.name for t in g.file.tensors if "@" in t.name]:
+        base, _, at = name.partition("@")
+        if window_rows.is_rows(name):
+            if (int(at) if at else end) <= g.end:
+                names.add(name)
+        elif name == base + g.taken:
+            names.add(name)
+    return frozenset(names)
+
+
+def _layers(used: list[_Group], readers: list[SegmentReader], arrays: dict[str, mx.array],
             fresh: list[Any]) -> list[Any]:
-    """The live layers holding the positions up to ``last``'s end, with the
-    checkpoints ``last`` keeps."""
+    """The live layers holding the positions up to the last group's end, with
+    the checkpoints it keeps and the windows composed from every group's rows."""
+    last, reader = used[-1], readers[-1]
     arrays = dict(arrays)
     for name, data in reader.kept.items():
-        arrays[segment_file.plain(name)] = _array(data, last.file.by_name[name])
+        if not window_rows.is_rows(name):
+            arrays[segment_file.plain(name)] = _array(data, last.file.by_name[name])
+    for i, meta in enumerate(last.layers):
+        if "size" in meta:  # format 2: its buffer from the rows
+            pieces = [p for g, r in zip(used, readers) for p in _pieces(g, r, i)]
+            for j, host in enumerate(window_rows.compose(meta, pieces)):
+                arrays[f"{i}.s.{j}"] = _device(host, last.file.by_name[f"{i}.w.{j}"].dtype)
     out = []
     for i, (meta, c) in enumerate(zip(last.layers, fresh)):
         prefix = f"{i}."
@@ -219,12 +251,54 @@ def _layers(last: _Group, reader: SegmentReader, arrays: dict[str, mx.array],
     return out
 
 
-def _array(data: bytearray, t: Tensor) -> mx.array:
-    dtype = {"F16": np.float16, "F32": np.float32, "U32": np.uint32, "I32": np.int32,
-             "U8": np.uint8, "BF16": np.uint16}[t.dtype]
-    host = np.frombuffer(data, dtype=dtype).reshape(t.shape)
+def _pieces(g: _Group, reader: SegmentReader, i: int) -> list[window_rows.Piece]:
+    """The rows of layer ``i`` a group's reader kept: format 2's rows, or the
+    whole buffer a format-1 file checkpointed where the group ends."""
+    out = []
+    file = g.file
+    old = f"{i}.s.0{g.taken}"
+    if old in reader.kept and f"{i}.s.1{g.taken}" in reader.kept:
+        k, v = (_host(reader.kept[f"{i}.s.{j}{g.taken}"], file.by_name[f"{i}.s.{j}{g.taken}"])
+                for j in (0, 1))
+        return [window_rows.checkpoint_rows(g.layers[i], k, v)]
+    ends = sorted({int(n.partition("@")[2] or file.meta["end"]) for n in reader.kept
+                   if window_rows.is_rows(n) and n.startswith(f"{i}.w.")})
+    for end in ends:
+        at = "" if end == int(file.meta["end"]) else segment_file.taken_at("", end)
+        names = [f"{i}.w.{j}{at}" for j in (0, 1)]
+        if not all(n in reader.kept for n in names):
+            raise CacheFileRejected("damaged header (a window's keys without its values)")
+        k, v = (_host(reader.kept[n], file.by_name[n]) for n in names)
+        out.append(window_rows.rows_piece(_described_at(file, end)[i], k, v))
+    return out
+
+
+def _described_at(file: SegmentFile, end: int) -> list[dict[str, Any]]:
+    """The layers as a file describes them at ``end``: its own end, or a
+    checkpoint a joined file took inside it."""
+    try:
+        if end == int(file.meta["end"]):
+            return json.loads(file.meta["layers"])
+        return json.loads(file.meta.get("checkpoints", "{}"))[str(end)]
+    except (KeyError, ValueError, TypeError):
+        raise CacheFileRejected("damaged metadata") from None
+
+
+_NUMPY = {"F16": np.float16, "F32": np.float32, "U32": np.uint32, "I32": np.int32,
+          "U8": np.uint8, "BF16": np.uint16}
+
+
+def _host(data: bytearray, t: Tensor) -> np.ndarray:
+    return np.frombuffer(data, dtype=_NUMPY[t.dtype]).reshape(t.shape)
+
+
+def _device(host: np.ndarray, dtype: str) -> mx.array:
     out = mx.array(host)
-    return out.view(mx.bfloat16) if t.dtype == "BF16" else out
+    return out.view(mx.bfloat16) if dtype == "BF16" else out
+
+
+def _array(data: bytearray, t: Tensor) -> mx.array:
+    return _device(_host(data, t), t.dtype)
 
 
 def _joined(t: Tensor, groups: list[_Group], readers: list[SegmentReader],

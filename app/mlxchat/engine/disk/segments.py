@@ -1,8 +1,9 @@
 """KV segments: the cache on disk one turn at a time.
 
 A segment holds the keys and values of the positions ``[start, end)`` for the
-layers that keep every position, plus a checkpoint at ``end`` of the layers
-that cannot be sliced (sliding windows, recurrent states: small, fixed size);
+layers that keep every position, the rows of those positions a sliding-window
+or chunked layer still holds (``window_rows``), plus a checkpoint at ``end``
+of the layers that cannot be sliced (recurrent states: small, fixed size);
 ``engine.layers`` says which is which and what each keeps. A branch's
 segments laid end to end restore its cache; a turn writes only what it added.
 Files are safetensors written here, so the checksum (``engine.checksum``) is
@@ -24,12 +25,17 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm import __version__ as MLX_LM_VERSION
 
+from mlxchat.engine.disk import checks, window_rows
 from mlxchat.engine.disk import checksum as checksum_of
 from mlxchat.engine.disk.checks import write_failed
 from mlxchat.engine.kv import layers, prompt_cache
 from mlxchat.paths import kv_temp_file
 
-FORMAT = "mlxchat-kv-segment-1"
+FORMAT = "mlxchat-kv-segment-2"
+"""Written now: window and chunked layers as the rows a segment changed (``window_rows``)."""
+WHOLE_WINDOWS = "mlxchat-kv-segment-1"
+"""Written before: those layers' whole buffer at every segment's end; still read."""
+READS = (FORMAT, WHOLE_WINDOWS)
 _DTYPES = {mx.float16: "F16", mx.bfloat16: "BF16", mx.float32: "F32", mx.uint32: "U32",
            mx.int32: "I32", mx.uint8: "U8"}
 _CHUNK = 8 << 20
@@ -75,18 +81,33 @@ def _host(arr: mx.array) -> np.ndarray:
 def write(path: Path, cache: Sequence[Any], start: int, end: int, tokens: Sequence[int], *,
           fingerprint: str, template_hash: str) -> SegmentInfo:
     """Write positions ``[start, end)`` (and the checkpoints at ``end``) atomically."""
-    tensors = {f"{i}.{name}": a for i, c in enumerate(cache)
-               for name, a in layers.row(c).arrays(c, start, end).items()}
+    tensors, described = {}, []
+    for i, c in enumerate(cache):
+        if window_rows.windowed(c):
+            arrays, meta = window_rows.changed(c, start, end)
+        else:
+            arrays, meta = layers.row(c).arrays(c, start, end), layers.row(c).meta(c)
+        tensors.update((f"{i}.{name}", a) for name, a in arrays.items())
+        described.append(meta)
     mx.eval(list(tensors.values()))
     metadata = {"format": FORMAT, "mlx_lm_version": MLX_LM_VERSION,
                 "model_fingerprint": fingerprint, "template_hash": template_hash,
                 "start": str(start), "end": str(end), "tokens": json.dumps(list(tokens)),
-                "layers": json.dumps([layers.row(c).meta(c) for c in cache])}
+                "layers": json.dumps(described)}
     checksum, size = write_durably(
         Path(path), lambda fh: _write_safetensors(fh, tensors, metadata),
         needed=sum(a.nbytes for a in tensors.values()))
     return SegmentInfo(path=str(path), start=start, end=end, bytes=size,
                        checksum=checksum, kv_bits=prompt_cache.bits(list(cache)))
+
+
+def origin_problem(meta: dict[str, str], *, fingerprint: str, template_hash: str,
+                   what: str = "an mlxchat KV segment") -> str | None:
+    """Why a segment file's metadata says it was made for something else (any
+    format this version reads), or None."""
+    fmt = meta.get("format") if meta.get("format") in READS else FORMAT
+    return checks.origin_problem(meta, fmt, what, fingerprint=fingerprint,
+                                 template_hash=template_hash)
 
 
 def write_durably(path: Path, fill: Callable[[BinaryIO], tuple[str, int]], *,

@@ -13,9 +13,10 @@ import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
 from mlxchat.chat import Message
-from mlxchat.engine.kv import prompt_cache
+from mlxchat.engine.kv import prompt_cache, room
 from mlxchat.engine.kv.reuse import common_prefix, miss_reason
 from mlxchat.engine.prompt.fit import FittedPrompt
+from mlxchat.models.memory import KVLayout
 from mlxchat.turn_stats import CacheSource
 
 
@@ -58,6 +59,11 @@ class LiveCache:
     @property
     def nbytes(self) -> int:
         return prompt_cache.kv_bytes(self.layers)
+
+    @property
+    def layout(self) -> KVLayout | None:
+        """Its bytes per token by layer kind (None while empty)."""
+        return room.layout(self.layers) if self.tokens else None
 
     @property
     def dtype_label(self) -> str:

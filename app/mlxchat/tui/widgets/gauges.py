@@ -287,7 +287,7 @@ class GaugesPanel(Vertical):
         self.query_one("#kv-meter", Meter).set_value(
             state.kv_bytes / budget if budget else 0.0, usage_level(state.kv_bytes, budget))
         room = kv_room(kv_bytes=state.kv_bytes, cached_tokens=held,
-                       budget_bytes=budget, context_window=window)
+                       budget_bytes=budget, context_window=window, layout=state.kv_layout)
         lines = [
             (f"{human_bytes(state.kv_bytes)} · {fmt_gauge_percent(state.kv_bytes, budget)}"
              f" of {human_bytes(budget)} budget"),
@@ -297,7 +297,9 @@ class GaugesPanel(Vertical):
             lines.append(f"+ draft {escape(state.draft_model)} {human_bytes(state.draft_kv_bytes)}")
         if state.api_kv_bytes:
             lines.append(f"+ API server {human_bytes(state.api_kv_bytes)}")
-        if room.by_memory is None:
+        if not room.grows:
+            lines.append("memory: the cache stopped growing (its windows are full)")
+        elif room.by_memory is None:
             lines.append("memory rate: after the first turn")
         elif room.limit == "window":
             lines.append(f"memory would fit {fmt_int(room.by_memory)}")
