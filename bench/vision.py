@@ -9,6 +9,10 @@ classes, random weights; 256 placeholder tokens an image), one run:
   model object and engine, the branch restored from its KV segments, the
   vision tower not run) / the warm follow-up's (goal <= 1.1).
 
+And mlx-vlm's own ``stream_generate`` with its ``PromptCacheState`` on the
+same model and turns (bench/vision_mlx_vlm.py), side by side:
+``vs_mlx_vlm_followup`` and ``vs_mlx_vlm_second_image``, ours warm / theirs.
+
 Each TTFT is the median of ``--repeats`` runs of the same turn, each engine
 warmed up first (``ChatEngine.warm_up``: MLX's kernels and the template, as
 the server does before listening); every run checks that the warm, resumed
@@ -28,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common import temporary_home  # noqa: E402
+from vision_mlx_vlm import conversation_ttfts  # noqa: E402
 
 from mlxchat.chat import ImageRef, Message  # noqa: E402
 from mlxchat.engine.core import ChatEngine  # noqa: E402
@@ -133,6 +138,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    parser.add_argument("--no-mlx-vlm", action="store_true",
+                        help="leave out mlx-vlm's own multi-turn path")
     args = parser.parse_args()
     with temporary_home("mlxchat-bench-vision-home-"):
         work = Path(tempfile.mkdtemp(prefix="mlxchat-bench-vision-"))
@@ -145,6 +152,8 @@ def main() -> None:
         for n in range(args.repeats):
             (work / f"run{n}").mkdir()
             runs.append(one_run(folder, refs, work / f"run{n}"))
+        theirs = None if args.no_mlx_vlm else conversation_ttfts(
+            folder, template, [r.path for r in refs], TURNS)
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     out = {
         "vision_followup_ratio": med["warm_followup"] / med["cold_followup"],
@@ -160,6 +169,14 @@ def main() -> None:
     print(f"turn 5 adding a second image: {int(med['second_prefilled'])} of "
           f"{int(med['second_prompt'])} prompt tokens prefilled; TTFT warm "
           f"{med['warm_second'] * 1000:.1f} ms, recomputed {med['cold_second'] * 1000:.1f} ms")
+    if theirs is not None:
+        assert [n for _, n in theirs][1] == med["followup_prompt"], "another prompt"
+        assert [n for _, n in theirs][4] == med["second_prompt"], "another prompt"
+        print(f"mlx-vlm stream_generate + PromptCacheState, same turns and prompt tokens: "
+              f"TTFT follow-up {theirs[1][0] * 1000:.1f} ms, turn 5 {theirs[4][0] * 1000:.1f} "
+              f"ms (turn 1 {theirs[0][0] * 1000:.1f} ms)")
+        out["vs_mlx_vlm_followup"] = med["warm_followup"] / theirs[1][0]
+        out["vs_mlx_vlm_second_image"] = med["warm_second"] / theirs[4][0]
     for name, value in out.items():
         print(f"{name}={value:.3f}")
     if args.json:

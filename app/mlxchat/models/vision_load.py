@@ -22,21 +22,16 @@ FAMILIES = {"qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL"}
 
 
 def is_vision_config(config: dict[str, Any]) -> bool:
-    """A folder whose config describes a vision tower (a VLM checkpoint)."""
-    return bool(config.get("vision_config"))
-
-
-def refusal(config: dict[str, Any]) -> str | None:
-    """Why this vision-language folder cannot be driven here, or None."""
-    kind = config.get("model_type", "?")
-    if kind not in FAMILIES:
-        return (f"{kind} is a vision-language model of a family this app does not drive yet "
-                f"(it drives {', '.join(FAMILIES.values())})")
+    """A folder this app loads as a vision-language model: a vision tower of a
+    family it drives, and mlx-vlm installed. Other VLM folders (Gemma 3, say)
+    load through mlx-lm as before, text only."""
+    if not config.get("vision_config") or config.get("model_type") not in FAMILIES:
+        return False
     try:
         import mlx_vlm  # noqa: F401
     except ImportError:
-        return "vision-language models need mlx-vlm (make model installs it)"
-    return None
+        return False
+    return True
 
 
 def load_vision(folder: Path, config: dict[str, Any]) -> tuple[Any, Any]:
@@ -47,9 +42,6 @@ def load_vision(folder: Path, config: dict[str, Any]) -> tuple[Any, Any]:
     from mlxchat.models.vision_images import QwenImages
     from mlxchat.models.vision_model import VisionChat
 
-    problem = refusal(config)
-    if problem:
-        raise ModelError(problem)
     try:
         processor_config = json.loads((folder / "preprocessor_config.json").read_text())
     except (OSError, ValueError) as exc:
