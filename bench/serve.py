@@ -4,7 +4,7 @@ same model folder, both started as real processes on loopback; then many
 conversations taking turns, and the decode rate of long replies.
 
     .venv/bin/python bench/serve.py [--quick] [--model smollm2-135m|small-llama|FOLDER]
-        [--many N] [--many-words W] [--rounds R] [--skip-five]
+        [--many N] [--many-words W] [--rounds R] [--skip-five] [--skip-many]
 
 The last line is: ratios: api_turn5_ttft_ratio=X (our turn-5 TTFT / mlx_lm.server's)
 api_restart_ttft_ratio=X (our turn 5 sent again right after a restart / our turn 5;
@@ -14,6 +14,8 @@ of 5) api_many_ttft_ratio=X (N conversations, a W-word first message each,
 taking turns for R rounds: our median TTFT of rounds 2.. / mlx_lm.server's at
 its defaults, which keep 10 prompt caches) api_many_peak_rss_ratio=X (our peak
 RSS / its). mlx_lm.server with --prompt-cache-size N is printed beside.
+api_fair_p95_ttft_ratio=X: p95 TTFT of short turns while one client keeps
+three long replies queued in its conversation / the same turns alone.
 """
 
 from __future__ import annotations
@@ -157,6 +159,50 @@ def many(argv: list[str], env: dict[str, str], model: str, *, conversations: int
         server.stop()
 
 
+def p95(xs: list[float]) -> float:
+    ordered = sorted(xs)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def fair(argv: list[str], env: dict[str, str], model: str, *, hog: bool,
+         conversations: int = 5, rounds: int = 4) -> float:
+    """p95 TTFT of short turns (``conversations`` taking turns for ``rounds``),
+    with ``hog``: while one client keeps 3 requests for 256-token replies in
+    flight in one conversation of its own (X-Session: hog)."""
+    import threading
+
+    server = Server(argv, env)
+    stop = threading.Event()
+
+    def hogging(n: int) -> None:
+        while not stop.is_set():
+            server.client.chat.completions.create(
+                model=model, temperature=0, max_tokens=LONG_TOKENS,
+                messages=[{"role": "user", "content": f"Long story {n}: {FILLER}"}],
+                extra_headers={"X-Session": "hog"})
+
+    hogs = [threading.Thread(target=hogging, args=(n,), daemon=True)
+            for n in range(3 if hog else 0)]
+    try:
+        for t in hogs:
+            t.start()
+        time.sleep(1.0 if hog else 0.0)  # the hog's requests in the lane first
+        talks: list[list[dict]] = [[] for _ in range(conversations)]
+        ttfts: list[float] = []
+        for turn in range(rounds):
+            for n, messages in enumerate(talks):
+                messages.append({"role": "user", "content": f"Short {n}, turn {turn}."})
+                ttft, _, reply = timed_turn(server, model, messages, MANY_TOKENS)
+                messages.append({"role": "assistant", "content": reply})
+                ttfts.append(ttft)
+        return p95(ttfts)
+    finally:
+        stop.set()
+        for t in hogs:
+            t.join(120)
+        server.stop()
+
+
 def api_decode(argv: list[str], env: dict[str, str], model: str, words: int) -> float:
     """Decode tok/s of 256-token replies through the API, median of 5 (the
     same request each time: the prompt is cached, the decode is what counts)."""
@@ -222,6 +268,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of turns (default 3)")
     parser.add_argument("--skip-five", action="store_true",
                         help="leave out the 5-turn conversation and the restart")
+    parser.add_argument("--skip-many", action="store_true",
+                        help="leave out the many-conversations rotation")
     args = parser.parse_args()
     folder = model_folder("small-llama" if args.quick else args.model)
     words = 400 if args.quick else 1500
@@ -245,6 +293,13 @@ def main() -> None:
     print(f"{LONG_TOKENS}-token replies: through the API {api:7.1f} tok/s, engine alone "
           f"{alone:7.1f} tok/s (median of 5 each)")
     ratios.append(f"api_overhead={api / alone:.3f}")
+    quiet, hogged = (fair(ours_argv, env, str(folder), hog=h) for h in (False, True))
+    print(f"short turns (5 conversations, 4 rounds): p95 TTFT {quiet * 1000:.1f} ms alone, "
+          f"{hogged * 1000:.1f} ms while one client keeps 3 {LONG_TOKENS}-token replies queued")
+    ratios.append(f"api_fair_p95_ttft_ratio={hogged / quiet:.3f}")
+    if args.skip_many:
+        print("ratios: " + " ".join(ratios))
+        return
     many_words = args.many_words or words
     shape = dict(conversations=args.many, words=many_words, rounds=args.rounds)
     mine = many(ours_argv, env, str(folder), **shape)

@@ -61,7 +61,8 @@ def test_open_by_title_and_id_restores_the_snapshot(registry, ctx, conv):
     result = registry.run("/open first chat", ctx)
     assert result.ok and result.session_changed, result.text
     assert conv.session.id == first and len(conv.messages) == 2
-    assert "KV cache restored from its snapshot" in result.text
+    # The live cache still holds it (/new left it): kept, no file read.
+    assert "KV cache kept in memory" in result.text and "no file read" in result.text
     registry.run("/new", ctx)
     assert registry.run(f"/open #{first}", ctx).ok and conv.session.id == first
 

@@ -94,6 +94,7 @@ def test_a_crafted_row_is_never_read_or_deleted(tiny, mlxchat_home, tmp_path,  #
     db.close()
     [crafted] = conv.store.segments.on_branch(conv.session.leaf_id)
     assert paths.kv_file(crafted.path) is None  # treated as missing
+    conv.engine.drop_cache()  # else the live cache is kept and no file is even looked at
     conv.cache.restore()
     assert not conv.cache.last_load.ok and "file missing" in conv.cache.last_load.reason
     turn(conv, "Again.")  # a new segment, in the snapshots folder
