@@ -6,7 +6,9 @@ once at the branch's whole length and filled straight from the files, each
 file read front to back exactly once with its checksum computed on the same
 bytes: there is no join pass and no second pass for the check. MLX allocates
 the array and asks for its bytes through a file-like object (``_Joined``)
-that stands for the joined tensor, so nothing is zeroed or copied first.
+that stands for the joined tensor, so nothing is zeroed or copied first;
+the reads it asks for land on a few threads and the checksums run on another,
+in each file's order, on the bytes as they land (``landing``).
 
 Layers that keep a checkpoint (recurrent states) restore from the last
 file's: its own at its end, or one a joined file took inside it where the
@@ -32,7 +34,8 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlxchat.engine.disk import prefault, segment_file, segments, window_rows
+from mlxchat.engine.disk import segment_file, segments, window_rows
+from mlxchat.engine.disk.landing import Landing
 from mlxchat.engine.disk.checks import CacheFileRejected
 from mlxchat.engine.disk.segment_file import SegmentFile, SegmentReader, Tensor, kind, positional
 from mlxchat.engine.disk.segments import SegmentRef
@@ -80,6 +83,7 @@ class _Group:
 def restore(model: Any, refs: Sequence[SegmentRef], *, fingerprint: str,
             template_hash: str) -> Restored:
     groups: list[_Group] = []
+    landing = Landing()
     try:
         reason = _open_groups(refs, groups, fingerprint=fingerprint,
                               template_hash=template_hash)
@@ -89,7 +93,7 @@ def restore(model: Any, refs: Sequence[SegmentRef], *, fingerprint: str,
         problem = _fits(groups[0].layers, fresh)
         if problem:
             return Restored(None, 0, 0, f"segment 1 of {len(refs)}: {problem}")
-        readers, arrays = _read(groups)
+        readers, arrays = _read(groups, landing)
         good = next((i for i, (g, r) in enumerate(zip(groups, readers))
                      if r.checksum() != g.refs[0].checksum), len(groups))
         if good < len(groups):
@@ -104,6 +108,7 @@ def restore(model: Any, refs: Sequence[SegmentRef], *, fingerprint: str,
             return Restored(None, 0, 0, f"segment {last.first + 1} of {len(refs)}: {exc}")
         return Restored(cache, last.end, last.first + len(last.refs), reason)
     finally:
+        landing.close()  # its threads done with the files before they close
         for g in groups:
             g.file.close()
 
@@ -204,13 +209,20 @@ def _fits(described: list[dict[str, Any]], fresh: list[Any]) -> str | None:
     return None
 
 
-def _read(groups: list[_Group]) -> tuple[list[SegmentReader], dict[str, mx.array]]:
+def _read(groups: list[_Group], landing: Landing
+          ) -> tuple[list[SegmentReader], dict[str, mx.array]]:
     """Every array of positions at the branch's whole length, each file read
     once; the readers then hold the checkpoints and give the checksums."""
-    readers = [SegmentReader(g.file, g.refs[0].checksum, _kept(g)) for g in groups]
+    readers = [SegmentReader(g.file, g.refs[0].checksum, _kept(g), landing) for g in groups]
     length = groups[-1].end
-    arrays = {t.name: _joined(t, groups, readers, length)
-              for t in groups[0].file.tensors if positional(t.name)}
+    arrays: dict[str, mx.array] = {}
+    try:
+        for t in groups[0].file.tensors:
+            if positional(t.name):
+                arrays[t.name] = _joined(t, groups, readers, length)
+                mx.eval(arrays[t.name])  # MLX allocates it and asks for its bytes
+    finally:
+        landing.settle()  # the arrays are kept, and not read, until their bytes landed
     return readers, arrays
 
 
@@ -303,7 +315,8 @@ def _array(data: bytearray, t: Tensor) -> mx.array:
 
 def _joined(t: Tensor, groups: list[_Group], readers: list[SegmentReader],
             length: int) -> mx.array:
-    """One tensor of positions at the branch's whole length, read from every file."""
+    """One tensor of positions at the branch's whole length, to be read from
+    every file when it is evaluated (its reads then land on the reader threads)."""
     size = segment_file.ITEMSIZE[t.dtype]
     rows, width = int(np.prod(t.shape[:-2])), t.shape[-1] * size
     alloc = -(-length // STEP) * STEP
@@ -316,14 +329,14 @@ def _joined(t: Tensor, groups: list[_Group], readers: list[SegmentReader],
             joined.add(at + g.start * width, (g.end - g.start) * width, reader,
                        own.begin + r * span)
         joined.add(at + length * width, (alloc - length) * width, None, 0)
-    array = mx.load(joined, format="safetensors")["t"]
-    mx.eval(array)
-    return array
+    return mx.load(joined, format="safetensors")["t"]
 
 
 class _Joined(io.RawIOBase):
     """A safetensors file of one tensor whose bytes come from other files'
-    spans: MLX allocates the tensor and reads into it through ``readinto``."""
+    spans: MLX allocates the tensor and reads into it through ``readinto``,
+    which starts the reads on the landing's threads and returns; the restore
+    keeps the array, unread, until they have landed (``Landing.settle``)."""
 
     def __init__(self, dtype: str, shape: tuple[int, ...]):
         nbytes = int(np.prod(shape)) * segment_file.ITEMSIZE[dtype]
@@ -357,7 +370,6 @@ class _Joined(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        prefault.populate(view)  # fresh pages made present in one call, not one fault each
         n = min(len(view), self._size - self._pos)
         done = 0
         if self._pos < len(self._head):
@@ -371,7 +383,7 @@ class _Joined(io.RawIOBase):
             if reader is None:
                 piece[:] = bytes(len(piece))
             else:
-                reader.into(piece, offset + skip)
+                reader.into(piece, offset + skip)  # lands on the reader threads
             done += len(piece)
             i += 1
         self._pos += n

@@ -33,10 +33,10 @@ if sys.platform == "linux":
         _madvise = None
 
 
-def populate(view: memoryview) -> bool:
+def populate(view: memoryview, smallest: int = SMALLEST) -> bool:
     """Make the whole pages inside the writable ``view`` present; whether it was done."""
     global _madvise
-    if _madvise is None or len(view) < SMALLEST or view.readonly:
+    if _madvise is None or len(view) < smallest or view.readonly:
         return False
     addr = ctypes.addressof(ctypes.c_char.from_buffer(view))
     lo = -(-addr // _page) * _page

@@ -5,8 +5,9 @@ is opened non-blocking and refused unless it is a regular file (a FIFO put in
 its place never makes a read wait for a writer), and its safetensors header is
 checked against the file's size before anything is allocated (a crafted
 length or shape is refused in one line). ``SegmentReader`` then reads the file front
-to back into buffers its caller chooses, feeding the checksum as it goes, so
-checking a file costs no second pass over its bytes.
+to back into buffers its caller chooses, feeding the checksum as it goes (on
+``landing``'s threads when given one), so checking a file costs no second pass
+over the disk.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from concurrent.futures import Future
+from typing import Any, Callable
 
 from mlxchat.engine.disk.checks import CacheFileRejected
 from mlxchat.engine.disk.checksum import Hasher
+from mlxchat.engine.disk.landing import Landing, read_at
 from mlxchat.files import open_nonblocking
 
 ITEMSIZE = {"F16": 2, "BF16": 2, "F32": 4, "U32": 4, "I32": 4, "U8": 1}
@@ -177,55 +180,69 @@ class SegmentReader:
     """Reads one open file front to back, each byte once, into buffers the
     caller gives, and hashes every byte on the way (the algorithm ``like``, a
     stored checksum, names). Bytes the caller skips are read and hashed too;
-    those of tensors named in ``keep`` are kept (small checkpoints)."""
+    those of tensors named in ``keep`` are kept (small checkpoints). With a
+    ``landing`` the reads run on its reader threads and the hashing, in file
+    order, on its hashing thread: ``into`` returns once the read is under way."""
 
-    def __init__(self, file: SegmentFile, like: str, keep: frozenset[str] = frozenset()):
-        self.file, self._keep = file, keep
+    def __init__(self, file: SegmentFile, like: str, keep: frozenset[str] = frozenset(),
+                 landing: Landing | None = None):
+        self.file, self._keep, self._landing = file, keep, landing
         self._hasher = Hasher(like)
-        self._pos = os.lseek(file.fd, len(file.head), os.SEEK_SET)
+        self._planned = len(file.head)
+        """Where the next read starts: what is before it is read or under way."""
         self._damaged = False
         self.kept: dict[str, bytearray] = {}
         self._begins = [t.begin for t in file.tensors]
         self._hasher.update(file.head)
 
-    def into(self, view: memoryview, offset: int) -> None:
+    def into(self, view: memoryview, offset: int) -> Future[int] | None:
         """Fill ``view`` with the file's bytes from ``offset`` (not before what
-        was read already)."""
-        if offset < self._pos:
+        was read already); with a landing, the read under way."""
+        if offset < self._planned:
             raise ValueError("segment files are read front to back")
-        self._skip_to(offset)
-        self._fill(view)
+        gap, self._planned = (self._planned, offset), offset + len(view)
+        if self._landing is None:
+            self._skip(*gap)
+            self._land(view, read_at(self.file.fd, view, offset))
+            return None
+        landed = self._landing.read(self.file.fd, view, offset)
+        self._landing.then(lambda: self._guarded(lambda: (self._skip(*gap),
+                                                          self._land(view, landed.result()))))
+        return landed
 
-    def _fill(self, view: memoryview) -> None:
-        done = 0
-        while done < len(view) and not self._damaged:
-            try:
-                got = os.readv(self.file.fd, [view[done:]])
-            except OSError:
-                got = 0
-            if not got:  # the file shrank since it was opened: its checksum fails
-                self._damaged = True
-            done += got
-        if done < len(view):
-            view[done:] = bytes(len(view) - done)
+    def _guarded(self, job: Callable[[], Any]) -> None:
+        try:
+            job()
+        except Exception:  # noqa: BLE001 - an unreadable span fails the checksum
+            self._damaged = True
+
+    def _land(self, view: memoryview, got: int) -> None:
+        if got < len(view):  # the file shrank since it was opened: its checksum fails
+            self._damaged = True
         self._hasher.update(view)
-        self._pos += len(view)
 
-    def _skip_to(self, offset: int) -> None:
+    def _skip(self, at: int, end: int) -> None:
         scratch = None
-        while self._pos < offset:
-            t = self.file.tensors[bisect.bisect_right(self._begins, self._pos) - 1]
-            if t.name in self._keep and self._pos == t.begin and t.end <= offset:
-                buf = bytearray(t.end - t.begin)
-                self._fill(memoryview(buf))
-                self.kept[t.name] = buf
+        while at < end:
+            t = self.file.tensors[bisect.bisect_right(self._begins, at) - 1]
+            if t.name in self._keep and at == t.begin and t.end <= end:
+                buf = memoryview(bytearray(t.end - t.begin))
+                self._land(buf, read_at(self.file.fd, buf, at))
+                self.kept[t.name] = buf.obj
+                at = t.end
                 continue
             scratch = scratch or bytearray(_CHUNK)
-            n = min(offset, t.end, self._pos + _CHUNK) - self._pos
-            self._fill(memoryview(scratch)[:n])
+            piece = memoryview(scratch)[:min(end, t.end, at + _CHUNK) - at]
+            self._land(piece, read_at(self.file.fd, piece, at))
+            at += len(piece)
 
     def checksum(self) -> str:
         """The whole file's checksum, once the rest of it is read; "" if it
         could not be read whole."""
-        self._skip_to(self.file.size)
+        gap, self._planned = (self._planned, self.file.size), self.file.size
+        if self._landing is None:
+            self._skip(*gap)
+        else:
+            self._landing.then(lambda: self._guarded(lambda: self._skip(*gap)))
+            self._landing.wait()
         return "" if self._damaged else self._hasher.label()
