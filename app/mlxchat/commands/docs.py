@@ -242,11 +242,12 @@ def _report(report: IndexReport, extra: str) -> CommandResult:
     if report.files_with_replacements:
         text += (f" {plural(report.files_with_replacements, 'file')} not valid UTF-8 (bad "
                  "bytes replaced).")
+    text += extra  # before the list of skipped files, one a line
     for skip in report.skipped[:SHOWN_SKIPS]:
         text += f"\nskipped {skip.path}: {skip.reason}"
     if len(report.skipped) > SHOWN_SKIPS:
         text += f"\n… and {len(report.skipped) - SHOWN_SKIPS} more skipped"
-    return CommandResult.info(text + extra, session_changed=bool(extra))
+    return CommandResult.info(text, session_changed=bool(extra))
 
 
 def complete_docs(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:

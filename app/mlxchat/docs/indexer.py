@@ -248,7 +248,7 @@ class Indexer:
                 return None
             doc = read_document(path, data, limit=self.max_file_bytes)
         except (NotText, FileRefused, DocsError) as exc:
-            report.skipped.append(Skipped(str(path), exc.user_text()))
+            report.skipped.append(Skipped.because(str(path), exc.user_text()))
             return None
         except OSError as exc:
             report.skipped.append(Skipped(str(path), exc.strerror or str(exc)))
