@@ -32,8 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
 from tokenizers import Tokenizer  # noqa: E402
 
 from mlxchat.config import Settings  # noqa: E402
-from mlxchat.docs.embedder import bundled_model_zip, default_embedder  # noqa: E402
+from mlxchat.docs.embedder import default_embedder  # noqa: E402
 from mlxchat.docs.indexer import embedding_text  # noqa: E402
+from mlxchat.docs.word_pieces import bundled_model_zip  # noqa: E402
 from mlxchat.engine.core import ChatEngine  # noqa: E402
 from mlxchat.models import load_model  # noqa: E402
 from mlxchat.session.conversation import Conversation  # noqa: E402

