@@ -26,8 +26,10 @@ DOCS_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 """A document collection's name."""
 MAX_DOCS_K = 20
 MIN_DOCS_BUDGET = 64
-DOCS_BUDGET_SHARE = 4
-"""With no budget set, retrieved sources take at most 1/4 of the window."""
+DOCS_BUDGET_SHARE = 8
+"""With no budget set, retrieved sources take at most 1/8 of the window..."""
+DOCS_BUDGET_AUTO_MIN = 512
+"""...or this many tokens where that is more (two chunks and their numbering)."""
 TOOL_RESULT_SHARE = 10
 """With no budget set, a tool's result takes at most 1/10 of the window."""
 MIN_TOOL_RESULT_TOKENS = 32
@@ -160,7 +162,7 @@ class GenerationSettings(Record):
     docs_k: int = 5
     """At most this many chunks retrieved per message."""
     docs_budget: int | None = None
-    """Tokens the retrieved chunks may take; None (auto): a quarter of the window."""
+    """Tokens the retrieved chunks may take; None (auto): 1/8 of the window, at least 512."""
     tools: str | None = None
     """The MCP tools the model may call (/tools on|off): '*' for every
     configured server, or SERVER and SERVER.TOOL, comma-separated ('-' in

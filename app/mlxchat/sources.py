@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 SOURCES_END = "\n</sources>\nAnswer from the sources above where they help, and cite each one " \
@@ -45,6 +45,8 @@ class Source:
     """The chunk's row when it was retrieved (gone once the file is re-indexed)."""
     stale: str | None = None
     """Why the file no longer matched its index when this was retrieved."""
+    also: list[str] = field(default_factory=list)
+    """Other places ('path:start-end') holding byte-identical text: sent once."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -71,13 +73,16 @@ class Source:
         line every list of sources shows (``place`` as the reader sees it)."""
         heading = f" · {self.heading}" if self.heading else ""
         note = f" · {self.stale}" if stale and self.stale else ""
-        return (f"[{self.n}] {place or self.place}{heading} · score {self.score:.{digits}f} · "
-                f"{self.tokens:,} tokens{note}")
+        return (f"[{self.n}] {place or self.place}{self._also()}{heading} · "
+                f"score {self.score:.{digits}f} · {self.tokens:,} tokens{note}")
 
     def entry(self) -> str:
         """How the chunk reads in the message: numbered, placed, then its text."""
         heading = f" · {self.heading}" if self.heading else ""
-        return f"[{self.n}] {self.place}{heading}\n{self.text.strip()}"
+        return f"[{self.n}] {self.place}{self._also()}{heading}\n{self.text.strip()}"
+
+    def _also(self) -> str:
+        return f" (also {', '.join(self.also)})" if self.also else ""
 
 
 def sources_block(collection: str, sources: list[Source]) -> str:

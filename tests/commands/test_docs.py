@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,14 @@ def test_links_out_of_the_folder_are_followed_only_when_asked(registry, ctx, con
     assert r.ok and r.text.startswith("both: 4 files indexed"), r.text
     assert conv.retrieval.collection("both").follow_links
     assert not conv.retrieval.collection("kept").follow_links
+
+
+def test_the_add_summary_names_each_skipped_path_once_on_a_line_of_its_own(registry, ctx,
+                                                                           notes):
+    (notes / "x.bin").write_bytes(b"\x00\x01binary\x00" * 10)
+    r = registry.run("/docs add notes", ctx)
+    rate = re.search(r"(\d+) chunks/s", r.text).group(1)  # the one figure timing decides
+    assert r.text == (
+        f"notes: 3 files indexed (3 chunks, {rate} chunks/s), 0 unchanged, 0 removed, "
+        "1 skipped. This session now retrieves from notes.\n"
+        f"skipped {notes}/x.bin: a binary file")

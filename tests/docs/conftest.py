@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from mlxchat.docs.embedder import BertConfig, BertEmbedder, bundled_model_zip
+from mlxchat.docs.embedder import BertConfig, BertEmbedder
+from mlxchat.docs.word_pieces import bundled_model_zip
 from mlxchat.store import open_store
 
 

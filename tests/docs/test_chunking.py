@@ -3,8 +3,13 @@ their size, overlap a little when cut for size, and keep lines and headings."""
 
 from __future__ import annotations
 
-from mlxchat.docs import ChunkSizes, chunk_text, count_tokens
+from mlxchat.docs import ChunkSizes, chunk_text
 from mlxchat.docs.chunking import LONG_LINE
+from mlxchat.docs.word_pieces import bundled_word_pieces
+
+
+def count_tokens(text: str) -> int:
+    return bundled_word_pieces().count([text])[0]
 
 SMALL = ChunkSizes(target=60, limit=80, overlap=12, heading_break=10)
 
@@ -61,12 +66,21 @@ def test_rst_and_code_headings():
 
 
 def test_a_huge_single_line_is_cut_and_keeps_its_line_number():
-    text = "first\n" + "x" * (LONG_LINE * 3 + 5) + "\nlast\n"
-    chunks = chunk_text(text, "text", sizes=ChunkSizes(target=3, limit=4, overlap=0))
-    assert {c.start_line for c in chunks if "xxx" in c.text} == {2}
-    assert sum(c.text.count("x") for c in chunks) == LONG_LINE * 3 + 5
+    line = "alpha beta, " * (LONG_LINE // 4)  # 6,000 characters, 1,500 word pieces
+    text = "first\n" + line + "\nlast\n"
+    sizes = ChunkSizes(target=30, limit=40, overlap=0)
+    chunks = chunk_text(text, "text", sizes=sizes)
+    assert {c.start_line for c in chunks if "alpha" in c.text} == {2}
+    assert sum(c.text.count("alpha") for c in chunks) == LONG_LINE // 4
+    assert all(c.tokens <= sizes.limit for c in chunks)
     assert chunks[-1].text.endswith("\nlast") and chunks[-1].end_line == 3
     assert chunks[0].text == "first" and chunks[0].end_line == 1
+    # One word longer than LONG_LINE is cut by characters (the embedder reads
+    # it as one unknown piece).
+    word = "x" * (LONG_LINE * 3 + 5)
+    chunks = chunk_text(f"first\n{word}\nlast\n", "text", sizes=sizes)
+    assert sum(c.text.count("x") for c in chunks) == len(word)
+    assert {c.end_line for c in chunks} == {3}
 
 
 def test_empty_and_blank_text_give_no_chunks():

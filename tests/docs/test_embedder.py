@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load as load_safetensors
 
-from mlxchat.docs.embedder import bundled_model_zip, load_embedder
+from mlxchat.docs.embedder import load_embedder
+from mlxchat.docs.word_pieces import bundled_model_zip
 
 SENTENCES = ["How do I install the package?",
              "Installation: run pip install foo to set it up on your machine.",

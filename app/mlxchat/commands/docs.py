@@ -26,7 +26,7 @@ from mlxchat.commands.base import (
 )
 from mlxchat.commands.completers import complete_path
 from mlxchat.commands.tuning import SETTINGS
-from mlxchat.generation import DOCS_BUDGET_SHARE, DOCS_NAME
+from mlxchat.generation import DOCS_BUDGET_AUTO_MIN, DOCS_BUDGET_SHARE, DOCS_NAME
 from mlxchat.sources import Source
 from mlxchat.units import fmt_int, fmt_seconds, plural
 
@@ -73,8 +73,8 @@ def using_line(ctx: CommandContext) -> str:
     if settings.docs is None:
         return "This session retrieves nothing (/docs use NAME)."
     budget = (f"{fmt_int(settings.docs_budget)} tokens" if settings.docs_budget else
-              f"auto: 1/{DOCS_BUDGET_SHARE} of the window, {fmt_int(conv.retrieval.budget())} "
-              "tokens now")
+              f"auto: 1/{DOCS_BUDGET_SHARE} of the window (at least {DOCS_BUDGET_AUTO_MIN}), "
+              f"{fmt_int(conv.retrieval.budget())} tokens now")
     return (f"This session retrieves from {settings.docs}: up to "
             f"{plural(settings.docs_k, 'chunk')} per message, budget {budget}.")
 
@@ -165,10 +165,14 @@ def search(ctx: CommandContext, words: Sequence[str]) -> CommandResult:
     found = retrieval.retrieve(query, remember=False)
     assert found is not None
     if not found.sources:
-        return CommandResult.info(f"Nothing in {found.collection} fits: "
-                                  f"{plural(found.left_out, 'match')} over the "
-                                  f"{fmt_int(found.budget)}-token budget."
-                                  if found.left_out else f"No matches in {found.collection}.")
+        if found.left_out:
+            return CommandResult.info(f"Nothing in {found.collection} fits: "
+                                      f"{plural(found.left_out, 'match')} over the "
+                                      f"{fmt_int(found.budget)}-token budget.")
+        return CommandResult.info(f"Nothing in {found.collection} is close enough to send "
+                                  f"({plural(found.below_floor, 'match')} below the relevance "
+                                  "floor)." if found.below_floor else
+                                  f"No matches in {found.collection}.")
     return sources_table(found.sources, found)
 
 
@@ -190,7 +194,9 @@ def sources_table(found: list[Source], retrieved: Retrieved | None = None) -> Co
     caption = f"{plural(len(found), 'source')} from {found[0].collection}, {fmt_int(total)} tokens"
     if retrieved is not None:
         caption += (f" of a {fmt_int(retrieved.budget)}-token budget"
-                    + (f", {retrieved.left_out} more over it" if retrieved.left_out else ""))
+                    + (f", {retrieved.left_out} more over it" if retrieved.left_out else "")
+                    + (f", {retrieved.below_floor} less relevant left out"
+                       if retrieved.below_floor else ""))
         if retrieved.forecast_s is not None:
             caption += f", ~{fmt_seconds(retrieved.forecast_s)} to prefill"
     rows = [(f"[{s.n}]", s.place, s.heading or "-", f"{s.score:.4f}", fmt_int(s.tokens),
@@ -242,11 +248,12 @@ def _report(report: IndexReport, extra: str) -> CommandResult:
     if report.files_with_replacements:
         text += (f" {plural(report.files_with_replacements, 'file')} not valid UTF-8 (bad "
                  "bytes replaced).")
+    text += extra  # before the list of skipped files, one a line
     for skip in report.skipped[:SHOWN_SKIPS]:
         text += f"\nskipped {skip.path}: {skip.reason}"
     if len(report.skipped) > SHOWN_SKIPS:
         text += f"\n… and {len(report.skipped) - SHOWN_SKIPS} more skipped"
-    return CommandResult.info(text + extra, session_changed=bool(extra))
+    return CommandResult.info(text, session_changed=bool(extra))
 
 
 def complete_docs(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
@@ -259,7 +266,8 @@ def complete_docs(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> C
     if words[0] == "add":
         return complete_path(ctx, prefix)
     if words[0] == "budget" and len(words) == 1:
-        return [("auto", f"1/{DOCS_BUDGET_SHARE} of the window")]
+        return [("auto", f"1/{DOCS_BUDGET_SHARE} of the window, at least "
+                         f"{DOCS_BUDGET_AUTO_MIN}")]
     return []
 
 
@@ -289,7 +297,8 @@ COMMANDS = (
                   "k N · budget N|auto · search QUERY]", max_args=None, complete=complete_docs,
             flags=("--follow-links",),
             details="With a collection in use, each message retrieves its best chunks (hybrid "
-                    "BM25 + embeddings) within the token budget, puts them in front of the "
+                    "BM25 + embeddings; none far less relevant than the best, identical text "
+                    "once) within the token budget, puts them in front of the "
                     "question as numbered sources, and asks the reply to cite them as [n]; the "
                     "transcript shows [n] as file:line. What was retrieved is stored with the "
                     "message, so reopening, retrying or exporting never retrieves again. "

@@ -154,7 +154,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("docs_k", _ranged(int), GENERATION_RULES["docs_k"][1],
             "at most this many passages found per message"),
     Setting("docs_budget", _optional_int, GENERATION_RULES["docs_budget"][1],
-            "tokens the found passages may take (auto: a quarter of the window)", ("auto",)),
+            "tokens the found passages may take (auto: 1/8 of the window, at least 512)", ("auto",)),
     Setting("tools", _collection_name, GENERATION_RULES["tools"][1],
             "the MCP tools the model may call (/tools lists them)", ("off", "*")),
     Setting("tool_timeout", _ranged(float), GENERATION_RULES["tool_timeout"][1],

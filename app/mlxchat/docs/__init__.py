@@ -6,10 +6,10 @@ ground floor; never Textual. The store keeps only bytes, so numpy and mlx
 stay here.
 """
 
-from mlxchat.docs.chunking import Chunk, ChunkSizes, chunk_text, count_tokens
+from mlxchat.docs.chunking import Chunk, ChunkSizes, chunk_text
 from mlxchat.docs.errors import DocsError
 from mlxchat.docs.indexer import Indexer, IndexProgress, IndexReport
 from mlxchat.docs.search import Hit, Retriever
 
 __all__ = ["Chunk", "ChunkSizes", "DocsError", "Hit", "IndexProgress", "IndexReport",
-           "Indexer", "Retriever", "chunk_text", "count_tokens"]
+           "Indexer", "Retriever", "chunk_text"]

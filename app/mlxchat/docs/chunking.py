@@ -1,11 +1,13 @@
 """Cutting a document's text into chunks that keep their place.
 
 The text is split into blocks (paragraphs, headings, fenced code blocks);
-blocks are packed into chunks of about ``target`` tokens and never more than
-``limit``, a heading starting a new chunk once the current one has some body.
-A chunk cut for size starts with the last few lines of the one before (the
-overlap). Every chunk keeps its first and last line (1-based) and the heading
-path in effect where it starts.
+blocks are packed into chunks of about ``target`` word pieces and never more
+than ``limit``, a heading starting a new chunk once the current one has some
+body. Sizes are counted with the embedder's own tokenizer (``WordPieces``), so
+the embedder reads every chunk whole, its heading path (up to
+``HEADING_PIECES``) included. A chunk cut for size starts with the last few
+lines of the one before (the overlap). Every chunk keeps its first and last
+line (1-based) and the heading path in effect where it starts.
 """
 
 from __future__ import annotations
@@ -14,25 +16,34 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-WORD = re.compile(r"\w+|[^\w\s]")
+from mlxchat.docs.word_pieces import WordPieces, bundled_word_pieces
+
 LONG_LINE = 2000
 """Characters; a longer line (minified code) is cut into pieces of this size,
-all with its line number."""
-
-
-def count_tokens(text: str) -> int:
-    """About the embedder's word pieces: a word or a punctuation mark each, a long
-    word one more per 8 characters."""
-    return sum(1 + (len(w) - 1) // 8 for w in WORD.findall(text))
+all with its line number (as is a line of more than ``target`` word pieces)."""
+HEADING_PIECES = 24
+"""Word pieces of a chunk's heading path embedded with it (its last titles):
+the room a chunk leaves for them."""
 
 
 @dataclass(frozen=True)
 class ChunkSizes:
-    target: int = 280
-    limit: int = 400
-    overlap: int = 40
-    heading_break: int = 60
-    """A heading starts a new chunk when the current one has this many tokens."""
+    """In the embedder's word pieces; the defaults are all-MiniLM-L6-v2's
+    (``reading(254)``: 256 less [CLS] and [SEP])."""
+
+    target: int = 201
+    limit: int = 230
+    overlap: int = 32
+    heading_break: int = 46
+    """A heading starts a new chunk when the current one has this many pieces."""
+
+    @classmethod
+    def reading(cls, pieces: int) -> ChunkSizes:
+        """Sizes for an embedder that reads ``pieces`` word pieces of text: the
+        limit leaves ``HEADING_PIECES`` of them for the heading path."""
+        limit = max(pieces - HEADING_PIECES, 8)
+        return cls(target=limit * 7 // 8, limit=limit, overlap=limit // 7,
+                   heading_break=limit // 5)
 
 
 @dataclass(frozen=True)
@@ -60,15 +71,36 @@ _CODE_DEF = re.compile(r"^(?:export\s+)?(?:pub\s+)?(?:async\s+)?"
                        r"(?:fn|func|function|class|struct|impl|interface|enum|trait)\s+(\w+)")
 
 
-def _rows(text: str, first_line: int = 1) -> list[tuple[int, str]]:
+def _long_line_parts(line: str) -> list[str]:
+    """A line in parts of at most ``LONG_LINE`` characters, cut after a space
+    where one is in a part's second half."""
+    parts = []
+    while len(line) > LONG_LINE:
+        space = line.rfind(" ", LONG_LINE // 2, LONG_LINE)
+        at = space + 1 if space >= 0 else LONG_LINE
+        parts.append(line[:at])
+        line = line[at:]
+    return parts + [line]
+
+
+def _rows(text: str, first_line: int, pieces: WordPieces,
+          most: int) -> tuple[list[tuple[int, str]], list[int]]:
+    """The text's lines (number, text) and their word pieces; a line of more
+    than ``most`` pieces (or ``LONG_LINE`` characters) is cut between words,
+    every part with its line number."""
     rows = []
     for number, line in enumerate(text.split("\n"), first_line):
         line = line.rstrip("\r")
-        if len(line) <= LONG_LINE:
-            rows.append((number, line))
-        else:
-            rows.extend((number, line[i:i + LONG_LINE]) for i in range(0, len(line), LONG_LINE))
-    return rows
+        rows.extend((number, part) for part in _long_line_parts(line))
+    tokens = pieces.count([line for _, line in rows])
+    if max(tokens, default=0) <= most:
+        return rows, tokens
+    cut_rows, cut_tokens = [], []
+    for (number, line), n in zip(rows, tokens):
+        parts = pieces.cut(line, most) if n > most else [line]
+        cut_rows.extend((number, part) for part in parts)
+        cut_tokens.extend(pieces.count(parts) if n > most else [n])
+    return cut_rows, cut_tokens
 
 
 class _Headings:
@@ -146,20 +178,21 @@ def _blocks(rows, kind: str, heads: _Headings) -> list[_Block]:
 
 
 def chunk_text(text: str, kind: str = "text", *, sizes: ChunkSizes = ChunkSizes(),
-               first_line: int = 1, heads: _Headings | None = None) -> list[Chunk]:
-    """The chunks of a document; ``kind`` is markdown, rst, code or text.
-    ``first_line`` and ``heads`` continue a document cut in sections (``iter_chunks``)."""
+               pieces: WordPieces | None = None, first_line: int = 1,
+               heads: _Headings | None = None) -> list[Chunk]:
+    """The chunks of a document; ``kind`` is markdown, rst, code or text;
+    ``pieces`` counts (default: the bundled embedder's). ``first_line`` and
+    ``heads`` continue a document cut in sections (``iter_chunks``)."""
     heads = heads or _Headings()
     carried = heads.path
-    rows = _rows(text, first_line)
-    tokens = [count_tokens(line) for _, line in rows]
+    rows, tokens = _rows(text, first_line, pieces or bundled_word_pieces(), sizes.target)
     blocks = _blocks(rows, kind, heads)
     bounds = [b.first for b in blocks] + [len(rows)]
     chunks: list[Chunk] = []
     start, size, path = 0, 0, carried
     cut = start  # rows before `cut` belong to the previous chunk (overlap)
 
-    def flush(end: int, overlap: bool) -> int:
+    def flush(end: int, overlap: bool) -> None:
         nonlocal start, size, cut
         body = [row for row in rows[start:end]]
         while body and not body[-1][1].strip():
@@ -177,24 +210,36 @@ def chunk_text(text: str, kind: str = "text", *, sizes: ChunkSizes = ChunkSizes(
                 back -= 1
                 kept += tokens[back]
         start, cut, size = back, end, sum(tokens[back:end])
-        return start
+
+    def body() -> int:
+        """Pieces of the chunk being packed beyond its overlap."""
+        return size - sum(tokens[start:cut])
+
+    def make_room(weight: int) -> None:
+        """An empty chunk drops its overlap when that and ``weight`` pass the limit."""
+        nonlocal start, size
+        if size + weight > sizes.limit and not body():
+            start, size = cut, 0
 
     heading_path: tuple[str, ...] = carried
     for block, (first, end) in zip(blocks, zip(bounds, bounds[1:])):
         weight = sum(tokens[first:end])
-        if block.heading is not None and size - sum(tokens[start:cut]) >= sizes.heading_break:
+        if block.heading is not None and body() >= sizes.heading_break:
             flush(first, overlap=False)
-        elif size and weight <= sizes.limit and size + weight > sizes.limit:
+        elif body() and weight <= sizes.limit and size + weight > sizes.target:
             flush(first, overlap=True)
-        if start == first or size == sum(tokens[start:cut]):
+        if weight <= sizes.limit:
+            make_room(weight)
+        if not body():
             path = block.heading if block.heading is not None else heading_path
         if block.heading is not None:
             heading_path = block.heading
         if weight > sizes.limit:  # one block too big: cut it by lines
             for row in range(first, end):
-                if size and size + tokens[row] > sizes.target:
+                if body() and size + tokens[row] > sizes.target:
                     flush(row, overlap=True)
                     path = heading_path
+                make_room(tokens[row])
                 size += tokens[row]
         else:
             size += weight
@@ -222,8 +267,8 @@ def _section_end(text: str, at: int, kind: str) -> int:
     return len(text)
 
 
-def iter_chunks(text: str, kind: str = "text", *,
-                sizes: ChunkSizes = ChunkSizes()) -> Iterator[Chunk]:
+def iter_chunks(text: str, kind: str = "text", *, sizes: ChunkSizes = ChunkSizes(),
+                pieces: WordPieces | None = None) -> Iterator[Chunk]:
     """The chunks of a document of any size, a section at a time (memory and
     the time before the first chunk bounded by the section, not the text).
     Sections are cut at blank lines; the heading path carries across them, so
@@ -232,6 +277,7 @@ def iter_chunks(text: str, kind: str = "text", *,
     while at < len(text):
         end = _section_end(text, at, kind)
         section = text[at:end]
-        yield from chunk_text(section, kind, sizes=sizes, first_line=line, heads=heads)
+        yield from chunk_text(section, kind, sizes=sizes, pieces=pieces, first_line=line,
+                              heads=heads)
         line += section.count("\n")
         at = end

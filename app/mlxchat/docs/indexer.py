@@ -28,12 +28,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from mlxchat.docs.chunking import Chunk, ChunkSizes, chunk_text, iter_chunks
+from mlxchat.docs.chunking import HEADING_PIECES, Chunk, ChunkSizes, chunk_text, iter_chunks
 from mlxchat.docs.embedder import Embedder
 from mlxchat.docs.errors import DocsError
 from mlxchat.docs.paced import PacedEmbedder
 from mlxchat.docs.reading import Document, NotText, read_document
 from mlxchat.docs.walk import Skipped, check_roots, walk
+from mlxchat.docs.word_pieces import WordPieces
 from mlxchat.files import FileRefused, read_limited
 from mlxchat.generation import DOCS_NAME
 from mlxchat.store.documents import (
@@ -136,16 +137,21 @@ def _new_chunks(chunks: Sequence[Chunk], vectors: np.ndarray) -> list[NewChunk]:
             for c, blob in zip(chunks, vector_blobs(vectors))]
 
 
-def _texts(chunks: Sequence[Chunk]) -> list[str]:
-    return [embedding_text(" > ".join(c.heading), c.text) for c in chunks]
+def _texts(chunks: Sequence[Chunk], pieces: WordPieces) -> list[str]:
+    """What is embedded: each chunk's text after (the end of) its heading path,
+    which ``ChunkSizes.reading`` leaves room for."""
+    return [embedding_text(pieces.tail(" > ".join(c.heading), HEADING_PIECES), c.text)
+            for c in chunks]
 
 
 class Indexer:
     def __init__(self, documents: Documents, embedder: Embedder, *,
-                 sizes: ChunkSizes = ChunkSizes(), max_file_bytes: int = MAX_FILE_BYTES) -> None:
+                 sizes: ChunkSizes | None = None, max_file_bytes: int = MAX_FILE_BYTES) -> None:
+        """``sizes`` default to what the embedder reads whole."""
         self.documents = documents
         self.embedder = embedder
-        self.sizes = sizes
+        self.sizes = sizes or ChunkSizes.reading(embedder.reads)
+        self.pieces = embedder.word_pieces
         self.max_file_bytes = max_file_bytes
 
     def add(self, name: str, paths: Sequence[str | Path], *,
@@ -207,7 +213,8 @@ class Indexer:
                 self._stream(info, *doc, report, paced, stop,
                              lambda part: progress(done, path, part))
             elif doc is not None:
-                chunks = chunk_text(doc[1].text, doc[1].kind, sizes=self.sizes)
+                chunks = chunk_text(doc[1].text, doc[1].kind, sizes=self.sizes,
+                                    pieces=self.pieces)
                 pending.updates.append((doc[0], chunks))
                 pending.chunks += len(chunks)
             if pending.chunks >= BATCH_CHUNKS or len(pending.updates) >= BATCH_CHUNKS:
@@ -241,7 +248,7 @@ class Indexer:
                 return None
             doc = read_document(path, data, limit=self.max_file_bytes)
         except (NotText, FileRefused, DocsError) as exc:
-            report.skipped.append(Skipped(str(path), exc.user_text()))
+            report.skipped.append(Skipped.because(str(path), exc.user_text()))
             return None
         except OSError as exc:
             report.skipped.append(Skipped(str(path), exc.strerror or str(exc)))
@@ -258,7 +265,7 @@ class Indexer:
         those a stop left unembedded are dropped (the next update reads them)."""
         if not pending.updates:
             return
-        texts = [t for _, chunks in pending.updates for t in _texts(chunks)]
+        texts = [t for _, chunks in pending.updates for t in _texts(chunks, self.pieces)]
         vectors = paced.embed(texts, stop)
         files, used = [], 0
         for update, chunks in pending.updates:
@@ -283,7 +290,7 @@ class Indexer:
 
         def flush() -> bool:
             nonlocal written
-            vectors = paced.embed(_texts(batch), lambda: stop.cancelled,
+            vectors = paced.embed(_texts(batch, self.pieces), lambda: stop.cancelled,
                                   lambda n: progress(batch[n - 1].end_line / lines))
             if len(vectors) < len(batch):
                 return False
@@ -292,7 +299,7 @@ class Indexer:
             report.chunks_added += len(batch)
             batch.clear()
             return True
-        for chunk in iter_chunks(doc.text, doc.kind, sizes=self.sizes):
+        for chunk in iter_chunks(doc.text, doc.kind, sizes=self.sizes, pieces=self.pieces):
             batch.append(chunk)
             if stop.cancelled or (len(batch) >= BATCH_CHUNKS and not flush()):
                 break

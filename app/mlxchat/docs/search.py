@@ -64,6 +64,8 @@ class Hit:
     dense_rank: int | None
     stale: str | None = None
     """Why the file no longer matches what was indexed (deleted, changed), if so."""
+    similarity: float | None = None
+    """The cosine similarity to the question, when the dense side ranked it."""
 
     @property
     def place(self) -> str:
@@ -193,17 +195,19 @@ class Retriever:
             ranked = lexical or dense
         ranked = ranked[:k]
         bm25_ranks = {cid: r for r, (cid, _) in enumerate(lexical, 1)}
-        dense_ranks = {cid: r for r, (cid, _) in enumerate(dense, 1)}
+        dense_ranks = {cid: (r, cos) for r, (cid, cos) in enumerate(dense, 1)}
         chunks = {c.id: c for c in self.documents.chunks([cid for cid, _ in ranked])}
         return [_hit(chunks[cid], score, bm25_ranks.get(cid), dense_ranks.get(cid))
                 for cid, score in ranked if cid in chunks]
 
 
-def _hit(chunk: StoredChunk, score: float, bm25_rank, dense_rank) -> Hit:
+def _hit(chunk: StoredChunk, score: float, bm25_rank: int | None,
+         dense: tuple[int, float] | None) -> Hit:
     return Hit(chunk_id=chunk.id, path=chunk.path, start_line=chunk.start_line,
                end_line=chunk.end_line, heading=chunk.heading, text=chunk.text,
                tokens=chunk.token_count, score=score, bm25_rank=bm25_rank,
-               dense_rank=dense_rank, stale=staleness(chunk))
+               dense_rank=dense[0] if dense else None, stale=staleness(chunk),
+               similarity=dense[1] if dense else None)
 
 
 def staleness(chunk: StoredChunk) -> str | None:

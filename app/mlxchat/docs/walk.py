@@ -28,6 +28,18 @@ PASSED_OVER = {"node_modules", "__pycache__", "venv", "site-packages", "dist", "
 class Skipped:
     path: str
     reason: str
+    """Why, without the path (the line that shows it names it) or a full stop."""
+
+    @classmethod
+    def because(cls, path: str, message: str) -> Skipped:
+        """From an error's one line, which names the path ('PATH is a binary file.')."""
+        text = message.strip().removesuffix(".").removesuffix("; skipped")
+        for lead in (f"{path} is ", f"{path} "):
+            if text.startswith(lead):
+                text = text[len(lead):]
+                break
+        text = text.replace(f" {path}", "")  # 'Cannot read PATH: ...' -> 'Cannot read: ...'
+        return cls(path, text[:1].lower() + text[1:])
 
 
 @dataclass

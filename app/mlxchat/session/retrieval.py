@@ -2,9 +2,10 @@
 budget, and the collections themselves for the commands and the UI.
 
 A message sent with a collection in use (``GenerationSettings.docs``) gets the
-top chunks for its text, as many as fit ``docs_budget`` tokens (default a
-quarter of the window, never more than the window has left), numbered in a
-block in front of the question (``mlxchat.sources``). The chunks are stored
+top chunks for its text that pass the relevance floor (``docs.relevance``),
+byte-identical ones once, as many as fit ``docs_budget`` tokens (default 1/8
+of the window, at least 512, never more than the window has left), numbered in
+a block in front of the question (``mlxchat.sources``). The chunks are stored
 with the message and are part of its token ledger, so reopening, retrying,
 branching or exporting never retrieves again.
 
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 from mlxchat.engine.interface import Engine
 from mlxchat.errors import MlxchatError
-from mlxchat.generation import DOCS_BUDGET_SHARE
+from mlxchat.generation import DOCS_BUDGET_AUTO_MIN, DOCS_BUDGET_SHARE
 from mlxchat.session.current import OpenSession
 from mlxchat.session.mlx_thread import MlxThread
 from mlxchat.sources import Source, sources_block
@@ -33,8 +34,9 @@ from mlxchat.store.documents import CollectionInfo, CollectionNotFound
 from mlxchat.turn_stats import TurnStats
 
 if TYPE_CHECKING:
-    from mlxchat.docs import Hit, IndexProgress, IndexReport, Retriever
+    from mlxchat.docs import IndexProgress, IndexReport, Retriever
     from mlxchat.docs.embedder import Embedder
+    from mlxchat.docs.relevance import SameText
 
 T = TypeVar("T")
 
@@ -61,6 +63,9 @@ class Retrieved:
     """Hits that did not fit the budget."""
     prefill_tps: float | None
     """The last measured prefill rate of this session (None: none yet)."""
+    below_floor: int = 0
+    """Of the top ``docs_k`` hits, those left out as far less relevant than the
+    best (``docs.relevance``)."""
 
     @property
     def tokens(self) -> int:
@@ -109,11 +114,12 @@ class Retrieval:
 
     def budget(self, message: str = "") -> int:
         """Tokens the sources block of the next message may take: the setting
-        (or a quarter of the window), never more than the window has left once
-        the message itself (``message``) and the reply's reserve are counted."""
+        (or 1/8 of the window, at least 512), never more than the window has
+        left once the message itself (``message``) and the reply's reserve are
+        counted."""
         settings = self._open.generation
         window = self._engine.prompts.window(settings)
-        wanted = settings.docs_budget or window // DOCS_BUDGET_SHARE
+        wanted = settings.docs_budget or max(window // DOCS_BUDGET_SHARE, DOCS_BUDGET_AUTO_MIN)
         room = (self._window_left() - self._engine.prompts.reply_reserve(settings)
                 - (self._tokens(message) if message else 0))
         return max(0, min(wanted, room))
@@ -176,12 +182,15 @@ class Retrieval:
         budget = self.budget(message or text)
         hits = self._on_thread(lambda: self.retriever().search(
             name, text, k=settings.docs_k * CANDIDATES_PER_K))
+        from mlxchat.docs.relevance import by_text, relevant
+
+        kept = relevant(hits)
         sources: list[Source] = []
         block = left_out = 0
-        for hit in hits:
+        for group in by_text(kept):
             if len(sources) == settings.docs_k:
                 break
-            source = _source(name, len(sources) + 1, hit)
+            source = _source(name, len(sources) + 1, group)
             source.tokens = self._tokens(source.entry())
             # The whole block counts: its numbering, tags and the citing instruction too.
             with_it = self._tokens(sources_block(name, [*sources, source]))
@@ -192,7 +201,8 @@ class Retrieval:
             sources.append(source)
         stats = self._last_stats()
         found = Retrieved(name, sources, budget, block, left_out,
-                          stats.prefill_tps if stats is not None else None)
+                          stats.prefill_tps if stats is not None else None,
+                          below_floor=_dropped(hits[:settings.docs_k], kept))
         if remember:
             self.last = found
         return found
@@ -234,8 +244,15 @@ class Retrieval:
             return self._retriever
 
 
-def _source(collection: str, n: int, hit: Hit) -> Source:
+def _source(collection: str, n: int, group: SameText) -> Source:
+    """The source of a hit, naming where else its very text is (sent once)."""
+    hit = group.hit
     return Source(n=n, collection=collection, path=hit.path, start_line=hit.start_line,
                   end_line=hit.end_line, heading=hit.heading, text=hit.text,
-                  score=round(hit.score, 6), chunk_id=hit.chunk_id, stale=hit.stale)
+                  score=round(hit.score, 6), chunk_id=hit.chunk_id, stale=hit.stale,
+                  also=[twin.place for twin in group.twins])
 
+
+def _dropped(top: list, kept: list) -> int:
+    ids = {h.chunk_id for h in kept}
+    return sum(h.chunk_id not in ids for h in top)

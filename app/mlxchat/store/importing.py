@@ -44,6 +44,8 @@ def _fits(value: Any, hint: Any) -> bool:
         return isinstance(value, str)
     if hint in (dict, list):
         return isinstance(value, hint)
+    if origin is list:  # list[str]: each item checked
+        return isinstance(value, list) and all(_fits(v, get_args(hint)[0]) for v in value)
     return False
 
 
