@@ -82,7 +82,9 @@ async def test_the_app_indexes_retrieves_and_shows_sources_before_the_reply(tmp_
         assert panels_at_first_text and panels_at_first_text[0] == 1  # before any reply text
         panel = app.transcript.query_one(SourcesPanel)
         text = panel.render().plain
-        assert text.startswith("2 sources · ") and f"{notes}/boats.md:1-3 · Boats" in text
+        # The unrelated note falls under the relevance floor and is not sent.
+        assert text.startswith("1 source · ") and f"{notes}/boats.md:1-3 · Boats" in text
+        assert "trains.md" not in text
         assert "retrieving from notes…" in shown
         sid = app.conversation.session.id
         # Reopened, the panel is there again, from the stored sources.
