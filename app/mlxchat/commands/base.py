@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from mlxchat.errors import MlxchatError
+from mlxchat.units import plural
 
 if TYPE_CHECKING:
     from mlxchat.engine.events import Event
@@ -244,3 +245,21 @@ def ago(timestamp: float | None, now: float) -> str:
 def first_words(text: str, limit: int = 40) -> str:
     line = one_line(text, limit)
     return line or "(empty)"
+
+
+def pending_list(pending: list, args: Args, noun: str, usage: str,
+                 describe: Callable[[Any], str]) -> CommandResult | None:
+    """What ``/attach`` and ``/image`` say of what goes with the next message:
+    ``--clear`` drops it all, no words list it; None when the command goes on
+    with a path."""
+    if "--clear" in args.flags:
+        count = len(pending)
+        pending.clear()
+        return CommandResult.info(f"Dropped {plural(count, f'pending {noun}')}.",
+                                  clear_input=True)
+    if args.words:
+        return None
+    if not pending:
+        return CommandResult.info(f"No pending {noun}s. Usage: {usage}")
+    names = ", ".join(describe(item) for item in pending)
+    return CommandResult.info(f"Going with your next message: {names}.")

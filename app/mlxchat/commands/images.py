@@ -17,10 +17,11 @@ from mlxchat.commands.base import (
     CommandResult,
     Confirmation,
     last_stats,
+    pending_list,
 )
 from mlxchat.commands.completers import complete_files, user_path
 from mlxchat.errors import MlxchatError
-from mlxchat.units import fmt_int, fmt_report_percent, fmt_seconds, plural
+from mlxchat.units import fmt_int, fmt_report_percent, fmt_seconds
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff")
 
@@ -47,16 +48,10 @@ def dropped_image(ctx: CommandContext, text: str) -> Path | None:
 def image(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
     pending = conv.turns.images
-    if "--clear" in args.flags:
-        count = len(pending)
-        pending.clear()
-        return CommandResult.info(f"Dropped {plural(count, 'pending image')}.",
-                                  clear_input=True)
-    if not args.words:
-        if not pending:
-            return CommandResult.info("No pending images. Usage: /image PATH")
-        names = ", ".join(f"{r.name} ({r.width}x{r.height})" for r in pending)
-        return CommandResult.info(f"Going with your next message: {names}.")
+    listed = pending_list(pending, args, "image", "/image PATH",
+                          lambda r: f"{r.name} ({r.width}x{r.height})")
+    if listed is not None:
+        return listed
     if "--dropped" in args.flags:
         found = user_path(ctx, args.words[0])
         if not found.is_file():

@@ -17,6 +17,7 @@ from mlxchat.commands.base import (
     CommandResult,
     last_stats,
     one_line,
+    pending_list,
 )
 from mlxchat.commands.completers import complete_files, user_path
 from mlxchat.files import FileRefused, FileTooLarge, read_limited
@@ -154,16 +155,10 @@ def read_text_file(ctx: CommandContext, raw: str, free: int, *, verb: str = "att
 def attach(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
     pending = conv.turns.attachments
-    if "--clear" in args.flags:
-        count = len(pending)
-        pending.clear()
-        return CommandResult.info(f"Dropped {plural(count, 'pending attachment')}.",
-                                  clear_input=True)
-    if not args.words:
-        if not pending:
-            return CommandResult.info("No pending attachments. Usage: /attach PATH")
-        names = ", ".join(f"{a.path.name} ({fmt_int(a.tokens)} tokens)" for a in pending)
-        return CommandResult.info(f"Going with your next message: {names}.")
+    listed = pending_list(pending, args, "attachment", "/attach PATH",
+                          lambda a: f"{a.path.name} ({fmt_int(a.tokens)} tokens)")
+    if listed is not None:
+        return listed
     window = conv.views.context_window
     free = conv.views.window_left() - sum(a.tokens for a in pending)
     path, text = read_text_file(ctx, args.words[0], free)
