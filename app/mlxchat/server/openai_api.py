@@ -21,7 +21,8 @@ from mlxchat.turn_stats import TurnStats
 
 def capped_to(stats: TurnStats, asked: int | None) -> int | None:
     """The most tokens the reply could have had when the request asked for
-    more than the window leaves after the prompt (``max_tokens: 10**12``), else None."""
+    more than the window leaves after the prompt, else None (a max_tokens past
+    the whole window is refused before it runs: ``requests.too_many_tokens``)."""
     room = max(0, stats.context_window - stats.prompt_tokens + 1)  # the last is never fed
     return room if asked is not None and stats.context_window and asked > room else None
 
@@ -99,7 +100,8 @@ def _delta(piece: Piece) -> dict[str, Any]:
 async def chat_completions(request: Request) -> Response:
     service: ChatService = request.app.state.service
     chat = openai_chat(parse_json(await read_body(request)), request.headers.get("x-session"),
-                       allow_image_urls=request.app.state.allow_image_urls)
+                       allow_image_urls=request.app.state.allow_image_urls,
+                       window=service.window)
     shape = _ChatShape(service.model_id, chat.turn.settings.get("max_tokens"))
     items, first = await started(request, service.chat(chat))
     if not chat.stream:

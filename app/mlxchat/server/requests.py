@@ -240,8 +240,17 @@ def stop_strings(value: Any) -> list[str]:
     return stops
 
 
-def sampling(data: dict[str, Any], *, max_names: tuple[str, ...]) -> dict[str, Any]:
-    """Generation settings the request gives (temperature, top_p, max tokens, seed)."""
+def too_many_tokens(name: str, value: int, window: int) -> ApiError:
+    """OpenAI's refusal of a ``max_tokens`` past what the model can write."""
+    return bad_field(name, f"{name} is too large: {value}. This model supports at most "
+                     f"{window} completion tokens (its context window, less the prompt), "
+                     f"whereas you provided {value}.")
+
+
+def sampling(data: dict[str, Any], *, max_names: tuple[str, ...],
+             window: int | None = None) -> dict[str, Any]:
+    """Generation settings the request gives (temperature, top_p, max tokens, seed);
+    a max tokens past ``window`` (the context window) is refused, as OpenAI does."""
     settings: dict[str, Any] = {}
     temperature = _number(data, "temperature", 0.0, 2.0)
     if temperature is not None:
@@ -254,6 +263,8 @@ def sampling(data: dict[str, Any], *, max_names: tuple[str, ...]) -> dict[str, A
     for name in max_names:
         limit = whole_number(data, name, 1)
         if limit is not None:
+            if window is not None and limit > window:
+                raise too_many_tokens(name, limit, window)
             settings["max_tokens"] = limit
     seed = whole_number(data, "seed", 0)
     if seed is not None:
@@ -297,17 +308,19 @@ def openai_common(data: dict[str, Any]) -> OpenAiCommon:
 
 
 def openai_chat(data: dict[str, Any], header_session: str | None, *,
-                allow_image_urls: bool = False) -> ChatRequest:
+                allow_image_urls: bool = False, window: int | None = None) -> ChatRequest:
     common = openai_common(data)
     system, messages = _messages(data, allow_urls=allow_image_urls)
-    settings = sampling(data, max_names=("max_tokens", "max_completion_tokens"))
+    settings = sampling(data, max_names=("max_tokens", "max_completion_tokens"),
+                        window=window)
     tools = tool_definitions(data.get("tools"), data.get("tool_choice"))
     turn = ApiRequest(system, messages, settings, session_name(data, header_session), tools)
     return ChatRequest(common.model, turn, common.stream, stop_strings(data.get("stop")),
                        common.include_usage)
 
 
-def ollama_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest:
+def ollama_chat(data: dict[str, Any], header_session: str | None, *,
+                window: int | None = None) -> ChatRequest:
     model = data.get("model")
     if not isinstance(model, str) or not model:
         raise missing_field("model")
@@ -315,7 +328,7 @@ def ollama_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest
     options = data.get("options") or {}
     if not isinstance(options, dict):
         raise bad_field("options", "'options' must be an object.")
-    settings = sampling(options, max_names=("num_predict",))
+    settings = sampling(options, max_names=("num_predict",), window=window)
     stream = data.get("stream", True)
     if not isinstance(stream, bool):
         raise bad_field("stream", "'stream' must be true or false.")
