@@ -36,9 +36,28 @@ def test_serve_tui_runs_the_chat_with_the_server_options(launched):
     (["--host", "0.0.0.0"], "give a key with --api-key-file PATH, $MLXCHAT_API_KEY or --api-key"),
 ])
 def test_bad_serve_tui_options_are_one_line_and_start_nothing(launched, capsys, argv, words):
-    assert cli.main(["serve", "--tui", *argv]) == 1
+    assert cli.main(["serve", "--tui", *argv]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1 and err.startswith("mlxchat: error:")
+    assert launched == []
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--host", "0.0.0.0", "--api-key", ""], "--api-key is empty"),
+    (["--api-key", " "], "--api-key is empty"),
+    (["--port", "abc"], "argument --port: invalid int value: 'abc'"),
+    (["--port"], "argument --port: expected one argument"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--queue", "x"], "argument --queue: invalid int value"),
+])
+def test_every_refusal_of_serve_is_one_line_and_exit_status_2(launched, capsys, argv, words):
+    try:
+        status = cli.main(["serve", "--tui", "--port", "0", *argv])
+    except SystemExit as exc:  # argparse's own refusals exit from the parser
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2 and words in err, err
+    assert err.count("\n") == 1 and err.startswith("mlxchat: error:")
     assert launched == []
 
 

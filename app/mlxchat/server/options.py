@@ -6,14 +6,14 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from mlxchat.errors import MlxchatError, UserError
+from mlxchat.errors import UsageError
 
 DEFAULT_KV_BUDGET = 8_000_000_000
 """Disk for the API sessions' KV segments unless told otherwise (`--kv-budget`):
 `mlxchat serve` and the chat's `/serve` alike."""
 
 
-class BindRefused(MlxchatError):
+class BindRefused(UsageError):
     """A bind beyond loopback without an API key."""
 
 
@@ -49,9 +49,9 @@ def check_bind(host: str, api_key: str | None) -> None:
 
 
 def check_options(options: ServeOptions) -> None:
-    """Refuse bad options in one line, before anything starts."""
+    """Refuse bad options in one line (exit status 2), before anything starts."""
     check_bind(options.host, options.api_key)
     if not 0 <= options.port < 65536:
-        raise UserError(f"--port must be 0 to 65535; got {options.port}")
+        raise UsageError(f"--port must be 0 to 65535; got {options.port}")
     if options.queue < 1:
-        raise UserError(f"--queue must be at least 1; got {options.queue}")
+        raise UsageError(f"--queue must be at least 1; got {options.queue}")
