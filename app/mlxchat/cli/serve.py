@@ -15,7 +15,12 @@ from typing import Callable, NoReturn
 
 from mlxchat.cli.progress import progress_printer
 from mlxchat.config import Settings
-from mlxchat.server.options import DEFAULT_KV_BUDGET, ServeOptions, check_options
+from mlxchat.server.options import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_KV_BUDGET,
+    ServeOptions,
+    check_options,
+)
 
 
 def add_serve_parser(sub) -> None:
@@ -37,6 +42,10 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--allow-image-urls", action="store_true",
                    help="fetch the http(s) image URLs requests name (default: refused; "
                    "images come as data URLs)")
+    p.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT_S,
+                   metavar="S", help="seconds a request may take to send its whole body once "
+                   f"its headers are in (default {DEFAULT_BODY_TIMEOUT_S:g}); a slower one "
+                   "gets a 408")
     p.add_argument("--tui", action="store_true",
                    help="run the chat in this terminal while serving, on the same loaded "
                    "model (quitting the chat stops the server)")
@@ -126,7 +135,8 @@ def serve_options(args: argparse.Namespace, *,
     options are good, to be visible to others."""
     options = ServeOptions(host=args.host, port=args.port, api_key=api_key(args),
                            queue=args.queue, kv_budget_bytes=parse_size(args.kv_budget),
-                           allow_image_urls=args.allow_image_urls)
+                           allow_image_urls=args.allow_image_urls,
+                           body_timeout_s=args.body_timeout)
     check_options(options)
     if args.api_key is not None:
         warn("mlxchat serve: a key given with --api-key can be read by every user of this "
@@ -177,7 +187,7 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
               "streaming, as far as it was checkpointed (marked stopped)", file=sys.stderr)
     server = RunningServer(build_app(service, api_key=options.api_key,
                                      allow_image_urls=options.allow_image_urls), host=args.host,
-                           port=args.port)
+                           port=args.port, body_timeout_s=options.body_timeout_s)
     try:
         service.warm_up()  # before listening: the first request is served warm
         server.start()

@@ -4,6 +4,7 @@ imports it at start-up without the HTTP stack)."""
 from __future__ import annotations
 
 import ipaddress
+import math
 from dataclasses import dataclass
 
 from mlxchat.errors import UsageError
@@ -11,6 +12,9 @@ from mlxchat.errors import UsageError
 DEFAULT_KV_BUDGET = 8_000_000_000
 """Disk for the API sessions' KV segments unless told otherwise (`--kv-budget`):
 `mlxchat serve` and the chat's `/serve` alike."""
+DEFAULT_BODY_TIMEOUT_S = 30.0
+"""How long a request may take to send its whole body once its headers are in
+(`--body-timeout`; the 16 MB body limit at 30 s needs ~560 KB/s)."""
 
 
 class BindRefused(UsageError):
@@ -29,6 +33,8 @@ class ServeOptions:
     """None: no budget (the segments are never trimmed)."""
     allow_image_urls: bool = False
     """Fetch http(s) image URLs of requests (else only data URLs are taken)."""
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    """A request's whole body must arrive within this once its headers are in."""
 
 
 def is_loopback(host: str) -> bool:
@@ -55,3 +61,6 @@ def check_options(options: ServeOptions) -> None:
         raise UsageError(f"--port must be 0 to 65535; got {options.port}")
     if options.queue < 1:
         raise UsageError(f"--queue must be at least 1; got {options.queue}")
+    if not (math.isfinite(options.body_timeout_s) and 0 < options.body_timeout_s <= 3600):
+        raise UsageError("--body-timeout must be a number of seconds above 0 and at most "
+                         f"3600; got {options.body_timeout_s:g}")
