@@ -16,6 +16,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mlxchat.server import completions_api, ollama_api, openai_api
 from mlxchat.server.access_log import AccessLog
 from mlxchat.server.errors import ApiError, Dialect, internal
+from mlxchat.server.image_fetch import FetchLimits
 from mlxchat.server.service import ChatService
 from mlxchat.server.streaming import ClientGone
 
@@ -75,7 +76,10 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 
 def build_app(service: ChatService, *, api_key: str | None = None,
-              max_body_bytes: int = MAX_BODY_BYTES, allow_image_urls: bool = False) -> ASGIApp:
+              max_body_bytes: int = MAX_BODY_BYTES, allow_image_urls: bool = False,
+              image_fetch: FetchLimits = FetchLimits()) -> ASGIApp:
+    """``image_fetch``: how far an allowed image URL is fetched (with
+    ``allow_image_urls``; never otherwise)."""
     routes = [
         Route("/v1/chat/completions", openai_api.chat_completions, methods=["POST"]),
         Route("/v1/models", openai_api.models, methods=["GET"]),
@@ -89,4 +93,5 @@ def build_app(service: ChatService, *, api_key: str | None = None,
     app.state.service = service
     app.state.max_body_bytes = max_body_bytes
     app.state.allow_image_urls = allow_image_urls
+    app.state.image_fetch = image_fetch
     return AccessLog(ApiKeyCheck(app, api_key))

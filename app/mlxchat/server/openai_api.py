@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mlxchat.server.errors import ApiError
+from mlxchat.server.image_fetch import fetch_images
 from mlxchat.server.requests import ChatRequest, openai_chat, parse_json
 from mlxchat.server.service import ChatService, Finished, Piece
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started, unsent
@@ -102,6 +103,10 @@ async def chat_completions(request: Request) -> Response:
     chat = openai_chat(parse_json(await read_body(request)), request.headers.get("x-session"),
                        allow_image_urls=request.app.state.allow_image_urls,
                        window=service.window)
+    service.check_model(chat.model)  # before anything is fetched for it
+    info = service.conv.views.model_info
+    chat.turn = await fetch_images(chat.turn, request.app.state.image_fetch,
+                                   sees=info.sees_images, model=info.name)
     shape = _ChatShape(service.model_id, chat.turn.settings.get("max_tokens"))
     items, first = await started(request, service.chat(chat))
     if not chat.stream:

@@ -189,7 +189,8 @@ def _messages(data: dict[str, Any], *, allow_urls: bool = False, ollama: bool = 
             called[""] = calls[-1].name  # a result that names no call answers the last
         if role == "user" and "content" not in m:
             raise missing_field(f"{where}.content")
-        signature = calls_signature(calls) + "".join(f"\0image:{b.digest}" for b in blobs)
+        # An image URL's digest is known once it is fetched (``image_fetch``).
+        signature = calls_signature(calls) + images.signature(blobs)
         out.append(IncomingMessage(role, content, signature, calls, images=blobs))
     if not out or out[-1].role not in ("user", "tool"):
         raise bad_field("messages", "The last message must be the user's or a tool result.")
