@@ -23,10 +23,29 @@ from mlxchat.server.streaming import ClientGone
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_HEADER_BYTES = 16 * 1024
+"""A request's headers together: h11's bound on headers that arrive in parts,
+held too for those that arrive in one read (which h11 takes whole)."""
 
 
 def _dialect(path: str) -> Dialect:
     return "ollama" if path.startswith("/api/") else "openai"
+
+
+class HeaderLimit:
+    """Headers past ``MAX_HEADER_BYTES`` together: a 431, before anything reads them."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and sum(len(k) + len(v) + 4 for k, v in scope["headers"]) \
+                > MAX_HEADER_BYTES:
+            error = ApiError(431, f"The request's headers are over {MAX_HEADER_BYTES:,} bytes.",
+                             code="request_header_fields_too_large")
+            await error.response(_dialect(scope["path"]))(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 class ApiKeyCheck:
@@ -94,4 +113,4 @@ def build_app(service: ChatService, *, api_key: str | None = None,
     app.state.max_body_bytes = max_body_bytes
     app.state.allow_image_urls = allow_image_urls
     app.state.image_fetch = image_fetch
-    return AccessLog(ApiKeyCheck(app, api_key))
+    return AccessLog(HeaderLimit(ApiKeyCheck(app, api_key)))

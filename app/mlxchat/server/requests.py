@@ -29,6 +29,14 @@ class ChatRequest:
     include_usage: bool = False
 
 
+MAX_MESSAGES = 2048
+"""Messages one request may carry (OpenAI's own limit): more would be rendered
+and tokenized on the engine's lane before any could be refused."""
+MAX_TOOLS = 128
+"""Tools one request may define (OpenAI's own limit)."""
+MAX_NAME_CHARS = 256
+"""A session named by ``user`` or ``X-Session``: an id or a title."""
+
 MAX_DEPTH = 64
 """Nesting a body may have (a tool's JSON schema needs a dozen levels): deeper
 data would only be walked recursively later (the template, the tools' JSON)."""
@@ -131,6 +139,8 @@ def tool_definitions(tools: Any, choice: Any) -> str | None:
         return None
     if not isinstance(tools, list):
         raise bad_field("tools", "'tools' must be a list.")
+    if len(tools) > MAX_TOOLS:
+        raise bad_field("tools", f"'tools' may hold at most {MAX_TOOLS} tools; got {len(tools):,}.")
     for i, tool in enumerate(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type") != "function" \
@@ -155,6 +165,9 @@ def _messages(data: dict[str, Any], *, allow_urls: bool = False, ollama: bool = 
     raw = data["messages"]
     if not isinstance(raw, list) or not raw:
         raise bad_field("messages", "'messages' must be a non-empty list.")
+    if len(raw) > MAX_MESSAGES:
+        raise bad_field("messages", f"'messages' may hold at most {MAX_MESSAGES:,} messages; "
+                        f"got {len(raw):,}.")
     system: list[str] = []
     out: list[IncomingMessage] = []
     called: dict[str, str] = {}
@@ -277,7 +290,11 @@ def session_name(data: dict[str, Any], header: str | None) -> str | None:
     user = data.get("user")
     if user is not None and not isinstance(user, str):
         raise bad_field("user", "'user' must be a string.")
-    return (header or user or "").strip() or None
+    name = (header or user or "").strip()
+    if len(name) > MAX_NAME_CHARS:
+        raise bad_field("X-Session" if header else "user", "A session is named by its id or "
+                        f"title, at most {MAX_NAME_CHARS} characters; got {len(name):,}.")
+    return name or None
 
 
 @dataclass
