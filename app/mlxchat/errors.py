@@ -17,6 +17,15 @@ class MlxchatError(Exception):
 class UserError(MlxchatError):
     """Bad input on the command line: printed as one line, exit status 1."""
 
+    exit_status = 1
+
+
+class UsageError(UserError):
+    """A command given wrongly (a flag's value, flags that conflict): one line,
+    exit status 2, as argparse's own refusals."""
+
+    exit_status = 2
+
 
 def os_error_text(exc: OSError) -> str:
     """One line for an OSError: what failed and on which file."""

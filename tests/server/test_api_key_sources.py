@@ -40,19 +40,19 @@ def test_a_key_file_others_can_read_is_refused_in_one_line(launched, tmp_path, c
     key = tmp_path / "key"
     key.write_text("s3cret\n")
     key.chmod(mode)
-    assert _serve("--api-key-file", str(key)) == 1
+    assert _serve("--api-key-file", str(key)) == 2
     err = capsys.readouterr().err
     assert f"can be read by other users (mode {mode:o}); chmod 600" in err
     assert err.count("\n") == 1 and launched == []
 
 
 def test_a_missing_or_empty_key_file_is_refused(launched, tmp_path, capsys):
-    assert _serve("--api-key-file", str(tmp_path / "none")) == 1
+    assert _serve("--api-key-file", str(tmp_path / "none")) == 2
     assert "No such file" in capsys.readouterr().err
     empty = tmp_path / "empty"
     empty.write_text("\n")
     empty.chmod(0o600)
-    assert _serve("--api-key-file", str(empty)) == 1
+    assert _serve("--api-key-file", str(empty)) == 2
     assert "is empty" in capsys.readouterr().err
     assert launched == []
 
@@ -76,5 +76,5 @@ def test_two_key_flags_are_refused(launched, tmp_path, capsys):
     key = tmp_path / "key"
     key.write_text("a")
     key.chmod(0o600)
-    assert _serve("--api-key", "b", "--api-key-file", str(key)) == 1
+    assert _serve("--api-key", "b", "--api-key-file", str(key)) == 2
     assert "not both" in capsys.readouterr().err and launched == []

@@ -82,35 +82,89 @@ def test_deeply_nested_tool_call_arguments_stay_text(roomy, caplog):
     _no_tracebacks(caplog)
 
 
-def test_a_max_tokens_past_the_window_is_said_to_be_capped(tiny, tmp_path):
-    """Accepted (the reply runs to the window), and the response says so."""
+def test_a_max_tokens_past_the_window_is_refused_as_openai_does(tiny, tmp_path, caplog):
+    """10**12 (or the window + 1) is a 400 naming the field, in each API's own
+    shape, before anything runs or is stored; the window itself is taken."""
+    caplog.set_level(logging.INFO)
     narrow = serve(tiny, tmp_path / "n.db", context_window=256)
+    hello = [{"role": "user", "content": "hi"}]
     try:
+        for too_many in (10**12, 257):
+            for name in ("max_tokens", "max_completion_tokens"):
+                reply = request(narrow.url, "POST", CHAT, {"model": "tiny", "messages": hello,
+                                                           name: too_many})
+                assert reply.status == 400, reply.body[:200]
+                error = reply.json()["error"]
+                assert error == {"message": f"{name} is too large: {too_many}. This model "
+                                 "supports at most 256 completion tokens (its context window, "
+                                 f"less the prompt), whereas you provided {too_many}.",
+                                 "type": "invalid_request_error", "param": name,
+                                 "code": "invalid_value"}
+            ollama = request(narrow.url, "POST", OLLAMA, {
+                "model": "tiny", "messages": hello, "options": {"num_predict": too_many}})
+            assert ollama.status == 400
+            assert ollama.json() == {"error": f"num_predict is too large: {too_many}. This "
+                                     "model supports at most 256 completion tokens (its "
+                                     "context window, less the prompt), whereas you "
+                                     f"provided {too_many}."}
+            raw = request(narrow.url, "POST", COMPLETIONS, {"model": "tiny", "prompt": "Once",
+                                                            "max_tokens": too_many})
+            assert raw.status == 400 and raw.json()["error"]["param"] == "max_tokens"
+        assert all(s.message_count == 0 for s in narrow.conv.store.list_sessions())
+        assert narrow.service.answered == 0
+        _no_tracebacks(caplog)
         _say_capped(narrow)
     finally:
         narrow.stop()
 
 
+def test_a_max_tokens_that_is_no_whole_number_from_1_is_refused(served):
+    for value in (2.5, 4.0, "4", -1, 0, True, False, [4], {"n": 4}):
+        _refused_everywhere(served, value)
+    assert served.service.answered == 0
+
+
+def _refused_everywhere(served, value) -> None:
+    hello = [{"role": "user", "content": "hi"}]
+    for path, body, name in (
+            (CHAT, {"model": "tiny", "messages": hello, "max_tokens": value}, "max_tokens"),
+            (CHAT, {"model": "tiny", "messages": hello, "max_completion_tokens": value},
+             "max_completion_tokens"),
+            (COMPLETIONS, {"model": "tiny", "prompt": "Once", "max_tokens": value},
+             "max_tokens"),
+            (OLLAMA, {"model": "tiny", "messages": hello, "options": {"num_predict": value}},
+             "num_predict")):
+        reply = request(served.url, "POST", path, body)
+        assert reply.status == 400, (path, value, reply.body[:200])
+        error = reply.json()["error"]
+        if path == OLLAMA:
+            assert error == f"'{name}' must be a whole number >= 1."
+        else:
+            assert error["param"] == name and error["code"] == "invalid_value"
+
+
 def _say_capped(roomy) -> None:
+    """A max_tokens the window holds but the prompt leaves no room for is
+    taken; the reply runs to the window and the response says where."""
     hello = [{"role": "user", "content": "hi"}]
     whole = request(roomy.url, "POST", CHAT, {"model": "tiny", "messages": hello,
-                                              "max_tokens": 10**12, "temperature": 0})
+                                              "max_tokens": 256, "temperature": 0})
     assert whole.status == 200
     usage = whole.json()["usage"]
     room = 256 - usage["prompt_tokens"] + 1
     assert usage["max_tokens_capped_to"] == room >= usage["completion_tokens"]
     assert whole.headers["x-max-tokens-capped"] == str(room)
     streamed = request(roomy.url, "POST", CHAT, {
-        "model": "tiny", "messages": hello, "max_tokens": 10**12, "stream": True,
+        "model": "tiny", "messages": hello, "max_tokens": 256, "stream": True,
         "stream_options": {"include_usage": True}, "temperature": 0})
     last = [line for line in streamed.lines() if line.startswith("data: {")][-1]
     assert json.loads(last[6:])["usage"]["max_tokens_capped_to"] == room
     ollama = request(roomy.url, "POST", OLLAMA, {"model": "tiny", "messages": hello,
                                                  "stream": False,
-                                                 "options": {"num_predict": 10**12}})
+                                                 "options": {"num_predict": 256}})
     assert ollama.json()["num_predict_capped_to"] == room
     raw = request(roomy.url, "POST", COMPLETIONS, {"model": "tiny", "prompt": "Once",
-                                                   "max_tokens": 10**12})
+                                                   "max_tokens": 256})
     assert raw.json()["usage"]["max_tokens_capped_to"] > 0
     # A max_tokens the window holds says nothing.
     small = request(roomy.url, "POST", CHAT, {"model": "tiny", "messages": hello,

@@ -317,13 +317,17 @@ def test_a_key_is_checked_on_every_request(tiny, tmp_path):
         keyed.stop()
 
 
-@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.20"])
-def test_a_bind_beyond_loopback_needs_a_key(host):
+@pytest.mark.parametrize("host, key", [("0.0.0.0", []), ("192.168.1.20", []),
+                                       ("0.0.0.0", ["--api-key", ""])])
+def test_a_bind_beyond_loopback_needs_a_key(host, key, monkeypatch):
+    """Refused in one line, exit status 2; an empty key is no key (and says so
+    without first warning that the key can be read by others)."""
     import subprocess
     import sys
 
+    monkeypatch.delenv("MLXCHAT_API_KEY", raising=False)
     proc = subprocess.run([sys.executable, "-m", "mlxchat", "serve", "--host", host,
-                           "--port", "0"], capture_output=True, text=True, timeout=60,
+                           "--port", "0", *key], capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert "--api-key" in proc.stderr and proc.stderr.count("\n") == 1

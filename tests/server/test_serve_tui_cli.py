@@ -24,9 +24,11 @@ def launched(monkeypatch):
 
 def test_serve_tui_runs_the_chat_with_the_server_options(launched):
     assert cli.main(["serve", "--tui", "--host", "0.0.0.0", "--port", "0", "--api-key", "k",
-                     "--queue", "3", "--kv-budget", "1G", "--model", "tiny"]) == 0
+                     "--queue", "3", "--kv-budget", "1G", "--model", "tiny",
+                     "--body-timeout", "5"]) == 0
     assert launched == [{"model": "tiny", "serve": ServeOptions(
-        host="0.0.0.0", port=0, api_key="k", queue=3, kv_budget_bytes=10**9)}]
+        host="0.0.0.0", port=0, api_key="k", queue=3, kv_budget_bytes=10**9,
+        body_timeout_s=5.0)}]
 
 
 @pytest.mark.parametrize("argv, words", [
@@ -34,11 +36,32 @@ def test_serve_tui_runs_the_chat_with_the_server_options(launched):
     (["--queue", "0"], "--queue must be at least 1"),
     (["--kv-budget", "lots"], "--kv-budget must be a size"),
     (["--host", "0.0.0.0"], "give a key with --api-key-file PATH, $MLXCHAT_API_KEY or --api-key"),
+    (["--body-timeout", "0"], "--body-timeout must be a number of seconds above 0"),
+    (["--body-timeout", "nan"], "--body-timeout must be a number of seconds above 0"),
 ])
 def test_bad_serve_tui_options_are_one_line_and_start_nothing(launched, capsys, argv, words):
-    assert cli.main(["serve", "--tui", *argv]) == 1
+    assert cli.main(["serve", "--tui", *argv]) == 2
     err = capsys.readouterr().err
     assert words in err and err.count("\n") == 1 and err.startswith("mlxchat: error:")
+    assert launched == []
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--host", "0.0.0.0", "--api-key", ""], "--api-key is empty"),
+    (["--api-key", " "], "--api-key is empty"),
+    (["--port", "abc"], "argument --port: invalid int value: 'abc'"),
+    (["--port"], "argument --port: expected one argument"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+    (["--queue", "x"], "argument --queue: invalid int value"),
+])
+def test_every_refusal_of_serve_is_one_line_and_exit_status_2(launched, capsys, argv, words):
+    try:
+        status = cli.main(["serve", "--tui", "--port", "0", *argv])
+    except SystemExit as exc:  # argparse's own refusals exit from the parser
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2 and words in err, err
+    assert err.count("\n") == 1 and err.startswith("mlxchat: error:")
     assert launched == []
 
 

@@ -13,21 +13,26 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.server.app import build_app
+from mlxchat.server.image_fetch import FetchLimits
 from mlxchat.server.runner import RunningServer
 from mlxchat.server.service import ChatService
 
 from tests.server.conftest import Served, open_tiny, request
+from tests.server.image_hosts import ImageHosts
+from tests.waiting import until
 
 from .conftest import make_image
 from .test_bad_images import png_header_only
 from .test_vision_app import tiny_vl  # noqa: F401 (fixture)
 
 
-def serve(loaded, db: Path, *, allow_image_urls: bool = False) -> Served:
+def serve(loaded, db: Path, *, allow_image_urls: bool = False, **fetch) -> Served:
+    """``fetch``: FetchLimits' fields."""
     conv = open_tiny(loaded, db)
     service = ChatService(conv, store=conv.store, engine=conv.engine, max_waiting=4,
                           kv_budget_bytes=None)
-    app = build_app(service, max_body_bytes=4 << 20, allow_image_urls=allow_image_urls)
+    app = build_app(service, max_body_bytes=4 << 20, allow_image_urls=allow_image_urls,
+                    image_fetch=FetchLimits(**fetch))
     return Served(conv, service, RunningServer(app, host="127.0.0.1", port=0).start())
 
 
@@ -113,6 +118,36 @@ def test_an_allowed_image_url_is_fetched(tiny_vl, tmp_path, shot):
         served.stop()
         files.shutdown()
         files.server_close()
+
+
+def test_a_url_that_trickles_holds_no_other_request(tiny_vl, tmp_path):
+    """While one request's image trickles in, the server answers others; the
+    request ends when the image does (short of its length: a 400), nothing stored."""
+    hosts = ImageHosts()
+    served = serve(tiny_vl, tmp_path / "s.db", allow_image_urls=True, deadline_s=60)
+    outcome: list = []
+    url = hosts.url("/trickle")
+    body = openai([{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "Look"}]}])
+    waiting = threading.Thread(target=lambda: outcome.append(
+        request(served.url, "POST", "/v1/chat/completions", body, timeout_s=90)))
+    try:
+        waiting.start()
+        until(hosts.seen.trickling.is_set)
+        assert request(served.url, "GET", "/v1/models", timeout_s=30).status == 200
+        assert not outcome and not hosts.seen.trickle_gone.is_set()  # still fetching
+        hosts.seen.stop.set()  # the image ends short of its length
+        waiting.join(60)
+        (got,) = outcome
+        assert got.status == 400
+        error = got.json()["error"]
+        assert error["param"] == "messages[0].content[0]"
+        assert error["code"] == "invalid_image_url" and url in error["message"]
+        assert not served.conv.messages
+    finally:
+        hosts.close()
+        served.stop()
+        waiting.join(60)
 
 
 def test_ollama_images(tiny_vl, tmp_path, shot):

@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if text is None:
             raise
         print(f"mlxchat: error: {text}", file=sys.stderr)
-        return 1
+        return getattr(exc, "exit_status", 1)
 
 
 def _stdout_closed() -> int:

@@ -11,17 +11,23 @@ import signal
 import stat
 import sys
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
 from mlxchat.cli.progress import progress_printer
 from mlxchat.config import Settings
-from mlxchat.server.options import DEFAULT_KV_BUDGET, ServeOptions, check_options
+from mlxchat.server.options import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_KV_BUDGET,
+    ServeOptions,
+    check_options,
+)
 
 
 def add_serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="serve the OpenAI and Ollama chat APIs over HTTP",
                        description="Serve /v1/chat/completions, /v1/models, /api/chat and "
                        "/api/tags; conversations are ordinary sessions, their KV kept on disk.")
+    _refuse_in_one_line(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; others need --api-key)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free)")
@@ -36,6 +42,10 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--allow-image-urls", action="store_true",
                    help="fetch the http(s) image URLs requests name (default: refused; "
                    "images come as data URLs)")
+    p.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT_S,
+                   metavar="S", help="seconds a request may take to send its whole body once "
+                   f"its headers are in (default {DEFAULT_BODY_TIMEOUT_S:g}); a slower one "
+                   "gets a 408")
     p.add_argument("--tui", action="store_true",
                    help="run the chat in this terminal while serving, on the same loaded "
                    "model (quitting the chat stops the server)")
@@ -43,6 +53,24 @@ def add_serve_parser(sub) -> None:
                    help="disk for the API sessions' KV segments, e.g. 8G, 500M (default "
                    f"{KV_BUDGET_TEXT}); past it the least recently used sessions lose "
                    "their segments (never their messages) and recompute when used again")
+
+
+def _refuse_in_one_line(parser: argparse.ArgumentParser) -> None:
+    """argparse's refusals of `serve` (a bad value, an unknown flag) in one line,
+    exit status 2, like the options' own checks, not after the usage."""
+    def error(message: str) -> NoReturn:
+        parser.exit(2, f"mlxchat: error: {message} (see mlxchat serve --help)\n")
+
+    parse_known = parser.parse_known_args
+
+    def parse_known_args(args=None, namespace=None):  # type: ignore[no-untyped-def]
+        parsed, extras = parse_known(args, namespace)
+        if extras:
+            error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    parser.error = error  # type: ignore[method-assign]
+    parser.parse_known_args = parse_known_args  # type: ignore[method-assign]
 
 
 KV_BUDGET_TEXT = f"{DEFAULT_KV_BUDGET / 10**9:g}G"
@@ -55,15 +83,15 @@ def parse_size(text: str) -> int:
     """'8G', '500M', '1.5GB', '0' -> bytes (decimal units)."""
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", text.lower())
     if not found:
-        from mlxchat.errors import UserError
+        from mlxchat.errors import UsageError
 
-        raise UserError(f"--kv-budget must be a size such as 8G or 500M; got {text!r}")
+        raise UsageError(f"--kv-budget must be a size such as 8G or 500M; got {text!r}")
     return int(float(found.group(1)) * _UNITS[found.group(2)])
 
 
 def _key_from_file(given: str) -> str:
     """The key in ``given`` (its first line), which only its owner may read."""
-    from mlxchat.errors import UserError
+    from mlxchat.errors import UsageError
     from mlxchat.files import FileRefused, read_limited
 
     path = Path(given).expanduser()
@@ -72,39 +100,47 @@ def _key_from_file(given: str) -> str:
         data = read_limited(path, MAX_KEY_FILE_BYTES)
     except (OSError, FileRefused) as exc:
         text = exc.strerror if isinstance(exc, OSError) else str(exc)
-        raise UserError(f"--api-key-file {given}: {text}") from None
+        raise UsageError(f"--api-key-file {given}: {text}") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise UserError(f"--api-key-file {given} can be read by other users "
+        raise UsageError(f"--api-key-file {given} can be read by other users "
                         f"(mode {stat.S_IMODE(mode):o}); chmod 600 {given}")
     lines = data.decode("utf-8", "replace").strip().splitlines()
     if not lines or not lines[0].strip():
-        raise UserError(f"--api-key-file {given} is empty")
+        raise UsageError(f"--api-key-file {given} is empty")
     return lines[0].strip()
 
 
-def api_key(args: argparse.Namespace, *, warn=lambda text: print(text, file=sys.stderr)
-            ) -> str | None:
+def api_key(args: argparse.Namespace) -> str | None:
     """The key from --api-key-file, --api-key or $MLXCHAT_API_KEY (one of the flags at
-    most); a key on the command line works but is said to be visible to others."""
-    from mlxchat.errors import UserError
+    most; an empty one is refused rather than taken for no key)."""
+    from mlxchat.errors import UsageError
 
     if args.api_key is not None and args.api_key_file is not None:
-        raise UserError("give --api-key or --api-key-file, not both")
+        raise UsageError("give --api-key or --api-key-file, not both")
     if args.api_key_file is not None:
         return _key_from_file(args.api_key_file)
     if args.api_key is not None:
-        warn("mlxchat serve: a key given with --api-key can be read by every user of this "
-             "machine (ps, /proc); use --api-key-file PATH or $" + API_KEY_VARIABLE)
-        return args.api_key or None
+        if not args.api_key.strip():
+            raise UsageError("--api-key is empty: give a key (better with --api-key-file "
+                             f"PATH or ${API_KEY_VARIABLE}), or leave the flag out")
+        return args.api_key
     return os.environ.get(API_KEY_VARIABLE) or None
 
 
-def serve_options(args: argparse.Namespace) -> ServeOptions:
-    """The options, checked: bad ones are refused in one line before the model loads."""
+def serve_options(args: argparse.Namespace, *,
+                  warn: Callable[[str], None] = lambda text: print(text, file=sys.stderr)
+                  ) -> ServeOptions:
+    """The options, checked: bad ones are refused in one line (exit status 2) before
+    the model loads; a key given on the command line works but is said, once the
+    options are good, to be visible to others."""
     options = ServeOptions(host=args.host, port=args.port, api_key=api_key(args),
                            queue=args.queue, kv_budget_bytes=parse_size(args.kv_budget),
-                           allow_image_urls=args.allow_image_urls)
+                           allow_image_urls=args.allow_image_urls,
+                           body_timeout_s=args.body_timeout)
     check_options(options)
+    if args.api_key is not None:
+        warn("mlxchat serve: a key given with --api-key can be read by every user of this "
+             "machine (ps, /proc); use --api-key-file PATH or $" + API_KEY_VARIABLE)
     return options
 
 
@@ -151,7 +187,7 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
               "streaming, as far as it was checkpointed (marked stopped)", file=sys.stderr)
     server = RunningServer(build_app(service, api_key=options.api_key,
                                      allow_image_urls=options.allow_image_urls), host=args.host,
-                           port=args.port)
+                           port=args.port, body_timeout_s=options.body_timeout_s)
     try:
         service.warm_up()  # before listening: the first request is served warm
         server.start()

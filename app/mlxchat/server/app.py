@@ -16,16 +16,36 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from mlxchat.server import completions_api, ollama_api, openai_api
 from mlxchat.server.access_log import AccessLog
 from mlxchat.server.errors import ApiError, Dialect, internal
+from mlxchat.server.image_fetch import FetchLimits
 from mlxchat.server.service import ChatService
 from mlxchat.server.streaming import ClientGone
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+MAX_HEADER_BYTES = 16 * 1024
+"""A request's headers together: h11's bound on headers that arrive in parts,
+held too for those that arrive in one read (which h11 takes whole)."""
 
 
 def _dialect(path: str) -> Dialect:
     return "ollama" if path.startswith("/api/") else "openai"
+
+
+class HeaderLimit:
+    """Headers past ``MAX_HEADER_BYTES`` together: a 431, before anything reads them."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and sum(len(k) + len(v) + 4 for k, v in scope["headers"]) \
+                > MAX_HEADER_BYTES:
+            error = ApiError(431, f"The request's headers are over {MAX_HEADER_BYTES:,} bytes.",
+                             code="request_header_fields_too_large")
+            await error.response(_dialect(scope["path"]))(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
 
 
 class ApiKeyCheck:
@@ -75,7 +95,10 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 
 def build_app(service: ChatService, *, api_key: str | None = None,
-              max_body_bytes: int = MAX_BODY_BYTES, allow_image_urls: bool = False) -> ASGIApp:
+              max_body_bytes: int = MAX_BODY_BYTES, allow_image_urls: bool = False,
+              image_fetch: FetchLimits = FetchLimits()) -> ASGIApp:
+    """``image_fetch``: how far an allowed image URL is fetched (with
+    ``allow_image_urls``; never otherwise)."""
     routes = [
         Route("/v1/chat/completions", openai_api.chat_completions, methods=["POST"]),
         Route("/v1/models", openai_api.models, methods=["GET"]),
@@ -89,4 +112,5 @@ def build_app(service: ChatService, *, api_key: str | None = None,
     app.state.service = service
     app.state.max_body_bytes = max_body_bytes
     app.state.allow_image_urls = allow_image_urls
-    return AccessLog(ApiKeyCheck(app, api_key))
+    app.state.image_fetch = image_fetch
+    return AccessLog(HeaderLimit(ApiKeyCheck(app, api_key)))

@@ -79,7 +79,8 @@ class SharedServer:
             self.server = RunningServer(
                 build_app(service, api_key=options.api_key,
                           allow_image_urls=options.allow_image_urls),
-                host=options.host, port=options.port).start()
+                host=options.host, port=options.port,
+                body_timeout_s=options.body_timeout_s).start()
         except BaseException:
             if service is not None:
                 service.close()  # its lane thread

@@ -37,7 +37,7 @@ class CompletionRequest:
     include_usage: bool
 
 
-def parse(data: dict[str, Any]) -> CompletionRequest:
+def parse(data: dict[str, Any], *, window: int | None = None) -> CompletionRequest:
     common = openai_common(data)
     if "prompt" not in data:
         raise missing_field("prompt")
@@ -51,7 +51,7 @@ def parse(data: dict[str, Any]) -> CompletionRequest:
             raise ApiError(400, f"'{name}' is not supported by this server.", param=name,
                            code="unsupported_parameter")
     settings = {"max_tokens": DEFAULT_MAX_TOKENS,
-                **sampling(data, max_names=("max_tokens",))}
+                **sampling(data, max_names=("max_tokens",), window=window)}
     return CompletionRequest(common.model, prompt, settings, common.stream,
                              stop_strings(data.get("stop")), common.include_usage)
 
@@ -110,7 +110,7 @@ class _CompletionShape:
 
 async def completions(request: Request) -> Response:
     service: ChatService = request.app.state.service
-    completion = parse(parse_json(await read_body(request)))
+    completion = parse(parse_json(await read_body(request)), window=service.window)
     service.check_model(completion.model)
     await service.check_fits([completion.prompt])
     shape = _CompletionShape(service.model_id)

@@ -42,8 +42,13 @@ def missing_field(param: str) -> ApiError:
     return ApiError(400, f"'{param}' is required.", param=param, code="missing_required_parameter")
 
 
+SHOWN_NAME_CHARS = 200
+"""How much of a name a client sent is said back in an error."""
+
+
 def unknown_model(name: str, served: str) -> ApiError:
-    return ApiError(404, f"The model '{name}' does not exist; this server runs '{served}'.",
+    shown = name if len(name) <= SHOWN_NAME_CHARS else name[:SHOWN_NAME_CHARS] + "…"
+    return ApiError(404, f"The model '{shown}' does not exist; this server runs '{served}'.",
                     param="model", code="model_not_found")
 
 

@@ -1,8 +1,9 @@
 """Images in API requests: OpenAI's ``image_url`` content parts (data URLs;
-http(s) URLs only with ``--allow-image-urls``, never fetched otherwise) and
-Ollama's ``images`` (base64). Each is checked like a file given to /image
-and kept in the image store by the hash of its bytes before anything of the
-request is stored; a bad one is a 400 naming its field."""
+http(s) URLs only with ``--allow-image-urls``, never fetched otherwise, and
+then by ``image_fetch`` once the request is read) and Ollama's ``images``
+(base64). Each is checked like a file given to /image and kept in the image
+store by the hash of its bytes before anything of the request is stored; a
+bad one is a 400 naming its field."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import binascii
 import hashlib
 import os
 import tempfile
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,16 +22,14 @@ from mlxchat.models import vision_images
 from mlxchat.server.errors import bad_field
 from mlxchat.store.image_files import store_image
 
-URL_FETCH_S = 10.0
-"""How long an allowed http(s) image may take to arrive."""
-
-
 @dataclass(frozen=True)
 class ImageBlob:
     """An image's bytes as a request carried them, and the field it came in."""
 
     data: bytes
     param: str
+    url: str | None = None
+    """An allowed http(s) URL not fetched yet (``data`` empty until then)."""
 
     @property
     def digest(self) -> str:
@@ -58,20 +56,21 @@ def from_url(url: Any, param: str, *, allow_urls: bool) -> ImageBlob:
         if not allow_urls:
             raise bad_field(param, "Image URLs are not fetched: send the image as a data URL, "
                             "or start the server with --allow-image-urls.")
-        return ImageBlob(_fetch(url, param), param)
+        return ImageBlob(b"", param, url)  # fetched once the whole request is read
     raise bad_field(param, "'image_url.url' must be a data URL or an http(s) URL.")
 
 
-def _fetch(url: str, param: str) -> bytes:
-    limit = vision_images.MAX_FILE_BYTES
-    try:
-        with urllib.request.urlopen(url, timeout=URL_FETCH_S) as reply:  # noqa: S310 (allowed)
-            data = reply.read(limit + 1)
-    except (OSError, ValueError) as exc:
-        raise bad_field(param, f"The image could not be fetched: {exc}") from None
-    if len(data) > limit:
-        raise bad_field(param, f"The image is over {limit >> 20} MB.")
-    return data
+def signature(blobs: tuple[ImageBlob, ...]) -> str:
+    """What a message's images add to its signature: their digests."""
+    return "".join(f"\0image:{b.digest}" for b in blobs)
+
+
+def check_seen(blobs: list[ImageBlob] | tuple[ImageBlob, ...], *, sees: bool,
+               model: str) -> None:
+    """A 400 when a request shows images to a model that sees none."""
+    if blobs and not sees:
+        raise bad_field(blobs[0].param, f"{model} sees no images; send text only or serve a "
+                        "vision-language model.")
 
 
 def from_base64(text: Any, param: str) -> ImageBlob:
@@ -84,9 +83,7 @@ def from_base64(text: Any, param: str) -> ImageBlob:
 def keep(blobs: tuple[ImageBlob, ...], *, sees: bool, model: str) -> tuple[ImageRef, ...]:
     """Check every image first (decoded once), then keep them by their hash;
     a 400 (nothing kept) when the model sees none or one is bad."""
-    if blobs and not sees:
-        raise bad_field(blobs[0].param, f"{model} sees no images; send text only or serve a "
-                        "vision-language model.")
+    check_seen(blobs, sees=sees, model=model)
     checked: list[tuple[Path, vision_images.Header]] = []
     with tempfile.TemporaryDirectory(prefix="mlxchat-image-") as folder:
         for n, blob in enumerate(blobs):

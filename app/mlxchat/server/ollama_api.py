@@ -52,7 +52,7 @@ def _final(model: str, end: Finished, message: dict[str, Any],
 async def chat(request: Request) -> Response:
     service: ChatService = request.app.state.service
     chat_request = ollama_chat(parse_json(await read_body(request)),
-                               request.headers.get("x-session"))
+                               request.headers.get("x-session"), window=service.window)
     items, first = await started(request, service.chat(chat_request))
     model = service.model_id
     asked = chat_request.turn.settings.get("max_tokens")

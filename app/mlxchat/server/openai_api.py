@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mlxchat.server.errors import ApiError
+from mlxchat.server.image_fetch import fetch_images
 from mlxchat.server.requests import ChatRequest, openai_chat, parse_json
 from mlxchat.server.service import ChatService, Finished, Piece
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started, unsent
@@ -21,7 +22,8 @@ from mlxchat.turn_stats import TurnStats
 
 def capped_to(stats: TurnStats, asked: int | None) -> int | None:
     """The most tokens the reply could have had when the request asked for
-    more than the window leaves after the prompt (``max_tokens: 10**12``), else None."""
+    more than the window leaves after the prompt, else None (a max_tokens past
+    the whole window is refused before it runs: ``requests.too_many_tokens``)."""
     room = max(0, stats.context_window - stats.prompt_tokens + 1)  # the last is never fed
     return room if asked is not None and stats.context_window and asked > room else None
 
@@ -99,7 +101,12 @@ def _delta(piece: Piece) -> dict[str, Any]:
 async def chat_completions(request: Request) -> Response:
     service: ChatService = request.app.state.service
     chat = openai_chat(parse_json(await read_body(request)), request.headers.get("x-session"),
-                       allow_image_urls=request.app.state.allow_image_urls)
+                       allow_image_urls=request.app.state.allow_image_urls,
+                       window=service.window)
+    service.check_model(chat.model)  # before anything is fetched for it
+    info = service.conv.views.model_info
+    chat.turn = await fetch_images(chat.turn, request.app.state.image_fetch,
+                                   sees=info.sees_images, model=info.name)
     shape = _ChatShape(service.model_id, chat.turn.settings.get("max_tokens"))
     items, first = await started(request, service.chat(chat))
     if not chat.stream:

@@ -4,16 +4,20 @@ imports it at start-up without the HTTP stack)."""
 from __future__ import annotations
 
 import ipaddress
+import math
 from dataclasses import dataclass
 
-from mlxchat.errors import MlxchatError, UserError
+from mlxchat.errors import UsageError
 
 DEFAULT_KV_BUDGET = 8_000_000_000
 """Disk for the API sessions' KV segments unless told otherwise (`--kv-budget`):
 `mlxchat serve` and the chat's `/serve` alike."""
+DEFAULT_BODY_TIMEOUT_S = 30.0
+"""How long a request may take to send its whole body once its headers are in
+(`--body-timeout`; the 16 MB body limit at 30 s needs ~560 KB/s)."""
 
 
-class BindRefused(MlxchatError):
+class BindRefused(UsageError):
     """A bind beyond loopback without an API key."""
 
 
@@ -29,6 +33,8 @@ class ServeOptions:
     """None: no budget (the segments are never trimmed)."""
     allow_image_urls: bool = False
     """Fetch http(s) image URLs of requests (else only data URLs are taken)."""
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
+    """A request's whole body must arrive within this once its headers are in."""
 
 
 def is_loopback(host: str) -> bool:
@@ -49,9 +55,12 @@ def check_bind(host: str, api_key: str | None) -> None:
 
 
 def check_options(options: ServeOptions) -> None:
-    """Refuse bad options in one line, before anything starts."""
+    """Refuse bad options in one line (exit status 2), before anything starts."""
     check_bind(options.host, options.api_key)
     if not 0 <= options.port < 65536:
-        raise UserError(f"--port must be 0 to 65535; got {options.port}")
+        raise UsageError(f"--port must be 0 to 65535; got {options.port}")
     if options.queue < 1:
-        raise UserError(f"--queue must be at least 1; got {options.queue}")
+        raise UsageError(f"--queue must be at least 1; got {options.queue}")
+    if not (math.isfinite(options.body_timeout_s) and 0 < options.body_timeout_s <= 3600):
+        raise UsageError("--body-timeout must be a number of seconds above 0 and at most "
+                         f"3600; got {options.body_timeout_s:g}")

@@ -29,6 +29,14 @@ class ChatRequest:
     include_usage: bool = False
 
 
+MAX_MESSAGES = 2048
+"""Messages one request may carry (OpenAI's own limit): more would be rendered
+and tokenized on the engine's lane before any could be refused."""
+MAX_TOOLS = 128
+"""Tools one request may define (OpenAI's own limit)."""
+MAX_NAME_CHARS = 256
+"""A session named by ``user`` or ``X-Session``: an id or a title."""
+
 MAX_DEPTH = 64
 """Nesting a body may have (a tool's JSON schema needs a dozen levels): deeper
 data would only be walked recursively later (the template, the tools' JSON)."""
@@ -131,6 +139,8 @@ def tool_definitions(tools: Any, choice: Any) -> str | None:
         return None
     if not isinstance(tools, list):
         raise bad_field("tools", "'tools' must be a list.")
+    if len(tools) > MAX_TOOLS:
+        raise bad_field("tools", f"'tools' may hold at most {MAX_TOOLS} tools; got {len(tools):,}.")
     for i, tool in enumerate(tools):
         fn = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(tool, dict) or tool.get("type") != "function" \
@@ -155,6 +165,9 @@ def _messages(data: dict[str, Any], *, allow_urls: bool = False, ollama: bool = 
     raw = data["messages"]
     if not isinstance(raw, list) or not raw:
         raise bad_field("messages", "'messages' must be a non-empty list.")
+    if len(raw) > MAX_MESSAGES:
+        raise bad_field("messages", f"'messages' may hold at most {MAX_MESSAGES:,} messages; "
+                        f"got {len(raw):,}.")
     system: list[str] = []
     out: list[IncomingMessage] = []
     called: dict[str, str] = {}
@@ -189,7 +202,8 @@ def _messages(data: dict[str, Any], *, allow_urls: bool = False, ollama: bool = 
             called[""] = calls[-1].name  # a result that names no call answers the last
         if role == "user" and "content" not in m:
             raise missing_field(f"{where}.content")
-        signature = calls_signature(calls) + "".join(f"\0image:{b.digest}" for b in blobs)
+        # An image URL's digest is known once it is fetched (``image_fetch``).
+        signature = calls_signature(calls) + images.signature(blobs)
         out.append(IncomingMessage(role, content, signature, calls, images=blobs))
     if not out or out[-1].role not in ("user", "tool"):
         raise bad_field("messages", "The last message must be the user's or a tool result.")
@@ -240,8 +254,17 @@ def stop_strings(value: Any) -> list[str]:
     return stops
 
 
-def sampling(data: dict[str, Any], *, max_names: tuple[str, ...]) -> dict[str, Any]:
-    """Generation settings the request gives (temperature, top_p, max tokens, seed)."""
+def too_many_tokens(name: str, value: int, window: int) -> ApiError:
+    """OpenAI's refusal of a ``max_tokens`` past what the model can write."""
+    return bad_field(name, f"{name} is too large: {value}. This model supports at most "
+                     f"{window} completion tokens (its context window, less the prompt), "
+                     f"whereas you provided {value}.")
+
+
+def sampling(data: dict[str, Any], *, max_names: tuple[str, ...],
+             window: int | None = None) -> dict[str, Any]:
+    """Generation settings the request gives (temperature, top_p, max tokens, seed);
+    a max tokens past ``window`` (the context window) is refused, as OpenAI does."""
     settings: dict[str, Any] = {}
     temperature = _number(data, "temperature", 0.0, 2.0)
     if temperature is not None:
@@ -254,6 +277,8 @@ def sampling(data: dict[str, Any], *, max_names: tuple[str, ...]) -> dict[str, A
     for name in max_names:
         limit = whole_number(data, name, 1)
         if limit is not None:
+            if window is not None and limit > window:
+                raise too_many_tokens(name, limit, window)
             settings["max_tokens"] = limit
     seed = whole_number(data, "seed", 0)
     if seed is not None:
@@ -265,7 +290,11 @@ def session_name(data: dict[str, Any], header: str | None) -> str | None:
     user = data.get("user")
     if user is not None and not isinstance(user, str):
         raise bad_field("user", "'user' must be a string.")
-    return (header or user or "").strip() or None
+    name = (header or user or "").strip()
+    if len(name) > MAX_NAME_CHARS:
+        raise bad_field("X-Session" if header else "user", "A session is named by its id or "
+                        f"title, at most {MAX_NAME_CHARS} characters; got {len(name):,}.")
+    return name or None
 
 
 @dataclass
@@ -297,17 +326,19 @@ def openai_common(data: dict[str, Any]) -> OpenAiCommon:
 
 
 def openai_chat(data: dict[str, Any], header_session: str | None, *,
-                allow_image_urls: bool = False) -> ChatRequest:
+                allow_image_urls: bool = False, window: int | None = None) -> ChatRequest:
     common = openai_common(data)
     system, messages = _messages(data, allow_urls=allow_image_urls)
-    settings = sampling(data, max_names=("max_tokens", "max_completion_tokens"))
+    settings = sampling(data, max_names=("max_tokens", "max_completion_tokens"),
+                        window=window)
     tools = tool_definitions(data.get("tools"), data.get("tool_choice"))
     turn = ApiRequest(system, messages, settings, session_name(data, header_session), tools)
     return ChatRequest(common.model, turn, common.stream, stop_strings(data.get("stop")),
                        common.include_usage)
 
 
-def ollama_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest:
+def ollama_chat(data: dict[str, Any], header_session: str | None, *,
+                window: int | None = None) -> ChatRequest:
     model = data.get("model")
     if not isinstance(model, str) or not model:
         raise missing_field("model")
@@ -315,7 +346,7 @@ def ollama_chat(data: dict[str, Any], header_session: str | None) -> ChatRequest
     options = data.get("options") or {}
     if not isinstance(options, dict):
         raise bad_field("options", "'options' must be an object.")
-    settings = sampling(options, max_names=("num_predict",))
+    settings = sampling(options, max_names=("num_predict",), window=window)
     stream = data.get("stream", True)
     if not isinstance(stream, bool):
         raise bad_field("stream", "'stream' must be true or false.")

@@ -12,6 +12,7 @@ from starlette.types import ASGIApp
 from mlxchat.errors import MlxchatError
 from mlxchat.open_files import raise_soft_limit
 from mlxchat.server.connections import HEADER_TIMEOUT_S, connection_cap, guarded_protocol
+from mlxchat.server.options import DEFAULT_BODY_TIMEOUT_S
 
 
 class ServerFailed(MlxchatError):
@@ -21,12 +22,14 @@ class ServerFailed(MlxchatError):
 class RunningServer:
     def __init__(self, app: ASGIApp, *, host: str, port: int,
                  max_connections: int | None = None,
-                 header_timeout_s: float = HEADER_TIMEOUT_S):
+                 header_timeout_s: float = HEADER_TIMEOUT_S,
+                 body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S):
         # Every connection holds a descriptor: as many as the hard limit allows,
         # and a cap below them (``max_connections``, else from the limit).
         self.max_connections = max_connections or connection_cap(raise_soft_limit())
         protocol = guarded_protocol(max_connections=self.max_connections,
-                                    header_timeout_s=header_timeout_s)
+                                    header_timeout_s=header_timeout_s,
+                                    body_timeout_s=body_timeout_s)
         config = uvicorn.Config(app, host=host, port=port, log_level="warning",
                                 lifespan="off", timeout_graceful_shutdown=3,
                                 access_log=False, http=protocol)

@@ -184,6 +184,12 @@ class ChatService:
         self._names = {conv.model_spec, conv.views.model_info.name,
                        Path(conv.model_spec).name, conv.views.model_info.name.split("/")[-1]}
 
+    @property
+    def window(self) -> int:
+        """The context window a turn gets (the model's, or the settings' cap below
+        it): no reply can be longer."""
+        return self.engine.prompts.window(self.conv.settings.generation)
+
     def check_model(self, name: str) -> None:
         if name not in self._names:
             raise unknown_model(name, self.model_id)

@@ -9,7 +9,7 @@ from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
 import anyio
 import anyio._backends._asyncio  # noqa: F401 - at start, not on the first request (lazy in anyio)
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -20,17 +20,22 @@ T = TypeVar("T")
 
 
 async def read_body(request: Request) -> bytes:
-    """The whole body; 413 as soon as it passes the server's limit."""
+    """The whole body; 413 as soon as it passes the server's limit; ClientGone
+    when the connection ends first (its client left, or sent it too slowly:
+    ``serve --body-timeout``)."""
     limit: int = request.app.state.max_body_bytes
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit)
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _too_large(limit)
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientGone() from None
     return b"".join(chunks)
 
 
