@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mlxchat.paths import kv_file
+from mlxchat.store import kv_names
 from mlxchat.store.database import Database
 from mlxchat.store.records import SegmentRecord
 from mlxchat.store.rows import PATH_UP, check_message, ids_from_blob, ids_to_blob
@@ -35,6 +36,14 @@ class Segments:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._tag: str | None = None
+
+    def file_tag(self) -> str:
+        """The word every KV file name this database makes carries (``kv_names``)."""
+        if self._tag is None:
+            with self._db.reading() as cur:
+                self._tag = kv_names.read_tag(cur)
+        return self._tag
 
     def record(self, session_id: int, message_id: int, *, start: int, end: int,
                path: str, checksum: str, file_bytes: int, kv_bits: int | None,
