@@ -72,7 +72,8 @@ def test_no_request_joins_files_and_an_idle_session_is_joined(tiny, tmp_path):
         tag = idle.conv.store.segments.file_tag()
         assert sorted(p.name[:4] for p in paths.kv_dir().iterdir() if f"-{tag}-" in p.name) == [
             "cmp-", "cmp-"]
-        assert sorted(p for p in paths.kv_dir().iterdir() if f"-{tag}-" not in p.name) == busy_files
+        others = sorted(p for p in paths.kv_dir().iterdir() if f"-{tag}-" not in p.name)
+        assert others == busy_files
         again = say(api, a, "A, turn 4.")  # restored from the joined file
         assert again.usage.prompt_tokens_details.cached_tokens == joined[-1].end
         assert files(idle, a_id) == (4, 2)

@@ -4,8 +4,8 @@ forks and branches share rows' files, and a file is deleted only when no row
 names it any more. Paths are stored relative to the data folder.
 
 Ordering that keeps a file for every committed row: the caller writes the file
-(temp + rename), then ``Segments.record`` commits its row; files are returned
-for deletion only after the rows naming them are gone.
+(temp, then a name no file had: ``kv_names``), then ``Segments.record`` commits
+its row; files are returned for deletion only after the rows naming them are gone.
 """
 
 from __future__ import annotations
