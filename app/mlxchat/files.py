@@ -3,9 +3,11 @@ private atomic writes and streamed sha256."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
+import secrets
 import stat
 import tempfile
 from pathlib import Path
@@ -95,6 +97,39 @@ def write_private_text(path: Path, text: str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def link_new(tmp: Path, wanted: Path, *, attempts: int = 16) -> Path:
+    """Give the finished file ``tmp`` the name ``wanted`` or, when a file has that
+    name, a fresh one beside it (``STEM-xxxxxx.SUFFIX``); return the name taken.
+    Never replaces a file: another row, another database may own it. ``tmp``
+    may be left behind for the caller to remove."""
+    name = Path(wanted)
+    for _ in range(attempts):
+        try:
+            os.link(tmp, name)
+            return name
+        except FileExistsError:
+            pass
+        except OSError:  # no hard links here (FAT, some network shares)
+            if _move_onto_new(tmp, name):
+                return name
+        name = name.with_name(f"{Path(wanted).stem}-{secrets.token_hex(3)}{name.suffix}")
+    raise FileExistsError(errno.EEXIST, "no free file name", str(wanted))
+
+
+def _move_onto_new(tmp: Path, name: Path) -> bool:
+    """Move ``tmp`` onto ``name`` created exclusively now; False when it exists."""
+    try:
+        os.close(os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        return False
+    try:
+        os.replace(tmp, name)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+    return True
 
 
 def sha256_file(path: Path, *, on_progress: Callable[[int, int], None] | None = None) -> str:

@@ -137,7 +137,7 @@ def inside_kv_dir(path: Path) -> Path | None:
 
 
 KV_TEMP = re.compile(r"^\..+\.(\d+)\.tmp\.safetensors$")
-"""A KV cache file being written: '.NAME.PID.tmp.safetensors' (renamed when complete)."""
+"""A KV cache file being written: '.NAME.PID.tmp.safetensors' (given its name when complete)."""
 
 
 def kv_temp_file(path: Path, pid: int) -> Path:

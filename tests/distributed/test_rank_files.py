@@ -59,8 +59,11 @@ def test_drop_and_delete_remove_rank_files_and_manifests(tiny, tmp_path):
     _talk(other)
     _split_like(folder)
 
+    tag = store.segments.file_tag()
+
     def of(session_id: int) -> list[str]:
-        return sorted(f.name for f in folder.iterdir() if f.name.startswith(f"seg-{session_id}-"))
+        return sorted(f.name for f in folder.iterdir()
+                      if f.name.startswith(f"seg-{tag}-{session_id}-"))
     mine, theirs = of(conv.session.id), of(other.session.id)
     assert len(mine) == len(theirs) == 6
     other_id = other.session.id

@@ -45,8 +45,8 @@ CHILD = textwrap.dedent("""
 
     if step == "write":  # the temp file is written, not yet synced
         os.fsync = die
-    elif step == "rename":  # the joined file is in place, no row names it
-        os.replace = after(os.replace)
+    elif step == "rename":  # the joined file has its name, no row names it
+        os.link = after(os.link)
     elif step == "rows":  # the rows name the joined file, the old files remain
         Segments.replace_files = after(Segments.replace_files)
     elif step == "delete":  # one old file deleted, the others remain

@@ -58,6 +58,7 @@ def test_no_request_joins_files_and_an_idle_session_is_joined(tiny, tmp_path):
         assert files(busy, a_id) == (3, 3) and files(busy, b_id) == (3, 3)
     finally:
         busy.stop()
+    busy_files = sorted(paths.kv_dir().iterdir())
     idle = serve(tiny, tmp_path / "idle.db", idle_join_s=0.2)
     try:
         api, a, _, a_id, b_id = rotation(idle)
@@ -66,9 +67,13 @@ def test_no_request_joins_files_and_an_idle_session_is_joined(tiny, tmp_path):
         joined = idle.conv.store.segments.on_branch(idle.conv.store.get_session(a_id).leaf_id)
         assert joined[0].path.startswith("snapshots/cmp-")
         # Each turn's span is kept, the rows point at the joined file, and the
-        # old files are gone.
+        # old files are gone (the other database's, beside them, are not this one's).
         assert [r.start for r in joined[1:]] == [r.end for r in joined[:-1]]
-        assert sorted(p.name[:4] for p in paths.kv_dir().iterdir()) == ["cmp-", "cmp-"]
+        tag = idle.conv.store.segments.file_tag()
+        assert sorted(p.name[:4] for p in paths.kv_dir().iterdir() if f"-{tag}-" in p.name) == [
+            "cmp-", "cmp-"]
+        others = sorted(p for p in paths.kv_dir().iterdir() if f"-{tag}-" not in p.name)
+        assert others == busy_files
         again = say(api, a, "A, turn 4.")  # restored from the joined file
         assert again.usage.prompt_tokens_details.cached_tokens == joined[-1].end
         assert files(idle, a_id) == (4, 2)

@@ -6,7 +6,10 @@ import re
 
 from textual.widgets import Static
 
-from .app_support import ready, settle, tiny_app, tiny_settings, until
+from mlxchat.tui import turn_stream
+from mlxchat.tui.streaming import Pacer
+
+from .app_support import ready, settle, tiny_app, tiny_settings
 
 
 def gauge(app, selector: str) -> str:
@@ -17,27 +20,36 @@ def context_used(app) -> int:
     return int(re.match(r"([\d,]+) /", gauge(app, "#context-text")).group(1).replace(",", ""))
 
 
-async def test_context_and_kv_gauges_move_during_a_reply(tmp_path, tiny):
-    app = tiny_app(tmp_path / "s.db", tiny, settings=tiny_settings(max_tokens=2000))
+async def test_context_and_kv_gauges_move_during_a_reply(tmp_path, tiny, monkeypatch):
+    # Every token reaches the screen and refreshes the live figures (in use,
+    # text batches are paced by what drawing costs and the figures move once
+    # a second): what the gauges show is then a matter of tokens, not of how
+    # fast this machine decodes them.
+    monkeypatch.setattr(turn_stream, "LIVE_GAUGE_SECONDS", 0.0)
+    app = tiny_app(tmp_path / "s.db", tiny, settings=tiny_settings(max_tokens=24))
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
+        app.turn_stream._pacer = Pacer(floor=0.0, ceiling=0.0)
         seen: list[tuple[int, str]] = []
+        live_cache = app.gauges.live_cache
 
-        def moved() -> bool:
-            now = (context_used(app), gauge(app, "#kv-text").splitlines()[0])
-            if not seen or seen[-1] != now:
-                seen.append(now)
-            return len(seen) >= 4
+        def record(cached_tokens: int, kv_bytes: int) -> None:
+            live_cache(cached_tokens, kv_bytes)
+            # The figures shown while the reply streams (not the prompt's prefill).
+            if app.generating and gauge(app, "#live-text").startswith("decoding"):
+                now = (context_used(app), gauge(app, "#kv-text").splitlines()[0])
+                if not seen or seen[-1] != now:
+                    seen.append(now)
+        app.gauges.live_cache = record
         app.prompt.text = "Tell me everything"
-        app.simulate_key("enter")
-        await until(lambda: app.generating)
-        await until(moved)
-        assert app.generating  # all of it while the reply streams
+        await pilot.press("enter")
+        await settle(pilot)
+        assert not app.generating
+        stats = app.conversation.turns.last_stats
+        assert stats.generated_tokens >= 4, stats  # a reply long enough to watch
         used = [n for n, _ in seen]
         assert used == sorted(used) and len(set(used)) >= 3, seen
         assert len({kv for _, kv in seen}) >= 3, seen
-        app.simulate_key("escape")
-        await settle(pilot)
         # When the turn ends the gauge shows the engine's exact figure.
         assert context_used(app) == app.conversation.views.state().cached_tokens
 

@@ -12,8 +12,8 @@ def type_keys(app, text: str) -> None:
         app.simulate_key("space" if char == " " else char)
 
 
-async def test_refused_text_comes_back_selected_and_typing_replaces_it(tmp_path, tiny):
-    app = tiny_app(tmp_path / "s.db", tiny, settings=tiny_settings(max_tokens=2000))
+async def test_refused_text_comes_back_selected_and_typing_replaces_it(tmp_path, tiny_long):
+    app = tiny_app(tmp_path / "s.db", tiny_long, settings=tiny_settings(max_tokens=30000))
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
         await start_long_reply(app)
@@ -34,6 +34,8 @@ async def test_refused_text_comes_back_selected_and_typing_replaces_it(tmp_path,
         app.simulate_key("escape")
         await settle(pilot)
         assert not app.generating
+        app.submit("/set max_tokens 8")  # the next reply runs to its end
+        await settle(pilot)
         app.simulate_key("enter")
         await settle(pilot)
         assert app.conversation.messages[-2].content == "And of Portugal?"

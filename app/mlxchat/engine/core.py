@@ -281,8 +281,9 @@ class ChatEngine:
 
     def save_segment(self, path: Path, start: int) -> SegmentInfo:
         """Write the live cache's positions from ``start`` on (a turn's new tokens)
-        and the checkpoints of layers that cannot be sliced. Ranks that can no
-        longer answer fail it as a full disk would (OSError: the reply is kept)."""
+        and the checkpoints of layers that cannot be sliced, to a new file: ``path``
+        or a fresh name beside it (the info's). Ranks that can no longer answer
+        fail it as a full disk would (OSError: the reply is kept)."""
         try:
             self._ranks.check()
         except EngineError as exc:

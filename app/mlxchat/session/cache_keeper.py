@@ -23,7 +23,7 @@ from mlxchat.engine.kv.reuse import common_prefix
 from mlxchat.files import remove_files
 from mlxchat.session import compaction
 from mlxchat.session.current import OpenSession
-from mlxchat.store import SegmentRecord, SessionStore, StoreError
+from mlxchat.store import SegmentRecord, SessionStore, StoreError, kv_names
 from mlxchat.turn_stats import TurnStats
 
 log = logging.getLogger(__name__)
@@ -232,13 +232,14 @@ class CacheKeeper:
             start = row.end
         if start >= len(live):
             return None  # everything is on disk already
-        name = f"seg-{session_id}-{leaf}-{start}-{len(live)}.safetensors"
-        path = paths.kv_dir() / name
         try:
-            paths.ensure_private_dir(path.parent)
-            info = self._engine.save_segment(path, start)
+            name = kv_names.segment(self._store.segments.file_tag(), session_id, leaf, start,
+                                    len(live))
+            folder = paths.ensure_private_dir(paths.kv_dir())
+            info = self._engine.save_segment(folder / name, start)
+            path = Path(info.path)  # a fresh name when that one was taken
             self._store.segments.record(
-                session_id, leaf, start=start, end=info.end, path=f"snapshots/{name}",
+                session_id, leaf, start=start, end=info.end, path=f"snapshots/{path.name}",
                 checksum=info.checksum, file_bytes=info.bytes, kv_bits=info.kv_bits,
                 token_ids=live[start:info.end], prefix_key=prefix_key if start else None)
         except (OSError, RuntimeError, ValueError, StoreError) as exc:

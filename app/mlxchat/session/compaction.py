@@ -9,10 +9,13 @@ is never joined. Files a branch uses only in part (another branch's joined
 file) are left as they are.
 
 Kill-safe by its order: the new file is written to a temp file, synced and
-renamed; then the rows move to it in one transaction; then the old files,
-which no row names any more, are deleted. Leftovers of a kill (a temp file,
-a joined file no row names, old files no row names) are deleted by the next
-compaction of the session; the rows always name files that exist.
+given a name no file has (``kv_names``: never another's); then the rows move
+to it in one transaction; then the old files, which no row names any more,
+are deleted. A source whose bytes fail their checksum stops its run: nothing
+is removed, and the warning says so. Leftovers of a kill (a temp file, a
+joined file no row names, old files no row names) are deleted by the next
+compaction of the session, among the files named with this database's tag
+only; the rows always name files that exist.
 
 The app and the API server also join a session once it has been idle
 ``IDLE_JOIN_S`` after a turn; the server, which lets go of a session between
@@ -22,7 +25,6 @@ requests, joins it under its lock (``compact_saved``).
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -33,7 +35,7 @@ from mlxchat.engine.disk.checks import CacheFileRejected
 from mlxchat.engine.disk.segments import SegmentRef
 from mlxchat.files import remove_files
 from mlxchat.session.lock import SessionBusy, SessionLock
-from mlxchat.store import SegmentRecord, SessionNotFound, SessionStore, StoreError
+from mlxchat.store import SegmentRecord, SessionNotFound, SessionStore, StoreError, kv_names
 
 log = logging.getLogger(__name__)
 
@@ -129,25 +131,29 @@ def compact_saved(store: SessionStore, session_id: int, refs: Refs, *,
 
 
 def _compact(store: SessionStore, session_id: int, leaf: int, refs: Refs) -> Compacted:
+    tag = store.segments.file_tag()
     removed = sweep(store, session_id)
     rows = store.segments.on_branch(leaf)
     todo = [part for run in runs(rows, store.segments.spans(sorted({r.path for r in rows})))
             for part in same_origin(run, refs)]
     done = Compacted(joined=0, written=0, removed=removed)
     for run in todo:
-        name = (f"cmp-{session_id}-{run[0][0].start}-{run[-1][-1].end}-"
-                f"{time.time_ns():x}.safetensors")
-        out = paths.kv_dir() / name
+        wanted = paths.kv_dir() / kv_names.joined(tag, session_id, run[0][0].start,
+                                                   run[-1][-1].end)
+        written: Path | None = None
         try:
-            info = joiner.compact([refs(g) for g in run], out)
+            info = joiner.compact([refs(g) for g in run], wanted)
+            written = Path(info.path)
             gone = store.segments.replace_files([(g[0].path, g[0].checksum) for g in run],
-                                                path=f"snapshots/{name}",
+                                                path=f"snapshots/{written.name}",
                                                 checksum=info.checksum, file_bytes=info.bytes)
         except (CacheFileRejected, OSError, StoreError) as exc:
+            # The old files stay as they are; only a joined file written here and
+            # named by no row goes (never one that had the name before).
             done.warning = f"KV segments not joined: {exc}"
             log.warning(done.warning)
-            if store.segments.unnamed([f"snapshots/{name}"]):
-                remove_files([out])
+            if written is not None and store.segments.unnamed([f"snapshots/{written.name}"]):
+                remove_files([written])
             continue
         done.joined += len(run)
         done.written += 1
@@ -157,16 +163,19 @@ def _compact(store: SessionStore, session_id: int, leaf: int, refs: Refs) -> Com
 
 def sweep(store: SessionStore, session_id: int) -> int:
     """Delete the session's segment files no row names and its compaction temp
-    files: what a kill left. Only this session's writer calls it (the
-    session lock), between turns."""
+    files: what a kill left. Only files named with this database's tag
+    (``kv_names``): another database's, and those named before tags, are
+    never this sweep's. Only this session's writer calls it (the session
+    lock), between turns."""
     folder = paths.kv_dir()
     if not folder.is_dir():
         return 0
-    temps = list(folder.glob(f".cmp-{session_id}-*.tmp.safetensors"))
+    tag = store.segments.file_tag()
+    temps = list(folder.glob(kv_names.joined_temps(tag, session_id)))
     # A split model's other ranks' shards (NAME.rankRofN.safetensors) are named
     # by rank 0's manifest, not by a row: never theirs to sweep.
-    named = [f"snapshots/{p.name}" for pattern in (f"seg-{session_id}-*", f"cmp-{session_id}-*")
-             for p in folder.glob(pattern + ".safetensors") if ".rank" not in p.name]
+    named = [f"snapshots/{p.name}" for pattern in kv_names.session_patterns(tag, session_id)
+             for p in folder.glob(pattern) if ".rank" not in p.name]
     unnamed = [folder / Path(p).name for p in store.segments.unnamed(named)]
     files = temps + unnamed
     return len(files) - len(remove_files(files))

@@ -30,7 +30,7 @@ from mlxchat.files import remove_files
 from mlxchat.session.current import OpenSession
 from mlxchat.session.ledger import options_for
 from mlxchat.session.pending import UnsavedReplies
-from mlxchat.store import PinUse, PrefixRecord, SessionStore
+from mlxchat.store import PinUse, PrefixRecord, SessionStore, kv_names
 from mlxchat.turn_stats import TurnStats
 
 log = logging.getLogger(__name__)
@@ -234,7 +234,7 @@ class PinnedDocs:
             self._mark(None)
             return
         folder = paths.ensure_private_dir(paths.kv_dir())
-        self._mark(ids, folder / f"prefix-{key}.safetensors")
+        self._mark(ids, folder / kv_names.prefix(self._store.segments.file_tag(), key))
 
     def _mark(self, ids: list[int] | None, path: Path | None = None) -> None:
         if ids is None and not self._prefix_marked:

@@ -90,14 +90,19 @@ class Prefixes:
 
     def record(self, record: PrefixRecord) -> list[Path]:
         """Commit the row of a prefix file already written. A prefix no session
-        pins (any more) is not kept: its file is returned for deletion."""
+        pins (any more) is not kept: its file is returned for deletion, as is
+        the file of the row it replaces (one rewritten under a fresh name)."""
         with self._db.writing() as cur:
+            before = cur.execute("SELECT path FROM kv_prefixes WHERE key = ?",
+                                 (record.key,)).fetchone()
             cur.execute(
                 "INSERT OR REPLACE INTO kv_prefixes (key, path, checksum, token_ids, file_bytes,"
                 " kv_bits, created) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (record.key, record.path, record.checksum, ids_to_blob(record.token_ids),
                  record.file_bytes, record.kv_bits, time.time()))
-            return drop_unused_prefixes(cur)
+            replaced = [before[0]] if before and before[0] != record.path and not cur.execute(
+                "SELECT 1 FROM kv_prefixes WHERE path = ?", (before[0],)).fetchone() else []
+            return drop_unused_prefixes(cur) + [f for f in map(kv_file, replaced) if f]
 
 
 def drop_unused_prefixes(cur: sqlite3.Cursor) -> list[Path]:

@@ -14,6 +14,7 @@ from mlxchat import paths
 from mlxchat.store.docs_fts import V14_DOC_CHUNKS_FTS_BY_COLLECTION
 from mlxchat.store.errors import StoreError, sqlite_errors
 from mlxchat.store.image_files import V17_MESSAGE_IMAGES
+from mlxchat.store.kv_names import V18_KV_FILE_TAG
 from mlxchat.store.messages_rebuild import messages_with_tool_role
 from mlxchat.store.tool_schema import V16_TOOL_GRANTS_AND_RUNS
 
@@ -326,8 +327,7 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V12_MESSAGE_SOURCES,
     V13_TOOL_MESSAGES,
     V14_DOC_CHUNKS_FTS_BY_COLLECTION,
-    V15_FOLLOW_LINKS,
-    V16_TOOL_GRANTS_AND_RUNS, V17_MESSAGE_IMAGES,
+    V15_FOLLOW_LINKS, V16_TOOL_GRANTS_AND_RUNS, V17_MESSAGE_IMAGES, V18_KV_FILE_TAG,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

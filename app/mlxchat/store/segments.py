@@ -4,8 +4,8 @@ forks and branches share rows' files, and a file is deleted only when no row
 names it any more. Paths are stored relative to the data folder.
 
 Ordering that keeps a file for every committed row: the caller writes the file
-(temp + rename), then ``Segments.record`` commits its row; files are returned
-for deletion only after the rows naming them are gone.
+(temp, then a name no file had: ``kv_names``), then ``Segments.record`` commits
+its row; files are returned for deletion only after the rows naming them are gone.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mlxchat.paths import kv_file
+from mlxchat.store import kv_names
 from mlxchat.store.database import Database
 from mlxchat.store.records import SegmentRecord
 from mlxchat.store.rows import PATH_UP, check_message, ids_from_blob, ids_to_blob
@@ -35,6 +36,14 @@ class Segments:
 
     def __init__(self, db: Database) -> None:
         self._db = db
+        self._tag: str | None = None
+
+    def file_tag(self) -> str:
+        """The word every KV file name this database makes carries (``kv_names``)."""
+        if self._tag is None:
+            with self._db.reading() as cur:
+                self._tag = kv_names.read_tag(cur)
+        return self._tag
 
     def record(self, session_id: int, message_id: int, *, start: int, end: int,
                path: str, checksum: str, file_bytes: int, kv_bits: int | None,

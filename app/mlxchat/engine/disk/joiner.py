@@ -45,8 +45,9 @@ def origin_of(path: Path) -> tuple[str, ...] | None:
 
 
 def compact(sources: Sequence[Sequence[SegmentRef]], out: Path) -> SegmentInfo:
-    """Join files into one at ``out``: each item of ``sources`` is the
-    consecutive references naming one file, which they must cover whole.
+    """Join files into one new file at ``out`` (or a fresh name beside it: the
+    returned info's path): each item of ``sources`` is the consecutive
+    references naming one file, which they must cover whole.
     CacheFileRejected (nothing written) when they cannot be joined."""
     files: list[SegmentFile] = []
     try:
@@ -62,7 +63,7 @@ def compact(sources: Sequence[Sequence[SegmentRef]], out: Path) -> SegmentInfo:
         readers = [SegmentReader(f, refs[0].checksum) for f, refs in zip(files, sources)]
         size = sum(f.size - len(f.head) for f in files)
         expected = [refs[0].checksum for refs in sources]
-        checksum, written = write_durably(
+        checksum, written, out = write_durably(
             out, lambda fh: _join(fh, files, readers, expected, meta, end - start),
             needed=size)
     finally:

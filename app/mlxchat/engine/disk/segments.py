@@ -29,6 +29,7 @@ from mlxchat.engine.disk import checks, window_rows
 from mlxchat.engine.disk import checksum as checksum_of
 from mlxchat.engine.disk.checks import write_failed
 from mlxchat.engine.kv import layers, prompt_cache
+from mlxchat.files import link_new
 from mlxchat.paths import kv_temp_file
 
 FORMAT = "mlxchat-kv-segment-2"
@@ -80,7 +81,8 @@ def _host(arr: mx.array) -> np.ndarray:
 
 def write(path: Path, cache: Sequence[Any], start: int, end: int, tokens: Sequence[int], *,
           fingerprint: str, template_hash: str) -> SegmentInfo:
-    """Write positions ``[start, end)`` (and the checkpoints at ``end``) atomically."""
+    """Write positions ``[start, end)`` (and the checkpoints at ``end``) atomically
+    to a new file: ``path``, or a fresh name beside it (the returned info's)."""
     tensors, described = {}, []
     for i, c in enumerate(cache):
         if window_rows.windowed(c):
@@ -94,7 +96,7 @@ def write(path: Path, cache: Sequence[Any], start: int, end: int, tokens: Sequen
                 "model_fingerprint": fingerprint, "template_hash": template_hash,
                 "start": str(start), "end": str(end), "tokens": json.dumps(list(tokens)),
                 "layers": json.dumps(described)}
-    checksum, size = write_durably(
+    checksum, size, path = write_durably(
         Path(path), lambda fh: _write_safetensors(fh, tensors, metadata),
         needed=sum(a.nbytes for a in tensors.values()))
     return SegmentInfo(path=str(path), start=start, end=end, bytes=size,
@@ -111,10 +113,12 @@ def origin_problem(meta: dict[str, str], *, fingerprint: str, template_hash: str
 
 
 def write_durably(path: Path, fill: Callable[[BinaryIO], tuple[str, int]], *,
-                  needed: int) -> tuple[str, int]:
+                  needed: int) -> tuple[str, int, Path]:
     """``fill(file)`` -> (checksum, size) run on a temp file beside ``path``, which
-    then replaces ``path`` once its bytes are on disk (fsync, rename, fsync of
-    the folder): a kill leaves the old file or the new one, never half of one."""
+    takes ``path``'s name once its bytes are on disk (fsync, link, fsync of the
+    folder), or a fresh name beside it when a file has that one: a file already
+    there is never replaced (another row or database may own it), and a kill
+    leaves a whole new file or none. Returns (checksum, size, the path taken)."""
     tmp = kv_temp_file(path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -125,7 +129,7 @@ def write_durably(path: Path, fill: Callable[[BinaryIO], tuple[str, int]], *,
                 os.fsync(fh.fileno())
             except RuntimeError as exc:  # a failed write below Python, as MLX reports it
                 raise write_failed(exc, path.parent, needed)
-        os.replace(tmp, path)
+        path = link_new(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
     folder = os.open(path.parent, os.O_RDONLY)
@@ -133,7 +137,7 @@ def write_durably(path: Path, fill: Callable[[BinaryIO], tuple[str, int]], *,
         os.fsync(folder)
     finally:
         os.close(folder)
-    return checksum, size
+    return checksum, size, path
 
 
 def _write_safetensors(fh: BinaryIO, tensors: dict[str, mx.array],

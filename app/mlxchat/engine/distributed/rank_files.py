@@ -105,7 +105,7 @@ def save_own(loaded: Any, layers: list[Any], path: Path, start: int, end: int,
         info = segments.write(path, layers, start, end, tokens, **_origin(loaded))
     except (OSError, RuntimeError, ValueError) as exc:
         return {"error": failure_words(exc)}  # as one rank's save warning says it
-    return {"name": path.name, "checksum": info.checksum, "bytes": info.bytes}
+    return {"name": Path(info.path).name, "checksum": info.checksum, "bytes": info.bytes}
 
 
 def _save_job(worker: "RankWorker", job: dict[str, Any]) -> None:
@@ -194,6 +194,7 @@ class RankDisk:
         failed = [f"rank {r}: {f['error']}" for r, f in enumerate(files) if "error" in f]
         if failed:
             raise OSError("; ".join(failed))
+        path = path.with_name(files[0]["name"])  # a fresh one when the name was taken
         Manifest(self._layout, channel.size, files).write(path)
         return segments.SegmentInfo(path=str(path), start=start, end=end, bytes=files[0]["bytes"],
                                     checksum=files[0]["checksum"],
