@@ -40,6 +40,12 @@ class PromptArea(TextArea):
         if isinstance(prompt, PromptInput) and prompt.process_key(event.key):
             event.stop()
             event.prevent_default()  # TextArea's own _on_key (enter inserts "\n") is skipped
+        elif not event.is_printable and await self.app._check_bindings(event.key):
+            # An editing key (backspace, ctrl+u, an arrow) is a binding: left to
+            # bubble, it would reach the app's queue behind the characters that
+            # came in the same read, and apply after them. Run it now, in order.
+            event.stop()
+            event.prevent_default()
 
     async def _on_paste(self, event: events.Paste) -> None:
         prompt = self.parent
