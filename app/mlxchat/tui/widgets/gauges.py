@@ -30,6 +30,7 @@ from mlxchat.tui.formatting import (
     usage_level,
 )
 from mlxchat.tui.widgets.meter import Meter
+from mlxchat.tui.widgets.spinner import Spinner
 from mlxchat.turn_stats import TurnStats
 from mlxchat.units import fmt_gauge_percent, fmt_int, fmt_seconds, fmt_tps, plural
 
@@ -112,6 +113,7 @@ class GaugesPanel(Vertical):
         self.budget_bytes: int = 0
         self.stats: TurnStats | None = None
         self._live: str = "idle"
+        self._spinner = Spinner(self, self._show_wait)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="gauges-full"):
@@ -195,8 +197,22 @@ class GaugesPanel(Vertical):
         return f"{source_badge(state.cache_source)} · {fmt_int(state.cached_tokens)} tokens"
 
     @_while_composed
+    def waiting(self, what: str) -> None:
+        """A turn started and has nothing to count yet: what it waits for
+        ('restoring this branch's KV cache from disk'), with a spinner."""
+        self._live = "wait"
+        self._hide_live_meter()
+        self._spinner.start(what)
+
+    @_while_composed
+    def _show_wait(self, line: str) -> None:
+        self._text("#live-text", line)
+        self._text("#compact-live", line)
+
+    @_while_composed
     def prefill(self, progress: PrefillProgress) -> None:
         self._live = "prefill"
+        self._spinner.stop()
         meter = self.query_one("#live-meter", Meter)
         meter.display = True
         meter.set_value(progress.done / progress.total if progress.total else 0.0)
@@ -231,6 +247,7 @@ class GaugesPanel(Vertical):
         """``speculation``: anything with ``acceptance`` and ``tokens_per_pass``
         (None on both, or no object, when not speculating)."""
         self._live = "decode"
+        self._spinner.stop()
         self._hide_live_meter()
         tokens = plural(generated_tokens, "token")
         verb = "thinking" if part == "reasoning" else "decoding"
@@ -244,6 +261,7 @@ class GaugesPanel(Vertical):
     @_while_composed
     def idle(self) -> None:
         self._live = "idle"
+        self._spinner.stop()
         self._hide_live_meter()
         self._text("#live-text", "idle")
         self._text("#compact-live", self._compact_idle_text())
