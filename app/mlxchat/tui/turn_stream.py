@@ -79,6 +79,7 @@ class TurnStream:
 
     async def _show_sent(self, message: Message, retrieved: Retrieved | None) -> None:
         """The message as sent, and before its prefill what it retrieved and costs."""
+        self.app.commands.show_pending()  # the message took them
         transcript = self.app.transcript
         if retrieved is not None and message.sources:
             await transcript.add_user(message.content, sources=message.sources,

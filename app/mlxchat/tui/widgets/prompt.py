@@ -93,7 +93,10 @@ class PromptInput(Vertical):
     PromptInput { height: auto; }
     PromptInput > CompletionList { display: none; height: auto; max-height: 10; }
     PromptInput.-completing > CompletionList { display: block; }
-    PromptInput > PromptArea { height: auto; min-height: 3; max-height: 12; }
+    PromptInput > PromptArea {
+        height: auto; min-height: 3; max-height: 12;
+        border-subtitle-color: $text-accent; border-subtitle-align: left;
+    }
     """
 
     def __init__(self, complete: CompletionSource | None = None, *,
@@ -145,6 +148,10 @@ class PromptInput(Vertical):
         area = self.area
         area.load_text(text)
         area.select_all()
+
+    def show_pending(self, line: str | None) -> None:
+        """Under the input, what goes with the next message (None: nothing)."""
+        self.area.border_subtitle = line
 
     def focus(self, scroll_visible: bool = True) -> PromptInput:
         self.area.focus(scroll_visible)
