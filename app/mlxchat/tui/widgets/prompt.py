@@ -114,6 +114,7 @@ class PromptInput(Vertical):
         self._completed_for: str | None = None  # text the list was computed for
         self._navigated = False  # up/down moved in the list since it was computed
         self.pasting = False  # the next change comes from a paste
+        self._early = False  # keys typed while the app started are being handled
 
     def compose(self) -> ComposeResult:
         yield CompletionList()
@@ -152,6 +153,19 @@ class PromptInput(Vertical):
     def show_pending(self, line: str | None) -> None:
         """Under the input, what goes with the next message (None: nothing)."""
         self.area.border_subtitle = line
+
+    def catch_early_keys(self) -> None:
+        """From the app's ``on_mount``: take the focus now, not after a refresh,
+        so the keys typed while the app started (queued already) land here. Those
+        typed before the terminal left cooked mode had Enter turned into ctrl+j
+        (ICRNL): among them, ctrl+j sends, as Enter was meant to."""
+        self.screen.set_focus(self.area)
+        self._early = True
+
+        def caught() -> None:
+            self._early = False
+        # Behind the queued keys in the app's queue, then in the text area's.
+        self.app.call_later(self.area.call_later, caught)
 
     def focus(self, scroll_visible: bool = True) -> PromptInput:
         self.area.focus(scroll_visible)
@@ -216,6 +230,8 @@ class PromptInput(Vertical):
 
     def process_key(self, key: str) -> bool:
         """True when the prompt consumed ``key``."""
+        if key == "ctrl+j" and self._early:
+            key = "enter"
         if key == "enter" and self._completed_for != self.text:
             # Keys typed or pasted fast can outrun the Changed messages that
             # refresh the list: decide on the list for the text as it is now.
