@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mlxchat.engine.events import TurnDone
+from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.session.ledger import options_for
 
 from tests.commands.conftest import SYSTEM, send
@@ -27,13 +27,24 @@ def test_stats_of_a_one_token_reply_say_no_rate_was_measured(registry, ctx, conv
     done = send(conv, "Measure this")
     assert done.stats.generated_tokens == 1
     rows = dict(registry.run("/stats", ctx).rows)
-    assert rows["reply"] == "1 token at — tok/s (one token: no rate), finished by length"
+    assert rows["reply"] == ("1 token at — tok/s (one token: no rate), stopped at the length "
+                             "limit (max_tokens or the window)")
     assert rows["prefill speed"].endswith(" tok/s") and rows["prefill speed"][0].isdigit()
     conv.update_generation(replace(conv.generation, max_tokens=8))
     done = [e for e in conv.turns.retry() if isinstance(e, TurnDone)][0]
     assert done.stats.prefilled_tokens == 1  # the same prompt again: all of it cached
     rows = dict(registry.run("/stats", ctx).rows)
     assert rows["prefill speed"] == "not measured (nothing prefilled)"
+
+
+def test_stats_say_in_words_that_you_stopped_the_reply(registry, ctx, conv):
+    events = conv.turns.send("Tell me everything")
+    for event in events:
+        if isinstance(event, TextDelta):
+            conv.turns.cancel()
+    rows = dict(registry.run("/stats", ctx).rows)
+    assert conv.turns.last_stats.finish_reason == "cancelled"
+    assert rows["reply"].endswith(", stopped by you")
 
 
 def test_stats_after_reopening_come_from_the_stored_reply(registry, ctx, conv):

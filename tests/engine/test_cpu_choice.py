@@ -107,3 +107,29 @@ def test_the_setting_is_checked_and_named_in_the_turn_stats(tiny_q4):
     finally:
         eng.close()
         cm.clear(tiny_q4.model)
+
+
+def test_a_turn_that_sets_up_the_layers_says_so_before_its_prefill(tiny_q4, tiny):
+    eng = ChatEngine(tiny_q4)
+    try:
+        def first_events(settings):
+            events = list(eng.turn(conversation(1), settings))
+            return [type(e).__name__ for e in events[:2]], events[0]
+        kinds, first = first_events(GenerationSettings(temperature=0.0, max_tokens=2))
+        assert kinds == ["Preparing", "PrefillProgress"]
+        assert first.what == "measuring this CPU's matmul paths (once per model)"
+        kinds, _ = first_events(GenerationSettings(temperature=0.0, max_tokens=2))
+        assert kinds[0] == "PrefillProgress"  # matched already: nothing to wait for
+        kinds, first = first_events(GenerationSettings(temperature=0.0, max_tokens=2,
+                                                       cpu_matmul="dequantized"))
+        assert first.what == "setting up the model's layers for this CPU"  # measured before
+    finally:
+        eng.close()
+        cm.clear(tiny_q4.model)
+    plain = ChatEngine(tiny)  # float32: no quantized layer to set up
+    try:
+        events = list(plain.turn(conversation(1), GenerationSettings(temperature=0.0,
+                                                                     max_tokens=2)))
+        assert type(events[0]).__name__ == "PrefillProgress"
+    finally:
+        plain.close()

@@ -61,3 +61,25 @@ async def test_sessions_browser_shows_every_column_at_80x24():
                          relative_time(row.updated, NOW)):
                 assert cell in line, (cell, line)
         assert "SmolLM2" in first and "qwen3-4b" in second
+
+
+async def test_at_80x24_the_header_keeps_title_and_model_and_no_figure_is_cut(
+        tmp_path, long_named):
+    from mlxchat.tui.formatting import cache_source_label
+    from mlxchat.units import fmt_seconds, fmt_tps
+
+    app = tiny_app(tmp_path / "s.db", long_named)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(pilot)
+        app.prompt.text = "Why is the sky blue?"
+        await pilot.press("enter")
+        await settle(pilot)
+        lines = screen_lines(app)
+        assert "Why is the sky" in lines[0] and LONG_MODEL in lines[0], lines[0]
+        stats = app.conversation.turns.last_stats
+        context, turn = lines[1].strip(), lines[2].strip()
+        assert "…" not in context and "…" not in turn, (context, turn)
+        assert turn.split(" · ")[:3] == [cache_source_label(stats.cache_source),
+                                         f"ttft {fmt_seconds(stats.ttft_s)}",
+                                         f"decode {fmt_tps(stats.decode_tps)}"], turn
+        assert f"{fmt_int(stats.context_used)}/{fmt_int(stats.context_window)}" in context

@@ -177,8 +177,8 @@ async def test_sidebar_when_wide_compact_bar_at_80x24():
         assert app.screen.has_class("-narrow")
         assert not panel.query_one("#gauges-full").display
         assert panel.query_one("#gauges-compact").display
-        assert panel.region.y == 0 and panel.region.width == 80
-        assert panel.region.height <= 3  # two lines and a rule
+        assert panel.region.y == 1 and panel.region.width == 80  # under the header
+        assert panel.region.height == 2  # two lines, no rule under them
 
 
 async def test_figures_given_before_mount_are_shown_on_mount():

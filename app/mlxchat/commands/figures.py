@@ -38,6 +38,18 @@ def _bits(kv_bits: int | None) -> str:
     return f"{kv_bits}-bit" if kv_bits else "full precision"
 
 
+FINISHED = {"stop": "ended by the model", "cancelled": "stopped by you",
+            "length": "stopped at the length limit (max_tokens or the window)",
+            "error": "cut short by an error"}
+
+
+def _finished(s: TurnStats) -> str:
+    """How the reply ended, in words ('finished by cancelled' said nothing)."""
+    if s.finish_reason == "cancelled" and s.engine_warning:
+        return "cut short by the engine (the reply's footer says why)"  # a lost rank
+    return FINISHED.get(s.finish_reason, f"finished by {s.finish_reason}")
+
+
 def stats(ctx: CommandContext, args: Args) -> CommandResult:
     s = last_stats(ctx)
     if s is None:
@@ -52,7 +64,7 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
         ("reply", (f"{plural(s.generated_tokens, 'token')} at "
                    + ("— tok/s (one token: no rate)" if s.decode_tps is None
                       else f"{s.decode_tps:.1f} tok/s")
-                   + f", finished by {s.finish_reason}")),
+                   + f", {_finished(s)}")),
         ("total time", f"{s.total_s:.2f} s"),
         ("context", (f"{fmt_int(s.context_used)} of {fmt_int(s.context_window)} tokens "
                      f"({fmt_report_percent(s.context_used, s.context_window)})")),

@@ -23,7 +23,7 @@ import mlx.core as mx
 from mlxchat.chat import Message
 from mlxchat.engine.disk.prefix import PrefixMarks, PrefixSaved
 from mlxchat.engine.disk.segments import SegmentInfo, SegmentRef
-from mlxchat.engine.events import CacheLoad, EngineError, EngineState, Event
+from mlxchat.engine.events import CacheLoad, EngineError, EngineState, Event, Preparing
 from mlxchat.engine.kv.live import LiveCache, compute_once
 from mlxchat.engine.kv.view import LiveView, view_of
 from mlxchat.engine.prompt import images as prompt_images
@@ -159,6 +159,8 @@ class ChatEngine:
         start = time.perf_counter()
         settings = self._ranks.begin_turn(settings)
         self._match_compute(settings.compute_dtype)
+        if (slow := self.cpu_matmul.pending(self._loaded, settings.cpu_matmul)) is not None:
+            emit(Preparing(slow))  # seconds on a launch's first turn: say so
         plan = self.cpu_matmul.match(self._loaded, settings.cpu_matmul)
         # Sampling left to the model (None) is its own default, decided here once.
         settings = settings.sampled_with(self._loaded.info.sampling.values())

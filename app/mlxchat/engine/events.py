@@ -18,6 +18,15 @@ class ContextOverflowError(EngineError):
 
 
 @dataclass
+class Preparing:
+    """Work a turn does before its prefill that can take seconds, in a few words
+    ('restoring the KV cache from disk'): shown while the turn waits on it; the
+    next event ends it."""
+
+    what: str
+
+
+@dataclass
 class PrefillProgress:
     """Prompt processing: ``done`` of ``total`` new tokens, at ``tps`` tokens/s.
     ``total`` is every token the turn computes before the reply (what TurnStats
@@ -68,7 +77,7 @@ class TurnDone:
     """The reply's reasoning text, apart from ``reply`` (the answer)."""
 
 
-Event = PrefillProgress | TextDelta | TurnDone
+Event = Preparing | PrefillProgress | TextDelta | TurnDone
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from mlxchat.chat import Attachment, ImageRef, Message
-from mlxchat.engine.events import Event, TextDelta, TurnDone
+from mlxchat.engine.events import Event, Preparing, TextDelta, TurnDone
 from mlxchat.engine.interface import Engine
 from mlxchat.models import vision_images
 from mlxchat.session.cache_keeper import CacheKeeper
@@ -214,6 +214,7 @@ class TurnRunner:
                 # A wrapped window or recurrent state cannot be trimmed back, or the
                 # live cache holds another branch: take this branch's state at its
                 # last saved turn from disk instead.
+                yield Preparing("restoring this branch's KV cache from disk")
                 self._cache.restore()
             self._pins.prepare(plan.prompt.tokens)
             for event in self._engine.turn(plan.prompt, self._open.generation):

@@ -171,7 +171,7 @@ class MlxChatApp(App[int]):
     def on_mount(self) -> None:
         if self.settings.theme in self.available_themes:
             self.theme = self.settings.theme
-        self.prompt.focus()
+        self.prompt.catch_early_keys()  # typed while it started: into the input
         self.activity.show("loading model…")
         self.start_up.begin()
 

@@ -12,6 +12,7 @@ from typing import Any
 from mlxchat.commands import CommandResult
 from mlxchat.commands.images import dropped_image
 from mlxchat.tui.failures import error_text
+from mlxchat.tui.formatting import pending_line
 from mlxchat.tui.screens import ConfirmScreen
 from mlxchat.tui.widgets.notices import MarkdownNotice, TableNotice
 
@@ -74,6 +75,15 @@ class CommandRunner:
         if result.turn is not None:
             app.turn_stream.stream(result.turn)
 
+    def show_pending(self) -> None:
+        """The marker under the input: what /attach and /image hold for the next
+        message (after any command, and once a send took them)."""
+        conv = self.app.conversation
+        turns = conv.turns if conv is not None else None
+        self.app.prompt.show_pending(None if turns is None else pending_line(
+            [(a.path.name, a.tokens) for a in turns.attachments],
+            [ref.name or "image" for ref in turns.images]))
+
     def progress(self, label: str, done: int | None, total: int | None) -> None:
         """From a command's thread: its progress on the activity line."""
         try:
@@ -97,6 +107,7 @@ class CommandRunner:
         if result.session_changed:
             await app.reload_session()
         await self.render(result)
+        self.show_pending()
         prompt = app.prompt
         if result.kind == "error" and restore is not None and not prompt.text:
             prompt.restore(restore)

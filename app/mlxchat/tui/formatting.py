@@ -6,7 +6,7 @@ test can compare the screen with ``fmt_*(value)`` of the value it passed in.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 from mlxchat.models.memory import KVLayout
 from mlxchat.turn_stats import TurnStats
@@ -142,3 +142,25 @@ def transcript_stats_line(stats: TurnStats) -> str:
     if stats.save_warning:
         parts.append(stats.save_warning)
     return " · ".join(parts)
+
+
+def _clipped(name: str, width: int = 20) -> str:
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
+def pending_line(files: Sequence[tuple[str, int]], images: Sequence[str]) -> str | None:
+    """'attached: GPL-3 (7,652 tokens) · photo.png': what /attach and
+    /image hold for the next message (name and tokens of each file), short
+    enough for the input's border at 80 columns; None when nothing waits.
+    Names are shortened, never a figure."""
+    parts = []
+    if len(files) == 1:
+        name, tokens = files[0]
+        parts.append(f"{_clipped(name)} ({plural(tokens, 'token')})")
+    elif files:
+        parts.append(f"{len(files)} files ({plural(sum(t for _, t in files), 'token')})")
+    if len(images) == 1:
+        parts.append(_clipped(images[0]))
+    elif images:
+        parts.append(plural(len(images), "image"))
+    return f"attached: {' · '.join(parts)}" if parts else None

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from mlxchat.engine.events import Event, PrefillProgress, TextDelta, TurnDone
+from mlxchat.engine.events import Event, PrefillProgress, Preparing, TextDelta, TurnDone
 
 FLUSH_SECONDS = 0.05
 """How often streamed text reaches the screen at most (20 updates a second)."""
@@ -73,12 +73,14 @@ class Pacer:
 
 def pump_turn(events: Iterable[Event], *, on_text: Callable[[TextDelta], None],
               on_prefill: Callable[[PrefillProgress], None],
+              on_preparing: Callable[[Preparing], None] = lambda _: None,
               interval: float | Callable[[], float] = FLUSH_SECONDS,
               stop: Callable[[], bool] = lambda: False,
               clock: Callable[[], float] = time.monotonic) -> TurnDone | None:
     """Iterate ``events`` to the end, handing ``on_text`` the text since the
     last update as one TextDelta of one part; returns the TurnDone (None if ``stop()``
-    turned true first: the iterator is then closed, which cancels the turn).
+    turned true first: the iterator is then closed, which cancels the turn);
+    ``on_preparing`` gets what the turn does before its prefill, when slow.
     ``interval`` may be a callable (a ``Pacer``), read after each update."""
     pace = interval if callable(interval) else (lambda: interval)
     pending: list[str] = []
@@ -111,6 +113,8 @@ def pump_turn(events: Iterable[Event], *, on_text: Callable[[TextDelta], None],
                     next_prefill = now + pace()
             elif isinstance(event, TurnDone):
                 done = event
+            elif isinstance(event, Preparing):
+                on_preparing(event)
             if stop():
                 return None
         flush()

@@ -28,6 +28,11 @@ streams: redrawing them costs ~5 ms of the UI thread, as much as the text's own
 share of a frame."""
 SETTLE_SECONDS = 0.1
 """At most this long a turn waits for the screen to lay out what it mounted."""
+PLANNING = "preparing the prompt"
+"""What Now says while a message is rendered, counted and committed."""
+WAITING = "waiting for the model"
+"""What Now says from a turn's start to its first event (the engine thread
+may be finishing a typing prefill); a ``Preparing`` event says more."""
 
 
 class TurnStream:
@@ -43,6 +48,7 @@ class TurnStream:
     def send(self, text: str) -> None:
         """Send ``text`` as the next message and stream its reply."""
         self.app.generating = True
+        self.app.gauges.waiting(PLANNING)
         self.app.run_worker(partial(self._send, text), thread=True, group="turn",
                             exit_on_error=False)
 
@@ -66,12 +72,14 @@ class TurnStream:
     async def _send_failed(self, text: str, error: str) -> None:
         app = self.app
         app.generating = False
+        app.gauges.idle()
         await app.transcript.add_notice(error, "error")
         if not app.prompt.text:
             app.prompt.restore(text)
 
     async def _show_sent(self, message: Message, retrieved: Retrieved | None) -> None:
         """The message as sent, and before its prefill what it retrieved and costs."""
+        self.app.commands.show_pending()  # the message took them
         transcript = self.app.transcript
         if retrieved is not None and message.sources:
             await transcript.add_user(message.content, sources=message.sources,
@@ -106,6 +114,7 @@ class TurnStream:
         """One reply streamed into its own message: its end, or the error."""
         ui = self.app._ui
         reply: ReplyHandle = ui(self.app.transcript.start_reply)
+        ui(self.app.gauges.waiting, WAITING)
         self._settle_screen()
         pacer = self._pacer
         pacer.restart()
@@ -114,7 +123,8 @@ class TurnStream:
             pacer.record(ui(self.show_batch, reply, batch))
         try:
             done = pump_turn(events, on_text=show, interval=pacer,
-                             on_prefill=partial(ui, self.show_prefill))
+                             on_prefill=partial(ui, self.show_prefill),
+                             on_preparing=lambda p: ui(self.app.gauges.waiting, p.what))
         except Exception as exc:  # noqa: BLE001 - an engine failure mid-turn
             return reply, None, error_text(exc)
         return reply, done, None

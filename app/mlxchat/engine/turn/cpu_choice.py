@@ -142,18 +142,29 @@ def _read_cache() -> dict:
         return {}
 
 
+def known_times(loaded: LoadedModel) -> dict[str, ShapeTimes] | None:
+    """Each shape's figures as measured on this machine before (this process or
+    the cache file); None when they are still to measure."""
+    key, here = loaded.info.fingerprint, machine()
+    if (key, here) in _MEASURED:
+        return _MEASURED[key, here]
+    entry = _read_cache().get("models", {}).get(key)
+    shapes = {cm.shape_key(layer) for _, layer in cm.quantized_layers(loaded.model)}
+    if entry and entry.get("machine") == here and set(entry.get("shapes", {})) == shapes:
+        _MEASURED[key, here] = {k: ShapeTimes(**v) for k, v in entry["shapes"].items()}
+        return _MEASURED[key, here]
+    return None
+
+
 def shape_times(loaded: LoadedModel) -> tuple[dict[str, ShapeTimes], bool]:
     """Each shape's figures: from the cache when taken on this machine, else
     measured now and stored. Also whether this call measured."""
+    known = known_times(loaded)
+    if known is not None:
+        return known, False
     key, here = loaded.info.fingerprint, machine()
-    if (key, here) in _MEASURED:
-        return _MEASURED[key, here], False
     data = _read_cache()
-    entry = data.get("models", {}).get(key)
     layers = dict((cm.shape_key(layer), layer) for _, layer in cm.quantized_layers(loaded.model))
-    if entry and entry.get("machine") == here and set(entry.get("shapes", {})) == set(layers):
-        _MEASURED[key, here] = {k: ShapeTimes(**v) for k, v in entry["shapes"].items()}
-        return _MEASURED[key, here], False
     times = _MEASURED[key, here] = {k: measure_shape(layer) for k, layer in layers.items()}
     models = {**data.get("models", {}),
               key: {"machine": here, "shapes": {k: asdict(t) for k, t in times.items()}}}
@@ -205,6 +216,17 @@ class CpuMatmul:
     def __init__(self) -> None:
         self.plan = MatmulPlan(mode="auto", note="not chosen yet (the first turn measures)")
         self._matched: tuple[int, str, str] | None = None
+
+    def pending(self, loaded: LoadedModel, wanted: str | None) -> str | None:
+        """What ``match`` will do that takes a while, in a few words; None when
+        nothing (matched already, off the CPU, no quantized layer)."""
+        mode = wanted or "auto"
+        if (self._matched == (id(loaded.model), loaded.info.fingerprint, mode)
+                or not on_cpu() or next(cm.quantized_layers(loaded.model), None) is None):
+            return None
+        if mode != "quantized" and known_times(loaded) is None:
+            return "measuring this CPU's matmul paths (once per model)"
+        return "setting up the model's layers for this CPU"
 
     def match(self, loaded: LoadedModel, wanted: str | None) -> MatmulPlan:
         """Put ``loaded``'s layers on the paths ``wanted`` (auto|quantized|dequantized)

@@ -10,10 +10,8 @@ import functools
 from dataclasses import replace
 from typing import Any, Callable, TypeVar
 
-from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.content import Content
 from textual.css.query import NoMatches
 from textual.markup import escape
 from textual.widgets import Static
@@ -29,7 +27,9 @@ from mlxchat.tui.formatting import (
     speculation_text,
     usage_level,
 )
+from mlxchat.tui.widgets.gauge_text import FittedLine, GaugeText, Part, part
 from mlxchat.tui.widgets.meter import Meter
+from mlxchat.tui.widgets.spinner import Spinner
 from mlxchat.turn_stats import TurnStats
 from mlxchat.units import fmt_gauge_percent, fmt_int, fmt_seconds, fmt_tps, plural
 
@@ -56,27 +56,6 @@ def _while_composed(method: _F) -> _F:
 def source_badge(source: str) -> str:
     style = SOURCE_STYLES.get(source, "$foreground")
     return f"[b {style}]{escape(cache_source_label(source))}[/]"
-
-
-class GaugeText(Static):
-    """A figure's text, redrawn only when it changed."""
-
-    shown: str | None = None
-
-    def show(self, markup: str) -> None:
-        if markup == self.shown:
-            return  # unchanged (the weights while a reply streams): nothing to draw
-        # The same number of rows on screen: a repaint will do. A layout pass of
-        # the whole screen costs ~10 ms, and live figures change many times a
-        # second; a line that now wraps (a count grown a digit) needs one.
-        same = self.shown is not None and self._rows(self.shown) == self._rows(markup)
-        self.shown = markup
-        self.update(markup, layout=not same)
-
-    def _rows(self, markup: str) -> int:
-        width = max(self.content_size.width, 1)
-        return sum(max(1, -(-cell_len(line) // width))
-                   for line in Content.from_markup(markup).plain.split("\n"))
 
 
 def rank_line(figures: RankFigures) -> str:
@@ -112,6 +91,7 @@ class GaugesPanel(Vertical):
         self.budget_bytes: int = 0
         self.stats: TurnStats | None = None
         self._live: str = "idle"
+        self._spinner = Spinner(self, self._show_wait)
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="gauges-full"):
@@ -139,8 +119,8 @@ class GaugesPanel(Vertical):
             with Horizontal(id="compact-row"):
                 yield Static("ctx", id="compact-label")
                 yield Meter(id="compact-context-meter")
-                yield GaugeText(id="compact-context")
-            yield GaugeText("idle", id="compact-live")
+                yield FittedLine(id="compact-context")
+            yield FittedLine("idle", id="compact-live")
 
     def on_mount(self) -> None:
         self.query_one("#live-meter", Meter).display = False
@@ -180,7 +160,7 @@ class GaugesPanel(Vertical):
         if self._live == "idle":
             self._text("#compact-live", self._compact_idle_text())
 
-    def _compact_idle_text(self) -> str:
+    def _compact_idle_text(self) -> str | list[Part]:
         if self.stats is not None:
             return self._compact_turn_text(self.stats)
         if self.state is not None and self.state.cached_tokens:
@@ -195,8 +175,22 @@ class GaugesPanel(Vertical):
         return f"{source_badge(state.cache_source)} · {fmt_int(state.cached_tokens)} tokens"
 
     @_while_composed
+    def waiting(self, what: str) -> None:
+        """A turn started and has nothing to count yet: what it waits for
+        ('restoring this branch's KV cache from disk'), with a spinner."""
+        self._live = "wait"
+        self._hide_live_meter()
+        self._spinner.start(what)
+
+    @_while_composed
+    def _show_wait(self, line: str) -> None:
+        self._text("#live-text", line)
+        self._text("#compact-live", line)
+
+    @_while_composed
     def prefill(self, progress: PrefillProgress) -> None:
         self._live = "prefill"
+        self._spinner.stop()
         meter = self.query_one("#live-meter", Meter)
         meter.display = True
         meter.set_value(progress.done / progress.total if progress.total else 0.0)
@@ -231,6 +225,7 @@ class GaugesPanel(Vertical):
         """``speculation``: anything with ``acceptance`` and ``tokens_per_pass``
         (None on both, or no object, when not speculating)."""
         self._live = "decode"
+        self._spinner.stop()
         self._hide_live_meter()
         tokens = plural(generated_tokens, "token")
         verb = "thinking" if part == "reasoning" else "decoding"
@@ -244,6 +239,7 @@ class GaugesPanel(Vertical):
     @_while_composed
     def idle(self) -> None:
         self._live = "idle"
+        self._spinner.stop()
         self._hide_live_meter()
         self._text("#live-text", "idle")
         self._text("#compact-live", self._compact_idle_text())
@@ -255,8 +251,8 @@ class GaugesPanel(Vertical):
         if meter.display:  # hiding it again would still cost a layout pass
             meter.display = False
 
-    def _text(self, selector: str, markup: str) -> None:
-        self.query_one(selector, GaugeText).show(markup)
+    def _text(self, selector: str, markup: str | list[Part]) -> None:
+        self.query_one(selector, GaugeText).show(markup)  # type: ignore[arg-type]
 
     def _render_state(self) -> None:
         state = self.state
@@ -315,11 +311,11 @@ class GaugesPanel(Vertical):
                    + (f"{fmt_precision(state.quantization, state.compute_dtype)}\n"
                       if state.compute_dtype else "") +
                    f"peak memory {human_bytes(state.peak_memory_bytes)}")
-        self._text("#compact-context",
-                   f"{fmt_gauge_percent(used, window)} {fmt_int(used)}/{fmt_int(window)}"
-                   f" · KV {human_bytes(state.kv_bytes)} {bits}"
-                   f" {fmt_gauge_percent(state.kv_bytes, budget)}"
-                   f" · room {fmt_int(room.tokens)} tok")
+        kv = f"KV {human_bytes(state.kv_bytes)}"
+        self._text("#compact-context", [
+            part(f"{fmt_gauge_percent(used, window)} {fmt_int(used)}/{fmt_int(window)}"),
+            part(f"{kv} {bits} {fmt_gauge_percent(state.kv_bytes, budget)}", kv, rank=1),
+            part(f"room {fmt_int(room.tokens)} tok", rank=2)])
 
     @staticmethod
     def _turn_text(stats: TurnStats) -> str:
@@ -344,11 +340,16 @@ class GaugesPanel(Vertical):
         return "\n".join(lines)
 
     @staticmethod
-    def _compact_turn_text(stats: TurnStats) -> str:
-        # Most telling first: the line is cut with an ellipsis when narrow.
-        text = (f"{source_badge(stats.cache_source)} · ttft {fmt_seconds(stats.ttft_s)}"
-                f" · decode {fmt_tps(stats.decode_tps)}"
-                f" · reused {fmt_int(stats.reused_tokens)} / new {fmt_int(stats.prefilled_tokens)}")
-        if stats.miss_reason:
-            text += f" · [$warning]miss: {escape(stats.miss_reason)}[/]"
-        return text + f" · prefill {fmt_tps(stats.prefill_tps)}"
+    def _compact_turn_text(stats: TurnStats) -> list[Part]:
+        # What does not fit the width is left out, the least telling first.
+        miss = (part(f"[$warning]miss: {escape(stats.miss_reason)}[/]",
+                     "[$warning]cache miss (/stats)[/]", rank=2)
+                if stats.miss_reason else None)
+        return [p for p in (
+            part(source_badge(stats.cache_source)),
+            part(f"ttft {fmt_seconds(stats.ttft_s)}"),
+            part(f"decode {fmt_tps(stats.decode_tps)}", rank=1),
+            part(f"reused {fmt_int(stats.reused_tokens)} / new "
+                 f"{fmt_int(stats.prefilled_tokens)}", rank=3),
+            miss,
+            part(f"prefill {fmt_tps(stats.prefill_tps)}", rank=4)) if p is not None]

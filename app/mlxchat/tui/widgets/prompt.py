@@ -40,6 +40,12 @@ class PromptArea(TextArea):
         if isinstance(prompt, PromptInput) and prompt.process_key(event.key):
             event.stop()
             event.prevent_default()  # TextArea's own _on_key (enter inserts "\n") is skipped
+        elif not event.is_printable and await self.app._check_bindings(event.key):
+            # An editing key (backspace, ctrl+u, an arrow) is a binding: left to
+            # bubble, it would reach the app's queue behind the characters that
+            # came in the same read, and apply after them. Run it now, in order.
+            event.stop()
+            event.prevent_default()
 
     async def _on_paste(self, event: events.Paste) -> None:
         prompt = self.parent
@@ -87,7 +93,10 @@ class PromptInput(Vertical):
     PromptInput { height: auto; }
     PromptInput > CompletionList { display: none; height: auto; max-height: 10; }
     PromptInput.-completing > CompletionList { display: block; }
-    PromptInput > PromptArea { height: auto; min-height: 3; max-height: 12; }
+    PromptInput > PromptArea {
+        height: auto; min-height: 3; max-height: 12;
+        border-subtitle-color: $text-accent; border-subtitle-align: left;
+    }
     """
 
     def __init__(self, complete: CompletionSource | None = None, *,
@@ -105,6 +114,7 @@ class PromptInput(Vertical):
         self._completed_for: str | None = None  # text the list was computed for
         self._navigated = False  # up/down moved in the list since it was computed
         self.pasting = False  # the next change comes from a paste
+        self._early = False  # keys typed while the app started are being handled
 
     def compose(self) -> ComposeResult:
         yield CompletionList()
@@ -139,6 +149,23 @@ class PromptInput(Vertical):
         area = self.area
         area.load_text(text)
         area.select_all()
+
+    def show_pending(self, line: str | None) -> None:
+        """Under the input, what goes with the next message (None: nothing)."""
+        self.area.border_subtitle = line
+
+    def catch_early_keys(self) -> None:
+        """From the app's ``on_mount``: take the focus now, not after a refresh,
+        so the keys typed while the app started (queued already) land here. Those
+        typed before the terminal left cooked mode had Enter turned into ctrl+j
+        (ICRNL): among them, ctrl+j sends, as Enter was meant to."""
+        self.screen.set_focus(self.area)
+        self._early = True
+
+        def caught() -> None:
+            self._early = False
+        # Behind the queued keys in the app's queue, then in the text area's.
+        self.app.call_later(self.area.call_later, caught)
 
     def focus(self, scroll_visible: bool = True) -> PromptInput:
         self.area.focus(scroll_visible)
@@ -203,6 +230,8 @@ class PromptInput(Vertical):
 
     def process_key(self, key: str) -> bool:
         """True when the prompt consumed ``key``."""
+        if key == "ctrl+j" and self._early:
+            key = "enter"
         if key == "enter" and self._completed_for != self.text:
             # Keys typed or pasted fast can outrun the Changed messages that
             # refresh the list: decide on the list for the text as it is now.

@@ -313,9 +313,14 @@ class Transcript(VerticalScroll):
 
     async def load(self, messages: Iterable[Message], *, session_id: int | None = None) -> None:
         """Replace everything with ``messages`` (root first); the notices shown
-        in the same session stay where they were."""
+        in the same session stay where they were, but those said after messages
+        that left the branch (a /retry, an /edit, an /undo) go with them: kept,
+        they would sit between the branch's last message and its new reply."""
+        messages = list(messages)
         if session_id != self._session_id:
             self._session_id, self._kept = session_id, []
+        elif len(messages) < self._shown:  # those before the first message stay
+            self._kept = [k for k in self._kept if k[0] < len(messages) or not k[0]]
         await self.clear()
         self.last_sources = None
         shown = [self._message_widget(m) for m in messages]

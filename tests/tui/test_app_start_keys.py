@@ -1,0 +1,52 @@
+"""Keys typed while the app starts land in the input: they are queued before
+the screen is mounted, and a message typed and sent then (its Enter turned
+into ctrl+j by the terminal's cooked mode) goes once the model is ready."""
+
+from __future__ import annotations
+
+from textual._xterm_parser import XTermParser
+
+from mlxchat.tui.app import MlxChatApp
+from mlxchat.tui.widgets import UserMessage
+
+from .app_support import ready, settle, tiny_factory, tiny_settings, until
+
+
+class TypedEarly(MlxChatApp):
+    """Keys the terminal delivered before the app mounted: in its queue when
+    ``on_mount`` runs, as with a user typing while it started."""
+
+    typed = ""
+
+    def on_mount(self) -> None:
+        for event in XTermParser().feed(self.typed):
+            self.post_message(event)
+        super().on_mount()
+
+
+def app_typed(tmp_path, tiny, typed: str) -> TypedEarly:
+    app = TypedEarly(tiny_settings(), model_spec=None, now=lambda: 0.0,
+                     conversation_factory=tiny_factory(tmp_path / "s.db", tiny),
+                     continue_last=False, session=None, cursor_blink=False)
+    app.typed = typed
+    return app
+
+
+async def test_keys_typed_while_the_app_starts_land_in_the_input(tmp_path, tiny):
+    app = app_typed(tmp_path, tiny, "hello th\x7fhere")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(pilot)
+        await until(lambda: app.prompt.text == "hello there")
+
+
+async def test_a_message_sent_while_the_app_starts_goes_once_the_model_is_ready(tmp_path, tiny):
+    app = app_typed(tmp_path, tiny, "hello there\n")  # Enter, as cooked mode delivers it
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(pilot)
+        await until(lambda: any(isinstance(w, UserMessage) for w in app.transcript.children))
+        await settle(pilot)
+        [sent] = [w for w in app.transcript.children if isinstance(w, UserMessage)]
+        assert sent.text == "hello there" and app.prompt.text == ""
+        app.prompt.text = "one"
+        await pilot.press("ctrl+j")  # once started, ctrl+j is a newline again
+        assert app.prompt.text == "one\n"
