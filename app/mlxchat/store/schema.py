@@ -15,6 +15,7 @@ from mlxchat.store.docs_fts import V14_DOC_CHUNKS_FTS_BY_COLLECTION
 from mlxchat.store.errors import StoreError, sqlite_errors
 from mlxchat.store.image_files import V17_MESSAGE_IMAGES
 from mlxchat.store.messages_rebuild import messages_with_tool_role
+from mlxchat.store.parent_links import V18_PARENTS_WITHOUT_CASCADE
 from mlxchat.store.tool_schema import V16_TOOL_GRANTS_AND_RUNS
 
 V1_SESSIONS_AND_MESSAGES = (
@@ -130,7 +131,6 @@ def relative_snapshot_paths(conn: sqlite3.Connection) -> None:
 V5_RELATIVE_SNAPSHOT_PATHS = (relative_snapshot_paths,)
 
 Step = Union[str, Callable[[sqlite3.Connection], None]]
-
 
 V6_TOKEN_LEDGER = (
     # Each message keeps the token ids it added when it was sent, so earlier
@@ -327,7 +327,7 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V13_TOOL_MESSAGES,
     V14_DOC_CHUNKS_FTS_BY_COLLECTION,
     V15_FOLLOW_LINKS,
-    V16_TOOL_GRANTS_AND_RUNS, V17_MESSAGE_IMAGES,
+    V16_TOOL_GRANTS_AND_RUNS, V17_MESSAGE_IMAGES, V18_PARENTS_WITHOUT_CASCADE,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
