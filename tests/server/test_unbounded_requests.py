@@ -5,10 +5,13 @@ server stores nothing and goes on answering."""
 
 from __future__ import annotations
 
+import tempfile
+
+from mlxchat.server import images
 from mlxchat.server.app import MAX_HEADER_BYTES
 from mlxchat.server.requests import MAX_MESSAGES, MAX_NAME_CHARS, MAX_TOOLS
 
-from tests.server.conftest import WEATHER, request
+from tests.server.conftest import WEATHER, request, serve
 
 CHAT, OLLAMA = "/v1/chat/completions", "/api/chat"
 HELLO = [{"role": "user", "content": "hi"}]
@@ -73,3 +76,30 @@ def test_an_unknown_model_name_is_said_back_cut_short(served):
     assert reply.json()["error"]["message"] == (
         f"The model '{'m' * 200}…' does not exist; this server runs 'tiny'.")
     _nothing_ran(served)
+
+
+def test_the_most_messages_a_request_holds_past_the_window_leave_no_session(tiny, tmp_path):
+    """2,048 messages (a chain past SQLite's trigger depth) refused for the
+    window: the session made for them is deleted whole, and the server goes on."""
+    narrow = serve(tiny, tmp_path / "n.db", context_window=256)
+    most = [{"role": "user" if n % 2 == 0 else "assistant", "content": "a"}
+            for n in range(MAX_MESSAGES - 1)] + HELLO
+    try:
+        reply = request(narrow.url, "POST", CHAT, {"model": "tiny", "messages": most,
+                                                   "max_tokens": 2})
+        assert reply.status == 400
+        assert "the context window is 256" in reply.json()["error"]["message"]
+        store = narrow.conv.store
+        assert all(store.all_messages(s.id) == [] for s in store.list_sessions())
+        fits = request(narrow.url, "POST", CHAT, {"model": "tiny", "messages": HELLO,
+                                                  "max_tokens": 2})
+        assert fits.status == 200
+    finally:
+        narrow.stop()
+
+
+def test_text_only_messages_need_no_temporary_folder(tmp_path, monkeypatch):
+    """Each message's images are checked in a temporary folder; a message with
+    none makes none (a 2,000-message history made and removed 2,000)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    assert images.keep((), sees=False, model="tiny") == ()

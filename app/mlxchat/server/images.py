@@ -84,6 +84,8 @@ def keep(blobs: tuple[ImageBlob, ...], *, sees: bool, model: str) -> tuple[Image
     """Check every image first (decoded once), then keep them by their hash;
     a 400 (nothing kept) when the model sees none or one is bad."""
     check_seen(blobs, sees=sees, model=model)
+    if not blobs:  # no temporary folder for each text-only message of a long history
+        return ()
     checked: list[tuple[Path, vision_images.Header]] = []
     with tempfile.TemporaryDirectory(prefix="mlxchat-image-") as folder:
         for n, blob in enumerate(blobs):

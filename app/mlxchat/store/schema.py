@@ -16,6 +16,7 @@ from mlxchat.store.errors import StoreError, sqlite_errors
 from mlxchat.store.image_files import V17_MESSAGE_IMAGES
 from mlxchat.store.kv_names import V18_KV_FILE_TAG
 from mlxchat.store.messages_rebuild import messages_with_tool_role
+from mlxchat.store.parent_links import V19_PARENTS_WITHOUT_CASCADE
 from mlxchat.store.tool_schema import V16_TOOL_GRANTS_AND_RUNS
 
 V1_SESSIONS_AND_MESSAGES = (
@@ -131,7 +132,6 @@ def relative_snapshot_paths(conn: sqlite3.Connection) -> None:
 V5_RELATIVE_SNAPSHOT_PATHS = (relative_snapshot_paths,)
 
 Step = Union[str, Callable[[sqlite3.Connection], None]]
-
 
 V6_TOKEN_LEDGER = (
     # Each message keeps the token ids it added when it was sent, so earlier
@@ -326,8 +326,8 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V11_API_MESSAGES,
     V12_MESSAGE_SOURCES,
     V13_TOOL_MESSAGES,
-    V14_DOC_CHUNKS_FTS_BY_COLLECTION,
-    V15_FOLLOW_LINKS, V16_TOOL_GRANTS_AND_RUNS, V17_MESSAGE_IMAGES, V18_KV_FILE_TAG,
+    V14_DOC_CHUNKS_FTS_BY_COLLECTION, V15_FOLLOW_LINKS,
+    V16_TOOL_GRANTS_AND_RUNS, V17_MESSAGE_IMAGES, V18_KV_FILE_TAG, V19_PARENTS_WITHOUT_CASCADE,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -41,6 +41,7 @@ from mlxchat.store.rows import (
     session_row,
     stats_dict,
     title_from,
+    user_at_or_above,
 )
 from mlxchat.store.search import matching_sessions
 from mlxchat.store.tool_grants import ToolGrants
@@ -390,11 +391,7 @@ def _add(cur: sqlite3.Cursor, session_id: int, parent_id: int | None | Position,
     cur.execute("UPDATE sessions SET leaf_id = ?, updated = ? WHERE id = ?",
                 (draft.id, draft.created, session_id))
     if draft.role == "user" and not row["title_locked"] and title_from(draft.content):
-        earlier = 0
-        if parent is not None:
-            sql = PATH_UP + "SELECT count(*) FROM path JOIN messages USING (id) WHERE role = 'user'"
-            earlier = cur.execute(sql, (parent,)).fetchone()[0]
-        if not earlier:
+        if parent is None or not user_at_or_above(cur, parent):
             cur.execute("UPDATE sessions SET title = ? WHERE id = ?",
                         (free_title(cur, title_from(draft.content), session_id), session_id))
     return draft
