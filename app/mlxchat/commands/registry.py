@@ -185,7 +185,7 @@ class Registry:
         text = user_message(exc)
         if text is not None:
             log.debug("/%s refused: %s", name, exc, exc_info=exc)
-            return CommandResult.error(text)
+            return CommandResult.error(text, more=getattr(exc, "more", ""))
         log.error("/%s failed", name, exc_info=exc)
         return CommandResult.error(f"/{name} failed: {type(exc).__name__}: {exc}. "
                                    "Details are in the log.")
