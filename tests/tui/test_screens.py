@@ -47,7 +47,7 @@ async def test_confirm_buttons_by_click():
 
 async def test_help_lists_commands_and_keys_verbatim():
     rows = [("/set [name] [value]", "Change a setting"), ("/help", "This list")]
-    app = ScreenHost(lambda: HelpScreen(rows, [("ctrl+j", "newline")]))
+    app = ScreenHost(lambda: HelpScreen([("Commands", rows)], [("ctrl+j", "newline")]))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         commands = table_text(app.screen.query_one("#help-commands", Static).content)
