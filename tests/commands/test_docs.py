@@ -77,7 +77,7 @@ def test_cancelling_an_index_keeps_whole_files_and_update_carries_on(registry, c
     ctx.progress = progress
     r = registry.run("/docs add trips notes", ctx)
     assert r.ok and r.text.startswith("Cancelled: 1 file of trips indexed"), r.text
-    assert seen[0][0].startswith("indexing 1/3 files") and seen[0][1:] == (1, 3)
+    assert seen[0][0].startswith("indexing 1/3 files read") and seen[0][1:] == (0, 3)
     info = conv.retrieval.collection("trips")
     assert (info.files, info.chunks) == (1, 1)  # whole files only
     assert conv.session.settings.docs is None  # a cancelled add is not put in use
@@ -127,8 +127,8 @@ def test_the_add_summary_names_each_skipped_path_once_on_a_line_of_its_own(regis
                                                                            notes):
     (notes / "x.bin").write_bytes(b"\x00\x01binary\x00" * 10)
     r = registry.run("/docs add notes", ctx)
-    rate = re.search(r"(\d+) chunks/s", r.text).group(1)  # the one figure timing decides
+    took = re.search(r"3 chunks in ([\d.]+ m?s)\)", r.text).group(1)  # what timing decides
     assert r.text == (
-        f"notes: 3 files indexed (3 chunks, {rate} chunks/s), 0 unchanged, 0 removed, "
+        f"notes: 3 files indexed (3 chunks in {took}), 0 unchanged, 0 removed, "
         "1 skipped. This session now retrieves from notes.\n"
         f"skipped {notes}/x.bin: a binary file")

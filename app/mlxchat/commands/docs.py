@@ -230,7 +230,7 @@ def _reporter(ctx: CommandContext, verb: str):
                                     and p.files_done < p.files_total):
             return
         shown = now
-        ctx.progress(f"{verb} {p.words()} · escape cancels", p.files_done, p.files_total)
+        ctx.progress(f"{verb} {p.words()} · escape cancels", *p.work())
     return report
 
 
@@ -241,7 +241,7 @@ def _report(report: IndexReport, extra: str) -> CommandResult:
             f"before the stop, nothing half-written. /docs update {report.collection} carries "
             "on.")
     parts = [f"{report.collection}: {plural(report.files_indexed, 'file')} indexed "
-             f"({plural(report.chunks_added, 'chunk')}, {report.chunks_per_s:.0f} chunks/s)",
+             f"({report.speed_words()})",
              f"{fmt_int(report.files_unchanged)} unchanged", f"{fmt_int(report.files_removed)} "
              "removed", f"{fmt_int(len(report.skipped))} skipped"]
     text = ", ".join(parts) + "."
