@@ -36,8 +36,30 @@ def test_add_use_list_and_the_session_retrieves(registry, ctx, conv, notes):
     assert r.kind == "table" and r.text.startswith(f"{len(sources)} sources from notes")
     places = [row[1] for row in r.rows]
     assert f"{notes}/boats.md:1-3" in places
-    assert r.rows == [(f"[{s.n}]", s.place, s.heading, f"{s.score:.4f}", f"{s.tokens:,}", "")
-                      for s in conv.messages[-2].sources]
+    assert [row[:3] + row[4:] for row in r.rows] == [
+        (f"[{s.n}]", s.place, s.heading, f"{s.tokens:,}", "") for s in sources]
+    # Relevance in words, against the best of the list: never a bare 0.033.
+    best = max(s.score for s in sources)
+    assert r.columns[3] == "relevance" and [row[3] for row in r.rows] == [
+        "best match" if s.score == best else f"{round(100 * s.score / best)}% of the best"
+        for s in sources]
+
+
+def test_sources_say_in_words_what_did_not_fit_the_budget(registry, ctx, conv, notes):
+    for name, need in (("keel", "a keel"), ("sails", "sails and a mast"), ("crew", "a crew")):
+        (notes / f"{name}.md").write_text(f"# Sailing boats\n\n{f'Sailing boats need {need}. ' * 3}\n")
+    assert registry.run("/docs add notes", ctx).ok
+    assert registry.run("/docs budget 260", ctx).ok
+    question = "what do sailing boats need"
+    found = conv.retrieval.retrieve(question, remember=False)
+    assert found.sources and found.left_out  # some fit, some do not
+    r = registry.run(f"/docs search {question}", ctx)
+    assert (f"{found.left_out} more sources matched but did not fit the "
+            f"{found.budget:,}-token budget") in r.text
+    assert "over" not in r.text and "score" not in r.columns
+    assert registry.run("/docs budget 64", ctx).ok
+    nothing = registry.run(f"/docs search {question}", ctx)
+    assert nothing.text.startswith("Nothing in notes fits: ") and "none fits the" in nothing.text
 
 
 def test_tuning_and_bad_input_change_nothing(registry, ctx, conv, notes):
