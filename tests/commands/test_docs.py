@@ -99,7 +99,7 @@ def test_cancelling_an_index_keeps_whole_files_and_update_carries_on(registry, c
     ctx.progress = progress
     r = registry.run("/docs add trips notes", ctx)
     assert r.ok and r.text.startswith("Cancelled: 1 file of trips indexed"), r.text
-    assert seen[0][0].startswith("indexing 1/3 files read") and seen[0][1:] == (0, 3)
+    assert seen[0][0].startswith("indexing 1/3 files · 0/1 chunks") and seen[0][1:] == (0, 3)
     info = conv.retrieval.collection("trips")
     assert (info.files, info.chunks) == (1, 1)  # whole files only
     assert conv.session.settings.docs is None  # a cancelled add is not put in use

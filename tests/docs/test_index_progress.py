@@ -21,7 +21,8 @@ def test_a_few_small_files_report_what_is_read_and_embedded(tmp_path, store, tin
     report = Indexer(store.documents, tiny_embed).add("n", [root], on_progress=seen.append)
     for p in seen:
         line = p.words()
-        assert re.match(r"\d/5 files read · \d+/\d+ chunks embedded", line), line
+        assert re.match(r"\d/5 files · \d+/\d+ chunks", line), line
+        assert line.split(" · ")[1] == f"{p.chunks_embedded}/{p.chunks} chunks"
         rate = re.search(r"([\d.,]+) chunks/s", line)
         if rate is None:
             assert p.chunks_per_s is None

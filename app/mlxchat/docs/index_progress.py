@@ -54,12 +54,14 @@ class IndexProgress:
         return self.chunks_embedded, max(expected, self.chunks_embedded, 1)
 
     def words(self) -> str:
-        """'12/40 files read · 96/230 chunks embedded · 4.5 chunks/s', as every
-        progress line says it (and '· big.txt 40%' within a file written in batches)."""
+        """'12/40 files · 96/230 chunks · 4.5 chunks/s' (files read, chunks
+        embedded of those found), as every progress line says it, short enough
+        for an 80-column status line (and '· big.txt 40%' within a file
+        written in batches)."""
         rate = f" · {rate_words(self.chunks_per_s)}" if self.chunks_per_s is not None else ""
         within = f" · {Path(self.current).name} {self.part:.0%}" if self.part is not None else ""
-        return (f"{self.files_done:,}/{self.files_total:,} files read · "
-                f"{self.chunks_embedded:,}/{self.chunks:,} chunks embedded{rate}{within}")
+        return (f"{self.files_done:,}/{self.files_total:,} files · "
+                f"{self.chunks_embedded:,}/{self.chunks:,} chunks{rate}{within}")
 
 
 @dataclass
