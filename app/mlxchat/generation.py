@@ -80,6 +80,25 @@ place the /set command, `mlxchat ask` flags and the config file are checked agai
 SAMPLING = ("temperature", "top_p", "min_p", "repetition_penalty")
 """Settings a model gives defaults for; None in a session follows the model's."""
 
+UNSET_WORDS: dict[str, str] = {
+    **{name: "model" for name in SAMPLING},
+    "thinking": "default", "reasoning_effort": "default", "seed": "none", "kv_bits": "none",
+    "context_window": "none", "draft": "off", "compute_dtype": "auto", "docs": "off",
+    "docs_budget": "auto", "tools": "off", "tool_result_tokens": "auto",
+}
+"""The word for each setting left unset (None), as ``/set`` takes it back: the
+one way ``/get`` and the export say it."""
+
+
+def setting_words(name: str, value: Any) -> str:
+    """A setting's value as ``/set`` takes it: never Python's None or True."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if value is None:
+        return UNSET_WORDS.get(name, "none")
+    return str(value)
+
+
 _WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
           "draft_tokens", "docs_k", "docs_budget", "tool_result_tokens", "max_tool_steps")
 _WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft",

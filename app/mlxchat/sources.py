@@ -68,13 +68,17 @@ class Source:
         return f"{os.path.basename(self.path)}:{self.start_line}"
 
     def describe(self, *, place: str | None = None, digits: int = 4,
-                 stale: bool = True) -> str:
+                 stale: bool = True, best: float | None = None) -> str:
         """'[1] notes/a.md:3-9 · Install · score 0.0328 · 158 tokens', the one
-        line every list of sources shows (``place`` as the reader sees it)."""
+        line every list of sources shows (``place`` as the reader sees it);
+        given the ``best`` score of the list, the score is said as a relevance
+        ('best match', '62% of the best')."""
         heading = f" · {self.heading}" if self.heading else ""
         note = f" · {self.stale}" if stale and self.stale else ""
+        score = (relevance_words(self.score, best) if best is not None
+                 else f"score {self.score:.{digits}f}")
         return (f"[{self.n}] {place or self.place}{self._also()}{heading} · "
-                f"score {self.score:.{digits}f} · {self.tokens:,} tokens{note}")
+                f"{score} · {self.tokens:,} tokens{note}")
 
     def entry(self) -> str:
         """How the chunk reads in the message: numbered, placed, then its text."""
@@ -120,6 +124,31 @@ def cite(text: str, sources: list[Source] | None) -> str:
         at = code.end()
     out.append(_CITATION.sub(name, text[at:]))
     return "".join(out)
+
+
+def relevance_words(score: float, best: float) -> str:
+    """A fused score as a reader can weigh it: against the best of its list
+    ('best match', '62% of the best'); the raw figure (0.033) means nothing."""
+    if best <= 0 or score >= best:
+        return "best match"
+    return f"{min(99, round(100 * score / best))}% of the best"
+
+
+def best_score(sources: list[Source]) -> float:
+    return max((s.score for s in sources), default=0.0)
+
+
+def left_out_words(left_out: int, budget: int | None = None) -> str:
+    """'5 more sources matched but did not fit the 1,024-token budget'."""
+    more = f"{left_out:,} more source{'s' if left_out != 1 else ''}"
+    what = f"the {budget:,}-token budget" if budget else "the token budget"
+    return f"{more} matched but did not fit {what}"
+
+
+def below_floor_words(below_floor: int) -> str:
+    """'2 more matched far less well than the best and were left out'."""
+    return (f"{below_floor:,} more matched far less well than the best and "
+            f"{'was' if below_floor == 1 else 'were'} left out")
 
 
 def sources_summary(sources: list[Source]) -> str:

@@ -36,8 +36,30 @@ def test_add_use_list_and_the_session_retrieves(registry, ctx, conv, notes):
     assert r.kind == "table" and r.text.startswith(f"{len(sources)} sources from notes")
     places = [row[1] for row in r.rows]
     assert f"{notes}/boats.md:1-3" in places
-    assert r.rows == [(f"[{s.n}]", s.place, s.heading, f"{s.score:.4f}", f"{s.tokens:,}", "")
-                      for s in conv.messages[-2].sources]
+    assert [row[:3] + row[4:] for row in r.rows] == [
+        (f"[{s.n}]", s.place, s.heading, f"{s.tokens:,}", "") for s in sources]
+    # Relevance in words, against the best of the list: never a bare 0.033.
+    best = max(s.score for s in sources)
+    assert r.columns[3] == "relevance" and [row[3] for row in r.rows] == [
+        "best match" if s.score == best else f"{round(100 * s.score / best)}% of the best"
+        for s in sources]
+
+
+def test_sources_say_in_words_what_did_not_fit_the_budget(registry, ctx, conv, notes):
+    for name, need in (("keel", "a keel"), ("sails", "sails and a mast"), ("crew", "a crew")):
+        (notes / f"{name}.md").write_text(f"# Sailing boats\n\n{f'Sailing boats need {need}. ' * 3}\n")
+    assert registry.run("/docs add notes", ctx).ok
+    assert registry.run("/docs budget 260", ctx).ok
+    question = "what do sailing boats need"
+    found = conv.retrieval.retrieve(question, remember=False)
+    assert found.sources and found.left_out  # some fit, some do not
+    r = registry.run(f"/docs search {question}", ctx)
+    assert (f"{found.left_out} more sources matched but did not fit the "
+            f"{found.budget:,}-token budget") in r.text
+    assert "over" not in r.text and "score" not in r.columns
+    assert registry.run("/docs budget 64", ctx).ok
+    nothing = registry.run(f"/docs search {question}", ctx)
+    assert nothing.text.startswith("Nothing in notes fits: ") and "none fits the" in nothing.text
 
 
 def test_tuning_and_bad_input_change_nothing(registry, ctx, conv, notes):
@@ -77,7 +99,7 @@ def test_cancelling_an_index_keeps_whole_files_and_update_carries_on(registry, c
     ctx.progress = progress
     r = registry.run("/docs add trips notes", ctx)
     assert r.ok and r.text.startswith("Cancelled: 1 file of trips indexed"), r.text
-    assert seen[0][0].startswith("indexing 1/3 files") and seen[0][1:] == (1, 3)
+    assert seen[0][0].startswith("indexing 1/3 files · 0/1 chunks") and seen[0][1:] == (0, 3)
     info = conv.retrieval.collection("trips")
     assert (info.files, info.chunks) == (1, 1)  # whole files only
     assert conv.session.settings.docs is None  # a cancelled add is not put in use
@@ -127,8 +149,8 @@ def test_the_add_summary_names_each_skipped_path_once_on_a_line_of_its_own(regis
                                                                            notes):
     (notes / "x.bin").write_bytes(b"\x00\x01binary\x00" * 10)
     r = registry.run("/docs add notes", ctx)
-    rate = re.search(r"(\d+) chunks/s", r.text).group(1)  # the one figure timing decides
+    took = re.search(r"3 chunks in ([\d.]+ m?s)\)", r.text).group(1)  # what timing decides
     assert r.text == (
-        f"notes: 3 files indexed (3 chunks, {rate} chunks/s), 0 unchanged, 0 removed, "
+        f"notes: 3 files indexed (3 chunks in {took}), 0 unchanged, 0 removed, "
         "1 skipped. This session now retrieves from notes.\n"
         f"skipped {notes}/x.bin: a binary file")

@@ -125,10 +125,12 @@ def test_commands_that_change_state_wait_for_the_running_turn(registry, ctx, con
 
 def test_help(registry, ctx):
     listing = registry.run("/help", ctx)
-    assert listing.kind == "table" and listing.open_screen is None
-    usages = [row[0] for row in listing.rows]
-    assert "/set [--default] NAME VALUE" in usages and "/help [COMMAND]" in usages
-    assert registry.help_rows() == listing.rows
+    assert listing.kind == "markdown" and listing.open_screen is None
+    assert "**Sessions**" in listing.text
+    for command in registry.commands:  # each with its meaning, by topic
+        assert f"- `{command.usage_line}` — {command.help}" in listing.text
+    assert sorted(registry.help_rows()) == sorted((c.usage_line, c.help)
+                                                  for c in registry.commands)
     ctx.interactive = True
     assert registry.run("/help", ctx).open_screen == "help"
     one = registry.run("/help quit", ctx)

@@ -68,7 +68,10 @@ def test_open_by_title_and_id_restores_the_snapshot(registry, ctx, conv):
 
 
 def test_open_errors(registry, ctx):
-    assert registry.run("/open nothing like it", ctx).text.startswith("No session matches")
+    assert registry.run("/open nothing like it", ctx).text == (
+        "No session matches 'nothing like it'; /sessions lists them with their ids.")
+    assert registry.run("/delete nothing like it", ctx).text.endswith("/sessions lists them "
+                                                                      "with their ids.")
     assert registry.run("/open", ctx).text == "Usage: /open ID_OR_TITLE"
     ctx.interactive = True
     assert registry.run("/open", ctx).open_screen == "sessions"

@@ -82,12 +82,63 @@ def test_get(registry, ctx, conv):
         assert "``" not in cells and ".py" not in cells and "None" not in cells, row
         assert not row[-1].endswith("…"), row
     one = registry.run("/get max_tokens", ctx)
-    assert one.text == "max_tokens = 8 (new sessions: 8; allowed: >= 1): longest answer, in tokens."
+    assert one.text == ("max_tokens = 8 · new sessions: 8 · allowed: >= 1 · longest answer, "
+                        "in tokens.")
     assert "Did you mean seed?" in registry.run("/get sed", ctx).text
     assert registry.run("/set temperature model", ctx).ok
     assert conv.generation.temperature is None
     assert registry.run("/get temperature", ctx).text.startswith(
-        "temperature = 0.7 (model: built in) (new sessions: 0.0;")
+        "temperature = model, 0.7 here (built in) · new sessions: 0.0 ·")
+
+
+def _depth(text: str) -> int:
+    deepest = level = 0
+    for ch in text:
+        level += {"(": 1, ")": -1}.get(ch, 0)
+        deepest = max(deepest, level)
+    return deepest
+
+
+def test_get_reads_without_nested_parentheses(registry, ctx, conv):
+    assert registry.run("/set temperature model", ctx).ok
+    for name in GenerationSettings().to_dict():
+        text = registry.run(f"/get {name}", ctx).text
+        assert _depth(text) <= 1, text
+
+
+def test_get_shows_only_values_set_takes_back(registry, ctx, conv):
+    """An unset setting is shown as a word its rule lists, the word /set takes
+    for it (tools: 'off', never 'none'); the export says the same."""
+    from mlxchat.commands.tuning import SETTINGS
+    from mlxchat.store.export import session_markdown
+
+    for line in ("temperature model", "thinking default", "reasoning_effort default", "tools off"):
+        assert registry.run(f"/set {line}", ctx).ok, line
+    table = {row[0]: row for row in registry.run("/get", ctx).rows}
+    for name, setting in SETTINGS.items():
+        text = registry.run(f"/get {name}", ctx).text
+        word = text.split(" = ", 1)[1].split(" · ")[0].split(",")[0]
+        if getattr(conv.generation, name) is None:
+            assert word in setting.rule, (name, word, setting.rule)
+            assert table[name][1].split(":")[0] == word
+        if name in ("draft", "speculative"):
+            continue  # they load or unload a draft model
+        before = getattr(conv.generation, name)
+        assert registry.run(f"/set {name} {word}", ctx).ok, (name, word)
+        assert getattr(conv.generation, name) == before, name
+    assert table["tools"][1] == "off"
+    settings_line = session_markdown(conv.store.get_session(conv.session.id))
+    assert "tools off" in settings_line
+
+
+def test_set_unknown_setting_lists_every_name_under_one_line(registry, ctx):
+    from mlxchat.commands.tuning import SETTINGS
+
+    result = registry.run("/set foo 1", ctx)
+    assert result.kind == "error" and "\n" not in result.text
+    assert result.text.startswith("Unknown setting 'foo'.")
+    assert result.more == ", ".join(SETTINGS) + "."
+    assert result.plain() == f"{result.text}\n{result.more}"
 
 
 def test_model_show_and_switch(registry, ctx, conv):

@@ -42,7 +42,7 @@ def test_add_list_search_update_remove(capsys, tmp_path):
     (tmp_path / "notes.md").write_text("# Boats\n\nSailing boats need wind and a keel.\n")
     (tmp_path / "junk.bin").write_bytes(b"\0\1\2")
     code, out, _ = _run(capsys, "add", "n", str(tmp_path))
-    assert code == 0 and out.startswith("n: 1 files indexed (1 chunks")
+    assert code == 0 and out.startswith("n: 1 files indexed (1 chunk in ")
     assert f"skipped {tmp_path}/junk.bin" in out
     code, out, _ = _run(capsys, "list")
     assert out.split()[:5] == ["n", "1", "files", "1", "chunks"]

@@ -359,4 +359,4 @@ def test_the_markdown_header_says_settings_in_words(store: SessionStore, branche
     header = session_markdown(store.get_session(branched)).split("---")[0]
     settings = next(line for line in header.splitlines() if line.startswith("- **Settings:**"))
     assert "None" not in settings and "True" not in settings and "False" not in settings
-    assert "top_p model default" in settings and "docs off" in settings
+    assert "top_p model" in settings and "docs off" in settings and "tools off" in settings

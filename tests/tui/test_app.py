@@ -89,7 +89,7 @@ async def test_slash_commands_from_the_input(tmp_path, tiny):
         await ready(pilot)
         await send(pilot, "/get temperature")
         kind, text = rows(app)[-1]
-        assert kind == "info" and text.startswith("temperature = 0.0 (new sessions: 0.0;")
+        assert kind == "info" and text.startswith("temperature = 0.0 · new sessions: 0.0 ·")
         assert app.prompt.text == ""
         await send(pilot, "/stats")
         no_turn = "No turn yet in this session; /stats reports the last one."

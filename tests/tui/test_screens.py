@@ -2,6 +2,7 @@ import asyncio
 import io
 import threading
 
+import pytest
 from rich.console import Console
 from textual.widgets import DataTable, Input, ProgressBar, Static
 
@@ -46,7 +47,7 @@ async def test_confirm_buttons_by_click():
 
 async def test_help_lists_commands_and_keys_verbatim():
     rows = [("/set [name] [value]", "Change a setting"), ("/help", "This list")]
-    app = ScreenHost(lambda: HelpScreen(rows, [("ctrl+j", "newline")]))
+    app = ScreenHost(lambda: HelpScreen([("Commands", rows)], [("ctrl+j", "newline")]))
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         commands = table_text(app.screen.query_one("#help-commands", Static).content)
@@ -90,7 +91,7 @@ def sessions_host(store: FakeStore) -> ScreenHost:
 
 def titles(app) -> list[str]:
     table = app.screen.query_one(DataTable)
-    return [table.get_row_at(i)[0].plain for i in range(table.row_count)]
+    return [table.get_row_at(i)[1].plain for i in range(table.row_count)]
 
 
 async def test_sessions_search_as_you_type_and_open():
@@ -101,8 +102,8 @@ async def test_sessions_search_as_you_type_and_open():
         await pilot.pause()
         assert titles(app) == ["Rust lifetimes", "Sourdough plan", "Trip to Lisbon"]
         table = app.screen.query_one(DataTable)
-        assert [c.plain for c in table.get_row_at(0)[1:]] == [
-            "qwen3-4b", "12", "52.0 MB", "5 min ago"]
+        assert [c.plain for c in table.get_row_at(0)] == [
+            "#1", "Rust lifetimes", "qwen3-4b", "12", "52.0 MB", "5 min ago"]
         await pilot.press(*"tram")
         await app.workers.wait_for_complete()
         await pilot.pause()
@@ -113,6 +114,23 @@ async def test_sessions_search_as_you_type_and_open():
         await pilot.press("enter")
         await pilot.pause()
         assert app.result == 3
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_sessions_list_shows_the_id_open_takes_whole(size):
+    store = FakeStore()
+    store.sessions[2].id = 12345
+    app = sessions_host(store)
+    async with app.run_test(size=size) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        table = app.screen.query_one(DataTable)
+        ids = [table.get_row_at(i)[0].plain for i in range(table.row_count)]
+        assert ids == [f"#{s.id}" for s in store.sessions]
+        first = next(iter(table.columns.values()))
+        assert first.label.plain == "Id" and first.width >= max(map(len, ids))
+        shown = sum(c.get_render_width(table) for c in table.columns.values())
+        assert shown <= table.scrollable_content_region.width  # no column pushed off
 
 
 async def test_sessions_rename_inline_and_delete_with_confirm():

@@ -80,7 +80,8 @@ def test_gauges_compact(snap_compare):
 
 
 def test_help_screen(snap_compare):
-    assert snap_compare(ScreenHost(lambda: HelpScreen(HELP_ROWS, HELP_KEYS)),
+    assert snap_compare(ScreenHost(lambda: HelpScreen([("Chat", HELP_ROWS[4:]),
+                                                       ("Sessions", HELP_ROWS[:4])], HELP_KEYS)),
                         terminal_size=(100, 30))
 
 

@@ -1,5 +1,5 @@
 """The Sources panel: under a message that retrieved, before its prefill, with
-each chunk's file:lines, score and tokens; citations naming file:line; the
+each chunk's file:lines, relevance and tokens; citations naming file:line; the
 same after a reopen; indexing progress on the activity line."""
 
 from __future__ import annotations
@@ -37,12 +37,24 @@ async def test_a_message_with_sources_shows_the_panel_and_cites(tmp_path):
         assert user.query_one(".message-body", Static).render().plain == \
             "How do I install it offline?"
         panel = user.query_one(SourcesPanel).render().plain
+        # Relevance against the best of the list (0.0161 of 0.0328), not a bare score.
         assert panel.splitlines() == [
             "2 sources · 275 tokens from notes",
-            "[1] /srv/notes/setup.md:12-30 · Install > Linux · score 0.033 · 180 tokens",
-            "[2] /srv/notes/faq.md:3-9 · score 0.016 · 95 tokens · file changed since indexing"]
+            "[1] /srv/notes/setup.md:12-30 · Install > Linux · best match · 180 tokens",
+            "[2] /srv/notes/faq.md:3-9 · 49% of the best · 95 tokens · file changed since "
+            "indexing"]
         reply = transcript.query_one(Markdown).source
         assert reply == "Run `make` [1 · setup.md:12]; no network is needed [2 · faq.md:3]."
+
+
+async def test_the_header_says_in_words_what_did_not_fit():
+    panel = SourcesPanel([SETUP, FAQ], left_out=5, budget=1024, forecast_s=2.5)
+    app = HostApp(lambda: panel)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        text = " ".join(panel.render().plain.split())  # wrapped at 80 columns
+        assert text.startswith("2 sources · 275 tokens from notes · 5 more sources matched "
+                               "but did not fit the 1,024-token budget · ~2.50 s to prefill")
 
 
 def test_sources_panel_snapshot(snap_compare):

@@ -4,7 +4,15 @@ taking it off again, and citations naming their file and line."""
 from __future__ import annotations
 
 from mlxchat.chat import typed_text
-from mlxchat.sources import Source, cite, with_sources, without_sources
+from mlxchat.sources import (
+    Source,
+    below_floor_words,
+    cite,
+    left_out_words,
+    relevance_words,
+    with_sources,
+    without_sources,
+)
 from mlxchat.store import title_from
 from mlxchat.store.rows import sources_from_json, sources_to_json
 
@@ -68,3 +76,16 @@ def test_one_line_describes_a_source():
     assert stale.describe(place="~/x.md", digits=3) == \
         "[2] ~/x.md · score 0.500 · 1,200 tokens · file deleted since indexing"
     assert stale.describe(stale=False).endswith("1,200 tokens")
+    assert A.describe(best=0.03).endswith("· Install > Linux · best match · 9 tokens")
+    assert stale.describe(best=0.8).endswith("· 62% of the best · 1,200 tokens · file deleted "
+                                             "since indexing")
+
+
+def test_relevance_and_what_was_left_out_in_words():
+    assert relevance_words(0.0161, 0.0328) == "49% of the best"
+    assert relevance_words(0.0328, 0.0328) == "best match"
+    assert relevance_words(0.0327999, 0.0328) == "99% of the best"  # never 100 short of it
+    assert relevance_words(0.0, 0.0) == "best match"
+    assert left_out_words(1, 1024) == "1 more source matched but did not fit the 1,024-token budget"
+    assert left_out_words(5) == "5 more sources matched but did not fit the token budget"
+    assert below_floor_words(2) == "2 more matched far less well than the best and were left out"

@@ -15,6 +15,7 @@ from mlxchat.config import Settings
 from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.errors import UserError
 from mlxchat.generation import GenerationSettings
+from mlxchat.sources import best_score, left_out_words
 from mlxchat.turn_stats import TurnStats
 
 if TYPE_CHECKING:
@@ -133,8 +134,9 @@ def _sources(found: Retrieved | None, *, quiet: bool) -> list[dict] | None:
     if not quiet:
         lines = [f"sources from {found.collection}: {len(found.sources)} chunks, "
                  f"{found.tokens:,} of {found.budget:,} budget tokens"
-                 + (f", {found.left_out} more over it" if found.left_out else "")]
-        lines += [f"  {s.describe()}" for s in found.sources]
+                 + (f"; {left_out_words(found.left_out)}" if found.left_out else "")]
+        best = best_score(found.sources)
+        lines += [f"  {s.describe(best=best)}" for s in found.sources]
         print("\n".join(lines), file=sys.stderr)
     return [{**s.to_dict(), "place": s.place} for s in found.sources]
 

@@ -119,8 +119,8 @@ def _progress_line(stream):
 def _print_report(report) -> None:
     if sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
-    print(f"{report.collection}: {report.files_indexed} files indexed ({report.chunks_added} "
-          f"chunks, {report.chunks_per_s:.0f} chunks/s), {report.files_unchanged} unchanged, "
+    print(f"{report.collection}: {report.files_indexed} files indexed "
+          f"({report.speed_words()}), {report.files_unchanged} unchanged, "
           f"{report.files_removed} removed, {len(report.skipped)} skipped")
     if report.files_with_replacements:
         print(f"  {report.files_with_replacements} files were not valid UTF-8 "

@@ -28,7 +28,12 @@ ERROR_CHARS = 300
 
 
 class CommandError(MlxchatError):
-    """Bad input or a refused request; the message is one line for the user."""
+    """Bad input or a refused request; the message is one line for the user.
+    ``more``: what to choose from (valid names), shown under that line, wrapped."""
+
+    def __init__(self, message: str, *, more: str = "") -> None:
+        super().__init__(message)
+        self.more = more
 
 
 def one_line(text: str, limit: int = ERROR_CHARS) -> str:
@@ -74,14 +79,16 @@ class CommandResult:
     clear_input: bool = False
     prefill_input: str | None = None
     """Put this text into the input line for the user to edit and send."""
+    more: str = ""
+    """Under an error's one line: what to choose from (plain text, wrapped)."""
 
     @classmethod
     def info(cls, text: str, **actions: Any) -> CommandResult:
         return cls("info", text, **actions)
 
     @classmethod
-    def error(cls, text: str) -> CommandResult:
-        return cls("error", one_line(text))
+    def error(cls, text: str, *, more: str = "") -> CommandResult:
+        return cls("error", one_line(text), more=more)
 
     @classmethod
     def markdown(cls, text: str, **actions: Any) -> CommandResult:
@@ -100,7 +107,7 @@ class CommandResult:
     def plain(self) -> str:
         """The result as plain text, for a terminal without a UI (and for tests)."""
         if self.kind != "table":
-            return self.text
+            return f"{self.text}\n{self.more}" if self.more else self.text
         widths = [len(c) for c in self.columns]
         for row in self.rows:
             widths = [max(w, len(cell)) for w, cell in zip(widths, row)]

@@ -27,7 +27,13 @@ from mlxchat.commands.base import (
 from mlxchat.commands.completers import complete_path
 from mlxchat.commands.tuning import SETTINGS
 from mlxchat.generation import DOCS_BUDGET_AUTO_MIN, DOCS_BUDGET_SHARE, DOCS_NAME
-from mlxchat.sources import Source
+from mlxchat.sources import (
+    Source,
+    below_floor_words,
+    best_score,
+    left_out_words,
+    relevance_words,
+)
 from mlxchat.units import fmt_int, fmt_seconds, plural
 
 if TYPE_CHECKING:
@@ -167,8 +173,8 @@ def search(ctx: CommandContext, words: Sequence[str]) -> CommandResult:
     if not found.sources:
         if found.left_out:
             return CommandResult.info(f"Nothing in {found.collection} fits: "
-                                      f"{plural(found.left_out, 'match')} over the "
-                                      f"{fmt_int(found.budget)}-token budget.")
+                                      f"{plural(found.left_out, 'source')} matched but none "
+                                      f"fits the {fmt_int(found.budget)}-token budget.")
         return CommandResult.info(f"Nothing in {found.collection} is close enough to send "
                                   f"({plural(found.below_floor, 'match')} below the relevance "
                                   "floor)." if found.below_floor else
@@ -193,16 +199,17 @@ def sources_table(found: list[Source], retrieved: Retrieved | None = None) -> Co
     total = sum(s.tokens for s in found)
     caption = f"{plural(len(found), 'source')} from {found[0].collection}, {fmt_int(total)} tokens"
     if retrieved is not None:
-        caption += (f" of a {fmt_int(retrieved.budget)}-token budget"
-                    + (f", {retrieved.left_out} more over it" if retrieved.left_out else "")
-                    + (f", {retrieved.below_floor} less relevant left out"
-                       if retrieved.below_floor else ""))
+        caption += (f"; {left_out_words(retrieved.left_out, retrieved.budget)}"
+                    if retrieved.left_out else f" of a {fmt_int(retrieved.budget)}-token budget")
+        if retrieved.below_floor:
+            caption += f"; {below_floor_words(retrieved.below_floor)}"
         if retrieved.forecast_s is not None:
-            caption += f", ~{fmt_seconds(retrieved.forecast_s)} to prefill"
-    rows = [(f"[{s.n}]", s.place, s.heading or "-", f"{s.score:.4f}", fmt_int(s.tokens),
-             s.stale or "") for s in found]
-    return CommandResult.table(caption, ("#", "file:lines", "heading", "score", "tokens", "note"),
-                               rows)
+            caption += f"; ~{fmt_seconds(retrieved.forecast_s)} to prefill"
+    best = best_score(found)
+    rows = [(f"[{s.n}]", s.place, s.heading or "-", relevance_words(s.score, best),
+             fmt_int(s.tokens), s.stale or "") for s in found]
+    return CommandResult.table(caption, ("#", "file:lines", "heading", "relevance", "tokens",
+                                         "note"), rows)
 
 
 # -- helpers ---------------------------------------------------------------------------
@@ -230,7 +237,7 @@ def _reporter(ctx: CommandContext, verb: str):
                                     and p.files_done < p.files_total):
             return
         shown = now
-        ctx.progress(f"{verb} {p.words()} · escape cancels", p.files_done, p.files_total)
+        ctx.progress(f"{verb} {p.words()} · escape cancels", *p.work())
     return report
 
 
@@ -241,7 +248,7 @@ def _report(report: IndexReport, extra: str) -> CommandResult:
             f"before the stop, nothing half-written. /docs update {report.collection} carries "
             "on.")
     parts = [f"{report.collection}: {plural(report.files_indexed, 'file')} indexed "
-             f"({plural(report.chunks_added, 'chunk')}, {report.chunks_per_s:.0f} chunks/s)",
+             f"({report.speed_words()})",
              f"{fmt_int(report.files_unchanged)} unchanged", f"{fmt_int(report.files_removed)} "
              "removed", f"{fmt_int(len(report.skipped))} skipped"]
     text = ", ".join(parts) + "."
@@ -305,6 +312,7 @@ COMMANDS = (
                     "Indexing can be cancelled with escape: whole files only are kept. "
                     "Symlinks that lead out of the folders given are skipped and named, "
                     "unless --follow-links (kept for the collection's updates)."),
-    Command("sources", sources, "Show what the last message retrieved: file:lines, score, tokens",
+    Command("sources", sources,
+            "Show what the last message retrieved: file:lines, relevance, tokens",
             while_busy=True),
 )

@@ -18,6 +18,7 @@ from mlxchat.commands.base import (
     Completion,
     one_line,
 )
+from mlxchat.commands.help_topics import Section, grouped, help_markdown
 from mlxchat.errors import user_message
 
 log = logging.getLogger(__name__)
@@ -81,9 +82,13 @@ class Registry:
         stripped = line.lstrip()
         return stripped.startswith("/") and not stripped.startswith("//")
 
+    def help_sections(self) -> list[Section]:
+        """The commands by topic, each (usage, help), for a help screen."""
+        return grouped(self.commands)
+
     def help_rows(self) -> list[tuple[str, str]]:
-        """(usage, help) per command, for a help screen."""
-        return [(c.usage_line, c.help) for c in self.commands]
+        """(usage, help) per command, topic by topic."""
+        return [row for _, rows in self.help_sections() for row in rows]
 
     # -- parsing ------------------------------------------------------------
     def _unknown(self, name: str) -> CommandError:
@@ -185,7 +190,7 @@ class Registry:
         text = user_message(exc)
         if text is not None:
             log.debug("/%s refused: %s", name, exc, exc_info=exc)
-            return CommandResult.error(text)
+            return CommandResult.error(text, more=getattr(exc, "more", ""))
         log.error("/%s failed", name, exc_info=exc)
         return CommandResult.error(f"/{name} failed: {type(exc).__name__}: {exc}. "
                                    "Details are in the log.")
@@ -264,10 +269,9 @@ class Registry:
     # -- /help --------------------------------------------------------------------
     def _help(self, ctx: CommandContext, args: Args) -> CommandResult:
         if not args.words:
-            return CommandResult.table(
-                "Commands (/help NAME explains one; // at the start sends a literal /)",
-                ("command", "what it does"), self.help_rows(),
-                open_screen="help" if ctx.interactive else None)
+            if ctx.interactive:  # the screen shows them
+                return CommandResult.info("The commands by topic.", open_screen="help")
+            return CommandResult.markdown(help_markdown(self.help_sections()))
         command = self.get(args.words[0])
         if command is None:
             raise self._unknown(args.words[0].lstrip("/"))

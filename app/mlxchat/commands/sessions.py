@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -28,6 +30,7 @@ from mlxchat.commands.completers import (
     complete_sessions,
     user_path,
 )
+from mlxchat.store import SessionNotFound
 from mlxchat.store.export import FORMATS, ExportFormat
 from mlxchat.units import fmt_int, plural
 
@@ -41,6 +44,16 @@ IMPORT_LIMIT_BYTES = 256 << 20
 
 def _title(title: str) -> str:
     return f"“{one_line(title, 60)}”"
+
+
+@contextmanager
+def _named(wanted: str) -> Iterator[None]:
+    """A session named by id or title that is not there: the in-app list to look in."""
+    try:
+        yield
+    except SessionNotFound:
+        raise CommandError(f"No session matches {one_line(wanted, 40)!r}; /sessions lists "
+                           "them with their ids.") from None
 
 
 def new(ctx: CommandContext, args: Args) -> CommandResult:
@@ -78,7 +91,8 @@ def open_(ctx: CommandContext, args: Args) -> CommandResult:
         if ctx.interactive:
             return CommandResult.info("Choose a session to open.", open_screen="sessions")
         raise CommandError("Usage: /open ID_OR_TITLE")
-    session = ctx.conversation.open_session(args.words[0])
+    with _named(args.words[0]):
+        session = ctx.conversation.open_session(args.words[0])
     n = len(session.messages)
     notice = ctx.conversation.speculation.notice
     return CommandResult.info(
@@ -95,7 +109,8 @@ def rename(ctx: CommandContext, args: Args) -> CommandResult:
 
 def delete(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
-    target = conv.saved.find(args.words[0]) if args.words else conv.session
+    with _named(args.words[0] if args.words else ""):
+        target = conv.saved.find(args.words[0]) if args.words else conv.session
     session_id = stored_id(target.id)
     snap = conv.saved.snapshot_record(session_id)
     extra = f" and its {human_bytes(snap.file_bytes)} KV snapshot" if snap else ""

@@ -31,6 +31,7 @@ from mlxchat.generation import (
     SPECULATIVE_MODES,
     GenerationSettings,
     generation_problem,
+    setting_words,
 )
 from mlxchat.paths import config_file
 from mlxchat.units import fmt_int
@@ -123,9 +124,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "longest reasoning, in tokens (apart from the answer)"),
     Setting("thinking", _switch, "on, off or default",
             "reasoning before the answer, for models that can", ("on", "off", "default")),
-    Setting("reasoning_effort", _optional_word, "none, " + ", ".join(REASONING_EFFORTS),
+    Setting("reasoning_effort", _optional_word, "default, " + ", ".join(REASONING_EFFORTS),
             "how hard the model reasons, for models that take it",
-            ("none", *REASONING_EFFORTS)),
+            ("default", *REASONING_EFFORTS)),
     Setting("seed", _optional_int, "none or a whole number >= 0",
             "fixes the random draws: the same seed, the same reply", ("none",)),
     Setting("repetition_penalty", _sampling, "model, or > 0 (1 is off)",
@@ -166,26 +167,32 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
 )}
 
 
-def show(value: Any) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return "none" if value is None else str(value)
+def show(value: Any, name: str = "") -> str:
+    """A value as ``/set`` takes it back (``name``: the word for one left unset)."""
+    return setting_words(name, value)
+
+
+def model_default(ctx: CommandContext, name: str) -> tuple[float, str]:
+    """A sampling setting's value under 'model', and where it comes from."""
+    sampling = ctx.conversation.views.model_info.sampling
+    source = sampling.source if name in sampling.named() else "built in"
+    return sampling.values()[name], source
+
+
+def _model_words(ctx: CommandContext) -> str:
+    """What 'model' means in the /get table, for the loaded model."""
+    sampling = ctx.conversation.views.model_info.sampling
+    if not sampling.named():
+        return "mlxchat's built-in defaults (the model names none)"
+    rest = "" if sampling.named() == set(SAMPLING) else ", built in for those it names none"
+    return f"the model's own default, from {sampling.source}{rest}"
 
 
 def shown(ctx: CommandContext, name: str, value: Any) -> str:
-    """A setting's value as /get says it: one left to the model names the model's."""
+    """A setting's value as the /get table says it: 'model' with the number it gives."""
     if name in SAMPLING and value is None:
-        sampling = ctx.conversation.views.model_info.sampling
-        own = sampling.values()[name]
-        whose = sampling.source if name in sampling.named() else "built in"
-        return f"{own:g} (model: {whose})"
-    if name in ("compute_dtype", "docs_budget") and value is None:
-        return "auto"
-    if name == "docs" and value is None:
-        return "off"
-    if name == "thinking" and value is None:
-        return "model"
-    return show(value)
+        return f"model: {model_default(ctx, name)[0]:g}"
+    return show(value, name)
 
 
 def _check_template(ctx: CommandContext, name: str, value: Any) -> None:
@@ -202,8 +209,10 @@ def _setting(raw: str) -> Setting:
     if key in SETTINGS:
         return SETTINGS[key]
     close = difflib.get_close_matches(key, list(SETTINGS), n=1, cutoff=0.6)
-    hint = f" Did you mean {close[0]}?" if close else f" Settings: {', '.join(SETTINGS)}."
-    raise CommandError(f"Unknown setting {one_line(raw, 30)!r}.{hint}")
+    if close:
+        raise CommandError(f"Unknown setting {one_line(raw, 30)!r}. Did you mean {close[0]}?")
+    raise CommandError(f"Unknown setting {one_line(raw, 30)!r}. The {len(SETTINGS)} settings "
+                       "(/get lists them with their values):", more=", ".join(SETTINGS) + ".")
 
 
 def _check_kv_bits(ctx: CommandContext, value: int | None) -> None:
@@ -264,7 +273,7 @@ def set_(ctx: CommandContext, args: Args) -> CommandResult:
         dtype = value or conv.views.model_info.default_compute_dtype
         if dtype != conv.views.model_info.compute_dtype:
             note = f" The next turn computes in {dtype}: a new token ledger, the cache cold."
-    return CommandResult.info(f"{setting.name} = {show(value)} {where}.{note}",
+    return CommandResult.info(f"{setting.name} = {show(value, setting.name)} {where}.{note}",
                               clear_input=True)
 
 
@@ -284,21 +293,32 @@ def think(ctx: CommandContext, args: Args) -> CommandResult:
         clear_input=True)
 
 
+def _get_one(ctx: CommandContext, s: Setting) -> CommandResult:
+    """'NAME = VALUE · new sessions: … · allowed: … · meaning': one level of
+    parentheses at most (where a model's own default comes from)."""
+    conv = ctx.conversation
+    value = getattr(conv.generation, s.name)
+    now = show(value, s.name)
+    if s.name in SAMPLING and value is None:
+        number, source = model_default(ctx, s.name)
+        now += f", {number:g} here ({source})"
+    default = show(getattr(conv.settings.generation, s.name), s.name)
+    return CommandResult.info(f"{s.name} = {now} · new sessions: {default} · allowed: "
+                              f"{s.rule} · {s.meaning}.")
+
+
 def get(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
     current, defaults = conv.generation, conv.settings.generation
     if args.words:
-        s = _setting(args.words[0])
-        return CommandResult.info(
-            f"{s.name} = {shown(ctx, s.name, getattr(current, s.name))} (new sessions: "
-            f"{shown(ctx, s.name, getattr(defaults, s.name))}; allowed: {s.rule}): "
-            f"{s.meaning}.")
+        return _get_one(ctx, _setting(args.words[0]))
     rows = [(s.name, shown(ctx, s.name, getattr(current, s.name)),
-             shown(ctx, s.name, getattr(defaults, s.name)), s.rule, s.meaning)
+             show(getattr(defaults, s.name), s.name), s.rule, s.meaning)
             for s in SETTINGS.values()]
     return CommandResult.table(
         "Generation settings of this session (/set NAME VALUE; --default also saves it "
-        f"for new sessions in {ctx.config_path or config_file()})",
+        f"for new sessions in {ctx.config_path or config_file()}). model: "
+        + _model_words(ctx), 
         ("setting", "value", "new sessions", "allowed", "meaning"), rows)
 
 
@@ -310,11 +330,8 @@ def complete_settings(ctx: CommandContext, words: tuple[str, ...], prefix: str) 
         return []
     if setting.choices:
         return [(c, setting.rule) for c in setting.choices]
-    current = show(getattr(ctx.conversation.generation, setting.name))
-    default = show(getattr(GenerationSettings(), setting.name))
-    if setting.name in SAMPLING:
-        current = "model" if current == "none" else current
-        default = "model"
+    current = show(getattr(ctx.conversation.generation, setting.name), setting.name)
+    default = show(getattr(GenerationSettings(), setting.name), setting.name)
     out = [(current, f"current · {setting.rule}")]
     what = "the model's default" if setting.name in SAMPLING else "built-in default"
     return out + ([(default, f"{what} · {setting.rule}")] if default != current else [])

@@ -8,7 +8,8 @@ stay here.
 
 from mlxchat.docs.chunking import Chunk, ChunkSizes, chunk_text
 from mlxchat.docs.errors import DocsError
-from mlxchat.docs.indexer import Indexer, IndexProgress, IndexReport
+from mlxchat.docs.index_progress import IndexProgress, IndexReport
+from mlxchat.docs.indexer import Indexer
 from mlxchat.docs.search import Hit, Retriever
 
 __all__ = ["Chunk", "ChunkSizes", "DocsError", "Hit", "IndexProgress", "IndexReport",

@@ -45,6 +45,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from mlxchat.docs.blas_threads import blas_threads
 from mlxchat.docs.errors import DocsError
 from mlxchat.docs.word_pieces import WordPieces, bundled_model_zip
 
@@ -187,7 +188,8 @@ class BertEmbedder:
                 vectors = self.encode(mx.array(ids), mx.array(keep))
                 out[batch] = np.array(vectors.astype(mx.float32))
             else:
-                out[batch] = self.numpy.encode(ids, keep)
+                with blas_threads():  # its spinning threads cost 3-10x here
+                    out[batch] = self.numpy.encode(ids, keep)
         return out
 
 

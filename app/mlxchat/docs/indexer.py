@@ -31,6 +31,7 @@ import numpy as np
 from mlxchat.docs.chunking import HEADING_PIECES, Chunk, ChunkSizes, chunk_text, iter_chunks
 from mlxchat.docs.embedder import Embedder
 from mlxchat.docs.errors import DocsError
+from mlxchat.docs.index_progress import IndexProgress, IndexReport, measured_rate
 from mlxchat.docs.paced import PacedEmbedder
 from mlxchat.docs.reading import Document, NotText, read_document
 from mlxchat.docs.walk import Skipped, check_roots, walk
@@ -68,42 +69,6 @@ def embedding_text(heading: str, text: str) -> str:
 def vector_blobs(vectors: np.ndarray) -> list[bytes]:
     """Each row as the stored blob: little-endian float16."""
     return [row.tobytes() for row in vectors.astype("<f2")]
-
-
-@dataclass(frozen=True)
-class IndexProgress:
-    files_done: int
-    files_total: int
-    chunks: int
-    chunks_per_s: float
-    current: str
-    part: float | None = None
-    """How far into ``current`` a file written in batches is (0-1)."""
-
-    def words(self) -> str:
-        """'12/40 files · 230 chunks · 45 chunks/s', as every progress line says it
-        (and '· big.txt 40%' within a file written in batches)."""
-        within = f" · {Path(self.current).name} {self.part:.0%}" if self.part is not None else ""
-        return (f"{self.files_done:,}/{self.files_total:,} files · {self.chunks:,} chunks · "
-                f"{self.chunks_per_s:.0f} chunks/s{within}")
-
-
-@dataclass
-class IndexReport:
-    collection: str
-    files_indexed: int = 0
-    files_unchanged: int = 0
-    files_removed: int = 0
-    chunks_added: int = 0
-    skipped: list[Skipped] = field(default_factory=list)
-    files_with_replacements: int = 0
-    """Files that were not valid UTF-8 (bad bytes replaced)."""
-    cancelled: bool = False
-    seconds: float = 0.0
-
-    @property
-    def chunks_per_s(self) -> float:
-        return self.chunks_added / self.seconds if self.seconds > 0 else 0.0
 
 
 @dataclass
@@ -197,31 +162,38 @@ class Indexer:
         paced = PacedEmbedder(self.embedder)
         total = len(found.files)
 
-        def progress(done: int, path: Path, part: float | None = None) -> None:
+        read, path = 0, Path()
+
+        def progress(part: float | None = None, embedding: int = 0) -> None:
+            """``embedding``: chunks of the batch being written embedded so far."""
             if on_progress is not None:
-                elapsed = time.perf_counter() - started
-                on_progress(IndexProgress(done, total, report.chunks_added + pending.chunks,
-                                          report.chunks_added / elapsed if elapsed else 0.0,
-                                          str(path), part))
-        for done, path in enumerate(found.files):
+                embedded = report.chunks_added + embedding
+                rate = measured_rate(embedded, time.perf_counter() - started)
+                on_progress(IndexProgress(read, total, report.chunks_added + pending.chunks,
+                                          rate, str(path), part, embedded))
+
+        def write() -> None:
+            self._write(info, pending, report, paced, stop,
+                        lambda n: progress(embedding=n))
+        for path in found.files:
             if stop.cancelled:
                 report.cancelled = True
                 break
             doc = self._visit(info, path, known.get(str(path)), report)
             if doc is not None and len(doc[1].text) > STREAMED_CHARS:
-                self._write(info, pending, report, paced, stop)  # the smaller ones first
-                self._stream(info, *doc, report, paced, stop,
-                             lambda part: progress(done, path, part))
+                write()  # the smaller ones first
+                self._stream(info, *doc, report, paced, stop, progress)
             elif doc is not None:
                 chunks = chunk_text(doc[1].text, doc[1].kind, sizes=self.sizes,
                                     pieces=self.pieces)
                 pending.updates.append((doc[0], chunks))
                 pending.chunks += len(chunks)
+            read += 1
             if pending.chunks >= BATCH_CHUNKS or len(pending.updates) >= BATCH_CHUNKS:
-                self._write(info, pending, report, paced, stop)
-            progress(done + 1, path)
+                write()
+            progress()
         # Files read before a cancel are whole: kept, if they embed in a moment.
-        self._write(info, pending, report, paced, stop)
+        write()
         report.cancelled = report.cancelled or stop.cancelled
         if not report.cancelled and found.complete:
             gone = sorted(set(known) - {str(p) for p in found.files})
@@ -260,13 +232,15 @@ class Indexer:
                           replaced_chars=doc.replaced), doc
 
     def _write(self, info: CollectionInfo, pending: _Pending, report: IndexReport,
-               paced: PacedEmbedder, stop: _Stop) -> None:
-        """Embed the pending files' chunks and write them in one transaction;
-        those a stop left unembedded are dropped (the next update reads them)."""
+               paced: PacedEmbedder, stop: _Stop,
+               embedded: Callable[[int], None] = lambda n: None) -> None:
+        """Embed the pending files' chunks (``embedded(n)`` after each slice) and
+        write them in one transaction; those a stop left unembedded are dropped
+        (the next update reads them)."""
         if not pending.updates:
             return
         texts = [t for _, chunks in pending.updates for t in _texts(chunks, self.pieces)]
-        vectors = paced.embed(texts, stop)
+        vectors = paced.embed(texts, stop, embedded)
         files, used = [], 0
         for update, chunks in pending.updates:
             if used + len(chunks) > len(vectors):

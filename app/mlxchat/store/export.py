@@ -18,7 +18,7 @@ from typing import Any, Literal
 from mlxchat import __version__, paths
 from mlxchat.chat import Message, Session, calls_text, quoted, tool_label
 from mlxchat.files import write_private_text
-from mlxchat.generation import SAMPLING
+from mlxchat.generation import setting_words
 from mlxchat.sources import Source, cite, without_sources
 from mlxchat.store.errors import StoreError
 from mlxchat.store.image_files import export_images
@@ -62,19 +62,9 @@ def _when(timestamp: float | None) -> str:
     return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M") if timestamp else "?"
 
 
-def _setting_words(name: str, value: object) -> str:
-    """A setting as a reader says it: never Python's None or True."""
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if value is None:
-        return "model default" if name in SAMPLING or name == "thinking" else (
-            "off" if name in ("docs", "draft", "kv_bits", "seed") else "auto")
-    return str(value)
-
-
 def session_markdown(session: Session) -> str:
     """The session's header and its current branch as Markdown."""
-    settings = " · ".join(f"{k} {_setting_words(k, v)}"
+    settings = " · ".join(f"{k} {setting_words(k, v)}"
                           for k, v in session.settings.to_dict().items())
     out = [
         f"# {session.title}",

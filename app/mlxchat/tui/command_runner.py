@@ -136,7 +136,7 @@ class CommandRunner:
             return
         transcript = self.app.transcript
         if result.kind == "error":
-            await transcript.add_notice(result.text, "error")
+            await transcript.add_notice(result.plain(), "error")
         elif result.kind == "markdown":
             await transcript.add_kept(partial(MarkdownNotice, result.text))
         elif result.kind == "table":

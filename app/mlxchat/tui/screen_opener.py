@@ -44,7 +44,7 @@ class ScreenOpener:
     def open(self, name: str) -> None:
         app = self.app
         if name == "help":
-            app.push_screen(HelpScreen(app.registry.help_rows(), KEY_HELP))
+            app.push_screen(HelpScreen(app.registry.help_sections(), KEY_HELP))
         elif app.conversation is None:
             app.notify("The model is still loading.", severity="warning")
         elif name == "sessions":

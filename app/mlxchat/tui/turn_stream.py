@@ -84,7 +84,8 @@ class TurnStream:
         if retrieved is not None and message.sources:
             await transcript.add_user(message.content, sources=message.sources,
                                       forecast_s=retrieved.forecast_s,
-                                      left_out=retrieved.left_out, images=message.images)
+                                      left_out=retrieved.left_out, budget=retrieved.budget,
+                                      images=message.images)
         else:
             await transcript.add_user(message.content, sources=message.sources,
                                       images=message.images)

@@ -19,7 +19,8 @@ from mlxchat.chat import SessionSummary, human_bytes, relative_time
 from mlxchat.tui.screens.confirm import ConfirmScreen
 from mlxchat.units import fmt_int
 
-COLUMNS = ("Title", "Model", "Msgs", "Cache", "Last used")
+COLUMNS = ("Id", "Title", "Model", "Msgs", "Cache", "Last used")
+"""Id: what /open, /delete and `mlxchat --session` take ('#12')."""
 FIXED_WIDTHS = (6, 8, 10)
 """Msgs ('12,345'), Cache ('123.4 MB'), Last used ('4 days ago', '2026-11-30')."""
 RENAME_HINT = "New title, enter saves, esc cancels"
@@ -112,13 +113,14 @@ class SessionsScreen(ModalScreen[int | None]):
         self.results = results
         table = self.query_one(SessionTable)
         table.clear(columns=True)
-        title_w, model_w = self._widths(results)
-        for label, width in zip(COLUMNS, (title_w, model_w, *FIXED_WIDTHS)):
+        id_w, title_w, model_w = self._widths(results)
+        for label, width in zip(COLUMNS, (id_w, title_w, model_w, *FIXED_WIDTHS)):
             table.add_column(label, width=width)
         now = self._now()
         for s in results:
             pins = (f" · {s.pins} pinned" if s.pins else "") + (" · api" if s.from_api else "")
-            table.add_row(Text(cut(s.title, title_w - len(pins))) + Text(pins, style="dim"),
+            table.add_row(Text(f"#{s.id}", style="dim"),
+                          Text(cut(s.title, title_w - len(pins))) + Text(pins, style="dim"),
                           Text(cut(short_model(s.model), model_w), style="dim"),
                           Text(fmt_int(s.message_count)),
                           Text(human_bytes(s.snapshot_bytes) if s.snapshot_bytes else "–"),
@@ -132,14 +134,16 @@ class SessionsScreen(ModalScreen[int | None]):
             table.move_cursor(row=min(row, len(results) - 1), animate=False)
         self._show_snippet()
 
-    def _widths(self, results: list[SessionSummary]) -> tuple[int, int]:
-        """Title and Model widths: the fixed columns always fit (80 columns
-        included); the model gets at most a third of the rest, the title the rest."""
+    def _widths(self, results: list[SessionSummary]) -> tuple[int, int, int]:
+        """Id, Title and Model widths: the id and the fixed columns always fit
+        (80 columns included); the model gets at most a third of the rest, the
+        title the rest."""
+        id_w = max((len(f"#{s.id}") for s in results), default=2)
         dialog = min(self.size.width * 9 // 10, DIALOG_MAX_WIDTH) - DIALOG_FRAME
-        room = dialog - sum(FIXED_WIDTHS) - 2 * len(COLUMNS) - SCROLLBAR
+        room = dialog - id_w - sum(FIXED_WIDTHS) - 2 * len(COLUMNS) - SCROLLBAR
         longest = max((len(short_model(s.model)) for s in results), default=5)
         model_w = max(5, min(longest, room // 3))
-        return max(room - model_w, 10), model_w
+        return id_w, max(room - model_w, 10), model_w
 
     def on_resize(self) -> None:
         if self.results:

@@ -51,13 +51,13 @@ class UserMessage(PlainMessage):
 
     def __init__(self, text: str, *, sources: list[Source] | None = None,
                  forecast_s: float | None = None, left_out: int = 0,
-                 images: tuple[ImageRef, ...] = ()) -> None:
+                 budget: int | None = None, images: tuple[ImageRef, ...] = ()) -> None:
         super().__init__(without_sources(text) if sources else text)
         self.images = images
         self.files, self.typed = split_attachments(self.text)
         self.sources = sources
-        self._panel = (SourcesPanel(sources, forecast_s=forecast_s, left_out=left_out)
-                       if sources else None)
+        self._panel = (SourcesPanel(sources, forecast_s=forecast_s, left_out=left_out,
+                                    budget=budget) if sources else None)
 
     def compose(self) -> ComposeResult:
         yield Static(self.LABEL, classes="message-label", markup=False)
@@ -342,7 +342,8 @@ class Transcript(VerticalScroll):
 
     async def add_user(self, text: str, *, pending: bool = False,
                        sources: list[Source] | None = None, forecast_s: float | None = None,
-                       left_out: int = 0, images: tuple[ImageRef, ...] = ()) -> UserMessage:
+                       left_out: int = 0, budget: int | None = None,
+                       images: tuple[ImageRef, ...] = ()) -> UserMessage:
         """A sent message (``text`` as stored; with ``sources``, what it retrieved)."""
         if pending:
             widget: UserMessage = PendingMessage(text)
@@ -350,7 +351,7 @@ class Transcript(VerticalScroll):
             self.last_sources = sources
             self._shown += 1
             widget = UserMessage(text, sources=sources, forecast_s=forecast_s,
-                                 left_out=left_out, images=images)
+                                 left_out=left_out, budget=budget, images=images)
         await self.mount(widget)
         self.anchor()  # sending a message brings the view back to the bottom
         return widget
