@@ -43,7 +43,7 @@ async def test_shows_exactly_the_given_figures():
         kv = text(panel, "#kv-text").splitlines()
         assert kv == ["24.2 MB · 0% of 48.0 GB budget",  # 24 MB of 48 GB is 0.05%
                       "room 7,008 tokens (window limit)",
-                      "memory would fit 2,342,566"]
+                      "memory would fit 2,342,566 tokens"]
         assert panel.query_one("#gauge-kv").border_title == "KV cache · fp16"
         assert text(panel, "#kv-source") == "from snapshot · 1,184 tokens"
         assert text(panel, "#weights-text") == (
@@ -108,7 +108,7 @@ async def test_kv_bits_and_memory_bound_room():
         assert panel.query_one("#gauge-kv").border_title == "KV cache · 4-bit"
         kv = text(panel, "#kv-text").splitlines()
         assert kv[1] == "room 5 tokens (memory limit)"
-        assert kv[2] == "window has 7,008 left"  # 8192 - 1184
+        assert kv[2] == "window has 7,008 tokens left"  # 8192 - 1184
         assert panel.query_one("#kv-meter", Meter).level == "error"
 
 

@@ -302,9 +302,9 @@ class GaugesPanel(Vertical):
         elif room.by_memory is None:
             lines.append("memory rate: after the first turn")
         elif room.limit == "window":
-            lines.append(f"memory would fit {fmt_int(room.by_memory)}")
+            lines.append(f"memory would fit {fmt_int(room.by_memory)} tokens")
         else:
-            lines.append(f"window has {fmt_int(room.by_window)} left")
+            lines.append(f"window has {fmt_int(room.by_window)} tokens left")
         self._text("#kv-text", "\n".join(lines))
 
         self._text("#weights-text",
