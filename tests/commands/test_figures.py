@@ -132,6 +132,32 @@ def test_context_without_a_ledger_renders_the_template(registry, ctx, conv, tmp_
     assert with_file.rows[-1][:3] == ("+", "attached", "a.txt")
 
 
+def test_context_gives_the_templates_default_system_prompt_its_own_row(registry, ctx, conv):
+    registry.run("/system --clear", ctx)
+    send(conv, "What fills the window?")
+    # The tiny template writes a default system prompt when the chat has none:
+    # the rendering with that prompt given is the same, so its own tokens are
+    # what the template put first.
+    tokenizer = conv.engine.loaded.tokenizer
+    default = "You are a helpful assistant."
+    user = {"role": "user", "content": "What fills the window?"}
+    assert tokenizer.apply_chat_template([user]) == tokenizer.apply_chat_template(
+        [{"role": "system", "content": default}, user])
+    opening = len(tokenizer.apply_chat_template([{"role": "system", "content": default}]))
+    # The ledger holds the first message with the reply's opening; the
+    # template's rendering counts it without.
+    alone = len(tokenizer.apply_chat_template([user], add_generation_prompt=False))
+    for history, first in (("ledger", len(conv.messages[0].token_ids)), ("template", alone)):
+        assert registry.run(f"/set history {history}", ctx).ok
+        result = registry.run("/context", ctx)
+        rows = result.rows
+        assert [row[1] for row in rows][:3] == ["system", "user", "assistant"]
+        assert rows[0][0] == "" and default in rows[0][2] and "template" in rows[0][2]
+        assert rows[1][:3] == ("1", "user", "What fills the window?")
+        assert _row_tokens(result)[:2] == [opening, first - opening]
+        assert result.text.startswith(f"{sum(_row_tokens(result))} of 2,048 tokens")
+
+
 def test_context_of_an_empty_conversation(registry, ctx, conv):
     registry.run("/system --clear", ctx)
     assert registry.run("/context", ctx).text == "The conversation is empty: 0 of 2,048 tokens."

@@ -181,6 +181,14 @@ def complete_cache(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> 
             ("drop", "forget the live cache and delete the snapshot files")]
 
 
+def _opening_row(text: str, tokens: int, window: int) -> tuple[str, ...]:
+    """The template's own start: its default system prompt when it writes one."""
+    words = text.removeprefix("system").strip() if text.startswith("system\n") else text
+    what = (("system", f"(template default) {first_words(words)}") if words
+            else ("template", "start of the prompt"))
+    return ("", *what, fmt_int(tokens), fmt_report_percent(tokens, window))
+
+
 def context(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
     window = conv.views.context_window
@@ -201,7 +209,9 @@ def context(ctx: CommandContext, args: Args) -> CommandResult:
                    fmt_int(own), fmt_report_percent(own, window))
         rows[1:1] = [("", "pinned", p.name, fmt_int(p.tokens),
                       fmt_report_percent(p.tokens, window)) for p in pins]
-    overhead = total - sum(counts)
+    if costs.opening:
+        rows.insert(0, _opening_row(costs.opening_text, costs.opening, window))
+    overhead = total - sum(counts) - costs.opening
     if overhead > 0:
         rows.append(("", "template", "start of the reply", fmt_int(overhead),
                      fmt_report_percent(overhead, window)))
