@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mlxchat.chat import Message
 from mlxchat.engine.events import TurnDone
 from mlxchat.session.ledger import options_for
 
@@ -27,13 +28,30 @@ def test_stats_of_a_one_token_reply_say_no_rate_was_measured(registry, ctx, conv
     done = send(conv, "Measure this")
     assert done.stats.generated_tokens == 1
     rows = dict(registry.run("/stats", ctx).rows)
-    assert rows["reply"] == "1 token at — tok/s (one token: no rate), finished by length"
+    assert rows["reply"] == "1 token at — tok/s (one token: no rate), stopped by max_tokens"
     assert rows["prefill speed"].endswith(" tok/s") and rows["prefill speed"][0].isdigit()
     conv.update_generation(replace(conv.generation, max_tokens=8))
     done = [e for e in conv.turns.retry() if isinstance(e, TurnDone)][0]
     assert done.stats.prefilled_tokens == 1  # the same prompt again: all of it cached
     rows = dict(registry.run("/stats", ctx).rows)
     assert rows["prefill speed"] == "not measured (nothing prefilled)"
+
+
+def test_stats_say_when_the_context_window_ended_the_reply(registry, ctx, conv):
+    window = 256
+    conv.update_generation(replace(conv.generation, context_window=window, max_tokens=window))
+    text = "q"
+    while conv.views.count_tokens([Message("system", SYSTEM), Message("user", text + "q")]) \
+            <= window - 30:
+        text += "q"
+    done = send(conv, text)
+    stats = done.stats
+    assert stats.finish_reason == "length" and stats.generated_tokens < window
+    assert stats.context_used == window == stats.prompt_tokens + stats.generated_tokens
+    reply = dict(registry.run("/stats", ctx).rows)["reply"]
+    assert reply.endswith(", stopped by the context window (full)")
+    assert dict(registry.run("/stats", ctx).rows)["context"].startswith(
+        f"{window:,} of {window:,} tokens")
 
 
 def test_stats_after_reopening_come_from_the_stored_reply(registry, ctx, conv):

@@ -52,7 +52,7 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
         ("reply", (f"{plural(s.generated_tokens, 'token')} at "
                    + ("— tok/s (one token: no rate)" if s.decode_tps is None
                       else f"{s.decode_tps:.1f} tok/s")
-                   + f", finished by {s.finish_reason}")),
+                   + f", {s.ending}")),
         ("total time", f"{s.total_s:.2f} s"),
         ("context", (f"{fmt_int(s.context_used)} of {fmt_int(s.context_window)} tokens "
                      f"({fmt_report_percent(s.context_used, s.context_window)})")),
