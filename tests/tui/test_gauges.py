@@ -58,6 +58,17 @@ async def test_shows_exactly_the_given_figures():
         ]
 
 
+async def test_weights_say_what_the_float32_copies_add():
+    app = host()
+    async with app.run_test(size=(200, 50)):
+        panel = app.query_one(GaugesPanel)
+        # SmolLM2 on this CPU: 115.2 MB of weights, 538.0 MB of float32 copies.
+        panel.update_state(replace(SAMPLE_STATE, weights_bytes=115_200_000,
+                                   kept_copies_bytes=538_000_000), 48 * GB)
+        assert text(panel, "#weights-text").splitlines()[:3] == [
+            "653.2 MB in memory:", "  115.2 MB weights", "  538.0 MB float32 copies (CPU)"]
+
+
 async def test_a_real_turn_shows_figures_counted_from_the_cache_and_the_tokenizer(tiny):
     messages = [Message("user", "Tell me about pelicans.")]
     engine = ChatEngine(tiny)

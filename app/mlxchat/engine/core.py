@@ -40,7 +40,7 @@ from mlxchat.engine.turn.pipeline import TurnPipeline, events
 from mlxchat.engine.turn.ranks import OneProcess, Ranks
 from mlxchat.engine.turn.typing_prefill import TypingPrefill
 from mlxchat.generation import GenerationSettings
-from mlxchat.models import LoadedModel, ModelInfo, precision
+from mlxchat.models import LoadedModel, ModelInfo, cpu_matmul, precision
 from mlxchat.models.info import recast, retyped
 from mlxchat.turn_stats import TurnStats
 
@@ -371,6 +371,7 @@ class ChatEngine:
             kv_bits=live.bits, kv_dtype=live.dtype_label,
             cache_source=live.source if live.tokens else "cold",
             weights_bytes=info.weights_bytes,
+            kept_copies_bytes=cpu_matmul.held_bytes(self._loaded.model),
             bits_per_weight=info.bits_per_weight, scales_dtype=info.scales_dtype,
             quantization=info.quantization, compute_dtype=info.compute_dtype,
             peak_memory_bytes=mx.get_peak_memory(),

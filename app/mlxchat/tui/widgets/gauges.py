@@ -85,6 +85,17 @@ def rank_line(figures: RankFigures) -> str:
             f"{human_bytes(figures.kv_bytes)} · peak {human_bytes(figures.peak_memory_bytes)}")
 
 
+def _held_text(state: EngineState) -> str:
+    """What the process holds for the model: its weights, and the float32
+    copies the CPU's matmuls keep beside them, said apart."""
+    copies = state.kept_copies_bytes
+    if not copies:
+        return f"{human_bytes(state.weights_bytes)} in memory\n"
+    return (f"{human_bytes(state.weights_bytes + copies)} in memory:\n"
+            f"  {human_bytes(state.weights_bytes)} weights\n"
+            f"  {human_bytes(copies)} float32 copies (CPU)\n")
+
+
 class GaugesPanel(Vertical):
     """Shows exactly the figures it is given; it never measures anything itself.
 
@@ -310,8 +321,8 @@ class GaugesPanel(Vertical):
         self._text("#weights-text",
                    (f"{escape(state.layout)}\n" if state.layout else "")
                    + "".join(f"{rank_line(r)}\n" for r in state.ranks)
-                   + f"{human_bytes(state.weights_bytes)} in memory\n"
-                   f"{fmt_bits_per_weight(state.bits_per_weight, state.scales_dtype)}\n"
+                   + _held_text(state)
+                   + f"{fmt_bits_per_weight(state.bits_per_weight, state.scales_dtype)}\n"
                    + (f"{fmt_precision(state.quantization, state.compute_dtype)}\n"
                       if state.compute_dtype else "") +
                    f"peak memory {human_bytes(state.peak_memory_bytes)}")
