@@ -36,7 +36,8 @@ from mlxchat.engine.speculative.streams import trim_problem
 from mlxchat.engine.thread.compute import PROCESS_LOCK, ComputeLock
 from mlxchat.engine.thread.worker import Bookkeeping, EngineThread
 from mlxchat.engine.turn.cpu_choice import CpuMatmul
-from mlxchat.engine.turn.pipeline import TurnPipeline, events
+from mlxchat.engine.turn.pipeline import TurnPipeline, events, prefill_setup
+from mlxchat.engine.turn.prefill_cost import PrefillChunk
 from mlxchat.engine.turn.ranks import OneProcess, Ranks
 from mlxchat.engine.turn.typing_prefill import TypingPrefill
 from mlxchat.generation import GenerationSettings
@@ -205,6 +206,10 @@ class ChatEngine:
             self.cpu_matmul.match(self._loaded, settings.cpu_matmul)
             return self._typing.extend(self._live, wanted, kv_bits=settings.kv_bits, floor=floor)
         return self._typing.run(extend)
+
+    def prefill_chunks(self, kv_bits: int | None) -> list[PrefillChunk]:
+        """The prefill chunks measured on the model held now, at ``kv_bits``."""
+        return self._pipeline.chunks.recent(prefill_setup(self._loaded, kv_bits))
 
     def supersede_typing(self) -> None:
         """Stop a running or queued typing prefill (a turn takes precedence)."""

@@ -10,6 +10,7 @@ from mlxchat.chat import Message
 from mlxchat.engine.events import EngineState
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt.delta import TemplateOptions
+from mlxchat.engine.turn.prefill_cost import PrefillChunk, PrefillCost, fit
 from mlxchat.models import LoadedModel, ModelInfo, tools
 from mlxchat.session.current import OpenSession
 from mlxchat.session.pins import PinnedDocs
@@ -33,6 +34,19 @@ class ContextCosts:
     one (begin-of-text, its default system prompt): taken out of ``counts[0]``."""
     opening_text: str = ""
     """Their text, control tokens left out ("" when they are control tokens only)."""
+
+
+@dataclass(frozen=True)
+class PrefillEstimate:
+    """How long tokens added at the end of the conversation will take to prefill."""
+
+    seconds: float
+    start: int
+    """Tokens the window holds before them."""
+    cost: PrefillCost
+    measured_chunks: bool
+    """From the prefill chunks measured on this model (False: the branch's
+    stored turns, each as one chunk)."""
 
 
 class EngineViews:
@@ -131,6 +145,26 @@ class EngineViews:
         text = self._engine.loaded.tokenizer.decode(opening, skip_special_tokens=True)
         return replace(costs, counts=[costs.counts[0] - len(opening), *costs.counts[1:]],
                        opening=len(opening), opening_text=text.strip())
+
+    def prefill_estimate(self, tokens: int, *, after: int = 0) -> PrefillEstimate | None:
+        """The time ``tokens`` more at the end of the conversation (after
+        ``after`` pending ones) will take to prefill, deeper in the window than
+        the turns measured so far: from this model's measured chunks, else the
+        branch's stored turns; None before anything was measured."""
+        start = self.context_window - self.window_left() + after
+        chunks = self._engine.prefill_chunks(self._open.generation.kv_bits)
+        cost = fit(chunks) or fit(self._turns_as_chunks())
+        return None if cost is None else PrefillEstimate(cost.seconds(tokens, start), start,
+                                                         cost, measured_chunks=bool(chunks))
+
+    def _turns_as_chunks(self) -> list[PrefillChunk]:
+        name = self._engine.info.name
+        found = [m.stats for m in self._open.messages if m.role == "assistant" and m.stats]
+        live = self._last_stats()
+        found += [live] if live is not None and live not in found else []
+        return [PrefillChunk(s.prefilled_tokens, s.reused_tokens,
+                             s.prefilled_tokens / s.prefill_tps)
+                for s in found if s.prefill_tps and s.model in ("", name)]
 
     def ledger_note(self) -> str | None:
         """Where the cached token ledger differs from today's template rendering."""
