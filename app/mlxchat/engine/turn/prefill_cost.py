@@ -3,19 +3,23 @@ position it started at and its seconds, and a fit of time against tokens and
 context position, to say how long a prompt will take before it is sent.
 
 A chunk of ``n`` tokens fed after ``start`` held ones costs about
-``a*n + b*(n*start + n*(n+1)/2)``: ``a`` what each token costs whatever the
-context (the weights' matmuls), ``b`` what each of the positions it attends to
-adds (attention). A rate measured near the start of a conversation says too
-little of a long attachment's cost deep in it; this model says both.
+``c + a*n + b*(n*start + n*(n+1)/2)``: ``c`` what each forward pass costs
+whatever its size, ``a`` what each token costs whatever the context (the
+weights' matmuls), ``b`` what each of the positions it attends to adds
+(attention). A rate measured near the start of a conversation says too little
+of a long attachment's cost deep in it; this model says both.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Sequence
+from typing import Hashable, Iterable
 
 KEEP = 256
 """Chunks kept (the newest): a long prefill's worth."""
+CHUNK_SECONDS = 0.25
+"""What a prefill chunk aims to take (the engine's default): a cancel lands
+within one."""
 
 
 @dataclass(frozen=True)
@@ -36,47 +40,82 @@ def attended(tokens: int, start: int) -> float:
 @dataclass(frozen=True)
 class PrefillCost:
     """Seconds a prefill takes: ``per_token`` each token, ``per_position``
-    each position a token attends to."""
+    each position a token attends to, ``per_chunk`` each forward pass."""
 
     per_token: float
     per_position: float
     chunks: int
     """How many measured chunks the figures come from."""
+    per_chunk: float = 0.0
 
-    def seconds(self, tokens: int, start: int) -> float:
-        """Time to prefill ``tokens`` after ``start`` held ones."""
-        return self.per_token * tokens + self.per_position * attended(tokens, start)
+    def seconds(self, tokens: int, start: int, *,
+                chunk_seconds: float = CHUNK_SECONDS) -> float:
+        """Time to prefill ``tokens`` after ``start`` held ones, in chunks of
+        about ``chunk_seconds`` (each pays ``per_chunk`` on top of its tokens)."""
+        work = self.per_token * tokens + self.per_position * attended(tokens, start)
+        overhead = min(self.per_chunk / chunk_seconds, 0.5) if chunk_seconds > 0 else 0.5
+        return work / (1 - overhead)
 
     def rate(self, start: int) -> float | None:
-        """Tokens a second for a token at position ``start`` (None: no cost measured)."""
+        """Tokens a second for a token at position ``start``, passes' cost aside
+        (None: no cost measured)."""
         cost = self.per_token + self.per_position * (start + 1)
         return 1 / cost if cost > 0 else None
 
 
+_TERMS = ((1,), (1, 2), (0, 1), (0, 1, 2))
+"""Which of (per chunk, per token, per position) a fit may use: a token's own
+cost always (its matmuls cost something at any depth)."""
+
+
 def fit(chunks: Iterable[PrefillChunk]) -> PrefillCost | None:
-    """Least squares of seconds on tokens and attended positions, both
-    costs at least 0; one cost alone when the chunks cannot tell them apart
-    (all at one depth) or the other came out below 0. None without chunks."""
+    """Least squares of seconds on passes, tokens and attended positions,
+    every cost at least 0: of the fits on some of the three that leave none
+    below 0, the closest; more costs only with two chunks more than costs.
+    None without a measured chunk."""
     usable = [c for c in chunks if c.tokens > 0 and c.seconds > 0]
     if not usable:
         return None
-    n = [float(c.tokens) for c in usable]
-    w = [attended(c.tokens, c.start) for c in usable]
-    t = [c.seconds for c in usable]
-    snn, sww, snw = _dot(n, n), _dot(w, w), _dot(n, w)
-    snt, swt = _dot(n, t), _dot(w, t)
-    det = snn * sww - snw * snw
-    if det > 1e-9 * snn * sww:
-        a, b = (snt * sww - swt * snw) / det, (swt * snn - snt * snw) / det
-        if a >= 0 and b >= 0:
-            return PrefillCost(a, b, len(usable))
-        if a < 0 < swt:
-            return PrefillCost(0.0, swt / sww, len(usable))
-    return PrefillCost(snt / snn, 0.0, len(usable))
+    rows = [(1.0, float(c.tokens), attended(c.tokens, c.start)) for c in usable]
+    times = [c.seconds for c in usable]
+    best: tuple[float, list[float]] | None = None
+    for terms in _TERMS:
+        if len(terms) > 1 and len(usable) < len(terms) + 2:
+            continue
+        coefs = _solve([[r[i] for i in terms] for r in rows], times)
+        if coefs is None or min(coefs) < 0:
+            continue
+        full = [0.0, 0.0, 0.0]
+        for i, value in zip(terms, coefs, strict=True):
+            full[i] = value
+        error = sum((t - sum(f * x for f, x in zip(full, r, strict=True))) ** 2
+                    for r, t in zip(rows, times, strict=True))
+        if best is None or error < best[0]:
+            best = (error, full)
+    if best is None:  # never: one token cost alone fits any measured chunks
+        return None
+    c, a, b = best[1]
+    return PrefillCost(per_token=a, per_position=b, chunks=len(usable), per_chunk=c)
 
 
-def _dot(x: Sequence[float], y: Sequence[float]) -> float:
-    return sum(a * b for a, b in zip(x, y, strict=True))
+def _solve(x: list[list[float]], y: list[float]) -> list[float] | None:
+    """The least-squares coefficients of ``y`` on the columns of ``x`` (normal
+    equations, scaled); None when the columns cannot be told apart."""
+    k = len(x[0])
+    scale = [max(abs(r[j]) for r in x) or 1.0 for j in range(k)]
+    xs = [[r[j] / scale[j] for j in range(k)] for r in x]
+    m = [[sum(r[i] * r[j] for r in xs) for j in range(k)]
+         + [sum(r[i] * t for r, t in zip(xs, y, strict=True))] for i in range(k)]
+    for col in range(k):
+        pivot = max(range(col, k), key=lambda i: abs(m[i][col]))
+        if abs(m[pivot][col]) < 1e-9 * max(abs(m[i][i]) for i in range(k)):
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for i in range(k):
+            if i != col:
+                f = m[i][col] / m[col][col]
+                m[i] = [a - f * b for a, b in zip(m[i], m[col], strict=True)]
+    return [m[i][k] / m[i][i] / scale[i] for i in range(k)]
 
 
 class PrefillChunks:
