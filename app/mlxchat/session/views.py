@@ -152,10 +152,10 @@ class EngineViews:
         the turns measured so far: from this model's measured chunks, else the
         branch's stored turns; None before anything was measured."""
         start = self.context_window - self.window_left() + after
-        chunks = self._engine.prefill_chunks(self._open.generation.kv_bits)
-        cost = fit(chunks) or fit(self._turns_as_chunks())
-        return None if cost is None else PrefillEstimate(cost.seconds(tokens, start), start,
-                                                         cost, measured_chunks=bool(chunks))
+        measured = fit(self._engine.prefill_chunks(self._open.generation.kv_bits))
+        cost = measured or fit(self._turns_as_chunks())
+        return None if cost is None else PrefillEstimate(
+            cost.seconds(tokens, start), start, cost, measured_chunks=measured is not None)
 
     def _turns_as_chunks(self) -> list[PrefillChunk]:
         name = self._engine.info.name
