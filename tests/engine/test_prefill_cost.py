@@ -46,23 +46,11 @@ def test_a_long_attachment_deep_in_the_window_costs_more_than_the_last_rate_says
     assert by_last_rate < 0.75 * truth  # what the old estimate said
 
 
-def test_what_each_pass_costs_is_told_apart_and_paid_once_a_chunk():
-    c = 0.05  # seconds a forward pass costs whatever its size
-    chunks = [PrefillChunk(k.tokens, k.start, k.seconds + c)
-              for k in recorded(0, 600, 16) + recorded(600, 3000, 200)]
-    cost = fit(chunks)
-    assert cost.per_chunk == pytest.approx(c)
-    assert (cost.per_token, cost.per_position) == (pytest.approx(A), pytest.approx(B))
-    # Chunks of 0.25 s each pay 0.05 s of it for the pass: a fifth of the time.
-    work = A * 1000 + B * attended(1000, 3000)
-    assert cost.seconds(1000, 3000, chunk_seconds=0.25) == pytest.approx(work / 0.8)
-
-
 def test_two_small_chunks_give_a_rate_not_a_cost_per_position():
     # Two follow-ups of a few tokens, slower the later (noise as much as
     # depth): too few to tell the costs apart; a token's cost alone.
     cost = fit([PrefillChunk(14, 41, 0.39), PrefillChunk(11, 68, 0.77)])
-    assert cost.per_position == 0.0 and cost.per_chunk == 0.0
+    assert cost.per_position == 0.0
     assert cost.per_token == pytest.approx((14 * 0.39 + 11 * 0.77) / (14 ** 2 + 11 ** 2))
 
 

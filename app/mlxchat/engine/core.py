@@ -37,7 +37,7 @@ from mlxchat.engine.thread.compute import PROCESS_LOCK, ComputeLock
 from mlxchat.engine.thread.worker import Bookkeeping, EngineThread
 from mlxchat.engine.turn.cpu_choice import CpuMatmul
 from mlxchat.engine.turn.pipeline import TurnPipeline, events, prefill_setup
-from mlxchat.engine.turn.prefill_cost import CHUNK_SECONDS, PrefillChunk
+from mlxchat.engine.turn.prefill_cost import PrefillChunk
 from mlxchat.engine.turn.ranks import OneProcess, Ranks
 from mlxchat.engine.turn.typing_prefill import TypingPrefill
 from mlxchat.generation import GenerationSettings
@@ -66,7 +66,7 @@ class ChatEngine:
     cancel lands quickly."""
 
     def __init__(self, loaded: LoadedModel, *, ranks: Ranks | None = None,
-                 chunk_seconds: float = CHUNK_SECONDS, measure_verify: MeasureVerify = auto.measure,
+                 chunk_seconds: float = 0.25, measure_verify: MeasureVerify = auto.measure,
                  compute_owner: str = "chat", compute: ComputeLock = PROCESS_LOCK,
                  casts_weights: bool = True):
         self.casts_weights = casts_weights

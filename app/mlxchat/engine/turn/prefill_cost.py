@@ -3,11 +3,12 @@ position it started at and its seconds, and a fit of time against tokens and
 context position, to say how long a prompt will take before it is sent.
 
 A chunk of ``n`` tokens fed after ``start`` held ones costs about
-``c + a*n + b*(n*start + n*(n+1)/2)``: ``c`` what each forward pass costs
-whatever its size, ``a`` what each token costs whatever the context (the
-weights' matmuls), ``b`` what each of the positions it attends to adds
-(attention). A rate measured near the start of a conversation says too little
-of a long attachment's cost deep in it; this model says both.
+``a*n + b*(n*start + n*(n+1)/2)``: ``a`` what each token costs whatever the
+context (the weights' matmuls), ``b`` what each of the positions it attends
+to adds (attention). A rate measured near the start of a conversation says
+too little of a long attachment's cost deep in it; this model says both.
+(A forward pass's own cost, ~10 µs an op, is lost in a chunk of ~0.25 s;
+fitted as a third term it took up the noise of small chunks instead.)
 """
 
 from __future__ import annotations
@@ -17,9 +18,6 @@ from typing import Hashable, Iterable
 
 KEEP = 256
 """Chunks kept (the newest): a long prefill's worth."""
-CHUNK_SECONDS = 0.25
-"""What a prefill chunk aims to take (the engine's default): a cancel lands
-within one."""
 
 
 @dataclass(frozen=True)
@@ -40,62 +38,39 @@ def attended(tokens: int, start: int) -> float:
 @dataclass(frozen=True)
 class PrefillCost:
     """Seconds a prefill takes: ``per_token`` each token, ``per_position``
-    each position a token attends to, ``per_chunk`` each forward pass."""
+    each position a token attends to."""
 
     per_token: float
     per_position: float
     chunks: int
     """How many measured chunks the figures come from."""
-    per_chunk: float = 0.0
 
-    def seconds(self, tokens: int, start: int, *,
-                chunk_seconds: float = CHUNK_SECONDS) -> float:
-        """Time to prefill ``tokens`` after ``start`` held ones, in chunks of
-        about ``chunk_seconds`` (each pays ``per_chunk`` on top of its tokens)."""
-        work = self.per_token * tokens + self.per_position * attended(tokens, start)
-        overhead = min(self.per_chunk / chunk_seconds, 0.5) if chunk_seconds > 0 else 0.5
-        return work / (1 - overhead)
+    def seconds(self, tokens: int, start: int) -> float:
+        """Time to prefill ``tokens`` after ``start`` held ones."""
+        return self.per_token * tokens + self.per_position * attended(tokens, start)
 
     def rate(self, start: int) -> float | None:
-        """Tokens a second for a token at position ``start``, passes' cost aside
-        (None: no cost measured)."""
+        """Tokens a second for a token at position ``start`` (None: no cost measured)."""
         cost = self.per_token + self.per_position * (start + 1)
         return 1 / cost if cost > 0 else None
 
 
-_TERMS = ((1,), (1, 2), (0, 1), (0, 1, 2))
-"""Which of (per chunk, per token, per position) a fit may use: a token's own
-cost always (its matmuls cost something at any depth)."""
-
-
 def fit(chunks: Iterable[PrefillChunk]) -> PrefillCost | None:
-    """Least squares of seconds on passes, tokens and attended positions,
-    every cost at least 0: of the fits on some of the three that leave none
-    below 0, the closest; more costs only with two chunks more than costs.
+    """Least squares of seconds on tokens and attended positions, both costs
+    at least 0; a token's cost alone when the chunks are too few (under four)
+    or cannot tell the two apart, or the cost per position came out below 0.
     None without a measured chunk."""
     usable = [c for c in chunks if c.tokens > 0 and c.seconds > 0]
     if not usable:
         return None
-    rows = [(1.0, float(c.tokens), attended(c.tokens, c.start)) for c in usable]
+    rows = [[float(c.tokens), attended(c.tokens, c.start)] for c in usable]
     times = [c.seconds for c in usable]
-    best: tuple[float, list[float]] | None = None
-    for terms in _TERMS:
-        if len(terms) > 1 and len(usable) < len(terms) + 2:
-            continue
-        coefs = _solve([[r[i] for i in terms] for r in rows], times)
-        if coefs is None or min(coefs) < 0:
-            continue
-        full = [0.0, 0.0, 0.0]
-        for i, value in zip(terms, coefs, strict=True):
-            full[i] = value
-        error = sum((t - sum(f * x for f, x in zip(full, r, strict=True))) ** 2
-                    for r, t in zip(rows, times, strict=True))
-        if best is None or error < best[0]:
-            best = (error, full)
-    if best is None:  # never: one token cost alone fits any measured chunks
-        return None
-    c, a, b = best[1]
-    return PrefillCost(per_token=a, per_position=b, chunks=len(usable), per_chunk=c)
+    if len(usable) >= 4:
+        both = _solve(rows, times)
+        if both is not None and min(both) >= 0:
+            return PrefillCost(both[0], both[1], len(usable))
+    (rate,) = _solve([r[:1] for r in rows], times) or [0.0]
+    return PrefillCost(rate, 0.0, len(usable))
 
 
 def _solve(x: list[list[float]], y: list[float]) -> list[float] | None:
