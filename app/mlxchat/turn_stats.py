@@ -35,7 +35,9 @@ class TurnStats(Record):
     """max_reasoning_tokens was spent: the reasoning was closed with the family's
     markup (counted in generated and reasoning tokens) and the answer followed."""
     finish_reason: str = "stop"
-    """'stop' (end-of-turn token), 'length' (max_tokens), 'cancelled', 'error'."""
+    """'stop' (end-of-turn token), 'length' (max_tokens or the window), 'cancelled', 'error'."""
+    window_full: bool = False
+    """The context window ended the reply (finish_reason 'length'), not max_tokens."""
     context_used: int = 0
     """Tokens in the KV cache after the turn."""
     context_window: int = 0
@@ -104,6 +106,18 @@ class TurnStats(Record):
     def answer_tokens(self) -> int:
         """Tokens of the answer (the end token included): generated less reasoning."""
         return self.generated_tokens - self.reasoning_tokens
+
+    @property
+    def ending(self) -> str:
+        """Why the reply ended, in words ('stopped by max_tokens')."""
+        if self.finish_reason == "length":
+            return ("stopped by the context window (full)" if self.window_full
+                    else "stopped by max_tokens")
+        if self.finish_reason == "cancelled" and self.engine_warning:
+            return "cut short by the engine (the reply's footer says why)"  # a lost rank
+        return {"stop": "ended by the model", "cancelled": "stopped by you",
+                "error": "cut short by an error"}.get(self.finish_reason,
+                                                      f"ended ({self.finish_reason})")
 
     snapshot_warning: str | None = None
     """Why the KV snapshot after this turn was not saved ('snapshot not saved: disk

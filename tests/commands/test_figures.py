@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mlxchat.chat import Message
 from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.session.ledger import options_for
 
@@ -27,8 +28,7 @@ def test_stats_of_a_one_token_reply_say_no_rate_was_measured(registry, ctx, conv
     done = send(conv, "Measure this")
     assert done.stats.generated_tokens == 1
     rows = dict(registry.run("/stats", ctx).rows)
-    assert rows["reply"] == ("1 token at — tok/s (one token: no rate), stopped at the length "
-                             "limit (max_tokens or the window)")
+    assert rows["reply"] == "1 token at — tok/s (one token: no rate), stopped by max_tokens"
     assert rows["prefill speed"].endswith(" tok/s") and rows["prefill speed"][0].isdigit()
     conv.update_generation(replace(conv.generation, max_tokens=8))
     done = [e for e in conv.turns.retry() if isinstance(e, TurnDone)][0]
@@ -45,6 +45,23 @@ def test_stats_say_in_words_that_you_stopped_the_reply(registry, ctx, conv):
     rows = dict(registry.run("/stats", ctx).rows)
     assert conv.turns.last_stats.finish_reason == "cancelled"
     assert rows["reply"].endswith(", stopped by you")
+
+
+def test_stats_say_when_the_context_window_ended_the_reply(registry, ctx, conv):
+    window = 256
+    conv.update_generation(replace(conv.generation, context_window=window, max_tokens=window))
+    text = "q"
+    while conv.views.count_tokens([Message("system", SYSTEM), Message("user", text + "q")]) \
+            <= window - 30:
+        text += "q"
+    done = send(conv, text)
+    stats = done.stats
+    assert stats.finish_reason == "length" and stats.generated_tokens < window
+    assert stats.context_used == window == stats.prompt_tokens + stats.generated_tokens
+    reply = dict(registry.run("/stats", ctx).rows)["reply"]
+    assert reply.endswith(", stopped by the context window (full)")
+    assert dict(registry.run("/stats", ctx).rows)["context"].startswith(
+        f"{window:,} of {window:,} tokens")
 
 
 def test_stats_after_reopening_come_from_the_stored_reply(registry, ctx, conv):
@@ -141,6 +158,32 @@ def test_context_without_a_ledger_renders_the_template(registry, ctx, conv, tmp_
     registry.run("/attach a.txt", ctx)
     with_file = registry.run("/context", ctx)
     assert with_file.rows[-1][:3] == ("+", "attached", "a.txt")
+
+
+def test_context_gives_the_templates_default_system_prompt_its_own_row(registry, ctx, conv):
+    registry.run("/system --clear", ctx)
+    send(conv, "What fills the window?")
+    # The tiny template writes a default system prompt when the chat has none:
+    # the rendering with that prompt given is the same, so its own tokens are
+    # what the template put first.
+    tokenizer = conv.engine.loaded.tokenizer
+    default = "You are a helpful assistant."
+    user = {"role": "user", "content": "What fills the window?"}
+    assert tokenizer.apply_chat_template([user]) == tokenizer.apply_chat_template(
+        [{"role": "system", "content": default}, user])
+    opening = len(tokenizer.apply_chat_template([{"role": "system", "content": default}]))
+    # The ledger holds the first message with the reply's opening; the
+    # template's rendering counts it without.
+    alone = len(tokenizer.apply_chat_template([user], add_generation_prompt=False))
+    for history, first in (("ledger", len(conv.messages[0].token_ids)), ("template", alone)):
+        assert registry.run(f"/set history {history}", ctx).ok
+        result = registry.run("/context", ctx)
+        rows = result.rows
+        assert [row[1] for row in rows][:3] == ["system", "user", "assistant"]
+        assert rows[0][0] == "" and default in rows[0][2] and "template" in rows[0][2]
+        assert rows[1][:3] == ("1", "user", "What fills the window?")
+        assert _row_tokens(result)[:2] == [opening, first - opening]
+        assert result.text.startswith(f"{sum(_row_tokens(result))} of 2,048 tokens")
 
 
 def test_context_of_an_empty_conversation(registry, ctx, conv):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from mlxchat.commands.turns import code_blocks, kv_sizer
+from mlxchat.engine.turn.prefill_cost import fit
+from mlxchat.units import fmt_seconds
 
 from tests.commands.conftest import SYSTEM, finish, send
 
@@ -84,7 +86,13 @@ def test_attach_reports_its_cost_then_goes_with_the_next_message(registry, ctx, 
     assert conv.turns.attachments == []
     again = registry.run(f"/attach {notes}", ctx)
     assert "measured from the live cache" in again.text
-    assert "tok/s (last turn)" in again.text
+    # The prefill estimate: the chunks the turn measured, fitted, at the depth
+    # the file goes to (after the conversation so far).
+    tokens = conv.turns.attachments[0].tokens
+    start = conv.views.context_window - conv.views.window_left()
+    cost = fit(conv.engine.prefill_chunks(conv.generation.kv_bits))
+    assert f"~{fmt_seconds(cost.seconds(tokens, start))} to prefill (" in again.text
+    assert "; measured on this model)" in again.text
     assert "% of the 2,048-token window" in again.text
     assert registry.run("/attach notes.txt", ctx).text.startswith("notes.txt is attached")
     assert "notes.txt" in registry.run("/attach", ctx).text

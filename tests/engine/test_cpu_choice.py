@@ -102,8 +102,14 @@ def test_the_setting_is_checked_and_named_in_the_turn_stats(tiny_q4):
         assert plain.stats.cpu_matmul.startswith("quantized: prefill through the BLAS for 0 ")
         assert not any(layer.__dict__.get("_cpu_kept") is not None
                        for _, layer in cm.quantized_layers(tiny_q4.model))
+        assert eng.state().kept_copies_bytes == 0
         forced = run(eng, conversation(1), replace(greedy, cpu_matmul="dequantized"))
         assert forced.reply == plain.reply == auto.reply
+        # What the process holds for the model counts the copies, from their arrays.
+        copies = [layer.__dict__["_cpu_kept"] for _, layer in cm.quantized_layers(tiny_q4.model)
+                  if layer.__dict__.get("_cpu_kept") is not None]
+        assert copies and eng.state().kept_copies_bytes == sum(c.nbytes for c in copies)
+        assert eng.state().weights_bytes == tiny_q4.info.weights_bytes
     finally:
         eng.close()
         cm.clear(tiny_q4.model)

@@ -104,6 +104,29 @@ def test_drop_oldest_keeps_system_and_newest(tiny_small_window):
         engine.close()
 
 
+def test_a_reply_the_window_stops_fills_it_to_the_last_token_and_says_so(tiny_small_window):
+    engine = ChatEngine(tiny_small_window)
+    window = tiny_small_window.info.context_window
+    try:
+        # A prompt near the window and a max_tokens well past what is left:
+        # the window, not max_tokens, ends the reply.
+        settings = GenerationSettings(temperature=0, max_tokens=window)
+        text = "q"
+        while engine.prompts.count_tokens([Message("user", text + "q")]) <= window - 30:
+            text += "q"
+        done = run(engine, [Message("user", text)], settings)
+        stats = done.stats
+        assert stats.finish_reason == "length" and stats.generated_tokens < window
+        assert stats.prompt_tokens + stats.generated_tokens == window
+        assert stats.context_used == window and engine.state().cached_tokens == window
+        assert stats.window_full
+        # max_tokens ending a reply is not the window's doing.
+        short = run(engine, [Message("user", "short")], GREEDY).stats
+        assert short.finish_reason == "length" and not short.window_full
+    finally:
+        engine.close()
+
+
 def test_stop_policy_refuses_with_sizes(tiny_small_window):
     engine = ChatEngine(tiny_small_window)
     try:

@@ -55,6 +55,21 @@ def test_replies_equal_the_conversations_own_at_temperature_0(tiny, tmp_path, se
     assert [m.id for m in api.models.list().data] == ["tiny"]
 
 
+def test_ollama_clients_may_add_the_latest_tag_to_the_models_name(served):
+    # Ollama clients name a model listed without a tag as NAME:latest.
+    def chat(model: str):
+        return request(served.url, "POST", "/api/chat",
+                       {"model": model, "messages": [{"role": "user", "content": "hi"}],
+                        "stream": False, "options": {"num_predict": 2}})
+
+    listed = request(served.url, "GET", "/api/tags").json()["models"][0]["name"]
+    assert ":" not in listed
+    latest = chat(f"{listed}:latest")
+    assert latest.status == 200 and latest.json()["model"] == listed
+    assert chat(f"{listed}:7b").status == 404  # another tag is another model
+    assert chat(f"{listed}:latest:latest").status == 404
+
+
 def _turn(api: OpenAI, messages: list[dict], text: str):
     messages.append({"role": "user", "content": text})
     reply = api.chat.completions.create(model="tiny", messages=messages, temperature=0,

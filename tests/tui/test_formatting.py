@@ -71,6 +71,44 @@ def test_transcript_stats_line():
     assert "· draft cache rebuilt (1,200 tokens) ·" in transcript_stats_line(stats)
 
 
+def _turn(engine, messages, settings):
+    from mlxchat.engine.events import TurnDone
+
+    return next(e for e in engine.turn(messages, settings) if isinstance(e, TurnDone)).stats
+
+
+def test_the_footer_says_a_drop_once_and_when_the_window_ended_the_reply(tiny):
+    from mlxchat.chat import Message
+    from mlxchat.engine.core import ChatEngine
+    from mlxchat.generation import GenerationSettings
+
+    window = 256
+    engine = ChatEngine(tiny)
+    try:
+        settings = GenerationSettings(temperature=0, max_tokens=20, context_window=window)
+        history = [Message("system", "Sys.")]
+        for i in range(6):
+            history += [Message("user", f"user message {i} " + "x" * 40),
+                        Message("assistant", f"reply {i} " + "y" * 40)]
+        _turn(engine, history[:3], settings)  # a cache the next turn cannot extend
+        dropped = _turn(engine, [*history, Message("user", "the newest")], settings)
+        assert dropped.dropped_messages and dropped.miss_reason  # the miss is the drop
+        footer = transcript_stats_line(dropped)
+        assert footer.count("oldest messages") == 1
+        assert f"· {dropped.dropped_messages} oldest messages left out" in footer
+        assert "stopped by" not in footer  # max_tokens ended it: nothing to say
+        text = "q"
+        while engine.prompts.count_tokens([Message("user", text + "q")]) <= window - 30:
+            text += "q"
+        full = _turn(engine, [Message("user", text)], GenerationSettings(
+            temperature=0, max_tokens=window, context_window=window))
+        assert full.finish_reason == "length" and full.context_used == window
+        assert " · stopped by the context window (full)" in transcript_stats_line(full)
+        assert markdown_stats_line(full, cancelled=False).endswith(" · window full_")
+    finally:
+        engine.close()
+
+
 def test_one_token_is_not_tokens():
     stats = TurnStats(generated_tokens=1, finish_reason="cancelled")
     assert " · 1 token · " in transcript_stats_line(stats)

@@ -43,7 +43,7 @@ async def test_shows_exactly_the_given_figures():
         kv = text(panel, "#kv-text").splitlines()
         assert kv == ["24.2 MB · 0% of 48.0 GB budget",  # 24 MB of 48 GB is 0.05%
                       "room 7,008 tokens (window limit)",
-                      "memory would fit 2,342,566"]
+                      "memory would fit 2,342,566 tokens"]
         assert panel.query_one("#gauge-kv").border_title == "KV cache · fp16"
         assert text(panel, "#kv-source") == "from snapshot · 1,184 tokens"
         assert text(panel, "#weights-text") == (
@@ -56,6 +56,17 @@ async def test_shows_exactly_the_given_figures():
             "reused 1,024 · prefilled 32",
             "miss: system prompt changed",
         ]
+
+
+async def test_weights_say_what_the_float32_copies_add():
+    app = host()
+    async with app.run_test(size=(200, 50)):
+        panel = app.query_one(GaugesPanel)
+        # SmolLM2 on this CPU: 115.2 MB of weights, 538.0 MB of float32 copies.
+        panel.update_state(replace(SAMPLE_STATE, weights_bytes=115_200_000,
+                                   kept_copies_bytes=538_000_000), 48 * GB)
+        assert text(panel, "#weights-text").splitlines()[:3] == [
+            "653.2 MB in memory:", "  115.2 MB weights", "  538.0 MB float32 copies (CPU)"]
 
 
 async def test_a_real_turn_shows_figures_counted_from_the_cache_and_the_tokenizer(tiny):
@@ -108,7 +119,7 @@ async def test_kv_bits_and_memory_bound_room():
         assert panel.query_one("#gauge-kv").border_title == "KV cache · 4-bit"
         kv = text(panel, "#kv-text").splitlines()
         assert kv[1] == "room 5 tokens (memory limit)"
-        assert kv[2] == "window has 7,008 left"  # 8192 - 1184
+        assert kv[2] == "window has 7,008 tokens left"  # 8192 - 1184
         assert panel.query_one("#kv-meter", Meter).level == "error"
 
 

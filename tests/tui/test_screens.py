@@ -254,20 +254,56 @@ async def test_model_picker_download_error_is_shown_plainly():
             "Download of qwen3-4b failed: no network: set HF_HUB_OFFLINE=0 or copy the model folder")
 
 
-async def test_model_picker_shows_what_each_needs_and_fits_within_160_columns():
-    from mlxchat.tui.screens.model_picker import SOURCE_WIDTH
+DEEP = ModelEntry("mine", "/home/someone/very/deep/folder/of/models/gemma-3-270m-"
+                  "q4_k_m-from-some-download.gguf", "gguf", bits=4, context_window=131072,
+                  size_bytes=253_000_000, size_on_disk=True, available_offline=True,
+                  needed_bytes=1_300_000_000, fits=f"up to {116_772:,} tokens")
+WIDE = ModelEntry("qwen3-next-80b-a3b", "mlx-community/Qwen3-Next-80B-A3B-Instruct-4bit", "hf",
+                  bits=4, context_window=262144, size_bytes=44_900_000_000, size_on_disk=False,
+                  available_offline=False, needed_bytes=57_800_000_000, fits="no")
 
-    imported = ModelEntry("mine", "/home/someone/very/deep/folder/of/models/gemma-3-270m-"
-                          "q4_k_m-from-some-download.gguf", "gguf", bits=4, context_window=32768,
-                          size_bytes=253_000_000, size_on_disk=True, available_offline=True,
-                          needed_bytes=1_300_000_000, fits="yes")
-    app = ScreenHost(lambda: ModelPickerScreen([*ENTRIES, imported], current="mine"))
-    async with app.run_test(size=(160, 45)) as pilot:
+
+async def _picker_rows(size: tuple[int, int]):
+    # The cursor starts on the first row: the line under the table describes it.
+    app = ScreenHost(lambda: ModelPickerScreen([DEEP, *ENTRIES, WIDE], current="mine"))
+    async with app.run_test(size=size) as pilot:
         await pilot.pause()
-        table = app.screen.query_one("#models-table")
+        table = app.screen.query_one("#models-table", DataTable)
         labels = [str(c.label) for c in table.columns.values()]
-        assert labels[:7] == ["Model", "Bits", "Context", "Size", "Needs", "Fits", "Offline"]
-        assert table.virtual_size.width <= table.size.width  # nothing cut at 160 columns
-        row = [str(cell) for cell in table.get_row("mine")]
-        assert row[5] == "yes" and row[4] == "1.3 GB"
-        assert len(row[-1]) == SOURCE_WIDTH and row[-1].endswith("download.gguf")
+        rows = {e.alias: dict(zip(labels, (str(c) for c in table.get_row(e.alias)), strict=True))
+                for e in [*ENTRIES, DEEP, WIDE]}
+        assert table.virtual_size.width <= table.size.width  # no column past the edge
+        detail = app.screen.query_one("#models-detail", Static).render().plain
+        return labels, rows, detail
+
+
+async def test_model_picker_shows_what_each_needs_and_fits_within_160_columns():
+    labels, rows, detail = await _picker_rows((160, 45))
+    assert labels == ["Model", "Bits", "Context", "Size", "Needs", "Fits", "Offline", "Source"]
+    mine = rows["mine"]
+    assert mine["Fits"] == f"up to {116_772:,}" and mine["Needs"] == "1.3 GB"
+    assert mine["Context"] == f"{131_072:,}" and mine["Size"] == "253.0 MB"
+    # The whole source where it fits; a deep path shows its end.
+    assert rows["qwen3-next-80b-a3b"]["Source"] == WIDE.source
+    assert mine["Source"].startswith("…") and DEEP.source.endswith(mine["Source"][1:])
+    assert detail.startswith(f"mine: {DEEP.source}")
+
+
+async def test_model_picker_at_80_columns_leaves_columns_out_but_cuts_no_figure():
+    labels, rows, detail = await _picker_rows((80, 24))
+    assert {"Model", "Context", "Fits", "Offline"} <= set(labels) and len(labels) < 8
+    for entry in [*ENTRIES, DEEP, WIDE]:
+        row = rows[entry.alias]
+        assert row["Model"].strip("● ") == entry.alias
+        assert row["Context"] == f"{entry.context_window:,}"
+        assert row["Fits"] == entry.fits.removesuffix(" tokens")
+        assert row["Offline"] == ("yes" if entry.available_offline else "download")
+    # What the table leaves out, the line under it says for the highlighted
+    # model, broken between its parts, never inside a figure.
+    lines = detail.splitlines()
+    _, _, wide = await _picker_rows((160, 45))
+    assert len(lines) > len(wide.splitlines())
+    assert " · ".join(lines) == " · ".join(wide.splitlines())  # the same parts, other breaks
+    assert detail.startswith(f"mine: {DEEP.source}")
+    assert f"up to {116_772:,} tokens" in detail and "needs 1.3 GB" in detail
+    assert all(len(line) <= 72 for line in lines[1:])

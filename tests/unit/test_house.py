@@ -116,9 +116,17 @@ def _imported_names(tree: ast.Module) -> dict[str, int]:
     return names
 
 
+def _listed_in_all(tree: ast.Module) -> set[str]:
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple))
+                and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)):
+            return {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
+    return set()
+
+
 def reexports(trees: dict[Path, ast.Module]) -> list[str]:
-    """Names a module imports at its top and never uses but to hand them on
-    (in ``__all__``, or unused at all), and ``A = B`` renames of an imported
+    """Names a module imports at its top and hands on (in ``__all__``, used
+    there or not) or never uses at all, and ``A = B`` renames of an imported
     class; package faces (``__init__.py``) may hand on their public API."""
     found = []
     for path, tree in trees.items():
@@ -126,8 +134,9 @@ def reexports(trees: dict[Path, ast.Module]) -> list[str]:
             continue
         imported = _imported_names(tree)
         used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+        listed = _listed_in_all(tree)
         for name, line in imported.items():
-            if name not in used:
+            if name not in used or name in listed:
                 found.append(f"{_rel(path)}:{line}: {name}")
         for node in tree.body:
             if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Name)
@@ -267,9 +276,10 @@ def test_the_checks_see_what_they_look_for():
     # Each check finds its case in a small made-up module, so none passes by
     # looking at nothing.
     tree = ast.parse(
-        "from x import A, B, C\n"
-        "__all__ = ['B']\n"
+        "from x import A, B, C, E\n"
+        "__all__ = ['B', 'E']\n"
         "D = A\n"
+        "F = E()\n"
         "class Conversation(A, C):\n"
         "    def f(self, a, *, b):\n        '''doc'''\n        return self._p.f(a, b=b)\n"
         "    @property\n    def g(self):\n        return self._p.g\n"
@@ -280,7 +290,8 @@ def test_the_checks_see_what_they_look_for():
         "Conversation.f", "Conversation.g", "Conversation.i"]
     here = PACKAGE_ROOT / "made_up.py"
     assert mixin_classes({here: tree}) == ["mlxchat/made_up.py: Conversation"]
-    assert reexports({here: tree}) == ["mlxchat/made_up.py:1: B", "mlxchat/made_up.py:3: D = A"]
+    assert reexports({here: tree}) == [
+        "mlxchat/made_up.py:1: B", "mlxchat/made_up.py:1: E", "mlxchat/made_up.py:3: D = A"]
     there = PACKAGE_ROOT / "other.py"
     assert classes_defined_twice({here: tree, there: ast.parse("class C: pass\n")}) == [
         "C: mlxchat/made_up.py, mlxchat/other.py"]

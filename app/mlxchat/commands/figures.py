@@ -38,18 +38,6 @@ def _bits(kv_bits: int | None) -> str:
     return f"{kv_bits}-bit" if kv_bits else "full precision"
 
 
-FINISHED = {"stop": "ended by the model", "cancelled": "stopped by you",
-            "length": "stopped at the length limit (max_tokens or the window)",
-            "error": "cut short by an error"}
-
-
-def _finished(s: TurnStats) -> str:
-    """How the reply ended, in words ('finished by cancelled' said nothing)."""
-    if s.finish_reason == "cancelled" and s.engine_warning:
-        return "cut short by the engine (the reply's footer says why)"  # a lost rank
-    return FINISHED.get(s.finish_reason, f"finished by {s.finish_reason}")
-
-
 def stats(ctx: CommandContext, args: Args) -> CommandResult:
     s = last_stats(ctx)
     if s is None:
@@ -64,7 +52,7 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
         ("reply", (f"{plural(s.generated_tokens, 'token')} at "
                    + ("— tok/s (one token: no rate)" if s.decode_tps is None
                       else f"{s.decode_tps:.1f} tok/s")
-                   + f", {_finished(s)}")),
+                   + f", {s.ending}")),
         ("total time", f"{s.total_s:.2f} s"),
         ("context", (f"{fmt_int(s.context_used)} of {fmt_int(s.context_window)} tokens "
                      f"({fmt_report_percent(s.context_used, s.context_window)})")),
@@ -193,6 +181,14 @@ def complete_cache(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> 
             ("drop", "forget the live cache and delete the snapshot files")]
 
 
+def _opening_row(text: str, tokens: int, window: int) -> tuple[str, ...]:
+    """The template's own start: its default system prompt when it writes one."""
+    words = text.removeprefix("system").strip() if text.startswith("system\n") else text
+    what = (("system", f"(template default) {first_words(words)}") if words
+            else ("template", "start of the prompt"))
+    return ("", *what, fmt_int(tokens), fmt_report_percent(tokens, window))
+
+
 def context(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
     window = conv.views.context_window
@@ -213,7 +209,9 @@ def context(ctx: CommandContext, args: Args) -> CommandResult:
                    fmt_int(own), fmt_report_percent(own, window))
         rows[1:1] = [("", "pinned", p.name, fmt_int(p.tokens),
                       fmt_report_percent(p.tokens, window)) for p in pins]
-    overhead = total - sum(counts)
+    if costs.opening:
+        rows.insert(0, _opening_row(costs.opening_text, costs.opening, window))
+    overhead = total - sum(counts) - costs.opening
     if overhead > 0:
         rows.append(("", "template", "start of the reply", fmt_int(overhead),
                      fmt_report_percent(overhead, window)))

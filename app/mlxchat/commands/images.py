@@ -16,12 +16,12 @@ from mlxchat.commands.base import (
     CommandError,
     CommandResult,
     Confirmation,
-    last_stats,
     pending_list,
+    prefill_words,
 )
 from mlxchat.commands.completers import complete_files, user_path
 from mlxchat.errors import MlxchatError
-from mlxchat.units import fmt_int, fmt_report_percent, fmt_seconds
+from mlxchat.units import fmt_int, fmt_report_percent
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff")
 
@@ -67,12 +67,7 @@ def image(ctx: CommandContext, args: Args) -> CommandResult:
         ref, tokens = conv.turns.add_image(path, room=conv.views.window_left())
     except MlxchatError as exc:
         raise CommandError(exc.user_text()) from None
-    stats = last_stats(ctx)
-    if stats is not None and stats.prefill_tps:
-        prefill = (f"~{fmt_seconds(tokens / stats.prefill_tps)} to prefill at "
-                   f"{stats.prefill_tps:,.0f} tok/s (last turn)")
-    else:
-        prefill = "prefill time unknown until the first turn"
+    prefill = prefill_words(ctx, tokens)
     return CommandResult.info(
         f"Image {ref.name}: {ref.width}x{ref.height}, {human_bytes(path.stat().st_size)} · "
         f"{fmt_int(tokens)} tokens ({fmt_report_percent(tokens, window)} of the "

@@ -65,6 +65,8 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
             + (f" {conv.speculation.notice}." if conv.speculation.notice else ""),
             session_changed=True, clear_input=True)
     info = conv.views.model_info
+    state = conv.views.state()
+    copies = state.kept_copies_bytes
     rows = [("name", info.name), ("spec", info.spec), ("architecture", info.architecture),
             ("parameters", _params(info.parameter_count) + (
                 f" total · {_params(info.active_parameter_count)} active per token"
@@ -76,7 +78,9 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
                 else f" (this session; default {info.default_compute_dtype})")),
             ("bits per weight", f"{info.bits_per_weight:.2f} in memory"
              + (f" ({info.scales_dtype} scales)" if info.scales_dtype not in ("", "-") else "")),
-            ("weights in memory", human_bytes(info.weights_bytes)),
+            ("weights in memory", human_bytes(info.weights_bytes) + (
+                f" + {human_bytes(copies)} of float32 copies for the CPU's matmuls "
+                f"({human_bytes(info.weights_bytes + copies)} in all)" if copies else "")),
             ("context window", f"{fmt_int(info.context_window)} tokens"),
             ("images", "sees images (/image PATH)" if info.sees_images else "text only"),
             ("layers · kv heads · head dim",
@@ -84,7 +88,6 @@ def model(ctx: CommandContext, args: Args) -> CommandResult:
             ("device", info.device), ("folder", info.path)]
     if info.device == "cpu":
         rows[-1:-1] = _cpu_rows(ctx)
-    state = conv.views.state()
     if state.layout:
         rows[7:7] = [("split across ranks", state.layout)] + [
             (f"rank {r.rank}", f"{human_bytes(r.weights_bytes)} weights · KV "

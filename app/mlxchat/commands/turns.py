@@ -15,13 +15,13 @@ from mlxchat.commands.base import (
     CommandContext,
     CommandError,
     CommandResult,
-    last_stats,
     one_line,
     pending_list,
+    prefill_words,
 )
 from mlxchat.commands.completers import complete_files, user_path
 from mlxchat.files import FileRefused, FileTooLarge, read_limited
-from mlxchat.units import fmt_int, fmt_report_percent, fmt_seconds, plural
+from mlxchat.units import fmt_int, fmt_report_percent, plural
 
 ATTACH_LIMIT_BYTES = 8 << 20
 MAX_BYTES_PER_TOKEN = 24
@@ -175,12 +175,7 @@ def attach(ctx: CommandContext, args: Args) -> CommandResult:
                            f"are left in the {fmt_int(window)}-token window.")
     size, how = kv_sizer(ctx)
     kv = size(tokens)
-    stats = last_stats(ctx)
-    if stats is not None and stats.prefill_tps is not None:
-        prefill = (f"~{fmt_seconds(tokens / stats.prefill_tps)} to prefill at "
-                   f"{stats.prefill_tps:,.0f} tok/s (last turn)")
-    else:
-        prefill = "prefill time unknown until the first turn"
+    prefill = prefill_words(ctx, tokens, after=sum(a.tokens for a in pending))
     pending.append(Attachment(path, text, tokens))
     return CommandResult.info(
         f"Attached {path.name}: {fmt_int(tokens)} tokens "

@@ -36,11 +36,12 @@ from mlxchat.engine.speculative.streams import trim_problem
 from mlxchat.engine.thread.compute import PROCESS_LOCK, ComputeLock
 from mlxchat.engine.thread.worker import Bookkeeping, EngineThread
 from mlxchat.engine.turn.cpu_choice import CpuMatmul
-from mlxchat.engine.turn.pipeline import TurnPipeline, events
+from mlxchat.engine.turn.pipeline import TurnPipeline, events, prefill_setup
+from mlxchat.engine.turn.prefill_cost import PrefillChunk
 from mlxchat.engine.turn.ranks import OneProcess, Ranks
 from mlxchat.engine.turn.typing_prefill import TypingPrefill
 from mlxchat.generation import GenerationSettings
-from mlxchat.models import LoadedModel, ModelInfo, precision
+from mlxchat.models import LoadedModel, ModelInfo, cpu_matmul, precision
 from mlxchat.models.info import recast, retyped
 from mlxchat.turn_stats import TurnStats
 
@@ -208,6 +209,10 @@ class ChatEngine:
             return self._typing.extend(self._live, wanted, kv_bits=settings.kv_bits, floor=floor)
         return self._typing.run(extend)
 
+    def prefill_chunks(self, kv_bits: int | None) -> list[PrefillChunk]:
+        """The prefill chunks measured on the model held now, at ``kv_bits``."""
+        return self._pipeline.chunks.recent(prefill_setup(self._loaded, kv_bits))
+
     def supersede_typing(self) -> None:
         """Stop a running or queued typing prefill (a turn takes precedence)."""
         self._typing.supersede()
@@ -374,6 +379,7 @@ class ChatEngine:
             kv_bits=live.bits, kv_dtype=live.dtype_label,
             cache_source=live.source if live.tokens else "cold",
             weights_bytes=info.weights_bytes,
+            kept_copies_bytes=cpu_matmul.held_bytes(self._loaded.model),
             bits_per_weight=info.bits_per_weight, scales_dtype=info.scales_dtype,
             quantization=info.quantization, compute_dtype=info.compute_dtype,
             peak_memory_bytes=mx.get_peak_memory(),

@@ -119,6 +119,9 @@ class EngineState:
     cache_source: str = "cold"
     """Where the cached tokens came from: 'warm' (this process), 'snapshot' or 'cold'."""
     weights_bytes: int = 0
+    kept_copies_bytes: int = 0
+    """Float32 copies of quantized weights kept beside them for the CPU's
+    matmuls (models/cpu_matmul.py), apart from weights_bytes."""
     bits_per_weight: float = 0.0
     """Of the weights as loaded (scales and biases included), not as in the file."""
     scales_dtype: str = "-"

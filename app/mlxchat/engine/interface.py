@@ -14,6 +14,7 @@ from mlxchat.engine.events import CacheLoad, EngineState, Event
 from mlxchat.engine.prompt.builder import PromptBuilder
 from mlxchat.engine.prompt.fit import FittedPrompt
 from mlxchat.engine.speculative.auto import VerifyCost
+from mlxchat.engine.turn.prefill_cost import PrefillChunk
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import LoadedModel, ModelInfo
 
@@ -42,6 +43,8 @@ class Engine(Protocol):
 
     def prefill(self, tokens: Sequence[int], settings: GenerationSettings, *, floor: int = 0,
                 current: Callable[[], bool] = ...) -> int: ...
+
+    def prefill_chunks(self, kv_bits: int | None) -> list[PrefillChunk]: ...
 
     def supersede_typing(self) -> None: ...
 

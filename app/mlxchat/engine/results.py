@@ -50,6 +50,8 @@ class Decode:
     generated: int = 0
     """Tokens sampled, the end token included."""
     finish_reason: str = "stop"
+    window_full: bool = False
+    """The context window ended the reply ('length' before max_tokens did)."""
     ttft_s: float = 0.0
     first_pass_s: float = 0.0
     """Seconds of the first forward pass (the tail of the prompt)."""
@@ -104,6 +106,7 @@ def turn_stats(tokens: int, reuse: Reuse, prefill: Prefill, decode: Decode, *,
         cache_source=reuse.source, dropped_messages=dropped,
         context_window=window, kv_bits=kv_bits,
         weights_bytes=weights_bytes, finish_reason=decode.finish_reason,
+        window_full=decode.window_full,
         generated_tokens=decode.generated, reasoning_tokens=decode.reasoning_tokens,
         reasoning_s=decode.reasoning_s, reasoning_budget_closed=decode.reasoning_closed,
         ttft_s=decode.ttft_s, decode_tps=decode.decode_tps,

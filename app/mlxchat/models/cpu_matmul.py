@@ -94,6 +94,12 @@ def kept_bytes(layer: Any) -> int:
     return out * (packed * 32 // layer.bits) * 4
 
 
+def held_bytes(model: nn.Module) -> int:
+    """Bytes of the float32 copies ``model``'s layers keep now, from the arrays."""
+    return sum(kept.nbytes for _, layer in quantized_layers(model)
+               if (kept := layer.__dict__.get("_cpu_kept")) is not None)
+
+
 def set_path(layer: Any, path: Path) -> None:
     """Give ``layer`` ``path``: its class swapped for the one that reads it, a
     float32 copy made when the path keeps one and dropped when it does not."""

@@ -17,7 +17,7 @@ from mlxchat.models.info import LoadedModel, describe, on_cpu
 from mlxchat.models.sampling import ModelSampling, from_folder
 from mlxchat.models.sharding import ShardPlan, apply_plan, split_fingerprint
 
-__all__ = ["ModelError", "load_folder"]
+__all__ = ["load_folder"]
 
 _UNSET: Any = object()
 

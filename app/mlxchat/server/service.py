@@ -191,7 +191,11 @@ class ChatService:
         return self.engine.prompts.window(self.conv.settings.generation)
 
     def check_model(self, name: str) -> None:
-        if name not in self._names:
+        # Ollama clients add ":latest" to a name listed without a tag.
+        base, _, tag = name.rpartition(":")
+        untagged = (tag == "latest" and base in self._names
+                    and ":" not in base.removeprefix("ollama:"))
+        if name not in self._names and not untagged:
             raise unknown_model(name, self.model_id)
 
     def warm_up(self) -> None:

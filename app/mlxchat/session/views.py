@@ -9,6 +9,8 @@ from typing import Callable
 from mlxchat.chat import Message
 from mlxchat.engine.events import EngineState
 from mlxchat.engine.interface import Engine
+from mlxchat.engine.prompt.delta import TemplateOptions
+from mlxchat.engine.turn.prefill_cost import PrefillChunk, PrefillCost, fit
 from mlxchat.models import LoadedModel, ModelInfo, tools
 from mlxchat.session.current import OpenSession
 from mlxchat.session.pins import PinnedDocs
@@ -27,6 +29,24 @@ class ContextCosts:
     """Tokens of the next prompt before the new message: from the ledger, the
     sum of the counts; rendered, the counts plus the generation prompt."""
     from_ledger: bool
+    opening: int = 0
+    """Tokens the template puts before a first message that is not a system
+    one (begin-of-text, its default system prompt): taken out of ``counts[0]``."""
+    opening_text: str = ""
+    """Their text, control tokens left out ("" when they are control tokens only)."""
+
+
+@dataclass(frozen=True)
+class PrefillEstimate:
+    """How long tokens added at the end of the conversation will take to prefill."""
+
+    seconds: float
+    start: int
+    """Tokens the window holds before them."""
+    cost: PrefillCost
+    measured_chunks: bool
+    """From the prefill chunks measured on this model (False: the branch's
+    stored turns, each as one chunk)."""
 
 
 class EngineViews:
@@ -102,14 +122,49 @@ class EngineViews:
         window: read off the token ledger (no rendering) when the branch has
         one, else rendered prefix by prefix."""
         messages = self._open.with_system(self._open.messages)
-        costs = self._open.ledger(self._engine).costs(self._open.messages,
-                                                      self._pins.system_tokens())
+        ledger = self._open.ledger(self._engine)
+        costs = ledger.costs(self._open.messages, self._pins.system_tokens())
         if costs is not None:
-            return ContextCosts(messages, costs, sum(costs), from_ledger=True)
+            return self._opening_apart(ContextCosts(messages, costs, sum(costs),
+                                                    from_ledger=True), ledger.options)
         if not messages:
             return ContextCosts([], [], 0, from_ledger=False)
-        return ContextCosts(messages, self._engine.prompts.message_tokens(messages),
-                            self._engine.prompts.count_tokens(messages), from_ledger=False)
+        return self._opening_apart(ContextCosts(
+            messages, self._engine.prompts.message_tokens(messages),
+            self._engine.prompts.count_tokens(messages), from_ledger=False), TemplateOptions())
+
+    def _opening_apart(self, costs: ContextCosts, options: TemplateOptions) -> ContextCosts:
+        """The template's opening counted on its own row, not as the first message's."""
+        if not costs.messages or costs.messages[0].role == "system":
+            return costs
+        opening = self._engine.prompts.opening(options=options)
+        first = costs.messages[0].token_ids
+        if not opening or len(opening) >= costs.counts[0] or (
+                costs.from_ledger and list(first or ())[:len(opening)] != opening):
+            return costs
+        text = self._engine.loaded.tokenizer.decode(opening, skip_special_tokens=True)
+        return replace(costs, counts=[costs.counts[0] - len(opening), *costs.counts[1:]],
+                       opening=len(opening), opening_text=text.strip())
+
+    def prefill_estimate(self, tokens: int, *, after: int = 0) -> PrefillEstimate | None:
+        """The time ``tokens`` more at the end of the conversation (after
+        ``after`` pending ones) will take to prefill, deeper in the window than
+        the turns measured so far: from this model's measured chunks, else the
+        branch's stored turns; None before anything was measured."""
+        start = self.context_window - self.window_left() + after
+        measured = fit(self._engine.prefill_chunks(self._open.generation.kv_bits))
+        cost = measured or fit(self._turns_as_chunks())
+        return None if cost is None else PrefillEstimate(
+            cost.seconds(tokens, start), start, cost, measured_chunks=measured is not None)
+
+    def _turns_as_chunks(self) -> list[PrefillChunk]:
+        name = self._engine.info.name
+        found = [m.stats for m in self._open.messages if m.role == "assistant" and m.stats]
+        live = self._last_stats()
+        found += [live] if live is not None and live not in found else []
+        return [PrefillChunk(s.prefilled_tokens, s.reused_tokens,
+                             s.prefilled_tokens / s.prefill_tps)
+                for s in found if s.prefill_tps and s.model in ("", name)]
 
     def ledger_note(self) -> str | None:
         """Where the cached token ledger differs from today's template rendering."""

@@ -54,7 +54,8 @@ def markdown_stats_line(stats: TurnStats, cancelled: bool = False) -> str:
     if stats.kv_bits:
         parts.append(f"kv {stats.kv_bits}-bit")
     if cancelled or stats.finish_reason != "stop":
-        parts.append("cancelled" if cancelled else stats.finish_reason)
+        parts.append("cancelled" if cancelled else "window full" if stats.window_full
+                     else stats.finish_reason)
     return "_" + " · ".join(parts) + "_"
 
 

@@ -131,10 +131,12 @@ def transcript_stats_line(stats: TurnStats) -> str:
                                       stats.spec_mode))
         if stats.draft_rebuilt:
             parts.append(f"draft cache rebuilt ({fmt_int(stats.draft_prefilled_tokens)} tokens)")
-    if stats.miss_reason:
-        parts.append(f"miss: {stats.miss_reason}")
-    if stats.dropped_messages:
+    if stats.window_full:
+        parts.append(stats.ending)
+    if stats.dropped_messages:  # the cache's miss too: said once
         parts.append(f"{fmt_int(stats.dropped_messages)} oldest messages left out")
+    elif stats.miss_reason:
+        parts.append(f"miss: {stats.miss_reason}")
     if stats.snapshot_warning:
         parts.append(stats.snapshot_warning)
     if stats.engine_warning:

@@ -13,7 +13,7 @@ from mlxchat.engine.prompt import delta
 from mlxchat.engine.prompt import images as prompt_images
 from mlxchat.engine.prompt.delta import TemplateOptions
 from mlxchat.engine.prompt.fit import FittedPrompt, fit, reply_reserve
-from mlxchat.engine.prompt.render import message_token_counts, render
+from mlxchat.engine.prompt.render import message_token_counts, render, template_opening
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import LoadedModel
 from mlxchat.models.markup import cached_markup
@@ -103,3 +103,8 @@ class PromptBuilder:
     def message_tokens(self, messages: Sequence[Message]) -> list[int]:
         """Tokens each message adds to the rendered prompt."""
         return message_token_counts(self._loaded().tokenizer, messages)
+
+    def opening(self, *, options: TemplateOptions = TemplateOptions()) -> list[int]:
+        """What the template puts before the first message of a conversation
+        without a system message (begin-of-text, its default system prompt)."""
+        return template_opening(self._loaded().tokenizer, **options.kwargs())

@@ -94,3 +94,23 @@ def message_token_counts(tokenizer: Any, messages: Sequence[Message]) -> list[in
         counts.append(max(0, n - prev))
         prev = n
     return counts
+
+
+_OPENING_PROBE = (Message("user", "Which tokens open the prompt?"), Message("assistant", "These."))
+
+
+def template_opening(tokenizer: Any, **template_kwargs: Any) -> list[int]:
+    """The ids the template puts before a conversation's first message when it
+    has no system message (begin-of-text, a default system prompt): what the
+    first message costs alone less what the same message costs later on.
+    Empty when the two do not split so exactly."""
+    question, answer = _OPENING_PROBE
+    alone = render(tokenizer, [question], generation_prompt=False, **template_kwargs)
+    before = render(tokenizer, [question, answer], generation_prompt=False, **template_kwargs)
+    again = render(tokenizer, [question, answer, question], generation_prompt=False,
+                   **template_kwargs)
+    own = len(again) - len(before)
+    lead = len(alone) - own
+    if not 0 < lead < len(alone) or alone[lead:] != again[len(again) - own:]:
+        return []
+    return alone[:lead]

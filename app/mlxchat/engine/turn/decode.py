@@ -69,8 +69,9 @@ class _Sampling:
                             tokens_per_pass=out.speculation.tokens_per_pass(out.generated)))
 
     def room(self, feeding: Sequence[int]) -> int:
-        """Tokens the window leaves for sampling after ``feeding`` is fed."""
-        return self.reply.window - len(self.live.tokens) - len(feeding) + 1
+        """Tokens the window leaves for sampling after ``feeding`` is fed: every
+        sampled token counts, the last one too (the next turn feeds it)."""
+        return self.reply.window - len(self.live.tokens) - len(feeding)
 
     def take(self, gen: Stream, cancelled: Callable[[], bool]) -> tuple[int, ...]:
         """Sample from ``gen`` until the reply ends (returns ()) or the reasoning
@@ -154,6 +155,8 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
             feeding = closing
     finally:
         run.finish()
+    run.out.window_full = (run.out.finish_reason == "length"
+                           and len(live.tokens) >= reply.window)
     return run.out
 
 

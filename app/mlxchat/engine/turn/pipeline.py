@@ -29,6 +29,7 @@ from mlxchat.engine.speculative.streams import Stream
 from mlxchat.engine.thread.compute import WaitCancelled
 from mlxchat.engine.thread.worker import EngineThread
 from mlxchat.engine.turn.decode import Reply, decode
+from mlxchat.engine.turn.prefill_cost import PrefillChunks
 from mlxchat.engine.turn.progress import LiveFigures
 from mlxchat.engine.turn.ranks import Ranks
 from mlxchat.generation import GenerationSettings
@@ -65,6 +66,11 @@ def events(worker: EngineThread, job: Callable[[Callable[[Event], None]], None],
             fut.exception()
 
 
+def prefill_setup(loaded: LoadedModel, kv_bits: int | None) -> tuple:
+    """What a prefill's speed depends on besides its tokens and position."""
+    return loaded.info.fingerprint, loaded.info.compute_dtype, kv_bits
+
+
 class TurnPipeline:
     """Prefill and decode for the engine's turns; owns the prefill chunk size,
     which it learns from each full chunk's time."""
@@ -74,6 +80,8 @@ class TurnPipeline:
         self._worker, self._drafting, self._marks, self._ranks = worker, drafting, marks, ranks
         self.chunk_seconds = chunk_seconds
         self._chunk = 64
+        self.chunks = PrefillChunks()
+        """Each chunk's tokens, start and seconds, for the prefill estimates."""
 
     def prefill(self, loaded: LoadedModel, live: LiveCache, tokens: Sequence[int],
                 emit: LiveFigures, *, between: Callable[[], None] = lambda: None) -> Prefill:
@@ -88,9 +96,10 @@ class TurnPipeline:
             if self._worker.cancelled():
                 raise Cancelled
             n = self._marks.chunk(min(self._chunk, total - done), held=len(live.tokens))
-            t0 = time.perf_counter()
+            held, t0 = len(live.tokens), time.perf_counter()
             live.feed(loaded.model, tokens[done:done + n])
             dt = time.perf_counter() - t0
+            self.chunks.record(prefill_setup(loaded, live.bits), n, held, dt)
             self._marks.reached(live, loaded.info)
             done += n
             if n == self._chunk:

@@ -27,12 +27,84 @@ StartDownload = Callable[[str, ProgressCallback], object]
 stops early (returning or raising) once the picker's cancel event is set."""
 
 
-SOURCE_WIDTH = 40
-"""A source longer than this (a deep path, a long repo id) shows its end."""
+SOURCE_MIN = 16
+"""Narrower than this a source says too little: the column goes (the line
+under the table shows the highlighted model's source whole)."""
+DIALOG_MAX_WIDTH, DIALOG_FRAME, SCROLLBAR, CELL_PADDING = 150, 4, 2, 2
+"""The stylesheet's #models-dialog: 90% wide up to 150, a border and 1 cell
+of padding a side; the table's scrollbar; a cell's padding, both sides."""
+TABLE_MAX_HEIGHT, BESIDE_TABLE = 20, 9
+"""The table's rows at most; the dialog's rows around it (border, the line
+under the table, the hint, their margins)."""
+COLUMNS = ("Model", "Bits", "Context", "Size", "Needs", "Fits", "Offline", "Source")
+PRIORITY = ("Model", "Fits", "Context", "Offline", "Source", "Size", "Needs", "Bits")
+"""Which columns stay when the terminal is narrow, most wanted first."""
 
 
-def short_source(source: str) -> str:
-    return source if len(source) <= SOURCE_WIDTH else "…" + source[-(SOURCE_WIDTH - 1):]
+def short_source(source: str, width: int) -> str:
+    """A source longer than ``width`` (a deep path, a long repo id) shows its end."""
+    return source if len(source) <= width else "…" + source[-(width - 1):]
+
+
+def fits_cell(fits: str) -> str:
+    """'up to 89,104 tokens' as 'up to 89,104' (the column says what fits)."""
+    return fits.removesuffix(" tokens")
+
+
+def _cells(entry: ModelEntry, current: str | None) -> dict[str, Text]:
+    mark = "● " if entry.alias == current else "  "
+    fits = entry.fits
+    return {
+        "Model": Text(mark + entry.alias, style="bold"),
+        "Bits": Text(f"{entry.bits}" if entry.bits else "–"),
+        "Context": Text(fmt_int(entry.context_window) if entry.context_window else "–"),
+        "Size": Text(human_bytes(entry.size_bytes) if entry.size_bytes else "–"),
+        "Needs": Text(human_bytes(entry.needed_bytes) if entry.needed_bytes else "–"),
+        "Fits": Text(fits_cell(fits), style="green" if fits == "yes" else "red" if fits == "no"
+                     else "yellow" if fits.startswith("up to") else "dim"),
+        "Offline": (Text("yes", style="green") if entry.available_offline
+                    else Text("download", style="yellow")),
+        "Source": Text(entry.source, style="dim"),
+    }
+
+
+def column_widths(rows: Sequence[dict[str, Text]], room: int) -> dict[str, int]:
+    """The columns shown in ``room`` cells and each one's width: every figure
+    whole, the least wanted columns left out first; the source shortened from
+    its start (to SOURCE_MIN at least) before it goes."""
+    natural = {c: max([len(c), *(r[c].cell_len for r in rows)]) for c in COLUMNS}
+    chosen: dict[str, int] = {}
+    left = room
+    for column in PRIORITY:
+        least = min(natural[column], SOURCE_MIN) if column == "Source" else natural[column]
+        if least + CELL_PADDING <= left:
+            chosen[column] = least
+            left -= least + CELL_PADDING
+    if "Source" in chosen:
+        chosen["Source"] = min(natural["Source"], chosen["Source"] + left)
+    return {c: chosen[c] for c in COLUMNS if c in chosen}
+
+
+def detail_line(entry: ModelEntry, width: int) -> str:
+    """The highlighted model whole, whatever the table had to leave out; lines
+    break between its parts, never inside a figure."""
+    parts = [f"{entry.alias}: {entry.source}",
+             f"{entry.bits}-bit" if entry.bits else "unquantized or unknown bits",
+             human_bytes(entry.size_bytes) if entry.size_bytes else "size unknown",
+             (f"{fmt_int(entry.context_window)}-token window" if entry.context_window
+              else "window unknown")]
+    if entry.needed_bytes:
+        parts.append(f"needs {human_bytes(entry.needed_bytes)} with its whole window")
+    parts.append({"yes": "fits this machine", "no": "does not fit this machine",
+                  "?": "fit unknown"}.get(entry.fits, f"fits {entry.fits}"))
+    parts.append("on disk" if entry.available_offline else "needs a download")
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 3 + len(part) <= width:
+            lines[-1] += f" · {part}"
+        else:
+            lines.append(part)
+    return "\n".join(lines)
 
 
 class ModelPickerScreen(ModalScreen[str | None]):
@@ -52,11 +124,16 @@ class ModelPickerScreen(ModalScreen[str | None]):
         """Set on cancel; give the same event to ``start_download`` when wiring it."""
         self.current = current
         self.downloading: str | None = None
+        self.widths: dict[str, int] = {}
+        """The columns shown and their widths (``column_widths``)."""
+        self.room = DIALOG_MAX_WIDTH - DIALOG_FRAME
+        """The dialog's inner width, which the line under the table keeps to."""
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="models-dialog") as dialog:
             dialog.border_title = "Models"
             yield DataTable(id="models-table", cursor_type="row", zebra_stripes=True)
+            yield Static("", id="models-detail", markup=False)
             with Vertical(id="models-download"):
                 yield Static("", id="models-status", markup=False)
                 yield ProgressBar(id="models-progress", show_eta=False)
@@ -64,26 +141,51 @@ class ModelPickerScreen(ModalScreen[str | None]):
                          classes="dialog-hint")
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        table.add_columns("Model", "Bits", "Context", "Size", "Needs", "Fits", "Offline",
-                          "Source")
-        for entry in self.entries:
-            mark = "● " if entry.alias == self.current else "  "
-            fits = entry.fits
-            table.add_row(
-                Text(mark + entry.alias, style="bold"),
-                Text(f"{entry.bits}" if entry.bits else "–"),
-                Text(fmt_int(entry.context_window) if entry.context_window else "–"),
-                Text(human_bytes(entry.size_bytes) if entry.size_bytes else "–"),
-                Text(human_bytes(entry.needed_bytes) if entry.needed_bytes else "–"),
-                Text(fits, style="green" if fits == "yes" else "red" if fits == "no"
-                     else "yellow" if fits.startswith("up to") else "dim"),
-                Text("yes", style="green") if entry.available_offline
-                else Text("download", style="yellow"),
-                Text(short_source(entry.source), style="dim"),
-                key=entry.alias)
+        self._fill()
         self.query_one("#models-download").display = False
-        table.focus()
+        self.query_one(DataTable).focus()
+
+    def on_resize(self) -> None:
+        self._fill()
+
+    def _fill(self) -> None:
+        """The table for this width: figures whole, columns left out when narrow."""
+        table = self.query_one(DataTable)
+        # Short terminals keep the line under the table and the hint in view.
+        table.styles.max_height = max(4, min(TABLE_MAX_HEIGHT,
+                                             self.app.size.height * 9 // 10 - BESIDE_TABLE))
+        rows = [_cells(e, self.current) for e in self.entries]
+        room = min(self.app.size.width * 9 // 10, DIALOG_MAX_WIDTH) - DIALOG_FRAME - SCROLLBAR
+        self.room = room + SCROLLBAR
+        widths = column_widths(rows, room)
+        if widths != self.widths:
+            self.widths = widths
+            self._rebuild(table, rows)
+        self._detail()
+
+    def _rebuild(self, table: DataTable, rows: list[dict[str, Text]]) -> None:
+        row = table.cursor_row
+        table.clear(columns=True)
+        for column, width in self.widths.items():
+            table.add_column(column, width=width, key=column)
+        for entry, cells in zip(self.entries, rows, strict=True):
+            if "Source" in self.widths:
+                cells["Source"] = Text(short_source(entry.source, self.widths["Source"]),
+                                       style="dim")
+            table.add_row(*(cells[c] for c in self.widths), key=entry.alias)
+        if self.entries:
+            table.move_cursor(row=min(row, len(self.entries) - 1), animate=False)
+
+    @on(DataTable.RowHighlighted)
+    def _show_detail(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self._detail()
+
+    def _detail(self) -> None:
+        row = self.query_one(DataTable).cursor_row
+        if self.entries and row is not None:
+            entry = self.entries[min(row, len(self.entries) - 1)]
+            self.query_one("#models-detail", Static).update(detail_line(entry, self.room))
 
     def _entry(self, alias: str) -> ModelEntry:
         return next(e for e in self.entries if e.alias == alias)

@@ -64,6 +64,17 @@ def rank_line(figures: RankFigures) -> str:
             f"{human_bytes(figures.kv_bytes)} · peak {human_bytes(figures.peak_memory_bytes)}")
 
 
+def _held_text(state: EngineState) -> str:
+    """What the process holds for the model: its weights, and the float32
+    copies the CPU's matmuls keep beside them, said apart."""
+    copies = state.kept_copies_bytes
+    if not copies:
+        return f"{human_bytes(state.weights_bytes)} in memory\n"
+    return (f"{human_bytes(state.weights_bytes + copies)} in memory:\n"
+            f"  {human_bytes(state.weights_bytes)} weights\n"
+            f"  {human_bytes(copies)} float32 copies (CPU)\n")
+
+
 class GaugesPanel(Vertical):
     """Shows exactly the figures it is given; it never measures anything itself.
 
@@ -298,16 +309,16 @@ class GaugesPanel(Vertical):
         elif room.by_memory is None:
             lines.append("memory rate: after the first turn")
         elif room.limit == "window":
-            lines.append(f"memory would fit {fmt_int(room.by_memory)}")
+            lines.append(f"memory would fit {fmt_int(room.by_memory)} tokens")
         else:
-            lines.append(f"window has {fmt_int(room.by_window)} left")
+            lines.append(f"window has {fmt_int(room.by_window)} tokens left")
         self._text("#kv-text", "\n".join(lines))
 
         self._text("#weights-text",
                    (f"{escape(state.layout)}\n" if state.layout else "")
                    + "".join(f"{rank_line(r)}\n" for r in state.ranks)
-                   + f"{human_bytes(state.weights_bytes)} in memory\n"
-                   f"{fmt_bits_per_weight(state.bits_per_weight, state.scales_dtype)}\n"
+                   + _held_text(state)
+                   + f"{fmt_bits_per_weight(state.bits_per_weight, state.scales_dtype)}\n"
                    + (f"{fmt_precision(state.quantization, state.compute_dtype)}\n"
                       if state.compute_dtype else "") +
                    f"peak memory {human_bytes(state.peak_memory_bytes)}")
