@@ -40,6 +40,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
 
 from mlxchat.docs import Indexer, Retriever  # noqa: E402
+from mlxchat.docs.diversity import SAME_FILE_DECAY  # noqa: E402
 from mlxchat.docs.embedder import default_embedder, load_embedder  # noqa: E402
 from mlxchat.docs.indexer import vector_blobs  # noqa: E402
 from mlxchat.docs.search import BM25_BUDGET, CANDIDATES, MODES  # noqa: E402
@@ -192,14 +193,14 @@ def embedding_slowdown(store, sample: int) -> float:
     return ratio
 
 
-def recalls(store, embedder) -> tuple[dict[str, float], dict[str, float]]:
+def recalls(store, embedder, decay: float) -> tuple[dict[str, float], dict[str, float]]:
     """Recall@5 of each mode (and the hybrid's MRR), and of those BM25 takes
     part in with its words pruned."""
-    retriever = Retriever(store.documents, embedder)
+    retriever = Retriever(store.documents, embedder, same_file_decay=decay)
     scores = {mode: recall(retriever, mode) for mode in ("hybrid", "bm25", "dense")}
     scores["mrr"] = mrr(retriever, "hybrid")
     scaled = BM25_BUDGET * store.documents.get(COLLECTION).chunks // 100_000
-    pruning = Retriever(store.documents, embedder, bm25_budget=scaled)
+    pruning = Retriever(store.documents, embedder, bm25_budget=scaled, same_file_decay=decay)
     pruned = {mode: recall(pruning, mode) for mode in ("hybrid", "bm25")}
     for mode in MODES:
         also = f" (BM25 words pruned: {pruned[mode]:.3f})" if mode in pruned else ""
@@ -230,20 +231,24 @@ def main() -> None:
                         help="chunks embedded with the MLX backend too, to compare its speed")
     parser.add_argument("--cache", type=Path, default=None,
                         help="folder keeping the corpus and its index between runs")
+    parser.add_argument("--same-file-decay", type=float, default=SAME_FILE_DECAY,
+                        help="hits spread across files (mlxchat.docs.diversity); 1 ranks "
+                             "by score alone, as before")
     args = parser.parse_args()
     embedder = default_embedder()
-    print(f"embedder: {embedder.name}, backend {embedder.backend}, {len(QUESTIONS)} questions; "
+    print(f"embedder: {embedder.name}, backend {embedder.backend}, {len(QUESTIONS)} questions, "
+          f"same-file decay {args.same_file_decay:g}; "
           f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp:
         root = args.cache or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         store = open_store(root / "topics.db")
         report, again = index_topics(root, store, embedder)
-        scores, pruned = recalls(store, embedder)
+        scores, pruned = recalls(store, embedder, args.same_file_decay)
         ratio = embedding_slowdown(store, args.mlx_sample)
         wrote = synthetic(store, embedder, args.chunks)
         print(f"synthetic collection: {args.chunks} chunks written in {wrote:.1f} s")
-        retriever = Retriever(store.documents, embedder)
+        retriever = Retriever(store.documents, embedder, same_file_decay=args.same_file_decay)
         beside = recall(retriever, "bm25")
         print(f"recall@5 bm25 of the topics beside the synthetic collection: {beside:.3f}")
         ms = query_figures(retriever, "synthetic")
