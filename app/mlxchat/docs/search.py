@@ -203,8 +203,9 @@ class Retriever:
                        decay=self.same_file_decay)
         bm25_ranks = {cid: r for r, (cid, _) in enumerate(lexical, 1)}
         dense_ranks = {cid: (r, cos) for r, (cid, cos) in enumerate(dense, 1)}
+        top = [cid for cid in order if cid in chunks][:k]
         return [_hit(chunks[cid], scores[cid], bm25_ranks.get(cid), dense_ranks.get(cid))
-                for cid in order if cid in chunks][:k]
+                for cid in top]
 
 
 def _hit(chunk: StoredChunk, score: float, bm25_rank: int | None,
