@@ -9,8 +9,12 @@ The corpus is small, so BM25 keeps every word of a question there; the
 (rarest words first while they match at most 20% of the chunks), to show what
 the pruning a large collection gets costs in recall; ``_beside_100k`` is
 BM25's recall on the topics once the 100,000-chunk collection shares the index.
+MRR is the mean of 1 / the rank of the first hit from the topic's file among
+the top 10 (0 when none is there). ``--cache DIR`` keeps the corpus and its
+index in DIR between runs (``bench/retrieval_corpora.py``): a second run only
+checks the files (the indexing figures are then those of that check).
 The last line is:
-ratios: recall_at_5=X recall_at_5_bm25=X recall_at_5_dense=X hybrid_gain=X
+ratios: recall_at_5=X mrr=X recall_at_5_bm25=X recall_at_5_dense=X hybrid_gain=X
         recall_at_5_pruned=X recall_at_5_bm25_pruned=X recall_at_5_bm25_beside_100k=X
         query_ms_100k=X
         bm25_ms_100k=X dense_ms_100k=X index_chunks_per_s=X reindex_unchanged_s=X
@@ -36,9 +40,10 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
 
 from mlxchat.docs import Indexer, Retriever  # noqa: E402
+from mlxchat.docs.diversity import SAME_FILE_DECAY  # noqa: E402
 from mlxchat.docs.embedder import default_embedder, load_embedder  # noqa: E402
 from mlxchat.docs.indexer import vector_blobs  # noqa: E402
-from mlxchat.docs.search import BM25_BUDGET, CANDIDATES  # noqa: E402
+from mlxchat.docs.search import BM25_BUDGET, CANDIDATES, MODES  # noqa: E402
 from mlxchat.store import open_store  # noqa: E402
 from mlxchat.store.documents import FileUpdate, NewChunk  # noqa: E402
 
@@ -106,19 +111,27 @@ QUESTIONS = [
 ]
 
 
-def write_corpus(folder: Path) -> None:
-    from pydoc_data.topics import topics
-
-    for name, text in topics.items():
-        (folder / f"{name}.rst").write_text(text)
+COLLECTION = "topics"
+MRR_DEPTH = 10
 
 
-def recall(retriever: Retriever, folder: Path, mode: str) -> float:
-    found = 0
+def ranks(retriever: Retriever, mode: str) -> list[int | None]:
+    """Each question's rank of the first hit from its topic's file (None past
+    the top ``MRR_DEPTH``)."""
+    found = []
     for topic, question in QUESTIONS:
-        hits = retriever.search("pydoc", question, k=5, mode=mode)
-        found += any(Path(h.path).stem == topic for h in hits)
-    return found / len(QUESTIONS)
+        hits = retriever.search(COLLECTION, question, k=MRR_DEPTH, mode=mode)
+        found.append(next((n for n, h in enumerate(hits, 1) if Path(h.path).stem == topic),
+                          None))
+    return found
+
+
+def recall(retriever: Retriever, mode: str) -> float:
+    return sum(r is not None and r <= 5 for r in ranks(retriever, mode)) / len(QUESTIONS)
+
+
+def mrr(retriever: Retriever, mode: str) -> float:
+    return sum(1 / r for r in ranks(retriever, mode) if r) / len(QUESTIONS)
 
 
 def synthetic(store, embedder, n_chunks: int) -> float:
@@ -180,17 +193,35 @@ def embedding_slowdown(store, sample: int) -> float:
     return ratio
 
 
-def recalls(store, embedder, folder: Path) -> tuple[dict[str, float], dict[str, float]]:
-    """Recall@5 of each mode, and of those BM25 takes part in with its words pruned."""
-    scores = {mode: recall(Retriever(store.documents, embedder), folder, mode)
-              for mode in ("hybrid", "bm25", "dense")}
-    scaled = BM25_BUDGET * store.documents.get("pydoc").chunks // 100_000
-    pruning = Retriever(store.documents, embedder, bm25_budget=scaled)
-    pruned = {mode: recall(pruning, folder, mode) for mode in ("hybrid", "bm25")}
-    for mode, value in scores.items():
+def recalls(store, embedder, decay: float) -> tuple[dict[str, float], dict[str, float]]:
+    """Recall@5 of each mode (and the hybrid's MRR), and of those BM25 takes
+    part in with its words pruned."""
+    retriever = Retriever(store.documents, embedder, same_file_decay=decay)
+    scores = {mode: recall(retriever, mode) for mode in ("hybrid", "bm25", "dense")}
+    scores["mrr"] = mrr(retriever, "hybrid")
+    scaled = BM25_BUDGET * store.documents.get(COLLECTION).chunks // 100_000
+    pruning = Retriever(store.documents, embedder, bm25_budget=scaled, same_file_decay=decay)
+    pruned = {mode: recall(pruning, mode) for mode in ("hybrid", "bm25")}
+    for mode in MODES:
         also = f" (BM25 words pruned: {pruned[mode]:.3f})" if mode in pruned else ""
-        print(f"recall@5 {mode}: {value:.3f}{also}")
+        print(f"recall@5 {mode}: {scores[mode]:.3f}{also}")
+    print(f"MRR@{MRR_DEPTH} hybrid: {scores['mrr']:.3f}")
     return scores, pruned
+
+
+def index_topics(root: Path, store, embedder):
+    """The topics' collection (kept in ``root`` when it is a cache: reused),
+    and the check of it unchanged: (report, check)."""
+    from retrieval_corpora import indexed, topics_set
+
+    report, seconds, reused = indexed(topics_set(QUESTIONS), root, store, embedder)
+    how = "checked (the cached index)" if reused else "indexed"
+    print(f"{how} {report.files_indexed} topics, {report.chunks_added} chunks in "
+          f"{seconds:.1f} s ({report.chunks_per_s:.1f} chunks/s)")
+    again = Indexer(store.documents, embedder).update(COLLECTION)
+    print(f"re-index unchanged: {again.seconds * 1000:.1f} ms "
+          f"({again.files_unchanged} files unchanged)")
+    return report, again
 
 
 def main() -> None:
@@ -198,28 +229,27 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=100_000, help="synthetic collection size")
     parser.add_argument("--mlx-sample", type=int, default=16,
                         help="chunks embedded with the MLX backend too, to compare its speed")
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="folder keeping the corpus and its index between runs")
+    parser.add_argument("--same-file-decay", type=float, default=SAME_FILE_DECAY,
+                        help="hits spread across files (mlxchat.docs.diversity); 1 ranks "
+                             "by score alone, as before")
     args = parser.parse_args()
     embedder = default_embedder()
-    print(f"embedder: {embedder.name}, backend {embedder.backend}, {len(QUESTIONS)} questions; "
+    print(f"embedder: {embedder.name}, backend {embedder.backend}, {len(QUESTIONS)} questions, "
+          f"same-file decay {args.same_file_decay:g}; "
           f"load {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "pydoc"
-        folder.mkdir()
-        write_corpus(folder)
-        store = open_store(Path(tmp) / "bench.db")
-        indexer = Indexer(store.documents, embedder)
-        report = indexer.add("pydoc", [folder])
-        print(f"indexed {report.files_indexed} topics, {report.chunks_added} chunks in "
-              f"{report.seconds:.1f} s ({report.chunks_per_s:.1f} chunks/s)")
-        again = indexer.update("pydoc")
-        print(f"re-index unchanged: {again.seconds * 1000:.1f} ms "
-              f"({again.files_unchanged} files unchanged)")
-        scores, pruned = recalls(store, embedder, folder)
+        root = args.cache or Path(tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        store = open_store(root / "topics.db")
+        report, again = index_topics(root, store, embedder)
+        scores, pruned = recalls(store, embedder, args.same_file_decay)
         ratio = embedding_slowdown(store, args.mlx_sample)
         wrote = synthetic(store, embedder, args.chunks)
         print(f"synthetic collection: {args.chunks} chunks written in {wrote:.1f} s")
-        retriever = Retriever(store.documents, embedder)
-        beside = recall(retriever, folder, "bm25")
+        retriever = Retriever(store.documents, embedder, same_file_decay=args.same_file_decay)
+        beside = recall(retriever, "bm25")
         print(f"recall@5 bm25 of the topics beside the synthetic collection: {beside:.3f}")
         ms = query_figures(retriever, "synthetic")
         held = retriever.matrix(store.documents.get("synthetic").id).columns
@@ -227,10 +257,12 @@ def main() -> None:
               f"{held.dtype} matrix, {held.nbytes / 2**20:.0f} MiB), p95 {ms['search']:.0f} ms "
               f"(BM25 side {ms['bm25']:.0f} ms, dense side {ms['dense']:.0f} ms); "
               f"load {os.getloadavg()[0]:.1f}")
+        store.documents.delete("synthetic")  # a kept index keeps only the topics
         store.close()
     best = max(scores["bm25"], scores["dense"])
-    share = again.seconds / report.seconds
-    print(f"ratios: recall_at_5={scores['hybrid']:.3f} recall_at_5_bm25={scores['bm25']:.3f} "
+    share = again.seconds / report.seconds if report.seconds else float("nan")
+    print(f"ratios: recall_at_5={scores['hybrid']:.3f} mrr={scores['mrr']:.3f} "
+          f"recall_at_5_bm25={scores['bm25']:.3f} "
           f"recall_at_5_dense={scores['dense']:.3f} hybrid_gain={scores['hybrid'] / best:.3f} "
           f"recall_at_5_pruned={pruned['hybrid']:.3f} "
           f"recall_at_5_bm25_pruned={pruned['bm25']:.3f} "

@@ -123,3 +123,31 @@ def test_the_default_budget_is_an_eighth_of_the_window(tmp_path):
     conv.update_generation(dataclasses.replace(conv.session.settings, docs_budget=2000))
     assert conv.retrieval.retrieve("What do herons eat?").block_tokens > window // 8
     conv.close()
+
+
+def test_a_long_note_that_alone_answers_still_sends_its_chunks(tmp_path):
+    # Chunks after a file's best rank after other files' best (the spread),
+    # so unrelated notes come before the heron page's later chunks; the
+    # floor, not a cut at k, must decide, and it keeps the heron chunks.
+    from mlxchat.models import load_folder
+    from mlxchat.models.tiny import write_tiny_model
+
+    loaded = load_folder(write_tiny_model(tmp_path / "m", context_window=32768), name="tiny",
+                         spec="tiny")  # a token a byte: room for five long chunks
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    section = ("## Colony {n}\n\nHerons nest in colony {n} high in old trees; the herons "
+               "of this heronry return each spring and every heron pair raises young. " * 6)
+    (folder / "herons.md").write_text("# Herons\n\n" + "\n\n".join(
+        section.format(n=n) for n in range(12)))
+    for i in range(12):
+        (folder / f"other-{i:02}.md").write_text(f"# Note {i}\n\nThe tide table for "
+                                                 f"harbour {i} lists the hours of water.\n")
+    conv = conversation(loaded, tmp_path / "s.db")
+    conv.retrieval.add("mixed", [folder])
+    conv.retrieval.use("mixed")
+    conv.update_generation(dataclasses.replace(conv.session.settings, docs_k=5,
+                                               docs_budget=100_000))
+    found = conv.retrieval.retrieve("Where do herons nest?")
+    assert [Path(s.path).name for s in found.sources] == ["herons.md"] * 5
+    conv.close()

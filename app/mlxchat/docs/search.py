@@ -1,5 +1,6 @@
 """Hybrid search over a collection: BM25 (FTS5) and dense (MLX), fused by
-reciprocal rank.
+reciprocal rank, then spread across files (``docs.diversity``) so one long
+document cannot fill the top k.
 
 The dense side keeps one matrix per collection in MLX, loaded on the first
 search and again only when the collection's generation changes. It is held
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from mlxchat.docs.diversity import SAME_FILE_DECAY, spread
 from mlxchat.docs.embedder import Embedder
 from mlxchat.docs.errors import DocsError
 from mlxchat.store.documents import CollectionInfo, Documents, StoredChunk
@@ -59,7 +61,8 @@ class Hit:
     text: str
     tokens: int
     score: float
-    """The fused score (hybrid), the BM25 score or the cosine similarity."""
+    """The fused score (hybrid), the BM25 score or the cosine similarity. The
+    first hit scores best; later ones are in spread order, not by score."""
     bm25_rank: int | None
     dense_rank: int | None
     stale: str | None = None
@@ -127,11 +130,15 @@ class _Matrix:
 
 class Retriever:
     def __init__(self, documents: Documents, embedder: Embedder, *,
-                 bm25_budget: int = BM25_BUDGET, max_terms: int = MAX_TERMS) -> None:
+                 bm25_budget: int = BM25_BUDGET, max_terms: int = MAX_TERMS,
+                 same_file_decay: float = SAME_FILE_DECAY) -> None:
         self.documents = documents
         self.embedder = embedder
         self.bm25_budget = bm25_budget
         self.max_terms = max_terms
+        self.same_file_decay = same_file_decay
+        """How far each chunk of a file already ranked pushes the next one down
+        (``docs.diversity``); 1 ranks by score alone."""
         self._matrices: dict[int, _Matrix] = {}
 
     def matrix(self, collection_id: int) -> _Matrix:
@@ -189,16 +196,16 @@ class Retriever:
         info = self.documents.get(name)
         lexical = self.bm25(info, query, CANDIDATES) if mode != "dense" else []
         dense = self.dense(info.id, query, CANDIDATES) if mode != "bm25" else []
-        if mode == "hybrid":
-            ranked = rrf([[i for i, _ in lexical], [i for i, _ in dense]])
-        else:
-            ranked = lexical or dense
-        ranked = ranked[:k]
+        fused = rrf([[i for i, _ in side] for side in (lexical, dense) if side])
+        scores = dict(fused) if mode == "hybrid" else dict(lexical or dense)
+        chunks = {c.id: c for c in self.documents.chunks([cid for cid, _ in fused])}
+        order = spread(fused, {cid: c.path for cid, c in chunks.items()},
+                       decay=self.same_file_decay)
         bm25_ranks = {cid: r for r, (cid, _) in enumerate(lexical, 1)}
         dense_ranks = {cid: (r, cos) for r, (cid, cos) in enumerate(dense, 1)}
-        chunks = {c.id: c for c in self.documents.chunks([cid for cid, _ in ranked])}
-        return [_hit(chunks[cid], score, bm25_ranks.get(cid), dense_ranks.get(cid))
-                for cid, score in ranked if cid in chunks]
+        top = [cid for cid in order if cid in chunks][:k]
+        return [_hit(chunks[cid], scores[cid], bm25_ranks.get(cid), dense_ranks.get(cid))
+                for cid in top]
 
 
 def _hit(chunk: StoredChunk, score: float, bm25_rank: int | None,

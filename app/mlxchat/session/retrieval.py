@@ -180,9 +180,13 @@ class Retrieval:
                 from None
         settings = self._open.generation
         budget = self.budget(message or text)
-        hits = self._on_thread(lambda: self.retriever().search(
-            name, text, k=settings.docs_k * CANDIDATES_PER_K))
         from mlxchat.docs.relevance import by_text, relevant
+        from mlxchat.docs.search import CANDIDATES
+
+        # Every hit the search fused: the floor, not a cut at k, decides whether
+        # a document's later chunks (spread after other files' best) still go.
+        hits = self._on_thread(lambda: self.retriever().search(
+            name, text, k=max(settings.docs_k * CANDIDATES_PER_K, 2 * CANDIDATES)))
 
         kept = relevant(hits)
         sources: list[Source] = []
