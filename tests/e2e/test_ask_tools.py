@@ -76,3 +76,20 @@ def test_the_terminal_is_asked_and_answers(typed, answer):
     finally:
         os.close(leader)
         os.close(follower)
+
+
+@pytest.mark.parametrize("mcp, tools, said", [
+    ({"t": {"command": "true"}}, "nosuch", "No MCP server named 'nosuch' (configured: t)."),
+    ({"t": {"command": "true"}}, "t.x,-other.y", "No MCP server named 'other' (configured: t)."),
+    (None, "*", "No MCP server is configured: add one to {path} or run mlxchat tools import "
+                "FILE.")])
+def test_tools_naming_no_configured_server_is_one_line_and_exit_2_before_any_load(
+        mcp, tools, said, tmp_path, capsys):
+    if mcp is not None:
+        paths.ensure_private_dir(paths.config_dir())
+        paths.mcp_config_file().write_text(json.dumps({"mcpServers": mcp}))
+    # No such model: had it been loaded first, that would be the error.
+    code = cli.main(["ask", "--model", str(tmp_path / "no-model"), "--tools", tools, "hi"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err == f"mlxchat: error: {said.format(path=paths.mcp_config_file())}\n"
