@@ -69,13 +69,13 @@ class SessionTools:
         return catalog.servers_of(self.choice, self.host.config.servers)
 
     def _need_host(self) -> ToolHost:
+        """The host, its configuration read again if the file changed."""
         if self.host is None:
             raise ToolsError("Tools are not available here.")
-        if self.host.config.error:
-            raise ToolsError(self.host.config.error)
-        if not self.host.config.names:
-            raise ToolsError(f"No MCP server is configured: add one to "
-                             f"{self.host.config.path} or run mlxchat tools import FILE.")
+        self.host.refresh()
+        problem = self.host.config.unusable()
+        if problem:
+            raise ToolsError(problem)
         return self.host
 
     def turn_on(self, target: str = "*") -> list[str]:
@@ -100,6 +100,7 @@ class SessionTools:
         that failed or exited and was not said yet."""
         if self.host is None or not self.choice:
             return []
+        self.host.refresh()  # mcp.json may have changed since the last turn
         self.cancel_event.clear()
         self.host.start(self.servers())
         self.host.wait(self.servers(), progress=progress, cancel=self.cancel_event)
