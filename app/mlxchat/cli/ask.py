@@ -32,7 +32,7 @@ _FLAGS = {"max_tokens": "max_tokens", "temp": "temperature", "top_p": "top_p",
           "min_p": "min_p", "seed": "seed", "repetition_penalty": "repetition_penalty",
           "kv_bits": "kv_bits", "context_policy": "context_policy",
           "max_reasoning_tokens": "max_reasoning_tokens", "reasoning_effort": "reasoning_effort",
-          "context": "context_window", "cpu_matmul": "cpu_matmul"}
+          "context": "context_window", "cpu_matmul": "cpu_matmul", "tool_prompt": "tool_prompt"}
 
 
 def _settings_from(args: argparse.Namespace, base: GenerationSettings) -> GenerationSettings:
@@ -78,6 +78,8 @@ def _tools_choice(args: argparse.Namespace) -> str | None:
     if args.tools is None:
         if args.allow_tools:
             raise UserError("--allow-tools needs --tools SERVER[,...]")
+        if getattr(args, "tool_prompt", None):
+            raise UserError("--tool-prompt needs --tools SERVER[,...]")
         return None
     choice = ",".join(s.strip() for s in args.tools.split(",") if s.strip())
     if not choice or generation_problem("tools", choice):
@@ -199,6 +201,7 @@ def _configure(conv, args: argparse.Namespace, *, choice: str | None, docs_store
                       conv.retrieval.collection(args.docs).name)
     if choice:
         gen = replace(gen, tools=choice)
+        conv.tools.switch_hint = "--tool-prompt generic"
         if grants_store is not None:  # 'always' answers are the app's
             conv.tools.grants_from(grants_store)
     if conv.messages:
