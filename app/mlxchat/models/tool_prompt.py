@@ -35,7 +35,7 @@ otherwise answer in plain words."""
 
 RESULT_HEAD = "Tool result"
 
-MEASURED = "the bundled SmolLM2-135M called a fitting tool for MEASURED questions that way"
+MEASURED = "the bundled SmolLM2-135M called a tool for 0 of 20 questions that needed one"
 """What the generic prompt did for the bundled model (``bench/tool_prompt.py``)."""
 SPEAKS_TOOLS = "a model whose template speaks tools (Qwen3, Llama 3.1+, Mistral)"
 
