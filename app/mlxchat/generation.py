@@ -17,6 +17,7 @@ HistoryMode = Literal["ledger", "template"]
 HISTORY_MODES: tuple[str, ...] = ("ledger", "template")
 SPECULATIVE_MODES: tuple[str, ...] = ("auto", "off", "draft", "lookup")
 CPU_MATMUL_MODES: tuple[str, ...] = ("auto", "quantized", "dequantized")
+TOOL_PROMPTS: tuple[str, ...] = ("template", "generic")
 
 _INT64 = 2**63
 
@@ -73,6 +74,7 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "tool_result_tokens": (lambda v: v is None or MIN_TOOL_RESULT_TOKENS <= v < _INT64,
                            f"auto or a whole number >= {MIN_TOOL_RESULT_TOKENS}"),
     "max_tool_steps": (lambda v: 1 <= v <= MAX_TOOL_STEPS, f"1 to {MAX_TOOL_STEPS}"),
+    "tool_prompt": (lambda v: v in TOOL_PROMPTS, " or ".join(TOOL_PROMPTS)),
 }
 """What each generation setting allows (a check and the rule in words): the one
 place the /set command, `mlxchat ask` flags and the config file are checked against."""
@@ -102,7 +104,7 @@ def setting_words(name: str, value: Any) -> str:
 _WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
           "draft_tokens", "docs_k", "docs_budget", "tool_result_tokens", "max_tool_steps")
 _WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft",
-          "compute_dtype", "cpu_matmul", "docs", "tools")
+          "compute_dtype", "cpu_matmul", "docs", "tools", "tool_prompt")
 
 
 def generation_problem(name: str, value: Any) -> str | None:
@@ -193,6 +195,11 @@ class GenerationSettings(Record):
     None (auto): a tenth of the window."""
     max_tool_steps: int = 8
     """Tool calls and their answers the model may chain for one message."""
+    tool_prompt: str = "template"
+    """How the tools reach a model whose chat template has no place for them:
+    'template' (they do not: its template is all it sees), 'generic' (the
+    generic tool prompt describes them in the system prompt). Off by default:
+    the bundled SmolLM2-135M never followed it (bench/tool_prompt.py)."""
 
     def sampled_with(self, defaults: dict[str, float]) -> GenerationSettings:
         """These settings with each sampling setting left to the model (None)

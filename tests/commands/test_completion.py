@@ -64,8 +64,10 @@ def test_model_aliases(registry, ctx):
 
 
 def test_settings_and_values(registry, ctx):
+    from mlxchat.commands.tuning import SETTINGS
+
     names = values(registry, ctx, "/set ")
-    assert names[0] == "/set temperature " and len(names) == 25
+    assert names == [f"/set {name} " for name in SETTINGS] and names[0] == "/set temperature "
     assert values(registry, ctx, "/set kv") == ["/set kv_bits "]
     assert values(registry, ctx, "/set kv_bits ") == [
         "/set kv_bits none", "/set kv_bits 4", "/set kv_bits 8"]

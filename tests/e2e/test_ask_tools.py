@@ -76,3 +76,47 @@ def test_the_terminal_is_asked_and_answers(typed, answer):
     finally:
         os.close(leader)
         os.close(follower)
+
+
+@pytest.mark.parametrize("mcp, tools, said", [
+    ({"t": {"command": "true"}}, "nosuch", "No MCP server named 'nosuch' (configured: t)."),
+    ({"t": {"command": "true"}}, "t.x,-other.y", "No MCP server named 'other' (configured: t)."),
+    (None, "*", "No MCP server is configured: add one to {path} or run mlxchat tools import "
+                "FILE.")])
+def test_tools_naming_no_configured_server_is_one_line_and_exit_2_before_any_load(
+        mcp, tools, said, tmp_path, capsys):
+    if mcp is not None:
+        paths.ensure_private_dir(paths.config_dir())
+        paths.mcp_config_file().write_text(json.dumps({"mcpServers": mcp}))
+    # No such model: had it been loaded first, that would be the error.
+    code = cli.main(["ask", "--model", str(tmp_path / "no-model"), "--tools", tools, "hi"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "")
+    assert err == f"mlxchat: error: {said.format(path=paths.mcp_config_file())}\n"
+
+
+@pytest.mark.parametrize("generic", [False, True])
+def test_tools_on_a_template_without_tools_is_said_and_the_generic_prompt_runs_calls(
+        generic, tmp_path, capsys, monkeypatch):
+    from mlxchat.models.tiny import write_tiny_model
+
+    folder = write_tiny_model(tmp_path / "tiny")  # ChatML without tools, as SmolLM2's
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    paths.ensure_private_dir(paths.config_dir())
+    paths.mcp_config_file().write_text(json.dumps({"mcpServers": {"t": entry(markers)}}))
+    call = '<tool_call>{"name": "get_weather", "arguments": {"city": "Oslo"}}</tool_call>'
+    replies = (call, "Sunny.") if generic else ("Sunny.",)
+    Scripted(load_folder(folder).tokenizer, monkeypatch).replies(*replies)
+    code = cli.main(["ask", "--model", str(folder), "--temp", "0", "--max-tokens", "100",
+                     "--tools", "t.get_weather", "--allow-tools", "t.get_weather",
+                     *(["--tool-prompt", "generic"] if generic else []), "Weather in Oslo?"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    (note,) = [line for line in err.splitlines() if "chat template has no place" in line]
+    assert note.startswith("mlxchat: tiny's chat template has no place for tools")
+    assert out.strip().endswith("Sunny.")
+    if generic:
+        assert "(tool_prompt generic)" in note and ran(markers, "get_weather") == ["Oslo"]
+    else:
+        assert "--tool-prompt generic to describe them" in note

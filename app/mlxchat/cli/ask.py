@@ -26,12 +26,14 @@ SESSION_WAIT_S = 10.0
 CUT_SHORT_EXIT = 3
 """The exit status when the engine cut the reply short (a rank of a split model
 was lost): not ctrl-c's 130, so a script can tell the two apart."""
+BAD_TOOLS_EXIT = 2
+"""The exit status when --tools names servers that are not configured (a usage error)."""
 
 _FLAGS = {"max_tokens": "max_tokens", "temp": "temperature", "top_p": "top_p",
           "min_p": "min_p", "seed": "seed", "repetition_penalty": "repetition_penalty",
           "kv_bits": "kv_bits", "context_policy": "context_policy",
           "max_reasoning_tokens": "max_reasoning_tokens", "reasoning_effort": "reasoning_effort",
-          "context": "context_window", "cpu_matmul": "cpu_matmul"}
+          "context": "context_window", "cpu_matmul": "cpu_matmul", "tool_prompt": "tool_prompt"}
 
 
 def _settings_from(args: argparse.Namespace, base: GenerationSettings) -> GenerationSettings:
@@ -77,12 +79,26 @@ def _tools_choice(args: argparse.Namespace) -> str | None:
     if args.tools is None:
         if args.allow_tools:
             raise UserError("--allow-tools needs --tools SERVER[,...]")
+        if getattr(args, "tool_prompt", None):
+            raise UserError("--tool-prompt needs --tools SERVER[,...]")
         return None
     choice = ",".join(s.strip() for s in args.tools.split(",") if s.strip())
     if not choice or generation_problem("tools", choice):
         raise UserError(f"--tools takes SERVER, SERVER.TOOL or '*', comma-separated; "
                         f"got {args.tools!r}")
     return choice
+
+
+def _tools_problem(choice: str | None) -> str | None:
+    """Why --tools cannot be used (mcp.json unreadable or without servers, a
+    server it names not there), or None."""
+    if not choice:
+        return None
+    from mlxchat.tools.catalog import choice_problem
+    from mlxchat.tools.config import load_tools_config
+
+    config = load_tools_config()
+    return config.unusable() or choice_problem(choice, config.names)
 
 
 def _tool_steps(conv, done: TurnDone, consent, *, quiet: bool) -> tuple[TurnDone, list]:
@@ -163,7 +179,10 @@ def run_ask(args: argparse.Namespace, settings: Settings) -> int:
     if args.new and args.session is None:
         raise UserError("--new needs --session NAME (the title of the new session)")
     _settings_from(args, settings.generation)  # a flag out of range: said before any load
-    _tools_choice(args)
+    problem = _tools_problem(_tools_choice(args))
+    if problem:  # the line /tools on says, before any model loads
+        print(f"mlxchat: error: {problem}", file=sys.stderr)
+        return BAD_TOOLS_EXIT
     with split_launch(getattr(args, "hosts", None),
                       rank_timeout_s=getattr(args, "rank_timeout", 30.0)) as split:
         return _ask(args, settings, text, split)
@@ -184,6 +203,7 @@ def _configure(conv, args: argparse.Namespace, *, choice: str | None, docs_store
                       conv.retrieval.collection(args.docs).name)
     if choice:
         gen = replace(gen, tools=choice)
+        conv.tools.switch_hint = "--tool-prompt generic"
         if grants_store is not None:  # 'always' answers are the app's
             conv.tools.grants_from(grants_store)
     if conv.messages:

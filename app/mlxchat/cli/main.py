@@ -93,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--tools", metavar="SERVER[,...]",
                      help="let the model call the tools of these MCP servers ('*': all; "
                           "SERVER.TOOL for one); each call asks on the terminal")
+    ask.add_argument("--tool-prompt", choices=("template", "generic"),
+                     help="generic: describe the tools in the system prompt when the "
+                          "model's chat template has no place for them (default: template)")
     ask.add_argument("--allow-tools", metavar="TOOL[,...]", default="",
                      help="these tools (TOOL or SERVER.TOOL) run without asking; with no "
                           "terminal, any other call is refused")

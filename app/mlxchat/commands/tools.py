@@ -44,7 +44,9 @@ def listing(ctx: CommandContext) -> CommandResult:
     choice = tools.choice
     using = f"this session uses `{choice}`: {fmt_int(total)} tokens in every prompt" \
         if choice else "this session uses none (/tools on [SERVER|SERVER.TOOL])"
+    note = tools.template_note()
     lines = [f"**MCP servers** ({tools.host.config.path}) · {using}", "",
+             *([f"**Note:** {note}", ""] if note else []),
              *(_server_line(s) for s in statuses)]
     if costs:
         lines += ["", "| tool | used | tokens | the server says | what it does |",
@@ -74,8 +76,9 @@ def switch(ctx: CommandContext, on: bool, target: str) -> CommandResult:
     note = " The next turn starts a new token ledger (the tools are part of every prompt)." \
         if conv.messages else ""
     start = f" Starting {', '.join(starting)} in the background." if starting else ""
-    return CommandResult.info(f"Tools for this session: {after or 'none'}.{start}{note}",
-                              clear_input=True)
+    unseen = conv.tools.template_note() if after else None
+    return CommandResult.info(f"Tools for this session: {after or 'none'}.{start}{note}"
+                              + (f"\n{unseen}" if unseen else ""), clear_input=True)
 
 
 def trust(ctx: CommandContext, words: tuple[str, ...]) -> CommandResult:

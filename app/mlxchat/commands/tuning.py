@@ -29,6 +29,7 @@ from mlxchat.generation import (
     REASONING_EFFORTS,
     SAMPLING,
     SPECULATIVE_MODES,
+    TOOL_PROMPTS,
     GenerationSettings,
     generation_problem,
     setting_words,
@@ -164,6 +165,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "tokens a tool's result may take (auto: a tenth of the window)", ("auto",)),
     Setting("max_tool_steps", _ranged(int), GENERATION_RULES["max_tool_steps"][1],
             "tool calls the model may chain for one message"),
+    Setting("tool_prompt", _policy, " or ".join(TOOL_PROMPTS),
+            "generic: describe tools in the system prompt when the template cannot",
+            TOOL_PROMPTS),
 )}
 
 

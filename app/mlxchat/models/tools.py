@@ -3,7 +3,9 @@ arguments) instead of raw tags. The markup and its parser are the ones
 mlx-lm's tokenizer wrapper names for the model (``tool_call_start``,
 ``tool_call_end``, ``tool_parser``), or, for gpt-oss, a message to a
 recipient on the commentary channel, which the engine keeps in the reply's
-text as gpt-oss's template writes a call (``models.markup.CALL_HEAD``).
+text as gpt-oss's template writes a call (``models.markup.CALL_HEAD``), or,
+for a template with no place for tools, the generic tool prompt's
+``<tool_call>JSON</tool_call>`` (``models.tool_prompt``).
 Running the tools is the session's (``session/tool_loop.py``).
 """
 
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from mlxchat.models.markup import CALL_END, CALL_HEAD, cached_markup
+from mlxchat.models import tool_prompt
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,11 @@ def call_markup(tokenizer: Any) -> CallMarkup | None:
     start = getattr(tokenizer, "tool_call_start", None)
     parser = getattr(tokenizer, "tool_parser", None)
     if not start or parser is None:
-        return None
+        if tool_prompt.renders_tools(tokenizer):
+            return None
+        # A template without tools: calls as the generic tool prompt asks for them.
+        return CallMarkup(tool_prompt.CALL_START, tool_prompt.CALL_END,
+                          lambda body: _calls(json.loads(body)))
     return CallMarkup(start, getattr(tokenizer, "tool_call_end", None) or None,
                       lambda body: _calls(parser(body, None)))
 

@@ -41,11 +41,12 @@ def _short_hash(text: str) -> str:
 
 def options_for(session: Session, settings: GenerationSettings | None = None, *,
                 tools: str | None = None) -> TemplateOptions:
-    """What the session fixes for its template: the date it started, and
-    the turn's thinking switch and reasoning effort."""
+    """What the session fixes for its template: the date it started, the
+    turn's thinking switch and reasoning effort, and how tools reach it."""
     settings = settings or session.settings
     return TemplateOptions(date=session.created, enable_thinking=settings.thinking,
-                           reasoning_effort=settings.reasoning_effort, tools=tools)
+                           reasoning_effort=settings.reasoning_effort, tools=tools,
+                           generic_tools=settings.tool_prompt == "generic")
 
 
 def key_for(engine: Engine, session: Session, options: TemplateOptions, *,
@@ -63,7 +64,8 @@ def key_for(engine: Engine, session: Session, options: TemplateOptions, *,
     computes = ""
     if compute_dtype and compute_dtype != info.default_compute_dtype:
         computes = "+" + compute_dtype
-    rendered = repr(kept) + (f"tools={options.tools}" if options.tools else "")
+    rendered = repr(kept) + (f"tools={options.tools}" if options.tools else "") \
+        + ("+generic" if options.tools and options.generic_tools else "")
     return ":".join((_short_hash((info.model_fingerprint or info.fingerprint)
                                  + info.chat_template_hash),
                      system, _short_hash(rendered) + computes))

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 from mlxchat.chat import Message
 from mlxchat.engine.interface import Engine
-from mlxchat.engine.prompt.delta import TemplateOptions
 from mlxchat.generation import TOOL_RESULT_SHARE
+from mlxchat.models import tool_prompt
+from mlxchat.models.tool_prompt import renders_tools
 from mlxchat.session.current import OpenSession
+from mlxchat.session.ledger import options_for
 from mlxchat.store import SessionStore
 from mlxchat.store.tool_grants import ToolGrant
 from mlxchat.tools import catalog
@@ -46,11 +48,13 @@ class SessionTools:
         self._session_grants = True
         self._engine = engine
         self.host = host
-        self._said: set[str] = set()
-        """Servers whose failure the user was told of (once each)."""
+        self._said: set[object] = set()
+        """What the user was told of once: servers' failures, the template's note."""
         self._named: tuple[tuple[str | None, int], dict[str, ToolInfo]] | None = None
         self.cancel_event = threading.Event()
         """Set by escape (``cancel``): a call or a wait in progress stops."""
+        self.switch_hint = "/set tool_prompt generic"
+        """How the user turns the generic tool prompt on, where they are."""
         open_session.session_tools = self.definitions
 
     # -- the session's choice ------------------------------------------------------------
@@ -69,13 +73,13 @@ class SessionTools:
         return catalog.servers_of(self.choice, self.host.config.servers)
 
     def _need_host(self) -> ToolHost:
+        """The host, its configuration read again if the file changed."""
         if self.host is None:
             raise ToolsError("Tools are not available here.")
-        if self.host.config.error:
-            raise ToolsError(self.host.config.error)
-        if not self.host.config.names:
-            raise ToolsError(f"No MCP server is configured: add one to "
-                             f"{self.host.config.path} or run mlxchat tools import FILE.")
+        self.host.refresh()
+        problem = self.host.config.unusable()
+        if problem:
+            raise ToolsError(problem)
         return self.host
 
     def turn_on(self, target: str = "*") -> list[str]:
@@ -100,10 +104,15 @@ class SessionTools:
         that failed or exited and was not said yet."""
         if self.host is None or not self.choice:
             return []
+        self.host.refresh()  # mcp.json may have changed since the last turn
         self.cancel_event.clear()
         self.host.start(self.servers())
         self.host.wait(self.servers(), progress=progress, cancel=self.cancel_event)
         lines = []
+        note = self.template_note()
+        if note is not None and ("template", note) not in self._said:
+            self._said.add(("template", note))
+            lines.append(note)
         for status in self.host.statuses():
             key = f"{status.name}:{status.state}:{status.why}"
             if status.name in self.servers() and status.state in ("failed", "exited") \
@@ -112,6 +121,16 @@ class SessionTools:
                 lines.append(f"MCP server {status.name} {status.state}: {status.why}; "
                              "its tools are left out.")
         return lines
+
+    def template_note(self) -> str | None:
+        """One line when the model's chat template renders no tools (a render
+        with one is the same as without): what the model gets instead, and what
+        works. None when the template shows them."""
+        if renders_tools(self._engine.loaded.tokenizer):
+            return None
+        return tool_prompt.template_note(
+            self._engine.info.name, generic=self._open.generation.tool_prompt == "generic",
+            switch=self.switch_hint)
 
     def statuses(self) -> list[ServerStatus]:
         return self.host.statuses() if self.host is not None else []
@@ -140,7 +159,7 @@ class SessionTools:
         probe = self._open.with_system([Message("user", "?")])
 
         def tokens(definitions: str | None) -> int:
-            options = TemplateOptions(date=self._open.session.created, tools=definitions)
+            options = options_for(self._open.session, self._open.generation, tools=definitions)
             return len(prompts.render_tokens(probe, options=options))
         base = tokens(None)
         each = [ToolCost(t, n, tokens(catalog.definitions_json({n: t})) - base)

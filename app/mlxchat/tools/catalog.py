@@ -96,6 +96,16 @@ def _check_target(target: str, configured: Sequence[str]) -> None:
         raise ToolsError(f"No MCP server named {server!r} (configured: {known}).")
 
 
+def choice_problem(choice: str | None, configured: Sequence[str]) -> str | None:
+    """Why ``choice`` names a server that is not configured (one line), or None."""
+    try:
+        for selector in selectors(choice):
+            _check_target(selector.removeprefix("-"), configured)
+    except ToolsError as exc:
+        return str(exc)
+    return None
+
+
 def turned_on(choice: str | None, target: str = "*", *,
               configured: Sequence[str] = ()) -> str | None:
     """``choice`` with ``target`` ('*', SERVER or SERVER.TOOL) included."""

@@ -72,10 +72,36 @@ class ToolsConfig:
     """Server name -> the one line why it cannot be used."""
     error: str | None = None
     """Why the file as a whole could not be read (no server is usable then)."""
+    stamp: tuple[int, int] | None = None
+    """The file's (mtime_ns, size) when it was read (``file_stamp``); None for
+    a configuration made in memory, which is never read again."""
+
+    def changed_on_disk(self) -> bool:
+        """Whether the file changed since it was read (written by `mlxchat tools
+        import` in another shell, or by hand)."""
+        return self.stamp is not None and file_stamp(self.path) != self.stamp
+
+    def unusable(self) -> str | None:
+        """Why no server of this configuration can be used (one line), or None."""
+        if self.error:
+            return self.error
+        if not self.names:
+            return (f"No MCP server is configured: add one to {self.path} or run "
+                    "mlxchat tools import FILE.")
+        return None
 
     @property
     def names(self) -> list[str]:
         return sorted({*self.servers, *self.problems})
+
+
+def file_stamp(path: Path) -> tuple[int, int]:
+    """(mtime_ns, size) of ``path``; (0, -1) when it does not exist."""
+    try:
+        st = path.stat()
+    except OSError:
+        return (0, -1)
+    return (st.st_mtime_ns, st.st_size)
 
 
 def expand(text: str, environ: Mapping[str, str]) -> str:
@@ -178,7 +204,7 @@ def load_tools_config(path: Path | None = None, *,
     """The servers of ``mcp.json`` (none when it does not exist)."""
     path = path or paths.mcp_config_file()
     environ = os.environ if environ is None else environ
-    config = ToolsConfig(path)
+    config = ToolsConfig(path, stamp=file_stamp(path))
     if not path.exists():
         return config
     try:

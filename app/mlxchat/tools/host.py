@@ -27,7 +27,7 @@ from typing import Any, TextIO
 from mlxchat import __version__, paths
 from mlxchat.tools import outcome
 from mlxchat.tools.catalog import ToolInfo
-from mlxchat.tools.config import BASE_ENV, ServerConfig, ToolsConfig
+from mlxchat.tools.config import BASE_ENV, ServerConfig, ToolsConfig, load_tools_config
 from mlxchat.tools.outcome import CallOutcome
 
 log = logging.getLogger(__name__)
@@ -130,6 +130,27 @@ class ToolHost:
         with self._lock:
             return [t for n in names if (s := self._servers.get(n)) is not None
                     and s.state == "ready" for t in s.tools]
+
+    def refresh(self) -> bool:
+        """Read ``mcp.json`` again when it changed since it was read: new servers
+        appear, and one whose entry changed or went is stopped (started again
+        on demand under its new entry). True when the configuration changed."""
+        if not self.config.changed_on_disk():
+            return False
+        config = load_tools_config(self.config.path)
+        with self._lock:
+            stale = [s for name, s in self._servers.items() if config.servers.get(name) != s.config]
+            for server in stale:
+                del self._servers[server.config.name]
+            self.config = config
+            self.changes += 1
+            loop = self._loop
+        for server in stale:
+            if loop is not None and server.stopping is not None:
+                loop.call_soon_threadsafe(server.stopping.set)
+            elif loop is not None and server.task is not None:
+                loop.call_soon_threadsafe(server.task.cancel)
+        return True
 
     # -- starting ------------------------------------------------------------------------
     def start(self, names: Iterable[str], *, again: bool = False) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 from mlxchat.chat import ImageRef, Message
 from mlxchat.engine.events import EngineError
 from mlxchat.engine.prompt.jinja import SessionClock
-from mlxchat.engine.prompt.render import render
+from mlxchat.engine.prompt.render import GENERIC_TOOLS, render
 
 _STUB_USER = "Stub question for the token ledger."
 # Two replies that end in different tokens: their renders share only the closing.
@@ -44,6 +44,9 @@ class TemplateOptions:
     tools: str | None = field(default=None, repr=False)
     """Canonical JSON of the tool definitions passed to the template as ``tools``
     (left out of the repr so keys without tools stay as they were)."""
+    generic_tools: bool = field(default=False, repr=False)
+    """A template with no place for tools gets them in the generic tool prompt
+    (``models.tool_prompt``); else it renders as it would without them."""
 
     def kwargs(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -57,6 +60,8 @@ class TemplateOptions:
             out["reasoning_effort"] = self.reasoning_effort
         if self.tools:
             out["tools"] = json.loads(self.tools)
+            if self.generic_tools:
+                out[GENERIC_TOOLS] = True
         return out
 
 

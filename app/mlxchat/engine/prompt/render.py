@@ -14,6 +14,12 @@ from mlxchat.engine.prompt import control
 from mlxchat.engine.prompt.control import spliced_ids
 from mlxchat.engine.prompt.jinja import apply_template
 from mlxchat.models.info import takes_system
+from mlxchat.models.tool_prompt import polyfilled, renders_tools
+
+
+GENERIC_TOOLS = "_mlxchat_generic_tools"
+"""A render argument (never the template's): tools go in the generic tool
+prompt where the template has no place for them."""
 
 
 def template_call_id(given: str) -> str:
@@ -62,8 +68,13 @@ def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bo
     Message text (tool calls, results and definitions too) is always plain
     text: when some of it spells one of the tokenizer's control tokens, the
     template is rendered around it instead (prompt/control.py), so only the
-    template makes control tokens."""
+    template makes control tokens. With ``GENERIC_TOOLS`` set, tools for a
+    template that renders none take the generic tool prompt
+    (``models.tool_prompt``)."""
     dicts = as_dicts(messages)
+    generic = template_kwargs.pop(GENERIC_TOOLS, False)
+    if generic and template_kwargs.get("tools") and not renders_tools(tokenizer):
+        dicts = polyfilled(dicts, template_kwargs.pop("tools"))
     if dicts and dicts[0]["role"] == "system" and not takes_system(tokenizer):
         dicts = fold_system(dicts)
     try:
