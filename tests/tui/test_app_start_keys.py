@@ -4,6 +4,8 @@ into ctrl+j by the terminal's cooked mode) goes once the model is ready."""
 
 from __future__ import annotations
 
+import asyncio
+
 from textual._xterm_parser import XTermParser
 
 from mlxchat.tui.app import MlxChatApp
@@ -19,9 +21,10 @@ class TypedEarly(MlxChatApp):
     typed = ""
 
     def on_mount(self) -> None:
+        # Textual then calls MlxChatApp.on_mount itself (handlers run down the
+        # MRO): calling it here too started the app twice.
         for event in XTermParser().feed(self.typed):
             self.post_message(event)
-        super().on_mount()
 
 
 def app_typed(tmp_path, tiny, typed: str) -> TypedEarly:
@@ -50,3 +53,44 @@ async def test_a_message_sent_while_the_app_starts_goes_once_the_model_is_ready(
         app.prompt.text = "one"
         await pilot.press("ctrl+j")  # once started, ctrl+j is a newline again
         assert app.prompt.text == "one\n"
+
+
+class SlowOpening(MlxChatApp):
+    """The session's first showing waits for the test: a message sent while it
+    reloads the transcript must not be cleared off it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.reloading = asyncio.Event()
+        self.go_on = asyncio.Event()
+
+    async def reload_session(self) -> None:
+        if self.go_on.is_set():
+            return await super().reload_session()
+        load = self.transcript.load
+
+        async def held_load(messages, **kwargs):  # the branch as it was read, shown late
+            messages = list(messages)
+            self.reloading.set()
+            await self.go_on.wait()
+            self.transcript.load = load
+            await load(messages, **kwargs)
+        self.transcript.load = held_load
+        await super().reload_session()
+
+
+async def test_a_message_sent_while_the_session_opens_stays_on_screen(tmp_path, tiny):
+    app = SlowOpening(tiny_settings(), model_spec=None, now=lambda: 0.0,
+                      conversation_factory=tiny_factory(tmp_path / "s.db", tiny),
+                      continue_last=False, session=None, cursor_blink=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await asyncio.wait_for(app.reloading.wait(), 60)
+        assert app.conversation is not None  # opened, not shown yet
+        app.prompt.text = "sent early"
+        await pilot.press("enter")
+        app.go_on.set()
+        await ready(pilot)
+        await until(lambda: any(isinstance(w, UserMessage) for w in app.transcript.children))
+        await until(lambda: not app.generating)
+        [sent] = [w for w in app.transcript.children if isinstance(w, UserMessage)]
+        assert sent.text == "sent early"

@@ -230,7 +230,7 @@ class MlxChatApp(App[int]):
 
     def submit(self, text: str) -> None:
         """What Enter does with ``text``: a /command, an edit, or a message."""
-        if self.conversation is None:
+        if self.conversation is None or not self.start_up.ready:
             if self.start_error is None and not Registry.is_command(text):
                 return self.queued_message.queue(text)
             why = self.start_error or "The model is still loading"

@@ -30,7 +30,8 @@ class QueuedMessage:
 
     async def show(self) -> None:
         app = self.app
-        if app.queued is not None and self._widget is None:
+        # A reload of the transcript (the session opening) took an earlier one off.
+        if app.queued is not None and (self._widget is None or not self._widget.is_attached):
             self._widget = await app.transcript.add_user(app.queued, pending=True)
 
     def drop(self) -> str | None:

@@ -26,6 +26,9 @@ class StartUp:
         self._factory = factory
         self._open = dict(model_spec=model_spec, session=session, continue_last=continue_last)
         self._pins = tuple(pins)
+        self.ready = False
+        """True once the opened session is on screen: a message sent before then
+        waits (sent while the transcript reloads, it would be cleared off it)."""
 
     def begin(self) -> None:
         self.app.run_worker(self._load, thread=True, group="startup", exit_on_error=False)
@@ -74,6 +77,7 @@ class StartUp:
             await app.transcript.add_notice(text, level)
         if self._pins:  # mlxchat --pin FILE
             app.commands.start("/pin", partial(pin_files, app.ctx, self._pins))
+        self.ready = True
         app.queued_message.send_when_ready()
 
     async def _failed(self, text: str) -> None:
