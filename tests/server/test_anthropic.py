@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 
 import anthropic
 import pytest
 from anthropic import Anthropic
 
 from tests.server.conftest import request, serve
-from tests.server.test_serve import direct_reply
+from tests.server.test_serve import _stored_reply, direct_reply
 
 GREEDY = {"temperature": 0}
 """The SDK sends sampling numbers only in the body (``extra_body``)."""
@@ -193,11 +192,20 @@ def test_a_client_that_leaves_a_stream_cancels_its_reply(served):
         seen += sock.recv(4096)
     assert seen.startswith(b"HTTP/1.1 200")
     sock.close()
-    store, deadline = served.conv.store, time.monotonic() + 20
-    while time.monotonic() < deadline:  # the turn stores its reply once it ends
-        session = store.most_recent_session()
-        if session.messages and session.messages[-1].role == "assistant":
-            break
-        time.sleep(0.05)
-    reply = session.messages[-1]
+    reply = _stored_reply(served)
     assert reply.cancelled and 0 < reply.stats.generated_tokens < 1500
+
+
+def test_a_reply_the_server_stops_mid_stream_ends_with_an_error_event(served):
+    api = client(served.url)
+    kinds = []
+    with pytest.raises(anthropic.APIStatusError) as caught:
+        with api.messages.stream(model="tiny", max_tokens=1500, messages=[
+                {"role": "user", "content": "Go on for a long time."}]) as stream:
+            for e in stream:
+                kinds.append(e.type)
+                if kinds.count("content_block_delta") == 3:
+                    served.conv.turns.cancel()  # what stopping the server does
+    assert caught.value.body["error"]["type"] == "overloaded_error"
+    assert "The server stopped before the reply was finished" in str(caught.value)
+    assert "message_delta" not in kinds and "message_stop" not in kinds

@@ -17,8 +17,8 @@ from mlxchat.server.api_turns import ApiRequest, IncomingMessage
 from mlxchat.server.errors import ApiError, bad_field, missing_field
 from mlxchat.server.images import ImageBlob
 from mlxchat.server.requests import (
-    MAX_MESSAGES,
     ChatRequest,
+    message_list,
     sampling,
     session_name,
     tool_definitions,
@@ -122,14 +122,7 @@ def _assistant(content: Any, where: str) -> IncomingMessage:
 
 
 def messages(data: dict[str, Any]) -> list[IncomingMessage]:
-    if "messages" not in data:
-        raise missing_field("messages")
-    raw = data["messages"]
-    if not isinstance(raw, list) or not raw:
-        raise bad_field("messages", "'messages' must be a non-empty list.")
-    if len(raw) > MAX_MESSAGES:
-        raise bad_field("messages", f"'messages' may hold at most {MAX_MESSAGES:,} messages; "
-                        f"got {len(raw):,}.")
+    raw = message_list(data)
     out: list[IncomingMessage] = []
     called: dict[str, str] = {}
     """The last reply's tool uses: id -> tool name."""
