@@ -6,6 +6,7 @@ request is a 400 in Anthropic's shape with nothing stored."""
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 
@@ -15,6 +16,11 @@ from anthropic import Anthropic
 
 from tests.server.conftest import request, serve
 from tests.server.test_serve import _stored_reply, direct_reply
+
+PNG = base64.b64encode(bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082")).decode()
+"""A 1x1 PNG: the tiny model sees no images."""
 
 GREEDY = {"temperature": 0}
 """The SDK sends sampling numbers only in the body (``extra_body``)."""
@@ -156,6 +162,10 @@ def test_each_bad_request_is_refused_in_anthropics_shape_with_nothing_stored(ser
                 {"messages": hi, "thinking": {"type": "enabled"}}):
         status, err = _error(served, {"model": "tiny", "max_tokens": 4, **bad})
         assert (status, err["type"]) == (400, "invalid_request_error"), bad
+    status, err = _error(served, {"model": "tiny", "max_tokens": 4, "messages": [
+        {"role": "user", "content": [{"type": "image", "source": {
+            "type": "base64", "media_type": "image/png", "data": PNG}}]}]})
+    assert status == 400 and "tiny sees no images" in err["message"]
     status, err = _error(served, {"model": "claude-x", "max_tokens": 4, "messages": hi})
     assert (status, err["type"]) == (404, "not_found_error")
     status, err = _error(served, {"model": "tiny", "messages": hi, "top_k": 3},

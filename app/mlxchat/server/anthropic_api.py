@@ -17,6 +17,7 @@ from mlxchat.server.anthropic_requests import anthropic_chat, anthropic_turn
 from mlxchat.server.anthropic_shape import MessageShape
 from mlxchat.server.anthropic_stream import stream_events
 from mlxchat.server.errors import ApiError, bad_field
+from mlxchat.server.openai_api import miss_header
 from mlxchat.server.requests import parse_json
 from mlxchat.server.service import ChatService
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
@@ -31,10 +32,10 @@ async def messages(request: Request) -> Response:
     items, first = await started(request, service.chat(chat))
     if not chat.stream:
         end = await finished(request, first, items)
-        return JSONResponse(shape.message(end))
+        return JSONResponse(shape.message(end), headers=miss_header(end))
     return DisconnectAwareStream(stream_events(shape, first, items),
                                  media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache"})
+                                 headers={"Cache-Control": "no-cache", **miss_header(first)})
 
 
 async def count_tokens(request: Request) -> Response:
