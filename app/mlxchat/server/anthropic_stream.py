@@ -55,7 +55,7 @@ class _Blocks:
                                                    "delta": {"type": delta, field: text}})
 
 
-def _ending(shape: MessageShape, blocks: _Blocks, end: Finished, sent: str) -> str:
+def _ending(blocks: _Blocks, end: Finished, sent: str) -> str:
     out = ""
     rest = unsent(end, sent)  # text held back at a call's markup
     if rest:
@@ -88,7 +88,7 @@ async def stream_events(shape: MessageShape, first: Piece | Finished,
             yield blocks.delta("reasoning" if item.part == "reasoning" else "answer",
                                item.text)
             item = await anext(items)
-        yield _ending(shape, blocks, item, sent)
+        yield _ending(blocks, item, sent)
     except ApiError as exc:  # after the status went out: said in the stream
         yield event("error", {"error": exc.anthropic_body()["error"]})
     finally:
