@@ -231,3 +231,28 @@ def test_several_results_are_stored_after_their_reply_and_extend_the_ledger(qwen
         assert stats.prefilled_tokens == len(stored[0].token_ids)
     finally:
         conv.shutdown()
+
+
+def test_results_followed_by_a_user_message_extend_the_ledger(qwen3, tmp_path, monkeypatch):
+    """Tool results and a user message after them in one request are the new
+    part together: only they are prefilled, the reply that called stays cached."""
+    scripted = Scripted(qwen3.tokenizer, monkeypatch)
+    served = serve(qwen3, tmp_path / "s.db", max_tokens=200)
+    try:
+        api = _client(served.url)
+        messages: list[dict] = [{"role": "user", "content": "Weather in Paris?"}]
+        scripted.reply(CALLING)
+        asked = api.chat.completions.create(model="tiny", messages=messages, temperature=0,
+                                            max_tokens=200, tools=[WEATHER])
+        call_id = asked.choices[0].message.tool_calls[0].id
+        messages += [_as_sent(asked), {"role": "tool", "tool_call_id": call_id,
+                                       "content": "sunny"},
+                     {"role": "user", "content": "Thanks, and tomorrow?"}]
+        scripted.reply("Sunny too.")
+        _extends(served, _ask(api, messages).usage, asked.usage)
+        tool, user = served.conv.messages[2:4]
+        assert (tool.role, user.role, user.content) == ("tool", "user", "Thanks, and tomorrow?")
+        assert served.conv.turns.last_stats.prefilled_tokens == len(tool.token_ids)
+        assert "Thanks, and tomorrow?" in qwen3.tokenizer.decode(tool.token_ids)
+    finally:
+        served.stop()

@@ -100,12 +100,17 @@ def conversation_key(model: str, request: ApiRequest) -> str:
 
 
 def _new_part(messages: Sequence[IncomingMessage]) -> list[IncomingMessage]:
-    """What a request adds: its last message, the user's, or the tool results it ends with."""
+    """What a request adds: its last message, the user's, or the tool results
+    it ends with (and a user message of text after them: Anthropic's clients
+    send both in one turn; the ledger extends by all of it)."""
     if not messages or messages[-1].role not in ("user", "tool"):
         raise ConversationError("The last message must be the user's or a tool result.")
+    end = len(messages)
     if messages[-1].role == "user":
-        return [messages[-1]]
-    first = len(messages)
+        if len(messages) < 2 or messages[-2].role != "tool" or messages[-1].images:
+            return [messages[-1]]
+        end -= 1
+    first = end
     while first > 0 and messages[first - 1].role == "tool":
         first -= 1
     if first == 0 or messages[first - 1].role != "assistant":

@@ -13,7 +13,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mlxchat.server import completions_api, ollama_api, openai_api
+from mlxchat.server import anthropic_api, completions_api, ollama_api, openai_api
 from mlxchat.server.access_log import AccessLog
 from mlxchat.server.errors import ApiError, Dialect, internal
 from mlxchat.server.image_fetch import FetchLimits
@@ -29,6 +29,8 @@ held too for those that arrive in one read (which h11 takes whole)."""
 
 
 def _dialect(path: str) -> Dialect:
+    if path.startswith("/v1/messages"):
+        return "anthropic"
     return "ollama" if path.startswith("/api/") else "openai"
 
 
@@ -103,6 +105,8 @@ def build_app(service: ChatService, *, api_key: str | None = None,
         Route("/v1/chat/completions", openai_api.chat_completions, methods=["POST"]),
         Route("/v1/models", openai_api.models, methods=["GET"]),
         Route("/v1/completions", completions_api.completions, methods=["POST"]),
+        Route("/v1/messages", anthropic_api.messages, methods=["POST"]),
+        Route("/v1/messages/count_tokens", anthropic_api.count_tokens, methods=["POST"]),
         Route("/api/chat", ollama_api.chat, methods=["POST"]),
         Route("/api/tags", ollama_api.tags, methods=["GET"]),
     ]

@@ -1,6 +1,7 @@
 """Errors in the API's own shape: OpenAI's error object (``{"error": {message,
-type, param, code}}``) or Ollama's (``{"error": message}``), always with a
-status, never a traceback."""
+type, param, code}}``), Ollama's (``{"error": message}``) or Anthropic's
+(``{"type": "error", "error": {type, message}}``), always with a status,
+never a traceback."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ from starlette.responses import JSONResponse
 
 from mlxchat.errors import MlxchatError
 
-Dialect = Literal["openai", "ollama"]
+Dialect = Literal["openai", "ollama", "anthropic"]
+
+ANTHROPIC_TYPES = {401: "authentication_error", 403: "permission_error",
+                   404: "not_found_error", 413: "request_too_large",
+                   429: "rate_limit_error", 500: "api_error", 503: "overloaded_error"}
+"""Anthropic's error type for a status (any other is an invalid request)."""
 
 
 @dataclass
@@ -29,9 +35,16 @@ class ApiError(MlxchatError):
     def response(self, dialect: Dialect = "openai") -> JSONResponse:
         if dialect == "ollama":
             return JSONResponse({"error": self.message}, self.status, headers=self.headers)
+        if dialect == "anthropic":
+            return JSONResponse(self.anthropic_body(), self.status, headers=self.headers)
         body = {"error": {"message": self.message, "type": self.kind, "param": self.param,
                           "code": self.code}}
         return JSONResponse(body, self.status, headers=self.headers)
+
+
+    def anthropic_body(self) -> dict[str, object]:
+        kind = ANTHROPIC_TYPES.get(self.status, "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": self.message}}
 
 
 def bad_field(param: str, message: str) -> ApiError:

@@ -158,8 +158,8 @@ def _ollama_images(m: dict[str, Any], where: str) -> tuple[ImageBlob, ...]:
     return tuple(images.from_base64(b, f"{where}.images[{n}]") for n, b in enumerate(raw))
 
 
-def _messages(data: dict[str, Any], *, allow_urls: bool = False, ollama: bool = False
-              ) -> tuple[str | None, list[IncomingMessage]]:
+def message_list(data: dict[str, Any]) -> list[Any]:
+    """The body's ``messages``: a list of 1 to ``MAX_MESSAGES`` items."""
     if "messages" not in data:
         raise missing_field("messages")
     raw = data["messages"]
@@ -168,6 +168,12 @@ def _messages(data: dict[str, Any], *, allow_urls: bool = False, ollama: bool = 
     if len(raw) > MAX_MESSAGES:
         raise bad_field("messages", f"'messages' may hold at most {MAX_MESSAGES:,} messages; "
                         f"got {len(raw):,}.")
+    return raw
+
+
+def _messages(data: dict[str, Any], *, allow_urls: bool = False, ollama: bool = False
+              ) -> tuple[str | None, list[IncomingMessage]]:
+    raw = message_list(data)
     system: list[str] = []
     out: list[IncomingMessage] = []
     called: dict[str, str] = {}

@@ -71,6 +71,8 @@ class Finished:
     tool_calls: tuple[CalledTool, ...] = ()
     cache_miss: str | None = None
     """Why the conversation's KV was recomputed (its files were evicted)."""
+    stop_sequence: str | None = None
+    """The stop string that ended the reply, if one did."""
 
 
 def _join_pieces(a: Piece | Finished, b: Piece | Finished) -> Piece | None:
@@ -90,6 +92,8 @@ class StopWatch:
     seen: str = ""
     sent: int = 0
     stopped: bool = False
+    matched: str | None = None
+    """The stop string found."""
 
     def feed(self, text: str) -> str:
         """The text that is safe to send now."""
@@ -99,9 +103,10 @@ class StopWatch:
         if not self.stops:
             return self._send(len(self.seen))
         # Text before ``sent`` held no stop's start when it was sent: search after it.
-        cut = min((i for i in (self.seen.find(s, self.sent) for s in self.stops) if i >= 0),
-                  default=-1)
-        if cut >= 0:
+        found = [(i, s) for i, s in ((self.seen.find(s, self.sent), s) for s in self.stops)
+                 if i >= 0]
+        if found:
+            cut, self.matched = min(found, key=lambda f: f[0])
             self.stopped = True
             self.seen = self.seen[:cut]
             return self._send(cut)
@@ -361,4 +366,4 @@ class ChatService:
         if self.kv_budget is not None:  # before the end goes out: done when the client sees it
             self.last_eviction = self.kv_budget.enforce(in_use=turn.session_id)
         yield Finished(reply.content, done.reasoning, done.stats, reason, turn.session_id,
-                       calls, cache_miss=miss)
+                       calls, cache_miss=miss, stop_sequence=watch.matched)

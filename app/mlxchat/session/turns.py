@@ -104,14 +104,16 @@ class TurnRunner:
         return self.run(plan)
 
     def send_results(self, results: list[Message]) -> Iterator[Event]:
-        """Commit tool results (role ``tool``) after the last reply, then run
-        the turn that reads them; the first holds the ids they add together."""
+        """Commit tool results (role ``tool``, then perhaps a user message)
+        after the last reply, then run the turn that reads them; the first
+        holds the ids they add together."""
         self._unsaved.require_saved()
-        if not results or any(r.role != "tool" for r in results):
+        if not results or any(r.role != "tool" for r in results[:-1]) \
+                or results[0].role != "tool" or results[-1].role not in ("tool", "user"):
             raise ConversationError("Tool results need at least one message of role 'tool'.")
         plan = self._ledger().plan_results(self._open.messages, results)
         self._store.add_messages(self._open.id, [  # all or none
-            Message("tool", r.content, token_ids=plan.user_ids if i == 0 or plan.user_ids is None
+            Message(r.role, r.content, token_ids=plan.user_ids if i == 0 or plan.user_ids is None
                     else [], ledger_key=plan.key, ledger_start=plan.start and i == 0,
                     tool_call_id=r.tool_call_id, tool_name=r.tool_name, tool_run=r.tool_run)
             for i, r in enumerate(results)])
