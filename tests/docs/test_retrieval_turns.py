@@ -192,6 +192,7 @@ def test_fork_and_export_keep_the_sources(conv, tmp_path):
     md = conv.saved.export("md", str(tmp_path / "out.md"), cwd=tmp_path).read_text()
     for s in sources:
         assert f"[{s.n}] {s.place}" in md
+    assert "best match" in md and " · score " not in md  # relevance in words, as the app says it
     imported = conv.saved.import_file(path)
     assert imported.messages[0].sources == sources
 

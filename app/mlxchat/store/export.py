@@ -116,8 +116,9 @@ def _sources_markdown(sources: list[Source] | None) -> list[str]:
         return []
     out = ["", f"#### Sources ({sources[0].collection}, {sum(s.tokens for s in sources):,} "
            "tokens)"]
-    for s in sources:
-        out += ["", s.describe(), "", quoted(s.text.strip())]
+    best = max(s.score for s in sources)
+    for s in sources:  # relevance in words, as the app shows it (a bare 0.0328 means nothing)
+        out += ["", s.describe(best=best), "", quoted(s.text.strip())]
     return out
 
 
