@@ -23,6 +23,7 @@ from mlxchat.engine.kv.live import LiveCache
 from mlxchat.engine.results import Decode
 from mlxchat.engine.speculative.streams import Stream
 from mlxchat.engine.turn import reasoning
+from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.generation import GenerationSettings
 from mlxchat.models.markup import cached_markup
 
@@ -42,6 +43,8 @@ class Reply:
     turn_start: float
     """``perf_counter`` at the turn's start (the time to first token counts from it)."""
     prompt_tokens: Sequence[int] = ()
+    output: CompiledFormat | None = None
+    """The schema the reply follows (None: free text)."""
 
 
 class _Sampling:
@@ -136,7 +139,7 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
     run = _Sampling(tokenizer, live, reply, emit)
     budget = max(1, min(settings.max_tokens + run.think_budget, run.room(tail)))
     feeding, history = tuple(tail), list(reply.prompt_tokens)
-    sample_kw = sampling(settings)
+    sample_kw = sampling(settings, reply.output)
     try:
         while feeding:
             gen = open_stream(tail=list(feeding), history=history, budget=budget,
@@ -160,9 +163,13 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
     return run.out
 
 
-def sampling(settings: GenerationSettings) -> dict[str, Any]:
-    """The sampler and logits processors of the settings."""
+def sampling(settings: GenerationSettings,
+             output: CompiledFormat | None = None) -> dict[str, Any]:
+    """The sampler and logits processors of the settings; the grammar's mask
+    last, so no later processor can raise a forbidden token."""
     penalty = settings.repetition_penalty
+    processors = make_logits_processors(repetition_penalty=penalty if penalty != 1.0 else None)
+    if output is not None:
+        processors = [*processors, output.processor()]
     return dict(sampler=make_sampler(settings.temperature, settings.top_p, settings.min_p),
-                processors=make_logits_processors(
-                    repetition_penalty=penalty if penalty != 1.0 else None))
+                processors=processors)
