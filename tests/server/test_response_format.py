@@ -121,3 +121,17 @@ def test_ollama_refuses_a_bad_format_in_its_own_shape(roomy):
         "messages": [{"role": "user", "content": "hi"}]})
     assert reply.status == 400
     assert "does not exist" in reply.json()["error"]
+
+
+def test_a_completion_follows_the_schema_too(roomy):
+    reply = request(roomy.url, "POST", "/v1/completions", {
+        "model": "tiny", "prompt": "JSON:", "max_tokens": 120, "temperature": 0,
+        "response_format": _format(PERSON)})
+    assert reply.status == 200
+    choice = reply.json()["choices"][0]
+    assert choice["text"].startswith("{")
+    if choice["finish_reason"] == "stop":
+        jsonschema.validate(json.loads(choice["text"]), PERSON)
+    bad = request(roomy.url, "POST", "/v1/completions", {
+        "model": "tiny", "prompt": "JSON:", "response_format": _format({"$ref": "#/x"})})
+    assert bad.status == 400 and bad.json()["error"]["param"] == "response_format"
