@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 from mlxchat.chat import Attachment, ImageRef, Message
 from mlxchat.engine.events import Event, Preparing, TextDelta, TurnDone
 from mlxchat.engine.interface import Engine
-from mlxchat.engine.turn.constrained import CompiledFormat
+from mlxchat.engine.turn.constrained import CompiledFormat, OutputFormat, compile_format
 from mlxchat.models import vision_images
 from mlxchat.session.cache_keeper import CacheKeeper
 from mlxchat.session.current import OpenSession
@@ -69,6 +69,11 @@ class TurnRunner:
         """What the last turn measured (None until one ran in this session)."""
 
     # -- a turn asked for ------------------------------------------------------------------
+    def follow_schema(self, fmt: OutputFormat) -> None:
+        """The next reply follows ``fmt``, compiled for the model loaded now
+        (SchemaError, one line, when it cannot be)."""
+        self.output = compile_format(self._engine.loaded.tokenizer, fmt)
+
     def compose(self, text: str) -> str:
         """The user's text with any pending attachments in front."""
         return "\n\n".join([a.block for a in self.attachments] + [text])
