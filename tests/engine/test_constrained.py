@@ -117,6 +117,10 @@ schemas = [
      "required": [f"p{i}" for i in range(10_000)]},
     {"type": "string", "pattern": "(a|b)*c" * 150_000},
     {"type": "string", "pattern": "[a-z]{1,1000}" * 60},
+    {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(5_000)},
+     "required": [f"p{i}" for i in range(5_000)]},
+    {"type": "string", "pattern": "(a|b)*c" * 28_000},
+    {"type": "string", "pattern": "((a{1,50}){1,50}){1,50}"},
 ]
 for schema in schemas:
     try:
@@ -128,14 +132,15 @@ for schema in schemas:
 
 
 def test_hostile_schemas_end_in_bounded_time_and_memory(tiny):
-    """Recursive refs, 10k properties, a 1 MB pattern: each compiled or refused
-    with a reason, in a process capped at 2 GB that must end within the timeout."""
+    """Recursive refs, 10k (and 5k) properties, a 1 MB (and 200 kB) pattern, nested
+    quantifiers: each compiled or refused with a reason, in a process capped at
+    2 GB that must end within the timeout."""
     folder = tiny.info.path
     limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
     run = subprocess.run([sys.executable, "-c", limit + HOSTILE, folder], capture_output=True,
                          text=True, timeout=240)
     assert run.returncode == 0, run.stderr[-2000:]
     lines = run.stdout.splitlines()
-    assert len(lines) == 4
+    assert len(lines) == 7
     assert all(line == "compiled" or line.startswith("refused: ") for line in lines)
     assert lines[2].startswith("refused: the schema is")  # a 1 MB pattern is never read
