@@ -139,7 +139,9 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
     run = _Sampling(tokenizer, live, reply, emit)
     budget = max(1, min(settings.max_tokens + run.think_budget, run.room(tail)))
     feeding, history = tuple(tail), list(reply.prompt_tokens)
-    sample_kw = sampling(settings, reply.output)
+    sample_kw = sampling(settings)
+    if reply.output is not None:  # the grammar's mask last: no later processor lifts it
+        sample_kw["processors"] = [*sample_kw["processors"], reply.output.processor()]
     try:
         while feeding:
             gen = open_stream(tail=list(feeding), history=history, budget=budget,
@@ -163,13 +165,9 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
     return run.out
 
 
-def sampling(settings: GenerationSettings,
-             output: CompiledFormat | None = None) -> dict[str, Any]:
-    """The sampler and logits processors of the settings; the grammar's mask
-    last, so no later processor can raise a forbidden token."""
+def sampling(settings: GenerationSettings) -> dict[str, Any]:
+    """The sampler and logits processors of the settings."""
     penalty = settings.repetition_penalty
-    processors = make_logits_processors(repetition_penalty=penalty if penalty != 1.0 else None)
-    if output is not None:
-        processors = [*processors, output.processor()]
     return dict(sampler=make_sampler(settings.temperature, settings.top_p, settings.min_p),
-                processors=processors)
+                processors=make_logits_processors(
+                    repetition_penalty=penalty if penalty != 1.0 else None))
