@@ -23,7 +23,6 @@ import argparse
 import json
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +152,7 @@ def decode_ratio(engine: ChatEngine, rounds: int) -> None:
     free, fixed = [], []
     for _ in range(rounds):
         engine.drop_cache()
-        free.append(_turn(engine, text, replace(settings, max_tokens=48), None).stats)
+        free.append(_turn(engine, text, settings, None).stats)
         engine.drop_cache()
         fixed.append(_turn(engine, text, settings, MID_SCHEMA).stats)
     tps = statistics.median(s.decode_tps for s in free if s.decode_tps)
