@@ -112,7 +112,7 @@ def _read_schema(path: str | None) -> dict | None:
         schema = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"--schema {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise UsageError(f"--schema {path}: not JSON ({' '.join(str(exc).split())})") from None
     if not isinstance(schema, dict):
         raise UsageError(f"--schema {path}: a JSON schema is an object, not "

@@ -180,7 +180,6 @@ class GrammarProcessor:
         return mx.where(mx.array(allowed), logits, -mx.inf)
 
 
-
 def speculation_off(settings: GenerationSettings, output: CompiledFormat | None, *,
                     split: bool) -> tuple[GenerationSettings, str | None]:
     """The settings a turn decodes under and why speculation is off for it
