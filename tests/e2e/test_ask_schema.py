@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 
 from mlxchat import cli
+from mlxchat.engine.turn.constrained import SPECULATION_OFF
 
 SCHEMA = {"type": "object", "properties": {
     "city": {"type": "string", "maxLength": 5},
@@ -34,6 +35,7 @@ def test_the_reply_follows_the_schema(capsys, tiny_model_dir, tmp_path):
         assert code == 0
         data = json.loads(out)
         assert data["reply"].startswith("{")
+        assert data["spec_off_reason"] == SPECULATION_OFF  # speculative=auto, said why off
         if data["finish_reason"] == "stop":
             ended += 1
             jsonschema.validate(json.loads(data["reply"]), SCHEMA)

@@ -174,7 +174,8 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
             "peak_memory_bytes", "finish_reason", "reused_tokens", "prefilled_tokens",
             "cache_source", "miss_reason", "dropped_messages", "snapshot_warning", "save_warning",
             "reasoning_tokens", "reasoning_s", "reasoning_budget_closed", "spec_mode", "draft_tokens_proposed",
-            "draft_tokens_accepted", "target_passes", "engine_warning", "blas", "cpu_matmul")
+            "draft_tokens_accepted", "target_passes", "engine_warning", "blas", "cpu_matmul",
+            "spec_off_reason")
     data = {"reply": reply, "model": model}
     data.update({k: getattr(stats, k) for k in keys})
     data.update(extra or {})
