@@ -6,7 +6,8 @@ costs, and what a schema costs the engine's decode and buys in valid replies.
 Prints, with the bundled model's tokenizer (49k pieces):
 - ``mask_ms[ENGINE]``: per-token mask time walking a valid reply to a
   mid-size schema (llguidance; outlines-core; xgrammar where it imports),
-  and ``compile_ms[ENGINE]`` for that schema;
+  and ``compile_ms[ENGINE]`` for that schema; ``mask_apply_ms[engine]``: the
+  engine's processor (llguidance's mask applied to the logits) per token;
 - ``schema_decode_ratio``: decode tok/s with a schema / without (same prompt,
   same run, medians of alternating turns);
 - ``schema_valid``: of N schemas x 3 prompts, the fraction of replies that
@@ -119,6 +120,22 @@ def outlines_cost(tokenizer: Any, ids: list[int]) -> tuple[float, float]:
     return compile_s, statistics.mean(times)
 
 
+def engine_mask_apply(tokenizer: Any, ids: list[int]) -> float:
+    """What the engine's processor adds to a decode step: the mask, unpacked
+    and applied to a row of logits (evaluated)."""
+    import mlx.core as mx
+    processor = compile_format(tokenizer, OutputFormat(MID_SCHEMA)).processor()
+    logits = mx.random.normal((1, len(tokenizer.get_vocab())))
+    mx.eval(logits)
+    times = []
+    for token in ids:
+        t0 = time.perf_counter()
+        mx.eval(processor.masked(logits))
+        times.append(time.perf_counter() - t0)
+        processor.matcher.consume_token(token)
+    return statistics.mean(times)
+
+
 def mask_costs(tokenizer: Any) -> None:
     text = json.dumps(MID_INSTANCE, separators=(",", ":"))
     ids = tokenizer.encode(text, add_special_tokens=False)
@@ -131,6 +148,9 @@ def mask_costs(tokenizer: Any) -> None:
             print(f"{name}: not measured ({type(exc).__name__}: {exc})")
             continue
         print(f"compile_ms[{name}] = {_ms(compile_s)}   mask_ms[{name}] = {_ms(mask_s)}")
+    applied = engine_mask_apply(tokenizer, ids)
+    print(f"mask_apply_ms[engine] = {_ms(applied)}   (llguidance's mask applied to the "
+          "logits by the engine's processor, per token)")
     try:
         import xgrammar  # noqa: F401
         print("xgrammar: imports, not measured by this bench")
