@@ -68,6 +68,9 @@ class TurnStats(Record):
     total_s: float = 0.0
     spec_mode: str = "off"
     """How tokens were proposed: 'off', 'draft' (a draft model) or 'lookup'."""
+    spec_off_reason: str | None = None
+    """Why speculation was off this turn though the settings asked for it (a
+    reply that follows a schema); None otherwise."""
     draft_tokens_proposed: int = 0
     draft_tokens_accepted: int = 0
     """Of the proposed tokens, those the model confirmed (each saves a pass)."""

@@ -132,8 +132,8 @@ class SteadyEngine(ChatEngine):
     def __init__(self, loaded: LoadedModel, **options):
         super().__init__(loaded, measure_verify=steady_verify_cost, **options)
 
-    def turn(self, messages, settings):
-        for event in super().turn(messages, settings):
+    def turn(self, messages, settings, **kw):
+        for event in super().turn(messages, settings, **kw):
             if isinstance(event, TextDelta):
                 event.decode_tps = self.FIXED["decode_tps"]
             elif isinstance(event, TurnDone):

@@ -7,13 +7,14 @@ import json
 import signal
 import sys
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlxchat.cli.progress import progress_printer
 from mlxchat.cli.tool_consent import TerminalConsent
 from mlxchat.config import Settings
 from mlxchat.engine.events import TextDelta, TurnDone
-from mlxchat.errors import UserError
+from mlxchat.errors import UsageError, UserError
 from mlxchat.generation import GenerationSettings
 from mlxchat.sources import best_score, left_out_words
 from mlxchat.turn_stats import TurnStats
@@ -118,6 +119,32 @@ def _tool_steps(conv, done: TurnDone, consent, *, quiet: bool) -> tuple[TurnDone
     return done, steps
 
 
+def _read_schema(path: str | None) -> dict | None:
+    """The ``--schema`` file's JSON schema (None without the flag); one line
+    and exit status 2 when it is missing or not a JSON object."""
+    if path is None:
+        return None
+    try:
+        schema = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"--schema {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise UsageError(f"--schema {path}: not JSON ({' '.join(str(exc).split())})") from None
+    if not isinstance(schema, dict):
+        raise UsageError(f"--schema {path}: a JSON schema is an object, not "
+                         f"{type(schema).__name__}")
+    return schema
+
+
+def _constrain(conv, path: str, schema: dict) -> None:
+    """The next reply follows ``schema``, compiled for the model (exit 2 when it cannot)."""
+    from mlxchat.engine.turn.constrained import OutputFormat, SchemaError
+    try:
+        conv.turns.follow_schema(OutputFormat(schema, Path(path).stem))
+    except SchemaError as exc:
+        raise UsageError(f"--schema {path}: {exc}") from None
+
+
 def _read_prompt(arg: str) -> str:
     text = sys.stdin.read() if arg == "-" else arg
     if not text.strip():
@@ -163,7 +190,8 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
             "peak_memory_bytes", "finish_reason", "reused_tokens", "prefilled_tokens",
             "cache_source", "miss_reason", "dropped_messages", "snapshot_warning", "save_warning",
             "reasoning_tokens", "reasoning_s", "reasoning_budget_closed", "spec_mode", "draft_tokens_proposed",
-            "draft_tokens_accepted", "target_passes", "engine_warning", "blas", "cpu_matmul")
+            "draft_tokens_accepted", "target_passes", "engine_warning", "blas", "cpu_matmul",
+            "spec_off_reason")
     data = {"reply": reply, "model": model}
     data.update({k: getattr(stats, k) for k in keys})
     data.update(extra or {})
@@ -176,6 +204,7 @@ def run_ask(args: argparse.Namespace, settings: Settings) -> int:
     from mlxchat.cli.split import split_launch
 
     text = _read_prompt(args.prompt)
+    args.schema_read = _read_schema(getattr(args, "schema", None))  # before any load
     if args.new and args.session is None:
         raise UserError("--new needs --session NAME (the title of the new session)")
     _settings_from(args, settings.generation)  # a flag out of range: said before any load
@@ -245,6 +274,8 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
         _configure(conv, args, choice=choice, docs_store=docs_store, grants_store=grants_store)
         for line in conv.tools.ready():
             print(f"mlxchat: {line}", file=sys.stderr)
+        if args.schema_read is not None:
+            _constrain(conv, args.schema, args.schema_read)
         events = conv.turns.send(text)  # retrieves and commits; the prefill starts in _stream
         extra: dict = {"sources": _sources(conv.retrieval.last, quiet=args.json)}
         done = _stream(events, quiet=args.json)

@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     ask.add_argument("--new", action="store_true",
                      help="start a new session titled by --session even if one has that title")
     ask.add_argument("--json", action="store_true", help="print one JSON object with the stats")
+    ask.add_argument("--schema", metavar="FILE.json",
+                     help="the reply is JSON that follows this JSON schema (each token "
+                          "masked to what the schema allows)")
     ask.add_argument("--docs", metavar="NAME",
                      help="retrieve from this document collection for the question (its "
                           "sources go to stderr, and into --json); 'off' for none")

@@ -35,6 +35,8 @@ from mlxchat.engine.speculative.drafting import Drafting, MeasureVerify
 from mlxchat.engine.speculative.streams import trim_problem
 from mlxchat.engine.thread.compute import PROCESS_LOCK, ComputeLock
 from mlxchat.engine.thread.worker import Bookkeeping, EngineThread
+from mlxchat.engine.turn import constrained
+from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.engine.turn.cpu_choice import CpuMatmul
 from mlxchat.engine.turn.pipeline import TurnPipeline, events, prefill_setup
 from mlxchat.engine.turn.prefill_cost import PrefillChunk
@@ -140,25 +142,29 @@ class ChatEngine:
 
     # -- turns ---------------------------------------------------------------------------
     def turn(self, conversation: Sequence[Message] | FittedPrompt,
-             settings: GenerationSettings) -> Iterator[Event]:
+             settings: GenerationSettings, *,
+             output: CompiledFormat | None = None) -> Iterator[Event]:
         """Run one turn; yields PrefillProgress, TextDelta and finally TurnDone.
 
         ``conversation`` is either messages to render whole through the template,
         or the prompt's tokens already laid out (a conversation's token ledger).
         Raises EngineError (ContextOverflowError) before any event when refused.
-        Closing the iterator early cancels the turn.
+        Closing the iterator early cancels the turn. ``output``: the reply
+        must follow this compiled schema (speculation is off for it).
         """
         self.supersede_typing()  # a send takes precedence over typing prefill
         planned = (conversation if isinstance(conversation, FittedPrompt)
                    else list(conversation))
         self._ranks.watch_turn(planned, settings, self._loaded, self.prompts.window(settings))
-        return events(self._worker, lambda emit: self._turn(planned, settings, emit),
+        return events(self._worker, lambda emit: self._turn(planned, settings, emit, output),
                       self._ranks.next_event)
 
     def _turn(self, planned: list[Message] | FittedPrompt, settings: GenerationSettings,
-              emit: Callable[[Event], None]) -> None:
+              emit: Callable[[Event], None], output: CompiledFormat | None = None) -> None:
         start = time.perf_counter()
         settings = self._ranks.begin_turn(settings)
+        settings, spec_off = constrained.speculation_off(settings, output,
+                                                         split=self.segments_per_rank)
         self._match_compute(settings.compute_dtype)
         if (slow := self.cpu_matmul.pending(self._loaded, settings.cpu_matmul)) is not None:
             emit(Preparing(slow))  # seconds on a launch's first turn: say so
@@ -177,7 +183,7 @@ class ChatEngine:
         done, figures = self._pipeline.run(
             self._loaded, self._live, fitted, messages, settings, window=self._window,
             started=start, emit=emit, busy=lambda: self._refresh_state(busy=True),
-            compute=plan.words())
+            compute=plan.words(), output=output, spec_off=spec_off)
         self._ranks.end_turn(self._loaded, self._live, done)
         self._refresh_state(done.stats)
         measure = self._drafting.measurement(self._loaded, settings,

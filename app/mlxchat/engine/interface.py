@@ -14,6 +14,7 @@ from mlxchat.engine.events import CacheLoad, EngineState, Event
 from mlxchat.engine.prompt.builder import PromptBuilder
 from mlxchat.engine.prompt.fit import FittedPrompt
 from mlxchat.engine.speculative.auto import VerifyCost
+from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.engine.turn.prefill_cost import PrefillChunk
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import LoadedModel, ModelInfo
@@ -36,7 +37,8 @@ class Engine(Protocol):
     def state(self) -> EngineState: ...
 
     def turn(self, conversation: Sequence[Message] | FittedPrompt,
-             settings: GenerationSettings) -> Iterator[Event]: ...
+             settings: GenerationSettings, *,
+             output: CompiledFormat | None = None) -> Iterator[Event]: ...
 
 
 

@@ -89,7 +89,7 @@ def turn_stats(tokens: int, reuse: Reuse, prefill: Prefill, decode: Decode, *,
                window: int, kv_bits: int | None, weights_bytes: int, total_s: float,
                context_used: int, kv_bytes: int, peak_memory_bytes: int,
                model: str = "", model_quantization: str = "", blas: str = "",
-               cpu_matmul: str = "") -> TurnStats:
+               cpu_matmul: str = "", spec_off_reason: str | None = None) -> TurnStats:
     """A turn's figures: ``tokens`` in the prompt, ``typed`` (tokens, seconds)
     prefilled while typing, ``drafted`` (tokens, rebuilt) by the draft model.
     Prefilled are the tokens computed: all the prompt's new ones once a token
@@ -117,4 +117,4 @@ def turn_stats(tokens: int, reuse: Reuse, prefill: Prefill, decode: Decode, *,
         draft_tokens_proposed=spec.proposed, draft_tokens_accepted=spec.accepted,
         target_passes=spec.passes,
         draft_prefilled_tokens=drafted[0], draft_rebuilt=drafted[1] and reuse.tokens > 0,
-        blas=blas, cpu_matmul=cpu_matmul)
+        blas=blas, cpu_matmul=cpu_matmul, spec_off_reason=spec_off_reason)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from mlxchat.chat import CalledTool, ImageRef, Message, Role, Session
 from mlxchat.engine.events import Event, TurnDone
+from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.errors import MlxchatError
 from mlxchat.server import images
 from mlxchat.server.images import ImageBlob
@@ -63,6 +64,8 @@ class ApiRequest:
     """A session the client names (``X-Session``, ``user``): id or exact title."""
     tools: str | None = None
     """Tool definitions for the template (canonical JSON), or None."""
+    output: CompiledFormat | None = None
+    """The schema the reply follows (``response_format``, ``format``), compiled."""
 
 
 @dataclass
@@ -165,6 +168,7 @@ class ApiTurns:
         session_id = self.conv.session.id
         assert session_id is not None
         try:
+            self.conv.turns.output = request.output
             if new[0].role == "tool":
                 events = self.conv.turns.send_results([m.stored() for m in new])
             else:

@@ -18,9 +18,11 @@ from starlette.responses import JSONResponse, Response
 
 from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.engine.prompt.fit import FittedPrompt
+from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.server.errors import ApiError, bad_field, missing_field, server_stopped
 from mlxchat.server.openai_api import capped_header, usage
 from mlxchat.server.requests import openai_common, parse_json, sampling, stop_strings
+from mlxchat.server.response_format import compiled, openai_format
 from mlxchat.server.service import ChatService, Finished, Piece, StopWatch, started_unless_gone
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
 
@@ -35,6 +37,8 @@ class CompletionRequest:
     stream: bool
     stop: list[str]
     include_usage: bool
+    output: CompiledFormat | None = None
+    """The schema the completion follows (``response_format``), compiled."""
 
 
 def parse(data: dict[str, Any], *, window: int | None = None) -> CompletionRequest:
@@ -73,8 +77,8 @@ def _work(service: ChatService, request: CompletionRequest, cancelled: threading
     service.cache_taken = True
     watch = StopWatch(request.stop)
     done: TurnDone | None = None
-    for event in started_unless_gone(engine.turn(FittedPrompt(tokens, [], 0), settings),
-                                     cancelled):
+    turn = engine.turn(FittedPrompt(tokens, [], 0), settings, output=request.output)
+    for event in started_unless_gone(turn, cancelled):
         if cancelled.is_set() or watch.stopped:
             engine.cancel()
         if isinstance(event, TextDelta):
@@ -110,8 +114,11 @@ class _CompletionShape:
 
 async def completions(request: Request) -> Response:
     service: ChatService = request.app.state.service
-    completion = parse(parse_json(await read_body(request)), window=service.window)
+    data = parse_json(await read_body(request))
+    completion = parse(data, window=service.window)
     service.check_model(completion.model)
+    completion.output = await compiled(service.engine.loaded.tokenizer, openai_format(data),
+                                       "response_format")
     await service.check_fits([completion.prompt])
     shape = _CompletionShape(service.model_id)
     items, first = await started(request, service.run(

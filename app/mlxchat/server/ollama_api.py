@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator
 
@@ -15,6 +16,7 @@ from mlxchat.chat import CalledTool
 from mlxchat.server.errors import ApiError
 from mlxchat.server.openai_api import capped_to
 from mlxchat.server.requests import ollama_chat, parse_json
+from mlxchat.server.response_format import compiled, ollama_format
 from mlxchat.server.service import ChatService, Finished, Piece
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started, unsent
 from mlxchat.server.tool_calls import ollama_calls
@@ -51,8 +53,10 @@ def _final(model: str, end: Finished, message: dict[str, Any],
 
 async def chat(request: Request) -> Response:
     service: ChatService = request.app.state.service
-    chat_request = ollama_chat(parse_json(await read_body(request)),
-                               request.headers.get("x-session"), window=service.window)
+    data = parse_json(await read_body(request))
+    chat_request = ollama_chat(data, request.headers.get("x-session"), window=service.window)
+    chat_request.turn = replace(chat_request.turn, output=await compiled(
+        service.engine.loaded.tokenizer, ollama_format(data), "format"))
     items, first = await started(request, service.chat(chat_request))
     model = service.model_id
     asked = chat_request.turn.settings.get("max_tokens")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from dataclasses import replace
 from typing import Any, AsyncIterator
 
 from starlette.requests import Request
@@ -14,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 from mlxchat.server.errors import ApiError
 from mlxchat.server.image_fetch import fetch_images
 from mlxchat.server.requests import ChatRequest, openai_chat, parse_json
+from mlxchat.server.response_format import compiled, openai_format
 from mlxchat.server.service import ChatService, Finished, Piece
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started, unsent
 from mlxchat.server.tool_calls import openai_calls
@@ -100,10 +102,13 @@ def _delta(piece: Piece) -> dict[str, Any]:
 
 async def chat_completions(request: Request) -> Response:
     service: ChatService = request.app.state.service
-    chat = openai_chat(parse_json(await read_body(request)), request.headers.get("x-session"),
+    data = parse_json(await read_body(request))
+    chat = openai_chat(data, request.headers.get("x-session"),
                        allow_image_urls=request.app.state.allow_image_urls,
                        window=service.window)
     service.check_model(chat.model)  # before anything is fetched for it
+    chat.turn = replace(chat.turn, output=await compiled(
+        service.engine.loaded.tokenizer, openai_format(data), "response_format"))
     info = service.conv.views.model_info
     chat.turn = await fetch_images(chat.turn, request.app.state.image_fetch,
                                    sees=info.sees_images, model=info.name)

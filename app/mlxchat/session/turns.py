@@ -17,6 +17,7 @@ from typing import Callable, Iterator
 from mlxchat.chat import Attachment, ImageRef, Message
 from mlxchat.engine.events import Event, Preparing, TextDelta, TurnDone
 from mlxchat.engine.interface import Engine
+from mlxchat.engine.turn.constrained import CompiledFormat, OutputFormat, compile_format
 from mlxchat.models import vision_images
 from mlxchat.session.cache_keeper import CacheKeeper
 from mlxchat.session.current import OpenSession
@@ -58,6 +59,8 @@ class TurnRunner:
         self.attachments = attachments
         self.images: list[ImageRef] = []
         """Stored images (``store_image``) that go with the next message, in order."""
+        self.output: CompiledFormat | None = None
+        """The schema the next reply follows (taken by the next send; None: free text)."""
         self._also_cancel = also_cancel
         """Stops what a turn's tool loop waits on (a call, the consent dialog)."""
         self.started = 0
@@ -66,6 +69,11 @@ class TurnRunner:
         """What the last turn measured (None until one ran in this session)."""
 
     # -- a turn asked for ------------------------------------------------------------------
+    def follow_schema(self, fmt: OutputFormat) -> None:
+        """The next reply follows ``fmt``, compiled for the model loaded now
+        (SchemaError, one line, when it cannot be)."""
+        self.output = compile_format(self._engine.loaded.tokenizer, fmt)
+
     def compose(self, text: str) -> str:
         """The user's text with any pending attachments in front."""
         return "\n\n".join([a.block for a in self.attachments] + [text])
@@ -92,6 +100,7 @@ class TurnRunner:
         """Commit the user message (with what it retrieved from the session's
         collection in front: ``retrieval.last``), then run the turn; yields the
         engine's events. Nothing is prefilled until the first event is asked for."""
+        output, self.output = self.output, None
         self._unsaved.require_saved()
         if not text.strip():
             raise ConversationError("Nothing to send.")
@@ -101,12 +110,13 @@ class TurnRunner:
         self._add_user(content, plan, sources, images)  # the plan refused what cannot fit
         self.attachments.clear()
         self.images.clear()
-        return self.run(plan)
+        return self.run(plan, output)
 
     def send_results(self, results: list[Message]) -> Iterator[Event]:
         """Commit tool results (role ``tool``, then perhaps a user message)
         after the last reply, then run the turn that reads them; the first
         holds the ids they add together."""
+        output, self.output = self.output, None
         self._unsaved.require_saved()
         if not results or any(r.role != "tool" for r in results[:-1]) \
                 or results[0].role != "tool" or results[-1].role not in ("tool", "user"):
@@ -118,7 +128,7 @@ class TurnRunner:
                     tool_call_id=r.tool_call_id, tool_name=r.tool_name, tool_run=r.tool_run)
             for i, r in enumerate(results)])
         self._open.reload()
-        return self.run(plan)
+        return self.run(plan, output)
 
     def retry(self) -> Iterator[Event]:
         """Answer the last user message again, as a new branch beside the old reply."""
@@ -200,9 +210,10 @@ class TurnRunner:
         self._open.reload()
 
     # -- a turn running ----------------------------------------------------------------------
-    def run(self, plan: Plan) -> Iterator[Event]:
+    def run(self, plan: Plan, output: CompiledFormat | None = None) -> Iterator[Event]:
         """Yield the engine's events for ``plan``; the reply is stored at the end,
-        or what was shown of it when the engine fails mid-reply."""
+        or what was shown of it when the engine fails mid-reply. ``output``:
+        the schema the reply follows."""
         done: TurnDone | None = None
         parent = self._open.session.leaf_id
         pieces: list[str] = []
@@ -219,7 +230,7 @@ class TurnRunner:
                 yield Preparing("restoring this branch's KV cache from disk")
                 self._cache.restore()
             self._pins.prepare(plan.prompt.tokens)
-            for event in self._engine.turn(plan.prompt, self._open.generation):
+            for event in self._engine.turn(plan.prompt, self._open.generation, output=output):
                 if isinstance(event, TurnDone):
                     done = event
                 elif isinstance(event, TextDelta):

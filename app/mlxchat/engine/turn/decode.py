@@ -23,6 +23,7 @@ from mlxchat.engine.kv.live import LiveCache
 from mlxchat.engine.results import Decode
 from mlxchat.engine.speculative.streams import Stream
 from mlxchat.engine.turn import reasoning
+from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.generation import GenerationSettings
 from mlxchat.models.markup import cached_markup
 
@@ -42,6 +43,8 @@ class Reply:
     turn_start: float
     """``perf_counter`` at the turn's start (the time to first token counts from it)."""
     prompt_tokens: Sequence[int] = ()
+    output: CompiledFormat | None = None
+    """The schema the reply follows (None: free text)."""
 
 
 class _Sampling:
@@ -137,6 +140,8 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
     budget = max(1, min(settings.max_tokens + run.think_budget, run.room(tail)))
     feeding, history = tuple(tail), list(reply.prompt_tokens)
     sample_kw = sampling(settings)
+    if reply.output is not None:  # the grammar's mask last: no later processor lifts it
+        sample_kw["processors"] = [*sample_kw["processors"], reply.output.processor()]
     try:
         while feeding:
             gen = open_stream(tail=list(feeding), history=history, budget=budget,

@@ -28,6 +28,7 @@ from mlxchat.engine.speculative.drafting import Drafting
 from mlxchat.engine.speculative.streams import Stream
 from mlxchat.engine.thread.compute import WaitCancelled
 from mlxchat.engine.thread.worker import EngineThread
+from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.engine.turn.decode import Reply, decode
 from mlxchat.engine.turn.prefill_cost import PrefillChunks
 from mlxchat.engine.turn.progress import LiveFigures
@@ -111,10 +112,13 @@ class TurnPipeline:
     def run(self, loaded: LoadedModel, live: LiveCache, fitted: FittedPrompt,
             messages: Sequence[Message], settings: GenerationSettings, *, window: int,
             started: float, emit: Callable[[Event], None], busy: Callable[[], None],
-            compute: str = "") -> tuple[TurnDone, LiveFigures]:
+            compute: str = "", output: CompiledFormat | None = None,
+            spec_off: str | None = None) -> tuple[TurnDone, LiveFigures]:
         """Reuse, prefill, decode: the turn's end (not said yet) and the figures
         that say it. ``busy()`` once the cache was trimmed to what is reused;
-        ``compute``: how quantized layers multiply this turn, for its stats."""
+        ``compute``: how quantized layers multiply this turn, for its stats;
+        ``output``: the schema the reply follows; ``spec_off``: why speculation
+        was turned off for it."""
         info, tokens = loaded.info, fitted.tokens
         mx.reset_peak_memory()
         # generate_step gets the tail: its logits processors (repetition
@@ -133,7 +137,7 @@ class TurnPipeline:
             drafted = self._drafting.follow(tokens[:len(tokens) - tail], settings,
                                             cancelled=self._worker.cancelled)
             decoded = self._decode(loaded, live, tokens, tail,
-                                   Reply(settings, window, started, tokens), figures)
+                                   Reply(settings, window, started, tokens, output), figures)
         except Cancelled:
             decoded.finish_reason = "cancelled"
         finally:
@@ -147,7 +151,7 @@ class TurnPipeline:
             context_used=len(live.tokens), kv_bytes=live.nbytes,
             peak_memory_bytes=mx.get_peak_memory(), model=info.name,
             model_quantization=info.quantization, blas=blas.status().words(),
-            cpu_matmul=compute)
+            cpu_matmul=compute, spec_off_reason=spec_off)
         done = TurnDone(reply=decoded.reply, stats=stats, dropped_messages=fitted.dropped,
                         token_ids=decoded.token_ids, reasoning=decoded.reasoning)
         return done, figures
