@@ -5,6 +5,8 @@ find their stored branch by the same ledger, as OpenAI's chat completions."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -19,15 +21,18 @@ from mlxchat.server.anthropic_stream import stream_events
 from mlxchat.server.errors import ApiError, bad_field
 from mlxchat.server.openai_api import miss_header
 from mlxchat.server.requests import parse_json
+from mlxchat.server.response_format import anthropic_format, compiled
 from mlxchat.server.service import ChatService
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
 
 
 async def messages(request: Request) -> Response:
     service: ChatService = request.app.state.service
-    chat = anthropic_chat(parse_json(await read_body(request)), request.headers.get("x-session"),
-                          window=service.window)
+    data = parse_json(await read_body(request))
+    chat = anthropic_chat(data, request.headers.get("x-session"), window=service.window)
     service.check_model(chat.model)
+    chat.turn = replace(chat.turn, output=await compiled(
+        service.engine.loaded.tokenizer, anthropic_format(data), "output_config"))
     shape = MessageShape(service.model_id)
     items, first = await started(request, service.chat(chat))
     if not chat.stream:

@@ -56,6 +56,24 @@ def ollama_format(data: dict[str, Any]) -> OutputFormat | None:
     return OutputFormat(given)
 
 
+def anthropic_format(data: dict[str, Any]) -> OutputFormat | None:
+    """Anthropic's ``output_config.format`` (``{"type": "json_schema", "schema"}``;
+    the beta's top-level ``output_format`` too). None: free text."""
+    config = data.get("output_config")
+    if config is not None and not isinstance(config, dict):
+        raise bad_field("output_config", "'output_config' must be an object.")
+    given, param = ((config or {}).get("format"), "output_config.format")
+    if given is None and "output_format" in data:
+        given, param = data["output_format"], "output_format"
+    if given is None:
+        return None
+    if not isinstance(given, dict) or given.get("type") != "json_schema" \
+            or not isinstance(given.get("schema"), dict):
+        raise bad_field(param, f"'{param}' must be {{\"type\": \"json_schema\", \"schema\": "
+                        "{...}}.")
+    return OutputFormat(given["schema"])
+
+
 async def compiled(tokenizer: Any, fmt: OutputFormat | None,
                    param: str) -> CompiledFormat | None:
     """``fmt`` compiled for the served model's tokenizer, off the event loop;
