@@ -167,8 +167,11 @@ def status() -> BlasStatus:
 
 
 def warn_once(stream=None) -> None:
-    """Say once, in one line, why MLX is slow here and how to fix it."""
+    """Say once, in one line, why MLX is slow here and how to fix it; not when
+    the user chose no BLAS (``MLXCHAT_BLAS=none``): ``/stats`` and ``/model``
+    still say which serves MLX, and a refusal of bad input stays one line."""
     current = status()
-    if current.note and not getattr(warn_once, "said", False):
+    chosen = os.environ.get(OVERRIDE, "").strip().lower() == "none"
+    if current.note and not chosen and not getattr(warn_once, "said", False):
         warn_once.said = True  # type: ignore[attr-defined]
         print(f"mlxchat: {current.note}", file=stream or sys.stderr)

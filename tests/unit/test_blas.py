@@ -29,7 +29,7 @@ def _probe(**env: str) -> dict:
 def test_mlx_matmuls_are_served_by_an_optimized_blas():
     if not blas._candidates():
         pytest.skip("no optimized BLAS installed here (make test installs one)")
-    found = _probe()
+    found = _probe(MLXCHAT_BLAS="")  # searched for, whatever this run was told
     assert found["optimized"], found["note"]
     serving = found["serving"]
     assert serving and ("openblas" in serving.lower() or "mkl" in serving.lower())
@@ -48,3 +48,18 @@ def test_without_one_it_says_why_and_how_to_fix_it():
 def test_a_library_that_does_not_load_is_reported_not_raised():
     found = _probe(MLXCHAT_BLAS="/nonexistent/libopenblas.so.0")
     assert not found["optimized"] and "/nonexistent/libopenblas.so.0" in found["note"]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux CPU wheel only")
+def test_the_cli_says_why_it_is_slow_unless_no_blas_was_asked_for():
+    """A missing BLAS is said once on stderr; MLXCHAT_BLAS=none is the user's
+    own choice, and an error for bad input stays one line."""
+    def stderr(**env: str) -> list[str]:
+        out = subprocess.run([sys.executable, "-m", "mlxchat", "sessions", "show", "999"],
+                             capture_output=True, text=True, timeout=60,
+                             env={**os.environ, **env})
+        return out.stderr.splitlines()
+    missing = stderr(MLXCHAT_BLAS="/nonexistent/libopenblas.so.0")
+    assert any("/nonexistent/libopenblas.so.0" in line for line in missing)
+    chosen = stderr(MLXCHAT_BLAS="none")
+    assert len(chosen) == 1 and "BLAS" not in chosen[0]
