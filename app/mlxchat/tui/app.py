@@ -199,7 +199,7 @@ class MlxChatApp(App[int]):
 
     def refresh_gauges(self) -> None:
         conv = self.conversation
-        if conv is None:
+        if conv is None or not self.query("#gauges"):  # none yet, or torn down at quit
             return
         state = self.serving.with_api(conv.views.state())
         # A new chat holds nothing yet, whatever the last one left in the KV cache

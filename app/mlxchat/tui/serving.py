@@ -122,6 +122,8 @@ class Serving:
         """While the chat's turn waits for an API request, the activity line says
         so; while it does not run, the gauges follow the API's KV cache."""
         app = self.app
+        if not app.query("#gauges"):  # a tick after the screen was torn down at quit
+            return
         if not app.generating and self.running and self.control.kv_bytes() != self._api_kv_shown:
             app.refresh_gauges()
         activity = app.activity
