@@ -346,3 +346,21 @@ def test_a_bind_beyond_loopback_needs_a_key(host, key, monkeypatch):
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 2
     assert "--api-key" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+def test_a_stop_string_ending_on_the_last_allowed_token_is_stored_as_a_stop(served):
+    """The engine ends by max_tokens on the very token the stop string completes
+    on: the client is told 'stop', and the stored reply says the same."""
+    api = client(served.url)
+    ask = [{"role": "user", "content": "Say something."}]
+    text = api.chat.completions.create(model="tiny", messages=ask, max_tokens=8,
+                                       temperature=0).choices[0].message.content
+    stop = next(text[-n:] for n in range(1, len(text) + 1)
+                if text.find(text[-n:]) == len(text) - n)  # first seen at the very end
+    cut = api.chat.completions.create(model="tiny", messages=ask, max_tokens=8, temperature=0,
+                                      stop=[stop])
+    assert cut.choices[0].finish_reason == "stop"
+    reply = served.conv.messages[-1]
+    assert reply.content == cut.choices[0].message.content == text[:-len(stop)]
+    assert not reply.cancelled and reply.stats.finish_reason == "stop"
+    assert served.conv.engine.loaded.tokenizer.decode(reply.token_ids or []) == reply.content

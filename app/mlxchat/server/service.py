@@ -284,8 +284,8 @@ class ChatService:
         its ids cut where its text (``kept``) ends (dropped when they cannot be:
         the next turn renders the text), so the ledger holds what the client saw."""
         last = self.conv.messages[-1] if self.conv.messages else None
-        if last is not None and last.role == "assistant" and last.cancelled \
-                and last.id is not None:
+        # Cancelled by the watch, or ended by max_tokens on the token that matched.
+        if last is not None and last.role == "assistant" and last.id is not None:
             ids = ids_up_to(self.engine.loaded.tokenizer, last.token_ids or [],
                             done.reply, len(kept)) if last.token_ids else None
             self.store.mark_stopped(last.id, token_ids=ids)
