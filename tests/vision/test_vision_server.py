@@ -32,7 +32,7 @@ def serve(loaded, db: Path, *, allow_image_urls: bool = False, **fetch) -> Serve
     service = ChatService(conv, store=conv.store, engine=conv.engine, max_waiting=4,
                           kv_budget_bytes=None)
     app = build_app(service, max_body_bytes=4 << 20, allow_image_urls=allow_image_urls,
-                    image_fetch=FetchLimits(**fetch))
+                    image_fetch=FetchLimits(private=True, **fetch))
     return Served(conv, service, RunningServer(app, host="127.0.0.1", port=0).start())
 
 

@@ -41,7 +41,10 @@ def add_serve_parser(sub) -> None:
                    help="requests that may wait for the engine before 503 (default 8)")
     p.add_argument("--allow-image-urls", action="store_true",
                    help="fetch the http(s) image URLs requests name (default: refused; "
-                   "images come as data URLs)")
+                   "images come as data URLs); only public addresses are reached")
+    p.add_argument("--allow-private-image-urls", action="store_true",
+                   help="fetch image URLs from loopback, LAN and link-local addresses too "
+                   "(implies --allow-image-urls)")
     p.add_argument("--body-timeout", type=float, default=DEFAULT_BODY_TIMEOUT_S,
                    metavar="S", help="seconds a request may take to send its whole body once "
                    f"its headers are in (default {DEFAULT_BODY_TIMEOUT_S:g}); a slower one "
@@ -135,7 +138,9 @@ def serve_options(args: argparse.Namespace, *,
     options are good, to be visible to others."""
     options = ServeOptions(host=args.host, port=args.port, api_key=api_key(args),
                            queue=args.queue, kv_budget_bytes=parse_size(args.kv_budget),
-                           allow_image_urls=args.allow_image_urls,
+                           allow_image_urls=args.allow_image_urls
+                           or args.allow_private_image_urls,
+                           private_image_urls=args.allow_private_image_urls,
                            body_timeout_s=args.body_timeout)
     check_options(options)
     if args.api_key is not None:
@@ -169,7 +174,7 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
         from mlxchat.tui.app import run_app
 
         return run_app(settings, model=args.model, serve=options)
-    from mlxchat.server.app import build_app
+    from mlxchat.server.app import build_app, image_limits
     from mlxchat.server.runner import RunningServer
     from mlxchat.server.service import ChatService
     from mlxchat.session.root import open_conversation
@@ -186,7 +191,8 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
         print(f"mlxchat serve: kept {n} {'reply' if n == 1 else 'replies'} a killed run was "
               "streaming, as far as it was checkpointed (marked stopped)", file=sys.stderr)
     server = RunningServer(build_app(service, api_key=options.api_key,
-                                     allow_image_urls=options.allow_image_urls), host=args.host,
+                                     allow_image_urls=options.allow_image_urls,
+                                     image_fetch=image_limits(options)), host=args.host,
                            port=args.port, body_timeout_s=options.body_timeout_s)
     try:
         service.warm_up()  # before listening: the first request is served warm

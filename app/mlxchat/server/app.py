@@ -17,6 +17,7 @@ from mlxchat.server import anthropic_api, completions_api, ollama_api, openai_ap
 from mlxchat.server.access_log import AccessLog
 from mlxchat.server.errors import ApiError, Dialect, internal
 from mlxchat.server.image_fetch import FetchLimits
+from mlxchat.server.options import ServeOptions
 from mlxchat.server.service import ChatService
 from mlxchat.server.streaming import ClientGone
 
@@ -94,6 +95,11 @@ async def _client_gone(request: Request, exc: Exception) -> Response:
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.exception("request failed: %s %s", request.method, request.url.path)
     return internal().response(_dialect(request.url.path))
+
+
+def image_limits(options: ServeOptions) -> FetchLimits:
+    """How the image URLs of requests are fetched under ``options``."""
+    return FetchLimits(private=options.private_image_urls)
 
 
 def build_app(service: ChatService, *, api_key: str | None = None,

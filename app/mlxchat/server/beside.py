@@ -17,7 +17,7 @@ from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.interface import Engine
 from mlxchat.errors import MlxchatError, UserError
 from mlxchat.models import LoadedModel
-from mlxchat.server.app import build_app
+from mlxchat.server.app import build_app, image_limits
 from mlxchat.server.options import ServeOptions, check_options
 from mlxchat.server.runner import RunningServer
 from mlxchat.server.service import ChatService
@@ -78,7 +78,8 @@ class SharedServer:
                 max_waiting=options.queue, kv_budget_bytes=options.kv_budget_bytes)
             self.server = RunningServer(
                 build_app(service, api_key=options.api_key,
-                          allow_image_urls=options.allow_image_urls),
+                          allow_image_urls=options.allow_image_urls,
+                          image_fetch=image_limits(options)),
                 host=options.host, port=options.port,
                 body_timeout_s=options.body_timeout_s).start()
         except BaseException:

@@ -3,7 +3,8 @@
 others meanwhile; one deadline for all of a request's fetches (connecting,
 redirects, every byte: a server that trickles holds nothing past it); the
 size cap checked as the bytes arrive, never read past; redirects followed
-only to http(s), a bounded number of them."""
+only to http(s), a bounded number of them; only public addresses are reached
+unless the user allowed private ones (``fetch_guard``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import anyio
 import httpx2
 
 from mlxchat.models import vision_images
-from mlxchat.server import images
+from mlxchat.server import fetch_guard, images
 from mlxchat.server.api_turns import ApiRequest, IncomingMessage
 from mlxchat.server.errors import ApiError, bad_field
 from mlxchat.server.images import ImageBlob
@@ -32,6 +33,8 @@ class FetchLimits:
     max_redirects: int = 5
     max_urls: int = 16
     """Image URLs one request may name."""
+    private: bool = False
+    """Loopback, LAN and link-local addresses may be fetched from too."""
 
 
 def _refused(param: str, text: str) -> ApiError:
@@ -100,7 +103,9 @@ async def fetch_images(turn: ApiRequest, limits: FetchLimits, *, sees: bool,
     fetched: dict[str, bytes] = {}
     try:
         with anyio.fail_after(limits.deadline_s):
-            async with httpx2.AsyncClient(trust_env=False, timeout=None) as client:
+            async with httpx2.AsyncClient(trust_env=False, timeout=None,
+                                          transport=fetch_guard.transport(
+                                              private=limits.private)) as client:
                 for blob in pending:
                     assert blob.url is not None
                     if blob.url not in fetched:

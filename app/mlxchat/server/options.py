@@ -33,6 +33,8 @@ class ServeOptions:
     """None: no budget (the segments are never trimmed)."""
     allow_image_urls: bool = False
     """Fetch http(s) image URLs of requests (else only data URLs are taken)."""
+    private_image_urls: bool = False
+    """Those URLs may reach loopback, LAN and link-local addresses too."""
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     """A request's whole body must arrive within this once its headers are in."""
 
