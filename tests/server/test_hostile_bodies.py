@@ -114,8 +114,34 @@ def test_a_max_tokens_past_the_window_is_refused_as_openai_does(tiny, tmp_path, 
         assert narrow.service.answered == 0
         _no_tracebacks(caplog)
         _say_capped(narrow)
+        _ollama_unbounded(narrow)
     finally:
         narrow.stop()
+
+
+def _ollama_unbounded(narrow) -> None:
+    """Ollama's num_predict -1 (no limit) and -2 (fill the context) run until the
+    model stops or the window is full: the reply a num_predict of all the room
+    left gives, with no num_predict_capped_to."""
+    hello = [{"role": "user", "content": "hi"}]
+
+    def reply(num_predict: int) -> dict:
+        answer = request(narrow.url, "POST", OLLAMA, {
+            "model": "tiny", "messages": hello, "stream": False,
+            "options": {"temperature": 0, "num_predict": num_predict}})
+        assert answer.status == 200, answer.body[:200]
+        return answer.json()
+
+    whole = reply(-1)
+    assert "num_predict_capped_to" not in whole
+    prompt = request(narrow.url, "POST", CHAT, {"model": "tiny", "messages": hello,
+                                                "max_tokens": 1}).json()["usage"]
+    room = 256 - prompt["prompt_tokens"]
+    assert 0 < whole["eval_count"] <= room
+    explicit = reply(room)
+    assert explicit["message"] == whole["message"] and explicit["eval_count"] == whole[
+        "eval_count"]
+    assert reply(-2)["message"] == whole["message"]
 
 
 def test_a_max_tokens_that_is_no_whole_number_from_1_is_refused(served):
@@ -134,11 +160,13 @@ def _refused_everywhere(served, value) -> None:
              "max_tokens"),
             (OLLAMA, {"model": "tiny", "messages": hello, "options": {"num_predict": value}},
              "num_predict")):
+        if path == OLLAMA and value == -1:
+            continue  # Ollama's "no limit"
         reply = request(served.url, "POST", path, body)
         assert reply.status == 400, (path, value, reply.body[:200])
         error = reply.json()["error"]
         if path == OLLAMA:
-            assert error == f"'{name}' must be a whole number >= 1."
+            assert error == f"'{name}' must be a whole number >= 1, or -1 or -2."
         else:
             assert error["param"] == name and error["code"] == "invalid_value"
 

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from mlxchat.chat import CalledTool
 from mlxchat.server.errors import ApiError
 from mlxchat.server.openai_api import capped_to
-from mlxchat.server.requests import ollama_chat, parse_json
+from mlxchat.server.requests import ollama_chat, parse_json, unbounded_num_predict
 from mlxchat.server.response_format import compiled, ollama_format
 from mlxchat.server.service import ChatService, Finished, Piece
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started, unsent
@@ -59,7 +59,8 @@ async def chat(request: Request) -> Response:
         service.engine.loaded.tokenizer, ollama_format(data), "format"))
     items, first = await started(request, service.chat(chat_request))
     model = service.model_id
-    asked = chat_request.turn.settings.get("max_tokens")
+    asked = None if unbounded_num_predict(data.get("options") or {}) else \
+        chat_request.turn.settings.get("max_tokens")  # -1/-2 asked for no cap to report
     if not chat_request.stream:
         end = await finished(request, first, items)
         return JSONResponse(_final(model, end, _message(end.content, end.reasoning,
