@@ -194,6 +194,18 @@ async def test_model_picker_picks_an_available_model():
         assert app.result == "smollm2-135m"
 
 
+async def test_model_picker_opens_on_the_loaded_model():
+    app = ScreenHost(lambda: ModelPickerScreen(ENTRIES, current="qwen3-4b"))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        assert app.screen.query_one(DataTable).cursor_row == 1
+        assert "qwen3-4b: mlx-community/Qwen3-4B-4bit" in str(
+            app.screen.query_one("#models-detail", Static).render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.result is None
+
+
 async def test_model_picker_downloads_with_progress_then_picks():
     seen: list[tuple[int, int | None]] = []
 

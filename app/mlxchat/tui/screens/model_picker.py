@@ -143,7 +143,11 @@ class ModelPickerScreen(ModalScreen[str | None]):
     def on_mount(self) -> None:
         self._fill()
         self.query_one("#models-download").display = False
-        self.query_one(DataTable).focus()
+        table = self.query_one(DataTable)
+        aliases = [e.alias for e in self.entries]
+        if self.current in aliases:  # opens on the loaded model: enter keeps it
+            table.move_cursor(row=aliases.index(self.current), animate=False)
+        table.focus()
 
     def on_resize(self) -> None:
         self._fill()
