@@ -293,8 +293,9 @@ def _import(args: argparse.Namespace) -> int:
 
 def _models(args: argparse.Namespace) -> int:
     import json
+    import shutil
 
-    from mlxchat.chat import human_bytes
+    from mlxchat.cli.models_table import models_table
     from mlxchat.models import list_models
 
     if args.scan:
@@ -306,14 +307,6 @@ def _models(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([e.__dict__ for e in entries], indent=2))
         return 0
-    rows = [("ALIAS", "SIZE", "CONTEXT", "NEEDS", "FITS", "ON DISK", "LICENCE", "SOURCE")]
-    for e in entries:
-        size = "-" if e.size_bytes is None else (
-            human_bytes(e.size_bytes) + ("" if e.size_on_disk else " (download)"))
-        rows.append((e.alias, size, f"{e.context_window:,}" if e.context_window else "-",
-                     human_bytes(e.needed_bytes) if e.needed_bytes else "?", e.fits,
-                     "yes" if e.available_offline else "no", e.licence or "-", e.source))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    print(models_table(entries, width))
     return 0

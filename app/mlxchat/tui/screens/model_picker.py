@@ -15,6 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, ProgressBar, Static
 
 from mlxchat.chat import human_bytes
+from mlxchat.table_fit import fit_columns, shorten_start
 from mlxchat.units import fmt_int
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ PRIORITY = ("Model", "Fits", "Context", "Offline", "Source", "Size", "Needs", "B
 
 def short_source(source: str, width: int) -> str:
     """A source longer than ``width`` (a deep path, a long repo id) shows its end."""
-    return source if len(source) <= width else "…" + source[-(width - 1):]
+    return shorten_start(source, width)
 
 
 def fits_cell(fits: str) -> str:
@@ -73,16 +74,8 @@ def column_widths(rows: Sequence[dict[str, Text]], room: int) -> dict[str, int]:
     whole, the least wanted columns left out first; the source shortened from
     its start (to SOURCE_MIN at least) before it goes."""
     natural = {c: max([len(c), *(r[c].cell_len for r in rows)]) for c in COLUMNS}
-    chosen: dict[str, int] = {}
-    left = room
-    for column in PRIORITY:
-        least = min(natural[column], SOURCE_MIN) if column == "Source" else natural[column]
-        if least + CELL_PADDING <= left:
-            chosen[column] = least
-            left -= least + CELL_PADDING
-    if "Source" in chosen:
-        chosen["Source"] = min(natural["Source"], chosen["Source"] + left)
-    return {c: chosen[c] for c in COLUMNS if c in chosen}
+    return fit_columns(natural, PRIORITY, room, padding=CELL_PADDING, shrinks="Source",
+                       shrink_min=SOURCE_MIN)
 
 
 def detail_line(entry: ModelEntry, width: int) -> str:
