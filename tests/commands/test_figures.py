@@ -28,13 +28,20 @@ def test_stats_of_a_one_token_reply_say_no_rate_was_measured(registry, ctx, conv
     done = send(conv, "Measure this")
     assert done.stats.generated_tokens == 1
     rows = dict(registry.run("/stats", ctx).rows)
-    assert rows["reply"] == "1 token at — tok/s (one token: no rate), stopped by max_tokens"
+    assert rows["reply"] == "1 token, no rate from one token, stopped by max_tokens"
     assert rows["prefill speed"].endswith(" tok/s") and rows["prefill speed"][0].isdigit()
     conv.update_generation(replace(conv.generation, max_tokens=8))
     done = [e for e in conv.turns.retry() if isinstance(e, TurnDone)][0]
     assert done.stats.prefilled_tokens == 1  # the same prompt again: all of it cached
     rows = dict(registry.run("/stats", ctx).rows)
     assert rows["prefill speed"] == "not measured (nothing prefilled)"
+
+
+def test_stats_of_a_reply_stopped_before_its_first_token(registry, ctx, conv):
+    done = send(conv, "Measure this")
+    conv.turns.last_stats = replace(done.stats, generated_tokens=0, finish_reason="cancelled")
+    rows = dict(registry.run("/stats", ctx).rows)
+    assert rows["reply"] == "no tokens, stopped by you"
 
 
 def test_stats_say_in_words_that_you_stopped_the_reply(registry, ctx, conv):

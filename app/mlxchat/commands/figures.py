@@ -38,6 +38,16 @@ def _bits(kv_bits: int | None) -> str:
     return f"{kv_bits}-bit" if kv_bits else "full precision"
 
 
+def _reply(s: TurnStats) -> str:
+    """How long the reply was, how fast, and why it ended (no rate from fewer
+    than two tokens)."""
+    if not s.generated_tokens:
+        return f"no tokens, {s.ending}"
+    rate = ", no rate from one token" if s.decode_tps is None else \
+        f" at {s.decode_tps:.1f} tok/s"
+    return f"{plural(s.generated_tokens, 'token')}{rate}, {s.ending}"
+
+
 def stats(ctx: CommandContext, args: Args) -> CommandResult:
     s = last_stats(ctx)
     if s is None:
@@ -49,10 +59,7 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
                     f"({s.cache_source} cache), {fmt_int(s.prefilled_tokens)} prefilled")),
         ("prefill speed", "not measured (nothing prefilled)" if s.prefill_tps is None
          else f"{s.prefill_tps:,.0f} tok/s"),
-        ("reply", (f"{plural(s.generated_tokens, 'token')} at "
-                   + ("— tok/s (one token: no rate)" if s.decode_tps is None
-                      else f"{s.decode_tps:.1f} tok/s")
-                   + f", {s.ending}")),
+        ("reply", _reply(s)),
         ("total time", f"{s.total_s:.2f} s"),
         ("context", (f"{fmt_int(s.context_used)} of {fmt_int(s.context_window)} tokens "
                      f"({fmt_report_percent(s.context_used, s.context_window)})")),
