@@ -201,3 +201,14 @@ def test_typing_prefill_waits_while_retrieving(conv):
     assert conv.typing.typed_tokens("Where do") is None  # the sources go in front: unknown yet
     conv.retrieval.use(None)
     assert conv.typing.typed_tokens("Where do") is not None
+
+
+def test_the_prefill_forecast_is_for_the_block_where_it_goes(conv):
+    """The sources' "~N s to prefill" comes from the prefill rates measured on
+    this model at that depth of the window, not from the last turn's rate."""
+    before = conv.retrieval.retrieve("Where do herons nest?", remember=False)
+    assert before.sources and before.forecast_s is None  # nothing measured yet
+    last(conv.turns.send("Where do herons nest?"))
+    found = conv.retrieval.retrieve("Where do owls hunt?", remember=False)
+    estimate = conv.views.prefill_estimate(found.block_tokens)
+    assert estimate is not None and found.forecast_s == estimate.seconds > 0

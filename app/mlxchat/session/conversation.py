@@ -69,7 +69,7 @@ class Conversation(OpenSession):
         self.views = EngineViews(self, engine, self.pins,
                                  last_stats=lambda: self.turns.last_stats)
         self.retrieval = Retrieval(self, store, engine, window_left=self.views.window_left,
-                                   last_stats=self.views.branch_stats, embedder=embedder)
+                                   prefill_seconds=self._prefill_seconds, embedder=embedder)
         self.tools = SessionTools(self, store, engine, host=tool_host)
         self.turns = TurnRunner(self, store, engine, cache=self.cache, pins=self.pins,
                                 unsaved=self._unsaved, retrieval=self.retrieval, attachments=[],
@@ -87,6 +87,11 @@ class Conversation(OpenSession):
         self.tools.start()  # in the background: ready by the time a message is sent
 
     # -- which session is open ----------------------------------------------------------
+    def _prefill_seconds(self, tokens: int) -> float | None:
+        """What ``tokens`` more at the end of the conversation take to prefill."""
+        estimate = self.views.prefill_estimate(tokens)
+        return None if estimate is None else estimate.seconds
+
     def _new_session(self, store: SessionStore | None = None) -> Session:
         return (store or self.store).create_session(
             self.model_spec, self.settings.system_prompt,

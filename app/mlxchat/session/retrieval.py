@@ -31,7 +31,6 @@ from mlxchat.session.mlx_thread import MlxThread
 from mlxchat.sources import Source, sources_block
 from mlxchat.store import SessionStore
 from mlxchat.store.documents import CollectionInfo, CollectionNotFound
-from mlxchat.turn_stats import TurnStats
 
 if TYPE_CHECKING:
     from mlxchat.docs import IndexProgress, IndexReport, Retriever
@@ -61,8 +60,9 @@ class Retrieved:
     prompt: at most ``budget``."""
     left_out: int
     """Hits that did not fit the budget."""
-    prefill_tps: float | None
-    """The last measured prefill rate of this session (None: none yet)."""
+    forecast_s: float | None
+    """Seconds the block will take to prefill where it goes in the window, from
+    the prefill rates measured on this model (None: nothing measured yet)."""
     below_floor: int = 0
     """Of the top ``docs_k`` hits, those left out as far less relevant than the
     best (``docs.relevance``)."""
@@ -71,22 +71,18 @@ class Retrieved:
     def tokens(self) -> int:
         return sum(s.tokens for s in self.sources)
 
-    @property
-    def forecast_s(self) -> float | None:
-        """Seconds the block will take to prefill at the last measured rate."""
-        return self.block_tokens / self.prefill_tps if self.prefill_tps else None
-
 
 class Retrieval:
     def __init__(self, open_session: OpenSession, store: SessionStore, engine: Engine, *,
-                 window_left: Callable[[], int], last_stats: Callable[[], TurnStats | None],
+                 window_left: Callable[[], int],
+                 prefill_seconds: Callable[[int], float | None],
                  embedder: Callable[[], Embedder] | None = None):
         self._open = open_session
         self._docs = store
         """Where the collections are: the session's database, unless told otherwise."""
         self._engine = engine
         self._window_left = window_left
-        self._last_stats = last_stats
+        self._prefill_seconds = prefill_seconds
         self._embedder_factory = embedder
         self._embedder: Embedder | None = None
         self._retriever: Retriever | None = None
@@ -203,9 +199,8 @@ class Retrieval:
                 continue
             block = with_it
             sources.append(source)
-        stats = self._last_stats()
         found = Retrieved(name, sources, budget, block, left_out,
-                          stats.prefill_tps if stats is not None else None,
+                          self._prefill_seconds(block) if sources else None,
                           below_floor=_dropped(hits[:settings.docs_k], kept))
         if remember:
             self.last = found
