@@ -51,15 +51,23 @@ def test_a_library_that_does_not_load_is_reported_not_raised():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the Linux CPU wheel only")
-def test_the_cli_says_why_it_is_slow_unless_no_blas_was_asked_for():
-    """A missing BLAS is said once on stderr; MLXCHAT_BLAS=none is the user's
-    own choice, and an error for bad input stays one line."""
-    def stderr(**env: str) -> list[str]:
-        out = subprocess.run([sys.executable, "-m", "mlxchat", "sessions", "show", "999"],
-                             capture_output=True, text=True, timeout=60,
-                             env={**os.environ, **env})
+def test_the_cli_says_why_it_is_slow_when_a_model_loads_and_never_before_bad_input(
+        tiny_model_dir, tmp_path):
+    """A missing BLAS is said once on stderr as a model loads; a refusal of bad
+    input (no such session, no such model) stays one line; MLXCHAT_BLAS=none is
+    the user's own choice and is not said."""
+    def stderr(*argv: str, **env: str) -> list[str]:
+        out = subprocess.run([sys.executable, "-m", "mlxchat", *argv], capture_output=True,
+                             text=True, timeout=120,
+                             env={**os.environ, "MLXCHAT_HOME": str(tmp_path), **env})
         return out.stderr.splitlines()
-    missing = stderr(MLXCHAT_BLAS="/nonexistent/libopenblas.so.0")
-    assert any("/nonexistent/libopenblas.so.0" in line for line in missing)
-    chosen = stderr(MLXCHAT_BLAS="none")
-    assert len(chosen) == 1 and "BLAS" not in chosen[0]
+    missing = "/nonexistent/libopenblas.so.0"
+    for bad in (("sessions", "show", "999"), ("ask", "--model", "nosuch", "hi")):
+        refused = stderr(*bad, MLXCHAT_BLAS=missing)
+        assert len(refused) == 1 and refused[0].startswith("mlxchat: error: "), refused
+    loaded = stderr("ask", "--model", str(tiny_model_dir), "--max-tokens", "2", "hi",
+                    MLXCHAT_BLAS=missing)
+    assert sum(missing in line for line in loaded) == 1, loaded
+    chosen = stderr("ask", "--model", str(tiny_model_dir), "--max-tokens", "2", "hi",
+                    MLXCHAT_BLAS="none")
+    assert not any("BLAS" in line for line in chosen), chosen

@@ -149,7 +149,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _stdout_closed()
     logging.basicConfig(level=os.environ.get("MLXCHAT_LOG", "WARNING").upper(),
                         format="%(levelname)s %(name)s: %(message)s")
-    blas.warn_once()  # the reference BLAS: why it is slow and how to fix it, once
     if os.environ.get("MLXCHAT_LAUNCH_FILES"):  # run on a host by a launch script
         import atexit
 
@@ -236,6 +235,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if not os.path.isfile(name):
             raise UserError(f"--pin {name}: no such file")
     _need_terminal()
+    blas.warn_once()  # before the screen is taken: why MLX is slow here, once
     from functools import partial
 
     from mlxchat.cli.split import factories, split_launch

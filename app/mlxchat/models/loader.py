@@ -11,6 +11,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.utils import load_model, load_tokenizer, maybe_set_recommended_wired_limit
 
+from mlxchat import blas
 from mlxchat.models import memory, precision, vision_load
 from mlxchat.models.errors import ModelError
 from mlxchat.models.info import LoadedModel, describe, on_cpu
@@ -77,6 +78,7 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     dtype = compute_dtype or default
     fit = _fit(folder, config, name or folder.name, context_window, available, dtype,
                ranks=split[1].size() if split else 1)
+    blas.warn_once()  # the model is good and MLX is about to compute: why it is slow here
     if vision_load.is_vision_config(config):
         if split is not None:
             raise ModelError("a vision-language model cannot be split over ranks yet")
