@@ -1,5 +1,7 @@
-"""Images in the token ledger, timed on a small random Qwen2-VL (mlx-vlm's
-classes, random weights; 256 placeholder tokens an image), one run:
+"""Images in the token ledger, timed per family (Qwen2-VL, Qwen2.5-VL,
+Qwen3-VL) on a small random model of each (mlx-vlm's classes, random weights,
+the family's published template and processor settings; 256 placeholder
+tokens an image), each figure printed as ``NAME_FAMILY=X``:
 
 - ``vision_followup_ratio``: TTFT of a text follow-up after an image turn,
   on the warm cache / the same prompt recomputed from nothing (goal <= 0.1).
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -41,17 +44,19 @@ from mlxchat.engine.events import TurnDone  # noqa: E402
 from mlxchat.engine.prompt.fit import FittedPrompt  # noqa: E402
 from mlxchat.generation import GenerationSettings  # noqa: E402
 from mlxchat.models import load_folder  # noqa: E402
-from mlxchat.models.tiny_vision import write_tiny_qwen_vl  # noqa: E402
 from mlxchat.models.vision_images import file_digest  # noqa: E402
 
-TEMPLATE = ROOT / "tests" / "vision" / "data" / "qwen2-vl-7b-instruct.chat_template.json"
+from tests.vision.conftest import family_template, write_family  # noqa: E402
+
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 ONE = GenerationSettings(temperature=0.0, max_tokens=1)
 TURNS = [("Describe this picture in detail, please.", 0), ("What are the main colours?", None),
          ("Is there any text in it?", None), ("What would you title it?", None),
          ("Now compare it with this second picture.", 1)]
 
 
-def images(folder: Path) -> list[ImageRef]:
+def images(folder: Path, side: int) -> list[ImageRef]:
+    """Two random ``side`` x ``side`` pictures (16 x 16 merged patches each)."""
     import numpy as np
     from PIL import Image
 
@@ -59,8 +64,8 @@ def images(folder: Path) -> list[ImageRef]:
     for n in range(2):
         path = folder / f"picture{n}.png"
         rng = np.random.default_rng(n)
-        Image.fromarray(rng.integers(0, 255, (448, 448, 3), dtype=np.uint8)).save(path)
-        refs.append(ImageRef(file_digest(path), str(path), path.name, 448, 448))
+        Image.fromarray(rng.integers(0, 255, (side, side, 3), dtype=np.uint8)).save(path)
+        refs.append(ImageRef(file_digest(path), str(path), path.name, side, side))
     return refs
 
 
@@ -134,53 +139,64 @@ def one_run(folder: Path, refs: list[ImageRef], work: Path) -> dict[str, float]:
     return figures
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
-    parser.add_argument("--no-mlx-vlm", action="store_true",
-                        help="leave out mlx-vlm's own multi-turn path")
-    args = parser.parse_args()
-    with temporary_home("mlxchat-bench-vision-home-"):
-        work = Path(tempfile.mkdtemp(prefix="mlxchat-bench-vision-"))
-        template = json.loads(TEMPLATE.read_text())["chat_template"]
-        folder = write_tiny_qwen_vl(work / "model", chat_template=template, hidden_size=256,
-                                    num_layers=4, vision_depth=2, vision_width=64,
-                                    max_pixels=448 * 448)
-        refs = images(work)
-        runs = []
-        for n in range(args.repeats):
-            (work / f"run{n}").mkdir()
-            runs.append(one_run(folder, refs, work / f"run{n}"))
-        theirs = None if args.no_mlx_vlm else conversation_ttfts(
-            folder, template, [r.path for r in refs], TURNS)
+def measure(family: str, work: Path, repeats: int, with_mlx_vlm: bool) -> dict[str, float]:
+    """One family's figures (medians of ``repeats`` runs), printed as measured."""
+    side = 16 * 2 * (16 if family == "qwen3_vl" else 14)
+    folder = write_family(work / "model", family, hidden_size=256, num_layers=4,
+                          vision_depth=2, vision_width=64, max_pixels=side * side)
+    refs = images(work, side)
+    load = os.getloadavg()
+    runs = []
+    for n in range(repeats):
+        (work / f"run{n}").mkdir()
+        runs.append(one_run(folder, refs, work / f"run{n}"))
+    theirs = conversation_ttfts(folder, family_template(family), [r.path for r in refs], TURNS,
+                                family=family) if with_mlx_vlm else None
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     out = {
         "vision_followup_ratio": med["warm_followup"] / med["cold_followup"],
         "vision_second_image_ratio": med["warm_second"] / med["cold_second"],
         "vision_resume_ratio": med["resumed_followup"] / med["warm_followup"],
     }
-    print(f"small random Qwen2-VL (hidden 256, 4 layers; vision depth 2), "
-          f"{int(med['image_tokens'])} tokens an image, median of {args.repeats} runs")
-    print(f"follow-up after the image: {int(med['followup_prefilled'])} of "
+    print(f"{family}: small random model (hidden 256, 4 layers; vision depth 2), "
+          f"{int(med['image_tokens'])} tokens an image, median of {repeats} runs; load "
+          f"average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f}")
+    print(f"  follow-up after the image: {int(med['followup_prefilled'])} of "
           f"{int(med['followup_prompt'])} prompt tokens prefilled; TTFT warm "
           f"{med['warm_followup'] * 1000:.1f} ms, recomputed {med['cold_followup'] * 1000:.1f} "
           f"ms, resumed from segments {med['resumed_followup'] * 1000:.1f} ms")
-    print(f"turn 5 adding a second image: {int(med['second_prefilled'])} of "
+    print(f"  turn 5 adding a second image: {int(med['second_prefilled'])} of "
           f"{int(med['second_prompt'])} prompt tokens prefilled; TTFT warm "
           f"{med['warm_second'] * 1000:.1f} ms, recomputed {med['cold_second'] * 1000:.1f} ms")
     if theirs is not None:
         assert [n for _, n in theirs][1] == med["followup_prompt"], "another prompt"
         assert [n for _, n in theirs][4] == med["second_prompt"], "another prompt"
-        print(f"mlx-vlm stream_generate + PromptCacheState, same turns and prompt tokens: "
+        print(f"  mlx-vlm stream_generate + PromptCacheState, same turns and prompt tokens: "
               f"TTFT follow-up {theirs[1][0] * 1000:.1f} ms, turn 5 {theirs[4][0] * 1000:.1f} "
               f"ms (turn 1 {theirs[0][0] * 1000:.1f} ms)")
         out["vs_mlx_vlm_followup"] = med["warm_followup"] / theirs[1][0]
         out["vs_mlx_vlm_second_image"] = med["warm_second"] / theirs[4][0]
     for name, value in out.items():
-        print(f"{name}={value:.3f}")
+        print(f"{name}_{family}={value:.3f}")
+    return {**out, **med}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--family", action="append", choices=FAMILIES,
+                        help="a family to time (again for more; all when not given)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    parser.add_argument("--no-mlx-vlm", action="store_true",
+                        help="leave out mlx-vlm's own multi-turn path")
+    args = parser.parse_args()
+    figures = {}
+    with temporary_home("mlxchat-bench-vision-home-"):
+        for family in args.family or FAMILIES:
+            work = Path(tempfile.mkdtemp(prefix=f"mlxchat-bench-vision-{family}-"))
+            figures[family] = measure(family, work, args.repeats, not args.no_mlx_vlm)
     if args.json:
-        print(json.dumps({**out, **med}))
+        print(json.dumps(figures))
 
 
 if __name__ == "__main__":

@@ -17,16 +17,64 @@ from mlxchat.models.vision_images import file_digest
 DATA = Path(__file__).parent / "data"
 
 
+FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
+
+
 def qwen_vl_template() -> str:
-    """Qwen2-VL's published chat template (data/SOURCES.md)."""
+    """Qwen2-VL's published chat template (data/SOURCES.md); Qwen2.5-VL's is the same."""
     return json.loads((DATA / "qwen2-vl-7b-instruct.chat_template.json").read_text())[
         "chat_template"]
 
 
-@pytest.fixture(scope="session", params=["qwen2_vl", "qwen2_5_vl"])
+def family_template(family: str) -> str:
+    """The family's published chat template (data/SOURCES.md)."""
+    if family == "qwen3_vl":
+        return (DATA / "qwen3-vl-8b-instruct.chat_template.jinja").read_text()
+    return qwen_vl_template()
+
+
+def family_processor(family: str) -> dict | None:
+    """The family's published image processor settings (None: Qwen2-VL's, built in)."""
+    name = {"qwen2_5_vl": "qwen2.5-vl-7b-instruct", "qwen3_vl": "qwen3-vl-8b-instruct"}.get(family)
+    return None if name is None else json.loads(
+        (DATA / f"{name}.preprocessor_config.json").read_text())
+
+
+def write_family(folder: Path, family: str, **sizes) -> Path:
+    return write_tiny_qwen_vl(folder, chat_template=family_template(family), family=family,
+                              processor=family_processor(family), **sizes)
+
+
+def mlx_vlm_image_tokens(folder: Path, path: str) -> int:
+    """The placeholder tokens mlx-vlm's own processor gives the image at ``path``
+    under the folder's settings (its grid, merged)."""
+    from PIL import Image
+
+    config = json.loads((folder / "config.json").read_text())
+    if config["model_type"] == "qwen3_vl":
+        from mlx_vlm.models.qwen3_vl.processing_qwen3_vl import (
+            Qwen3VLImageProcessor,
+            _qwen_vl_image_kwargs,
+        )
+
+        processor = Qwen3VLImageProcessor(**_qwen_vl_image_kwargs(str(folder)))
+    else:
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
+            Qwen2VLImageProcessorPil,
+        )
+
+        settings = json.loads((folder / "preprocessor_config.json").read_text())
+        settings.pop("image_processor_type", None)
+        settings.pop("processor_class", None)
+        processor = Qwen2VLImageProcessorPil(**settings)
+    with Image.open(path) as img:
+        grid = processor(images=[img.convert("RGB")], return_tensors="np")["image_grid_thw"][0]
+    return int(grid[0] * grid[1] * grid[2]) // processor.merge_size ** 2
+
+
+@pytest.fixture(scope="session", params=FAMILIES)
 def vl_folder(request, tmp_path_factory) -> Path:
-    return write_tiny_qwen_vl(tmp_path_factory.mktemp(request.param),
-                              chat_template=qwen_vl_template(), family=request.param)
+    return write_family(tmp_path_factory.mktemp(request.param), request.param)
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,8 @@ from .conftest import DATA
 
 PROBE = """
 import sys
-from mlxchat.models import vision_load, vision_images, vision_model
-import mlx_vlm.models.qwen2_vl, mlx_vlm.models.qwen2_5_vl, mlx_vlm.utils
+from mlxchat.models import vision_load, vision_images, vision_model, vision_deepstack
+import mlx_vlm.models.qwen2_vl, mlx_vlm.models.qwen2_5_vl, mlx_vlm.models.qwen3_vl, mlx_vlm.utils
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 heavy = sorted(m for m in ("cv2", "datasets", "torch", "torchvision", "mlx_audio", "gradio",
                            "fastapi", "llguidance") if m in sys.modules)
@@ -31,3 +31,18 @@ def test_the_template_is_the_published_one():
     raw = (DATA / "qwen2-vl-7b-instruct.chat_template.json").read_bytes()
     blob = hashlib.sha1(b"blob %d\0" % len(raw) + raw).hexdigest()
     assert blob == "732bd68bc5427d1fb6c06a59b3bf2456b2155d24"
+
+
+def test_the_other_families_data_is_the_published_one():
+    """data/SOURCES.md: Qwen3-VL's template text, and the processor settings."""
+    import json
+
+    text = (DATA / "qwen3-vl-8b-instruct.chat_template.jinja").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == (
+        "3636d0f0bd6bef02654cdffdc447b79cb2cef8ab02cc75267345946291a489e4")
+    qwen3 = json.loads((DATA / "qwen3-vl-8b-instruct.preprocessor_config.json").read_text())
+    assert (qwen3["patch_size"], qwen3["merge_size"], qwen3["size"]["shortest_edge"]) == (
+        16, 2, 65536)
+    qwen25 = json.loads((DATA / "qwen2.5-vl-7b-instruct.preprocessor_config.json").read_text())
+    assert (qwen25["patch_size"], qwen25["min_pixels"], qwen25["max_pixels"]) == (
+        14, 3136, 12845056)

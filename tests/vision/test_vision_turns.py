@@ -14,7 +14,7 @@ from mlxchat.engine.events import TurnDone
 from mlxchat.engine.prompt.fit import FittedPrompt
 from mlxchat.generation import GenerationSettings
 
-from .conftest import load
+from .conftest import load, mlx_vlm_image_tokens
 
 GREEDY = GenerationSettings(temperature=0.0, max_tokens=8)
 TURNS = [("What is in this picture?", 0), ("And the colours?", None), ("Say more.", None),
@@ -77,7 +77,7 @@ def test_adapter_computes_what_mlx_vlm_computes(vl_folder, images):
                                      images=images[:1])
     engine.close()
     img = model.know(images[:1])[0]
-    assert ids.count(img.key) == img.tokens == 8
+    assert ids.count(img.key) == img.tokens == mlx_vlm_image_tokens(vl_folder, images[0].path)
     plain = [model.image_token_id if t < 0 else t for t in ids]
     theirs = model.vlm(mx.array(plain)[None], pixel_values=mx.array(model.processor.pixels(img)),
                        image_grid_thw=mx.array([img.grid])).logits
@@ -114,6 +114,7 @@ def test_warm_resumed_and_cold_agree_and_reuse_the_image(vl_folder, images, tmp_
         assert w.prefilled_tokens == added
         assert w.miss_reason is None
     first, second = sorted({t for t in ledger if t < 0}, key=ledger.index)
-    assert warm_stats[0].prefilled_tokens == sizes[0] > ledger.count(first) == 8
-    assert sizes[4] > ledger.count(second) == 6
+    assert warm_stats[0].prefilled_tokens == sizes[0] > ledger.count(first) == (
+        mlx_vlm_image_tokens(vl_folder, images[0].path))
+    assert sizes[4] > ledger.count(second) == mlx_vlm_image_tokens(vl_folder, images[1].path)
     assert ledger.index(second) > warm_stats[3].context_used

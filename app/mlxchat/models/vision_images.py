@@ -176,11 +176,13 @@ class PreparedImage:
 
 
 class QwenImages:
-    """Qwen2-VL and Qwen2.5-VL's image processing: resized to a multiple of
-    patch x merge within [min, max] pixels, patches of 2 frames (an image is
-    repeated), each 2x2 patches merged into one placeholder token."""
+    """Qwen2-VL, Qwen2.5-VL and Qwen3-VL's image processing: resized to a
+    multiple of patch x merge within [min, max] pixels, patches of 2 frames (an
+    image is repeated), each 2x2 patches merged into one placeholder token.
+    ``family`` joins the settings an image's key is made of (Qwen2-VL's and
+    Qwen2.5-VL's keys stay as they were)."""
 
-    def __init__(self, config: dict[str, Any]):
+    def __init__(self, config: dict[str, Any], *, family: str = "qwen2-vl"):
         from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
             Qwen2VLImageProcessorPil,
         )
@@ -192,7 +194,7 @@ class QwenImages:
         self.merge = int(self._hf.merge_size)
         self.min_pixels = int(self._hf.size["shortest_edge"])
         self.max_pixels = int(self._hf.size["longest_edge"])
-        self.settings = json.dumps({"family": "qwen2-vl", "patch": self.patch,
+        self.settings = json.dumps({"family": family, "patch": self.patch,
                                     "merge": self.merge, "min": self.min_pixels,
                                     "max": self.max_pixels,
                                     "mean": list(self._hf.image_mean),

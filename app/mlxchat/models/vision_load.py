@@ -17,7 +17,7 @@ from typing import Any
 
 from mlxchat.models.errors import ModelError
 
-FAMILIES = {"qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL"}
+FAMILIES = {"qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL"}
 """Vision-language families this app drives, by mlx-vlm model type."""
 
 
@@ -49,10 +49,17 @@ def load_vision(folder: Path, config: dict[str, Any]) -> tuple[Any, Any]:
                          f"{exc}") from None
     try:
         vlm = vlm_load(folder)
-        tokenizer = load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
+        tokenizer = load_tokenizer(folder, eos_token_ids=config.get(
+            "eos_token_id", config.get("text_config", {}).get("eos_token_id")))
     except (ValueError, FileNotFoundError, KeyError, OSError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ModelError(f"cannot load the model in {folder}: {reason}") from None
-    model = VisionChat(vlm, QwenImages(processor_config),
-                       image_token_id=int(config["image_token_id"]))
+    if config["model_type"] == "qwen3_vl":
+        from mlxchat.models.vision_deepstack import DeepStackChat
+
+        model: VisionChat = DeepStackChat(vlm, QwenImages(processor_config, family="qwen3-vl"),
+                                          image_token_id=int(config["image_token_id"]))
+    else:
+        model = VisionChat(vlm, QwenImages(processor_config),
+                           image_token_id=int(config["image_token_id"]))
     return model, tokenizer

@@ -101,7 +101,7 @@ class _State:
 
     def __init__(self) -> None:
         self.images: dict[int, PreparedImage] = {}
-        self.features: OrderedDict[int, mx.array] = OrderedDict()
+        self.features: OrderedDict[int, tuple[mx.array, ...]] = OrderedDict()
         self.positions: weakref.WeakKeyDictionary[Any, Positions] = weakref.WeakKeyDictionary()
         """Per cache (keyed by its first layer): several caches share one model
         (the chat's and the API's engines, a probe's throwaway cache)."""
@@ -178,7 +178,12 @@ class VisionChat(nn.Module):
             positions = self._state.positions[cache[0]] = Positions()
             positions.follow(tokens)
 
-    def _features(self, key: int) -> mx.array:
+    def _tower(self, pixels: mx.array, grid: tuple[int, int, int]) -> tuple[mx.array, ...]:
+        """The vision tower's outputs for one image: its span's embeddings
+        first (a family with more, Qwen3-VL's DeepStack, adds them after)."""
+        return (self.vlm.vision_tower(pixels, mx.array([grid]), output_hidden_states=False),)
+
+    def _features(self, key: int) -> tuple[mx.array, ...]:
         state = self._state
         if key in state.features:
             state.features.move_to_end(key)
@@ -186,7 +191,7 @@ class VisionChat(nn.Module):
         img = state.images[key]
         tower = self.vlm.vision_tower
         pixels = mx.array(self.processor.pixels(img)).astype(tower.patch_embed.proj.weight.dtype)
-        feats = tower(pixels, mx.array([img.grid]), output_hidden_states=False)
+        feats = self._tower(pixels, img.grid)
         mx.eval(feats)
         state.vision_calls += 1
         state.features[key] = feats
@@ -209,7 +214,7 @@ class VisionChat(nn.Module):
                 while k < len(row) and row[k] == row[i]:
                     k += 1
                 j0 = positions.index_in_span(offset + i)
-                pieces.append(self._features(row[i])[j0:j0 + (k - i)].astype(embed.weight.dtype))
+                pieces.append(self._features(row[i])[0][j0:j0 + (k - i)].astype(embed.weight.dtype))
             i = k
         return mx.concatenate(pieces, axis=0)[None] if len(pieces) > 1 else pieces[0][None]
 
@@ -222,5 +227,10 @@ class VisionChat(nn.Module):
         embeds = self._embeddings(row, offset, positions)
         text_ids = mx.maximum(inputs, 0)
         out = self.vlm.language_model(text_ids, inputs_embeds=embeds, cache=cache,
-                                      position_ids=mx.array(place)[:, None, :])
+                                      position_ids=mx.array(place)[:, None, :],
+                                      **self._extra_inputs(row, offset, positions))
         return out.logits
+
+    def _extra_inputs(self, row: list[int], offset: int, positions: Positions) -> dict[str, Any]:
+        """What the language model takes beyond the embeddings (none here)."""
+        return {}
