@@ -11,7 +11,6 @@ these code paths import (transformers, Pillow, numpy) is needed.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -39,20 +38,14 @@ def load_vision(folder: Path, config: dict[str, Any]) -> tuple[Any, Any]:
     from mlx_lm.utils import load_tokenizer
     from mlx_vlm.utils import load_model as vlm_load
 
-    from mlxchat.models.vision_images import QwenImages
+    from mlxchat.models.vision_family import make_family, read_json
     from mlxchat.models.vision_model import VisionChat
 
-    try:
-        processor_config = json.loads((folder / "preprocessor_config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read the image processor's settings in {folder}: "
-                         f"{exc}") from None
+    read_json(folder, "preprocessor_config.json")
     try:
         vlm = vlm_load(folder)
         tokenizer = load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
     except (ValueError, FileNotFoundError, KeyError, OSError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ModelError(f"cannot load the model in {folder}: {reason}") from None
-    model = VisionChat(vlm, QwenImages(processor_config),
-                       image_token_id=int(config["image_token_id"]))
-    return model, tokenizer
+    return VisionChat(vlm, make_family(folder, config, tokenizer)), tokenizer
