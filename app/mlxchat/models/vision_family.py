@@ -10,7 +10,7 @@ with the family's markers around it), how pixels become the embeddings of
 those tokens (``encode``: the vision tower and projector), how the language
 model is called with them (``forward``: mRoPE positions for Qwen-VL), and
 the cache layers it takes (``make_cache``: sliding windows for Gemma 3).
-The family is chosen by the config's ``model_type`` (``make_family``).
+The family is chosen by the config's ``model_type`` (``vision_load.make_family``).
 """
 
 from __future__ import annotations
@@ -85,19 +85,6 @@ class QwenFamily:
         return [KVCache() for _ in vlm.language_model.layers]
 
 
-def _qwen(folder: Path, config: dict[str, Any], tokenizer: Any) -> QwenFamily:
-    from mlxchat.models.vision_images import QwenImages
-
-    return QwenFamily(config["model_type"], QwenImages(read_json(folder,
-                                                                  "preprocessor_config.json")),
-                      image_token_id=int(config["image_token_id"]))
-
-
-BUILDERS: dict[str, Any] = {}
-"""The family object's maker by mlx-vlm model type; the Qwen-VL one for any
-other type ``vision_load.FAMILIES`` names."""
-
-
 def read_json(folder: Path, name: str) -> dict[str, Any]:
     """A settings file of the folder (ModelError in one line)."""
     from mlxchat.models.errors import ModelError
@@ -107,9 +94,4 @@ def read_json(folder: Path, name: str) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise ModelError(f"cannot read the image processor's settings in {folder}: "
                          f"{exc}") from None
-
-
-def make_family(folder: Path, config: dict[str, Any], tokenizer: Any) -> VisionFamily:
-    """The family object of a folder whose ``model_type`` this app drives."""
-    return BUILDERS.get(config["model_type"], _qwen)(folder, config, tokenizer)
 

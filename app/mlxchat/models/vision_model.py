@@ -110,6 +110,8 @@ class _State:
         """Per cache (keyed by its first layer): several caches share one model
         (the chat's and the API's engines, a probe's throwaway cache)."""
         self.vision_calls = 0
+        self.store: Any = None
+        """Where features are kept on disk (``vision_features.FeatureStore``), if anywhere."""
 
     def positions_of(self, cache: Any, offset: int) -> Positions:
         first = cache[0] if cache else None
@@ -186,14 +188,22 @@ class VisionChat(nn.Module):
             positions = self._state.positions[cache[0]] = Positions()
             positions.follow(tokens)
 
+    def keep_features_in(self, store: Any) -> None:
+        """Keep every image's features in ``store`` too, and look there first."""
+        self._state.store = store
+
     def _features(self, key: int) -> mx.array:
         state = self._state
         if key in state.features:
             state.features.move_to_end(key)
             return state.features[key]
-        feats = self.family.encode(self.vlm, state.images[key])
-        mx.eval(feats)
-        state.vision_calls += 1
+        feats = state.store.get(key) if state.store is not None else None
+        if feats is None:
+            feats = self.family.encode(self.vlm, state.images[key])
+            mx.eval(feats)
+            state.vision_calls += 1
+            if state.store is not None:
+                state.store.put(key, feats)
         state.features[key] = feats
         while len(state.features) > _KEPT_FEATURES:
             state.features.popitem(last=False)
