@@ -1,5 +1,7 @@
-"""Images in the token ledger, timed on a small random Qwen2-VL (mlx-vlm's
-classes, random weights; 256 placeholder tokens an image), one run:
+"""Images in the token ledger, timed on a small random model of each vision
+family (mlx-vlm's classes, random weights; 256 image tokens an image;
+bench/vision_families.py), one run, every figure suffixed by the family
+(``vision_followup_ratio_gemma3``):
 
 - ``vision_followup_ratio``: TTFT of a text follow-up after an image turn,
   on the warm cache / the same prompt recomputed from nothing (goal <= 0.1).
@@ -13,8 +15,8 @@ And mlx-vlm's own ``stream_generate`` with its ``PromptCacheState`` on the
 same model and turns (bench/vision_mlx_vlm.py), side by side:
 ``vs_mlx_vlm_followup`` and ``vs_mlx_vlm_second_image``, ours warm / theirs.
 
-Each TTFT is the median of ``--repeats`` runs of the same turn, each engine
-warmed up first (``ChatEngine.warm_up``: MLX's kernels and the template, as
+Each TTFT is the median of ``--repeats`` runs (5) of the same turn, the
+machine's load average printed beside them, each engine warmed up first (``ChatEngine.warm_up``: MLX's kernels and the template, as
 the server does before listening); every run checks that the warm, resumed
 and recomputed replies agree.
 """
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -32,6 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common import temporary_home  # noqa: E402
+from vision_families import FAMILIES, BenchFamily  # noqa: E402
 from vision_mlx_vlm import conversation_ttfts  # noqa: E402
 
 from mlxchat.chat import ImageRef, Message  # noqa: E402
@@ -41,10 +46,9 @@ from mlxchat.engine.events import TurnDone  # noqa: E402
 from mlxchat.engine.prompt.fit import FittedPrompt  # noqa: E402
 from mlxchat.generation import GenerationSettings  # noqa: E402
 from mlxchat.models import load_folder  # noqa: E402
-from mlxchat.models.tiny_vision import write_tiny_qwen_vl  # noqa: E402
 from mlxchat.models.vision_images import file_digest  # noqa: E402
+from mlxchat.paths import kv_dir  # noqa: E402
 
-TEMPLATE = ROOT / "tests" / "vision" / "data" / "qwen2-vl-7b-instruct.chat_template.json"
 ONE = GenerationSettings(temperature=0.0, max_tokens=1)
 TURNS = [("Describe this picture in detail, please.", 0), ("What are the main colours?", None),
          ("Is there any text in it?", None), ("What would you title it?", None),
@@ -111,6 +115,8 @@ def one_run(folder: Path, refs: list[ImageRef], work: Path) -> dict[str, float]:
     engine.close()
     figures = {"warm_followup": warm[1].stats.ttft_s, "warm_second": warm[4].stats.ttft_s}
     for name, turn in (("cold_followup", 1), ("cold_second", 4)):
+        # Recomputed from nothing: no KV, and no image features kept on disk.
+        shutil.rmtree(kv_dir() / "features", ignore_errors=True)
         cold = load_folder(folder, available=None)
         engine = ChatEngine(cold)
         engine.warm_up()  # first-call costs (kernels, the template) out of every TTFT
@@ -134,34 +140,28 @@ def one_run(folder: Path, refs: list[ImageRef], work: Path) -> dict[str, float]:
     return figures
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
-    parser.add_argument("--no-mlx-vlm", action="store_true",
-                        help="leave out mlx-vlm's own multi-turn path")
-    args = parser.parse_args()
+def bench_family(family: BenchFamily, args: argparse.Namespace) -> dict[str, float]:
+    """Run and print one family's figures; returns them (ratios suffixed)."""
     with temporary_home("mlxchat-bench-vision-home-"):
         work = Path(tempfile.mkdtemp(prefix="mlxchat-bench-vision-"))
-        template = json.loads(TEMPLATE.read_text())["chat_template"]
-        folder = write_tiny_qwen_vl(work / "model", chat_template=template, hidden_size=256,
-                                    num_layers=4, vision_depth=2, vision_width=64,
-                                    max_pixels=448 * 448)
+        template = family.template()
+        folder = family.write(work / "model", template)
         refs = images(work)
         runs = []
         for n in range(args.repeats):
             (work / f"run{n}").mkdir()
             runs.append(one_run(folder, refs, work / f"run{n}"))
         theirs = None if args.no_mlx_vlm else conversation_ttfts(
-            folder, template, [r.path for r in refs], TURNS)
+            family, folder, template, [r.path for r in refs], TURNS)
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     out = {
         "vision_followup_ratio": med["warm_followup"] / med["cold_followup"],
         "vision_second_image_ratio": med["warm_second"] / med["cold_second"],
         "vision_resume_ratio": med["resumed_followup"] / med["warm_followup"],
     }
-    print(f"small random Qwen2-VL (hidden 256, 4 layers; vision depth 2), "
-          f"{int(med['image_tokens'])} tokens an image, median of {args.repeats} runs")
+    print(f"{family.describe}, {int(med['image_tokens'])} tokens an image, median of "
+          f"{args.repeats} runs; load average {os.getloadavg()[0]:.2f} on "
+          f"{os.cpu_count()} cores")
     print(f"follow-up after the image: {int(med['followup_prefilled'])} of "
           f"{int(med['followup_prompt'])} prompt tokens prefilled; TTFT warm "
           f"{med['warm_followup'] * 1000:.1f} ms, recomputed {med['cold_followup'] * 1000:.1f} "
@@ -171,16 +171,32 @@ def main() -> None:
           f"{med['warm_second'] * 1000:.1f} ms, recomputed {med['cold_second'] * 1000:.1f} ms")
     if theirs is not None:
         assert [n for _, n in theirs][1] == med["followup_prompt"], "another prompt"
-        assert [n for _, n in theirs][4] == med["second_prompt"], "another prompt"
+        assert [n for _, n in theirs][4] == med["second_prompt"], (theirs, med)
         print(f"mlx-vlm stream_generate + PromptCacheState, same turns and prompt tokens: "
               f"TTFT follow-up {theirs[1][0] * 1000:.1f} ms, turn 5 {theirs[4][0] * 1000:.1f} "
               f"ms (turn 1 {theirs[0][0] * 1000:.1f} ms)")
         out["vs_mlx_vlm_followup"] = med["warm_followup"] / theirs[1][0]
         out["vs_mlx_vlm_second_image"] = med["warm_second"] / theirs[4][0]
-    for name, value in out.items():
+    named = {f"{name}_{family.name}": value for name, value in out.items()}
+    for name, value in named.items():
         print(f"{name}={value:.3f}")
+    return {**named, **{f"{k}_{family.name}": v for k, v in med.items()}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--family", action="append", choices=sorted(FAMILIES),
+                        help="time this family (repeatable; default: every one)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    parser.add_argument("--no-mlx-vlm", action="store_true",
+                        help="leave out mlx-vlm's own multi-turn path")
+    args = parser.parse_args()
+    figures: dict[str, float] = {}
+    for name in args.family or sorted(FAMILIES):
+        figures.update(bench_family(FAMILIES[name], args))
     if args.json:
-        print(json.dumps({**out, **med}))
+        print(json.dumps(figures))
 
 
 if __name__ == "__main__":

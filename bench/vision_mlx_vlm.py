@@ -1,7 +1,7 @@
 """mlx-vlm's own multi-turn path on the same model folder and turns, for
 bench/vision.py: ``stream_generate`` with a ``PromptCacheState`` (its cache
 of the previous turn's tokens), the processor built as ``load_processor``
-builds it (mlx-vlm's Qwen2VLProcessor over transformers' Pillow image
+builds it (mlx-vlm's processor of the family over transformers' Pillow image
 processor and the folder's tokenizer; AutoProcessor would want torchvision).
 Its TTFT includes its processor's work on every image of the prompt, which
 it runs each turn; ours starts once the prompt's ids are planned."""
@@ -14,27 +14,20 @@ from pathlib import Path
 from typing import Any, Sequence
 
 
-def _processor(folder: Path, template: str) -> Any:
-    from mlx_vlm.models.qwen2_vl.processing_qwen2_vl import Qwen2VLProcessor
+def _processor(family: Any, folder: Path, template: str) -> Any:
     from mlx_vlm.tokenizer_utils import load_tokenizer
     from mlx_vlm.utils import StoppingCriteria
-    from transformers import PreTrainedTokenizerFast
-    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-        Qwen2VLImageProcessorPil,
-    )
 
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(str(folder))
-    settings = json.loads((folder / "preprocessor_config.json").read_text())
-    settings.pop("image_processor_type", None)
-    processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessorPil(**settings),
-                                 tokenizer=tokenizer, chat_template=template)
+    processor = family.processor(folder, template)
+    tokenizer = processor.tokenizer
     processor.detokenizer = load_tokenizer(folder, return_tokenizer=False)(tokenizer)
-    processor.tokenizer.stopping_criteria = StoppingCriteria(
-        [tokenizer.convert_tokens_to_ids("<|im_end|>")], tokenizer)
+    eos = json.loads((folder / "config.json").read_text()).get("eos_token_id")
+    stops = eos if isinstance(eos, list) else [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    processor.tokenizer.stopping_criteria = StoppingCriteria(stops, tokenizer)
     return processor
 
 
-def conversation_ttfts(folder: Path, template: str, images: Sequence[str],
+def conversation_ttfts(family: Any, folder: Path, template: str, images: Sequence[str],
                        turns: Sequence[tuple[str, int | None]]) -> list[tuple[float, int]]:
     """(TTFT, prompt tokens) of each turn, one token each, greedy; the whole
     conversation run once first to warm MLX's kernels, then measured."""
@@ -42,7 +35,7 @@ def conversation_ttfts(folder: Path, template: str, images: Sequence[str],
     from mlx_vlm.utils import load_model
 
     model = load_model(folder)
-    processor = _processor(folder, template)
+    processor = _processor(family, folder, template)
     tokenizer = processor.tokenizer
     out: list[tuple[float, int]] = []
     for _ in range(2):

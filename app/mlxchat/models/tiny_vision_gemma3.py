@@ -66,11 +66,16 @@ def write_tiny_gemma3_vl(folder: Path, *, chat_template: str, hidden_size: int =
     cfg.vision_config = gemma3.VisionConfig.from_dict(vision)
     mx.random.seed(seed)
     model = gemma3.Model(cfg)
-    # Only printable ASCII can win, so replies re-tokenize to the same ids.
-    printable = [0.0] * len(GEMMA3_SPECIALS) + [
-        1.0 if chr(b).isprintable() and b < 127 or b == 10 else 0.0 for b in range(256)]
-    head = model.language_model.lm_head
-    head.weight = head.weight * 4.0 * mx.array(printable)[:, None]
+    # Gemma 3 ties its output to the embeddings (mlx-vlm drops any lm_head):
+    # zero the bytes that are not visible ASCII, so replies re-tokenize to the
+    # same ids and the template (which trims replies) keeps them; the control
+    # tokens a prompt holds keep a tenth of theirs (they rarely win), the
+    # others none.
+    keep = [0.0 if t in ("<pad>", "<eos>", "<image_soft_token>") else 0.1
+            for t in GEMMA3_SPECIALS] + [1.0 if 32 < b < 127 else 0.0 for b in range(256)]
+    embed = model.language_model.model.embed_tokens
+    embed.weight = embed.weight * mx.array(keep)[:, None]
+    del model.language_model.lm_head  # not saved: the published weights have none
     mx.eval(model.parameters())
     mx.save_safetensors(str(folder / "model.safetensors"),
                         dict(tree_flatten(model.parameters())), {"format": "mlx"})
