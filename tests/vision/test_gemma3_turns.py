@@ -186,12 +186,13 @@ def test_features_on_disk_stay_under_their_bound(tmp_path):
     from mlxchat.models.vision_features import FeatureStore
 
     one = mx.array(np.ones((16, 32), dtype=np.float32))
-    store = FeatureStore(tmp_path / "f", max_bytes=3 * 16 * 32 * 4 + 3 * 200)
+    store = FeatureStore("f", root=tmp_path, max_bytes=3 * 16 * 32 * 4 + 3 * 200)
     for key in range(-1, -6, -1):
         store.put(key, one * key)
     kept = sorted(int(p.stem[3:]) for p in (tmp_path / "f").glob("img*.safetensors"))
     assert len(kept) == 3 and kept == [3, 4, 5]
     assert mx.array_equal(store.get(-5), one * -5)
+    assert all((p.stat().st_mode & 0o777) == 0o600 for p in (tmp_path / "f").iterdir())
     (tmp_path / "f" / "img4.safetensors").write_bytes(b"damaged")
     assert store.get(-4) is None and not (tmp_path / "f" / "img4.safetensors").exists()
 

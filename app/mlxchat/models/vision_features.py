@@ -17,7 +17,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from mlxchat.paths import ensure_private_dir
+from mlxchat.paths import ensure_private_dir, kv_dir
 
 MAX_BYTES = 256 << 20
 """The folder's bound: about 100 Gemma 3 27B images (256 x 5,376 x 2 bytes each)."""
@@ -26,9 +26,16 @@ MAX_BYTES = 256 << 20
 class FeatureStore:
     """Features by image key, for one model (its fingerprint's folder)."""
 
-    def __init__(self, folder: Path, *, max_bytes: int = MAX_BYTES):
-        self.folder = folder
+    def __init__(self, fingerprint: str, *, root: Path | None = None,
+                 max_bytes: int = MAX_BYTES):
+        self.fingerprint = fingerprint
+        self.root = root
+        """``kv_dir()/features`` when None, found at each use (the home may change)."""
         self.max_bytes = max_bytes
+
+    @property
+    def folder(self) -> Path:
+        return (self.root or kv_dir() / "features") / self.fingerprint
 
     def _file(self, key: int) -> Path:
         return self.folder / f"img{-key}.safetensors"
@@ -52,6 +59,7 @@ class FeatureStore:
             ensure_private_dir(self.folder)
             tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.safetensors")
             mx.save_safetensors(str(tmp), {"features": feats})
+            os.chmod(tmp, 0o600)  # what an image shows is private
             os.replace(tmp, path)
             self.prune()
         except OSError:
@@ -60,7 +68,8 @@ class FeatureStore:
     def prune(self) -> None:
         """Remove the least recently used files past the bound."""
         files = []
-        for f in self.folder.glob("img*.safetensors"):
+        folder = self.folder
+        for f in folder.glob("img*.safetensors"):
             try:
                 st = f.stat()
             except FileNotFoundError:

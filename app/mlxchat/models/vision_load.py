@@ -56,9 +56,8 @@ def keep_features(model: Any, fingerprint: str) -> None:
     an edit (Gemma 3) on disk, under the model's fingerprint."""
     if getattr(model.family, "disk_features", False):
         from mlxchat.models.vision_features import FeatureStore
-        from mlxchat.paths import kv_dir
 
-        model.keep_features_in(FeatureStore(kv_dir() / "features" / fingerprint))
+        model.keep_features_in(FeatureStore(fingerprint))
 
 
 def make_family(folder: Path, config: dict[str, Any], tokenizer: Any) -> Any:
