@@ -1,7 +1,8 @@
-"""Images in the token ledger, timed per family (Qwen2-VL, Qwen2.5-VL,
-Qwen3-VL) on a small random model of each (mlx-vlm's classes, random weights,
-the family's published template and processor settings; 256 placeholder
-tokens an image), each figure printed as ``NAME_FAMILY=X``:
+"""Images in the token ledger, timed per vision family (Qwen2-VL, Qwen2.5-VL,
+Qwen3-VL, Gemma 3) on a small random model of each (mlx-vlm's classes, random
+weights, the family's published template and processor settings; 256 image
+tokens an image; bench/vision_families.py), each figure printed as
+``NAME_FAMILY=X`` (``vision_followup_ratio_gemma3=0.07``):
 
 - ``vision_followup_ratio``: TTFT of a text follow-up after an image turn,
   on the warm cache / the same prompt recomputed from nothing (goal <= 0.1).
@@ -15,8 +16,8 @@ And mlx-vlm's own ``stream_generate`` with its ``PromptCacheState`` on the
 same model and turns (bench/vision_mlx_vlm.py), side by side:
 ``vs_mlx_vlm_followup`` and ``vs_mlx_vlm_second_image``, ours warm / theirs.
 
-Each TTFT is the median of ``--repeats`` runs of the same turn, each engine
-warmed up first (``ChatEngine.warm_up``: MLX's kernels and the template, as
+Each TTFT is the median of ``--repeats`` runs (5) of the same turn, the
+machine's load average printed beside them, each engine warmed up first (``ChatEngine.warm_up``: MLX's kernels and the template, as
 the server does before listening); every run checks that the warm, resumed
 and recomputed replies agree.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -35,6 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from common import temporary_home  # noqa: E402
+from vision_families import FAMILIES, BenchFamily  # noqa: E402
 from vision_mlx_vlm import conversation_ttfts  # noqa: E402
 
 from mlxchat.chat import ImageRef, Message  # noqa: E402
@@ -45,10 +48,8 @@ from mlxchat.engine.prompt.fit import FittedPrompt  # noqa: E402
 from mlxchat.generation import GenerationSettings  # noqa: E402
 from mlxchat.models import load_folder  # noqa: E402
 from mlxchat.models.vision_images import file_digest  # noqa: E402
+from mlxchat.paths import kv_dir  # noqa: E402
 
-from tests.vision.conftest import family_template, write_family  # noqa: E402
-
-FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 ONE = GenerationSettings(temperature=0.0, max_tokens=1)
 TURNS = [("Describe this picture in detail, please.", 0), ("What are the main colours?", None),
          ("Is there any text in it?", None), ("What would you title it?", None),
@@ -56,7 +57,7 @@ TURNS = [("Describe this picture in detail, please.", 0), ("What are the main co
 
 
 def images(folder: Path, side: int) -> list[ImageRef]:
-    """Two random ``side`` x ``side`` pictures (16 x 16 merged patches each)."""
+    """Two random ``side`` x ``side`` pictures."""
     import numpy as np
     from PIL import Image
 
@@ -116,6 +117,8 @@ def one_run(folder: Path, refs: list[ImageRef], work: Path) -> dict[str, float]:
     engine.close()
     figures = {"warm_followup": warm[1].stats.ttft_s, "warm_second": warm[4].stats.ttft_s}
     for name, turn in (("cold_followup", 1), ("cold_second", 4)):
+        # Recomputed from nothing: no KV, and no image features kept on disk.
+        shutil.rmtree(kv_dir() / "features", ignore_errors=True)
         cold = load_folder(folder, available=None)
         engine = ChatEngine(cold)
         engine.warm_up()  # first-call costs (kernels, the template) out of every TTFT
@@ -139,62 +142,62 @@ def one_run(folder: Path, refs: list[ImageRef], work: Path) -> dict[str, float]:
     return figures
 
 
-def measure(family: str, work: Path, repeats: int, with_mlx_vlm: bool) -> dict[str, float]:
-    """One family's figures (medians of ``repeats`` runs), printed as measured."""
-    side = 16 * 2 * (16 if family == "qwen3_vl" else 14)
-    folder = write_family(work / "model", family, hidden_size=256, num_layers=4,
-                          vision_depth=2, vision_width=64, max_pixels=side * side)
-    refs = images(work, side)
-    load = os.getloadavg()
-    runs = []
-    for n in range(repeats):
-        (work / f"run{n}").mkdir()
-        runs.append(one_run(folder, refs, work / f"run{n}"))
-    theirs = conversation_ttfts(folder, family_template(family), [r.path for r in refs], TURNS,
-                                family=family) if with_mlx_vlm else None
+def bench_family(family: BenchFamily, args: argparse.Namespace) -> dict[str, float]:
+    """Run and print one family's figures; returns them (ratios suffixed)."""
+    with temporary_home("mlxchat-bench-vision-home-"):
+        work = Path(tempfile.mkdtemp(prefix="mlxchat-bench-vision-"))
+        template = family.template()
+        folder = family.write(work / "model", template)
+        refs = images(work, family.side)
+        load = os.getloadavg()
+        runs = []
+        for n in range(args.repeats):
+            (work / f"run{n}").mkdir()
+            runs.append(one_run(folder, refs, work / f"run{n}"))
+        theirs = None if args.no_mlx_vlm else conversation_ttfts(
+            family, folder, template, [r.path for r in refs], TURNS)
     med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     out = {
         "vision_followup_ratio": med["warm_followup"] / med["cold_followup"],
         "vision_second_image_ratio": med["warm_second"] / med["cold_second"],
         "vision_resume_ratio": med["resumed_followup"] / med["warm_followup"],
     }
-    print(f"{family}: small random model (hidden 256, 4 layers; vision depth 2), "
-          f"{int(med['image_tokens'])} tokens an image, median of {repeats} runs; load "
-          f"average before {load[0]:.2f}, after {os.getloadavg()[0]:.2f}")
-    print(f"  follow-up after the image: {int(med['followup_prefilled'])} of "
+    print(f"{family.name}: {family.describe}, {int(med['image_tokens'])} tokens an image, "
+          f"median of {args.repeats} runs; load average before {load[0]:.2f}, after "
+          f"{os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(f"follow-up after the image: {int(med['followup_prefilled'])} of "
           f"{int(med['followup_prompt'])} prompt tokens prefilled; TTFT warm "
           f"{med['warm_followup'] * 1000:.1f} ms, recomputed {med['cold_followup'] * 1000:.1f} "
           f"ms, resumed from segments {med['resumed_followup'] * 1000:.1f} ms")
-    print(f"  turn 5 adding a second image: {int(med['second_prefilled'])} of "
+    print(f"turn 5 adding a second image: {int(med['second_prefilled'])} of "
           f"{int(med['second_prompt'])} prompt tokens prefilled; TTFT warm "
           f"{med['warm_second'] * 1000:.1f} ms, recomputed {med['cold_second'] * 1000:.1f} ms")
     if theirs is not None:
         assert [n for _, n in theirs][1] == med["followup_prompt"], "another prompt"
-        assert [n for _, n in theirs][4] == med["second_prompt"], "another prompt"
-        print(f"  mlx-vlm stream_generate + PromptCacheState, same turns and prompt tokens: "
+        assert [n for _, n in theirs][4] == med["second_prompt"], (theirs, med)
+        print(f"mlx-vlm stream_generate + PromptCacheState, same turns and prompt tokens: "
               f"TTFT follow-up {theirs[1][0] * 1000:.1f} ms, turn 5 {theirs[4][0] * 1000:.1f} "
               f"ms (turn 1 {theirs[0][0] * 1000:.1f} ms)")
         out["vs_mlx_vlm_followup"] = med["warm_followup"] / theirs[1][0]
         out["vs_mlx_vlm_second_image"] = med["warm_second"] / theirs[4][0]
-    for name, value in out.items():
-        print(f"{name}_{family}={value:.3f}")
-    return {**out, **med}
+    named = {f"{name}_{family.name}": value for name, value in out.items()}
+    for name, value in named.items():
+        print(f"{name}={value:.3f}")
+    return {**named, **{f"{k}_{family.name}": v for k, v in med.items()}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--family", action="append", choices=FAMILIES,
-                        help="a family to time (again for more; all when not given)")
+    parser.add_argument("--family", action="append", choices=sorted(FAMILIES),
+                        help="time this family (repeatable; default: every one)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
     parser.add_argument("--no-mlx-vlm", action="store_true",
                         help="leave out mlx-vlm's own multi-turn path")
     args = parser.parse_args()
-    figures = {}
-    with temporary_home("mlxchat-bench-vision-home-"):
-        for family in args.family or FAMILIES:
-            work = Path(tempfile.mkdtemp(prefix=f"mlxchat-bench-vision-{family}-"))
-            figures[family] = measure(family, work, args.repeats, not args.no_mlx_vlm)
+    figures: dict[str, float] = {}
+    for name in args.family or sorted(FAMILIES):
+        figures.update(bench_family(FAMILIES[name], args))
     if args.json:
         print(json.dumps(figures))
 

@@ -2,11 +2,17 @@
 
 ``VisionChat(ids, cache=...)`` takes token ids and returns logits, on mlx-lm's
 cache layers (the language models of these families use only ``offset``,
-``update_and_fetch`` and ``make_mask``, which mlx-lm's ``KVCache`` has), so the
-live cache, trimming, KV segments and their restore are the text path's. An
-image's placeholders are its negative key (``vision_images.image_key``); their
-embeddings are the vision tower's features of that image, computed only when
-a prefill reaches positions no cache holds, and kept for the next chunk.
+``update_and_fetch`` and ``make_mask``, which mlx-lm's ``KVCache`` and
+``RotatingKVCache`` have), so the live cache, trimming, KV segments and their
+restore are the text path's. An image's placeholders are its negative key
+(``vision_images.image_key``); their embeddings are the vision tower's
+features of that image, computed only when a prefill reaches positions no
+cache holds, and kept for the next chunk. What differs between families
+(image processing, the span's layout, the tower's call, positions, cache
+layers) is the ``family``'s (``vision_family``). A family whose tower gives
+more than the span's embeddings (Qwen3-VL's DeepStack levels, one row per
+token too) has those rows gathered for the positions being fed, beside the
+embeddings, and passed to its ``forward``.
 
 Multimodal RoPE (Qwen-VL) places an image's tokens on a grid, so positions
 after an image run behind the token count. That state is a function of the
@@ -26,7 +32,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mlxchat.chat import ImageRef
-from mlxchat.models.vision_images import ImageRefused, PreparedImage, QwenImages
+from mlxchat.models.vision_family import Levels, VisionFamily
+from mlxchat.models.vision_images import ImageRefused, PreparedImage
 
 _KEPT_FEATURES = 4
 """Images whose features are kept after a prefill (a span cut by chunks)."""
@@ -102,10 +109,13 @@ class _State:
     def __init__(self) -> None:
         self.images: dict[int, PreparedImage] = {}
         self.features: OrderedDict[int, tuple[mx.array, ...]] = OrderedDict()
+        """The tower's outputs per image key: the span's embeddings first."""
         self.positions: weakref.WeakKeyDictionary[Any, Positions] = weakref.WeakKeyDictionary()
         """Per cache (keyed by its first layer): several caches share one model
         (the chat's and the API's engines, a probe's throwaway cache)."""
         self.vision_calls = 0
+        self.store: Any = None
+        """Where features are kept on disk (``vision_features.FeatureStore``), if anywhere."""
 
     def positions_of(self, cache: Any, offset: int) -> Positions:
         first = cache[0] if cache else None
@@ -124,12 +134,16 @@ class VisionChat(nn.Module):
 
     sees_images = True
 
-    def __init__(self, vlm: nn.Module, processor: QwenImages, *, image_token_id: int):
+    def __init__(self, vlm: nn.Module, family: VisionFamily):
         super().__init__()
         self.vlm = vlm
-        self.processor = processor
-        self.image_token_id = image_token_id
+        self.family = family
+        self.processor = family.processor
+        self.image_token_id = family.placeholder_id
         self._state = _State()
+
+    def make_cache(self) -> list[Any]:
+        return self.family.make_cache(self.vlm)
 
     @property
     def layers(self) -> list[Any]:
@@ -165,7 +179,7 @@ class VisionChat(nn.Module):
                 img = next(images, None)
                 if img is None:
                     raise ImageRefused("the chat template wrote more images than were given")
-                out.extend([img.key] * img.tokens)
+                out.extend(self.family.span(img))
             else:
                 out.append(t)
         if next(images, None) is not None:
@@ -178,32 +192,38 @@ class VisionChat(nn.Module):
             positions = self._state.positions[cache[0]] = Positions()
             positions.follow(tokens)
 
-    def _tower(self, pixels: mx.array, grid: tuple[int, int, int]) -> tuple[mx.array, ...]:
-        """The vision tower's outputs for one image: its span's embeddings
-        first (a family with more, Qwen3-VL's DeepStack, adds them after)."""
-        return (self.vlm.vision_tower(pixels, mx.array([grid]), output_hidden_states=False),)
+    def keep_features_in(self, store: Any) -> None:
+        """Keep every image's features in ``store`` too, and look there first."""
+        self._state.store = store
 
     def _features(self, key: int) -> tuple[mx.array, ...]:
+        """The image's embeddings, then any further outputs of its family's
+        ``encode`` (one row per token each): memory, disk, or the tower."""
         state = self._state
         if key in state.features:
             state.features.move_to_end(key)
             return state.features[key]
-        img = state.images[key]
-        tower = self.vlm.vision_tower
-        pixels = mx.array(self.processor.pixels(img)).astype(tower.patch_embed.proj.weight.dtype)
-        feats = self._tower(pixels, img.grid)
-        mx.eval(feats)
-        state.vision_calls += 1
+        feats = state.store.get(key) if state.store is not None else None
+        if feats is None:
+            out = self.family.encode(self.vlm, state.images[key])
+            feats = out if isinstance(out, tuple) else (out,)
+            mx.eval(feats)
+            state.vision_calls += 1
+            if state.store is not None:
+                state.store.put(key, feats)
         state.features[key] = feats
         while len(state.features) > _KEPT_FEATURES:
             state.features.popitem(last=False)
         return feats
 
     # -- the call -----------------------------------------------------------------------
-    def _embeddings(self, row: list[int], offset: int, positions: Positions) -> mx.array:
-        """Text ids through the embedding table, image spans as their features."""
+    def _embeddings(self, row: list[int], offset: int, positions: Positions
+                    ) -> tuple[mx.array, Levels | None]:
+        """Text ids through the embedding table, image spans as their features;
+        and the further outputs' rows at the row's image positions, if any."""
         embed = self.vlm.language_model.model.embed_tokens
-        pieces, i = [], 0
+        dtype = embed.weight.dtype
+        pieces, levels, i = [], [], 0
         while i < len(row):
             k = i
             if row[i] >= 0:
@@ -214,9 +234,17 @@ class VisionChat(nn.Module):
                 while k < len(row) and row[k] == row[i]:
                     k += 1
                 j0 = positions.index_in_span(offset + i)
-                pieces.append(self._features(row[i])[0][j0:j0 + (k - i)].astype(embed.weight.dtype))
+                first, *more = (f[j0:j0 + (k - i)].astype(dtype) for f in self._features(row[i]))
+                pieces.append(first)
+                levels = levels or [[] for _ in more]
+                for held, rows in zip(levels, more):
+                    held.append(rows)
             i = k
-        return mx.concatenate(pieces, axis=0)[None] if len(pieces) > 1 else pieces[0][None]
+        embeds = mx.concatenate(pieces, axis=0)[None] if len(pieces) > 1 else pieces[0][None]
+        if not levels:
+            return embeds, None
+        return embeds, Levels(mx.array([[t < 0 for t in row]]),
+                              [mx.concatenate(held, axis=0) for held in levels])
 
     def __call__(self, inputs: mx.array, cache: Any = None, **kwargs: Any) -> mx.array:
         row = [int(t) for t in inputs[0].tolist()]
@@ -224,13 +252,6 @@ class VisionChat(nn.Module):
         state = self._state
         positions = state.positions_of(cache, offset)
         place = positions.place(row, offset, state.images)
-        embeds = self._embeddings(row, offset, positions)
+        embeds, levels = self._embeddings(row, offset, positions)
         text_ids = mx.maximum(inputs, 0)
-        out = self.vlm.language_model(text_ids, inputs_embeds=embeds, cache=cache,
-                                      position_ids=mx.array(place)[:, None, :],
-                                      **self._extra_inputs(row, offset, positions))
-        return out.logits
-
-    def _extra_inputs(self, row: list[int], offset: int, positions: Positions) -> dict[str, Any]:
-        """What the language model takes beyond the embeddings (none here)."""
-        return {}
+        return self.family.forward(self.vlm, text_ids, embeds, cache, place, levels)

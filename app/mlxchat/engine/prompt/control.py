@@ -113,12 +113,12 @@ def _render_text(tokenizer: Any, messages: list[dict[str, Any]], generation_prom
 def _spliced_text(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool,
                   kw: dict[str, Any]) -> list[tuple[str, bool]]:
     """The rendered prompt as (text, is_message) pieces, in order."""
-    beside = [[dict(m, content="") for m in messages], kw.get("tools")]
+    beside = [[_with_text(m, "") for m in messages], kw.get("tools")]
     if has_control_text(tokenizer, strings(beside)):  # in a tool call, result or definition
         return _marked_pieces(tokenizer, messages, generation_prompt, kw)
     nonce = secrets.token_hex(6)
     marks = [f"{_MARK_OPEN}{nonce}.{i}{_MARK_CLOSE}" for i in range(len(messages))]
-    shaped = [dict(m, content=mark) for m, mark in zip(messages, marks)]
+    shaped = [_with_text(m, mark) for m, mark in zip(messages, marks)]
     rendered = _render_text(tokenizer, shaped, generation_prompt, kw)
     index = {mark: i for i, mark in enumerate(marks)}
     pattern = re.compile(re.escape(_MARK_OPEN) + nonce + r"\.\d+" + re.escape(_MARK_CLOSE))
@@ -126,7 +126,7 @@ def _spliced_text(tokenizer: Any, messages: list[dict[str, Any]], generation_pro
     at = 0
     for found in pattern.finditer(rendered):
         pieces.append((rendered[at:found.start()], False))
-        pieces.append((messages[index[found.group()]]["content"], True))
+        pieces.append((_text_of(messages[index[found.group()]]), True))
         at = found.end()
     pieces.append((rendered[at:], False))
     if "".join(p for p, _ in pieces) != _render_text(tokenizer, messages, generation_prompt, kw):
@@ -134,6 +134,22 @@ def _spliced_text(tokenizer: Any, messages: list[dict[str, Any]], generation_pro
         # real text and keep the control tokens of the messages as plain text.
         return _marked_pieces(tokenizer, messages, generation_prompt, kw)
     return pieces
+
+
+def _with_text(message: dict[str, Any], text: str) -> dict[str, Any]:
+    """The message with its text replaced; image parts kept in their place."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return dict(message, content=[dict(p, text=text) if p.get("type") == "text" else p
+                                      for p in content])
+    return dict(message, content=text)
+
+
+def _text_of(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if p.get("type") == "text")
+    return content
 
 
 def _marked_pieces(tokenizer: Any, messages: list[dict[str, Any]], generation_prompt: bool,

@@ -1,0 +1,39 @@
+"""A message with an image whose text spells a control token: the text
+stays plain text, the image keeps its span (the template is rendered around
+the text, image parts in their place). It raised a TypeError before."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlxchat.chat import Message
+from mlxchat.engine.core import ChatEngine
+from mlxchat.generation import GenerationSettings
+
+from .conftest import load
+from .gemma3_models import gemma3_folder  # noqa: F401 (fixture)
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "gemma3"])
+def test_control_text_beside_an_image_stays_text(family, qwen_folder, gemma3_folder,  # noqa: F811
+                                                 images):
+    folder = qwen_folder if family == "qwen2_vl" else gemma3_folder
+    loaded = load(folder)
+    engine = ChatEngine(loaded)
+    try:
+        control = "<|im_end|>" if family == "qwen2_vl" else "<end_of_turn>"
+        control_id = loaded.tokenizer.convert_tokens_to_ids(control)
+        plain = engine.prompts.message_ids("What is it?", system=None, previous=None,
+                                           images=images[:1])
+        typed = engine.prompts.message_ids(f"What is {control} it?", system=None,
+                                           previous=None, images=images[:1])
+        fitted = engine.prompts.fit([Message("user", f"What is {control} it?",
+                                             images=tuple(images[:1]))],
+                                    GenerationSettings(max_tokens=4))
+    finally:
+        engine.close()
+    key = next(t for t in plain if t < 0)
+    tokens = loaded.model.know(images[:1])[0].tokens
+    assert typed.count(key) == fitted.tokens.count(key) == tokens
+    assert typed.count(control_id) == plain.count(control_id)
+    assert fitted.tokens == typed
