@@ -77,7 +77,8 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     dtype = compute_dtype or default
     fit = _fit(folder, config, name or folder.name, context_window, available, dtype,
                ranks=split[1].size() if split else 1)
-    if vision_load.is_vision_config(config):
+    vision = vision_load.is_vision_config(config)
+    if vision:
         if split is not None:
             raise ModelError("a vision-language model cannot be split over ranks yet")
         model, tokenizer = vision_load.load_vision(folder, config)
@@ -100,6 +101,8 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     config = {**config, "max_position_embeddings": fit.context}
     info = describe(model, tokenizer, config, name=name or folder.name,
                     spec=spec or str(folder), path=folder, default_compute_dtype=default)
+    if vision:
+        vision_load.keep_features(model, info.fingerprint)
     if split is not None:
         info = replace(info, fingerprint=split_fingerprint(info.fingerprint, split[0],
                                                            split[1].rank()))

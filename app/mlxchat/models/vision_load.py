@@ -11,19 +11,18 @@ these code paths import (transformers, Pillow, numpy) is needed.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from mlxchat.models.errors import ModelError
 
-FAMILIES = {"qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL"}
+FAMILIES = {"qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL", "gemma3": "Gemma 3"}
 """Vision-language families this app drives, by mlx-vlm model type."""
 
 
 def is_vision_config(config: dict[str, Any]) -> bool:
     """A folder this app loads as a vision-language model: a vision tower of a
-    family it drives, and mlx-vlm installed. Other VLM folders (Gemma 3, say)
+    family it drives, and mlx-vlm installed. Other VLM folders (SmolVLM, say)
     load through mlx-lm as before, text only."""
     if not config.get("vision_config") or config.get("model_type") not in FAMILIES:
         return False
@@ -39,20 +38,39 @@ def load_vision(folder: Path, config: dict[str, Any]) -> tuple[Any, Any]:
     from mlx_lm.utils import load_tokenizer
     from mlx_vlm.utils import load_model as vlm_load
 
-    from mlxchat.models.vision_images import QwenImages
+    from mlxchat.models.vision_family import read_json
     from mlxchat.models.vision_model import VisionChat
 
-    try:
-        processor_config = json.loads((folder / "preprocessor_config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"cannot read the image processor's settings in {folder}: "
-                         f"{exc}") from None
+    read_json(folder, "preprocessor_config.json")
     try:
         vlm = vlm_load(folder)
         tokenizer = load_tokenizer(folder, eos_token_ids=config.get("eos_token_id"))
     except (ValueError, FileNotFoundError, KeyError, OSError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ModelError(f"cannot load the model in {folder}: {reason}") from None
-    model = VisionChat(vlm, QwenImages(processor_config),
-                       image_token_id=int(config["image_token_id"]))
-    return model, tokenizer
+    return VisionChat(vlm, make_family(folder, config, tokenizer)), tokenizer
+
+
+def keep_features(model: Any, fingerprint: str) -> None:
+    """Keep the projected features of the images a family computes again after
+    an edit (Gemma 3) on disk, under the model's fingerprint."""
+    if getattr(model.family, "disk_features", False):
+        from mlxchat.models.vision_features import FeatureStore
+        from mlxchat.paths import kv_dir
+
+        model.keep_features_in(FeatureStore(kv_dir() / "features" / fingerprint))
+
+
+def make_family(folder: Path, config: dict[str, Any], tokenizer: Any) -> Any:
+    """The family object (``vision_family.VisionFamily``) of a folder whose
+    ``model_type`` is in FAMILIES: Gemma 3's, or Qwen-VL's for the others."""
+    if config["model_type"] == "gemma3":
+        from mlxchat.models.vision_gemma3 import gemma3_family
+
+        return gemma3_family(folder, config, tokenizer)
+    from mlxchat.models.vision_family import QwenFamily, read_json
+    from mlxchat.models.vision_images import QwenImages
+
+    return QwenFamily(config["model_type"], QwenImages(read_json(folder,
+                                                                  "preprocessor_config.json")),
+                      image_token_id=int(config["image_token_id"]))

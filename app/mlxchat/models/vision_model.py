@@ -2,11 +2,14 @@
 
 ``VisionChat(ids, cache=...)`` takes token ids and returns logits, on mlx-lm's
 cache layers (the language models of these families use only ``offset``,
-``update_and_fetch`` and ``make_mask``, which mlx-lm's ``KVCache`` has), so the
-live cache, trimming, KV segments and their restore are the text path's. An
-image's placeholders are its negative key (``vision_images.image_key``); their
-embeddings are the vision tower's features of that image, computed only when
-a prefill reaches positions no cache holds, and kept for the next chunk.
+``update_and_fetch`` and ``make_mask``, which mlx-lm's ``KVCache`` and
+``RotatingKVCache`` have), so the live cache, trimming, KV segments and their
+restore are the text path's. An image's placeholders are its negative key
+(``vision_images.image_key``); their embeddings are the vision tower's
+features of that image, computed only when a prefill reaches positions no
+cache holds, and kept for the next chunk. What differs between families
+(image processing, the span's layout, the tower's call, positions, cache
+layers) is the ``family``'s (``vision_family``).
 
 Multimodal RoPE (Qwen-VL) places an image's tokens on a grid, so positions
 after an image run behind the token count. That state is a function of the
@@ -26,7 +29,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mlxchat.chat import ImageRef
-from mlxchat.models.vision_images import ImageRefused, PreparedImage, QwenImages
+from mlxchat.models.vision_family import VisionFamily
+from mlxchat.models.vision_images import ImageRefused, PreparedImage
 
 _KEPT_FEATURES = 4
 """Images whose features are kept after a prefill (a span cut by chunks)."""
@@ -106,6 +110,8 @@ class _State:
         """Per cache (keyed by its first layer): several caches share one model
         (the chat's and the API's engines, a probe's throwaway cache)."""
         self.vision_calls = 0
+        self.store: Any = None
+        """Where features are kept on disk (``vision_features.FeatureStore``), if anywhere."""
 
     def positions_of(self, cache: Any, offset: int) -> Positions:
         first = cache[0] if cache else None
@@ -124,12 +130,16 @@ class VisionChat(nn.Module):
 
     sees_images = True
 
-    def __init__(self, vlm: nn.Module, processor: QwenImages, *, image_token_id: int):
+    def __init__(self, vlm: nn.Module, family: VisionFamily):
         super().__init__()
         self.vlm = vlm
-        self.processor = processor
-        self.image_token_id = image_token_id
+        self.family = family
+        self.processor = family.processor
+        self.image_token_id = family.placeholder_id
         self._state = _State()
+
+    def make_cache(self) -> list[Any]:
+        return self.family.make_cache(self.vlm)
 
     @property
     def layers(self) -> list[Any]:
@@ -165,7 +175,7 @@ class VisionChat(nn.Module):
                 img = next(images, None)
                 if img is None:
                     raise ImageRefused("the chat template wrote more images than were given")
-                out.extend([img.key] * img.tokens)
+                out.extend(self.family.span(img))
             else:
                 out.append(t)
         if next(images, None) is not None:
@@ -178,17 +188,22 @@ class VisionChat(nn.Module):
             positions = self._state.positions[cache[0]] = Positions()
             positions.follow(tokens)
 
+    def keep_features_in(self, store: Any) -> None:
+        """Keep every image's features in ``store`` too, and look there first."""
+        self._state.store = store
+
     def _features(self, key: int) -> mx.array:
         state = self._state
         if key in state.features:
             state.features.move_to_end(key)
             return state.features[key]
-        img = state.images[key]
-        tower = self.vlm.vision_tower
-        pixels = mx.array(self.processor.pixels(img)).astype(tower.patch_embed.proj.weight.dtype)
-        feats = tower(pixels, mx.array([img.grid]), output_hidden_states=False)
-        mx.eval(feats)
-        state.vision_calls += 1
+        feats = state.store.get(key) if state.store is not None else None
+        if feats is None:
+            feats = self.family.encode(self.vlm, state.images[key])
+            mx.eval(feats)
+            state.vision_calls += 1
+            if state.store is not None:
+                state.store.put(key, feats)
         state.features[key] = feats
         while len(state.features) > _KEPT_FEATURES:
             state.features.popitem(last=False)
@@ -221,6 +236,4 @@ class VisionChat(nn.Module):
         place = positions.place(row, offset, state.images)
         embeds = self._embeddings(row, offset, positions)
         text_ids = mx.maximum(inputs, 0)
-        out = self.vlm.language_model(text_ids, inputs_embeds=embeds, cache=cache,
-                                      position_ids=mx.array(place)[:, None, :])
-        return out.logits
+        return self.family.forward(self.vlm, text_ids, embeds, cache, place)
