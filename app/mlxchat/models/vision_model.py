@@ -159,6 +159,8 @@ class VisionChat(nn.Module):
             if found is None:
                 found = self.processor.prepare(ref)
                 self._state.images[found.key] = found
+                for part in getattr(found, "parts", ()):  # SmolVLM's tiles: a span each
+                    self._state.images[part.key] = part
             out.append(found)
         return out
 
@@ -212,7 +214,8 @@ class VisionChat(nn.Module):
     # -- the call -----------------------------------------------------------------------
     def _embeddings(self, row: list[int], offset: int, positions: Positions) -> mx.array:
         """Text ids through the embedding table, image spans as their features."""
-        embed = self.vlm.language_model.model.embed_tokens
+        lm = self.vlm.language_model
+        embed = getattr(lm, "model", lm).embed_tokens  # Idefics3's has no inner model
         pieces, i = [], 0
         while i < len(row):
             k = i
