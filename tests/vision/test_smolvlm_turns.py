@@ -11,7 +11,9 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
+from mlxchat.chat import Message
 from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.prompt.render import render
 from mlxchat.models.tiny_vision_smolvlm import write_tiny_smolvlm
 
 from .conftest import load
@@ -21,13 +23,13 @@ TILE_TOKENS = 16
 """The tiny model's tokens per tile: (32 / 4)^2 patches, pixel-shuffled by 2x2."""
 
 
-def smolvlm_template() -> str:
-    """SmolVLM's chat template as transformers ships it for the family
-    (``processing_smolvlm.DEFAULT_CHAT_TEMPLATE``: content given as a string
-    or as parts)."""
-    from transformers.models.smolvlm.processing_smolvlm import DEFAULT_CHAT_TEMPLATE
+DATA = Path(__file__).parent / "data"
 
-    return DEFAULT_CHAT_TEMPLATE
+
+def smolvlm_template() -> str:
+    """SmolVLM-Instruct's published chat template (data/SOURCES.md): content
+    read as parts only."""
+    return (DATA / "smolvlm-instruct.chat_template.jinja").read_text()
 
 
 @pytest.fixture(scope="session")
@@ -120,3 +122,14 @@ def test_warm_resumed_and_cold_agree_and_reuse_the_image(smolvlm_folder, images,
         assert c.reused_tokens == 0 and w.prompt_tokens == r.prompt_tokens == c.prompt_tokens
     for img in (first, second):
         assert all(ledger.count(p.key) == TILE_TOKENS for p in img.parts)
+
+
+def test_a_text_only_message_keeps_its_text_under_the_published_template(smolvlm_folder):
+    """The template reads content as parts only: a message without an image
+    is given as one text part, so its text is not dropped."""
+    loaded = load(smolvlm_folder)
+    tok = loaded.tokenizer
+    ids = render(tok, [Message("user", "Hello there")])
+    parts = [{"role": "user", "content": [{"type": "text", "text": "Hello there"}]}]
+    assert ids == tok.apply_chat_template(parts, tokenize=True, add_generation_prompt=True)
+    assert tok.decode(ids) == "<|im_start|>User: Hello there<end_of_utterance>\nAssistant:"
