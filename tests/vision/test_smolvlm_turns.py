@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import mlx.core as mx
-import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxchat.chat import Message
@@ -17,49 +16,12 @@ from mlxchat.engine.prompt.render import render
 from mlxchat.models.tiny_vision_smolvlm import write_tiny_smolvlm
 
 from .conftest import load
+from .smolvlm_models import TILE_TOKENS, mlx_vlm_inputs, smolvlm_template
+from .smolvlm_models import smolvlm_folder  # noqa: F401 (fixture)
 from .test_vision_turns import conversation
 
-TILE_TOKENS = 16
-"""The tiny model's tokens per tile: (32 / 4)^2 patches, pixel-shuffled by 2x2."""
 
-
-DATA = Path(__file__).parent / "data"
-
-
-def smolvlm_template() -> str:
-    """SmolVLM-Instruct's published chat template (data/SOURCES.md): content
-    read as parts only."""
-    return (DATA / "smolvlm-instruct.chat_template.jinja").read_text()
-
-
-@pytest.fixture(scope="session")
-def smolvlm_folder(tmp_path_factory) -> Path:
-    return write_tiny_smolvlm(tmp_path_factory.mktemp("smolvlm"), chat_template=smolvlm_template())
-
-
-def mlx_vlm_inputs(folder: Path, text: str, images: list) -> dict:
-    """What mlx-vlm's SmolVLM processor makes of ``text`` (one ``<image>`` per
-    image) and the images: ids, pixel values of every tile."""
-    import json
-
-    from mlx_vlm.models.smolvlm.processing_smolvlm import SmolVLMProcessor
-    from PIL import Image
-    from transformers import AutoTokenizer
-    from transformers.models.smolvlm.image_processing_pil_smolvlm import (
-        SmolVLMImageProcessorPil,
-    )
-
-    tok = AutoTokenizer.from_pretrained(folder)
-    pre = json.loads((folder / "preprocessor_config.json").read_text())
-    ip = SmolVLMImageProcessorPil(**{k: v for k, v in pre.items() if v is not None and k not in (
-        "image_processor_type", "processor_class")})
-    proc = SmolVLMProcessor(image_processor=ip, tokenizer=tok, image_seq_len=TILE_TOKENS)
-    out = proc(images=[[Image.open(r.path).convert("RGB")] for r in images], text=text,
-               return_tensors="np", add_special_tokens=False)
-    return {"ids": out["input_ids"].tolist()[0], "pixels": out["pixel_values"]}
-
-
-def test_prompt_and_logits_are_mlx_vlms(smolvlm_folder, images):
+def test_prompt_and_logits_are_mlx_vlms(smolvlm_folder, images):  # noqa: F811
     loaded = load(smolvlm_folder)
     model = loaded.model
     engine = ChatEngine(loaded)
@@ -74,9 +36,9 @@ def test_prompt_and_logits_are_mlx_vlms(smolvlm_folder, images):
     assert all(ids.count(t) == TILE_TOKENS for t in tiles)
     image_id = model.image_token_id
     plain = [image_id if t < 0 else t for t in ids]
+    parts = [{"type": "image"}, {"type": "text", "text": "What is it?"}]
     text = loaded.tokenizer.apply_chat_template(
-        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "What is it?"}]}],
-        tokenize=False, add_generation_prompt=True)
+        [{"role": "user", "content": parts}], tokenize=False, add_generation_prompt=True)
     theirs = mlx_vlm_inputs(smolvlm_folder, text, images[:1])
     assert plain == theirs["ids"]
     assert img.tokens == theirs["ids"].count(image_id) == (rows * cols + 1) * TILE_TOKENS
@@ -90,7 +52,7 @@ def test_prompt_and_logits_are_mlx_vlms(smolvlm_folder, images):
     assert model.vision_calls == rows * cols + 1
 
 
-def test_the_split_setting_is_in_each_tiles_key(smolvlm_folder, images, tmp_path):
+def test_the_split_setting_is_in_each_tiles_key(smolvlm_folder, images, tmp_path):  # noqa: F811
     split = load(smolvlm_folder).model.know(images[:1])[0]
     whole_folder = write_tiny_smolvlm(tmp_path / "unsplit", chat_template=smolvlm_template(),
                                       split=False)
@@ -100,7 +62,8 @@ def test_the_split_setting_is_in_each_tiles_key(smolvlm_folder, images, tmp_path
     assert not {p.key for p in whole.parts} & {p.key for p in split.parts}
 
 
-def test_warm_resumed_and_cold_agree_and_reuse_the_image(smolvlm_folder, images, tmp_path):
+def test_warm_resumed_and_cold_agree_and_reuse_the_image(smolvlm_folder, images,  # noqa: F811
+                                                         tmp_path):
     runs = {mode: conversation(smolvlm_folder, images, tmp_path, mode)
             for mode in ("warm", "resumed", "cold")}
     warm, warm_stats, warm_calls, sizes, ledger = runs["warm"]
@@ -124,7 +87,8 @@ def test_warm_resumed_and_cold_agree_and_reuse_the_image(smolvlm_folder, images,
         assert all(ledger.count(p.key) == TILE_TOKENS for p in img.parts)
 
 
-def test_a_text_only_message_keeps_its_text_under_the_published_template(smolvlm_folder):
+def test_a_text_only_message_keeps_its_text_under_the_published_template(
+        smolvlm_folder):  # noqa: F811
     """The template reads content as parts only: a message without an image
     is given as one text part, so its text is not dropped."""
     loaded = load(smolvlm_folder)

@@ -46,7 +46,8 @@ def write_tiny_smolvlm(folder: Path, *, chat_template: str, hidden_size: int = 3
     specials = SMOLVLM_SPECIALS + rows
     tokens = specials + _byte_chars()
     ids = {t: i for i, t in enumerate(tokens)}
-    text = {"model_type": "llama", "hidden_size": hidden_size, "intermediate_size": 2 * hidden_size,
+    text = {"model_type": "llama", "hidden_size": hidden_size,
+            "intermediate_size": 2 * hidden_size,
             "num_attention_heads": 4, "num_key_value_heads": 2, "rms_norm_eps": 1e-5,
             "vocab_size": len(tokens), "num_hidden_layers": num_layers,
             "rope_theta": 100000.0, "max_position_embeddings": 8192}
