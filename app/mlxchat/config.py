@@ -15,6 +15,8 @@ from mlxchat.files import write_private_text
 from mlxchat.generation import GenerationSettings
 
 DEFAULT_MODEL = "smollm2-135m"
+IMAGE_MODES = ("auto", "kitty", "sixel", "halfblock", "label")
+"""How the transcript draws an image: 'auto' asks the terminal; the others force one way."""
 
 
 class ConfigError(MlxchatError, ValueError):
@@ -33,6 +35,10 @@ class Settings:
     """Memory the KV cache may grow into, for the gauge; None uses 75% of RAM."""
     theme: str = "textual-dark"
     """Textual theme, remembered when changed in the app."""
+    images: str = "auto"
+    """How images are drawn (IMAGE_MODES): the real picture where the terminal
+    answers for Kitty graphics or Sixel, half-blocks elsewhere, the label alone
+    without colours; or one way forced."""
 
 
 _ENV_FIELDS = {
@@ -40,6 +46,7 @@ _ENV_FIELDS = {
     "MLXCHAT_SYSTEM_PROMPT": "system_prompt",
     "MLXCHAT_MEMORY_BUDGET_BYTES": "memory_budget_bytes",
     "MLXCHAT_THEME": "theme",
+    "MLXCHAT_IMAGES": "images",
 }
 
 
@@ -86,6 +93,8 @@ def load_settings(path: Path | None = None, *, env: bool = True) -> Settings:
             except ValueError:
                 raise ConfigError(f"{var}={raw!r} is not a number of bytes") from None
             setattr(settings, name, value)
+    if settings.images not in IMAGE_MODES:
+        raise ConfigError(f"images = {settings.images!r}: choose one of {', '.join(IMAGE_MODES)}")
     return settings
 
 

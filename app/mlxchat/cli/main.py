@@ -241,7 +241,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     from mlxchat.cli.split import factories, split_launch
     from mlxchat.session.root import default_tool_host, open_conversation
     from mlxchat.tui.app import run_app
+    from mlxchat.tui.pictures import probe
 
+    probe(settings.images)  # before Textual reads stdin: what the terminal draws
     host = default_tool_host()  # the MCP servers: started when a session uses them
     try:
         with split_launch(args.hosts, rank_timeout_s=args.rank_timeout) as split:

@@ -172,7 +172,9 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
     if args.tui:
         need_terminal()
         from mlxchat.tui.app import run_app
+        from mlxchat.tui.pictures import probe
 
+        probe(settings.images)  # before Textual reads stdin
         return run_app(settings, model=args.model, serve=options)
     from mlxchat.server.app import build_app, image_limits
     from mlxchat.server.runner import RunningServer

@@ -16,6 +16,7 @@ from mlxchat.errors import MlxchatError
 from mlxchat.units import fmt_seconds, plural
 
 if TYPE_CHECKING:
+    from mlxchat.chat import ImageRef
     from mlxchat.engine.events import Event
     from mlxchat.models import ModelEntry
     from mlxchat.session.conversation import Conversation
@@ -81,6 +82,8 @@ class CommandResult:
     """Put this text into the input line for the user to edit and send."""
     more: str = ""
     """Under an error's one line: what to choose from (plain text, wrapped)."""
+    image: ImageRef | None = None
+    """An image the UI previews under ``text`` (/image), drawn as the transcript draws it."""
 
     @classmethod
     def info(cls, text: str, **actions: Any) -> CommandResult:

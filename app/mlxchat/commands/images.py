@@ -72,7 +72,7 @@ def image(ctx: CommandContext, args: Args) -> CommandResult:
         f"Image {ref.name}: {ref.width}x{ref.height}, {human_bytes(path.stat().st_size)} · "
         f"{fmt_int(tokens)} tokens ({fmt_report_percent(tokens, window)} of the "
         f"{fmt_int(window)}-token window) · {prefill}. It goes with your next message "
-        "(/image --clear drops it).", clear_input=True)
+        "(/image --clear drops it).", clear_input=True, image=ref)
 
 
 COMMANDS = (

@@ -17,13 +17,13 @@ from typing import Any
 from mlxchat.models.errors import ModelError
 
 FAMILIES = {"qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL",
-            "gemma3": "Gemma 3"}
+            "gemma3": "Gemma 3", "smolvlm": "SmolVLM", "idefics3": "Idefics3"}
 """Vision-language families this app drives, by mlx-vlm model type."""
 
 
 def is_vision_config(config: dict[str, Any]) -> bool:
     """A folder this app loads as a vision-language model: a vision tower of a
-    family it drives, and mlx-vlm installed. Other VLM folders (SmolVLM, say)
+    family it drives, and mlx-vlm installed. Other VLM folders (Mistral 3, say)
     load through mlx-lm as before, text only."""
     if not config.get("vision_config") or config.get("model_type") not in FAMILIES:
         return False
@@ -64,12 +64,16 @@ def keep_features(model: Any, fingerprint: str) -> None:
 
 def make_family(folder: Path, config: dict[str, Any], tokenizer: Any) -> Any:
     """The family object (``vision_family.VisionFamily``) of a folder whose
-    ``model_type`` is in FAMILIES: Gemma 3's, Qwen3-VL's (DeepStack), or
-    Qwen-VL's for the others."""
+    ``model_type`` is in FAMILIES: Gemma 3's, SmolVLM's (Idefics3's too),
+    Qwen3-VL's (DeepStack), or Qwen-VL's for the others."""
     if config["model_type"] == "gemma3":
         from mlxchat.models.vision_gemma3 import gemma3_family
 
         return gemma3_family(folder, config, tokenizer)
+    if config["model_type"] in ("smolvlm", "idefics3"):
+        from mlxchat.models.vision_smolvlm import smolvlm_family
+
+        return smolvlm_family(folder, config, tokenizer)
     from mlxchat.models.vision_family import QwenFamily, read_json
     from mlxchat.models.vision_images import QwenImages
 

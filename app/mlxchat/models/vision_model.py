@@ -163,6 +163,8 @@ class VisionChat(nn.Module):
             if found is None:
                 found = self.processor.prepare(ref)
                 self._state.images[found.key] = found
+                for part in getattr(found, "parts", ()):  # SmolVLM's tiles: a span each
+                    self._state.images[part.key] = part
             out.append(found)
         return out
 
@@ -221,7 +223,8 @@ class VisionChat(nn.Module):
                     ) -> tuple[mx.array, Levels | None]:
         """Text ids through the embedding table, image spans as their features;
         and the further outputs' rows at the row's image positions, if any."""
-        embed = self.vlm.language_model.model.embed_tokens
+        lm = self.vlm.language_model
+        embed = getattr(lm, "model", lm).embed_tokens  # Idefics3's has no inner model
         dtype = embed.weight.dtype
         pieces, levels, i = [], [], 0
         while i < len(row):

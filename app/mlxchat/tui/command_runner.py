@@ -15,6 +15,7 @@ from mlxchat.tui.failures import error_text
 from mlxchat.tui.formatting import pending_line
 from mlxchat.tui.screens import ConfirmScreen
 from mlxchat.tui.widgets.notices import MarkdownNotice, TableNotice
+from mlxchat.tui.widgets.picture import image_view
 
 SLOW_COMMAND_SECONDS = 0.3
 """A command still running after this long shows the activity line."""
@@ -144,6 +145,8 @@ class CommandRunner:
                                               result.rows))
         elif result.text:
             await transcript.add_notice(result.text, "info")
+        if result.image is not None:  # /image: previewed as the message will show it
+            await transcript.add_kept(partial(image_view, result.image, self.app))
 
     def _ask(self, result: CommandResult) -> None:
         confirm = result.confirm

@@ -51,6 +51,20 @@ def as_dicts(messages: Sequence[Message]) -> list[dict[str, Any]]:
     return [as_dict(m) for m in messages]
 
 
+def reads_parts_only(tokenizer: Any) -> bool:
+    """The template reads every message's content as parts and has no branch
+    for a string (SmolVLM-Instruct's: a string's text would be dropped)."""
+    source = getattr(tokenizer, "chat_template", None)
+    return isinstance(source, str) and "['content'][0]['type']" in source \
+        and "is string" not in source
+
+
+def as_parts(dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each plain content as one text part."""
+    return [{**d, "content": [{"type": "text", "text": d["content"]}]}
+            if isinstance(d.get("content"), str) else d for d in dicts]
+
+
 def fold_system(dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The system prompt at the start of the first user message (alone, a user message)."""
     system, rest = dicts[0]["content"], dicts[1:]
@@ -77,6 +91,8 @@ def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bo
         dicts = polyfilled(dicts, template_kwargs.pop("tools"))
     if dicts and dicts[0]["role"] == "system" and not takes_system(tokenizer):
         dicts = fold_system(dicts)
+    if reads_parts_only(tokenizer):
+        dicts = as_parts(dicts)
     try:
         texts = control.strings([dicts, template_kwargs.get("tools")])
         if control.has_control_text(tokenizer, texts):

@@ -1,9 +1,8 @@
 """An image in the transcript: a thumbnail in half-block characters (each
 cell two pixels, the upper one's colour as the foreground of '▀', the lower
 one's as its background), with a one-line label under it; the label alone
-where the image cannot be drawn (a terminal without colours, a file gone).
-The ``textual-image`` widget (Kitty, Sixel) needs Python 3.12 from its 0.13
-on; half-blocks draw on every colour terminal."""
+where the image cannot be drawn (a terminal without colours, a file gone,
+``images = "label"``). Terminals that draw real pictures get ``picture.py``'s."""
 
 from __future__ import annotations
 
@@ -59,16 +58,19 @@ def thumbnail(ref: ImageRef, columns: int = COLUMNS) -> np.ndarray | None:
 class ImageThumbnail(Static):
     """One image a message shows."""
 
-    def __init__(self, ref: ImageRef, *, columns: int = COLUMNS) -> None:
+    def __init__(self, ref: ImageRef, *, columns: int = COLUMNS, blocks: bool = True) -> None:
         super().__init__(classes="image-thumbnail")
         self.ref = ref
         self.columns = columns
+        self.blocks = blocks
+        """False: the label alone, as asked."""
         self.drawn = False
         """True when the thumbnail was drawn, False when only the label shows."""
 
     def on_mount(self) -> None:
         text = Text(label(self.ref), style="dim")
-        pixels = thumbnail(self.ref, self.columns) if self.app.console.color_system else None
+        drawable = self.blocks and self.app.console.color_system
+        pixels = thumbnail(self.ref, self.columns) if drawable else None
         if pixels is not None:
             self.drawn = True
             text = half_blocks(pixels) + text

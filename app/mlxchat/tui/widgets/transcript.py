@@ -23,7 +23,7 @@ from mlxchat.sources import Source, cite, without_sources
 from mlxchat.tui.formatting import transcript_stats_line
 from mlxchat.tui.widgets.folded import AttachmentBlock, ThinkingBlock, ToolResultBlock
 from mlxchat.tui.widgets.sources import SourcesPanel
-from mlxchat.tui.widgets.thumbnail import ImageThumbnail
+from mlxchat.tui.widgets.picture import image_view
 from mlxchat.turn_stats import TurnStats
 
 NoticeLevel = Literal["info", "warning", "error"]
@@ -61,7 +61,7 @@ class UserMessage(PlainMessage):
 
     def compose(self) -> ComposeResult:
         yield Static(self.LABEL, classes="message-label", markup=False)
-        yield from (ImageThumbnail(ref) for ref in self.images)
+        yield from (image_view(ref, self.app) for ref in self.images)
         for name, text in self.files:
             yield AttachmentBlock(name, text)
         if self.typed.strip() or not self.files:
