@@ -1,8 +1,9 @@
-"""Images in the token ledger, timed per vision family (Qwen2-VL, Qwen2.5-VL,
-Qwen3-VL, Gemma 3) on a small random model of each (mlx-vlm's classes, random
-weights, the family's published template and processor settings; 256 image
-tokens an image; bench/vision_families.py), each figure printed as
-``NAME_FAMILY=X`` (``vision_followup_ratio_gemma3=0.07``):
+"""Images in the token ledger, timed per vision family (Qwen2-VL,
+Qwen2.5-VL, Qwen3-VL, Gemma 3, SmolVLM) on a small random model of each
+(mlx-vlm's classes, random weights, the family's published template and
+processor settings; 256 image tokens an image, 320 in SmolVLM's five tiles;
+bench/vision_families.py), each figure printed as ``NAME_FAMILY=X``
+(``vision_followup_ratio_gemma3=0.07``):
 
 - ``vision_followup_ratio``: TTFT of a text follow-up after an image turn,
   on the warm cache / the same prompt recomputed from nothing (goal <= 0.1).
@@ -173,11 +174,15 @@ def bench_family(family: BenchFamily, args: argparse.Namespace) -> dict[str, flo
           f"{int(med['second_prompt'])} prompt tokens prefilled; TTFT warm "
           f"{med['warm_second'] * 1000:.1f} ms, recomputed {med['cold_second'] * 1000:.1f} ms")
     if theirs is not None:
-        assert [n for _, n in theirs][1] == med["followup_prompt"], "another prompt"
-        assert [n for _, n in theirs][4] == med["second_prompt"], (theirs, med)
-        print(f"mlx-vlm stream_generate + PromptCacheState, same turns and prompt tokens: "
-              f"TTFT follow-up {theirs[1][0] * 1000:.1f} ms, turn 5 {theirs[4][0] * 1000:.1f} "
-              f"ms (turn 1 {theirs[0][0] * 1000:.1f} ms)")
+        # The same prompts, but for a template that writes a past reply
+        # otherwise than its generation prompt began it (SmolVLM's "Assistant:"
+        # then "Assistant: " + reply): the ledger keeps the tokens the model
+        # saw, mlx-vlm renders the history again, at most a token a reply more.
+        for turn, ours in ((1, med["followup_prompt"]), (4, med["second_prompt"])):
+            assert 0 <= theirs[turn][1] - ours <= turn, ("another prompt", turn, theirs, med)
+        print(f"mlx-vlm stream_generate + PromptCacheState, same turns ({theirs[1][1]} and "
+              f"{theirs[4][1]} prompt tokens): TTFT follow-up {theirs[1][0] * 1000:.1f} ms, "
+              f"turn 5 {theirs[4][0] * 1000:.1f} ms (turn 1 {theirs[0][0] * 1000:.1f} ms)")
         out["vs_mlx_vlm_followup"] = med["warm_followup"] / theirs[1][0]
         out["vs_mlx_vlm_second_image"] = med["warm_second"] / theirs[4][0]
     named = {f"{name}_{family.name}": value for name, value in out.items()}

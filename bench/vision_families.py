@@ -110,6 +110,32 @@ def _gemma3_processor(folder: Path, template: str) -> Any:
                            image_seq_length=seq)
 
 
+def _write_smolvlm(folder: Path, template: str) -> Path:
+    from mlxchat.models.tiny_vision_smolvlm import write_tiny_smolvlm
+
+    return write_tiny_smolvlm(folder, chat_template=template, hidden_size=256, num_layers=4,
+                              tile=64, patch_size=4, longest_edge=128)
+
+
+def _smolvlm_processor(folder: Path, template: str) -> Any:
+    from mlx_vlm.models.smolvlm.processing_smolvlm import SmolVLMProcessor
+    from transformers import PreTrainedTokenizerFast
+    from transformers.models.smolvlm.image_processing_pil_smolvlm import (
+        SmolVLMImageProcessorPil,
+    )
+
+    pre = json.loads((folder / "preprocessor_config.json").read_text())
+    images = SmolVLMImageProcessorPil(**{k: v for k, v in pre.items() if v is not None and k not in (
+        "image_processor_type", "processor_class")})
+    return SmolVLMProcessor(image_processor=images,
+                            tokenizer=PreTrainedTokenizerFast.from_pretrained(str(folder)),
+                            image_seq_len=_SMOLVLM_TILE_TOKENS, chat_template=template)
+
+
+_SMOLVLM_TILE_TOKENS = 64
+"""(64 / 4)^2 patches a tile, pixel-shuffled by 2x2: 4 tiles and the global view an image."""
+
+
 FAMILIES = {
     "qwen2_vl": _qwen("qwen2_vl", "Qwen2-VL"),
     "qwen2_5_vl": _qwen("qwen2_5_vl", "Qwen2.5-VL"),
@@ -118,4 +144,8 @@ FAMILIES = {
                           "128-token window, 1 global; SigLIP depth 1)",
                           lambda: (DATA / "gemma-3-4b-it.chat_template.jinja").read_text(),
                           _write_gemma3, _gemma3_processor),
+    "smolvlm": BenchFamily("smolvlm", "small random SmolVLM (hidden 256, 4 layers; SigLIP "
+                           "depth 1; 2 x 2 tiles of 64 tokens and the global view)",
+                           lambda: (DATA / "smolvlm-instruct.chat_template.jinja").read_text(),
+                           _write_smolvlm, _smolvlm_processor),
 }

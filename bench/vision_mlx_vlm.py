@@ -58,5 +58,6 @@ def conversation_ttfts(family: Any, folder: Path, template: str, images: Sequenc
                 reply += last.text
             assert first is not None and last is not None
             out.append((first, int(last.prompt_tokens)))
-            messages.append({"role": "assistant", "content": reply})
+            # As parts: SmolVLM's template reads content only so (the app does the same).
+            messages.append({"role": "assistant", "content": [{"type": "text", "text": reply}]})
     return out
