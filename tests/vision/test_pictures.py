@@ -21,7 +21,7 @@ from mlxchat.tui.widgets import Transcript, UserMessage
 from mlxchat.tui.widgets.picture import ImagePicture, decoded
 from mlxchat.tui.widgets.thumbnail import ImageThumbnail
 
-from tests.tui.app_support import ready, send, tiny_app
+from tests.tui.app_support import ready, send, tiny_app, until
 from tests.tui.tui_hosts import HostApp
 
 from .conftest import make_image
@@ -68,7 +68,8 @@ async def test_kitty_sends_the_png_at_the_placement_size(tmp_path, tiny_vl, monk
             assert isinstance(widget, ImagePicture) and widget.kind == "kitty"
             assert widget.query_one(".picture-label").render().plain.startswith(
                 "▣ shot.png · 100x70")
-        await pilot.pause()
+        # Sent as the screen is painted, which a loaded machine does later.
+        await until(lambda: len(kitty_images(terminal.getvalue())) >= 2)
     sent = kitty_images(terminal.getvalue())
     assert len(sent) >= 2  # the preview's and the message's
     for image in sent:
