@@ -1,6 +1,7 @@
-"""Images in the token ledger, timed per vision family (Qwen2-VL,
-Qwen2.5-VL, Qwen3-VL, Gemma 3, SmolVLM) on a small random model of each
-(mlx-vlm's classes, random weights, the family's published template and
+"""Images in the token ledger, timed per vision family.
+
+Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Gemma 3 and SmolVLM, each on a small random
+model (mlx-vlm's classes, random weights, the family's published template and
 processor settings; 256 image tokens an image, 320 in SmolVLM's five tiles;
 bench/vision_families.py), each figure printed as ``NAME_FAMILY=X``
 (``vision_followup_ratio_gemma3=0.07``):
@@ -18,9 +19,10 @@ same model and turns (bench/vision_mlx_vlm.py), side by side:
 ``vs_mlx_vlm_followup`` and ``vs_mlx_vlm_second_image``, ours warm / theirs.
 
 Each TTFT is the median of ``--repeats`` runs (5) of the same turn, the
-machine's load average printed beside them, each engine warmed up first (``ChatEngine.warm_up``: MLX's kernels and the template, as
+machine's load average printed beside them (before and after), each engine
+warmed up first (``ChatEngine.warm_up``: MLX's kernels and the template, as
 the server does before listening); every run checks that the warm, resumed
-and recomputed replies agree.
+and recomputed replies agree. ``--family`` (repeatable) picks families.
 """
 
 from __future__ import annotations

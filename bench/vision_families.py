@@ -125,8 +125,9 @@ def _smolvlm_processor(folder: Path, template: str) -> Any:
     )
 
     pre = json.loads((folder / "preprocessor_config.json").read_text())
-    images = SmolVLMImageProcessorPil(**{k: v for k, v in pre.items() if v is not None and k not in (
-        "image_processor_type", "processor_class")})
+    images = SmolVLMImageProcessorPil(**{
+        k: v for k, v in pre.items()
+        if v is not None and k not in ("image_processor_type", "processor_class")})
     return SmolVLMProcessor(image_processor=images,
                             tokenizer=PreTrainedTokenizerFast.from_pretrained(str(folder)),
                             image_seq_len=_SMOLVLM_TILE_TOKENS, chat_template=template)
