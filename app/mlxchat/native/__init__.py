@@ -1,5 +1,5 @@
 """mlxchat's native CPU kernels: an MLX extension built from ``src/`` by
-``make model`` (``python -m mlxchat.native.build``), loaded when present.
+``make model`` (``python -m mlxchat.native``), loaded when present.
 
 Never required: on macOS it is not built (Metal and Accelerate serve there);
 on Linux, without a compiler, after a failed build or with a build made for

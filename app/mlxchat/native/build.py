@@ -1,6 +1,6 @@
 """Build mlxchat's native CPU kernels (``src/``) into an MLX extension module.
 
-``python -m mlxchat.native.build`` (``make model`` runs it) configures and
+``python -m mlxchat.native`` (``make model`` runs it) configures and
 builds ``src/`` with CMake and Ninja against the installed MLX's headers and
 CMake package and nanobind (its ABI must match MLX's: pyproject's ``native``
 extra pins it), into a folder keyed by the MLX version, the platform and the

@@ -82,6 +82,7 @@ void run_qmm(const QmmArgs& base, const mx::array& x, const mx::array& w,
   QmmArgs a = base;
   a.x = reinterpret_cast<const float*>(contiguous_bytes(x, hx));
   a.w = contiguous_bytes(w, hw);
+  a.w_end = a.w + (size_t)a.N * a.K * a.bits / 8;
   a.scales = contiguous_bytes(s, hs);
   a.biases = contiguous_bytes(b, hb);
   a.y = out;
@@ -168,7 +169,7 @@ mx::array qmm(const mx::array& x, const mx::array& w, const mx::array& scales,
               const mx::array& biases, int group_size, int bits) {
   check(x.dtype() == mx::float32, "x must be float32");
   check(w.dtype() == mx::uint32 && w.ndim() == 2, "w must be uint32 (out, in * bits / 32)");
-  check(bits == 4 || bits == 8, "bits must be 4 or 8");
+  check(bits >= 2 && bits <= 8 && bits != 7, "bits must be 2, 3, 4, 5, 6 or 8");
   check(group_size == 32 || group_size == 64 || group_size == 128,
         "group_size must be 32, 64 or 128");
   check(x.ndim() >= 1, "x needs an input axis");
