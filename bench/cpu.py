@@ -185,7 +185,8 @@ def main() -> int:
     print(f"load average {os.getloadavg()[0]:.2f} (the native kernel)")
     from bench import cpu_kernel
 
-    ratios.update(cpu_kernel.compare(min(a.decode, 64), not a.skip_1b))
+    ratios.update(cpu_kernel.compare(min(a.decode, 64), not a.skip_1b,
+                                     str(a.gguf) if a.gguf else None))
     print(f"load average after {os.getloadavg()[0]:.2f}")
     print("ratios: " + " ".join(f"{k}={v:.3f}" for k, v in ratios.items()))
     return 0
