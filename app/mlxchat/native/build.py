@@ -146,12 +146,13 @@ def build(force: bool = False, log=None) -> Path:
     from filelock import FileLock
 
     with FileLock(str(root / f"{key()}.lock")):
-        return _build_locked(root / key(), cmake, ninja, cxx, log)
+        return _build_locked(root / key(), cmake, ninja, cxx, log, force)
 
 
-def _build_locked(folder: Path, cmake: str, ninja: str, cxx: str, log) -> Path:
+def _build_locked(folder: Path, cmake: str, ninja: str, cxx: str, log, force: bool) -> Path:
     built = find_built()
-    if built is not None and json.loads((folder / RECORD).read_text()).get("compiler") == cxx:
+    if (built is not None and not force
+            and json.loads((built.parent / RECORD).read_text()).get("compiler") == cxx):
         return built  # another process built it meanwhile
     try:
         mlx_dir, nb_dir = _cmake_dirs()
