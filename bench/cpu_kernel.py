@@ -125,7 +125,7 @@ def compare(steps: int, one_b: bool, other: str | None = None) -> dict[str, floa
         for r in (old, new):
             print(f"{label} {r['mode']}: decode step {r['step_ms']:.2f} ms "
                   f"({1e3 / r['step_ms']:.1f} tok/s), quantized layers alone "
-                  f"{r['layers_ms']:.2f} ms a step [{r['native']}; load {r['load']:.2f}]",
+                  f"{r['layers_ms']:.2f} ms a step [native kernel {r['native']}; load {r['load']:.2f}]",
                   flush=True)
         if what not in ("bundled", "1b"):
             ratios["cpu_decode_speedup_gguf"] = old["step_ms"] / new["step_ms"]

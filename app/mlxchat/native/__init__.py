@@ -37,8 +37,8 @@ class NativeStatus:
 
     def words(self) -> str:
         if self.available:
-            return f"native SIMD kernel ({self.isa}, {self.threads} threads)"
-        return "MLX's quantized_matmul (the native kernel is not loaded)"
+            return f"{self.isa}, {self.threads} thread{'s' if self.threads != 1 else ''}"
+        return "not loaded"
 
 
 _state: dict[str, Any] = {}
