@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from mlxchat import __version__, blas
+from mlxchat import __version__, blas, native
 from mlxchat.cli.progress import progress_printer
 from mlxchat.errors import UserError, user_message
 from mlxchat.generation import CPU_MATMUL_MODES
@@ -236,6 +236,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise UserError(f"--pin {name}: no such file")
     _need_terminal()
     blas.warn_once()  # before the screen is taken: why MLX is slow here, once
+    native.warn_once()
     from functools import partial
 
     from mlxchat.cli.split import factories, split_launch

@@ -11,7 +11,7 @@ from typing import Any
 import mlx.core as mx
 from mlx_lm.utils import load_model, load_tokenizer, maybe_set_recommended_wired_limit
 
-from mlxchat import blas
+from mlxchat import blas, native
 from mlxchat.models import memory, precision, vision_load
 from mlxchat.models.errors import ModelError
 from mlxchat.models.info import LoadedModel, describe, on_cpu
@@ -79,6 +79,7 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
     fit = _fit(folder, config, name or folder.name, context_window, available, dtype,
                ranks=split[1].size() if split else 1)
     blas.warn_once()  # the model is good and MLX is about to compute: why it is slow here
+    native.warn_once()
     vision = vision_load.is_vision_config(config)
     if vision:
         if split is not None:

@@ -1,0 +1,267 @@
+// The quantized matmul's body, compiled once per instruction set: include with
+// QMM_NS (a namespace of its own) and QMM_W (float lanes of a vector) defined.
+// GCC vector extensions: the same code is AVX-512, AVX2 or SSE/NEON.
+//
+// y[m, n] = sum_g s[n,g] * (sum_i q[n,i] x[m,i]) + b[n,g] * xsum[m,g]
+// (the affine identity): per-group dot products in float32, each group's
+// weights unpacked once and reused across the rows of x.
+#include <cstring>
+#if defined(__AVX2__) || defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+#include <vector>
+
+#include "qmm.h"
+
+namespace mlxchat {
+namespace QMM_NS {
+
+constexpr int W = QMM_W;
+typedef float vf __attribute__((vector_size(W * 4)));
+typedef int32_t vi __attribute__((vector_size(W * 4)));
+
+static inline float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000 | (man << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (man << 13);
+  } else if (man == 0) {
+    bits = sign;
+  } else {  // subnormal: normalize
+    int e = -1;
+    do { ++e; man <<= 1; } while (!(man & 0x400));
+    bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+template <ScaleType S> static inline float scale_at(const void* p, size_t i) {
+  if constexpr (S == ScaleType::f32) {
+    return static_cast<const float*>(p)[i];
+  } else if constexpr (S == ScaleType::f16) {
+    return half_to_float(static_cast<const uint16_t*>(p)[i]);
+  } else {
+    uint32_t bits = (uint32_t) static_cast<const uint16_t*>(p)[i] << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+}
+
+static inline vf loadf(const float* p) {
+  vf v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// One chunk: P vectors of W weights each (P = 2 for 4 bits: W bytes, vector p
+// holding the weights at positions p, p + 2, p + 4... of the chunk, the nibble
+// order of the bytes; x is read in the same order, see permute_x; else P = 1).
+template <int BITS> constexpr int phases() { return BITS == 4 ? 2 : 1; }
+
+// W bytes widened to W int32 lanes (GCC 12 scalarizes a vector conversion).
+static inline vi widen(const uint8_t* p) {
+#if QMM_W == 16 && defined(__AVX512F__)
+  return (vi)_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+#elif QMM_W == 8 && defined(__AVX2__)
+  return (vi)_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+#else
+  vi d;
+  for (int i = 0; i < W; ++i) d[i] = p[i];
+  return d;
+#endif
+}
+
+// Other widths (2, 3, 5, 6 bits: MLX packs a little-endian bit stream, a value
+// may straddle bytes): lane k takes the two bytes at BITS * k / 8, shifted by
+// BITS * k % 8, masked. One 16-byte load, a byte shuffle, a shift per lane.
+template <int BITS> struct StreamTables {
+  alignas(64) uint8_t ctrl[W * 4];
+  alignas(64) int32_t shift[W];
+  constexpr StreamTables() : ctrl(), shift() {
+    for (int k = 0; k < W; ++k) {
+      const int o = BITS * k / 8;
+      ctrl[4 * k] = (uint8_t)o;
+      ctrl[4 * k + 1] = (uint8_t)(o + 1);
+      ctrl[4 * k + 2] = ctrl[4 * k + 3] = 0x80;
+      shift[k] = BITS * k % 8;
+    }
+  }
+};
+template <int BITS> inline constexpr StreamTables<BITS> kStream{};
+
+template <int BITS> static inline vi stream_bits(const uint8_t* p) {
+  const auto& t = kStream<BITS>;
+  constexpr int mask = (1 << BITS) - 1;
+#if QMM_W == 16 && defined(__AVX512BW__)
+  const __m512i bytes =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i d = _mm512_shuffle_epi8(bytes, _mm512_load_si512(t.ctrl));
+  return (vi)_mm512_srlv_epi32(d, _mm512_load_si512(t.shift)) & mask;
+#elif QMM_W == 8 && defined(__AVX2__)
+  const __m256i bytes =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i d =
+      _mm256_shuffle_epi8(bytes, _mm256_load_si256(reinterpret_cast<const __m256i*>(t.ctrl)));
+  return (vi)_mm256_srlv_epi32(d, _mm256_load_si256(reinterpret_cast<const __m256i*>(t.shift)))
+         & mask;
+#else
+  vi d;
+  for (int k = 0; k < W; ++k) {
+    const int o = t.ctrl[4 * k];
+    d[k] = ((p[o] | (p[o + 1] << 8)) >> t.shift[k]) & mask;
+  }
+  return d;
+#endif
+}
+
+// Bytes a chunk holds, and the bytes its load reads (16 for the bit streams).
+template <int BITS> constexpr int chunk_bytes() { return BITS == 4 ? W : W * BITS / 8; }
+template <int BITS> constexpr int chunk_reads() { return BITS == 4 || BITS == 8 ? W : 16; }
+
+template <int BITS> static inline void unpack(const uint8_t* p, vf* q) {
+  if constexpr (BITS != 4 && BITS != 8) {
+    q[0] = __builtin_convertvector(stream_bits<BITS>(p), vf);
+    return;
+  }
+  const vi d = widen(p);
+  if constexpr (BITS == 8) {
+    q[0] = __builtin_convertvector(d, vf);
+  } else {
+    q[0] = __builtin_convertvector(d & 15, vf);
+    q[1] = __builtin_convertvector(d >> 4, vf);
+  }
+}
+
+// The last chunks of the weights: read from a copy, never past their end.
+template <int BITS> static inline void unpack_safe(const uint8_t* p, const uint8_t* end, vf* q) {
+  if (__builtin_expect(p + chunk_reads<BITS>() <= end, 1)) return unpack<BITS>(p, q);
+  uint8_t tail[64] = {};
+  std::memcpy(tail, p, end - p < chunk_bytes<BITS>() ? end - p : chunk_bytes<BITS>());
+  unpack<BITS>(tail, q);
+}
+
+// x's rows with each chunk of P * W values in the order unpack gives weights:
+// for 4 bits, the W even positions then the W odd ones.
+template <int BITS>
+static const float* permute_x(const QmmArgs& a, std::vector<float>& out) {
+  if constexpr (BITS != 4) {
+    return a.x;
+  } else {
+    out.resize((size_t)a.M * a.K);
+    for (size_t base = 0; base < out.size(); base += 2 * W)
+      for (int j = 0; j < W; ++j) {
+        out[base + j] = a.x[base + 2 * j];
+        out[base + W + j] = a.x[base + 2 * j + 1];
+      }
+    return out.data();
+  }
+}
+
+static inline float hsum(vf v) {
+  float s = 0.f;
+  for (int i = 0; i < W; ++i) s += v[i];
+  return s;
+}
+
+// Few rows (R <= 4): the weights unpacked in registers, straight into R sums.
+template <int BITS, ScaleType S, int R>
+static void rows_fused(const QmmArgs& a, const float* x, int n0, int n1) {
+  constexpr int P = phases<BITS>();
+  const int G = a.K / a.group_size, chunks = a.group_size / (P * W);
+  const size_t row_bytes = (size_t)a.K * BITS / 8;
+  for (int n = n0; n < n1; ++n) {
+    const uint8_t* wp = a.w + (size_t)n * row_bytes;
+    vf acc[R];
+    float bias[R];
+    for (int r = 0; r < R; ++r) { acc[r] = vf{}; bias[r] = 0.f; }
+    for (int g = 0; g < G; ++g) {
+      const float s = scale_at<S>(a.scales, (size_t)n * G + g);
+      const float b = scale_at<S>(a.biases, (size_t)n * G + g);
+      vf t[R];
+      for (int r = 0; r < R; ++r) t[r] = vf{};
+      const size_t col = (size_t)g * a.group_size;
+      for (int c = 0; c < chunks; ++c, wp += chunk_bytes<BITS>()) {
+        vf q[P];
+        unpack_safe<BITS>(wp, a.w_end, q);
+        for (int r = 0; r < R; ++r)
+          for (int p = 0; p < P; ++p)
+            t[r] += q[p] * loadf(x + (size_t)r * a.K + col + (c * P + p) * W);
+      }
+      for (int r = 0; r < R; ++r) {
+        acc[r] += s * t[r];
+        bias[r] += b * a.xsum[(size_t)r * G + g];
+      }
+    }
+    for (int r = 0; r < R; ++r) a.y[(size_t)r * a.N + n] = hsum(acc[r]) + bias[r];
+  }
+}
+
+// Many rows: each group unpacked once into a buffer, then read by every row.
+template <int BITS, ScaleType S>
+static void rows_buffered(const QmmArgs& a, const float* x, int n0, int n1) {
+  constexpr int P = phases<BITS>();
+  const int G = a.K / a.group_size, vecs = a.group_size / W, M = a.M;
+  const size_t row_bytes = (size_t)a.K * BITS / 8;
+  std::vector<vf> q(vecs), acc(M);
+  std::vector<float> bias(M);
+  for (int n = n0; n < n1; ++n) {
+    const uint8_t* wp = a.w + (size_t)n * row_bytes;
+    for (int m = 0; m < M; ++m) { acc[m] = vf{}; bias[m] = 0.f; }
+    for (int g = 0; g < G; ++g) {
+      const float s = scale_at<S>(a.scales, (size_t)n * G + g);
+      const float b = scale_at<S>(a.biases, (size_t)n * G + g);
+      for (int c = 0; c < vecs; c += P, wp += chunk_bytes<BITS>())
+        unpack_safe<BITS>(wp, a.w_end, &q[c]);
+      const size_t col = (size_t)g * a.group_size;
+      for (int m = 0; m < M; ++m) {
+        const float* xr = x + (size_t)m * a.K + col;
+        vf t = vf{};
+        for (int c = 0; c < vecs; ++c) t += q[c] * loadf(xr + c * W);
+        acc[m] += s * t;
+        bias[m] += b * a.xsum[(size_t)m * G + g];
+      }
+    }
+    for (int m = 0; m < M; ++m) a.y[(size_t)m * a.N + n] = hsum(acc[m]) + bias[m];
+  }
+}
+
+template <int BITS, ScaleType S>
+static void rows_for(const QmmArgs& a, int n0, int n1) {
+  thread_local std::vector<float> permuted;
+  const float* x = permute_x<BITS>(a, permuted);
+  switch (a.M) {
+    case 1: return rows_fused<BITS, S, 1>(a, x, n0, n1);
+    case 2: return rows_fused<BITS, S, 2>(a, x, n0, n1);
+    case 3: return rows_fused<BITS, S, 3>(a, x, n0, n1);
+    case 4: return rows_fused<BITS, S, 4>(a, x, n0, n1);
+    default: return rows_buffered<BITS, S>(a, x, n0, n1);
+  }
+}
+
+template <int BITS>
+static void rows_bits(const QmmArgs& a, int n0, int n1) {
+  switch (a.scale_type) {
+    case ScaleType::f32: return rows_for<BITS, ScaleType::f32>(a, n0, n1);
+    case ScaleType::f16: return rows_for<BITS, ScaleType::f16>(a, n0, n1);
+    default: return rows_for<BITS, ScaleType::bf16>(a, n0, n1);
+  }
+}
+
+static void rows(const QmmArgs& a, int n0, int n1) {
+  switch (a.bits) {
+    case 2: return rows_bits<2>(a, n0, n1);
+    case 3: return rows_bits<3>(a, n0, n1);
+    case 4: return rows_bits<4>(a, n0, n1);
+    case 5: return rows_bits<5>(a, n0, n1);
+    case 6: return rows_bits<6>(a, n0, n1);
+    default: return rows_bits<8>(a, n0, n1);
+  }
+}
+
+}  // namespace QMM_NS
+}  // namespace mlxchat
