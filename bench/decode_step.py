@@ -1,0 +1,147 @@
+"""One decode step of a model on this CPU: how many MLX ops it evaluates and
+where its time goes.
+
+    .venv/bin/python bench/decode_step.py [--model smollm2-135m] [--mode auto]
+        [--context 256] [--steps 32]
+
+Ops are counted from the step's graph: the sampled token and the KV cache's
+arrays, every unevaluated array back to the weights, as ``mx.export_to_dot``
+writes it (one node per primitive; siblings share one). The split of a step:
+Python (building the graph), the quantized layers alone (each layer's call on
+one row, all in one evaluation: kernel plus their own dispatch), the rest of
+the evaluation (other ops: their kernels and ~one dispatch each), and the cost
+of dispatching one trivial op, measured on a chain of them. ``--mode`` is the
+``cpu_matmul`` setting (auto|quantized|dequantized). The last line is:
+decode_ops_per_step=N step_ms=X python_ms=X matmul_ms=X other_ms=X
+dispatch_us=X load=X
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import re
+import statistics
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "app"))
+
+import mlxchat  # noqa: E402,F401  (first: it puts the optimized BLAS under MLX)
+import mlx.core as mx  # noqa: E402
+
+_NODE = re.compile(r'label ="([^"]+)", shape=rectangle')
+
+
+def graph_ops(*outputs: mx.array) -> Counter:
+    """Primitives the evaluation of ``outputs`` runs, by name."""
+    out = io.StringIO()
+    mx.export_to_dot(out, *outputs)
+    return Counter(_NODE.findall(out.getvalue()))
+
+
+def cache_arrays(cache: list) -> list[mx.array]:
+    return [a for c in cache for a in c.state if isinstance(a, mx.array)]
+
+
+def dispatch_us(n: int = 2000) -> float:
+    """Microseconds per op of a chain of ``n`` one-element adds (best of 3)."""
+    best = float("inf")
+    for _ in range(3):
+        x = mx.zeros((1,))
+        mx.eval(x)
+        for _ in range(n):
+            x = x + 1
+        t0 = time.perf_counter()
+        mx.eval(x)
+        best = min(best, time.perf_counter() - t0)
+    return best / n * 1e6
+
+
+def matmul_s(model, steps: int) -> float:
+    """Seconds of every quantized layer's call on one row, one evaluation (median)."""
+    from mlxchat.models import cpu_matmul as cm
+
+    calls = []
+    for _, layer in cm.quantized_layers(model):
+        width = layer.weight.shape[-1] * 32 // layer.bits
+        x = mx.random.normal((1, 1, width))
+        calls.append((layer.as_linear if hasattr(layer, "as_linear") else layer, x))
+    mx.eval([x for _, x in calls])
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        mx.eval([call(x) for call, x in calls])
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:] or times)
+
+
+def step_split(model, cache: list, steps: int) -> dict[str, float]:
+    """Median seconds of a whole step, of building its graph, of evaluating it."""
+    y = mx.array([[1]])
+    whole, build, run = [], [], []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        tok = mx.argmax(model(y, cache=cache)[:, -1], axis=-1)[None]
+        t1 = time.perf_counter()
+        mx.eval(tok, cache_arrays(cache))
+        t2 = time.perf_counter()
+        whole.append(t2 - t0)
+        build.append(t1 - t0)
+        run.append(t2 - t1)
+        y = tok
+    med = lambda xs: statistics.median(xs[1:] or xs)  # noqa: E731
+    return {"step": med(whole), "python": med(build), "eval": med(run)}
+
+
+def measure(spec: str, mode: str, context: int, steps: int) -> dict:
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from mlxchat.engine.turn import cpu_choice
+    from mlxchat.models import load_model
+
+    loaded = load_model(spec)
+    plan = cpu_choice.apply(loaded, mode)
+    model = loaded.model
+    cache = make_prompt_cache(model)
+    ids = (loaded.tokenizer.encode("The keeper lit the lamp at dusk. " * context))[:context]
+    for i in range(0, len(ids), 256):
+        model(mx.array(ids[i:i + 256])[None], cache=cache)
+        mx.eval(cache_arrays(cache))
+    tok = mx.argmax(model(mx.array([[1]]), cache=cache)[:, -1], axis=-1)
+    ops = graph_ops(tok, *cache_arrays(cache))
+    mx.eval(tok, cache_arrays(cache))
+    split = step_split(model, cache, steps)
+    return {"plan": plan.words(), "ops": ops, **split,
+            "matmul": matmul_s(model, steps), "dispatch_us": dispatch_us()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--mode", default="auto", choices=("auto", "quantized", "dequantized"))
+    ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=32)
+    a = ap.parse_args()
+    load = os.getloadavg()[0]
+    r = measure(a.model, a.mode, a.context, a.steps)
+    ops = r["ops"]
+    other = max(0.0, r["eval"] - r["matmul"])
+    print(f"load average {load:.2f}; {a.model}, {a.context}-token context; {r['plan']}")
+    print("ops by primitive: " + ", ".join(f"{k} {v}" for k, v in ops.most_common()))
+    print(f"step {r['step'] * 1e3:.1f} ms: python (graph) {r['python'] * 1e3:.1f} ms, "
+          f"evaluation {r['eval'] * 1e3:.1f} ms = quantized layers {r['matmul'] * 1e3:.1f} ms "
+          f"+ other ops {other * 1e3:.1f} ms; one trivial op {r['dispatch_us']:.1f} us "
+          f"(x {sum(ops.values())} ops = {r['dispatch_us'] * sum(ops.values()) / 1e3:.1f} ms)")
+    print(f"decode_ops_per_step={sum(ops.values())} step_ms={r['step'] * 1e3:.2f} "
+          f"python_ms={r['python'] * 1e3:.2f} matmul_ms={r['matmul'] * 1e3:.2f} "
+          f"other_ms={other * 1e3:.2f} dispatch_us={r['dispatch_us']:.2f} "
+          f"load={os.getloadavg()[0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
