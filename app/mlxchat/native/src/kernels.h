@@ -1,0 +1,8 @@
+// The kernels of _mlxchat_native: each .cpp binds its own functions.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace nb = nanobind;
+
+void bind_qmm(nb::module_& m);

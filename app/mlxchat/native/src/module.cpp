@@ -1,0 +1,7 @@
+// _mlxchat_native: mlxchat's CPU kernels for MLX. One line per kernel.
+#include "kernels.h"
+
+NB_MODULE(_mlxchat_native, m) {
+  m.doc() = "mlxchat's native CPU kernels (an MLX extension)";
+  bind_qmm(m);
+}
