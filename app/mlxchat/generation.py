@@ -16,7 +16,7 @@ CONTEXT_POLICIES: tuple[str, ...] = ("drop_oldest", "stop")
 HistoryMode = Literal["ledger", "template"]
 HISTORY_MODES: tuple[str, ...] = ("ledger", "template")
 SPECULATIVE_MODES: tuple[str, ...] = ("auto", "off", "draft", "lookup")
-CPU_MATMUL_MODES: tuple[str, ...] = ("auto", "quantized", "dequantized")
+CPU_MATMUL_MODES: tuple[str, ...] = ("auto", "quantized", "dequantized", "native")
 TOOL_PROMPTS: tuple[str, ...] = ("template", "generic")
 
 _INT64 = 2**63
@@ -175,8 +175,10 @@ class GenerationSettings(Record):
     cpu_matmul: str = "auto"
     """How quantized layers multiply on the CPU: 'quantized' (quantized_matmul),
     'dequantized' (through the BLAS in float32: per prefill chunk, and from a kept
-    float32 copy where memory allows), 'auto' (per layer shape, measured on this
-    machine once; engine/cpu_choice.py). Not used on a GPU."""
+    float32 copy where memory allows), 'native' (mlxchat's SIMD kernel on the
+    packed weights where it is built and takes the layer, else quantized_matmul),
+    'auto' (per layer shape, measured on this machine once;
+    engine/cpu_choice.py). Not used on a GPU."""
     docs: str | None = None
     """The document collection each message retrieves from (/docs use NAME);
     None: no retrieval."""

@@ -1,7 +1,7 @@
 """Every CPU compute path of a quantized layer gives what quantized_matmul gives:
 logits within float32 rounding on tiny random models of every family the tests
 build (dense, MoE, gpt-oss with MXFP4 experts), the same greedy tokens there and
-on the bundled model over 32 tokens."""
+on the bundled model over 64 tokens. The native kernel among the paths."""
 
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ PATHS = {
     "dequantized per chunk": cm.Path(prefill=cm.DEQUANTIZED),
     "kept copy": cm.Path(prefill=cm.KEPT, decode=cm.KEPT),
     "per chunk, then kept for decode": cm.Path(prefill=cm.DEQUANTIZED, decode=cm.KEPT),
+    "native kernel": cm.Path(prefill=cm.NATIVE, decode=cm.NATIVE),
+    "per chunk, then the native kernel for decode": cm.Path(prefill=cm.DEQUANTIZED,
+                                                            decode=cm.NATIVE),
 }
 PROMPT = [5, 17, 33, 2, 41, 9, 12, 60, 7, 22, 31, 44, 3, 18]  # 14 rows: a prefill chunk
 
@@ -63,10 +66,10 @@ CASES = [(f.name, f, "affine") for f in FAMILIES] + [
 @pytest.mark.parametrize("name,family,mode", CASES, ids=[c[0] for c in CASES])
 def test_every_path_matches_quantized_matmul(name, family, mode):
     model = _family_model(family, mode=mode)
-    want_logits, want_tokens = _run(model, 12)
+    want_logits, want_tokens = _run(model, 64)
     for label, path in PATHS.items():
         assert _on_path(model, path) > 0
-        logits, tokens = _run(model, 12)
+        logits, tokens = _run(model, 64)
         assert tokens == want_tokens, label
         for got, want in zip(logits, want_logits):
             scale = float(mx.abs(want).max().item())
@@ -74,9 +77,14 @@ def test_every_path_matches_quantized_matmul(name, family, mode):
         kept = [layer for _, layer in cm.quantized_layers(model)
                 if layer.__dict__.get("_cpu_kept") is not None]
         assert bool(kept) == path.keeps, label
+        native_layers = [name for name, layer in cm.quantized_layers(model)
+                         if layer.__dict__.get("_cpu_native")]
+        # The kernel takes every affine 4-bit layer (it is built by `make test`).
+        assert bool(native_layers) == (cm.NATIVE in (path.prefill, path.decode)
+                                       and mode == "affine"), label
     cm.clear(model)
     assert all(layer.__dict__.get("_cpu_kept") is None for _, layer in cm.quantized_layers(model))
-    assert _run(model, 12)[1] == want_tokens
+    assert _run(model, 64)[1] == want_tokens
 
 
 def test_the_kept_copy_is_no_parameter(bundled_model):
@@ -101,7 +109,7 @@ def test_bundled_model_greedy_tokens_are_the_same_on_every_path(bundled_model):
         cache = make_prompt_cache(model)
         y = mx.argmax(model(mx.array(ids)[None], cache=cache)[0, -1])
         out = []
-        for _ in range(32):
+        for _ in range(64):
             out.append(int(y.item()))
             y = mx.argmax(model(mx.array([[out[-1]]]), cache=cache)[0, -1])
         return out
@@ -109,6 +117,9 @@ def test_bundled_model_greedy_tokens_are_the_same_on_every_path(bundled_model):
         cm.clear(model)
         want = greedy()
         _on_path(model, cm.Path(prefill=cm.DEQUANTIZED, decode=cm.KEPT))
+        assert greedy() == want
+        _on_path(model, cm.Path(prefill=cm.NATIVE, decode=cm.NATIVE))
+        assert all(layer.__dict__["_cpu_native"] for _, layer in cm.quantized_layers(model))
         assert greedy() == want
     finally:
         cm.clear(model)

@@ -35,7 +35,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("ground", ("mlxchat.errors", "mlxchat.paths", "mlxchat.files", "mlxchat.chat",
                 "mlxchat.record", "mlxchat.generation", "mlxchat.turn_stats",
                 "mlxchat.config", "mlxchat.__init__", "mlxchat.units", "mlxchat.sources",
-                "mlxchat.clipboard", "mlxchat.open_files", "mlxchat.blas")),
+                "mlxchat.clipboard", "mlxchat.open_files", "mlxchat.blas", "mlxchat.native.*")),
     ("core", ("mlxchat.engine.*", "mlxchat.store.*", "mlxchat.models.*", "mlxchat.docs.*",
               "mlxchat.tools.*")),
     ("session", ("mlxchat.session.*",)),

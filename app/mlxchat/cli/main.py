@@ -13,7 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
-from mlxchat import __version__, blas
+from mlxchat import __version__, blas, native
 from mlxchat.cli.progress import progress_printer
 from mlxchat.errors import UserError, user_message
 from mlxchat.generation import CPU_MATMUL_MODES
@@ -150,6 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("MLXCHAT_LOG", "WARNING").upper(),
                         format="%(levelname)s %(name)s: %(message)s")
     blas.warn_once()  # the reference BLAS: why it is slow and how to fix it, once
+    native.warn_once()  # no native kernel: why decode is slow and how to fix it, once
     if os.environ.get("MLXCHAT_LAUNCH_FILES"):  # run on a host by a launch script
         import atexit
 

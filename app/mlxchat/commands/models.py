@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mlxchat import blas
+from mlxchat import blas, native
 from mlxchat.chat import human_bytes
 from mlxchat.commands.base import (
     Args,
@@ -48,7 +48,9 @@ def _cpu_rows(ctx: CommandContext) -> list[tuple[str, str]]:
     chosen = last.cpu_matmul if last is not None and last.cpu_matmul else (
         f"{ctx.conversation.generation.cpu_matmul}: chosen at the next turn")
     return [("BLAS", current.words() + (f" ({current.note})" if current.note else "")),
-            ("cpu matmul", chosen + " (/set cpu_matmul auto|quantized|dequantized)")]
+            ("cpu matmul", chosen + " (/set cpu_matmul auto|quantized|dequantized|native)"),
+            ("native kernel", native.status().words()
+             + (f" ({native.status().note})" if native.status().note else ""))]
 
 
 def model(ctx: CommandContext, args: Args) -> CommandResult:

@@ -1,7 +1,9 @@
 """How a quantized layer multiplies on the CPU: ``quantized_matmul`` (MLX's own
-kernel, no BLAS), its weight dequantized for the call and multiplied through the
-BLAS (``dequantized``: the float weight lives only for that prefill chunk), or a
-float32 copy of the weight kept beside the quantized one (``kept``).
+kernel, no BLAS; scalar on x86), its weight dequantized for the call and
+multiplied through the BLAS (``dequantized``: the float weight lives only for
+that prefill chunk), a float32 copy of the weight kept beside the quantized one
+(``kept``), or mlxchat's native SIMD kernel on the packed weights (``native``,
+mlxchat.native: affine 4/8-bit, groups of 32/64/128, when it is built).
 
 Prefill chunks and decode steps may take different paths: a layer looks at how
 many rows it is given. The quantized weights stay the model's parameters (the
@@ -18,7 +20,9 @@ from typing import Any, Iterator
 import mlx.core as mx
 import mlx.nn as nn
 
-QUANTIZED, DEQUANTIZED, KEPT = "quantized", "dequantized", "kept"
+from mlxchat import native
+
+QUANTIZED, DEQUANTIZED, KEPT, NATIVE = "quantized", "dequantized", "kept", "native"
 DECODE_ROWS = 8
 """A call with at most this many rows is a decode step (or a verifying pass)."""
 
@@ -42,6 +46,23 @@ def dequantized(layer: Any) -> mx.array:
                          mode=getattr(layer, "mode", "affine"), dtype=mx.float32)
 
 
+_NATIVE_SCALES = (mx.float32, mx.float16, mx.bfloat16)
+
+
+def native_takes(layer: Any) -> bool:
+    """Whether the native kernel is loaded and computes ``layer``'s weights."""
+    return (native.module() is not None and getattr(layer, "mode", "affine") == "affine"
+            and layer.bits in (4, 8) and layer.group_size in (32, 64, 128)
+            and layer.weight.ndim == 2 and layer.get("biases") is not None
+            and layer.scales.dtype in _NATIVE_SCALES and layer.biases.dtype == layer.scales.dtype)
+
+
+def through_native(layer: Any, x: mx.array) -> mx.array:
+    """``x @ w.T`` (float32 ``x``) by the native kernel on the packed weights."""
+    return native.module().qmm(x, layer.weight, layer.scales, layer.biases,
+                               layer.group_size, layer.bits)
+
+
 def _through_blas(layer: Any, x: mx.array) -> mx.array | None:
     """``x @ w.T`` on the path this many rows take, or None for quantized_matmul."""
     path: Path = layer.__dict__.get("_cpu_path") or Path()
@@ -49,6 +70,8 @@ def _through_blas(layer: Any, x: mx.array) -> mx.array | None:
     chosen = path.decode if rows <= DECODE_ROWS else path.prefill
     if chosen == QUANTIZED or x.dtype != mx.float32:
         return None
+    if chosen == NATIVE:
+        return through_native(layer, x) if layer.__dict__.get("_cpu_native") else None
     kept = layer.__dict__.get("_cpu_kept")
     if chosen == KEPT and kept is not None:
         return x @ kept.T
@@ -106,6 +129,7 @@ def set_path(layer: Any, path: Path) -> None:
     base = type(layer)
     layer.__class__ = _SWAPS.get(base, base)
     layer.__dict__["_cpu_path"] = path
+    layer.__dict__["_cpu_native"] = NATIVE in (path.prefill, path.decode) and native_takes(layer)
     if path.keeps and layer.__dict__.get("_cpu_kept") is None:
         kept = dequantized(layer)
         mx.eval(kept)

@@ -64,11 +64,16 @@ def decide(platform: str, wanted: str, built: bool, others: list[str],
     return NativeStatus(False, note=f"{slow}{why}; {FIX}")
 
 
-def _load() -> tuple[Any, NativeStatus]:
+def _refused() -> tuple[Any, NativeStatus | None]:
+    """(the built file, None) or (None, why it is not loaded): no MLX import."""
     path = _build.find_built() if sys.platform.startswith("linux") else None
     others = _build.other_builds() if path is None and sys.platform.startswith("linux") else []
     compiler = _build.compiler() if path is None and not others else "unchecked"
-    refused = decide(sys.platform, os.environ.get(OFF, ""), path is not None, others, compiler)
+    return path, decide(sys.platform, os.environ.get(OFF, ""), path is not None, others, compiler)
+
+
+def _load() -> tuple[Any, NativeStatus]:
+    path, refused = _refused()
     if refused is not None:
         return None, refused
     try:
@@ -98,8 +103,10 @@ def status() -> NativeStatus:
 
 
 def warn_once(stream=None) -> None:
-    """Say once, in one line, why decode is slow here and how to fix it."""
-    current = status()
+    """Say once, in one line, why decode is slow here and how to fix it (from
+    what is on disk: MLX is not imported for it; a build that fails to load is
+    named by ``status()`` in /model and the turn's stats)."""
+    current = _state.get("status") or _refused()[1] or NativeStatus(True)
     if current.note and not _state.get("said"):
         _state["said"] = True
         print(f"mlxchat: {current.note}", file=stream or sys.stderr)

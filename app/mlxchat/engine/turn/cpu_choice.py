@@ -2,12 +2,14 @@
 CPU has, decided by measuring (models/cpu_matmul.py holds the paths).
 
 Once per model and machine, one layer of each shape is timed: a decode step
-(one row) with ``quantized_matmul`` and with a kept float32 copy through the
-BLAS; a prefill chunk with ``quantized_matmul``, dequantize-then-matmul and the
-kept copy. The figures are stored with the model's fingerprint under the cache
+(one row) with ``quantized_matmul``, the native SIMD kernel (mlxchat.native,
+where it is built and takes the layer) and a kept float32 copy through the BLAS;
+a prefill chunk with ``quantized_matmul``, dequantize-then-matmul, the native
+kernel and the kept copy. The figures are stored with the model's fingerprint under the cache
 folder, with the machine they were taken on (cores, CPU, BLAS, MLX version): a
-changed machine measures again. Kept copies cost 4 bytes a weight and are made
-only within what the memory fit leaves (RAM available now, less the KV cache at
+changed machine (or a native kernel built since) measures again. Kept copies
+cost 4 bytes a weight and are made only where they beat both quantized paths
+by a tenth, within what the memory fit leaves (RAM available now, less the KV cache at
 the model's whole context, less a margin), the biggest saving per byte first.
 """
 
@@ -22,7 +24,7 @@ from typing import Any, Callable
 
 import mlx.core as mx
 
-from mlxchat import blas
+from mlxchat import blas, native
 from mlxchat.chat import human_bytes
 from mlxchat.files import write_private_text
 from mlxchat.models import LoadedModel, memory
@@ -36,7 +38,9 @@ QUANTIZED_ROWS = 16
 """quantized_matmul is compute-bound (linear in rows): timed at this many, scaled."""
 MARGIN_BYTES = 512 << 20
 """Left free beyond the KV cache at the whole context."""
-FORMAT = 1
+FORMAT = 2
+NEVER = float("inf")
+"""The time of a path that cannot serve the shape (the native kernel unbuilt)."""
 _MEASURED: dict[tuple[str, str], dict[str, "ShapeTimes"]] = {}
 """This process's figures by (fingerprint, machine): a model measures once per
 process even where the cache folder changes (each test has its own)."""
@@ -51,6 +55,22 @@ class ShapeTimes:
     prefill_quantized: float
     prefill_dequantized: float
     prefill_kept: float
+    decode_native: float = NEVER
+    prefill_native: float = NEVER
+
+    def decode_free(self) -> tuple[str, float]:
+        """The fastest decode path that keeps no copy, and its time."""
+        if self.decode_native < self.decode_quantized:
+            return cm.NATIVE, self.decode_native
+        return cm.QUANTIZED, self.decode_quantized
+
+    def prefill_free(self, mode: str) -> str:
+        """The fastest prefill path that keeps no copy (the BLAS for 'dequantized')."""
+        if mode == "dequantized":
+            return cm.DEQUANTIZED
+        options = {cm.QUANTIZED: self.prefill_quantized, cm.DEQUANTIZED: self.prefill_dequantized,
+                   cm.NATIVE: self.prefill_native}
+        return min(options, key=options.__getitem__)
 
 
 @dataclass(frozen=True)
@@ -69,11 +89,16 @@ class MatmulPlan:
         if not self.paths:
             return self.note or "quantized_matmul (no quantized layers)"
         shapes = len(self.paths)
-        prefill = sum(1 for p in self.paths.values() if p.prefill != cm.QUANTIZED)
-        decode = sum(1 for p in self.paths.values() if p.decode == cm.KEPT)
+        def count(where: str, path: str) -> int:
+            return sum(1 for p in self.paths.values() if getattr(p, where) == path)
+        prefill = count("prefill", cm.DEQUANTIZED) + count("prefill", cm.KEPT)
+        decode = count("decode", cm.KEPT)
         kept = f" (+{human_bytes(self.kept_bytes)})" if self.kept_bytes else ""
         text = (f"{self.mode}: prefill through the BLAS for {prefill} of {shapes} layer shapes, "
                 f"decode from float32 copies for {decode} of {shapes}{kept}")
+        if count("decode", cm.NATIVE) or count("prefill", cm.NATIVE):
+            text += (f", native kernel for decode in {count('decode', cm.NATIVE)} and prefill "
+                     f"in {count('prefill', cm.NATIVE)} of {shapes}")
         return text + (f"; {self.note}" if self.note else "")
 
 
@@ -88,7 +113,8 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{blas._cores()} cores · {cpu} · {status.words()} · mlx {mx.__version__}"
+    return (f"{blas._cores()} cores · {cpu} · {status.words()} · mlx {mx.__version__}"
+            f" · {native.status().words()}")
 
 
 def _best(fn: Callable[[], mx.array], reps: int = 3) -> float:
@@ -122,12 +148,17 @@ def measure_shape(layer: Any) -> ShapeTimes:
         dn = _best(lambda: call(chunk))
         cm.set_path(layer, cm.Path(prefill=cm.KEPT, decode=cm.KEPT))
         k1, kn = _best(lambda: call(one)), _best(lambda: call(chunk))
+        n1 = nn_ = NEVER
+        if cm.native_takes(layer):
+            cm.set_path(layer, cm.Path(prefill=cm.NATIVE, decode=cm.NATIVE))
+            n1 = _best(lambda: call(one))
+            nn_ = n1 * PREFILL_ROWS if head else _best(lambda: call(chunk))
     finally:
         cm.set_path(layer, cm.Path())
         if kept is not None:
             layer.__dict__["_cpu_kept"] = kept
         cm.set_path(layer, saved)
-    return ShapeTimes(q1, k1, qn * PREFILL_ROWS / QUANTIZED_ROWS, dn, kn)
+    return ShapeTimes(q1, k1, qn * PREFILL_ROWS / QUANTIZED_ROWS, dn, kn, n1, nn_)
 
 
 def _cache_file() -> FilePath:
@@ -189,13 +220,16 @@ def decide(mode: str, times: dict[str, ShapeTimes], sizes: dict[str, tuple[int, 
     """Each shape's path and the bytes kept. ``sizes``: (layers, bytes of one copy)."""
     if mode == "quantized":
         return {k: cm.Path() for k in times}, 0
+    if mode == "native":  # the kernel wherever it takes the shape; no copies
+        return {k: cm.Path(prefill=cm.NATIVE, decode=cm.NATIVE)
+                if t.decode_native < NEVER else cm.Path() for k, t in times.items()}, 0
     def saving(k: str) -> float:  # decode seconds saved per byte kept
         t = times[k]
-        return (t.decode_quantized - t.decode_kept) / sizes[k][1]
+        return (t.decode_free()[1] - t.decode_kept) / sizes[k][1]
     keep, used = set(), 0
     for k in sorted(times, key=saving, reverse=True):
         t, (count, each) = times[k], sizes[k]
-        wanted = mode == "dequantized" or t.decode_kept < 0.9 * t.decode_quantized
+        wanted = mode == "dequantized" or t.decode_kept < 0.9 * t.decode_free()[1]
         if wanted and used + count * each <= room:
             keep.add(k)
             used += count * each
@@ -203,10 +237,9 @@ def decide(mode: str, times: dict[str, ShapeTimes], sizes: dict[str, tuple[int, 
     for k, t in times.items():
         if k in keep:
             paths[k] = cm.Path(prefill=cm.KEPT, decode=cm.KEPT)
-        elif mode == "dequantized" or t.prefill_dequantized < t.prefill_quantized:
-            paths[k] = cm.Path(prefill=cm.DEQUANTIZED)
         else:
-            paths[k] = cm.Path()
+            paths[k] = cm.Path(prefill=t.prefill_free(mode),
+                               decode=t.decode_free()[0] if mode == "auto" else cm.QUANTIZED)
     return paths, used
 
 
@@ -262,6 +295,7 @@ def apply(loaded: LoadedModel, mode: str) -> MatmulPlan:
     for k, ls in groups.items():
         for layer in ls:
             cm.set_path(layer, paths[k])
-    note = "" if blas.status().optimized else blas.status().note
+    note = "; ".join(n for n in (
+        "" if blas.status().optimized else blas.status().note, native.status().note) if n)
     return MatmulPlan(mode=mode, paths=paths, layers={k: len(ls) for k, ls in groups.items()},
                 kept_bytes=used, measured=measured, note=note)

@@ -1,0 +1,96 @@
+"""The native kernel (mlxchat.native, built by `make test` through `make model`)
+computes x @ dequantize(w).T as quantized_matmul does, within float32 rounding:
+every bits x group size x scales dtype it takes, row counts on and off the
+vector width, leading batch axes, non-contiguous inputs, one thread and the
+pool, and each instruction set this CPU has."""
+
+from __future__ import annotations
+
+import sys
+
+import mlx.core as mx
+import pytest
+
+from mlxchat import native
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="built on Linux only (Metal serves macOS)")
+
+ROWS = (1, 3, 8, 17, 33)
+SCALES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    status = native.status()
+    assert status.available, status.note  # `make test` builds it (make model)
+    return native.module()
+
+
+def _quantized(out: int, width: int, bits: int, group: int, dtype, seed: int):
+    mx.random.seed(seed)
+    w = mx.random.normal((out, width)) * 0.1
+    wq, scales, biases = mx.quantize(w, group_size=group, bits=bits)
+    return wq, scales.astype(dtype), biases.astype(dtype)
+
+
+def _close(got: mx.array, want: mx.array) -> float:
+    return float(mx.abs(got - want).max().item()) / max(float(mx.abs(want).max().item()), 1e-30)
+
+
+@pytest.mark.parametrize("scales", list(SCALES))
+@pytest.mark.parametrize("group", (32, 64, 128))
+@pytest.mark.parametrize("bits", (4, 8))
+def test_the_kernel_matches_quantized_matmul(kernel, bits, group, scales):
+    # An odd count of groups and of outputs: nothing lines up with a vector or a block.
+    wq, s, b = _quantized(37, group * 3, bits, group, SCALES[scales], seed=bits * group)
+    for rows in ROWS:
+        x = mx.random.normal((rows, group * 3))
+        want = mx.quantized_matmul(x, wq, s, b, group_size=group, bits=bits)
+        got = kernel.qmm(x, wq, s, b, group, bits)
+        assert got.dtype == mx.float32 and got.shape == want.shape
+        assert _close(got, want) <= 1e-5, (rows, bits, group, scales)
+        if scales == "float32":  # and the dequantized weight through a plain matmul
+            dense = mx.dequantize(wq, s, b, group_size=group, bits=bits, dtype=mx.float32)
+            assert _close(got, x @ dense.T) <= 1e-5
+
+
+@pytest.mark.parametrize("isa", ("generic", "avx2", ""))
+def test_every_instruction_set_and_the_pool_agree(kernel, isa):
+    if isa == "avx2" and kernel.qmm_isa() == "generic":
+        isa = "generic"  # not an x86 CPU with AVX2: the generic code serves
+    wq, s, b = _quantized(1000, 576, 4, 64, mx.float32, seed=5)  # big enough to split
+    try:
+        kernel.qmm_force_isa(isa)
+        for rows in (1, 4, 9):
+            x = mx.random.normal((rows, 576))
+            want = mx.quantized_matmul(x, wq, s, b, group_size=64, bits=4)
+            assert _close(kernel.qmm(x, wq, s, b, 64, 4), want) <= 1e-5, (isa, rows)
+    finally:
+        kernel.qmm_force_isa("")
+
+
+def test_batch_axes_views_and_the_lazy_graph(kernel):
+    wq, s, b = _quantized(48, 256, 8, 32, mx.bfloat16, seed=9)
+    x = mx.random.normal((2, 3, 256))
+    want = mx.quantized_matmul(x, wq, s, b, group_size=32, bits=8)
+    got = kernel.qmm(x, wq, s, b, 32, 8)
+    assert got.shape == (2, 3, 48) and _close(got, want) <= 1e-5
+    view = mx.random.normal((256, 5)).T  # not row-contiguous
+    assert _close(kernel.qmm(view, wq, s, b, 32, 8),
+                  mx.quantized_matmul(view, wq, s, b, group_size=32, bits=8)) <= 1e-5
+    # Lazy inputs are evaluated first; the result feeds later ops and mx.compile.
+    lazy = mx.random.normal((4, 256)) * 2 + 1
+    fn = mx.compile(lambda a: kernel.qmm(a, wq, s, b, 32, 8).sum(-1))
+    assert _close(fn(lazy), mx.quantized_matmul(lazy, wq, s, b, group_size=32, bits=8)
+                  .sum(-1)) <= 1e-5
+
+
+def test_what_it_does_not_take_is_refused_in_one_line(kernel):
+    wq, s, b = _quantized(16, 64, 4, 32, mx.float32, seed=1)
+    with pytest.raises(ValueError, match="x must be float32"):
+        kernel.qmm(mx.zeros((1, 64), dtype=mx.float16), wq, s, b, 32, 4)
+    with pytest.raises(ValueError, match="input width"):
+        kernel.qmm(mx.zeros((1, 96)), wq, s, b, 32, 4)
+    with pytest.raises(ValueError, match="bits must be 4 or 8"):
+        kernel.qmm(mx.zeros((1, 64)), wq, s, b, 32, 3)
