@@ -2,7 +2,7 @@
 where its time goes.
 
     .venv/bin/python bench/decode_step.py [--model smollm2-135m] [--mode auto]
-        [--context 256] [--steps 32]
+        [--context 200] [--steps 24] [--rounds 3]
 
 Ops are counted from the step's graph: the sampled token and the KV cache's
 arrays, every unevaluated array back to the weights, as ``mx.export_to_dot``
@@ -10,10 +10,12 @@ writes it (one node per primitive; siblings share one). The split of a step:
 Python (building the graph), the quantized layers alone (each layer's call on
 one row, all in one evaluation: kernel plus their own dispatch), the rest of
 the evaluation (other ops: their kernels and ~one dispatch each), and the cost
-of dispatching one trivial op, measured on a chain of them. ``--mode`` is the
-``cpu_matmul`` setting (auto|quantized|dequantized). The last line is:
-decode_ops_per_step=N step_ms=X python_ms=X matmul_ms=X other_ms=X
-dispatch_us=X load=X
+of dispatching one trivial op, measured on a chain of them. Two variants
+alternate in one process, best step of each: MLX's own ``mx.fast`` ops
+(``mlx``), and the native extension's fused ones (``fused``, when it is
+built: ``make model``). ``--mode`` is the ``cpu_matmul`` setting. The last
+line is: decode_ops_per_step=N [decode_ops_per_step_fused=N] step_ms=X
+[step_ms_fused=X] matmul_ms=X dispatch_us=X load=X
 """
 
 from __future__ import annotations
@@ -97,7 +99,8 @@ def step_split(model, cache: list, steps: int) -> dict[str, float]:
     return {"step": med(whole), "python": med(build), "eval": med(run)}
 
 
-def measure(spec: str, mode: str, context: int, steps: int) -> dict:
+def prepared(spec: str, mode: str, context: int):
+    """The model on ``mode``'s paths and a cache holding ``context`` tokens."""
     from mlx_lm.models.cache import make_prompt_cache
 
     from mlxchat.engine.turn import cpu_choice
@@ -111,34 +114,68 @@ def measure(spec: str, mode: str, context: int, steps: int) -> dict:
     for i in range(0, len(ids), 256):
         model(mx.array(ids[i:i + 256])[None], cache=cache)
         mx.eval(cache_arrays(cache))
+    return model, cache, plan.words()
+
+
+def step_ops(model, cache: list) -> Counter:
+    """The ops of one step (evaluated after, so the cache moves on by one)."""
     tok = mx.argmax(model(mx.array([[1]]), cache=cache)[:, -1], axis=-1)
     ops = graph_ops(tok, *cache_arrays(cache))
     mx.eval(tok, cache_arrays(cache))
-    split = step_split(model, cache, steps)
-    return {"plan": plan.words(), "ops": ops, **split,
-            "matmul": matmul_s(model, steps), "dispatch_us": dispatch_us()}
+    return ops
+
+
+def measure(spec: str, mode: str, context: int, steps: int, rounds: int) -> dict:
+    """Each variant (MLX's own fast ops, then the fused ones when the extension
+    is built) alternating ``rounds`` times: its ops and step split."""
+    from mlxchat.native import fused
+
+    model, cache, plan = prepared(spec, mode, context)
+    variants = ["mlx"] + (["fused"] if fused.install() else [])
+    found: dict[str, dict] = {}
+    for _ in range(rounds):
+        for name in variants:
+            fused.install() if name == "fused" else fused.uninstall()
+            ops = step_ops(model, cache)
+            split = step_split(model, cache, steps)
+            seen = found.setdefault(name, {"ops": ops, "step": [], "python": [], "eval": []})
+            for key in ("step", "python", "eval"):
+                seen[key].append(split[key])
+    for seen in found.values():
+        for key in ("step", "python", "eval"):
+            seen[key] = min(seen[key])
+    return {"plan": plan, "variants": found, "matmul": matmul_s(model, steps),
+            "dispatch_us": dispatch_us()}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--mode", default="auto", choices=("auto", "quantized", "dequantized"))
-    ap.add_argument("--context", type=int, default=256)
-    ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--mode", default="auto",
+                    choices=("auto", "quantized", "dequantized", "native"))
+    ap.add_argument("--context", type=int, default=200)
+    ap.add_argument("--steps", type=int, default=24)
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     load = os.getloadavg()[0]
-    r = measure(a.model, a.mode, a.context, a.steps)
-    ops = r["ops"]
-    other = max(0.0, r["eval"] - r["matmul"])
+    r = measure(a.model, a.mode, a.context, a.steps, a.rounds)
     print(f"load average {load:.2f}; {a.model}, {a.context}-token context; {r['plan']}")
-    print("ops by primitive: " + ", ".join(f"{k} {v}" for k, v in ops.most_common()))
-    print(f"step {r['step'] * 1e3:.1f} ms: python (graph) {r['python'] * 1e3:.1f} ms, "
-          f"evaluation {r['eval'] * 1e3:.1f} ms = quantized layers {r['matmul'] * 1e3:.1f} ms "
-          f"+ other ops {other * 1e3:.1f} ms; one trivial op {r['dispatch_us']:.1f} us "
-          f"(x {sum(ops.values())} ops = {r['dispatch_us'] * sum(ops.values()) / 1e3:.1f} ms)")
-    print(f"decode_ops_per_step={sum(ops.values())} step_ms={r['step'] * 1e3:.2f} "
-          f"python_ms={r['python'] * 1e3:.2f} matmul_ms={r['matmul'] * 1e3:.2f} "
-          f"other_ms={other * 1e3:.2f} dispatch_us={r['dispatch_us']:.2f} "
+    print(f"quantized layers alone {r['matmul'] * 1e3:.1f} ms a step; one trivial op "
+          f"{r['dispatch_us']:.1f} us")
+    for name, v in r["variants"].items():
+        ops, n = v["ops"], sum(v["ops"].values())
+        other = max(0.0, v["eval"] - r["matmul"])
+        print(f"{name}: {n} ops ({', '.join(f'{k} {c}' for k, c in ops.most_common(8))}, ...)")
+        print(f"{name}: step {v['step'] * 1e3:.1f} ms ({1 / v['step']:.1f} tok/s): python "
+              f"(graph) {v['python'] * 1e3:.1f} ms, evaluation {v['eval'] * 1e3:.1f} ms = "
+              f"quantized layers {r['matmul'] * 1e3:.1f} + other ops {other * 1e3:.1f} ms "
+              f"(dispatch alone ~{r['dispatch_us'] * n / 1e3:.1f} ms)")
+    figures = {f"decode_ops_per_step{'' if k == 'mlx' else '_' + k}": sum(v["ops"].values())
+               for k, v in r["variants"].items()}
+    figures.update({f"step_ms{'' if k == 'mlx' else '_' + k}": round(v["step"] * 1e3, 2)
+                    for k, v in r["variants"].items()})
+    print(" ".join(f"{k}={v}" for k, v in figures.items())
+          + f" matmul_ms={r['matmul'] * 1e3:.2f} dispatch_us={r['dispatch_us']:.2f} "
           f"load={os.getloadavg()[0]:.2f}")
     return 0
 

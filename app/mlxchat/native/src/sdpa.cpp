@@ -60,7 +60,9 @@ const float* rows_of(const mx::array& a, std::vector<float>& holder, int64_t* s)
   return holder.data();
 }
 
-constexpr double PARALLEL_FLOPS = 1 << 18;  // below this, one thread
+// Below this (~1 ms of work), one thread: waking the pool costs more on a
+// busy machine than a decode step's attention (a few hundred keys) takes.
+constexpr double PARALLEL_FLOPS = 1 << 24;
 
 void run_sdpa(SdpaArgs a, const std::vector<mx::array>& in) {
   std::vector<float> hq, hk, hv;
