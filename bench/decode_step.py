@@ -15,7 +15,8 @@ alternate in one process, best step of each: MLX's own ``mx.fast`` ops
 (``mlx``), and the native extension's fused ones (``fused``, when it is
 built: ``make model``). ``--mode`` is the ``cpu_matmul`` setting. The last
 line is: decode_ops_per_step=N [decode_ops_per_step_fused=N] step_ms=X
-[step_ms_fused=X] matmul_ms=X dispatch_us=X load=X
+[step_ms_fused=X] cpu_ms=X [cpu_ms_fused=X] (the process's CPU time a step,
+every thread: less swayed by other processes) matmul_ms=X dispatch_us=X load=X
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def step_split(model, cache: list, steps: int) -> dict[str, float]:
     """Median seconds of a whole step, of building its graph, of evaluating it."""
     y = mx.array([[1]])
     whole, build, run = [], [], []
+    cpu0 = time.process_time()
     for _ in range(steps):
         t0 = time.perf_counter()
         tok = mx.argmax(model(y, cache=cache)[:, -1], axis=-1)[None]
@@ -95,8 +97,9 @@ def step_split(model, cache: list, steps: int) -> dict[str, float]:
         build.append(t1 - t0)
         run.append(t2 - t1)
         y = tok
+    cpu = (time.process_time() - cpu0) / steps
     med = lambda xs: statistics.median(xs[1:] or xs)  # noqa: E731
-    return {"step": med(whole), "python": med(build), "eval": med(run)}
+    return {"step": med(whole), "python": med(build), "eval": med(run), "cpu": cpu}
 
 
 def prepared(spec: str, mode: str, context: int):
@@ -138,11 +141,12 @@ def measure(spec: str, mode: str, context: int, steps: int, rounds: int) -> dict
             fused.install() if name == "fused" else fused.uninstall()
             ops = step_ops(model, cache)
             split = step_split(model, cache, steps)
-            seen = found.setdefault(name, {"ops": ops, "step": [], "python": [], "eval": []})
-            for key in ("step", "python", "eval"):
+            seen = found.setdefault(name, {"ops": ops, "step": [], "python": [], "eval": [],
+                                           "cpu": []})
+            for key in ("step", "python", "eval", "cpu"):
                 seen[key].append(split[key])
     for seen in found.values():
-        for key in ("step", "python", "eval"):
+        for key in ("step", "python", "eval", "cpu"):
             seen[key] = min(seen[key])
     return {"plan": plan, "variants": found, "matmul": matmul_s(model, steps),
             "dispatch_us": dispatch_us()}
@@ -169,11 +173,13 @@ def main() -> int:
         print(f"{name}: step {v['step'] * 1e3:.1f} ms ({1 / v['step']:.1f} tok/s): python "
               f"(graph) {v['python'] * 1e3:.1f} ms, evaluation {v['eval'] * 1e3:.1f} ms = "
               f"quantized layers {r['matmul'] * 1e3:.1f} + other ops {other * 1e3:.1f} ms "
-              f"(dispatch alone ~{r['dispatch_us'] * n / 1e3:.1f} ms)")
+              f"(dispatch alone ~{r['dispatch_us'] * n / 1e3:.1f} ms); CPU time "
+              f"{v['cpu'] * 1e3:.1f} ms a step (every thread)")
     figures = {f"decode_ops_per_step{'' if k == 'mlx' else '_' + k}": sum(v["ops"].values())
                for k, v in r["variants"].items()}
-    figures.update({f"step_ms{'' if k == 'mlx' else '_' + k}": round(v["step"] * 1e3, 2)
-                    for k, v in r["variants"].items()})
+    for key in ("step", "cpu"):
+        figures.update({f"{key}_ms{'' if k == 'mlx' else '_' + k}": round(v[key] * 1e3, 2)
+                        for k, v in r["variants"].items()})
     print(" ".join(f"{k}={v}" for k, v in figures.items())
           + f" matmul_ms={r['matmul'] * 1e3:.2f} dispatch_us={r['dispatch_us']:.2f} "
           f"load={os.getloadavg()[0]:.2f}")

@@ -9,7 +9,8 @@ A chunk's cost is its layers (the same at every position) plus its attention
 over every key before it (growing with the position): a chunk at 1,792 over
 one at 0 says how much the attention weighs. The last line is:
 chunk_growth=X chunk_growth_fused=X ttft_ratio=X ttft_ratio_fused=X (the
-largest size's cold TTFT over the middle one's) load=X
+largest size's cold TTFT over the middle one's) ttft_N_s=X cpu_ratio=X cpu_N_s=X (the
+same in the process's CPU seconds) and their _fused twins, load=X
 """
 
 from __future__ import annotations
@@ -34,20 +35,21 @@ def _state(cache: list) -> list[mx.array]:
     return [a for c in cache for a in c.state if isinstance(a, mx.array)]
 
 
-def cold_ttft(model, ids: list[int]) -> tuple[float, list[float]]:
+def cold_ttft(model, ids: list[int]) -> tuple[float, float, list[float]]:
     """Seconds to the first token after ``ids`` (chunks of 256, as bench/cpu.py
-    feeds them), and each chunk's seconds."""
+    feeds them), the process's CPU seconds for it (every thread: less swayed
+    by other processes than the wall clock), and each chunk's seconds."""
     from mlx_lm.models.cache import make_prompt_cache
 
     cache, chunks = make_prompt_cache(model), []
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     for i in range(0, len(ids) - 1, CHUNK):
         c0 = time.perf_counter()
         model(mx.array(ids[i:min(i + CHUNK, len(ids) - 1)])[None], cache=cache)
         mx.eval(_state(cache))
         chunks.append(time.perf_counter() - c0)
     mx.eval(mx.argmax(model(mx.array(ids[-1:])[None], cache=cache)[:, -1], axis=-1))
-    return time.perf_counter() - t0, chunks
+    return time.perf_counter() - t0, time.process_time() - cpu0, chunks
 
 
 def main() -> int:
@@ -69,13 +71,14 @@ def main() -> int:
     variants = ["mlx"] + (["fused"] if fused.install() else [])
     print(f"load average {os.getloadavg()[0]:.2f}; {a.model}; {plan.words()}")
     ttft: dict[str, dict[int, float]] = {v: {} for v in variants}
+    cpu_s: dict[str, dict[int, float]] = {v: {} for v in variants}
     growth: dict[str, float] = {}
     for n in sizes:
         for name in variants:
             fused.install() if name == "fused" else fused.uninstall()
-            seconds, chunks = cold_ttft(loaded.model, ids[:n])
-            ttft[name][n] = seconds
-            print(f"{name} {n} tokens: cold TTFT {seconds:.2f} s; chunks "
+            seconds, cpu, chunks = cold_ttft(loaded.model, ids[:n])
+            ttft[name][n], cpu_s[name][n] = seconds, cpu
+            print(f"{name} {n} tokens: cold TTFT {seconds:.2f} s (CPU {cpu:.2f} s); chunks "
                   + " ".join(f"{c:.2f}" for c in chunks) + f" (load {os.getloadavg()[0]:.1f})",
                   flush=True)
             if len(chunks) > 2:
@@ -87,6 +90,8 @@ def main() -> int:
         figures[f"chunk_growth{suffix}"] = growth.get(name, 0.0)
         figures[f"ttft_ratio{suffix}"] = ttft[name][big] / ttft[name][mid]
         figures[f"ttft_{big}_s{suffix}"] = ttft[name][big]
+        figures[f"cpu_ratio{suffix}"] = cpu_s[name][big] / cpu_s[name][mid]
+        figures[f"cpu_{big}_s{suffix}"] = cpu_s[name][big]
     print(" ".join(f"{k}={v:.3f}" for k, v in figures.items())
           + f" load={os.getloadavg()[0]:.2f}")
     return 0
