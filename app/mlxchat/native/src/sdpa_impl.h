@@ -6,6 +6,9 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "sdpa.h"
 
@@ -74,6 +77,56 @@ static inline void axpy(float* y, float a, const float* x, int n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+// Scores of one query row against 8 keys (rows kr, kr + ks, ...): each key
+// read once, its 8 sums reduced together (a key at a time would pay a whole
+// horizontal sum for each).
+static inline void dots8(const float* q, const float* kr, int64_t ks, int D, float* out) {
+  if (D % W != 0) {
+    for (int c = 0; c < 8; ++c) out[c] = dot(q, kr + c * ks, D);
+    return;
+  }
+  vf acc[8] = {};
+  for (int d = 0; d < D; d += W) {
+    const vf qd = load(q + d);
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; ++c) acc[c] += qd * load(kr + c * ks + d);
+  }
+#if defined(__AVX2__)
+  if constexpr (W == 8) {
+    __m256 a[8];
+    std::memcpy(a, acc, sizeof(a));
+    const __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    _mm256_storeu_ps(out, _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                                        _mm256_permute2f128_ps(u0, u1, 0x31)));
+    return;
+  }
+#endif
+  for (int c = 0; c < 8; ++c) out[c] = hsum(acc[c]);
+}
+
+// acc[0, Dv) = sum over j < n of p[j] * v[j] (rows vr, vr + vs, ...): the sums
+// held in registers a block of 8 vectors at a time, each value row read once.
+static inline void weighted_sum(float* acc, const float* p, const float* vr, int64_t vs,
+                                int n, int Dv) {
+  constexpr int BLOCK = 8 * W;
+  int d0 = 0;
+  for (; d0 + BLOCK <= Dv; d0 += BLOCK) {
+    vf s[8] = {};
+    for (int j = 0; j < n; ++j) {
+      const vf pj = splat(p[j]);
+      const float* v = vr + j * vs + d0;
+#pragma GCC unroll 8
+      for (int c = 0; c < 8; ++c) s[c] += pj * load(v + c * W);
+    }
+    for (int c = 0; c < 8; ++c) store(acc + d0 + c * W, s[c]);
+  }
+  if (d0 < Dv) {
+    std::memset(acc + d0, 0, sizeof(float) * (Dv - d0));
+    for (int j = 0; j < n; ++j) axpy(acc + d0, p[j], vr + j * vs + d0, Dv - d0);
+  }
+}
+
 // Softmax of sc[0, n) in place; returns the sum of the exponentials.
 static inline float softmax_exp(float* sc, int n) {
   float m = -FLT_MAX;
@@ -122,9 +175,15 @@ static void item(const SdpaArgs& a, int b, int kh, int l, float* scratch) {
     for (int d = 0; d < D; ++d) qv[g * D + d] = qr[d] * a.scale;
   }
   const bool uniform = a.mask_kind == MaskKind::causal && a.S - a.L + l + 1 <= 0;
-  for (int j = 0; j < n; ++j) {
-    const float* kr = kb + j * a.ks[2];
-    for (int g = 0; g < G; ++g) sc[(size_t)g * a.S + j] = uniform ? 0.f : dot(qv + g * D, kr, D);
+  for (int g = 0; g < G; ++g) {
+    float* row = sc + (size_t)g * a.S;
+    int j = 0;
+    if (uniform) {
+      std::memset(row, 0, sizeof(float) * n);
+      continue;
+    }
+    for (; j + 8 <= n; j += 8) dots8(qv + g * D, kb + j * a.ks[2], a.ks[2], D, row + j);
+    for (; j < n; ++j) row[j] = dot(qv + g * D, kb + j * a.ks[2], D);
   }
   float sums[64];
   for (int g = 0; g < G; ++g) {
@@ -132,11 +191,7 @@ static void item(const SdpaArgs& a, int b, int kh, int l, float* scratch) {
     mask_row(a, b, kh * G + g, l, row, n);
     sums[g] = softmax_exp(row, n);
   }
-  std::memset(acc, 0, sizeof(float) * G * Dv);
-  for (int j = 0; j < n; ++j) {
-    const float* vr = vb + j * a.vs[2];
-    for (int g = 0; g < G; ++g) axpy(acc + g * Dv, sc[(size_t)g * a.S + j], vr, Dv);
-  }
+  for (int g = 0; g < G; ++g) weighted_sum(acc + g * Dv, sc + (size_t)g * a.S, vb, a.vs[2], n, Dv);
   for (int g = 0; g < G; ++g) {
     float* o = a.out + (((size_t)b * a.Hq + kh * G + g) * a.L + l) * Dv;
     const float inv = 1.0f / sums[g];
