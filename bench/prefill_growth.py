@@ -10,7 +10,8 @@ over every key before it (growing with the position): a chunk at 1,792 over
 one at 0 says how much the attention weighs. The last line is:
 chunk_growth=X chunk_growth_fused=X ttft_ratio=X ttft_ratio_fused=X (the
 largest size's cold TTFT over the middle one's) ttft_N_s=X cpu_ratio=X cpu_N_s=X (the
-same in the process's CPU seconds) and their _fused twins, load=X
+same in the process's CPU seconds) and their _fused (and with --floor, _floor:
+the layers alone) twins, load=X
 """
 
 from __future__ import annotations
@@ -52,11 +53,18 @@ def cold_ttft(model, ids: list[int]) -> tuple[float, float, list[float]]:
     return time.perf_counter() - t0, time.process_time() - cpu0, chunks
 
 
+def _no_attention(q, k, v, *, scale, mask=None, **_):
+    return q * scale
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--sizes", default="500,1000,2000")
     ap.add_argument("--mode", default="auto", help="cpu_matmul: auto|quantized|native|...")
+    ap.add_argument("--floor", action="store_true",
+                    help="also the layers alone (attention replaced by its input: no model's "
+                         "output, only the cost without attention)")
     a = ap.parse_args()
     from mlxchat.engine.turn import cpu_choice
     from mlxchat.models import load_model
@@ -68,7 +76,7 @@ def main() -> int:
     ids: list[int] = []
     while len(ids) < max(sizes):
         ids += loaded.tokenizer.encode(TEXT + f"Day {len(ids)}. ")
-    variants = ["mlx"] + (["fused"] if fused.install() else [])
+    variants = ["mlx"] + (["fused"] if fused.install() else []) + (["floor"] if a.floor else [])
     print(f"load average {os.getloadavg()[0]:.2f}; {a.model}; {plan.words()}")
     ttft: dict[str, dict[int, float]] = {v: {} for v in variants}
     cpu_s: dict[str, dict[int, float]] = {v: {} for v in variants}
@@ -76,6 +84,8 @@ def main() -> int:
     for n in sizes:
         for name in variants:
             fused.install() if name == "fused" else fused.uninstall()
+            if name == "floor":
+                mx.fast.scaled_dot_product_attention = _no_attention
             seconds, cpu, chunks = cold_ttft(loaded.model, ids[:n])
             ttft[name][n], cpu_s[name][n] = seconds, cpu
             print(f"{name} {n} tokens: cold TTFT {seconds:.2f} s (CPU {cpu:.2f} s); chunks "
@@ -83,10 +93,11 @@ def main() -> int:
                   flush=True)
             if len(chunks) > 2:
                 growth[name] = chunks[-2] / chunks[0]  # the last full chunk over the first
+    fused.uninstall()
     big, mid = sizes[-1], sizes[-2] if len(sizes) > 1 else sizes[-1]
     figures = {}
     for name in variants:
-        suffix = "" if name == "mlx" else "_fused"
+        suffix = "" if name == "mlx" else f"_{name}"
         figures[f"chunk_growth{suffix}"] = growth.get(name, 0.0)
         figures[f"ttft_ratio{suffix}"] = ttft[name][big] / ttft[name][mid]
         figures[f"ttft_{big}_s{suffix}"] = ttft[name][big]
