@@ -32,7 +32,7 @@ model: $(STAMP)
 	$(VENV)/bin/mlxchat import --bundled
 	# The native SIMD kernel for quantized layers (Linux; never fatal: without it
 	# the app computes as before and says why decode is slow).
-	$(PY) -m mlxchat.native.build
+	$(PY) -m mlxchat.native
 
 run: model
 	$(VENV)/bin/mlxchat

@@ -11,8 +11,12 @@ Python with ``llama_cpp`` importable; absent, the llama.cpp figures are skipped
 and the bench says so. A 1,000-token prefill (chunks of 256, as the engine
 feeds them) then 128 greedy tokens; the cold time to the first token after a
 1k- and a 2k-token history. The last line is:
-ratios: cpu_prefill_speedup=X cpu_decode_speedup=X [vs_llamacpp_prefill=X
-vs_llamacpp_decode=X] cpu_cold_ttft_1k_s=X cpu_cold_ttft_2k_s=X (and _gguf ones).
+ratios: cpu_prefill_speedup=X cpu_decode_speedup_vs_today=X [vs_llamacpp_prefill=X
+vs_llamacpp_decode=X] cpu_cold_ttft_1k_s=X cpu_cold_ttft_2k_s=X (and _gguf ones),
+then bench/cpu_kernel.py's: cpu_decode_speedup (the native kernel vs
+quantized_matmul alone, bundled model), the quantized layers' ms a decode step
+on each, decode_ms_1b (a random 1B-shaped llama, native; and _quantized).
+``--skip-1b`` leaves the 1B model out.
 """
 
 from __future__ import annotations
@@ -148,7 +152,7 @@ def compare(label: str, spec: str, gguf: Path, python: str | None, a: argparse.N
               + (f", 2k {r['ttft_2k_s']:.2f} s" if r.get("ttft_2k_s") else "")
               + extra)
     ratios = {f"cpu_prefill_speedup{suffix}": new["prefill_tps"] / today["prefill_tps"],
-              f"cpu_decode_speedup{suffix}": new["decode_tps"] / today["decode_tps"]}
+              f"cpu_decode_speedup_vs_today{suffix}": new["decode_tps"] / today["decode_tps"]}
     if theirs:
         ratios[f"vs_llamacpp_prefill{suffix}"] = new["prefill_tps"] / theirs["prefill_tps"]
         ratios[f"vs_llamacpp_decode{suffix}"] = new["decode_tps"] / theirs["decode_tps"]
@@ -163,6 +167,7 @@ def main() -> int:
     ap.add_argument("--llamacpp-python", default=os.environ.get("LLAMACPP_PYTHON"))
     ap.add_argument("--prefill", type=int, default=1000)
     ap.add_argument("--decode", type=int, default=128)
+    ap.add_argument("--skip-1b", action="store_true")
     ap.add_argument("--worker")
     ap.add_argument("--mode", default="auto")
     a = ap.parse_args()
@@ -177,6 +182,11 @@ def main() -> int:
     ratios = compare("bundled SmolLM2-135M", "smollm2-135m", bundled_gguf(), python, a, "")
     if a.gguf:
         ratios.update(compare(a.gguf.name, str(a.gguf), a.gguf, python, a, "_gguf"))
+    print(f"load average {os.getloadavg()[0]:.2f} (the native kernel)")
+    from bench import cpu_kernel
+
+    ratios.update(cpu_kernel.compare(min(a.decode, 64), not a.skip_1b,
+                                     str(a.gguf) if a.gguf else None))
     print(f"load average after {os.getloadavg()[0]:.2f}")
     print("ratios: " + " ".join(f"{k}={v:.3f}" for k, v in ratios.items()))
     return 0

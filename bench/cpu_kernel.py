@@ -6,7 +6,10 @@ random 1B-shaped llama (hidden 2048, 16 layers, 8192 intermediate, 32 heads /
 (``decode_ms_1b``). The load average is printed with each figure: compare
 ratios within one run only.
 
-    .venv/bin/python bench/cpu_kernel.py [--decode 64] [--skip-1b]
+    .venv/bin/python bench/cpu_kernel.py [--decode 64] [--skip-1b] [--model SPEC]
+
+``--model``: also a model by its spec or GGUF path (e.g. the real Gemma 3
+270M Q4_K_M): its ratio is ``cpu_decode_speedup_gguf``.
 
 bench/cpu.py runs it too (the ratios join its last line).
 """
@@ -98,7 +101,7 @@ def worker(what: str, mode: str, steps: int) -> dict:
     else:
         from mlxchat.models import load_model
 
-        model = load_model("smollm2-135m").model
+        model = load_model("smollm2-135m" if what == "bundled" else what).model
     _paths(model, mode)
     return {"mode": mode, "native": native.status().words(), "layers_ms": layers_ms(model),
             "step_ms": _decode_ms(model, steps), "load": os.getloadavg()[0]}
@@ -114,17 +117,19 @@ def _run(what: str, mode: str, steps: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def compare(steps: int, one_b: bool) -> dict[str, float]:
+def compare(steps: int, one_b: bool, other: str | None = None) -> dict[str, float]:
     ratios = {}
-    for what, label in (("bundled", "bundled SmolLM2-135M"),) + ((("1b", "random 1B llama"),)
-                                                                 if one_b else ()):
+    runs = [("bundled", "bundled SmolLM2-135M")] + ([("1b", "random 1B llama")] if one_b else [])
+    for what, label in runs + ([(other, Path(other).name)] if other else []):
         old, new = _run(what, "quantized", steps), _run(what, "native", steps)
         for r in (old, new):
             print(f"{label} {r['mode']}: decode step {r['step_ms']:.2f} ms "
                   f"({1e3 / r['step_ms']:.1f} tok/s), quantized layers alone "
-                  f"{r['layers_ms']:.2f} ms a step [{r['native']}; load {r['load']:.2f}]",
+                  f"{r['layers_ms']:.2f} ms a step [native kernel {r['native']}; load {r['load']:.2f}]",
                   flush=True)
-        if what == "bundled":
+        if what not in ("bundled", "1b"):
+            ratios["cpu_decode_speedup_gguf"] = old["step_ms"] / new["step_ms"]
+        elif what == "bundled":
             ratios["cpu_decode_speedup"] = old["step_ms"] / new["step_ms"]
             ratios["layers_ms_quantized"], ratios["layers_ms_native"] = (old["layers_ms"],
                                                                          new["layers_ms"])
@@ -138,6 +143,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--skip-1b", action="store_true")
+    ap.add_argument("--model")
     ap.add_argument("--worker")
     ap.add_argument("--mode", default="native")
     a = ap.parse_args()
@@ -145,7 +151,7 @@ def main() -> int:
         print(json.dumps(worker(a.worker, a.mode, a.decode)))
         return 0
     print(f"load average {os.getloadavg()[0]:.2f}")
-    ratios = compare(a.decode, not a.skip_1b)
+    ratios = compare(a.decode, not a.skip_1b, a.model)
     print(f"load average after {os.getloadavg()[0]:.2f}")
     print("ratios: " + " ".join(f"{k}={v:.3f}" for k, v in ratios.items()))
     return 0

@@ -39,3 +39,32 @@ def test_model_counts_the_float32_copies_beside_the_weights(tmp_path, home, regi
         conv.close()
         conv.store.close()
         cm.clear(loaded.model)
+
+
+def test_model_names_the_native_kernel_and_native_takes_no_copies(tmp_path, home, registry):
+    from mlxchat import native
+
+    loaded = load_folder(write_tiny_model(tmp_path / "m", quantize_bits=4), name="tiny",
+                         spec="tiny", available=None)
+    conv = make_conversation(tmp_path, loaded)
+    ctx = CommandContext(conv, clipboard=lambda _: None, config_path=tmp_path / "c.toml",
+                         now=lambda: NOW, cwd=lambda: tmp_path, exports_dir=tmp_path / "x",
+                         interactive=False)
+    try:
+        assert registry.run("/set cpu_matmul native", ctx).ok
+        send(conv, "hello there")
+        rows = dict(registry.run("/model", ctx).rows)
+        status = native.status()
+        assert rows["native kernel"].startswith(status.words())
+        assert "native" in rows["cpu matmul"]
+        taken = [layer for _, layer in cm.quantized_layers(loaded.model)
+                 if layer.__dict__.get("_cpu_native")]
+        assert bool(taken) == status.available
+        assert not any(layer.__dict__.get("_cpu_kept") is not None
+                       for _, layer in cm.quantized_layers(loaded.model))
+        if status.available:
+            assert "native kernel for decode in" in rows["cpu matmul"]
+    finally:
+        conv.close()
+        conv.store.close()
+        cm.clear(loaded.model)

@@ -5,6 +5,7 @@ and kept copies never go past the memory fit."""
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import replace
 
 import pytest
@@ -38,6 +39,8 @@ def test_measured_once_stored_and_reused_then_measured_again_on_another_machine(
         tiny_q4, monkeypatch):
     times, measured = cpu_choice.shape_times(tiny_q4)
     assert measured and times
+    if sys.platform.startswith("linux"):  # the native kernel (make test builds it) is timed
+        assert all(t.decode_native < cpu_choice.NEVER for t in times.values())
     stored = json.loads((cache_dir() / "cpu_matmul.json").read_text())
     entry = stored["models"][tiny_q4.info.fingerprint]
     assert entry["machine"] == cpu_choice.machine()
@@ -76,6 +79,22 @@ def test_kept_copies_stay_within_the_room_and_go_where_they_save_most():
     assert all(p == cm.Path() for p in paths.values())
     paths, _ = cpu_choice.decide("dequantized", times, sizes, room=100)
     assert all(p.prefill != cm.QUANTIZED for p in paths.values())
+
+
+def test_the_native_kernel_serves_decode_and_copies_are_kept_only_where_they_beat_it():
+    times = {"a": _times(decode_native=0.1, prefill_native=4.0),
+             "b": _times(decode_native=0.5), "c": _times(decode_kept=0.95)}
+    sizes = {"a": (2, 100), "b": (1, 100), "c": (1, 100)}
+    paths, used = cpu_choice.decide("auto", times, sizes, room=10**9)
+    assert paths["a"] == cm.Path(prefill=cm.NATIVE, decode=cm.NATIVE)  # no copy for it
+    assert paths["b"] == cm.Path(prefill=cm.KEPT, decode=cm.KEPT)  # 0.2 beats 0.5 by a tenth
+    assert paths["c"] == cm.Path(prefill=cm.DEQUANTIZED)  # no kernel: as before
+    assert used == 100
+    plan = cpu_choice.MatmulPlan(mode="auto", paths=paths, kept_bytes=used)
+    assert "native kernel for decode in 1 and prefill in 1 of 3" in plan.words()
+    forced, used = cpu_choice.decide("native", times, sizes, room=10**9)
+    assert used == 0 and forced["c"] == cm.Path()  # no kernel time: quantized_matmul
+    assert forced["a"] == forced["b"] == cm.Path(prefill=cm.NATIVE, decode=cm.NATIVE)
 
 
 def test_the_budget_leaves_the_kv_cache_at_the_whole_context(tiny_q4, monkeypatch):

@@ -1,6 +1,6 @@
 """The native kernel (mlxchat.native, built by `make test` through `make model`)
 computes x @ dequantize(w).T as quantized_matmul does, within float32 rounding:
-every bits x group size x scales dtype it takes, row counts on and off the
+every bits (2-6 and 8: Q5_0 imports are 5-bit) x group size x scales dtype it takes, row counts on and off the
 vector width, leading batch axes, non-contiguous inputs, one thread and the
 pool, and each instruction set this CPU has."""
 
@@ -40,7 +40,7 @@ def _close(got: mx.array, want: mx.array) -> float:
 
 @pytest.mark.parametrize("scales", list(SCALES))
 @pytest.mark.parametrize("group", (32, 64, 128))
-@pytest.mark.parametrize("bits", (4, 8))
+@pytest.mark.parametrize("bits", (2, 3, 4, 5, 6, 8))
 def test_the_kernel_matches_quantized_matmul(kernel, bits, group, scales):
     # An odd count of groups and of outputs: nothing lines up with a vector or a block.
     wq, s, b = _quantized(37, group * 3, bits, group, SCALES[scales], seed=bits * group)
@@ -92,5 +92,5 @@ def test_what_it_does_not_take_is_refused_in_one_line(kernel):
         kernel.qmm(mx.zeros((1, 64), dtype=mx.float16), wq, s, b, 32, 4)
     with pytest.raises(ValueError, match="input width"):
         kernel.qmm(mx.zeros((1, 96)), wq, s, b, 32, 4)
-    with pytest.raises(ValueError, match="bits must be 4 or 8"):
-        kernel.qmm(mx.zeros((1, 64)), wq, s, b, 32, 3)
+    with pytest.raises(ValueError, match="bits must be 2, 3, 4, 5, 6 or 8"):
+        kernel.qmm(mx.zeros((1, 64)), wq, s, b, 32, 7)

@@ -24,13 +24,18 @@ def fresh(monkeypatch):
 
 
 def test_the_decision_says_why_and_how_to_fix_it_in_one_line():
-    stale = native.decide("linux", "", built=False, others=["mlx0.31.0-py311-x"], compiler="g++")
-    assert not stale.available and "another MLX" in stale.note and native.FIX in stale.note
+    stale = native.decide("linux", "", built=False, others=["mlx0.31.0-py311-x"], compiler="g++",
+                          mlx="0.32.4")
+    assert not stale.available and native.FIX in stale.note
+    assert "built for MLX 0.31.0, not 0.32.4" in stale.note
+    edited = native.decide("linux", "", built=False, others=["mlx0.32.4-py311-x"],
+                           compiler="g++", mlx="0.32.4")
+    assert "built from other sources" in edited.note
     missing = native.decide("linux", "", built=False, others=[], compiler="g++ 12")
     assert "not built" in missing.note and "compiler" not in missing.note
     bare = native.decide("linux", "", built=False, others=[], compiler=None)
     assert "no C++ compiler" in bare.note
-    for status in (stale, missing, bare):
+    for status in (stale, edited, missing, bare):
         assert "\n" not in status.note and status.note.startswith("decode runs on")
     assert native.decide("linux", "", built=True, others=[], compiler=None) is None
     assert native.decide("darwin", "", built=False, others=[], compiler=None).note == ""
@@ -53,10 +58,12 @@ def test_a_build_for_another_mlx_is_not_loaded_and_said_once(fresh, monkeypatch)
     # This process's key as another MLX version would make it: the build on
     # disk (made for the installed MLX) no longer matches.
     monkeypatch.setattr(build, "key", lambda mlx=None: "mlx0.0.1-py311-linux-fake-f1")
+    monkeypatch.setattr(build, "mlx_version", lambda: "0.0.1")
     assert build.find_built() is None and real in build.other_builds()
     assert native.module() is None
     status = native.status()
-    assert not status.available and "another MLX" in status.note
+    assert not status.available and "built for MLX 0.32" in status.note
+    assert status.note.endswith(native.FIX)
     err = io.StringIO()
     native.warn_once(err)
     native.warn_once(err)

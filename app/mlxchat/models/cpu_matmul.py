@@ -3,7 +3,7 @@ kernel, no BLAS; scalar on x86), its weight dequantized for the call and
 multiplied through the BLAS (``dequantized``: the float weight lives only for
 that prefill chunk), a float32 copy of the weight kept beside the quantized one
 (``kept``), or mlxchat's native SIMD kernel on the packed weights (``native``,
-mlxchat.native: affine 4/8-bit, groups of 32/64/128, when it is built).
+mlxchat.native: affine 2-8-bit, groups of 32/64/128, when it is built).
 
 Prefill chunks and decode steps may take different paths: a layer looks at how
 many rows it is given. The quantized weights stay the model's parameters (the
@@ -52,7 +52,7 @@ _NATIVE_SCALES = (mx.float32, mx.float16, mx.bfloat16)
 def native_takes(layer: Any) -> bool:
     """Whether the native kernel is loaded and computes ``layer``'s weights."""
     return (native.module() is not None and getattr(layer, "mode", "affine") == "affine"
-            and layer.bits in (4, 8) and layer.group_size in (32, 64, 128)
+            and layer.bits in (2, 3, 4, 5, 6, 8) and layer.group_size in (32, 64, 128)
             and layer.weight.ndim == 2 and layer.get("biases") is not None
             and layer.scales.dtype in _NATIVE_SCALES and layer.biases.dtype == layer.scales.dtype)
 

@@ -1,5 +1,5 @@
 """mlxchat's native CPU kernels: an MLX extension built from ``src/`` by
-``make model`` (``python -m mlxchat.native.build``), loaded when present.
+``make model`` (``python -m mlxchat.native``), loaded when present.
 
 Never required: on macOS it is not built (Metal and Accelerate serve there);
 on Linux, without a compiler, after a failed build or with a build made for
@@ -37,15 +37,15 @@ class NativeStatus:
 
     def words(self) -> str:
         if self.available:
-            return f"native SIMD kernel ({self.isa}, {self.threads} threads)"
-        return "MLX's quantized_matmul (the native kernel is not loaded)"
+            return f"{self.isa}, {self.threads} thread{'s' if self.threads != 1 else ''}"
+        return "not loaded"
 
 
 _state: dict[str, Any] = {}
 
 
 def decide(platform: str, wanted: str, built: bool, others: list[str],
-           compiler: str | None) -> NativeStatus | None:
+           compiler: str | None, mlx: str = "") -> NativeStatus | None:
     """Why the module is not loaded (a status), or None when it should be:
     the decision alone, from what was found."""
     if not platform.startswith("linux"):
@@ -56,7 +56,9 @@ def decide(platform: str, wanted: str, built: bool, others: list[str],
         return None
     slow = "decode runs on MLX's scalar quantized_matmul, several times slower: "
     if others:
-        why = f"the native kernel was built for another MLX or other sources ({others[0]})"
+        built_for = others[0].split("-", 1)[0].removeprefix("mlx")
+        why = (f"the native kernel was built for MLX {built_for}, not {mlx}" if built_for != mlx
+               else "the native kernel was built from other sources")
     elif compiler is None:
         why = "the native kernel is not built and no C++ compiler was found"
     else:
@@ -69,7 +71,8 @@ def _refused() -> tuple[Any, NativeStatus | None]:
     path = _build.find_built() if sys.platform.startswith("linux") else None
     others = _build.other_builds() if path is None and sys.platform.startswith("linux") else []
     compiler = _build.compiler() if path is None and not others else "unchecked"
-    return path, decide(sys.platform, os.environ.get(OFF, ""), path is not None, others, compiler)
+    return path, decide(sys.platform, os.environ.get(OFF, ""), path is not None, others, compiler,
+                        _build.mlx_version())
 
 
 def _load() -> tuple[Any, NativeStatus]:

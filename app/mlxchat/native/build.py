@@ -1,6 +1,6 @@
 """Build mlxchat's native CPU kernels (``src/``) into an MLX extension module.
 
-``python -m mlxchat.native.build`` (``make model`` runs it) configures and
+``python -m mlxchat.native`` (``make model`` runs it) configures and
 builds ``src/`` with CMake and Ninja against the installed MLX's headers and
 CMake package and nanobind (its ABI must match MLX's: pyproject's ``native``
 extra pins it), into a folder keyed by the MLX version, the platform and the
@@ -146,12 +146,13 @@ def build(force: bool = False, log=None) -> Path:
     from filelock import FileLock
 
     with FileLock(str(root / f"{key()}.lock")):
-        return _build_locked(root / key(), cmake, ninja, cxx, log)
+        return _build_locked(root / key(), cmake, ninja, cxx, log, force)
 
 
-def _build_locked(folder: Path, cmake: str, ninja: str, cxx: str, log) -> Path:
+def _build_locked(folder: Path, cmake: str, ninja: str, cxx: str, log, force: bool) -> Path:
     built = find_built()
-    if built is not None and json.loads((folder / RECORD).read_text()).get("compiler") == cxx:
+    if (built is not None and not force
+            and json.loads((built.parent / RECORD).read_text()).get("compiler") == cxx):
         return built  # another process built it meanwhile
     try:
         mlx_dir, nb_dir = _cmake_dirs()

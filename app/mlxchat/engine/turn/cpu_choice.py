@@ -114,7 +114,7 @@ def machine() -> str:
     except OSError:
         pass
     return (f"{blas._cores()} cores · {cpu} · {status.words()} · mlx {mx.__version__}"
-            f" · {native.status().words()}")
+            f" · native kernel {native.status().words()}")
 
 
 def _best(fn: Callable[[], mx.array], reps: int = 3) -> float:

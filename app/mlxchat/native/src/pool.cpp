@@ -2,6 +2,7 @@
 
 #include <sched.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -30,68 +31,77 @@ int detect_threads() {
 class Pool {
  public:
   explicit Pool(int threads) : threads_(threads) {
-    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { loop(i); });
-  }
-  ~Pool() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    for (auto& t : workers_) t.join();
+    for (int i = 1; i < threads_; ++i) workers_.emplace_back([this] { loop(); });
   }
   int threads() const { return threads_; }
 
-  void run(int parts, const std::function<void(int, int)>& job) {
+  void run(int blocks, int helpers, const std::function<void(int)>& job) {
     std::lock_guard<std::mutex> serial(run_mu_);  // one job at a time
     {
       std::lock_guard<std::mutex> lock(mu_);
       job_ = &job;
-      parts_ = parts;
-      pending_ = parts - 1;
+      blocks_ = blocks;
+      seats_ = helpers;
+      next_.store(0);
+      done_.store(0);
+      open_ = true;
       ++generation_;
     }
-    wake_.notify_all();
-    job(0, parts);
+    if (helpers == 1) wake_.notify_one(); else wake_.notify_all();
+    work(job, blocks);
     std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [this] { return pending_ == 0; });
+    finished_.wait(lock, [&] { return done_.load() == blocks && active_ == 0; });
+    open_ = false;  // a worker waking from now on finds nothing to join
     job_ = nullptr;
   }
 
  private:
-  void loop(int index) {
+  void work(const std::function<void(int)>& job, int blocks) {
+    for (int b; (b = next_.fetch_add(1)) < blocks;) {
+      job(b);
+      if (done_.fetch_add(1) + 1 == blocks) {
+        std::lock_guard<std::mutex> lock(mu_);
+        finished_.notify_all();
+      }
+    }
+  }
+
+  void loop() {
     unsigned long seen = 0;
     for (;;) {
-      const std::function<void(int, int)>* job;
-      int parts;
+      const std::function<void(int)>* job;
+      int blocks;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
+        wake_.wait(lock, [&] { return generation_ != seen; });
         seen = generation_;
+        if (!open_ || seats_ == 0) continue;
+        --seats_;
+        ++active_;
         job = job_;
-        parts = parts_;
+        blocks = blocks_;
       }
-      if (index < parts) {
-        (*job)(index, parts);
-        std::lock_guard<std::mutex> lock(mu_);
-        if (--pending_ == 0) done_.notify_one();
-      }
+      work(*job, blocks);
+      std::lock_guard<std::mutex> lock(mu_);
+      --active_;
+      finished_.notify_all();
     }
   }
 
   int threads_;
   std::vector<std::thread> workers_;
   std::mutex mu_, run_mu_;
-  std::condition_variable wake_, done_;
-  const std::function<void(int, int)>* job_ = nullptr;
-  int parts_ = 0, pending_ = 0;
+  std::condition_variable wake_, finished_;
+  const std::function<void(int)>* job_ = nullptr;
+  int blocks_ = 0, seats_ = 0, active_ = 0;
+  std::atomic<int> next_{0}, done_{0};
   unsigned long generation_ = 0;
-  bool stop_ = false;
+  bool open_ = false;
 };
 
 Pool& pool() {
-  // Never destroyed: joining at exit could race the interpreter's teardown.
+  // Never destroyed (its threads sleep until the process ends): joining at
+  // exit could race the interpreter's teardown.
   static Pool* p = new Pool(detect_threads());
   return *p;
 }
@@ -100,13 +110,19 @@ Pool& pool() {
 
 int pool_threads() { return pool().threads(); }
 
-void parallel_for(int parts, const std::function<void(int, int)>& job) {
-  if (parts > pool_threads()) parts = pool_threads();
-  if (parts <= 1) {
-    job(0, 1);
+void parallel_blocks(int blocks, int threads, const std::function<void(int)>& job) {
+  if (threads > pool_threads()) threads = pool_threads();
+  if (threads > blocks) threads = blocks;
+  if (threads <= 1) {
+    for (int b = 0; b < blocks; ++b) job(b);
     return;
   }
-  pool().run(parts, job);
+  pool().run(blocks, threads - 1, job);
+}
+
+void parallel_for(int parts, const std::function<void(int, int)>& job) {
+  const int n = parts < pool_threads() ? parts : pool_threads();
+  parallel_blocks(n, n, [&](int i) { job(i, n); });
 }
 
 }  // namespace mlxchat

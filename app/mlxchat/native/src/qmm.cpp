@@ -74,7 +74,8 @@ const uint8_t* contiguous_bytes(const mx::array& a, std::vector<uint8_t>& holder
   return holder.data();
 }
 
-constexpr double PARALLEL_MACS = 1 << 20;  // below this, one thread
+constexpr double PARALLEL_MACS = 1 << 19;  // below this, one thread
+constexpr int BLOCK_ROWS = 16;
 
 void run_qmm(const QmmArgs& base, const mx::array& x, const mx::array& w,
              const mx::array& s, const mx::array& b, float* out) {
@@ -82,6 +83,7 @@ void run_qmm(const QmmArgs& base, const mx::array& x, const mx::array& w,
   QmmArgs a = base;
   a.x = reinterpret_cast<const float*>(contiguous_bytes(x, hx));
   a.w = contiguous_bytes(w, hw);
+  a.w_end = a.w + (size_t)a.N * a.K * a.bits / 8;
   a.scales = contiguous_bytes(s, hs);
   a.biases = contiguous_bytes(b, hb);
   a.y = out;
@@ -95,16 +97,15 @@ void run_qmm(const QmmArgs& base, const mx::array& x, const mx::array& w,
       xsum[(size_t)m * G + g] = t;
     }
   a.xsum = xsum.data();
-  const QmmRows rows = rows_impl();
+  const QmmRows rows_fn = rows_impl();
   const double macs = (double)a.M * a.N * a.K;
-  int parts = macs < PARALLEL_MACS ? 1 : pool_threads();
-  if (parts > a.N / 16) parts = 1;
-  parallel_for(parts, [&](int i, int n) {
-    // Whole blocks of 16 output rows per part.
-    const int blocks = (a.N + 15) / 16;
-    const int n0 = std::min(a.N, (int)((int64_t)blocks * i / n) * 16);
-    const int n1 = std::min(a.N, (int)((int64_t)blocks * (i + 1) / n) * 16);
-    if (n1 > n0) rows(a, n0, n1);
+  const int threads = macs < PARALLEL_MACS ? 1 : pool_threads();
+  // Blocks of whole 16-row bands, about 8 a thread: a late worker costs little.
+  int rows = threads == 1 ? std::max(a.N, 1) : BLOCK_ROWS;
+  while (threads > 1 && (a.N + rows - 1) / rows > threads * 8) rows *= 2;
+  const int blocks = (a.N + rows - 1) / rows;
+  parallel_blocks(blocks, threads, [&](int b) {
+    rows_fn(a, b * rows, std::min(a.N, (b + 1) * rows));
   });
 }
 
@@ -168,7 +169,7 @@ mx::array qmm(const mx::array& x, const mx::array& w, const mx::array& scales,
               const mx::array& biases, int group_size, int bits) {
   check(x.dtype() == mx::float32, "x must be float32");
   check(w.dtype() == mx::uint32 && w.ndim() == 2, "w must be uint32 (out, in * bits / 32)");
-  check(bits == 4 || bits == 8, "bits must be 4 or 8");
+  check(bits >= 2 && bits <= 8 && bits != 7, "bits must be 2, 3, 4, 5, 6 or 8");
   check(group_size == 32 || group_size == 64 || group_size == 128,
         "group_size must be 32, 64 or 128");
   check(x.ndim() >= 1, "x needs an input axis");

@@ -10,7 +10,8 @@ enum class ScaleType { f32 = 0, f16 = 1, bf16 = 2 };
 
 struct QmmArgs {
   const float* x;       // M x K, row-major
-  const uint8_t* w;     // N x (K * bits / 8): uint32 words, low bits first
+  const uint8_t* w;     // N x (K * bits / 8): uint32 words, a little-endian bit stream
+  const uint8_t* w_end; // w + N * K * bits / 8
   const void* scales;   // N x (K / group_size)
   const void* biases;   // N x (K / group_size)
   const float* xsum;    // M x (K / group_size): each row's sum over each group

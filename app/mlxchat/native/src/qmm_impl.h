@@ -58,10 +58,10 @@ static inline vf loadf(const float* p) {
   return v;
 }
 
-// One chunk: W packed bytes, P = 8 / BITS vectors of W weights each. Vector
-// p holds the weights at positions p, p + P, p + 2P... of the chunk (the
-// nibble order of the bytes); x is read in the same order (see permute_x).
-template <int BITS> constexpr int phases() { return 8 / BITS; }
+// One chunk: P vectors of W weights each (P = 2 for 4 bits: W bytes, vector p
+// holding the weights at positions p, p + 2, p + 4... of the chunk, the nibble
+// order of the bytes; x is read in the same order, see permute_x; else P = 1).
+template <int BITS> constexpr int phases() { return BITS == 4 ? 2 : 1; }
 
 // W bytes widened to W int32 lanes (GCC 12 scalarizes a vector conversion).
 static inline vi widen(const uint8_t* p) {
@@ -76,7 +76,58 @@ static inline vi widen(const uint8_t* p) {
 #endif
 }
 
+// Other widths (2, 3, 5, 6 bits: MLX packs a little-endian bit stream, a value
+// may straddle bytes): lane k takes the two bytes at BITS * k / 8, shifted by
+// BITS * k % 8, masked. One 16-byte load, a byte shuffle, a shift per lane.
+template <int BITS> struct StreamTables {
+  alignas(64) uint8_t ctrl[W * 4];
+  alignas(64) int32_t shift[W];
+  constexpr StreamTables() : ctrl(), shift() {
+    for (int k = 0; k < W; ++k) {
+      const int o = BITS * k / 8;
+      ctrl[4 * k] = (uint8_t)o;
+      ctrl[4 * k + 1] = (uint8_t)(o + 1);
+      ctrl[4 * k + 2] = ctrl[4 * k + 3] = 0x80;
+      shift[k] = BITS * k % 8;
+    }
+  }
+};
+template <int BITS> inline constexpr StreamTables<BITS> kStream{};
+
+template <int BITS> static inline vi stream_bits(const uint8_t* p) {
+  const auto& t = kStream<BITS>;
+  constexpr int mask = (1 << BITS) - 1;
+#if QMM_W == 16 && defined(__AVX512BW__)
+  const __m512i bytes =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m512i d = _mm512_shuffle_epi8(bytes, _mm512_load_si512(t.ctrl));
+  return (vi)_mm512_srlv_epi32(d, _mm512_load_si512(t.shift)) & mask;
+#elif QMM_W == 8 && defined(__AVX2__)
+  const __m256i bytes =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i d =
+      _mm256_shuffle_epi8(bytes, _mm256_load_si256(reinterpret_cast<const __m256i*>(t.ctrl)));
+  return (vi)_mm256_srlv_epi32(d, _mm256_load_si256(reinterpret_cast<const __m256i*>(t.shift)))
+         & mask;
+#else
+  vi d;
+  for (int k = 0; k < W; ++k) {
+    const int o = t.ctrl[4 * k];
+    d[k] = ((p[o] | (p[o + 1] << 8)) >> t.shift[k]) & mask;
+  }
+  return d;
+#endif
+}
+
+// Bytes a chunk holds, and the bytes its load reads (16 for the bit streams).
+template <int BITS> constexpr int chunk_bytes() { return BITS == 4 ? W : W * BITS / 8; }
+template <int BITS> constexpr int chunk_reads() { return BITS == 4 || BITS == 8 ? W : 16; }
+
 template <int BITS> static inline void unpack(const uint8_t* p, vf* q) {
+  if constexpr (BITS != 4 && BITS != 8) {
+    q[0] = __builtin_convertvector(stream_bits<BITS>(p), vf);
+    return;
+  }
   const vi d = widen(p);
   if constexpr (BITS == 8) {
     q[0] = __builtin_convertvector(d, vf);
@@ -86,11 +137,19 @@ template <int BITS> static inline void unpack(const uint8_t* p, vf* q) {
   }
 }
 
+// The last chunks of the weights: read from a copy, never past their end.
+template <int BITS> static inline void unpack_safe(const uint8_t* p, const uint8_t* end, vf* q) {
+  if (__builtin_expect(p + chunk_reads<BITS>() <= end, 1)) return unpack<BITS>(p, q);
+  uint8_t tail[64] = {};
+  std::memcpy(tail, p, end - p < chunk_bytes<BITS>() ? end - p : chunk_bytes<BITS>());
+  unpack<BITS>(tail, q);
+}
+
 // x's rows with each chunk of P * W values in the order unpack gives weights:
 // for 4 bits, the W even positions then the W odd ones.
 template <int BITS>
 static const float* permute_x(const QmmArgs& a, std::vector<float>& out) {
-  if constexpr (BITS == 8) {
+  if constexpr (BITS != 4) {
     return a.x;
   } else {
     out.resize((size_t)a.M * a.K);
@@ -126,9 +185,9 @@ static void rows_fused(const QmmArgs& a, const float* x, int n0, int n1) {
       vf t[R];
       for (int r = 0; r < R; ++r) t[r] = vf{};
       const size_t col = (size_t)g * a.group_size;
-      for (int c = 0; c < chunks; ++c, wp += W) {
+      for (int c = 0; c < chunks; ++c, wp += chunk_bytes<BITS>()) {
         vf q[P];
-        unpack<BITS>(wp, q);
+        unpack_safe<BITS>(wp, a.w_end, q);
         for (int r = 0; r < R; ++r)
           for (int p = 0; p < P; ++p)
             t[r] += q[p] * loadf(x + (size_t)r * a.K + col + (c * P + p) * W);
@@ -156,7 +215,8 @@ static void rows_buffered(const QmmArgs& a, const float* x, int n0, int n1) {
     for (int g = 0; g < G; ++g) {
       const float s = scale_at<S>(a.scales, (size_t)n * G + g);
       const float b = scale_at<S>(a.biases, (size_t)n * G + g);
-      for (int c = 0; c < vecs; c += P, wp += W) unpack<BITS>(wp, &q[c]);
+      for (int c = 0; c < vecs; c += P, wp += chunk_bytes<BITS>())
+        unpack_safe<BITS>(wp, a.w_end, &q[c]);
       const size_t col = (size_t)g * a.group_size;
       for (int m = 0; m < M; ++m) {
         const float* xr = x + (size_t)m * a.K + col;
@@ -193,8 +253,14 @@ static void rows_bits(const QmmArgs& a, int n0, int n1) {
 }
 
 static void rows(const QmmArgs& a, int n0, int n1) {
-  if (a.bits == 4) return rows_bits<4>(a, n0, n1);
-  return rows_bits<8>(a, n0, n1);
+  switch (a.bits) {
+    case 2: return rows_bits<2>(a, n0, n1);
+    case 3: return rows_bits<3>(a, n0, n1);
+    case 4: return rows_bits<4>(a, n0, n1);
+    case 5: return rows_bits<5>(a, n0, n1);
+    case 6: return rows_bits<6>(a, n0, n1);
+    default: return rows_bits<8>(a, n0, n1);
+  }
 }
 
 }  // namespace QMM_NS

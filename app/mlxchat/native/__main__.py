@@ -1,0 +1,7 @@
+"""``python -m mlxchat.native [--force]``: build the native kernels (make model)."""
+
+import sys
+
+from mlxchat.native.build import main
+
+sys.exit(main())
