@@ -79,11 +79,14 @@ void run_sdpa(SdpaArgs a, const std::vector<mx::array>& in) {
   const SdpaRows rows = sdpa_impl(nullptr);
   const int64_t items = (int64_t)a.B * a.Hkv * a.L;
   const double flops = (double)a.B * a.Hq * a.L * a.S * (a.D + a.Dv) * 2;
-  int parts = flops < PARALLEL_FLOPS ? 1 : (int)std::min<int64_t>(pool_threads(), items);
+  const int threads = flops < PARALLEL_FLOPS ? 1 : pool_threads();
+  // About 8 blocks a thread, taken from the pool's shared counter.
+  const int64_t per = std::max<int64_t>(1, items / (threads * 8));
+  const int blocks = static_cast<int>((items + per - 1) / per);
   const size_t scratch = (size_t)(a.Hq / a.Hkv) * (a.S + a.D + a.Dv);
-  parallel_for(parts, [&](int i, int n) {
+  parallel_blocks(blocks, threads, [&](int blk) {
     std::vector<float> buf(scratch);
-    rows(a, items * i / n, items * (i + 1) / n, buf.data());
+    rows(a, blk * per, std::min(items, (blk + 1) * per), buf.data());
   });
 }
 
