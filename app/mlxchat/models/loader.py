@@ -17,6 +17,7 @@ from mlxchat.models.errors import ModelError
 from mlxchat.models.info import LoadedModel, describe, on_cpu
 from mlxchat.models.sampling import ModelSampling, from_folder
 from mlxchat.models.sharding import ShardPlan, apply_plan, split_fingerprint
+from mlxchat.native import fused
 
 __all__ = ["load_folder"]
 
@@ -97,7 +98,9 @@ def load_folder(folder: Path, *, name: str | None = None, spec: str | None = Non
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
             raise ModelError(f"cannot load the model in {folder}: {reason}") from None
     precision.apply(model, dtype)
-    if not on_cpu():
+    if on_cpu():
+        fused.install()  # one op each for rms_norm, rope, attention (Linux, when built)
+    else:
         # As mlx-lm does: keep the weights wired (a no-op where the device
         # reports no recommended working set).
         maybe_set_recommended_wired_limit()

@@ -1,0 +1,108 @@
+"""The native extension's fused CPU ops in place of ``mx.fast.rms_norm``,
+``rope`` and ``scaled_dot_product_attention``, which have no CPU kernel in MLX:
+each expands there into 8-20 primitive ops, each dispatched on its own, and
+attention materializes its scores and mask. mlx-lm's models (every family)
+call them through ``mx.fast`` at each step, so wrapping them there covers all
+of them with no model code touched.
+
+A wrapper hands a call to the extension only on the CPU, with no stream
+asked, in the dtypes and forms the kernel takes (attention: float32, no
+sinks); any other call goes to MLX's own function unchanged. Installed only
+on Linux where the extension is loaded (``mlxchat.native.module()``): on
+macOS nothing is patched and Metal serves as before.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import mlx.core as mx
+
+from mlxchat import native
+
+_NAMES = ("rms_norm", "rope", "scaled_dot_product_attention")
+_ORIGINAL: dict[str, Any] = {}
+_FLOATS = (mx.float32, mx.float16, mx.bfloat16)
+_STATE = {"gpu": True}
+"""Whether this MLX has a GPU (read at install): without one, every call is on the CPU."""
+
+
+def _on_cpu() -> bool:
+    # Asking the default device costs ~3 us, ~20 times a step: only where it can change.
+    return not _STATE["gpu"] or mx.default_device() == mx.cpu
+
+
+def _rms_norm(ext: Any):
+    original = _ORIGINAL["rms_norm"]
+
+    def rms_norm(x, weight, eps, *, stream=None):
+        if (stream is None and weight is not None and x.dtype == weight.dtype
+                and x.dtype in _FLOATS and weight.ndim == 1 and _on_cpu()):
+            return ext.rms_norm(x, weight, eps)
+        return original(x, weight, eps, stream=stream)
+    return rms_norm
+
+
+def _rope(ext: Any):
+    original = _ORIGINAL["rope"]
+
+    def rope(a, dims, *, traditional, base, scale, offset, freqs=None, stream=None):
+        if stream is None and a.dtype in _FLOATS and a.ndim >= 3 and _on_cpu():
+            if isinstance(offset, int):
+                offset = mx.array(offset, dtype=mx.int32)
+            if offset.dtype in (mx.int32, mx.int64, mx.uint32) and offset.ndim <= 1:
+                return ext.rope(a, dims, traditional, base, scale, offset, freqs)
+        return original(a, dims, traditional=traditional, base=base, scale=scale,
+                        offset=offset, freqs=freqs, stream=stream)
+    return rope
+
+
+def _sdpa(ext: Any):
+    original = _ORIGINAL["scaled_dot_product_attention"]
+
+    def scaled_dot_product_attention(q, k, v, *, scale, mask=None, sinks=None, stream=None,
+                                     **kw):
+        if (stream is None and sinks is None and not kw and _on_cpu()
+                and q.dtype == k.dtype == v.dtype == mx.float32
+                and q.ndim == k.ndim == v.ndim == 4 and q.shape[1] % k.shape[1] == 0
+                and q.shape[1] // k.shape[1] <= 64):
+            if mask is None or isinstance(mask, str):
+                if mask in (None, "causal"):
+                    return ext.sdpa(q, k, v, scale, mask or "")
+            elif mask.dtype in (mx.bool_, mx.float32) and mask.ndim <= 4:
+                return ext.sdpa(q, k, v, scale, "", mask)
+        return original(q, k, v, scale=scale, mask=mask, sinks=sinks, stream=stream, **kw)
+    return scaled_dot_product_attention
+
+
+def install() -> bool:
+    """Route ``mx.fast``'s three ops to the extension (once; a no-op off Linux
+    or without the extension). True when they are routed."""
+    if _ORIGINAL:
+        return True
+    ext = native.module() if sys.platform.startswith("linux") else None
+    if ext is None or not all(hasattr(ext, n) for n in ("rms_norm", "rope", "sdpa")):
+        return False
+    _STATE["gpu"] = mx.is_available(mx.gpu)
+    _ORIGINAL.update({n: getattr(mx.fast, n) for n in _NAMES})
+    mx.fast.rms_norm = _rms_norm(ext)
+    mx.fast.rope = _rope(ext)
+    mx.fast.scaled_dot_product_attention = _sdpa(ext)
+    return True
+
+
+def uninstall() -> None:
+    """Give ``mx.fast`` its own functions back (benchmarks and tests compare)."""
+    for name, fn in _ORIGINAL.items():
+        setattr(mx.fast, name, fn)
+    _ORIGINAL.clear()
+
+
+def installed() -> bool:
+    return bool(_ORIGINAL)
+
+
+def original(name: str) -> Any:
+    """MLX's own ``mx.fast.<name>``, installed or not (the tests' reference)."""
+    return _ORIGINAL.get(name) or getattr(mx.fast, name)
