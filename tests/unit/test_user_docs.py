@@ -124,7 +124,8 @@ def _setting_names() -> set[str]:
 
 
 def _env_names() -> set[str]:
-    return {m for f in (ROOT / "app").rglob("*.py") for m in ENV.findall(f.read_text())}
+    return {m for pattern in ("*.py", "*.cpp", "*.h") for f in (ROOT / "app").rglob(pattern)
+            for m in ENV.findall(f.read_text())}
 
 
 def _config_keys() -> set[str]:
