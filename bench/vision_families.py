@@ -137,6 +137,21 @@ _SMOLVLM_TILE_TOKENS = 64
 """(64 / 4)^2 patches a tile, pixel-shuffled by 2x2: 4 tiles and the global view an image."""
 
 
+def _write_mistral3(folder: Path, template: str) -> Path:
+    from mlxchat.models.tiny_vision_mistral3 import write_tiny_mistral3
+
+    published = json.loads((DATA / "mistral-small-3.preprocessor_config.json").read_text())
+    return write_tiny_mistral3(folder, chat_template=template, hidden_size=256, num_layers=4,
+                               image_size=128, patch_size=4, vision_layers=2,
+                               processor_config=published)
+
+
+def _mistral3_processor(folder: Path, template: str) -> Any:
+    from mlx_vlm.models.mistral3.processing_mistral3 import Mistral3Processor
+
+    return Mistral3Processor.from_pretrained(str(folder))
+
+
 FAMILIES = {
     "qwen2_vl": _qwen("qwen2_vl", "Qwen2-VL"),
     "qwen2_5_vl": _qwen("qwen2_5_vl", "Qwen2.5-VL"),
@@ -149,4 +164,9 @@ FAMILIES = {
                            "depth 1; 2 x 2 tiles of 64 tokens and the global view)",
                            lambda: (DATA / "smolvlm-instruct.chat_template.jinja").read_text(),
                            _write_smolvlm, _smolvlm_processor),
+    "mistral3": BenchFamily("mistral3", "small random Mistral 3 (hidden 256, 4 layers; "
+                            "Pixtral depth 2; 16 rows of 16 tokens, a break after each)",
+                            lambda: (DATA / "mistral-small-3.1-24b-instruct-2503."
+                                     "chat_template.jinja").read_text(),
+                            _write_mistral3, _mistral3_processor, side=128),
 }

@@ -27,7 +27,7 @@ def test_a_text_model_refuses_an_image_in_one_line(tiny, images):
 
 
 def test_a_vlm_family_not_driven_loads_text_only_as_before(tmp_path):
-    """A Mistral 3 folder with a vision tower still loads through mlx-lm (its
+    """A Llama 4 folder with a vision tower still loads through mlx-lm (its
     text model) and sees no images, as before mlx-vlm was installed."""
     import json
 
@@ -37,7 +37,8 @@ def test_a_vlm_family_not_driven_loads_text_only_as_before(tmp_path):
 
     folder = write_tiny_model(tmp_path / "m")
     config = json.loads((folder / "config.json").read_text())
-    assert not is_vision_config({**config, "model_type": "mistral3", "vision_config": {"x": 1}})
+    assert not is_vision_config({**config, "model_type": "llama4", "vision_config": {"x": 1}})
+    assert is_vision_config({"model_type": "mistral3", "vision_config": {"patch_size": 14}})
     assert is_vision_config({"model_type": "qwen2_vl", "vision_config": {"depth": 1}})
     assert is_vision_config({"model_type": "gemma3", "vision_config": {"patch_size": 14}})
     (folder / "config.json").write_text(json.dumps({**config, "vision_config": {"depth": 1}}))

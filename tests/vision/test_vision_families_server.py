@@ -1,4 +1,4 @@
-"""Qwen2.5-VL and Qwen3-VL through the API as Qwen2-VL goes: an OpenAI
+"""Qwen2.5-VL, Qwen3-VL and Mistral 3 through the API as Qwen2-VL goes: an OpenAI
 image_url part is seen, and the next request reuses the image's span (no
 tower call, the whole first exchange counted in cached_tokens)."""
 
@@ -11,12 +11,15 @@ from mlxchat.models import load_folder
 from tests.server.conftest import request
 
 from .conftest import write_family
+from .mistral3_models import write_mistral3
 from .test_vision_server import data_url, openai, serve, shot  # noqa: F401 (fixture)
 
 
-@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen3_vl"])
+@pytest.fixture(scope="module", params=["qwen2_5_vl", "qwen3_vl", "mistral3"])
 def family_vl(request, tmp_path_factory):
-    folder = write_family(tmp_path_factory.mktemp(request.param), request.param)
+    folder = tmp_path_factory.mktemp(request.param)
+    folder = (write_mistral3(folder) if request.param == "mistral3"
+              else write_family(folder, request.param))
     return load_folder(folder, name="tiny", spec="tiny", available=None)
 
 
@@ -38,6 +41,7 @@ def test_a_family_takes_an_image_and_reuses_it_over_the_api(family_vl, tmp_path,
         cached = usage["prompt_tokens_details"]["cached_tokens"]
         assert cached == served.conv.turns.last_stats.reused_tokens > one.json()["usage"][
             "prompt_tokens"]
+        assert usage["prompt_tokens"] - cached == len(served.conv.messages[-2].token_ids)
         assert family_vl.model.vision_calls == 1
     finally:
         served.stop()

@@ -12,7 +12,9 @@ from .conftest import DATA
 PROBE = """
 import sys
 from mlxchat.models import vision_load, vision_images, vision_model, vision_deepstack
+from mlxchat.models import vision_mistral3
 import mlx_vlm.models.qwen2_vl, mlx_vlm.models.qwen2_5_vl, mlx_vlm.models.qwen3_vl, mlx_vlm.utils
+import mlx_vlm.models.mistral3, mlx_vlm.models.pixtral.image_processing_pixtral
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 heavy = sorted(m for m in ("cv2", "datasets", "torch", "torchvision", "mlx_audio", "gradio",
                            "fastapi", "llguidance") if m in sys.modules)
@@ -46,3 +48,18 @@ def test_the_other_families_data_is_the_published_one():
     qwen25 = json.loads((DATA / "qwen2.5-vl-7b-instruct.preprocessor_config.json").read_text())
     assert (qwen25["patch_size"], qwen25["min_pixels"], qwen25["max_pixels"]) == (
         14, 3136, 12845056)
+
+
+def test_mistral3_data_is_the_published_one():
+    """data/SOURCES.md: Mistral Small 3.1's template, Mistral Small 3's processor settings."""
+    import json
+
+    text = (DATA / "mistral-small-3.1-24b-instruct-2503.chat_template.jinja").read_bytes()
+    assert hashlib.sha256(text).hexdigest() == (
+        "773c8c8c2ffb59c8d1069fe423733d2007a88c52d0a838d89e6aae6693b97427")
+    raw = (DATA / "mistral-small-3.preprocessor_config.json").read_bytes()
+    assert hashlib.sha256(raw).hexdigest() == (
+        "c4497eba07fc4cdecf1ddcd7ac3e31301579a98bb1daa359399b0b23e8c692e7")
+    pre = json.loads(raw)
+    assert (pre["patch_size"], pre["size"], pre["resample"]) == (
+        {"height": 14, "width": 14}, {"longest_edge": 1540}, 3)

@@ -17,13 +17,14 @@ from typing import Any
 from mlxchat.models.errors import ModelError
 
 FAMILIES = {"qwen2_vl": "Qwen2-VL", "qwen2_5_vl": "Qwen2.5-VL", "qwen3_vl": "Qwen3-VL",
-            "gemma3": "Gemma 3", "smolvlm": "SmolVLM", "idefics3": "Idefics3"}
+            "gemma3": "Gemma 3", "smolvlm": "SmolVLM", "idefics3": "Idefics3",
+            "mistral3": "Mistral 3"}
 """Vision-language families this app drives, by mlx-vlm model type."""
 
 
 def is_vision_config(config: dict[str, Any]) -> bool:
     """A folder this app loads as a vision-language model: a vision tower of a
-    family it drives, and mlx-vlm installed. Other VLM folders (Mistral 3, say)
+    family it drives, and mlx-vlm installed. Other VLM folders (Llama 4, say)
     load through mlx-lm as before, text only."""
     if not config.get("vision_config") or config.get("model_type") not in FAMILIES:
         return False
@@ -50,7 +51,10 @@ def load_vision(folder: Path, config: dict[str, Any]) -> tuple[Any, Any]:
     except (ValueError, FileNotFoundError, KeyError, OSError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise ModelError(f"cannot load the model in {folder}: {reason}") from None
-    return VisionChat(vlm, make_family(folder, config, tokenizer)), tokenizer
+    family = make_family(folder, config, tokenizer)
+    if hasattr(family, "settle"):
+        family.settle(vlm)  # arrays built lazily on this thread, used on the engine's
+    return VisionChat(vlm, family), tokenizer
 
 
 def keep_features(model: Any, fingerprint: str) -> None:
@@ -65,7 +69,7 @@ def keep_features(model: Any, fingerprint: str) -> None:
 def make_family(folder: Path, config: dict[str, Any], tokenizer: Any) -> Any:
     """The family object (``vision_family.VisionFamily``) of a folder whose
     ``model_type`` is in FAMILIES: Gemma 3's, SmolVLM's (Idefics3's too),
-    Qwen3-VL's (DeepStack), or Qwen-VL's for the others."""
+    Mistral 3's, Qwen3-VL's (DeepStack), or Qwen-VL's for the others."""
     if config["model_type"] == "gemma3":
         from mlxchat.models.vision_gemma3 import gemma3_family
 
@@ -74,6 +78,10 @@ def make_family(folder: Path, config: dict[str, Any], tokenizer: Any) -> Any:
         from mlxchat.models.vision_smolvlm import smolvlm_family
 
         return smolvlm_family(folder, config, tokenizer)
+    if config["model_type"] == "mistral3":
+        from mlxchat.models.vision_mistral3 import mistral3_family
+
+        return mistral3_family(folder, config, tokenizer)
     from mlxchat.models.vision_family import QwenFamily, read_json
     from mlxchat.models.vision_images import QwenImages
 

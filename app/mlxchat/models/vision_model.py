@@ -19,7 +19,9 @@ after an image run behind the token count. That state is a function of the
 tokens the cache holds and of each image's grid: ``Positions`` keeps it per
 position, follows the cache when it is trimmed (a shorter offset), and after a
 restore (``follow_tokens``) replays it from the restored tokens' ids, so a
-resumed turn places its tokens exactly as the warm one did.
+resumed turn places its tokens exactly as the warm one did. An image's tokens
+need not be contiguous: text inside its span (Mistral 3's row breaks) leaves
+the count of the image's tokens where it was.
 """
 
 from __future__ import annotations
@@ -51,11 +53,14 @@ class Positions:
         """The text position its span starts at (its own for text)."""
         self._next: list[int] = []
         """The position a text token right after it takes."""
+        self._last: list[int] = []
+        """The index of the last image token at or before it (-1: none): an
+        image's tokens may be cut into rows by text (Mistral 3's breaks)."""
         self._pending: list[int] | None = None
 
     def follow(self, tokens: Sequence[int]) -> None:
         """The cache now holds ``tokens`` (restored): replayed when next asked."""
-        self._tok, self._j, self._s, self._next = [], [], [], []
+        self._tok, self._j, self._s, self._next, self._last = [], [], [], [], []
         self._pending = list(tokens)
 
     def index_in_span(self, i: int) -> int:
@@ -69,7 +74,7 @@ class Positions:
             self._extend(pending, images)
         if len(self._tok) < offset:
             raise RuntimeError("the positions of the cached tokens are unknown")
-        for held in (self._tok, self._j, self._s, self._next):
+        for held in (self._tok, self._j, self._s, self._next, self._last):
             del held[offset:]
         return self._extend(row, images)
 
@@ -85,8 +90,9 @@ class Positions:
                 if img is None:
                     raise ImageRefused("an image of this conversation is not available "
                                        "(its file is gone): it cannot be read again")
-                if self._tok and self._tok[-1] == t and self._j[-1] < img.tokens - 1:
-                    j, s = self._j[-1] + 1, self._s[-1]
+                last = self._last[-1] if self._last else -1
+                if last >= 0 and self._tok[last] == t and self._j[last] < img.tokens - 1:
+                    j, s = self._j[last] + 1, self._s[last]
                 else:
                     j, s = 0, nxt
                 rows, cols = img.merged
@@ -99,6 +105,8 @@ class Positions:
             self._j.append(j)
             self._s.append(s)
             self._next.append(nxt)
+            self._last.append(len(self._tok) - 1 if t < 0 else
+                              (self._last[-1] if self._last else -1))
         return out
 
 
