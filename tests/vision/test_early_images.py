@@ -139,3 +139,26 @@ async def test_image_command_encodes_and_clear_forgets(tmp_path, qwen_folder):
         await send(pilot, "What is it?")
         assert [len(m.images) for m in app.conversation.messages] == [1, 0]
         assert loaded.model.vision_calls == 2  # the turn ran none
+
+
+def test_a_model_switched_after_the_image_encodes_it_again(qwen_folder, tmp_path):
+    from mlxchat.config import Settings
+    from mlxchat.engine.core import ChatEngine
+    from mlxchat.session.conversation import Conversation
+    from mlxchat.store import open_store
+
+    shot = make_image(tmp_path / "shot.png", (100, 70), 3)
+    first, other = load(qwen_folder), load(qwen_folder)
+    settings = Settings(system_prompt="Be brief.")
+    settings.generation.temperature, settings.generation.max_tokens = 0.0, 8
+    conv = Conversation(settings=settings, store=open_store(tmp_path / "s.db"),
+                        engine=ChatEngine(first), model_spec="tiny-vl",
+                        load_model=lambda spec: other)
+    conv.turns.add_image(Path(shot.path))
+    conv.switch_model("other")  # while the first model's encoding may still be queued
+    assert conv.turns.encoding.result(BOUND_S).tower_calls == 1
+    assert other.model.vision_calls == 1  # encoded for the new model before the send
+    replies = [last(conv.turns.send(q)).token_ids for q in QUESTIONS]
+    assert other.model.vision_calls == 1 and first.model.vision_calls <= 1
+    conv.close()
+    assert replies == plain_replies(qwen_folder, tmp_path, shot)
