@@ -51,6 +51,8 @@ def image(ctx: CommandContext, args: Args) -> CommandResult:
     listed = pending_list(pending, args, "image", "/image PATH",
                           lambda r: f"{r.name} ({r.width}x{r.height})")
     if listed is not None:
+        if "--clear" in args.flags:
+            conv.turns.encode_images()  # their features are dropped too
         return listed
     if "--dropped" in args.flags:
         found = user_path(ctx, args.words[0])

@@ -38,6 +38,7 @@ from mlxchat.engine.thread.worker import Bookkeeping, EngineThread
 from mlxchat.engine.turn import constrained
 from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.engine.turn.cpu_choice import CpuMatmul
+from mlxchat.engine.turn.early_images import EarlyImages
 from mlxchat.engine.turn.pipeline import TurnPipeline, events, prefill_setup
 from mlxchat.engine.turn.prefill_cost import PrefillChunk
 from mlxchat.engine.turn.ranks import OneProcess, Ranks
@@ -90,6 +91,9 @@ class ChatEngine:
                 self._loaded, self._live, tokens, emit, between=self._worker.pass_on))
         self.prompts = PromptBuilder(lambda: self._loaded)
         """Renders, deltas and the window for the model held now (no MLX)."""
+        self.images = EarlyImages(later=self._worker.later, loaded=lambda: self._loaded,
+                                  match=self._match_compute)
+        """The tower run for images as they are attached, before the turn."""
         _LIVE.add(self)
         self._call(self._start_cold)
 

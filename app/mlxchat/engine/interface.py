@@ -15,6 +15,7 @@ from mlxchat.engine.prompt.builder import PromptBuilder
 from mlxchat.engine.prompt.fit import FittedPrompt
 from mlxchat.engine.speculative.auto import VerifyCost
 from mlxchat.engine.turn.constrained import CompiledFormat
+from mlxchat.engine.turn.early_images import EarlyImages
 from mlxchat.engine.turn.prefill_cost import PrefillChunk
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import LoadedModel, ModelInfo
@@ -23,6 +24,8 @@ from mlxchat.models import LoadedModel, ModelInfo
 class Engine(Protocol):
     prompts: PromptBuilder
     """Renders, the ledger's deltas and the window, for the model held now."""
+    images: EarlyImages
+    """The vision tower run for images as they are attached (``hold``)."""
 
     @property
     def segments_per_rank(self) -> bool:

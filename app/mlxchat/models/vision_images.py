@@ -67,7 +67,7 @@ def read_header(path: Path) -> Header:
         with Image.open(path) as img:
             width, height = img.size
             frames = int(getattr(img, "n_frames", 1) or 1)
-            orientation = img.getexif().get(0x0112, 1)
+            orientation = _orientation(img, path)
             fmt, mode = img.format or "", img.mode
     except UnidentifiedImageError:
         raise ImageRefused(f"{name} is not an image this app can read") from None
@@ -86,6 +86,29 @@ def read_header(path: Path) -> Header:
     if orientation in _TURNED:
         width, height = height, width
     return Header(width, height, fmt, mode, frames)
+
+
+def _orientation(img: Any, path: Path) -> int:
+    """The EXIF orientation, no pixel decoded: PIL's PNG ``getexif`` decodes
+    the whole image to look for an eXIf chunk after the pixel data."""
+    if img.format == "PNG" and "exif" not in img.info:
+        exif = _png_exif_chunk(path)
+        if exif is None:
+            return 1
+        img.info["exif"] = exif
+    return int(img.getexif().get(0x0112, 1))
+
+
+def _png_exif_chunk(path: Path) -> bytes | None:
+    """A PNG's eXIf data (as PIL keeps it), found by skipping from chunk to chunk."""
+    with open(path, "rb") as fh:
+        fh.seek(8)
+        while len(head := fh.read(8)) == 8 and head[4:] != b"IEND":
+            size = int.from_bytes(head[:4], "big")
+            if head[4:] == b"eXIf":
+                return b"Exif\x00\x00" + fh.read(size)
+            fh.seek(size + 4, 1)  # the data and its CRC
+    return None
 
 
 def _png_size(path: Path) -> tuple[int, int]:

@@ -118,6 +118,9 @@ class _State:
         self.images: dict[int, PreparedImage] = {}
         self.features: OrderedDict[int, tuple[mx.array, ...]] = OrderedDict()
         """The tower's outputs per image key: the span's embeddings first."""
+        self.early: dict[int, tuple[mx.array, ...]] = {}
+        """Those of the images going with the next message, computed when they
+        were attached (``hold_early``) and kept until a prefill takes them."""
         self.positions: weakref.WeakKeyDictionary[Any, Positions] = weakref.WeakKeyDictionary()
         """Per cache (keyed by its first layer): several caches share one model
         (the chat's and the API's engines, a probe's throwaway cache)."""
@@ -206,6 +209,21 @@ class VisionChat(nn.Module):
         """Keep every image's features in ``store`` too, and look there first."""
         self._state.store = store
 
+    def hold_early(self, refs: Sequence[ImageRef]) -> int:
+        """Compute now the features of ``refs`` (the images going with the
+        next message, all of them), so the prefill that shows them runs no
+        tower; forget those held for other images. Returns the tower calls made."""
+        state = self._state
+        before = state.vision_calls
+        keys = [k for img in self.know(refs)
+                for k in dict.fromkeys(t for t in self.family.span(img) if t < 0)]
+        for key in [k for k in state.early if k not in keys]:
+            del state.early[key]
+        for key in keys:
+            if key not in state.early:
+                state.early[key] = state.features.get(key) or self._computed(key)
+        return state.vision_calls - before
+
     def _features(self, key: int) -> tuple[mx.array, ...]:
         """The image's embeddings, then any further outputs of its family's
         ``encode`` (one row per token each): memory, disk, or the tower."""
@@ -213,6 +231,15 @@ class VisionChat(nn.Module):
         if key in state.features:
             state.features.move_to_end(key)
             return state.features[key]
+        feats = state.early.pop(key, None) or self._computed(key)
+        state.features[key] = feats
+        while len(state.features) > _KEPT_FEATURES:
+            state.features.popitem(last=False)
+        return feats
+
+    def _computed(self, key: int) -> tuple[mx.array, ...]:
+        """The image's features from disk, or from the tower (then kept on disk)."""
+        state = self._state
         feats = state.store.get(key) if state.store is not None else None
         if feats is None:
             out = self.family.encode(self.vlm, state.images[key])
@@ -221,9 +248,6 @@ class VisionChat(nn.Module):
             state.vision_calls += 1
             if state.store is not None:
                 state.store.put(key, feats)
-        state.features[key] = feats
-        while len(state.features) > _KEPT_FEATURES:
-            state.features.popitem(last=False)
         return feats
 
     # -- the call -----------------------------------------------------------------------

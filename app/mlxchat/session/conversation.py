@@ -199,6 +199,8 @@ class Conversation(OpenSession):
         loaded = self.model_loader(spec)
         self.engine.switch_model(loaded)
         self.model_spec = spec
+        if self.turns.images:
+            self.turns.encode_images()  # the pending images, for this model
         if self.session.id is not None:
             self.session = self.store.update_model(self.session.id, spec)
         if resume:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -18,6 +19,7 @@ from mlxchat.chat import Attachment, ImageRef, Message
 from mlxchat.engine.events import Event, Preparing, TextDelta, TurnDone
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.turn.constrained import CompiledFormat, OutputFormat, compile_format
+from mlxchat.engine.turn.early_images import done_encoding
 from mlxchat.models import vision_images
 from mlxchat.session.cache_keeper import CacheKeeper
 from mlxchat.session.current import OpenSession
@@ -59,6 +61,8 @@ class TurnRunner:
         self.attachments = attachments
         self.images: list[ImageRef] = []
         """Stored images (``store_image``) that go with the next message, in order."""
+        self.encoding: Future = done_encoding()
+        """The engine's encoding of the images above (``EarlyImages.hold``), the latest."""
         self.output: CompiledFormat | None = None
         """The schema the next reply follows (taken by the next send; None: free text)."""
         self._also_cancel = also_cancel
@@ -94,7 +98,15 @@ class TurnRunner:
                                     "left in the context window.")
         ref = store_image(path, width=header.width, height=header.height)
         self.images.append(ref)
+        self.encode_images()
         return ref, tokens
+
+    def encode_images(self) -> Future:
+        """Have the engine run the vision tower now for the images going with
+        the next message (none: forget what it holds for them), while the
+        question is typed; the turn finds their features ready."""
+        self.encoding = self._engine.images.hold(list(self.images), self._open.generation)
+        return self.encoding
 
     def send(self, text: str) -> Iterator[Event]:
         """Commit the user message (with what it retrieved from the session's
