@@ -112,6 +112,20 @@ class EngineThread:
         if self._ticket is not None:
             self.compute.pass_on(self._ticket, cancel=self._current)
 
+    @contextmanager
+    def lent(self) -> Iterator[None]:
+        """On the thread: out of the compute lock's line meanwhile (the work
+        waits on another thread's compute), back in it after."""
+        ticket = self._ticket
+        if ticket is None:
+            yield
+            return
+        self.compute.step_out(ticket)
+        try:
+            yield
+        finally:
+            self.compute.step_in(ticket)
+
     def alive(self) -> bool:
         return self._thread.is_alive()
 
