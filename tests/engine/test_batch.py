@@ -89,9 +89,9 @@ def test_greedy_replies_in_a_batch_are_token_for_token_the_ones_alone(family):
     alone = _alone(family, QUESTIONS)
     together, views, batch = _together(family, QUESTIONS)
     assert batch.widest == len(QUESTIONS)
+    assert max(len(d.token_ids) for d in together) >= GREEDY.max_tokens
     for (solo, solo_view), done, view in zip(alone, together, views):
         assert done.token_ids == solo.token_ids
-        assert len(done.token_ids) == GREEDY.max_tokens  # random weights: no end token
         assert done.stats.spec_off_reason == SPEC_OFF
         assert view.tokens == solo_view.tokens and view.length == solo_view.length
 
