@@ -17,6 +17,10 @@ from mlx_lm.models.cache import KVCache, RotatingKVCache
 SPEC_OFF = "batched with other conversations"
 """Why a batched reply decodes one token a pass (its stats say it)."""
 
+CHUNK_TOKENS = 256
+"""A batched turn's prefill chunk, at most: between two of them the batch
+decodes one step for the others (measured: bench/batch_chunk.py)."""
+
 JOINABLE = (KVCache, RotatingKVCache)
 """Layer classes with a batch form whose ``extract`` is exact."""
 

@@ -90,10 +90,11 @@ class TurnPipeline:
         """Where replies decode together with other engines' (None: alone)."""
 
     def prefill(self, loaded: LoadedModel, live: LiveCache, tokens: Sequence[int],
-                emit: LiveFigures, *, between: Callable[[], None] = lambda: None) -> Prefill:
-        """Feed ``tokens`` in chunks sized to ~chunk_seconds; progress counts
-        them against every token the turn computes (the tail too). ``between``
-        runs before each chunk after the first."""
+                emit: LiveFigures, *, between: Callable[[], None] = lambda: None,
+                cap: int | None = None) -> Prefill:
+        """Feed ``tokens`` in chunks sized to ~chunk_seconds (at most ``cap``);
+        progress counts them against every token the turn computes (the tail
+        too). ``between`` runs before each chunk after the first."""
         total, done, start = len(tokens), 0, time.perf_counter()
         emit(PrefillProgress(0, emit.total))
         while done < total:
@@ -101,7 +102,8 @@ class TurnPipeline:
                 between()
             if self._worker.cancelled():
                 raise Cancelled
-            n = self._marks.chunk(min(self._chunk, total - done), held=len(live.tokens))
+            n = self._marks.chunk(min(self._chunk, cap or total, total - done),
+                                  held=len(live.tokens))
             held, t0 = len(live.tokens), time.perf_counter()
             live.feed(loaded.model, tokens[done:done + n])
             dt = time.perf_counter() - t0
@@ -141,7 +143,10 @@ class TurnPipeline:
         prefill, decoded, drafted = Prefill(), Decode(), (0, False)
         figures = LiveFigures(live, len(tokens) - reuse.tokens, emit)
         try:
-            prefill = self.prefill(loaded, live, tokens[reuse.tokens:len(tokens) - tail], figures)
+            # Batched: the batch's next step goes between chunks (the others' tokens keep coming).
+            prefill = self.prefill(loaded, live, tokens[reuse.tokens:len(tokens) - tail], figures,
+                                   **(dict(between=lambda: self._worker.pass_on(cancellable=False),
+                                           cap=batching.CHUNK_TOKENS) if batched else {}))
             drafted = self._drafting.follow(tokens[:len(tokens) - tail], settings,
                                             cancelled=self._worker.cancelled)
             decoded = self._decode(loaded, live, tokens, tail,
