@@ -7,7 +7,7 @@ check at load time said what it can hold)."""
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from typing import Any, Callable
 
 from mlxchat.chat import human_bytes
 from mlxchat.models.memory import available_memory
@@ -56,3 +56,19 @@ class Admission:
             log.info("%s", reason)
         self.reason = reason
         return False
+
+
+def admission_for(engine: Any, settings: Any, parallel: int,
+                  memory_bytes: int | None) -> Admission:
+    """The check for ``parallel`` members of ``engine``'s model, each at the
+    settings' window; ``memory_bytes`` (else the settings' budget, else RAM's)
+    is what their KV may take. Measured and said at start when batching."""
+    window = engine.prompts.window(settings.generation)
+    admission = Admission(member_bytes=lambda: engine.kv_bytes_per_token() * window,
+                          budget_bytes=memory_bytes or settings.memory_budget_bytes)
+    if parallel > 1:
+        fit = admission.members_fit()
+        log.info("decoding up to %d conversations at once; %s of KV each at the full "
+                 "window (%s)", parallel, human_bytes(admission.per_member),
+                 f"{fit} fit in memory" if fit else "no memory limit known")
+    return admission

@@ -12,7 +12,7 @@ from typing import Any, AsyncIterator, Iterator
 
 import anyio
 
-from mlxchat.chat import CalledTool, human_bytes
+from mlxchat.chat import CalledTool
 from mlxchat.engine.events import ContextOverflowError, Event, TextDelta, TurnDone
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt.fit import refuse_unfittable
@@ -22,7 +22,7 @@ from mlxchat.errors import MlxchatError
 from mlxchat.models.token_floor import tokens_at_least
 from mlxchat.models.tools import call_markup
 from mlxchat.server.access_log import note_turn
-from mlxchat.server.admission import Admission
+from mlxchat.server.admission import admission_for
 from mlxchat.server.api_turns import ApiTurns, IncomingMessage, conversation_key
 from mlxchat.server.errors import (
     ApiError,
@@ -178,13 +178,7 @@ class ChatService:
         self.slots = open_slots(conv, engine, store, parallel)
         self.parallel = len(self.slots.all)
         """Replies decoded at once (``--parallel``; 1 where batching cannot run)."""
-        window = engine.prompts.window(conv.settings.generation)
-        self.admission = Admission(
-            member_bytes=lambda: engine.kv_bytes_per_token() * window,
-            budget_bytes=memory_bytes or conv.settings.memory_budget_bytes)
-        if self.parallel > 1:
-            log.info("decoding up to %d conversations at once; %s of KV each at the full "
-                     "window", self.parallel, human_bytes(self.admission.per_member))
+        self.admission = admission_for(engine, conv.settings, self.parallel, memory_bytes)
         self.kv_budget = None if kv_budget_bytes is None else KvBudget(store, kv_budget_bytes)
         self.last_eviction: Eviction | None = None
         conv.locks.release()  # held per request (``_work``)
@@ -215,9 +209,7 @@ class ChatService:
         return self.slots.here().turns
 
     @property
-    def cache_taken(self) -> bool:
-        """A raw completion used the slot engine's live cache since its last chat
-        turn, or a request left before its branch's KV was back: its next turn restores."""
+    def cache_taken(self) -> bool:  # ``Slot.cache_taken``
         return self.slots.here().cache_taken
 
     @cache_taken.setter
