@@ -16,9 +16,11 @@ DEFAULT_BODY_TIMEOUT_S = 30.0
 """How long a request may take to send its whole body once its headers are in
 (`--body-timeout`; the 16 MB body limit at 30 s needs ~560 KB/s)."""
 
-DEFAULT_PARALLEL = 4
-"""Conversations decoded at once (`--parallel`): measured with bench/serve.py
-on a 2-core x86 VM, the bundled model (see the report in bench/serve.py)."""
+DEFAULT_PARALLEL = 8
+"""Conversations decoded at once (`--parallel`). bench/serve_batch.py, 8 clients
+at once, bundled model, 2-core x86 VM at load ~8: aggregate 6.7 / 16.6 / 19.9
+tok/s at --parallel 2 / 4 / 8 (still growing at 8; p95 TTFT 10.2 s at 4, 5.3 s
+at 8). The memory check holds members back where 8 caches do not fit."""
 MAX_PARALLEL = 64
 
 
