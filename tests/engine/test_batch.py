@@ -127,3 +127,15 @@ def test_a_member_leaves_with_its_cache_as_it_would_be_alone(tmp_path_factory):
     for e in (a, b):
         e.close()
     batch.close()
+
+
+def test_the_bundled_model_batched_is_token_for_token_the_model_alone(bundled_model):
+    """Its decode path (float32 copies through the BLAS, rows <= 8) over 64
+    greedy tokens, two conversations at once."""
+    asks = ("What is a river delta?", "Name three kinds of clouds.")
+    alone = _alone(bundled_model, asks)
+    together, views, batch = _together(bundled_model, asks)
+    assert batch.widest == 2
+    for (solo, solo_view), done, view in zip(alone, together, views):
+        assert done.token_ids == solo.token_ids
+        assert view.tokens == solo_view.tokens
