@@ -220,7 +220,7 @@ def test_a_client_gone_while_its_setup_waits_for_the_chat_frees_its_slot(chat, s
         until(lambda: compute.ahead_of("api") == ["chat"])  # restoring its branch waits
         assert len(chat.store.get_session(api_session.id).messages) == stored  # still setup
         sock.close()
-        until(lambda: lane._running is None)  # while the chat still computes
+        until(lambda: lane.running == 0)  # while the chat still computes
         assert compute.ahead_of("api") == []
     finally:
         compute.release(ticket)

@@ -33,7 +33,7 @@ def test_a_second_conversation_goes_before_the_first_ones_queued_requests(served
                                   4 if name == "quick" else 32)))
             threads[-1].start()
             # Each in its place before the next: the first running, the others waiting.
-            until(lambda n=n: lane.waiting == n and lane._running is not None)
+            until(lambda n=n: lane.waiting == n and lane.running == 1)
     finally:
         compute.release(ticket)
     for t in threads:

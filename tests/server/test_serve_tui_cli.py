@@ -34,6 +34,8 @@ def test_serve_tui_runs_the_chat_with_the_server_options(launched):
 @pytest.mark.parametrize("argv, words", [
     (["--port", "70000"], "--port must be 0 to 65535"),
     (["--queue", "0"], "--queue must be at least 1"),
+    (["--parallel", "0"], "--parallel must be 1 to 64"),
+    (["--parallel", "65"], "--parallel must be 1 to 64"),
     (["--kv-budget", "lots"], "--kv-budget must be a size"),
     (["--host", "0.0.0.0"], "give a key with --api-key-file PATH, $MLXCHAT_API_KEY or --api-key"),
     (["--body-timeout", "0"], "--body-timeout must be a number of seconds above 0"),

@@ -48,7 +48,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 PEER_IMPORTS = {("mlxchat.engine", "mlxchat.models"), ("mlxchat.docs", "mlxchat.store")}
 IMPORTS_NOTHING = {"mlxchat.errors"}
 # The engine's floors, bottom to top: each a subpackage of engine/ or a module at its root.
-ENGINE_FLOORS = ["events", "thread", "prompt", "kv", "results", "disk", "speculative", "turn",
+ENGINE_FLOORS = ["events", "thread", "prompt", "kv", "results", "disk", "speculative", "batch", "turn",
                  "core", "distributed", "interface", "__init__"]
 
 

@@ -18,6 +18,7 @@ from mlxchat.config import Settings
 from mlxchat.server.options import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_KV_BUDGET,
+    DEFAULT_PARALLEL,
     ServeOptions,
     check_options,
 )
@@ -39,6 +40,10 @@ def add_serve_parser(sub) -> None:
                    help="read the key from this file (readable by you only: chmod 600)")
     p.add_argument("--queue", type=int, default=8, metavar="N",
                    help="requests that may wait for the engine before 503 (default 8)")
+    p.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL, metavar="N",
+                   help="conversations decoded at once, in one batch (default "
+                   f"{DEFAULT_PARALLEL}: where aggregate speed stopped growing here); 1: one "
+                   "at a time")
     p.add_argument("--allow-image-urls", action="store_true",
                    help="fetch the http(s) image URLs requests name (default: refused; "
                    "images come as data URLs); only public addresses are reached")
@@ -138,6 +143,7 @@ def serve_options(args: argparse.Namespace, *,
     options are good, to be visible to others."""
     options = ServeOptions(host=args.host, port=args.port, api_key=api_key(args),
                            queue=args.queue, kv_budget_bytes=parse_size(args.kv_budget),
+                           parallel=args.parallel,
                            allow_image_urls=args.allow_image_urls
                            or args.allow_private_image_urls,
                            private_image_urls=args.allow_private_image_urls,
@@ -149,9 +155,11 @@ def serve_options(args: argparse.Namespace, *,
     return options
 
 
-LOGGED = ("mlxchat.server.access", "mlxchat.server.kv_budget", "mlxchat.server.idle_join")
+LOGGED = ("mlxchat.server.access", "mlxchat.server.kv_budget", "mlxchat.server.idle_join",
+          "mlxchat.server.admission", "mlxchat.server.service")
 """What the server says on stderr: one line per request (``server/access_log.py``),
-each eviction of --kv-budget and each idle join."""
+each eviction of --kv-budget, each idle join, the batch size in use and a
+request held back for memory."""
 
 
 def log_requests() -> None:
@@ -187,7 +195,8 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
     opened = open_conversation(settings, model_spec=args.model, progress=progress_printer())
     conv = opened.conversation
     service = ChatService(conv, store=opened.store, engine=opened.engine,
-                          max_waiting=options.queue, kv_budget_bytes=options.kv_budget_bytes)
+                          max_waiting=options.queue, kv_budget_bytes=options.kv_budget_bytes,
+                          parallel=options.parallel)
     if service.recovered:
         n = service.recovered
         print(f"mlxchat serve: kept {n} {'reply' if n == 1 else 'replies'} a killed run was "
@@ -200,7 +209,8 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
         service.warm_up()  # before listening: the first request is served warm
         server.start()
         print(f"mlxchat serve: {service.model_id} at {server.url}/v1 (OpenAI) and "
-              f"{server.url}/api (Ollama); ctrl-c stops", file=sys.stderr, flush=True)
+              f"{server.url}/api (Ollama), {service.parallel} at once; ctrl-c stops",
+              file=sys.stderr, flush=True)
         server.wait()
     except KeyboardInterrupt:
         pass

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 import mlx.core as mx
 
 from mlxchat.chat import Message
+from mlxchat.engine.batch.decoder import BatchDecoder
 from mlxchat.engine.disk.prefix import PrefixMarks, PrefixSaved
 from mlxchat.engine.disk.segments import SegmentInfo, SegmentRef
 from mlxchat.engine.events import CacheLoad, EngineError, EngineState, Event, Preparing
@@ -196,6 +197,10 @@ class ChatEngine:
         if measure is not None:  # speculative=auto: a verifying pass timed after this turn
             self._worker.later(lambda: measure(self._loaded, self._live))
         figures.done(done)
+
+    def decode_in(self, batch: BatchDecoder | None) -> None:
+        """Decode replies together with other engines' in ``batch`` (None: alone)."""
+        self._pipeline.batch = batch
 
     def cancel(self) -> None:
         """Stop the running (and any queued) turn within about one token or chunk."""

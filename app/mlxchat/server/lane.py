@@ -6,6 +6,10 @@ cannot keep the others waiting), and one conversation may hold at most half
 the waiting places. A request whose client
 went away is cancelled: waiting, it never starts; running, its generation
 stops within one decode step (the engine's cancel) and what it said is kept.
+With ``parallel`` slots, as many jobs run at once, each on its slot's
+thread (``on_slot(i)`` first: the slot's conversation and engine), never two
+of one conversation, the fairest first as above; ``admits(running)`` (how
+many run now) may hold the next back (memory: it waits for one to end).
 When no request waits, the lane runs its idle work (the idle join of KV
 files), which stops at its next safe point once a request arrives.
 """
@@ -131,15 +135,20 @@ class EngineLane:
     """A queue of jobs run on one thread, fair across their keys; ``cancel``
     calls ``stop_running`` (the engine's cancel) only while that job runs."""
 
-    def __init__(self, *, stop_running: Callable[[], None], max_waiting: int = 8,
-                 when_idle: IdleWork | None = None):
-        self.max_waiting = max_waiting
-        self._stop_running = stop_running
+    def __init__(self, *, stop_running: Callable[..., None], max_waiting: int = 8,
+                 when_idle: IdleWork | None = None, parallel: int = 1,
+                 on_slot: Callable[[int], None] = lambda slot: None,
+                 admits: Callable[[int], bool] = lambda running: True):
+        """``stop_running(slot)`` with ``parallel`` > 1, else ``stop_running()``."""
+        self.max_waiting, self.parallel = max_waiting, parallel
+        self._stop_running = stop_running if parallel > 1 else lambda slot: stop_running()
+        self._on_slot, self._admits = on_slot, admits
         self._when_idle = when_idle
         self._idle_at: float | None = None
         """When the idle work asked to run next (monotonic; None: not asked)."""
         self._waiting: deque[Job] = deque()
-        self._running: Job | None = None
+        self._running: dict[int, Job] = {}
+        """Slot -> the job it runs."""
         self._started: dict[Hashable, int] = {}
         """Key -> the number of the last job of it started (a key not here: never)."""
         self._starts = 0
@@ -147,8 +156,11 @@ class EngineLane:
         self._closed = False
         self.turn_seconds = 1.0
         """How long a job took lately (a guess at Retry-After)."""
-        self._thread = threading.Thread(target=self._run, name="mlxchat-api-lane", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, args=(slot,), daemon=True,
+                                          name=f"mlxchat-api-lane-{slot}")
+                         for slot in range(parallel)]
+        for thread in self._threads:
+            thread.start()
 
     def submit(self, work: Work, *, key: Hashable = None) -> Job:
         """Queue ``work`` of conversation ``key``; raises QueueFull when
@@ -159,7 +171,7 @@ class EngineLane:
             own = 0 if key is None else sum(1 for j in self._waiting if j.key == key)
             if (self._closed or len(self._waiting) >= self.max_waiting
                     or own >= max(1, self.max_waiting // 2)):
-                ahead = len(self._waiting) + (self._running is not None)
+                ahead = len(self._waiting) + len(self._running)
                 raise QueueFull(max(1, round(self.turn_seconds * ahead)))
             job = Job(work, loop, key=key)
             self._waiting.append(job)
@@ -172,8 +184,10 @@ class EngineLane:
             if job in self._waiting:
                 self._waiting.remove(job)
                 job.put(_END)
-            elif self._running is job:
-                self._stop_running()
+            else:
+                for slot, running in self._running.items():
+                    if running is job:
+                        self._stop_running(slot)
 
     def idle_work_in(self, seconds: float) -> None:
         """Run the idle work once ``seconds`` have passed with no request waiting."""
@@ -191,6 +205,12 @@ class EngineLane:
         with self._lock:
             return len(self._waiting)
 
+    @property
+    def running(self) -> int:
+        """Jobs running now (at most ``parallel``)."""
+        with self._lock:
+            return len(self._running)
+
     def close(self, timeout_s: float = 10.0) -> None:
         """Refuse new jobs, cancel the running one, finish the thread."""
         with self._lock:
@@ -199,29 +219,37 @@ class EngineLane:
                 job.cancelled.set()
                 job.put(_END)
             self._waiting.clear()
-            if self._running is not None:
-                self._stop_running()
-            self._lock.notify()
-        self._thread.join(timeout_s)
+            for slot in self._running:
+                self._stop_running(slot)
+            self._lock.notify_all()
+        for thread in self._threads:
+            thread.join(timeout_s)
 
-    def _next(self) -> Job | object | None:
+    def _next(self, slot: int) -> Job | object | None:
         """The next job to run, ``_IDLE`` for the idle work, None once closed."""
         with self._lock:
             while True:
-                if self._waiting:
-                    self._running = job = self._fairest()
+                job = self._fairest()
+                if job is not None:
+                    self._running[slot] = job
                     return job
                 if self._closed:
                     return None
                 now, at = time.monotonic(), self._idle_at
-                if at is not None and at <= now and self._when_idle is not None:
+                if (at is not None and at <= now and self._when_idle is not None
+                        and not self._running):
                     self._idle_at = None
                     return _IDLE
                 self._lock.wait(None if at is None else at - now)
 
-    def _fairest(self) -> Job:
-        """Take the first waiting job of the key that started least recently."""
-        job = min(self._waiting, key=lambda j: self._started.get(j.key, -1))
+    def _fairest(self) -> Job | None:
+        """Take the first waiting job of the key that started least recently
+        (None: none may start now)."""
+        busy = {j.key for j in self._running.values()}
+        free = [j for j in self._waiting if j.key not in busy]
+        if not free or (self._running and not self._admits(len(self._running))):
+            return None
+        job = min(free, key=lambda j: self._started.get(j.key, -1))
         self._waiting.remove(job)  # min keeps the first of equals: arrival order
         self._starts += 1
         self._started.pop(job.key, None)
@@ -240,9 +268,10 @@ class EngineLane:
         if again is not None:
             self.idle_work_in(again)
 
-    def _run(self) -> None:
+    def _run(self, slot: int) -> None:
+        self._on_slot(slot)
         while True:
-            job = self._next()
+            job = self._next(slot)
             if job is None:
                 return
             if not isinstance(job, Job):
@@ -256,6 +285,7 @@ class EngineLane:
                 job.put(exc)
             finally:
                 with self._lock:
-                    self._running = None
+                    del self._running[slot]
+                    self._lock.notify_all()  # a job of its key, or one held back, may start
                 job.put(_END)
                 self.turn_seconds = 0.5 * self.turn_seconds + 0.5 * (time.monotonic() - began)

@@ -158,4 +158,4 @@ async def models(request: Request) -> Response:
     service: ChatService = request.app.state.service
     return JSONResponse({"object": "list", "data": [
         {"id": service.model_id, "object": "model", "created": int(time.time()),
-         "owned_by": "mlxchat"}]})
+         "owned_by": "mlxchat", "parallel": service.parallel}]})

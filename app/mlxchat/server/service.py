@@ -22,6 +22,7 @@ from mlxchat.errors import MlxchatError
 from mlxchat.models.token_floor import tokens_at_least
 from mlxchat.models.tools import call_markup
 from mlxchat.server.access_log import note_turn
+from mlxchat.server.admission import admission_for
 from mlxchat.server.api_turns import ApiTurns, IncomingMessage, conversation_key
 from mlxchat.server.errors import (
     ApiError,
@@ -34,6 +35,7 @@ from mlxchat.server.idle_join import IdleJoins
 from mlxchat.server.kv_budget import Eviction, KvBudget
 from mlxchat.server.lane import EngineLane, QueueFull, Work
 from mlxchat.server.requests import ChatRequest
+from mlxchat.server.slots import open_slots
 from mlxchat.server.tool_calls import CallCut, ReplyParts, calls_signature, reply_parts, with_ids
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.lock import SessionBusy
@@ -160,34 +162,62 @@ def ids_up_to(tokenizer: Any, ids: list[int], answer: str, kept: int) -> list[in
 
 
 class ChatService:
-    """One conversation, one engine lane, every endpoint's turns."""
+    """One conversation per slot (``parallel``: replies decoded together), one
+    engine lane, every endpoint's turns."""
 
     def __init__(self, conv: Conversation, *, store: SessionStore, engine: Engine,
                  max_waiting: int = 8, kv_budget_bytes: int | None = None,
-                 idle_join_s: float | None = None):
+                 idle_join_s: float | None = None, parallel: int = 1,
+                 memory_bytes: int | None = None):
         # ``store`` and ``engine``: the ones ``conv`` was built on, handed over
         # by the composition root (stored rows and raw completions use them).
         # ``idle_join_s``: how long a session is idle before its files are
-        # joined (None: as the app, ``compaction.IDLE_JOIN_S``).
-        self.conv, self.store, self.engine = conv, store, engine
+        # joined (None: as the app, ``compaction.IDLE_JOIN_S``). ``memory_bytes``:
+        # what the members' KV may take (None: the settings' budget, or RAM's).
+        self.store = store
+        self.slots = open_slots(conv, engine, store, parallel)
+        self.parallel = len(self.slots.all)
+        """Replies decoded at once (``--parallel``; 1 where batching cannot run)."""
+        self.admission = admission_for(engine, conv.settings, self.parallel, memory_bytes)
         self.kv_budget = None if kv_budget_bytes is None else KvBudget(store, kv_budget_bytes)
         self.last_eviction: Eviction | None = None
-        self.turns = ApiTurns(conv, store)
         conv.locks.release()  # held per request (``_work``)
         self.recovered = self.turns.recover_left_replies()
         """Replies a killed run was streaming, stored at start (marked stopped)."""
         self.idle_joins = IdleJoins(store, after_s=idle_join_s,
                                     allowed=lambda: not engine.segments_per_rank)
-        self.lane = EngineLane(stop_running=conv.turns.cancel, max_waiting=max_waiting,
-                               when_idle=self.idle_joins.run)
+        self.lane = EngineLane(stop_running=self._stop, max_waiting=max_waiting,
+                               when_idle=self.idle_joins.run, parallel=self.parallel,
+                               on_slot=self.slots.enter, admits=self.admission.admits)
         self.model_id = conv.model_spec
-        self.cache_taken = False
-        """A raw completion used the engine's live cache since the last chat turn,
-        or a request left before its branch's KV was back: the next turn restores."""
         self.answered = 0
         """Requests answered to their end."""
         self._names = {conv.model_spec, conv.views.model_info.name,
                        Path(conv.model_spec).name, conv.views.model_info.name.split("/")[-1]}
+
+    # -- the slot of the calling thread (the first off the lane) --------------------------
+    @property
+    def conv(self) -> Conversation:
+        return self.slots.here().conv
+
+    @property
+    def engine(self) -> Engine:
+        return self.slots.here().engine
+
+    @property
+    def turns(self) -> ApiTurns:
+        return self.slots.here().turns
+
+    @property
+    def cache_taken(self) -> bool:  # ``Slot.cache_taken``
+        return self.slots.here().cache_taken
+
+    @cache_taken.setter
+    def cache_taken(self, value: bool) -> None:
+        self.slots.here().cache_taken = value
+
+    def _stop(self, slot: int = 0) -> None:
+        self.slots.all[slot].conv.turns.cancel()
 
     @property
     def window(self) -> int:
@@ -214,6 +244,7 @@ class ChatService:
 
     def close(self) -> None:
         self.lane.close()
+        self.slots.close()
 
     async def chat(self, request: ChatRequest) -> AsyncIterator[Piece | Finished]:
         """The reply's pieces, then ``Finished``; errors before the first piece

@@ -120,6 +120,23 @@ class ComputeLock:
                 self._cond.wait(WAIT_STEP_S if cancel is not None else None)
             self._enter()
 
+    def step_out(self, ticket: Ticket) -> None:
+        """Held by ``ticket``: leave the line while its job waits on others'
+        compute (a batched reply waits for the batch's steps)."""
+        with self._cond:
+            assert self._line and self._line[0] is ticket, "stepped out of turn"
+            self._line.popleft()
+            self._cond.notify_all()
+
+    def step_in(self, ticket: Ticket) -> None:
+        """Back into the line after ``step_out``; returns holding the lock."""
+        with self._cond:
+            self._line.append(ticket)
+            self._cond.notify_all()
+            while self._line[0] is not ticket:
+                self._cond.wait()
+            self._enter()
+
     def _enter(self) -> None:
         self._holds += 1
 

@@ -105,12 +105,28 @@ class EngineThread:
                 finally:
                     self._ticket = None
 
-    def pass_on(self) -> None:
+    def pass_on(self, *, cancellable: bool = True) -> None:
         """On the thread, between chunks of work that may wait: let the engines
         waiting for the compute lock go first. The running work's cancel (a
-        turn, a stop, closing) ends the wait: WaitCancelled."""
+        turn, a stop, closing) ends the wait (WaitCancelled) unless not
+        ``cancellable`` (the wait is one short step: the work then settles)."""
         if self._ticket is not None:
-            self.compute.pass_on(self._ticket, cancel=self._current)
+            self.compute.pass_on(self._ticket,
+                                 cancel=self._current if cancellable else None)
+
+    @contextmanager
+    def lent(self) -> Iterator[None]:
+        """On the thread: out of the compute lock's line meanwhile (the work
+        waits on another thread's compute), back in it after."""
+        ticket = self._ticket
+        if ticket is None:
+            yield
+            return
+        self.compute.step_out(ticket)
+        try:
+            yield
+        finally:
+            self.compute.step_in(ticket)
 
     def alive(self) -> bool:
         return self._thread.is_alive()

@@ -19,6 +19,9 @@ import mlx.core as mx
 
 from mlxchat import blas
 from mlxchat.chat import Message
+from mlxchat.engine.batch import caches as batching
+from mlxchat.engine.batch.decoder import BatchDecoder
+from mlxchat.engine.batch.stream import batched_stream
 from mlxchat.engine.disk.prefix import PrefixMarks
 from mlxchat.engine.events import Event, PrefillProgress, TurnDone
 from mlxchat.engine.kv.live import LiveCache
@@ -83,12 +86,15 @@ class TurnPipeline:
         self._chunk = 64
         self.chunks = PrefillChunks()
         """Each chunk's tokens, start and seconds, for the prefill estimates."""
+        self.batch: BatchDecoder | None = None
+        """Where replies decode together with other engines' (None: alone)."""
 
     def prefill(self, loaded: LoadedModel, live: LiveCache, tokens: Sequence[int],
-                emit: LiveFigures, *, between: Callable[[], None] = lambda: None) -> Prefill:
-        """Feed ``tokens`` in chunks sized to ~chunk_seconds; progress counts
-        them against every token the turn computes (the tail too). ``between``
-        runs before each chunk after the first."""
+                emit: LiveFigures, *, between: Callable[[], None] = lambda: None,
+                cap: int | None = None) -> Prefill:
+        """Feed ``tokens`` in chunks sized to ~chunk_seconds (at most ``cap``);
+        progress counts them against every token the turn computes (the tail
+        too). ``between`` runs before each chunk after the first."""
         total, done, start = len(tokens), 0, time.perf_counter()
         emit(PrefillProgress(0, emit.total))
         while done < total:
@@ -96,7 +102,8 @@ class TurnPipeline:
                 between()
             if self._worker.cancelled():
                 raise Cancelled
-            n = self._marks.chunk(min(self._chunk, total - done), held=len(live.tokens))
+            n = self._marks.chunk(min(self._chunk, cap or total, total - done),
+                                  held=len(live.tokens))
             held, t0 = len(live.tokens), time.perf_counter()
             live.feed(loaded.model, tokens[done:done + n])
             dt = time.perf_counter() - t0
@@ -127,17 +134,24 @@ class TurnPipeline:
         reuse = live.reuse(fitted, messages, tail=tail, kv_bits=settings.kv_bits,
                            head_dim=info.head_dim)
         typed = live.typed_ahead(reuse.tokens)
+        batched = self._batched(loaded, live)
+        if batched:
+            spec_off = spec_off or batching.SPEC_OFF
         if settings.seed is not None:
             mx.random.seed(settings.seed)
         busy()
         prefill, decoded, drafted = Prefill(), Decode(), (0, False)
         figures = LiveFigures(live, len(tokens) - reuse.tokens, emit)
         try:
-            prefill = self.prefill(loaded, live, tokens[reuse.tokens:len(tokens) - tail], figures)
+            # Batched: the batch's next step goes between chunks (the others' tokens keep coming).
+            prefill = self.prefill(loaded, live, tokens[reuse.tokens:len(tokens) - tail], figures,
+                                   **(dict(between=lambda: self._worker.pass_on(cancellable=False),
+                                           cap=batching.CHUNK_TOKENS) if batched else {}))
             drafted = self._drafting.follow(tokens[:len(tokens) - tail], settings,
                                             cancelled=self._worker.cancelled)
             decoded = self._decode(loaded, live, tokens, tail,
-                                   Reply(settings, window, started, tokens, output), figures)
+                                   Reply(settings, window, started, tokens, output), figures,
+                                   batched=batched)
         except Cancelled:
             decoded.finish_reason = "cancelled"
         finally:
@@ -156,12 +170,20 @@ class TurnPipeline:
                         token_ids=decoded.token_ids, reasoning=decoded.reasoning)
         return done, figures
 
+    def _batched(self, loaded: LoadedModel, live: LiveCache) -> bool:
+        """This turn's reply decodes in the batch."""
+        return (self.batch is not None and self.batch.model is loaded.model
+                and not self._ranks.segments_per_rank
+                and batching.refusal(loaded.model, live.layers) is None)
+
     def _decode(self, loaded: LoadedModel, live: LiveCache, tokens: list[int], tail: int,
-                reply: Reply, emit: Callable[[Event], None]) -> Decode:
+                reply: Reply, emit: Callable[[Event], None], *, batched: bool = False) -> Decode:
         """Feed the prompt's last ``tail`` tokens and sample the reply."""
         settings = reply.settings
 
         def open_stream(*, tail: list[int], history: list[int], **kw: Any) -> Stream:
+            if batched and self.batch is not None:
+                return batched_stream(self.batch, live, tail, lend=self._worker.lent, **kw)
             if len(history) > len(reply.prompt_tokens):
                 # After a reasoning budget's close the draft catches up first: a
                 # token or two, not cancelled (the turn already followed the prompt).
