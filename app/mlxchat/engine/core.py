@@ -92,9 +92,9 @@ class ChatEngine:
                 self._loaded, self._live, tokens, emit, between=self._worker.pass_on))
         self.prompts = PromptBuilder(lambda: self._loaded)
         """Renders, deltas and the window for the model held now (no MLX)."""
+        # The tower run for images as they are attached, before the turn.
         self.images = EarlyImages(later=self._worker.later, loaded=lambda: self._loaded,
                                   match=self._match_compute)
-        """The tower run for images as they are attached, before the turn."""
         _LIVE.add(self)
         self._call(self._start_cold)
 
@@ -136,8 +136,7 @@ class ChatEngine:
         return self._state
 
     def live_view(self) -> LiveView:
-        """A read-only picture of the live cache now: its tokens, figures and
-        copies of its layers (what tests check instead of the engine's insides)."""
+        """A read-only picture of the live cache now (tokens, figures, layer copies)."""
         return self._call(lambda: view_of(self._live))
 
     def draft_view(self) -> LiveView | None:
@@ -198,8 +197,7 @@ class ChatEngine:
             self._worker.later(lambda: measure(self._loaded, self._live))
         figures.done(done)
 
-    def decode_in(self, batch: BatchDecoder | None) -> None:
-        """Decode replies together with other engines' in ``batch`` (None: alone)."""
+    def decode_in(self, batch: BatchDecoder | None) -> None:  # with others', or None: alone
         self._pipeline.batch = batch
 
     def cancel(self) -> None:
@@ -209,10 +207,9 @@ class ChatEngine:
     def prefill(self, tokens: Sequence[int], settings: GenerationSettings, *, floor: int = 0,
                 current: Callable[[], bool] = lambda: True) -> int:
         """Extend the cache toward ``tokens`` while the user types, trimming it no
-        shorter than ``floor``; blocks until done, superseded or cancelled.
-        ``current()`` is asked on the engine thread first: False (a turn ran since
-        ``tokens`` were planned) leaves the cache alone. Returns the tokens the
-        cache holds from typing prefill (0 when it was left alone)."""
+        shorter than ``floor``; blocks until done, superseded or cancelled. False
+        from ``current()`` (asked on the engine thread: a turn ran since ``tokens``
+        were planned) leaves the cache alone. Returns the typing-prefilled tokens."""
         self._refuse("typing")
         wanted = list(tokens)
 

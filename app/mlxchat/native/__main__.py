@@ -4,4 +4,5 @@ import sys
 
 from mlxchat.native.build import main
 
-sys.exit(main())
+if __name__ == "__main__":  # importing it (the import probes do) builds nothing
+    sys.exit(main())
