@@ -200,7 +200,7 @@ def _stops(data: dict[str, Any]) -> list[str]:
 
 
 def _checked_common(data: dict[str, Any]) -> str:
-    """The model's name; ``metadata`` and ``top_k`` checked."""
+    """The model's name; ``metadata`` checked."""
     model = data.get("model")
     if model is None:
         raise missing_field("model")
@@ -208,9 +208,6 @@ def _checked_common(data: dict[str, Any]) -> str:
         raise bad_field("model", "'model' must be a string.")
     if data.get("metadata") is not None and not isinstance(data["metadata"], dict):
         raise bad_field("metadata", "'metadata' must be an object.")
-    if data.get("top_k") is not None:
-        raise ApiError(400, "top_k is not supported by this server; use top_p.",
-                       param="top_k", code="unsupported_parameter")
     return model
 
 
@@ -227,7 +224,8 @@ def anthropic_chat(data: dict[str, Any], header_session: str | None, *,
                    window: int | None = None) -> ChatRequest:
     if data.get("max_tokens") is None:
         raise missing_field("max_tokens")
-    settings = sampling({k: data.get(k) for k in ("temperature", "top_p", "max_tokens")},
+    settings = sampling({k: data.get(k) for k in ("temperature", "top_p", "top_k",
+                                                      "max_tokens")},
                         max_names=("max_tokens",), window=window)
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
