@@ -14,7 +14,7 @@ from typing import Any
 from mlxchat.chat import CalledTool
 from mlxchat.server import images
 from mlxchat.server.api_turns import ApiRequest, IncomingMessage
-from mlxchat.server.errors import ApiError, bad_field, missing_field
+from mlxchat.server.errors import bad_field, missing_field
 from mlxchat.server.images import ImageBlob
 from mlxchat.server.requests import (
     ChatRequest,
@@ -25,6 +25,7 @@ from mlxchat.server.requests import (
     whole_number,
 )
 from mlxchat.server.tool_calls import calls_signature
+from mlxchat.server.tool_choice import anthropic_choice
 
 MAX_STOPS = 32
 """Stop sequences one request may give."""
@@ -149,11 +150,9 @@ def messages(data: dict[str, Any]) -> list[IncomingMessage]:
 
 def tools(data: dict[str, Any]) -> str | None:
     """Anthropic's tools in OpenAI's shape (how the templates are given them)."""
+    anthropic_choice(data)  # checked before anything else is read
     choice = data.get("tool_choice")
     kind = choice.get("type") if isinstance(choice, dict) else choice
-    if kind not in (None, "auto", "none"):
-        raise ApiError(400, "Only tool_choice 'auto' or 'none' is supported.",
-                       param="tool_choice", code="unsupported_parameter")
     raw = data.get("tools")
     if raw is not None and not isinstance(raw, list):
         raise bad_field("tools", "'tools' must be a list.")

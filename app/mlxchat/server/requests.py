@@ -131,10 +131,8 @@ def tool_signature(calls: Any, param: str) -> str:
 
 
 def tool_definitions(tools: Any, choice: Any) -> str | None:
-    """OpenAI's ``tools`` as canonical JSON for the template (None: no tools)."""
-    if choice not in (None, "auto", "none"):
-        raise ApiError(400, "Only tool_choice 'auto' or 'none' is supported.",
-                       param="tool_choice", code="unsupported_parameter")
+    """OpenAI's ``tools`` as canonical JSON for the template (None: no tools,
+    or ``choice`` "none"; ``server.tool_choice`` reads the other choices)."""
     if not tools or choice == "none":
         return None
     if not isinstance(tools, list):

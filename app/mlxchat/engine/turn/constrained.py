@@ -49,7 +49,7 @@ class SchemaError(EngineError):
     """A schema the engine cannot compile; the message is one line that says why."""
 
 
-def _limits() -> Any:
+def parser_limits() -> Any:
     import llguidance
     # Bounded compile time and memory for any schema (llguidance's own fuel).
     return llguidance.LLParserLimits(initial_lexer_fuel=2_000_000, step_lexer_fuel=400_000,
@@ -110,9 +110,13 @@ class CompiledFormat:
     """Pieces in llguidance's token table."""
     eos: int
     """The end token the grammar allows once complete."""
+    opens: tuple[int, ...] = ()
+    """Lazy: the text stays free until the reply writes these tokens (a tool
+    call's open marker); the grammar then holds until it is complete, and the
+    text is free again. (): the grammar holds from the reply's first token."""
 
     def processor(self) -> GrammarProcessor:
-        return GrammarProcessor(self.matcher.deep_copy(), self.vocab, self.eos)
+        return GrammarProcessor(self.matcher, self.vocab, self.eos, opens=self.opens)
 
 
 def compile_format(tokenizer: Any, fmt: OutputFormat) -> CompiledFormat:
@@ -129,15 +133,15 @@ def compile_format(tokenizer: Any, fmt: OutputFormat) -> CompiledFormat:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(fmt.schema,
                                                                 defaults=_JSON_OPTIONS)
     except (ValueError, TypeError) as exc:
-        raise SchemaError(f"the schema cannot be compiled: {_one_line(exc)}") from None
+        raise SchemaError(f"the schema cannot be compiled: {reason_line(exc)}") from None
     table = grammar_tokenizer(tokenizer)
-    matcher = llguidance.LLMatcher(table, grammar, log_level=0, limits=_limits())
+    matcher = llguidance.LLMatcher(table, grammar, log_level=0, limits=parser_limits())
     if matcher.is_error():
-        raise SchemaError(f"the schema cannot be compiled: {_one_line(matcher.get_error())}")
+        raise SchemaError(f"the schema cannot be compiled: {reason_line(matcher.get_error())}")
     return CompiledFormat(fmt, matcher, table.vocab_size, end_token(tokenizer))
 
 
-def _one_line(reason: Any) -> str:
+def reason_line(reason: Any) -> str:
     text = " ".join(str(reason).split())
     return text if len(text) <= 300 else text[:297] + "..."
 
@@ -147,11 +151,16 @@ class GrammarProcessor:
     token sampled after it is fed to the grammar on the next call.
 
     mlx-lm calls a processor with the tokens so far (the fed tail first) and
-    the logits: the first call only notes where the reply starts."""
+    the logits: the first call only notes where the reply starts. Lazy
+    (``opens``): no mask until the reply writes ``opens``, then the grammar's
+    from its start until it is complete (tokens compared as mlx-lm's server
+    finds a tool call's start)."""
 
-    def __init__(self, matcher: Any, vocab: int, eos: int):
-        self.matcher, self.vocab, self.eos = matcher, vocab, eos
+    def __init__(self, start: Any, vocab: int, eos: int, *, opens: tuple[int, ...] = ()):
+        self.start, self.vocab, self.eos, self.opens = start, vocab, eos, opens
+        self.matcher = None if opens else start.deep_copy()
         self._seen: int | None = None
+        self._tail: list[int] = []
         self._bits = np.zeros((vocab + 31) // 32, dtype=np.int32)
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
@@ -161,8 +170,23 @@ class GrammarProcessor:
         elif n > self._seen:
             new = tokens[self._seen:].tolist()
             self._seen = n
-            self.matcher.consume_tokens(new)
-        return self.masked(logits)
+            if self.opens:
+                self._follow(new)
+            else:
+                self.matcher.consume_tokens(new)
+        return logits if self.matcher is None else self.masked(logits)
+
+    def _follow(self, new: list[int]) -> None:
+        """Lazy: open the grammar at ``opens``, let go once it is complete."""
+        for token in new:
+            if self.matcher is not None:
+                self.matcher.consume_token(token)
+                if self.matcher.is_accepting() and not self.matcher.is_error():
+                    self.matcher, self._tail = None, []
+                continue
+            self._tail = (self._tail + [token])[-len(self.opens):]
+            if tuple(self._tail) == self.opens:
+                self.matcher = self.start.deep_copy()
 
     def masked(self, logits: mx.array) -> mx.array:
         """``logits`` with every token the grammar forbids at -inf (the end
