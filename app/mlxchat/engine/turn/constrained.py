@@ -168,8 +168,11 @@ class GrammarProcessor:
         if self._seen is None or n < self._seen:
             self._seen = n  # a new stream: its prompt is not the reply's
         elif n > self._seen:
-            new = tokens[self._seen:].tolist()
+            new = tokens[self._seen:].tolist()  # waits for the last step's token only
             self._seen = n
+            # This step's forward pass runs (MLX's stream) while the grammar
+            # takes the token and computes its mask here.
+            mx.async_eval(logits)
             if self.opens:
                 self._follow(new)
             else:
@@ -215,4 +218,6 @@ def speculation_off(settings: GenerationSettings, output: CompiledFormat | None,
                           "split across machines")
     if settings.speculative == "off":
         return settings, None
-    return dataclasses.replace(settings, speculative="off"), SPECULATION_OFF
+    why = SPECULATION_OFF if not output.opens else SPECULATION_OFF.replace(
+        "the reply follows a schema", "the reply's tool calls follow their tools' schemas")
+    return dataclasses.replace(settings, speculative="off"), why

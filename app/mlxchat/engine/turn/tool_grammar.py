@@ -18,6 +18,7 @@ stays free and a forced one is refused before any prefill.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,8 +90,29 @@ def _call_schema(tools: list[dict[str, Any]], name: str | None) -> dict[str, Any
     return {**one, "x-guidance": _JSON_STYLE}
 
 
+_COMPILED: dict[tuple[int, str, str | None], tuple[Any, CompiledFormat | None]] = {}
+_COMPILED_LOCK = threading.Lock()
+
+
 def compile_tools(tokenizer: Any, tools_json: str | None,
                   choice: ToolChoice) -> CompiledFormat | None:
+    """``compile_tools_once``, kept for the next request with the same tools
+    (an agent sends the same ones at every step; a few sets are kept)."""
+    key = (id(tokenizer), tools_json or "", choice.name)
+    with _COMPILED_LOCK:
+        held = _COMPILED.get(key)
+    if held is not None and held[0] is tokenizer:
+        return held[1]
+    built = compile_tools_once(tokenizer, tools_json, choice)
+    with _COMPILED_LOCK:
+        if len(_COMPILED) >= 8:
+            _COMPILED.pop(next(iter(_COMPILED)))
+        _COMPILED[key] = (tokenizer, built)
+    return built
+
+
+def compile_tools_once(tokenizer: Any, tools_json: str | None,
+                       choice: ToolChoice) -> CompiledFormat | None:
     """The grammar tool calls follow for ``tools_json`` (OpenAI's ``tools``, as
     the request's canonical JSON); None when nothing is constrained. Raises
     SchemaError (one line) when a forced choice cannot be, or a tool's schema
