@@ -1,16 +1,19 @@
 """Output that follows a JSON schema: the schema compiled by llguidance, and
 a logits processor that masks the tokens the grammar does not allow.
 
-Why llguidance (bench/schema.py measures it, bundled model's 49k-piece
-tokenizer, a mid-size schema, on this CPU): a token's mask costs 0.05 ms and
-the schema compiles in 2.5 ms. outlines-core masks in 0.02 ms from an index
-it builds up front, but that build took 326 ms for the same schema and grows
-with the schema's automaton; xgrammar needs torch (and its CUDA wheels) to
-import at all. Both engines' masks are noise beside a decode step (tens of
-ms here), so compile time and safety decide: llguidance compiles lazily,
-bounds its work per schema and per token (a hostile schema fails with a
-reason, never hangs), builds its token table from the model's own Hugging
-Face tokenizer, and is what llama.cpp and vLLM use.
+Why llguidance (bench/grammar_engines.py, a mid-size schema, this CPU under
+load, the bundled 49k-piece tokenizer / a 152k byte-level BPE of Qwen's
+size): it compiles a schema in milliseconds (2-27 ms) and computes each
+token's mask as the reply goes (median 0.02-0.03 ms). outlines-core (2.4 s /
+16 s) and xgrammar (1.4 s / 3.2 s) build their masks for a schema up front,
+then answer a token in microseconds; a server that is sent a new schema or
+tool set with each request would pay those seconds before the first token,
+and xgrammar needs torch to import at all. Every engine's mask is noise
+beside a decode step (tens of ms here); llguidance's one-time token table
+(1.4 s / 5.7 s) is built once per model. It also bounds its work per schema
+and per token (a hostile schema fails with a reason, never hangs), builds
+its table from the model's own Hugging Face tokenizer, and is what
+llama.cpp and vLLM use.
 
 Once the grammar is complete only the end token is allowed, so a constrained
 reply stops by itself with the end token the model's template closes a turn
