@@ -173,6 +173,7 @@ class ChatService:
         self.kv_budget = None if kv_budget_bytes is None else KvBudget(store, kv_budget_bytes)
         self.last_eviction: Eviction | None = None
         self.turns = ApiTurns(conv, store)
+        conv.cache.prompt_apart = True  # an agent's client may send a reply back changed
         conv.locks.release()  # held per request (``_work``)
         self.recovered = self.turns.recover_left_replies()
         """Replies a killed run was streaming, stored at start (marked stopped)."""
