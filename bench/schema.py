@@ -133,7 +133,7 @@ def validity(engine: ChatEngine, count: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, default=MODEL, help="an MLX model folder")
-    parser.add_argument("--schemas", type=int, default=20, help="schemas for schema_valid")
+    parser.add_argument("--schemas", type=int, default=20, help="schemas for schema_valid (0: leave it out)")
     parser.add_argument("--rounds", type=int, default=3, help="turns each way for the ratio")
     args = parser.parse_args()
     loaded = load_folder(args.model)
@@ -141,7 +141,8 @@ def main() -> None:
     engine = ChatEngine(loaded)
     try:
         decode_ratio(engine, args.rounds)
-        validity(engine, args.schemas)
+        if args.schemas:
+            validity(engine, args.schemas)
     finally:
         engine.close()
 
