@@ -47,6 +47,7 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "temperature": (lambda v: v is None or v >= 0, ">= 0"),
     "top_p": (lambda v: v is None or 0 < v <= 1, "> 0 and <= 1"),
     "min_p": (lambda v: v is None or 0 <= v < 1, ">= 0 and < 1"),
+    "top_k": (lambda v: v is None or v >= 0, "none or a whole number >= 0 (0 is off)"),
     "max_tokens": (lambda v: 1 <= v < _INT64, ">= 1"),
     "max_reasoning_tokens": (lambda v: 1 <= v < _INT64, ">= 1"),
     "thinking": (lambda v: v in (None, True, False), "on, off or none"),
@@ -84,7 +85,7 @@ SAMPLING = ("temperature", "top_p", "min_p", "repetition_penalty")
 
 UNSET_WORDS: dict[str, str] = {
     **{name: "model" for name in SAMPLING},
-    "thinking": "default", "reasoning_effort": "default", "seed": "none", "kv_bits": "none",
+    "thinking": "default", "reasoning_effort": "default", "seed": "none", "top_k": "none", "kv_bits": "none",
     "context_window": "none", "draft": "off", "compute_dtype": "auto", "docs": "off",
     "docs_budget": "auto", "tools": "off", "tool_result_tokens": "auto",
 }
@@ -101,7 +102,7 @@ def setting_words(name: str, value: Any) -> str:
     return str(value)
 
 
-_WHOLE = ("max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
+_WHOLE = ("top_k", "max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
           "draft_tokens", "docs_k", "docs_budget", "tool_result_tokens", "max_tool_steps")
 _WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft",
           "compute_dtype", "cpu_matmul", "docs", "tools", "tool_prompt")
@@ -133,6 +134,8 @@ class GenerationSettings(Record):
     min_p: float | None = None
     """Drop tokens below this fraction of the top token's probability; 0
     disables; None: the model's default."""
+    top_k: int | None = None
+    """Sample only from this many likeliest tokens; None or 0: no such cut."""
     max_tokens: int = 1024
     """Upper bound on the answer's length in tokens."""
     max_reasoning_tokens: int = 4096

@@ -75,7 +75,8 @@ def test_settings_and_values(registry, ctx):
     assert values(registry, ctx, "/set temperature ") == [
         "/set temperature 0.0", "/set temperature model"]  # current, then the model's
     assert values(registry, ctx, "/set --d") == ["/set --default "]
-    assert values(registry, ctx, "/set --default top") == ["/set --default top_p "]
+    assert values(registry, ctx, "/set --default top") == ["/set --default top_p ",
+                                                           "/set --default top_k "]
     assert values(registry, ctx, "/set seed 1 ") == []
     assert values(registry, ctx, "/get m") == ["/get min_p", "/get max_tokens",
                                               "/get max_reasoning_tokens",

@@ -156,8 +156,11 @@ def test_each_bad_request_is_refused_in_anthropics_shape_with_nothing_stored(ser
                 {"messages": [{"role": "user", "content": [{"type": "document"}]}]},
                 {"messages": [{"role": "user", "content": [
                     {"type": "tool_result", "tool_use_id": "nowhere", "content": "x"}]}]},
-                {"messages": hi, "top_k": 5},
+                {"messages": hi, "top_k": -1},
+                {"messages": hi, "top_k": 2.5},
                 {"messages": hi, "tool_choice": {"type": "any"}},
+                {"messages": hi, "tool_choice": {"type": "tool"}},
+                {"messages": hi, "tool_choice": {"type": "sometimes"}},
                 {"messages": hi, "stop_sequences": "stop"},
                 {"messages": hi, "thinking": {"type": "enabled"}}):
         status, err = _error(served, {"model": "tiny", "max_tokens": 4, **bad})
@@ -168,7 +171,7 @@ def test_each_bad_request_is_refused_in_anthropics_shape_with_nothing_stored(ser
     assert status == 400 and "tiny sees no images" in err["message"]
     status, err = _error(served, {"model": "claude-x", "max_tokens": 4, "messages": hi})
     assert (status, err["type"]) == (404, "not_found_error")
-    status, err = _error(served, {"model": "tiny", "messages": hi, "top_k": 3},
+    status, err = _error(served, {"model": "tiny", "messages": hi, "metadata": "me"},
                          path="/v1/messages/count_tokens")
     assert status == 400
     with pytest.raises(anthropic.BadRequestError) as caught:

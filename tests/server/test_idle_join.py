@@ -54,8 +54,9 @@ def test_no_request_joins_files_and_an_idle_session_is_joined(tiny, tmp_path):
     busy = serve(tiny, tmp_path / "busy.db")  # the idle join far off
     try:
         _, _, _, a_id, b_id = rotation(busy)
-        # Switching between sessions joined nothing in the requests' time.
-        assert files(busy, a_id) == (3, 3) and files(busy, b_id) == (3, 3)
+        # Switching between sessions joined nothing in the requests' time (each
+        # turn: its prompt's part and its reply's, ``CacheKeeper.prompt_apart``).
+        assert files(busy, a_id) == (6, 6) and files(busy, b_id) == (6, 6)
     finally:
         busy.stop()
     busy_files = sorted(paths.kv_dir().iterdir())
@@ -63,7 +64,7 @@ def test_no_request_joins_files_and_an_idle_session_is_joined(tiny, tmp_path):
     try:
         api, a, _, a_id, b_id = rotation(idle)
         until(lambda: {s for s, _ in idle.service.idle_joins.joined} == {a_id, b_id})
-        assert files(idle, a_id) == (3, 1) and files(idle, b_id) == (3, 1)
+        assert files(idle, a_id) == (6, 1) and files(idle, b_id) == (6, 1)
         joined = idle.conv.store.segments.on_branch(idle.conv.store.get_session(a_id).leaf_id)
         assert joined[0].path.startswith("snapshots/cmp-")
         # Each turn's span is kept, the rows point at the joined file, and the
@@ -76,7 +77,7 @@ def test_no_request_joins_files_and_an_idle_session_is_joined(tiny, tmp_path):
         assert others == busy_files
         again = say(api, a, "A, turn 4.")  # restored from the joined file
         assert again.usage.prompt_tokens_details.cached_tokens == joined[-1].end
-        assert files(idle, a_id) == (4, 2)
+        assert files(idle, a_id) == (8, 3)
     finally:
         idle.stop()
 
@@ -123,8 +124,8 @@ def test_a_request_arriving_mid_join_waits_for_it_and_is_answered_as_without(
         # A was joined before its request ran; B's join waited for the request.
         until(lambda: len(order) == 2)
         assert order == [(a_id, False), (b_id, True)]
-        until(lambda: files(running, b_id) == (3, 1))
-        assert files(running, a_id) == (4, 2)  # joined, then the new turn's segment
+        until(lambda: files(running, b_id) == (6, 1))
+        assert files(running, a_id) == (8, 3)  # joined, then the new turn's segments
     finally:
         go.set()
         running.stop()

@@ -75,7 +75,7 @@ def test_bad_tools_and_misplaced_tool_results_are_refused_with_the_field(served)
     bad = request(served.url, "POST", "/v1/chat/completions", {**base, "tools": [{"x": 1}]})
     assert bad.status == 400 and bad.json()["error"]["param"] == "tools[0]"
     choice = request(served.url, "POST", "/v1/chat/completions",
-                     {**base, "tools": [WEATHER], "tool_choice": "required"})
+                     {**base, "tools": [WEATHER], "tool_choice": "always"})
     assert choice.status == 400 and choice.json()["error"]["param"] == "tool_choice"
     result = request(served.url, "POST", "/v1/chat/completions", {**base, "messages": [
         {"role": "user", "content": "hi"}, {"role": "tool", "content": "{}",

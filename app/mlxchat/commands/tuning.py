@@ -120,6 +120,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "sample only from the likeliest tokens covering this share"),
     Setting("min_p", _sampling, "model, or >= 0 and < 1",
             "drop tokens less likely than this share of the likeliest one"),
+    Setting("top_k", _optional_int, "none or a whole number >= 0 (0 is off)",
+            "sample only from this many likeliest tokens", ("none",)),
     Setting("max_tokens", _ranged(int), ">= 1", "longest answer, in tokens"),
     Setting("max_reasoning_tokens", _ranged(int), ">= 1",
             "longest reasoning, in tokens (apart from the answer)"),

@@ -298,8 +298,9 @@ class ChatEngine:
         return self._refreshed(lambda: self._disk.load_snapshot(
             path, expected_checksum=expected_checksum, conversation=conversation))
 
-    def save_segment(self, path: Path, start: int) -> SegmentInfo:
-        """Write the live cache's positions from ``start`` on (a turn's new tokens)
+    def save_segment(self, path: Path, start: int, end: int | None = None) -> SegmentInfo:
+        """Write the live cache's positions from ``start`` to ``end`` (None: on to
+        its end; a turn's new tokens)
         and the checkpoints of layers that cannot be sliced, to a new file: ``path``
         or a fresh name beside it (the info's). Ranks that can no longer answer
         fail it as a full disk would (OSError: the reply is kept)."""
@@ -307,7 +308,7 @@ class ChatEngine:
             self._ranks.check()
         except EngineError as exc:
             raise OSError(str(exc)) from None
-        return self._call(lambda: self._disk.save_segment(path, start))
+        return self._call(lambda: self._disk.save_segment(path, start, end))
 
     def load_segments(self, refs: Sequence[SegmentRef], *,
                       conversation: Sequence[Message] = ()) -> CacheLoad:

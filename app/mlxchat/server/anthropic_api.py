@@ -5,7 +5,6 @@ find their stored branch by the same ledger, as OpenAI's chat completions."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 
 import anyio
 from starlette.requests import Request
@@ -21,9 +20,10 @@ from mlxchat.server.anthropic_stream import stream_events
 from mlxchat.server.errors import ApiError, bad_field
 from mlxchat.server.openai_api import miss_header
 from mlxchat.server.requests import parse_json
-from mlxchat.server.response_format import anthropic_format, compiled
+from mlxchat.server.response_format import anthropic_format
 from mlxchat.server.service import ChatService
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
+from mlxchat.server.tool_choice import anthropic_choice, constrained
 
 
 async def messages(request: Request) -> Response:
@@ -31,8 +31,9 @@ async def messages(request: Request) -> Response:
     data = parse_json(await read_body(request))
     chat = anthropic_chat(data, request.headers.get("x-session"), window=service.window)
     service.check_model(chat.model)
-    chat.turn = replace(chat.turn, output=await compiled(
-        service.engine.loaded.tokenizer, anthropic_format(data), "output_config"))
+    chat.turn = await constrained(service.engine.loaded.tokenizer, chat.turn,
+                                  anthropic_format(data), anthropic_choice(data),
+                                  format_param="output_config")
     shape = MessageShape(service.model_id)
     items, first = await started(request, service.chat(chat))
     if not chat.stream:

@@ -14,7 +14,7 @@ from typing import Any
 from mlxchat.chat import CalledTool
 from mlxchat.server import images
 from mlxchat.server.api_turns import ApiRequest, IncomingMessage
-from mlxchat.server.errors import ApiError, bad_field, missing_field
+from mlxchat.server.errors import bad_field, missing_field
 from mlxchat.server.images import ImageBlob
 from mlxchat.server.requests import (
     ChatRequest,
@@ -25,6 +25,7 @@ from mlxchat.server.requests import (
     whole_number,
 )
 from mlxchat.server.tool_calls import calls_signature
+from mlxchat.server.tool_choice import anthropic_choice
 
 MAX_STOPS = 32
 """Stop sequences one request may give."""
@@ -149,11 +150,9 @@ def messages(data: dict[str, Any]) -> list[IncomingMessage]:
 
 def tools(data: dict[str, Any]) -> str | None:
     """Anthropic's tools in OpenAI's shape (how the templates are given them)."""
+    anthropic_choice(data)  # checked before anything else is read
     choice = data.get("tool_choice")
     kind = choice.get("type") if isinstance(choice, dict) else choice
-    if kind not in (None, "auto", "none"):
-        raise ApiError(400, "Only tool_choice 'auto' or 'none' is supported.",
-                       param="tool_choice", code="unsupported_parameter")
     raw = data.get("tools")
     if raw is not None and not isinstance(raw, list):
         raise bad_field("tools", "'tools' must be a list.")
@@ -200,7 +199,7 @@ def _stops(data: dict[str, Any]) -> list[str]:
 
 
 def _checked_common(data: dict[str, Any]) -> str:
-    """The model's name; ``metadata`` and ``top_k`` checked."""
+    """The model's name; ``metadata`` checked."""
     model = data.get("model")
     if model is None:
         raise missing_field("model")
@@ -208,9 +207,6 @@ def _checked_common(data: dict[str, Any]) -> str:
         raise bad_field("model", "'model' must be a string.")
     if data.get("metadata") is not None and not isinstance(data["metadata"], dict):
         raise bad_field("metadata", "'metadata' must be an object.")
-    if data.get("top_k") is not None:
-        raise ApiError(400, "top_k is not supported by this server; use top_p.",
-                       param="top_k", code="unsupported_parameter")
     return model
 
 
@@ -227,7 +223,8 @@ def anthropic_chat(data: dict[str, Any], header_session: str | None, *,
                    window: int | None = None) -> ChatRequest:
     if data.get("max_tokens") is None:
         raise missing_field("max_tokens")
-    settings = sampling({k: data.get(k) for k in ("temperature", "top_p", "max_tokens")},
+    settings = sampling({k: data.get(k) for k in ("temperature", "top_p", "top_k",
+                                                      "max_tokens")},
                         max_names=("max_tokens",), window=window)
     stream = data.get("stream", False)
     if not isinstance(stream, bool):

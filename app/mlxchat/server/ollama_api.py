@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, AsyncIterator
 
@@ -13,13 +12,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mlxchat.chat import CalledTool
+from mlxchat.engine.turn.tool_grammar import ToolChoice
 from mlxchat.server.errors import ApiError
 from mlxchat.server.openai_api import capped_to
 from mlxchat.server.requests import ollama_chat, parse_json, unbounded_num_predict
-from mlxchat.server.response_format import compiled, ollama_format
+from mlxchat.server.response_format import ollama_format
 from mlxchat.server.service import ChatService, Finished, Piece
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started, unsent
 from mlxchat.server.tool_calls import ollama_calls
+from mlxchat.server.tool_choice import constrained
 
 NS = 1_000_000_000
 
@@ -55,8 +56,9 @@ async def chat(request: Request) -> Response:
     service: ChatService = request.app.state.service
     data = parse_json(await read_body(request))
     chat_request = ollama_chat(data, request.headers.get("x-session"), window=service.window)
-    chat_request.turn = replace(chat_request.turn, output=await compiled(
-        service.engine.loaded.tokenizer, ollama_format(data), "format"))
+    chat_request.turn = await constrained(service.engine.loaded.tokenizer, chat_request.turn,
+                                          ollama_format(data), ToolChoice(),
+                                          format_param="format")
     items, first = await started(request, service.chat(chat_request))
     model = service.model_id
     asked = None if unbounded_num_predict(data.get("options") or {}) else \

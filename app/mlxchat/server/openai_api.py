@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from dataclasses import replace
 from typing import Any, AsyncIterator
 
 from starlette.requests import Request
@@ -15,10 +14,11 @@ from starlette.responses import JSONResponse, Response
 from mlxchat.server.errors import ApiError
 from mlxchat.server.image_fetch import fetch_images
 from mlxchat.server.requests import ChatRequest, openai_chat, parse_json
-from mlxchat.server.response_format import compiled, openai_format
+from mlxchat.server.response_format import openai_format
 from mlxchat.server.service import ChatService, Finished, Piece
 from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started, unsent
 from mlxchat.server.tool_calls import openai_calls
+from mlxchat.server.tool_choice import constrained, openai_choice
 from mlxchat.turn_stats import TurnStats
 
 
@@ -107,8 +107,9 @@ async def chat_completions(request: Request) -> Response:
                        allow_image_urls=request.app.state.allow_image_urls,
                        window=service.window)
     service.check_model(chat.model)  # before anything is fetched for it
-    chat.turn = replace(chat.turn, output=await compiled(
-        service.engine.loaded.tokenizer, openai_format(data), "response_format"))
+    chat.turn = await constrained(service.engine.loaded.tokenizer, chat.turn,
+                                  openai_format(data), openai_choice(data),
+                                  format_param="response_format")
     info = service.conv.views.model_info
     chat.turn = await fetch_images(chat.turn, request.app.state.image_fetch,
                                    sees=info.sees_images, model=info.name)

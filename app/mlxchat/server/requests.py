@@ -131,10 +131,8 @@ def tool_signature(calls: Any, param: str) -> str:
 
 
 def tool_definitions(tools: Any, choice: Any) -> str | None:
-    """OpenAI's ``tools`` as canonical JSON for the template (None: no tools)."""
-    if choice not in (None, "auto", "none"):
-        raise ApiError(400, "Only tool_choice 'auto' or 'none' is supported.",
-                       param="tool_choice", code="unsupported_parameter")
+    """OpenAI's ``tools`` as canonical JSON for the template (None: no tools,
+    or ``choice`` "none"; ``server.tool_choice`` reads the other choices)."""
     if not tools or choice == "none":
         return None
     if not isinstance(tools, list):
@@ -269,8 +267,9 @@ def too_many_tokens(name: str, value: int, window: int) -> ApiError:
 
 def sampling(data: dict[str, Any], *, max_names: tuple[str, ...],
              window: int | None = None) -> dict[str, Any]:
-    """Generation settings the request gives (temperature, top_p, max tokens, seed);
-    a max tokens past ``window`` (the context window) is refused, as OpenAI does."""
+    """Generation settings the request gives (temperature, top_p, top_k, max
+    tokens, seed); a max tokens past ``window`` (the context window) is refused,
+    as OpenAI does."""
     settings: dict[str, Any] = {}
     temperature = _number(data, "temperature", 0.0, 2.0)
     if temperature is not None:
@@ -280,6 +279,9 @@ def sampling(data: dict[str, Any], *, max_names: tuple[str, ...],
         if top_p == 0:
             raise bad_field("top_p", "'top_p' must be above 0.")
         settings["top_p"] = top_p
+    top_k = whole_number(data, "top_k", 0)
+    if top_k is not None:
+        settings["top_k"] = top_k
     for name in max_names:
         limit = whole_number(data, name, 1)
         if limit is not None:

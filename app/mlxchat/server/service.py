@@ -169,10 +169,8 @@ class ChatService:
                  max_waiting: int = 8, kv_budget_bytes: int | None = None,
                  idle_join_s: float | None = None, parallel: int = 1,
                  memory_bytes: int | None = None):
-        # ``store`` and ``engine``: the ones ``conv`` was built on, handed over
-        # by the composition root (stored rows and raw completions use them).
-        # ``idle_join_s``: how long a session is idle before its files are
-        # joined (None: as the app, ``compaction.IDLE_JOIN_S``). ``memory_bytes``:
+        # ``store``, ``engine``: ``conv``'s, from the composition root. ``idle_join_s``:
+        # idle time before a session's files are joined (None: the app's). ``memory_bytes``:
         # what the members' KV may take (None: the settings' budget, or RAM's).
         self.store = store
         self.slots = open_slots(conv, engine, store, parallel)
@@ -181,6 +179,8 @@ class ChatService:
         self.admission = admission_for(engine, conv.settings, self.parallel, memory_bytes)
         self.kv_budget = None if kv_budget_bytes is None else KvBudget(store, kv_budget_bytes)
         self.last_eviction: Eviction | None = None
+        for slot in self.slots.all:  # an agent's client may send a reply back changed
+            slot.conv.cache.prompt_apart = True
         conv.locks.release()  # held per request (``_work``)
         self.recovered = self.turns.recover_left_replies()
         """Replies a killed run was streaming, stored at start (marked stopped)."""

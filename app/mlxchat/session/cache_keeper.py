@@ -78,6 +78,9 @@ class CacheKeeper:
         self._keep = keep_segments
         self.last_load: CacheLoad | None = None
         """What the last restore found (None: nothing on disk, or not restored yet)."""
+        self.prompt_apart = False
+        """Save a turn's prompt part apart from its reply's (``_prompt_part``):
+        the API server's clients may send a reply back changed."""
         self._writing = threading.Lock()
         """Held while a segment file is written and recorded, or files are joined
         (a sweep must never see a file whose row is not committed yet)."""
@@ -233,15 +236,11 @@ class CacheKeeper:
         if start >= len(live):
             return None  # everything is on disk already
         try:
-            name = kv_names.segment(self._store.segments.file_tag(), session_id, leaf, start,
-                                    len(live))
-            folder = paths.ensure_private_dir(paths.kv_dir())
-            info = self._engine.save_segment(folder / name, start)
-            path = Path(info.path)  # a fresh name when that one was taken
-            self._store.segments.record(
-                session_id, leaf, start=start, end=info.end, path=f"snapshots/{path.name}",
-                checksum=info.checksum, file_bytes=info.bytes, kv_bits=info.kv_bits,
-                token_ids=live[start:info.end], prefix_key=prefix_key if start else None)
+            prompt_end, prompt_leaf = self._prompt_part(stats, start, live)
+            if prompt_end:  # the prompt's part first, on the prompt's last message
+                self._write(session_id, prompt_leaf, start, prompt_end, live, prefix_key)
+                start = prompt_end
+            path = self._write(session_id, leaf, start, None, live, prefix_key)
         except (OSError, RuntimeError, ValueError, StoreError) as exc:
             warning = f"snapshot not saved: {failure_words(exc)}"
             log.warning(warning)
@@ -250,6 +249,35 @@ class CacheKeeper:
             return None
         if start == 0:  # a whole-cache snapshot from before segments is superseded
             remove_files(self._store.snapshots.drop(session_id))
+        return path
+
+    def _prompt_part(self, stats: TurnStats | None, start: int,
+                     live: Sequence[int]) -> tuple[int, int | None]:
+        """Where the turn's prompt ends in the live cache and the message it
+        ends with, when its part is saved apart from the reply's: a client
+        that sends the reply back changed (an agent replaying its own turn)
+        forks the branch at the reply, and the prompt's part stays on the new
+        branch. (0, None): one segment, as before."""
+        messages = self._open.messages if self.prompt_apart else []
+        end = stats.prompt_tokens if stats is not None else 0
+        if (len(messages) < 2 or messages[-2].id is None or messages[-1].role != "assistant"
+                or not start < end < len(live)
+                or self._engine.needs_restore(list(live[:end]))):
+            return 0, None
+        return end, messages[-2].id
+
+    def _write(self, session_id: int, leaf: int, start: int, end: int | None,
+               live: Sequence[int], prefix_key: str | None) -> Path:
+        """One segment file, ``[start, end)`` of the live cache, recorded on ``leaf``."""
+        stop = len(live) if end is None else end
+        name = kv_names.segment(self._store.segments.file_tag(), session_id, leaf, start, stop)
+        folder = paths.ensure_private_dir(paths.kv_dir())
+        info = self._engine.save_segment(folder / name, start, end)
+        path = Path(info.path)  # a fresh name when that one was taken
+        self._store.segments.record(
+            session_id, leaf, start=start, end=info.end, path=f"snapshots/{path.name}",
+            checksum=info.checksum, file_bytes=info.bytes, kv_bits=info.kv_bits,
+            token_ids=list(live[start:info.end]), prefix_key=prefix_key if start else None)
         return path
 
     def _stored_prefix(self, live: Sequence[int]) -> tuple[int, str | None]:

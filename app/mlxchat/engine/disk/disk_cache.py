@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from mlx_lm.models.cache import make_prompt_cache
+from mlx_lm.models.cache import KVCache, make_prompt_cache
 
 from mlxchat.chat import Message
 from mlxchat.engine.disk import branch_restore, segments, snapshot
@@ -39,13 +39,18 @@ class DiskCache:
         self._live.adopt(snap.cache, snap.tokens, conversation, "snapshot")
         return CacheLoad(ok=True, tokens=len(snap.tokens))
 
-    def save_segment(self, path: Path, start: int) -> segments.SegmentInfo:
-        """Write the live cache's positions from ``start`` on (a turn's new tokens)
-        and the checkpoints of layers that cannot be sliced."""
+    def save_segment(self, path: Path, start: int,
+                     end: int | None = None) -> segments.SegmentInfo:
+        """Write the live cache's positions from ``start`` to ``end`` (None: on to
+        its end; a turn's new tokens) and the checkpoints of layers that cannot
+        be sliced."""
         live = self._live
-        if not 0 <= start < len(live.tokens):
+        end = len(live.tokens) if end is None else end
+        if not 0 <= start < end <= len(live.tokens):
             raise ValueError("nothing new in the KV cache to save")
-        return segments.write(path, live.layers, start, len(live.tokens), live.tokens[start:],
+        if end < len(live.tokens) and not all(type(c) is KVCache for c in live.layers):
+            raise ValueError("only plain KV layers can be saved short of their end")
+        return segments.write(path, live.layers, start, end, live.tokens[start:end],
                               **self._origin)
 
     def load_segments(self, refs: Sequence[segments.SegmentRef], *,

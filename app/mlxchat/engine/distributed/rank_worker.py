@@ -89,7 +89,7 @@ class RankWorker:
         """Sample as rank 0 does (same seed, same logits) until it says stop
         or the stream ends by itself on both ranks alike."""
         settings = GenerationSettings(temperature=job["temperature"], top_p=job["top_p"],
-                                      min_p=job["min_p"],
+                                      min_p=job["min_p"], top_k=job.get("top_k"),
                                       repetition_penalty=job["repetition_penalty"])
         mx.random.seed(int(job["seed"]))
         stream = plain_stream(self.loaded.model, self.live, job["tail"], budget=int(job["budget"]),

@@ -42,7 +42,7 @@ from mlxchat.turn_stats import TurnStats
 def sampling_job(settings: GenerationSettings) -> dict[str, Any]:
     """What another rank needs to sample as rank 0 does."""
     return dict(temperature=settings.temperature, top_p=settings.top_p, min_p=settings.min_p,
-                repetition_penalty=settings.repetition_penalty)
+                top_k=settings.top_k, repetition_penalty=settings.repetition_penalty)
 
 
 class MirroredLive(LiveCache):

@@ -1,16 +1,19 @@
 """Output that follows a JSON schema: the schema compiled by llguidance, and
 a logits processor that masks the tokens the grammar does not allow.
 
-Why llguidance (bench/schema.py measures it, bundled model's 49k-piece
-tokenizer, a mid-size schema, on this CPU): a token's mask costs 0.05 ms and
-the schema compiles in 2.5 ms. outlines-core masks in 0.02 ms from an index
-it builds up front, but that build took 326 ms for the same schema and grows
-with the schema's automaton; xgrammar needs torch (and its CUDA wheels) to
-import at all. Both engines' masks are noise beside a decode step (tens of
-ms here), so compile time and safety decide: llguidance compiles lazily,
-bounds its work per schema and per token (a hostile schema fails with a
-reason, never hangs), builds its token table from the model's own Hugging
-Face tokenizer, and is what llama.cpp and vLLM use.
+Why llguidance (bench/grammar_engines.py, a mid-size schema, this 2-core CPU
+at load 4-5, the bundled 49k-piece tokenizer / a 152k byte-level BPE of
+Qwen's size): it compiles a schema in about a millisecond (1.2 / 1.1 ms)
+and computes each token's mask as the reply goes (median 0.010 / 0.014 ms,
+mean 0.14 / 0.69 ms with the first tokens' lexer work). outlines-core (0.8 s
+/ 13.4 s) and xgrammar (0.85 s / 3.2 s) build a schema's masks up front,
+then answer a token in microseconds: a server sent a new schema or tool set
+with a request would pay those seconds before its first token, and xgrammar
+needs torch to import at all. Every engine's mask is noise beside a decode
+step (tens of ms here); llguidance's token table (0.6 s / 2.0 s) is built
+once per model. It also bounds its work per schema and per token (a hostile
+schema fails with a reason, never hangs), builds its table from the model's
+own Hugging Face tokenizer, and is what llama.cpp and vLLM use.
 
 Once the grammar is complete only the end token is allowed, so a constrained
 reply stops by itself with the end token the model's template closes a turn
@@ -49,7 +52,7 @@ class SchemaError(EngineError):
     """A schema the engine cannot compile; the message is one line that says why."""
 
 
-def _limits() -> Any:
+def parser_limits() -> Any:
     import llguidance
     # Bounded compile time and memory for any schema (llguidance's own fuel).
     return llguidance.LLParserLimits(initial_lexer_fuel=2_000_000, step_lexer_fuel=400_000,
@@ -110,9 +113,13 @@ class CompiledFormat:
     """Pieces in llguidance's token table."""
     eos: int
     """The end token the grammar allows once complete."""
+    opens: tuple[int, ...] = ()
+    """Lazy: the text stays free until the reply writes these tokens (a tool
+    call's open marker); the grammar then holds until it is complete, and the
+    text is free again. (): the grammar holds from the reply's first token."""
 
     def processor(self) -> GrammarProcessor:
-        return GrammarProcessor(self.matcher.deep_copy(), self.vocab, self.eos)
+        return GrammarProcessor(self.matcher, self.vocab, self.eos, opens=self.opens)
 
 
 def compile_format(tokenizer: Any, fmt: OutputFormat) -> CompiledFormat:
@@ -129,15 +136,15 @@ def compile_format(tokenizer: Any, fmt: OutputFormat) -> CompiledFormat:
         grammar = llguidance.LLMatcher.grammar_from_json_schema(fmt.schema,
                                                                 defaults=_JSON_OPTIONS)
     except (ValueError, TypeError) as exc:
-        raise SchemaError(f"the schema cannot be compiled: {_one_line(exc)}") from None
+        raise SchemaError(f"the schema cannot be compiled: {reason_line(exc)}") from None
     table = grammar_tokenizer(tokenizer)
-    matcher = llguidance.LLMatcher(table, grammar, log_level=0, limits=_limits())
+    matcher = llguidance.LLMatcher(table, grammar, log_level=0, limits=parser_limits())
     if matcher.is_error():
-        raise SchemaError(f"the schema cannot be compiled: {_one_line(matcher.get_error())}")
+        raise SchemaError(f"the schema cannot be compiled: {reason_line(matcher.get_error())}")
     return CompiledFormat(fmt, matcher, table.vocab_size, end_token(tokenizer))
 
 
-def _one_line(reason: Any) -> str:
+def reason_line(reason: Any) -> str:
     text = " ".join(str(reason).split())
     return text if len(text) <= 300 else text[:297] + "..."
 
@@ -147,11 +154,16 @@ class GrammarProcessor:
     token sampled after it is fed to the grammar on the next call.
 
     mlx-lm calls a processor with the tokens so far (the fed tail first) and
-    the logits: the first call only notes where the reply starts."""
+    the logits: the first call only notes where the reply starts. Lazy
+    (``opens``): no mask until the reply writes ``opens``, then the grammar's
+    from its start until it is complete (tokens compared as mlx-lm's server
+    finds a tool call's start)."""
 
-    def __init__(self, matcher: Any, vocab: int, eos: int):
-        self.matcher, self.vocab, self.eos = matcher, vocab, eos
+    def __init__(self, start: Any, vocab: int, eos: int, *, opens: tuple[int, ...] = ()):
+        self.start, self.vocab, self.eos, self.opens = start, vocab, eos, opens
+        self.matcher = None if opens else start.deep_copy()
         self._seen: int | None = None
+        self._tail: list[int] = []
         self._bits = np.zeros((vocab + 31) // 32, dtype=np.int32)
 
     def __call__(self, tokens: mx.array, logits: mx.array) -> mx.array:
@@ -159,10 +171,28 @@ class GrammarProcessor:
         if self._seen is None or n < self._seen:
             self._seen = n  # a new stream: its prompt is not the reply's
         elif n > self._seen:
-            new = tokens[self._seen:].tolist()
+            new = tokens[self._seen:].tolist()  # waits for the last step's token only
             self._seen = n
-            self.matcher.consume_tokens(new)
-        return self.masked(logits)
+            # This step's forward pass runs (MLX's stream) while the grammar
+            # takes the token and computes its mask here.
+            mx.async_eval(logits)
+            if self.opens:
+                self._follow(new)
+            else:
+                self.matcher.consume_tokens(new)
+        return logits if self.matcher is None else self.masked(logits)
+
+    def _follow(self, new: list[int]) -> None:
+        """Lazy: open the grammar at ``opens``, let go once it is complete."""
+        for token in new:
+            if self.matcher is not None:
+                self.matcher.consume_token(token)
+                if self.matcher.is_accepting() and not self.matcher.is_error():
+                    self.matcher, self._tail = None, []
+                continue
+            self._tail = (self._tail + [token])[-len(self.opens):]
+            if tuple(self._tail) == self.opens:
+                self.matcher = self.start.deep_copy()
 
     def masked(self, logits: mx.array) -> mx.array:
         """``logits`` with every token the grammar forbids at -inf (the end
@@ -191,4 +221,6 @@ def speculation_off(settings: GenerationSettings, output: CompiledFormat | None,
                           "split across machines")
     if settings.speculative == "off":
         return settings, None
-    return dataclasses.replace(settings, speculative="off"), SPECULATION_OFF
+    why = SPECULATION_OFF if not output.opens else SPECULATION_OFF.replace(
+        "the reply follows a schema", "the reply's tool calls follow their tools' schemas")
+    return dataclasses.replace(settings, speculative="off"), why

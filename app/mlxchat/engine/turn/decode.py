@@ -168,6 +168,7 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
 def sampling(settings: GenerationSettings) -> dict[str, Any]:
     """The sampler and logits processors of the settings."""
     penalty = settings.repetition_penalty
-    return dict(sampler=make_sampler(settings.temperature, settings.top_p, settings.min_p),
+    return dict(sampler=make_sampler(settings.temperature, settings.top_p, settings.min_p,
+                                         top_k=settings.top_k or 0),
                 processors=make_logits_processors(
                     repetition_penalty=penalty if penalty != 1.0 else None))
