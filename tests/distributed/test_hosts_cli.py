@@ -135,10 +135,11 @@ def test_a_rank_lost_mid_turn_is_said_on_stderr_and_in_json(tmp_path, mlxchat_ho
     import time
 
     from mlxchat import paths
-    from mlxchat.models.tiny import write_tiny_model
     from mlxchat.store import open_store
 
-    model = write_tiny_model(tmp_path / "long-llama", context_window=16384)
+    from tests.long_replies import never_ending
+
+    model = never_ending(tmp_path / "long-llama")
     hosts = tmp_path / "hosts.json"
     hosts.write_text(json.dumps({"hosts": [{"ssh": "127.0.0.1", "ips": ["127.0.0.1"]}] * 2}))
     proc, temp_dir = ask_process(model, mlxchat_home, "Tell me everything.", "--hosts",

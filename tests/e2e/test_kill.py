@@ -8,13 +8,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-import mlx.core as mx
-
-from mlxchat.models.tiny import SPECIALS, write_tiny_model
 from mlxchat.session.turns import DRAFT_INTERVAL_S
 from mlxchat.store import open_store
+
+from tests.long_replies import never_ending
 
 
 def _stream_until(proc: subprocess.Popen, shown: bytearray, done, timeout: float) -> None:
@@ -27,22 +25,8 @@ def _stream_until(proc: subprocess.Popen, shown: bytearray, done, timeout: float
         time.sleep(0.02)
 
 
-def _never_ending(model: Path) -> Path:
-    """The random model with its special tokens (the end of a turn among them)
-    out of reach: their output rows zeroed and the others scaled up tenfold, so
-    their logits stay at 0, far below the likeliest token's. A random model otherwise samples its end
-    about once in 259 tokens, and the reply must outlast the checkpoints whatever
-    the kernels' rounding makes of the seed, at whatever speed they decode."""
-    weights = mx.load(str(model / "model.safetensors"))
-    head = weights["lm_head.weight"] * 10.0
-    weights["lm_head.weight"] = mx.concatenate([mx.zeros_like(head[:len(SPECIALS)]),
-                                                head[len(SPECIALS):]])
-    mx.save_safetensors(str(model / "model.safetensors"), weights)
-    return model
-
-
 def test_sigkill_mid_reply_keeps_what_was_shown(tmp_path, mlxchat_home):
-    model = _never_ending(write_tiny_model(tmp_path / "tiny", context_window=16384))
+    model = never_ending(tmp_path / "tiny")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlxchat", "ask", "--session", "killed", "--model", str(model),
          "--max-tokens", "16000", "--temp", "0.8", "--seed", "3", "Tell me everything."],

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from mlxchat.models.tiny import write_tiny_model
 from mlxchat.session.turns import DRAFT_INTERVAL_S
 from mlxchat.store import open_store
 
+from tests.long_replies import never_ending
 from tests.server.served_process import ServeProcess, Stream, end_all
 
 
 @pytest.fixture(scope="module")
 def long_model(tmp_path_factory) -> Path:
-    return write_tiny_model(tmp_path_factory.mktemp("long-tiny"), context_window=16384)
+    return never_ending(tmp_path_factory.mktemp("long-tiny"))
 
 
 @pytest.fixture
