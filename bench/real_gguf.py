@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -105,10 +106,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from bench.cpu import _llamacpp_python
-    from mlxchat.models import load_folder
     from mlxchat.models.gguf import read_header
     from mlxchat.models.gguf_arch import ARCHS
-    from mlxchat.models.gguf_import import convert_gguf
 
     header = read_header(args.file)
     arch = ARCHS.get(header.architecture)
@@ -118,19 +117,31 @@ def main() -> int:
         return 2
     python = _llamacpp_python(args.llamacpp_python)
     work = Path(tempfile.mkdtemp(prefix="mlxchat-real-gguf-"))
+    try:
+        return measure(args.file, work, python)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the converted folder: as big as the file
+
+
+def measure(path: Path, work: Path, python: str | None) -> int:
+    from mlxchat.models import load_folder
+    from mlxchat.models.gguf import read_header
+    from mlxchat.models.gguf_import import convert_gguf
+
+    header = read_header(path)
     started = time.perf_counter()
-    convert_gguf(args.file, work / "mlx")
+    convert_gguf(path, work / "mlx")
     seconds = time.perf_counter() - started
-    print_type_errors(args.file, work / "mlx")
+    print_type_errors(path, work / "mlx")
     loaded = load_folder(work / "mlx")
     config = json.loads((work / "mlx" / "config.json").read_text())
     ids = passage_ids(loaded.tokenizer)
     ours = imported_perplexity(loaded, ids)
     del loaded
-    exact = perplexity(float_reference(args.file, config), ids)
-    theirs = llamacpp_perplexity(python, args.file, ids) if python else None
-    size_gb = args.file.stat().st_size / 1e9
-    print(f"{args.file.name}: {header.architecture}, {size_gb * 1e3:.0f} MB, imported in "
+    exact = perplexity(float_reference(path, config), ids)
+    theirs = llamacpp_perplexity(python, path, ids) if python else None
+    size_gb = path.stat().st_size / 1e9
+    print(f"{path.name}: {header.architecture}, {size_gb * 1e3:.0f} MB, imported in "
           f"{seconds:.1f} s; perplexity over {len(ids)} tokens of pydoc's threading text: "
           f"imported {ours:.3f}, float32 decode of the file {exact:.3f}, llama.cpp "
           + (f"{theirs:.3f}" if theirs else
