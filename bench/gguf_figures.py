@@ -123,3 +123,46 @@ def import_figures(kind: str = "Q4_K") -> dict[str, float]:
     print(f"perplexity over {len(ids)} tokens: imported {ours:.4f}, "
           f"float32 dequantized {reference:.4f}")
     return {"import_ppl_ratio": ours / reference, "import_s_per_gb": seconds / size_gb}
+
+
+def type_errors(path: Path, folder: Path) -> dict[str, dict]:
+    """Per GGUF type in ``path``: what the import in ``folder`` made of it and how far
+    its values (``mx.dequantize`` of the saved arrays, as the model computes with
+    them) are from the file's own (``gguf.quants.dequantize``), over every tensor."""
+    import mlx.core as mx
+    import numpy as np
+
+    from mlxchat.models.gguf import read_header
+    from mlxchat.models.gguf_arch import ARCHS, mlx_name, row_heads, unpermute
+    from mlxchat.models.gguf_quants import GROUP_SIZE, PLANS, dequantized
+
+    header = read_header(path)
+    arch = ARCHS[header.architecture]
+    saved = mx.load(str(folder / "model.safetensors"))
+    rows: dict[str, dict] = {}
+    for t in header.tensors:
+        plan, name = PLANS[t.type_name], mlx_name(arch, t.name)
+        if not plan.bits or name is None or plan.mode != "affine":
+            continue
+        base = name.removesuffix(".weight")
+        got = np.array(mx.dequantize(saved[f"{base}.weight"],
+                                     saved[f"{base}.scales"].astype(mx.float32),
+                                     saved[f"{base}.biases"].astype(mx.float32),
+                                     group_size=GROUP_SIZE, bits=plan.bits))
+        held = dequantized(t).reshape(got.shape)
+        heads = row_heads(arch, header, t.name)
+        held = unpermute(held, heads) if heads else held
+        diff = (got - held).astype(np.float64)
+        row = rows.setdefault(t.type_name, {
+            "tensors": 0, "values": 0, "became": f"int{plan.bits} g{GROUP_SIZE} ({plan.how})",
+            "_err": 0.0, "_norm": 0.0, "max_abs": 0.0, "_inexact": 0})
+        row["tensors"] += 1
+        row["values"] += held.size
+        row["_err"] += float((diff ** 2).sum())
+        row["_norm"] += float((held.astype(np.float64) ** 2).sum())
+        row["max_abs"] = max(row["max_abs"], float(np.abs(diff).max()))
+        row["_inexact"] += int(np.count_nonzero(diff))
+    for row in rows.values():
+        row["rel_rms"] = math.sqrt(row.pop("_err") / max(row.pop("_norm"), 1e-30))
+        row["inexact"] = row.pop("_inexact") / max(row["values"], 1)
+    return rows
