@@ -299,8 +299,7 @@ class ChatEngine:
             path, expected_checksum=expected_checksum, conversation=conversation))
 
     def save_segment(self, path: Path, start: int, end: int | None = None) -> SegmentInfo:
-        """Write the live cache's positions from ``start`` to ``end`` (None: on to
-        its end; a turn's new tokens)
+        """Write the live cache's positions from ``start`` to ``end`` (None: its end)
         and the checkpoints of layers that cannot be sliced, to a new file: ``path``
         or a fresh name beside it (the info's). Ranks that can no longer answer
         fail it as a full disk would (OSError: the reply is kept)."""
