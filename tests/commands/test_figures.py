@@ -13,7 +13,7 @@ from tests.renders import spy_on_render
 
 
 def test_stats(registry, ctx, conv):
-    assert registry.run("/stats", ctx).text.startswith("No turn yet")
+    assert registry.run("/stats", ctx).text.startswith("No turn has ended yet")
     done = send(conv, "Measure this")
     result = registry.run("/stats", ctx)
     assert result.kind == "table" and result.text == "Last turn"

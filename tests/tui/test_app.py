@@ -92,7 +92,8 @@ async def test_slash_commands_from_the_input(tmp_path, tiny):
         assert kind == "info" and text.startswith("temperature = 0.0 · new sessions: 0.0 ·")
         assert app.prompt.text == ""
         await send(pilot, "/stats")
-        no_turn = "No turn yet in this session; /stats reports the last one."
+        no_turn = ("No turn has ended yet in this session; /stats reports the last one once "
+                   "it ends.")
         assert rows(app)[-1] == ("info", no_turn)
         await send(pilot, "Hi")
         await send(pilot, "/stats")

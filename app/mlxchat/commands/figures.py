@@ -50,8 +50,9 @@ def _reply(s: TurnStats) -> str:
 
 def stats(ctx: CommandContext, args: Args) -> CommandResult:
     s = last_stats(ctx)
-    if s is None:
-        return CommandResult.info("No turn yet in this session; /stats reports the last one.")
+    if s is None:  # none yet, or the first reply still streaming
+        return CommandResult.info("No turn has ended yet in this session; /stats reports the "
+                                  "last one once it ends.")
     live = ctx.conversation.turns.last_stats is s
     rows = [
         ("time to first token", f"{s.ttft_s:.2f} s"),
