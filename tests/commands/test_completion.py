@@ -60,7 +60,9 @@ def test_duplicate_titles_complete_to_ids(registry, ctx, conv):
 
 def test_model_aliases(registry, ctx):
     assert "/model smollm2-135m" in values(registry, ctx, "/model ")
-    assert values(registry, ctx, "/model smol") == ["/model smollm2-135m"]
+    assert values(registry, ctx, "/model smol") == [
+        "/model smollm2-135m", "/model smolvlm-256m", "/model smolvlm-500m"]
+    assert values(registry, ctx, "/model smoll") == ["/model smollm2-135m"]
 
 
 def test_settings_and_values(registry, ctx):

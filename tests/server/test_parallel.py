@@ -159,12 +159,12 @@ def test_a_member_with_a_schema_beside_one_without(tiny, tmp_path, parallel3):
 
 def test_a_newcomers_prefill_lets_the_others_steps_through(tiny, tmp_path, parallel3):
     long_prompt = "Summarize: " + "rivers and harvests along the coast " * 45
-    asks = [(QUESTIONS[0], 200, {}), (long_prompt, 4, {})]
+    asks = [(QUESTIONS[0], 600, {}), (long_prompt, 4, {})]
     solo = alone(tiny, tmp_path, asks)
     url, got = parallel3.url, {}
     compute, batch = parallel3.conv.engine.compute, parallel3.service.slots.batch
     before = compute.figures().passed_on
-    together(parallel3, [lambda: got.setdefault(0, ask(url, QUESTIONS[0], 200, "decoding")),
+    together(parallel3, [lambda: got.setdefault(0, ask(url, QUESTIONS[0], 600, "decoding")),
                          lambda: got.setdefault(1, ask(url, long_prompt, 4, "newcomer"))])
     assert [got[0], got[1]] == solo
     # Its ~1,600 tokens went in chunks of at most CHUNK_TOKENS, a batch step between two.

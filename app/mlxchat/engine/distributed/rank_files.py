@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from mlx_lm.models.cache import trim_prompt_cache
+from mlx_lm.models.cache import KVCache, trim_prompt_cache
 
 from mlxchat import paths
 from mlxchat.engine.disk import branch_restore, segments
@@ -173,22 +173,27 @@ class RankDisk:
     def __init__(self, loaded: Any, live: Any, channel: "Channel", layout: str):
         self._loaded, self._live, self._channel, self._layout = loaded, live, channel, layout
 
-    def save_segment(self, path: Path, start: int) -> segments.SegmentInfo:
-        """Every rank writes positions ``[start, end)`` of its shard; then the
-        manifest. OSError (naming the rank, or the lost one) when any rank
-        could not write: said as the segment's warning, the reply is stored."""
+    def save_segment(self, path: Path, start: int,
+                     end: int | None = None) -> segments.SegmentInfo:
+        """Every rank writes positions ``[start, end)`` of its shard (None: to the
+        cache's end); then the manifest. OSError (naming the rank, or the lost
+        one) when any rank could not write: said as the segment's warning, the
+        reply is stored."""
         if self._channel.lost is not None:
             raise OSError(str(self._channel.lost))
         try:
-            return self._save(path, start)
+            return self._save(path, start, end)
         except RankLost as exc:
             raise OSError(str(exc)) from None
 
-    def _save(self, path: Path, start: int) -> segments.SegmentInfo:
+    def _save(self, path: Path, start: int, end: int | None) -> segments.SegmentInfo:
         live, channel = self._live, self._channel
-        if not 0 <= start < len(live.tokens):
+        end = len(live.tokens) if end is None else end
+        if not 0 <= start < end <= len(live.tokens):
             raise ValueError("nothing new in the KV cache to save")
-        end, tokens = len(live.tokens), live.tokens[start:]
+        if end < len(live.tokens) and not all(type(c) is KVCache for c in live.layers):
+            raise ValueError("only plain KV layers can be saved short of their end")
+        tokens = live.tokens[start:end]
         channel.send("save", name=path.name, start=start, end=end, tokens=tokens)
         files = channel.gather(save_own(self._loaded, live.layers, path, start, end, tokens))
         failed = [f"rank {r}: {f['error']}" for r, f in enumerate(files) if "error" in f]
