@@ -23,6 +23,9 @@ from mlxchat.store import SessionStore, open_store
 
 SLOT_HOLDER = "the API server"
 """How a session refusal names a slot's conversation."""
+DRAIN_S = 10.0
+"""At close, how long a member from outside the slots (the chat beside the
+server) may take to leave the batch before it is told the batch closed."""
 
 
 @dataclass
@@ -55,8 +58,8 @@ class Slots:
         for slot in self.all:
             if slot.opened_here:
                 slot.conv.shutdown()
-        if self.batch is not None:
-            self.batch.close()
+        if self.batch is not None:  # after its members
+            self.batch.close(drain_s=DRAIN_S)
 
 
 def _engine(loaded, owner: str) -> Engine:
