@@ -62,9 +62,9 @@ class Slots:
             self.batch.close(drain_s=DRAIN_S)
 
 
-def _engine(loaded, owner: str) -> Engine:
+def _engine(loaded, owner: str, kind: type[ChatEngine] = ChatEngine) -> Engine:
     # The first slot's engine owns the weights' dtype; the others follow it.
-    return ChatEngine(loaded, compute_owner=owner, casts_weights=False)
+    return kind(loaded, compute_owner=owner, casts_weights=False)
 
 
 def open_slots(conv: Conversation, engine: Engine, store: SessionStore, parallel: int) -> Slots:
@@ -83,7 +83,8 @@ def open_slots(conv: Conversation, engine: Engine, store: SessionStore, parallel
                 conv.settings, model_spec=conv.model_spec,
                 store_factory=partial(open_store, conv.saved.database),
                 load_model=lambda spec, progress=None: loaded,
-                engine_factory=partial(_engine, owner=f"api-{i}"), lock_holder=SLOT_HOLDER)
+                engine_factory=partial(_engine, owner=f"api-{i}", kind=type(engine)),
+                lock_holder=SLOT_HOLDER)
             other = opened.conversation
             other.locks.release()  # held per request
             opened.engine.decode_in(batch)
