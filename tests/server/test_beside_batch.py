@@ -25,10 +25,12 @@ from tests.waiting import until
 CHAT_Q = "Tell me about rivers."
 API_Q = "Why is the sky blue?"
 TOKENS = 48
+LONG = 400
+"""A chat reply long enough to be decoding when the server stops."""
 
 
-def open_chat(tiny, db):
-    return open_conversation(tiny_settings(TOKENS), model_spec="tiny",
+def open_chat(tiny, db, tokens: int = TOKENS):
+    return open_conversation(tiny_settings(tokens), model_spec="tiny",
                              store_factory=lambda: open_store(db),
                              load_model=lambda spec, progress=None: tiny).conversation
 
@@ -122,3 +124,37 @@ def test_one_at_a_time_takes_turns_with_the_chat_as_before(chat):
         assert listed.model_extra["parallel"] == 1
     finally:
         server.stop()
+
+
+def test_stopping_the_server_lets_a_chat_reply_in_the_batch_end_first(tmp_path, tiny):
+    """The batch closes after its members: a chat reply decoding in it when the
+    server stops goes on to its end, the same reply it is alone."""
+    chat = open_chat(tiny, tmp_path / "s.db", LONG)
+    solo_conv = open_chat(tiny, tmp_path / "alone.db", LONG)
+    try:
+        solo = [e for e in solo_conv.turns.send(CHAT_Q) if isinstance(e, TurnDone)][0]
+    finally:
+        solo_conv.shutdown()
+    server = SharedServer(chat, ServeOptions(port=0, parallel=2))
+    batch, compute = server.batch, chat.engine.compute
+    got: list[object] = []
+    try:
+        talking = threading.Thread(target=lambda: got.extend(chat.turns.send(CHAT_Q)))
+        talking.start()
+        until(lambda: batch.members == 1)
+        held = compute.acquire("test")  # the batch waits: the chat is still in it
+        stopper = threading.Thread(target=server.stop)
+        try:
+            stopper.start()
+            other = server.service.slots.all[1].engine
+            until(lambda: not other._worker.alive())  # the slots closed: the batch next
+        finally:
+            compute.release(held)
+        stopper.join(60)
+        talking.join(60)
+    finally:
+        chat.shutdown()
+    done = [e for e in got if isinstance(e, TurnDone)][0]
+    assert list(done.token_ids) == list(solo.token_ids)
+    assert done.stats.finish_reason == solo.stats.finish_reason != "cancelled"
+    assert not stopper.is_alive() and batch.members == 0

@@ -92,14 +92,14 @@ class SharedServer:
                 service.close()  # its lane thread
             self.conversation.shutdown()
             raise
-        self._chat_engine = chat.engine
+        self._chat_views = chat.views
         self.batch = service.slots.batch
         """The API's batch, the chat's replies decoded in it too (None: alone)."""
         self._decode_in(self.batch)
 
     def _decode_in(self, batch: BatchDecoder | None) -> None:
         if self.batch is not None:
-            getattr(self._chat_engine, "decode_in", lambda batch: None)(batch)
+            self._chat_views.decode_in(batch)
 
     @property
     def url(self) -> str:
