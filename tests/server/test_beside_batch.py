@@ -158,3 +158,28 @@ def test_stopping_the_server_lets_a_chat_reply_in_the_batch_end_first(tmp_path, 
     assert list(done.token_ids) == list(solo.token_ids)
     assert done.stats.finish_reason == solo.stats.finish_reason != "cancelled"
     assert not stopper.is_alive() and batch.members == 0
+
+
+def test_the_api_kv_figure_counts_every_slot(chat):
+    server = SharedServer(chat, ServeOptions(port=0, parallel=2))
+    try:
+        api, compute = client(server.url), chat.engine.compute
+
+        def asking(i: int) -> threading.Thread:
+            return threading.Thread(target=lambda: api.chat.completions.create(
+                model="tiny", max_tokens=4, temperature=0, extra_headers={"X-Session": f"kv{i}"},
+                messages=[{"role": "user", "content": f"Hi {i}."}]))
+        held = compute.acquire("test")  # both slots take one, then run
+        threads = [asking(i) for i in range(2)]
+        try:
+            for t in threads:
+                t.start()
+            until(lambda: compute.ahead_of("api") and compute.ahead_of("api-1"))
+        finally:
+            compute.release(held)
+        for t in threads:
+            t.join(60)
+        each = [s.conv.views.state().kv_bytes for s in server.service.slots.all]
+        assert all(each) and server.kv_bytes() == sum(each)
+    finally:
+        server.stop()

@@ -117,7 +117,8 @@ class SharedServer:
         return compute is not None and API_OWNER in compute.ahead_of("chat")
 
     def kv_bytes(self) -> int:
-        return self.conversation.views.state().kv_bytes
+        """What the API's KV caches hold, every slot's together."""
+        return sum(slot.conv.views.state().kv_bytes for slot in self.service.slots.all)
 
     def describe(self) -> str:
         answered = self.service.answered
