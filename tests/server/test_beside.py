@@ -46,7 +46,8 @@ def chat(tmp_path, tiny, tiny_d):
 
 @pytest.fixture
 def shared(chat):
-    server = SharedServer(chat, ServeOptions(port=0))
+    """One slot (``--parallel 1``): these tests reach into it."""
+    server = SharedServer(chat, ServeOptions(port=0, parallel=1))
     yield server
     server.stop()
 
@@ -59,7 +60,8 @@ def test_the_api_loads_a_draft_as_itself_not_as_the_chat_model(shared, tiny, tin
 
 
 def lanes() -> int:
-    return sum(t.name == "mlxchat-api-lane" and t.is_alive() for t in threading.enumerate())
+    return sum(t.name.startswith("mlxchat-api-lane") and t.is_alive()
+               for t in threading.enumerate())
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # uvicorn's exit
@@ -85,6 +87,12 @@ def own_chat(tmp_path):
     conv.shutdown()
 
 
+def answering(server: SharedServer):
+    """The engine of the slot that answered last: one conversation here, the
+    slot holding the most of it."""
+    return max(server.service.slots.all, key=lambda s: len(s.conv.messages)).engine
+
+
 def ask(url: str, messages: list[dict], model: str = "tiny") -> dict:
     reply = request(url, "POST", "/v1/chat/completions",
                     {"model": model, "messages": messages, "max_tokens": 4})
@@ -105,7 +113,7 @@ def test_the_api_computes_in_the_chats_dtype_and_never_recasts_the_shared_weight
         # The API session's own settings say the default (float32): it computes
         # in what the weights hold instead of casting them back.
         assert precision.current_dtype(chat.engine.loaded.model) == "float16"
-        assert server.engine.state().compute_dtype == "float16"
+        assert answering(server).state().compute_dtype == "float16"
         done = send(chat, "The chat again.")
         assert done.stats.cache_source == "warm" and done.stats.miss_reason is None, done.stats
         # The chat goes back to float32: the API follows, its own cache reset.
@@ -113,7 +121,7 @@ def test_the_api_computes_in_the_chats_dtype_and_never_recasts_the_shared_weight
         send(chat, "Back in float32.")
         again = ask(server.url, first + [{"role": "assistant", "content": reply},
                                          {"role": "user", "content": "More."}])
-        assert server.engine.state().compute_dtype == "float32"
+        assert answering(server).state().compute_dtype == "float32"
         assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
         assert precision.current_dtype(chat.engine.loaded.model) == "float32"
         assert send(chat, "Still warm.").stats.cache_source == "warm"

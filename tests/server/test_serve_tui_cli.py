@@ -25,10 +25,10 @@ def launched(monkeypatch):
 def test_serve_tui_runs_the_chat_with_the_server_options(launched):
     assert cli.main(["serve", "--tui", "--host", "0.0.0.0", "--port", "0", "--api-key", "k",
                      "--queue", "3", "--kv-budget", "1G", "--model", "tiny",
-                     "--body-timeout", "5"]) == 0
+                     "--body-timeout", "5", "--parallel", "3"]) == 0
     assert launched == [{"model": "tiny", "serve": ServeOptions(
         host="0.0.0.0", port=0, api_key="k", queue=3, kv_budget_bytes=10**9,
-        body_timeout_s=5.0)}]
+        body_timeout_s=5.0, parallel=3)}]
 
 
 @pytest.mark.parametrize("argv, words", [

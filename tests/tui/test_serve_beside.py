@@ -8,6 +8,7 @@ import asyncio
 import socket
 import threading
 import time
+from dataclasses import replace
 from functools import partial
 
 import pytest
@@ -151,6 +152,8 @@ async def test_two_turns_never_compute_at_once_and_the_chat_says_it_waits(tmp_pa
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
         app.serving.control.engine_factory = partial(CountedEngine, compute_owner="api")
+        # One at a time (--parallel 1): the chat takes turns with the API, not batched.
+        app.serving.control.defaults = replace(app.serving.defaults, parallel=1)
         await command(pilot, "/serve 0")
         server = app.serving.running
         compute = server.engine.compute
@@ -197,6 +200,7 @@ async def test_stop_while_the_chat_waits_for_the_api_ends_the_turn_at_once(tmp_p
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
         app.serving.control.engine_factory = partial(GatedEngine, compute_owner="api")
+        app.serving.control.defaults = replace(app.serving.defaults, parallel=1)  # its one slot
         await command(pilot, "/serve 0")
         server = app.serving.running
         conv = app.conversation

@@ -1,10 +1,13 @@
 """The API served beside the chat (`mlxchat serve --tui`, the chat's `/serve`):
 one process, the chat's model weights loaded once.
 
-The server gets an engine of its own over the chat's ``LoadedModel`` (the same
-weights; its own KV cache, so the chat's stays warm while clients are served)
-and a conversation of its own on the same database. The two engines take
-turns under the process's compute lock (``engine/thread/compute.py``).
+The server gets its slots (``--parallel``, ``server/slots.py``) over the
+chat's ``LoadedModel`` (the same weights; engines and KV caches of their own,
+so the chat's stays warm while clients are served) and conversations of their
+own on the same database. The chat's engine is one more member of the slots'
+batch: a chat reply and the API's decode in the same steps. Without a batch
+(``--parallel 1``, or a model that cannot batch) the engines take turns under
+the process's compute lock (``engine/thread/compute.py``).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Callable
 
+from mlxchat.engine.batch.decoder import BatchDecoder
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.interface import Engine
 from mlxchat.errors import MlxchatError, UserError
@@ -75,7 +79,8 @@ class SharedServer:
         try:
             self.service = service = ChatService(
                 self.conversation, store=opened.store, engine=opened.engine,
-                max_waiting=options.queue, kv_budget_bytes=options.kv_budget_bytes)
+                max_waiting=options.queue, kv_budget_bytes=options.kv_budget_bytes,
+                parallel=options.parallel)
             self.server = RunningServer(
                 build_app(service, api_key=options.api_key,
                           allow_image_urls=options.allow_image_urls,
@@ -87,6 +92,14 @@ class SharedServer:
                 service.close()  # its lane thread
             self.conversation.shutdown()
             raise
+        self._chat_views = chat.views
+        self.batch = service.slots.batch
+        """The API's batch, the chat's replies decoded in it too (None: alone)."""
+        self._decode_in(self.batch)
+
+    def _decode_in(self, batch: BatchDecoder | None) -> None:
+        if self.batch is not None:
+            self._chat_views.decode_in(batch)
 
     @property
     def url(self) -> str:
@@ -104,20 +117,30 @@ class SharedServer:
         return compute is not None and API_OWNER in compute.ahead_of("chat")
 
     def kv_bytes(self) -> int:
-        return self.conversation.views.state().kv_bytes
+        """What the API's KV caches hold, every slot's together."""
+        return sum(slot.conv.views.state().kv_bytes for slot in self.service.slots.all)
 
     def describe(self) -> str:
         answered = self.service.answered
         return (f"Serving {self.service.model_id} at {self.url}/v1 (OpenAI) and "
-                f"{self.url}/api (Ollama); {answered:,} request{'s' * (answered != 1)} "
-                "answered.")
+                f"{self.url}/api (Ollama), {self.together()}; "
+                f"{answered:,} request{'s' * (answered != 1)} answered.")
+
+    def together(self) -> str:
+        if self.batch is None:
+            return "one request at a time, taking turns with the chat"
+        return (f"{self.service.parallel} requests at once, decoded together with the "
+                "chat's replies")
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         """Stop listening, cancel a running request (its text so far is kept),
-        let the API's session go and close its engine."""
+        let the API's session go and close its engine; the chat decodes alone
+        from its next reply (one running in the batch ends first: the batch
+        closes after its members)."""
         try:
             self.server.stop(timeout_s=timeout_s)
         finally:
+            self._decode_in(None)
             self.service.close()
             self.conversation.shutdown()
 

@@ -23,6 +23,9 @@ from mlxchat.store import SessionStore, open_store
 
 SLOT_HOLDER = "the API server"
 """How a session refusal names a slot's conversation."""
+DRAIN_S = 10.0
+"""At close, how long a member from outside the slots (the chat beside the
+server) may take to leave the batch before it is told the batch closed."""
 
 
 @dataclass
@@ -55,13 +58,13 @@ class Slots:
         for slot in self.all:
             if slot.opened_here:
                 slot.conv.shutdown()
-        if self.batch is not None:
-            self.batch.close()
+        if self.batch is not None:  # after its members
+            self.batch.close(drain_s=DRAIN_S)
 
 
-def _engine(loaded, owner: str) -> Engine:
+def _engine(loaded, owner: str, kind: type[ChatEngine] = ChatEngine) -> Engine:
     # The first slot's engine owns the weights' dtype; the others follow it.
-    return ChatEngine(loaded, compute_owner=owner, casts_weights=False)
+    return kind(loaded, compute_owner=owner, casts_weights=False)
 
 
 def open_slots(conv: Conversation, engine: Engine, store: SessionStore, parallel: int) -> Slots:
@@ -80,7 +83,8 @@ def open_slots(conv: Conversation, engine: Engine, store: SessionStore, parallel
                 conv.settings, model_spec=conv.model_spec,
                 store_factory=partial(open_store, conv.saved.database),
                 load_model=lambda spec, progress=None: loaded,
-                engine_factory=partial(_engine, owner=f"api-{i}"), lock_holder=SLOT_HOLDER)
+                engine_factory=partial(_engine, owner=f"api-{i}", kind=type(engine)),
+                lock_holder=SLOT_HOLDER)
             other = opened.conversation
             other.locks.release()  # held per request
             opened.engine.decode_in(batch)

@@ -74,6 +74,12 @@ class EngineViews:
         """The model is split over several MLX ranks (each keeps its own KV shard)."""
         return self._engine.segments_per_rank
 
+    def decode_in(self, batch: object | None) -> None:
+        """This engine's replies decode in ``batch`` (an ``engine.batch``
+        ``BatchDecoder``: the API's beside the chat) with others', or alone (None);
+        an engine that cannot batch always decodes alone."""
+        getattr(self._engine, "decode_in", lambda batch: None)(batch)
+
     def state(self) -> EngineState:
         state = replace(self._engine.state(), pinned_tokens=self._pins.pinned_in_cache())
         bits = self._open.generation.kv_bits

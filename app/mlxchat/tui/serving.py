@@ -151,7 +151,9 @@ def serve_command(serving: Serving) -> Command:
     return Command("serve", run, "Serve the OpenAI and Ollama APIs over this model",
                    usage=USAGE, max_args=1,
                    details="Starts an HTTP server in this process on the loaded model "
-                   "(its weights are shared; the server keeps a KV cache of its own). "
+                   "(its weights are shared; the server keeps KV caches of its own and, with "
+                   "serve --parallel above 1, decodes its requests in one batch with the "
+                   "chat's replies). "
                    "It computes in the chat's compute dtype. /serve PORT serves on "
                    "127.0.0.1 (0: any free port); another host needs mlxchat serve --tui "
                    "--api-key-file PATH (or $MLXCHAT_API_KEY). After /model it serves the chat's new model at the same "

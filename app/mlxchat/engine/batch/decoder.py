@@ -71,8 +71,13 @@ class BatchDecoder:
         with self._cond:
             return len(self._members) + len(self._joining)
 
-    def close(self) -> None:
+    def close(self, drain_s: float = 0.0) -> None:
+        """Stop the batch: after its members left (waiting up to ``drain_s``
+        for those still in it, whose replies go on meanwhile), any left then
+        told the batch closed."""
         with self._cond:
+            self._cond.wait_for(lambda: not (self._members or self._joining)
+                                or self._closed, timeout=drain_s)
             self._closed = True
             self._cond.notify_all()
         self._thread.join(timeout=30)
@@ -91,7 +96,7 @@ class BatchDecoder:
                         self._cond.wait()
                     if self._closed:
                         break
-                    joining, self._joining = self._joining, []
+                    joining = list(self._joining)  # in ``_joining`` until placed
                 with self.compute.held(OWNER):
                     self._regroup(joining)
                     if self._members and all(m.wants for m in self._members):
@@ -119,16 +124,23 @@ class BatchDecoder:
         for m in leaving:
             i = self._members.index(m)
             own, self._layers = caches.taken_out(self._layers or [], i, len(self._members))
-            self._members.pop(i)
+            with self._cond:
+                self._members.pop(i)
+                self._cond.notify_all()  # a draining ``close`` counts them
             mx.eval([(c.keys, c.values) for c in own])
             m.gone(own)
         for m in joining:
             if m.leaving:  # left before it joined: its layers are its own still
+                with self._cond:
+                    self._joining.remove(m)
+                    self._cond.notify_all()
                 m.gone(m.layers)
                 continue
             self._layers = caches.joined(self._layers, m.layers or [])
             m.layers = None
-            self._members.append(m)
+            with self._cond:
+                self._joining.remove(m)
+                self._members.append(m)
 
     def _step(self) -> None:
         """Feed every member's pending token, sample each one's next."""
