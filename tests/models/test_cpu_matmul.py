@@ -120,6 +120,32 @@ def test_bundled_model_greedy_tokens_are_the_same_on_every_path(bundled_model):
         assert greedy() == want
         _on_path(model, cm.Path(prefill=cm.NATIVE, decode=cm.NATIVE))
         assert all(layer.__dict__["_cpu_native"] for _, layer in cm.quantized_layers(model))
+        # Q4_1's and Q8_0's scales are float16 in the file: the kernel reads them so.
+        assert all(layer.__dict__["_cpu_half"][2] is not None
+                   for _, layer in cm.quantized_layers(model))
         assert greedy() == want
     finally:
         cm.clear(model)
+
+
+def test_the_native_path_reads_float16_copies_only_of_exact_scales():
+    mx.random.seed(7)
+    layer = nn.QuantizedLinear(96, 40, bias=False, group_size=32, bits=4)
+    halves = (layer.scales.astype(mx.float16).astype(mx.float32),
+              layer.biases.astype(mx.float16).astype(mx.float32))
+    x = mx.random.normal((1, 96))
+    for scales, biases, exact in ((*halves, True), (halves[0] + 1e-7, halves[1], False)):
+        layer.scales, layer.biases = scales, biases
+        cm.set_path(layer, cm.Path(decode=cm.NATIVE))
+        assert layer.__dict__["_cpu_native"]
+        assert (layer.__dict__["_cpu_half"][2] is not None) == exact
+        want = mx.quantized_matmul(x, layer.weight, scales, biases, group_size=32, bits=4)
+        assert mx.allclose(layer(x), want, rtol=1e-5, atol=1e-6).item()
+    # Scales replaced after the path was set (a recast): the layer's own are read.
+    layer.scales, layer.biases = halves
+    cm.set_path(layer, cm.Path(decode=cm.NATIVE))
+    layer.scales = halves[0] * 2
+    want = mx.quantized_matmul(x, layer.weight, layer.scales, layer.biases, group_size=32, bits=4)
+    assert mx.allclose(layer(x), want, rtol=1e-5, atol=1e-6).item()
+    cm.set_path(layer, cm.Path())
+    assert "_cpu_half" not in layer.__dict__

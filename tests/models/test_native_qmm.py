@@ -94,3 +94,19 @@ def test_what_it_does_not_take_is_refused_in_one_line(kernel):
         kernel.qmm(mx.zeros((1, 96)), wq, s, b, 32, 4)
     with pytest.raises(ValueError, match="bits must be 2, 3, 4, 5, 6 or 8"):
         kernel.qmm(mx.zeros((1, 64)), wq, s, b, 32, 7)
+
+
+@pytest.mark.parametrize("scales", list(SCALES))
+@pytest.mark.parametrize("bits", (4, 8, 5))
+def test_one_row_over_many_groups_matches(kernel, bits, scales):
+    # Decode's path: 37 groups (vectors of scales and of group sums, then a
+    # tail), 4-row blocks and the rows left over, each instruction set.
+    wq, s, b = _quantized(39, 32 * 37, bits, 32, SCALES[scales], seed=bits)
+    x = mx.random.normal((1, 32 * 37))
+    want = mx.quantized_matmul(x, wq, s, b, group_size=32, bits=bits)
+    try:
+        for isa in ("generic", "avx2", ""):
+            kernel.qmm_force_isa(isa if kernel.qmm_isa() != "generic" else "generic")
+            assert _close(kernel.qmm(x, wq, s, b, 32, bits), want) <= 1e-5, (isa, bits)
+    finally:
+        kernel.qmm_force_isa("")

@@ -57,10 +57,27 @@ def native_takes(layer: Any) -> bool:
             and layer.scales.dtype in _NATIVE_SCALES and layer.biases.dtype == layer.scales.dtype)
 
 
+def half_scales(layer: Any) -> tuple:
+    """(scales, biases, float16 scales, float16 biases): the copies when
+    ``layer``'s float32 scales and biases are all exact in float16 (a GGUF's
+    legacy blocks: Q4_1's d and m, Q8_0's d), else None in their place. The
+    native kernel reads the copies: the same values in half the bytes."""
+    s, b = layer.scales, layer.biases
+    if s.dtype != mx.float32 or b.dtype != mx.float32:
+        return s, b, None, None
+    s16, b16 = s.astype(mx.float16), b.astype(mx.float16)
+    exact = mx.array_equal(s16.astype(mx.float32), s) & mx.array_equal(b16.astype(mx.float32), b)
+    mx.eval(exact, s16, b16)
+    return (s, b, s16, b16) if exact.item() else (s, b, None, None)
+
+
 def through_native(layer: Any, x: mx.array) -> mx.array:
     """``x @ w.T`` (float32 ``x``) by the native kernel on the packed weights."""
-    return native.module().qmm(x, layer.weight, layer.scales, layer.biases,
-                               layer.group_size, layer.bits)
+    s, b = layer.scales, layer.biases
+    half = layer.__dict__.get("_cpu_half")
+    if half is not None and half[0] is s and half[1] is b and half[2] is not None:
+        s, b = half[2], half[3]  # (recast since: the layer's own)
+    return native.module().qmm(x, layer.weight, s, b, layer.group_size, layer.bits)
 
 
 def _through_blas(layer: Any, x: mx.array) -> mx.array | None:
@@ -129,7 +146,13 @@ def set_path(layer: Any, path: Path) -> None:
     base = type(layer)
     layer.__class__ = _SWAPS.get(base, base)
     layer.__dict__["_cpu_path"] = path
-    layer.__dict__["_cpu_native"] = NATIVE in (path.prefill, path.decode) and native_takes(layer)
+    takes = NATIVE in (path.prefill, path.decode) and native_takes(layer)
+    layer.__dict__["_cpu_native"] = takes
+    half = layer.__dict__.get("_cpu_half")
+    if takes and (half is None or half[0] is not layer.scales or half[1] is not layer.biases):
+        layer.__dict__["_cpu_half"] = half_scales(layer)
+    elif not takes:
+        layer.__dict__.pop("_cpu_half", None)
     if path.keeps and layer.__dict__.get("_cpu_kept") is None:
         kept = dequantized(layer)
         mx.eval(kept)

@@ -43,7 +43,11 @@ template <ScaleType S> static inline float scale_at(const void* p, size_t i) {
   if constexpr (S == ScaleType::f32) {
     return static_cast<const float*>(p)[i];
   } else if constexpr (S == ScaleType::f16) {
+#ifdef __F16C__
+    return _cvtsh_ss(static_cast<const uint16_t*>(p)[i]);  // one instruction, not ~10
+#else
     return half_to_float(static_cast<const uint16_t*>(p)[i]);
+#endif
   } else {
     uint32_t bits = (uint32_t) static_cast<const uint16_t*>(p)[i] << 16;
     float f;
@@ -230,12 +234,103 @@ static void rows_buffered(const QmmArgs& a, const float* x, int n0, int n1) {
   }
 }
 
+// n scales from p + at as float32 into out (f16 8 at a time by F16C).
+template <ScaleType S> static inline void to_floats(const void* p, size_t at, int n, float* out) {
+  int i = 0;
+#ifdef __F16C__
+  if constexpr (S == ScaleType::f16) {
+    const uint16_t* h = static_cast<const uint16_t*>(p) + at;
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(h + i))));
+  }
+#endif
+  for (; i < n; ++i) out[i] = scale_at<S>(p, at + i);
+}
+
+// sum_g b[g] * xsum[g], W lanes at a time.
+static inline float dot(const float* b, const float* xs, int G) {
+  vf v = vf{};
+  int g = 0;
+  for (; g + W <= G; g += W) v += loadf(b + g) * loadf(xs + g);
+  float t = hsum(v);
+  for (; g < G; ++g) t += b[g] * xs[g];
+  return t;
+}
+
+// One row of x (decode): NB output rows at once, so each x vector is loaded
+// once for NB weight rows and NB accumulator chains run side by side (one
+// row's chain, a dependent FMA a group, held the kernel at its latency).
+// sc / bi: the NB rows' scales and biases as float32, row after row.
+template <int BITS, int NB>
+static inline void block_single(const QmmArgs& a, const float* x, int n, const float* sc,
+                                const float* bi) {
+  constexpr int P = phases<BITS>();
+  const int G = a.K / a.group_size, chunks = a.group_size / (P * W);
+  const size_t row_bytes = (size_t)a.K * BITS / 8;
+  const uint8_t* wp[NB];
+  vf acc[NB];
+  for (int j = 0; j < NB; ++j) {
+    wp[j] = a.w + (size_t)(n + j) * row_bytes;
+    acc[j] = vf{};
+  }
+  for (int g = 0; g < G; ++g) {
+    vf t[NB];
+    for (int j = 0; j < NB; ++j) t[j] = vf{};
+    const float* xg = x + (size_t)g * a.group_size;
+    for (int c = 0; c < chunks; ++c) {
+      vf xv[P];
+      for (int p = 0; p < P; ++p) xv[p] = loadf(xg + (c * P + p) * W);
+      for (int j = 0; j < NB; ++j) {
+        vf q[P];
+        if constexpr (chunk_reads<BITS>() == chunk_bytes<BITS>()) unpack<BITS>(wp[j], q);
+        else unpack_safe<BITS>(wp[j], a.w_end, q);
+        wp[j] += chunk_bytes<BITS>();
+        for (int p = 0; p < P; ++p) t[j] += q[p] * xv[p];
+      }
+    }
+    for (int j = 0; j < NB; ++j) acc[j] += sc[(size_t)j * G + g] * t[j];
+  }
+  for (int j = 0; j < NB; ++j)
+    a.y[n + j] = hsum(acc[j]) + dot(bi + (size_t)j * G, a.xsum, G);
+}
+
+template <int BITS, ScaleType S>
+static void rows_single(const QmmArgs& a, const float* x, int n0, int n1) {
+  // 8 bits streams twice the bytes and is memory-bound already: one row at a
+  // time keeps its reads one linear stream (four rows measured slower).
+  constexpr int NB = BITS == 8 ? 1 : 4;
+  const int G = a.K / a.group_size;
+  thread_local std::vector<float> held;  // half scales as float32, NB rows at a time
+  if constexpr (S != ScaleType::f32) held.resize((size_t)2 * NB * G);
+  auto floats = [&](int n, int rows, const float*& sc, const float*& bi) {
+    if constexpr (S == ScaleType::f32) {
+      sc = static_cast<const float*>(a.scales) + (size_t)n * G;
+      bi = static_cast<const float*>(a.biases) + (size_t)n * G;
+    } else {
+      to_floats<S>(a.scales, (size_t)n * G, rows * G, held.data());
+      to_floats<S>(a.biases, (size_t)n * G, rows * G, held.data() + (size_t)NB * G);
+      sc = held.data();
+      bi = held.data() + (size_t)NB * G;
+    }
+  };
+  const float *sc, *bi;
+  int n = n0;
+  for (; n + NB <= n1; n += NB) {
+    floats(n, NB, sc, bi);
+    block_single<BITS, NB>(a, x, n, sc, bi);
+  }
+  for (; n < n1; ++n) {
+    floats(n, 1, sc, bi);
+    block_single<BITS, 1>(a, x, n, sc, bi);
+  }
+}
+
 template <int BITS, ScaleType S>
 static void rows_for(const QmmArgs& a, int n0, int n1) {
   thread_local std::vector<float> permuted;
   const float* x = permute_x<BITS>(a, permuted);
   switch (a.M) {
-    case 1: return rows_fused<BITS, S, 1>(a, x, n0, n1);
+    case 1: return rows_single<BITS, S>(a, x, n0, n1);
     case 2: return rows_fused<BITS, S, 2>(a, x, n0, n1);
     case 3: return rows_fused<BITS, S, 3>(a, x, n0, n1);
     case 4: return rows_fused<BITS, S, 4>(a, x, n0, n1);
