@@ -98,13 +98,27 @@ def write_tiny_qwen_vl(folder: Path, *, chat_template: str, family: str = "qwen2
                      patch=int(settings["patch_size"]))
     config = _config(family, ids, len(tokens), hidden_size, num_layers, vision)
     module = importlib.import_module(f"mlx_vlm.models.{family}")
+    save_random_vlm(folder, module, config, config.get("text_config", config), vision,
+                    seed=seed, specials=len(SPECIALS) + len(QWEN_VL_SPECIALS))
+    (folder / "preprocessor_config.json").write_text(json.dumps(settings, indent=2))
+    write_bpe_tokenizer(folder, tokens=tokens, merges=[],
+                        special_ids=list(range(len(SPECIALS) + len(QWEN_VL_SPECIALS))),
+                        bos_id=None, eos_id=ids["<|im_end|>"], chat_template=chat_template,
+                        unk_id=0)
+    return folder
+
+
+def save_random_vlm(folder: Path, module: Any, config: dict, text: dict, vision: dict, *,
+                    seed: int, specials: int) -> Any:
+    """A random model of mlx-vlm's ``module`` (its config classes, as its tests
+    build them) whose head lets only printable ASCII win (so replies tokenize
+    back to the same ids), saved with its config.json in ``folder``."""
     cfg = module.ModelConfig.from_dict(dict(config))
-    cfg.text_config = module.TextConfig.from_dict(config.get("text_config", config))
+    cfg.text_config = module.TextConfig.from_dict(text)
     cfg.vision_config = module.VisionConfig.from_dict(vision)
     mx.random.seed(seed)
     model = module.Model(cfg)
-    # Only printable ASCII can win, so replies re-tokenize to the same ids.
-    printable = [0.0] * (len(SPECIALS) + len(QWEN_VL_SPECIALS)) + [
+    printable = [0.0] * specials + [
         1.0 if chr(b).isprintable() and b < 127 or b == 10 else 0.0 for b in range(256)]
     head = model.language_model.lm_head
     head.weight = head.weight * 4.0 * mx.array(printable)[:, None]
@@ -112,9 +126,4 @@ def write_tiny_qwen_vl(folder: Path, *, chat_template: str, family: str = "qwen2
     mx.save_safetensors(str(folder / "model.safetensors"),
                         dict(tree_flatten(model.parameters())), {"format": "mlx"})
     (folder / "config.json").write_text(json.dumps(config, indent=2))
-    (folder / "preprocessor_config.json").write_text(json.dumps(settings, indent=2))
-    write_bpe_tokenizer(folder, tokens=tokens, merges=[],
-                        special_ids=list(range(len(SPECIALS) + len(QWEN_VL_SPECIALS))),
-                        bos_id=None, eos_id=ids["<|im_end|>"], chat_template=chat_template,
-                        unk_id=0)
-    return folder
+    return model

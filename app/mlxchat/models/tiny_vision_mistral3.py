@@ -15,10 +15,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import mlx.core as mx
-from mlx.utils import tree_flatten
-
 from mlxchat.models.tiny import _byte_chars
+from mlxchat.models.tiny_vision import save_random_vlm
 from mlxchat.models.tokenizer import write_bpe_tokenizer
 
 MISTRAL3_SPECIALS = ["<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]",
@@ -61,20 +59,7 @@ def write_tiny_mistral3(folder: Path, *, chat_template: str, hidden_size: int = 
               "image_token_index": ids["[IMG]"], "spatial_merge_size": 2,
               "multimodal_projector_bias": False, "projector_hidden_act": "gelu",
               "vision_feature_layer": -1, "text_config": text, "vision_config": vision}
-    cfg = mistral3.ModelConfig.from_dict(dict(config))
-    cfg.text_config = mistral3.TextConfig.from_dict(text)
-    cfg.vision_config = mistral3.VisionConfig.from_dict(vision)
-    mx.random.seed(seed)
-    model = mistral3.Model(cfg)
-    # Only printable ASCII can win, so replies re-tokenize to the same ids.
-    printable = [0.0] * len(MISTRAL3_SPECIALS) + [
-        1.0 if chr(b).isprintable() and b < 127 or b == 10 else 0.0 for b in range(256)]
-    head = model.language_model.lm_head
-    head.weight = head.weight * 4.0 * mx.array(printable)[:, None]
-    mx.eval(model.parameters())
-    mx.save_safetensors(str(folder / "model.safetensors"),
-                        dict(tree_flatten(model.parameters())), {"format": "mlx"})
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    save_random_vlm(folder, mistral3, config, text, vision, seed=seed, specials=len(MISTRAL3_SPECIALS))
     pre = dict(processor_config or _PROCESSOR)
     pre.update(size={"longest_edge": image_size}, patch_size=patch_size)
     (folder / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))

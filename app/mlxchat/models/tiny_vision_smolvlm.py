@@ -14,10 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import mlx.core as mx
-from mlx.utils import tree_flatten
-
 from mlxchat.models.tiny import _byte_chars
+from mlxchat.models.tiny_vision import save_random_vlm
 from mlxchat.models.tokenizer import write_bpe_tokenizer
 
 SMOLVLM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<end_of_utterance>",
@@ -58,20 +56,7 @@ def write_tiny_smolvlm(folder: Path, *, chat_template: str, hidden_size: int = 3
               "image_token_id": ids["<image>"], "scale_factor": 2,
               "eos_token_id": ids["<end_of_utterance>"], "pad_token_id": ids["<|endoftext|>"],
               "vocab_size": len(tokens), "text_config": text, "vision_config": vision}
-    cfg = smolvlm.ModelConfig.from_dict(dict(config))
-    cfg.text_config = smolvlm.TextConfig.from_dict(text)
-    cfg.vision_config = smolvlm.VisionConfig.from_dict(vision)
-    mx.random.seed(seed)
-    model = smolvlm.Model(cfg)
-    # Only printable ASCII can win, so replies re-tokenize to the same ids.
-    printable = [0.0] * len(specials) + [
-        1.0 if chr(b).isprintable() and b < 127 or b == 10 else 0.0 for b in range(256)]
-    head = model.language_model.lm_head
-    head.weight = head.weight * 4.0 * mx.array(printable)[:, None]
-    mx.eval(model.parameters())
-    mx.save_safetensors(str(folder / "model.safetensors"),
-                        dict(tree_flatten(model.parameters())), {"format": "mlx"})
-    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    save_random_vlm(folder, smolvlm, config, text, vision, seed=seed, specials=len(specials))
     pre = dict(_PROCESSOR, do_image_splitting=split, size={"longest_edge": longest_edge},
                max_image_size={"longest_edge": tile})
     (folder / "preprocessor_config.json").write_text(json.dumps(pre, indent=2))
