@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 from PIL import Image
+from rich.console import Console
 from textual.geometry import Region
 
 from mlxchat.chat import ImageRef, Message
@@ -68,10 +69,14 @@ async def test_kitty_sends_the_png_at_the_placement_size(tmp_path, tiny_vl, monk
             assert isinstance(widget, ImagePicture) and widget.kind == "kitty"
             assert widget.query_one(".picture-label").render().plain.startswith(
                 "▣ shot.png · 100x70")
-        # Sent as the screen is painted, which a loaded machine does later.
-        await until(lambda: len(kitty_images(terminal.getvalue())) >= 2)
+        # A picture is sent when it is painted, which is when it is in view (the
+        # reply may push it out first): each is painted here as the screen would,
+        # its renderable (sized by the widget's styles) drawn on a console.
+        for widget in (preview, shown):
+            Console(file=io.StringIO(), width=120, height=50).print(
+                widget.query_one(".picture").render())
     sent = kitty_images(terminal.getvalue())
-    assert len(sent) >= 2  # the preview's and the message's
+    assert len(sent) >= 2  # the preview's and the message's, and any painted before
     for image in sent:
         assert max(image.chunks) <= 4096 and all(c == 4096 for c in image.chunks[:-1])
         pixels = png_pixels(image.png)
