@@ -215,6 +215,10 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
     except KeyboardInterrupt:
         pass
     finally:
+        # A second signal now would cut the shutdown short (replies unstored, the
+        # server left up): it is bounded, so further ones are ignored.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         # The turns first: a stream cut short says so (server_stopped) and its reply
         # is stored; then the server, whose streams have ended.
         service.close()
