@@ -110,3 +110,22 @@ def test_one_row_over_many_groups_matches(kernel, bits, scales):
             assert _close(kernel.qmm(x, wq, s, b, 32, bits), want) <= 1e-5, (isa, bits)
     finally:
         kernel.qmm_force_isa("")
+
+
+@pytest.mark.parametrize("asked,most", [("100000000", 256), ("zero", None), ("-3", None)])
+def test_a_hostile_thread_count_is_bounded(asked, most):
+    """MLXCHAT_KERNEL_THREADS past reason is capped (each would be a thread);
+    garbage or a negative one takes the default; the kernel still computes."""
+    import os
+    import subprocess
+
+    code = ("import mlxchat, mlx.core as mx\nfrom mlxchat import native\n"
+            "m = native.module()\nw, s, b = mx.quantize(mx.ones((64, 64)), group_size=32, bits=4)\n"
+            "y = m.qmm(mx.ones((1, 64)), w, s, b, 32, 4)\n"
+            "print(m.threads(), float(y.sum().item()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "MLXCHAT_KERNEL_THREADS": asked})
+    assert out.returncode == 0, out.stderr[-800:]
+    threads, total = out.stdout.split()
+    assert 1 <= int(threads) <= (most or len(os.sched_getaffinity(0)))
+    assert float(total) == pytest.approx(64 * 64, rel=1e-4)

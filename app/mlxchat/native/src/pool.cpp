@@ -12,10 +12,12 @@
 namespace mlxchat {
 namespace {
 
+constexpr int MAX_THREADS = 256;
+
 int detect_threads() {
   if (const char* env = std::getenv("MLXCHAT_KERNEL_THREADS")) {
-    int n = std::atoi(env);
-    if (n > 0) return n;
+    int n = std::atoi(env);  // garbage reads 0: the default below
+    if (n > 0) return n < MAX_THREADS ? n : MAX_THREADS;  // a huge one would spawn them all
   }
 #ifdef __linux__
   cpu_set_t set;
