@@ -42,6 +42,14 @@ def test_top_k_one_makes_a_hot_sampler_greedy_on_every_api(served):
         assert ask(served, **HOT, top_k=1) == greedy, ask.__name__
 
 
+def test_a_top_k_past_the_vocabulary_cuts_nothing(served):
+    """A whole number is taken whatever its size: one at or past the vocabulary
+    (mlx-lm's sampler raises on it, mid-turn) samples as without a top_k."""
+    for ask in (_openai, _ollama):  # the two that take a seed
+        assert ask(served, **HOT, top_k=10**9) == ask(served, **HOT), ask.__name__
+    assert _anthropic(served, **HOT, top_k=10**9)  # answered (mlx-lm raised mid-turn)
+
+
 def test_a_bad_top_k_is_refused_with_nothing_stored(served):
     for bad in (-1, 1.5, "3", True):
         got = request(served.url, "POST", "/v1/chat/completions", {

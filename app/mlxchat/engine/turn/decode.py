@@ -165,10 +165,20 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
     return run.out
 
 
+def _sampler(settings: GenerationSettings) -> Callable[[mx.array], mx.array]:
+    """mlx-lm's sampler; a ``top_k`` as large as the vocabulary cuts nothing (mlx-lm
+    raises on it, mid-turn, and a client may ask any whole number)."""
+    whole = make_sampler(settings.temperature, settings.top_p, settings.min_p)
+    k = settings.top_k or 0
+    if not k:
+        return whole
+    cut = make_sampler(settings.temperature, settings.top_p, settings.min_p, top_k=k)
+    return lambda logprobs: whole(logprobs) if k >= logprobs.shape[-1] else cut(logprobs)
+
+
 def sampling(settings: GenerationSettings) -> dict[str, Any]:
     """The sampler and logits processors of the settings."""
     penalty = settings.repetition_penalty
-    return dict(sampler=make_sampler(settings.temperature, settings.top_p, settings.min_p,
-                                         top_k=settings.top_k or 0),
+    return dict(sampler=_sampler(settings),
                 processors=make_logits_processors(
                     repetition_penalty=penalty if penalty != 1.0 else None))
