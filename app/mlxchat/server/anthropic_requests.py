@@ -18,7 +18,7 @@ from mlxchat.server.errors import bad_field, missing_field
 from mlxchat.server.images import ImageBlob
 from mlxchat.server.requests import (
     ChatRequest,
-    message_list,
+    message_items,
     sampling,
     session_name,
     tool_definitions,
@@ -123,14 +123,10 @@ def _assistant(content: Any, where: str) -> IncomingMessage:
 
 
 def messages(data: dict[str, Any]) -> list[IncomingMessage]:
-    raw = message_list(data)
     out: list[IncomingMessage] = []
     called: dict[str, str] = {}
     """The last reply's tool uses: id -> tool name."""
-    for i, m in enumerate(raw):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise bad_field(where, "Each message must be an object.")
+    for where, m in message_items(data):
         if "content" not in m:
             raise missing_field(f"{where}.content")
         role = m.get("role")

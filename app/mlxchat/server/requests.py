@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 from mlxchat.chat import CalledTool
 from mlxchat.server.api_turns import ApiRequest, IncomingMessage
@@ -169,17 +169,23 @@ def message_list(data: dict[str, Any]) -> list[Any]:
     return raw
 
 
+def message_items(data: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Each of the body's ``messages`` with where it is (``messages[i]``), each an
+    object (else a 400 naming it)."""
+    for i, m in enumerate(message_list(data)):
+        where = f"messages[{i}]"
+        if not isinstance(m, dict):
+            raise bad_field(where, "Each message must be an object.")
+        yield where, m
+
+
 def _messages(data: dict[str, Any], *, allow_urls: bool = False, ollama: bool = False
               ) -> tuple[str | None, list[IncomingMessage]]:
-    raw = message_list(data)
     system: list[str] = []
     out: list[IncomingMessage] = []
     called: dict[str, str] = {}
     """The last reply's calls: id -> tool name."""
-    for i, m in enumerate(raw):
-        where = f"messages[{i}]"
-        if not isinstance(m, dict):
-            raise bad_field(where, "Each message must be an object.")
+    for where, m in message_items(data):
         if "role" not in m:
             raise missing_field(f"{where}.role")
         role = m["role"]
