@@ -19,6 +19,7 @@ from mlxchat.server.images import ImageBlob
 from mlxchat.server.requests import (
     ChatRequest,
     message_items,
+    model_name,
     sampling,
     session_name,
     tool_definitions,
@@ -196,11 +197,7 @@ def _stops(data: dict[str, Any]) -> list[str]:
 
 def _checked_common(data: dict[str, Any]) -> str:
     """The model's name; ``metadata`` checked."""
-    model = data.get("model")
-    if model is None:
-        raise missing_field("model")
-    if not isinstance(model, str):
-        raise bad_field("model", "'model' must be a string.")
+    model = model_name(data)
     if data.get("metadata") is not None and not isinstance(data["metadata"], dict):
         raise bad_field("metadata", "'metadata' must be an object.")
     return model

@@ -320,13 +320,19 @@ class OpenAiCommon:
     include_usage: bool
 
 
-def openai_common(data: dict[str, Any]) -> OpenAiCommon:
-    """``model``, ``n`` (1 only), ``stream`` and ``stream_options``, checked."""
+def model_name(data: dict[str, Any]) -> str:
+    """The body's ``model``: present and a string (else a 400 naming it)."""
     model = data.get("model")
     if model is None:
         raise missing_field("model")
     if not isinstance(model, str):
         raise bad_field("model", "'model' must be a string.")
+    return model
+
+
+def openai_common(data: dict[str, Any]) -> OpenAiCommon:
+    """``model``, ``n`` (1 only), ``stream`` and ``stream_options``, checked."""
+    model = model_name(data)
     n = whole_number(data, "n", 1)
     if n not in (None, 1):
         raise bad_field("n", "Only one choice per request (n = 1) is supported.")
