@@ -71,6 +71,8 @@ class Finished:
     """Why the conversation's KV was recomputed (its files were evicted)."""
     stop_sequence: str | None = None
     """The stop string that ended the reply, if one did."""
+    reply_id: int | None = None
+    """The stored reply's message id (a follow-up may continue after it)."""
 
 
 def _join_pieces(a: Piece | Finished, b: Piece | Finished) -> Piece | None:
@@ -349,7 +351,7 @@ class ChatService:
             if watch.seen not in parsed:
                 parsed.clear()
                 reply = reply_parts(tokenizer, watch.seen, tools=tools)
-                parsed[watch.seen] = reply, with_ids(reply.calls)
+                parsed[watch.seen] = reply, with_ids(reply.calls[:request.max_calls])
             return parsed[watch.seen]
 
         def reply_form(done: TurnDone) -> IncomingMessage:
@@ -392,5 +394,7 @@ class ChatService:
             "length": "length"}.get(done.stats.finish_reason, "stop")
         if self.kv_budget is not None:  # before the end goes out: done when the client sees it
             self.last_eviction = self.kv_budget.enforce(in_use=turn.session_id)
+        last = self.conv.messages[-1] if self.conv.messages else None
         yield Finished(reply.content, done.reasoning, done.stats, reason, turn.session_id,
-                       calls, cache_miss=miss, stop_sequence=watch.matched)
+                       calls, cache_miss=miss, stop_sequence=watch.matched,
+                       reply_id=last.id if last and last.role == "assistant" else None)
