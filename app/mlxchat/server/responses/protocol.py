@@ -33,6 +33,14 @@ EFFORTS: dict[str, dict[str, Any]] = {
 }
 """``reasoning.effort``: thinking on or off, the effort for templates that
 take one (gpt-oss), and the reasoning's budget (ignored by models that do not reason)."""
+LEFT_ASIDE = ("client_metadata", "safety_identifier", "service_tier", "user",
+              "prompt_cache_retention", "stream_options", "max_tool_calls")
+"""Fields accepted and left aside: they tune OpenAI's service, not the reply."""
+READ = ("model", "input", "instructions", "stream", "store", "previous_response_id",
+        "include", "tools", "tool_choice", "parallel_tool_calls", "reasoning", "text",
+        "max_output_tokens", "temperature", "top_p", "metadata", "prompt_cache_key",
+        "truncation", "top_logprobs", *REFUSED)
+"""Fields read (``REFUSED`` ones are refused when set)."""
 SUMMARIES = ("auto", "concise", "detailed")
 SESSION_PREFIX = "prompt_cache_key "
 """A conversation keyed by ``prompt_cache_key`` is the session titled so."""
