@@ -103,7 +103,8 @@ def test_bad_input_is_a_400_naming_it_with_nothing_stored_or_prefilled(served, b
 
 
 def test_a_follow_up_on_a_stored_response_is_refused_whole(served):
-    made = request(served.url, "POST", PATH, {"model": "tiny", "input": "hi"}).json()
+    made = request(served.url, "POST", PATH, {"model": "tiny", "input": "hi",
+                                              "max_output_tokens": 2}).json()
     before = _state(served)
     for body, param in [
         ({"input": [{"type": "function_call_output", "call_id": "call_x", "output": "x"}]},
@@ -121,7 +122,8 @@ def test_unknown_responses_are_404_in_openai_shape(served):
                          ("GET", f"{PATH}/resp_none/input_items")]:
         reply = request(served.url, method, path)
         assert reply.status == 404 and "resp_none" in reply.json()["error"]["message"]
-    made = request(served.url, "POST", PATH, {"model": "tiny", "input": "hi"}).json()
+    made = request(served.url, "POST", PATH, {"model": "tiny", "input": "hi",
+                                              "max_output_tokens": 2}).json()
     for query, param in [("?limit=0", "limit"), ("?order=up", "order"), ("?after=x", "after")]:
         reply = request(served.url, "GET", f"{PATH}/{made['id']}/input_items{query}")
         assert (reply.status, reply.json()["error"]["param"]) == (400, param)
@@ -133,7 +135,7 @@ def test_reasoning_sent_back_is_kept_only_when_it_is_ours(served):
     tampered = ours[:-3] + ("AAA" if not ours.endswith("AAA") else "BBB")
     for sealed, kept in [(ours, "I thought about it."), (tampered, None),
                          ("gAAAA-another-server", None)]:
-        body = {"model": "tiny", "store": False, "input": [
+        body = {"model": "tiny", "store": False, "max_output_tokens": 2, "input": [
             _user(f"hi {kept}"), {"type": "reasoning", "summary": [],
                                   "encrypted_content": sealed},
             {"role": "assistant", "content": "hello"}, _user("more")]}
