@@ -21,6 +21,11 @@ home: Path, prompt: str, first: bool, timeout_s: float) -> dict``
     when it was killed at ``timeout_s``) and ``output`` (what it printed,
     cut to a few KB).
 
+Optional: ``TOOL_CALL: dict`` (``name``, ``arguments``, ``prompt``, ``expect``):
+a call the client runs without asking, as a scripted model makes it
+(``scripted_serve.py``) when given ``prompt``; the result it sends back holds
+``expect`` (Claude Code: Bash ``echo hi``).
+
 ``MAX_OUTPUT_VARIABLE`` (``REAL_AGENT_MAX_OUTPUT``), when set in the
 environment, is the reply length a client asks for (its own setting: Claude
 Code's ``CLAUDE_CODE_MAX_OUTPUT_TOKENS``), so a small model's words do not

@@ -1,7 +1,9 @@
 """Codex CLI (``@openai/codex``), headless: ``codex exec --json PROMPT`` (then
 ``codex exec resume --last PROMPT``), pointed at an OpenAI Responses API
 server by a model provider in ``$CODEX_HOME/config.toml`` (the interface is in
-``real_agents/__init__.py``)."""
+``real_agents/__init__.py``). Codex has no setting for the length of a reply:
+``MAX_OUTPUT_VARIABLE`` changes nothing for it (the server's ``max_tokens``
+bounds its replies)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,10 @@ from typing import Any
 NAME = "codex_cli"
 PACKAGE = "@openai/codex"
 VERSION = "0.169.0"
+TOOL_CALL = {"name": "exec_command", "arguments": {"cmd": "echo hi"},
+             "prompt": "Run echo hi", "expect": "hi"}
+"""The call a scripted model makes to prove the client's tool loop: Codex runs it
+(``codex exec`` never asks) and sends back a function_call_output holding ``expect``."""
 OUTPUT_KEPT = 4000
 """Characters of the client's output a step keeps."""
 
