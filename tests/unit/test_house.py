@@ -12,7 +12,10 @@ as tests, each rule fails with the places that break it:
   (``__init__.py``), and no module renames an imported class (``A = B``);
 - no class name is defined in two modules;
 - a name is imported by one path from outside its package: the package's face
-  when the face hands it on, else the module that defines it;
+  when the face hands it on, else the module that defines it (a module inside
+  the package whose face hands it on takes it from the module that defines it:
+  ``models.resolve`` from ``models.gguf.importer``, where others take
+  ``bundled_gguf`` from ``models``);
 - outside the session layer nobody reaches a conversation's store or engine
   (``conv.store``, ``ctx.conversation.engine``): they ask its parts;
 - no module is over 400 lines.
@@ -194,6 +197,18 @@ def import_paths(trees: dict[Path, ast.Module]) -> list[str]:
         source = handed[module].get(name)
         return origin(source, name, depth + 1) if source else module
 
+    faces = {_module_name(path) for path in trees if path.name == "__init__.py"}
+
+    def outer_face(home: str, name: str) -> str:
+        """The outermost package whose face hands ``name`` on from ``home``
+        (``home``'s own package when none does)."""
+        handing = [face for face in faces if home.startswith(face + ".")
+                   and name in handed[face] and origin(face, name) == home]
+        return min(handing, key=len, default=home.rsplit(".", 1)[0])
+
+    def inside(here: str, package: str) -> bool:
+        return package != "mlxchat" and (here == package or here.startswith(package + "."))
+
     paths: dict[tuple[str, str], set[str]] = defaultdict(set)
     for path, tree in trees.items():
         here = _module_name(path)
@@ -205,9 +220,10 @@ def import_paths(trees: dict[Path, ast.Module]) -> list[str]:
                 if f"{node.module}.{alias.name}" in defined:
                     continue  # a submodule
                 home = origin(node.module, alias.name)
-                package = home.rsplit(".", 1)[0]
-                if package != "mlxchat" and (here == package or here.startswith(package + ".")):
+                if inside(here, home.rsplit(".", 1)[0]):
                     continue  # inside its package: the module that defines it
+                if node.module == home and inside(here, outer_face(home, alias.name)):
+                    continue  # inside the package whose face hands it on (not the face: a cycle)
                 paths[(home, alias.name)].add(node.module)
     return sorted(f"{name} (from {home}): {', '.join(sorted(via))}"
                   for (home, name), via in paths.items() if len(via) > 1)
@@ -305,6 +321,19 @@ def test_the_checks_see_what_they_look_for():
         here: ast.parse("from mlxchat.pkg import Thing\n"),
         there: ast.parse("from mlxchat.pkg.inner import Thing\n"),
     }) == ["Thing (from mlxchat.pkg.inner): mlxchat.pkg, mlxchat.pkg.inner"]
+    # A subpackage's name handed on by the outer face: a module beside the
+    # subpackage takes it from its module; outside, two paths are two.
+    deep = PACKAGE_ROOT / "pkg" / "sub" / "inner.py"
+    sub_face = PACKAGE_ROOT / "pkg" / "sub" / "__init__.py"
+    beside = PACKAGE_ROOT / "pkg" / "beside.py"
+    trees = {face: ast.parse("from mlxchat.pkg.sub.inner import Thing\n"),
+             sub_face: ast.parse(""), deep: ast.parse("class Thing: pass\n"),
+             beside: ast.parse("from mlxchat.pkg.sub.inner import Thing\n"),
+             here: ast.parse("from mlxchat.pkg import Thing\n")}
+    assert import_paths(trees) == []
+    trees[there] = ast.parse("from mlxchat.pkg.sub.inner import Thing\n")
+    assert import_paths(trees) == [
+        "Thing (from mlxchat.pkg.sub.inner): mlxchat.pkg, mlxchat.pkg.sub.inner"]
 
 
 if __name__ == "__main__":

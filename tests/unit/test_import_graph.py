@@ -17,7 +17,11 @@ folder:
 A module imports only its own layer or those below; errors imports nothing of
 the project. Inside the engine the same holds between its floors, bottom to top
 (``ENGINE_FLOORS``): a subpackage (or root module) imports only its own floor
-or those below. `from pkg import sub`, where sub is a submodule, is an import of
+or those below. Inside models/ (``MODELS_PARTS``): gguf/ and vision/ import the
+root's modules and their own, never each other; the root imports both;
+testing/ (tiny random models for tests and benchmarks) may import any of
+models/, and no module of the app outside it imports it.
+`from pkg import sub`, where sub is a submodule, is an import of
 pkg.sub only (so a package's __init__ re-exporting its submodules, and those
 submodules doing `from pkg import kv`, is no cycle). `import pkg.sub` is an
 import of pkg.sub; the parents Python also runs are not edges.
@@ -50,6 +54,10 @@ IMPORTS_NOTHING = {"mlxchat.errors"}
 # The engine's floors, bottom to top: each a subpackage of engine/ or a module at its root.
 ENGINE_FLOORS = ["events", "thread", "prompt", "kv", "results", "disk", "speculative", "batch", "turn",
                  "core", "distributed", "interface", "__init__"]
+# models/ by concept: each part (a subpackage, or "" for the root's modules) and
+# the parts it may import. Nothing outside testing/ imports testing/.
+MODELS_PARTS = {"": {"", "gguf", "vision"}, "gguf": {"", "gguf"}, "vision": {"", "vision"},
+                "testing": {"", "gguf", "vision", "testing"}}
 
 
 # -- the checker ---------------------------------------------------------------
@@ -244,12 +252,42 @@ def engine_violations(graph: dict[str, dict[str, int]]) -> list[str]:
     return problems
 
 
+def models_part(module: str) -> str | None:
+    """The part of models/ a module is in ("" for the root's modules; None:
+    not in models/); a subpackage the table does not name is its own part."""
+    parts = module.split(".")
+    if parts[:2] != ["mlxchat", "models"] or len(parts) < 3:
+        return None
+    return parts[2] if len(parts) > 3 else ""
+
+
+def models_violations(graph: dict[str, dict[str, int]]) -> list[str]:
+    problems = []
+    for module in sorted(graph):
+        part = models_part(module)
+        if part is not None and part not in MODELS_PARTS:
+            problems.append(f"{module}: in no part of models/ (add {part} to MODELS_PARTS)")
+    for module in sorted(graph):
+        here = models_part(module)
+        for target, line in sorted(graph[module].items()):
+            there = models_part(target)
+            where = f"{module} -> {target} (line {line})"
+            if there == "testing" and here != "testing":
+                problems.append(f"{where}: only tests and benchmarks import models.testing")
+            elif (here in MODELS_PARTS and there is not None
+                  and there not in MODELS_PARTS[here]):
+                problems.append(f"{where}: models.{here or '(root)'} may not import "
+                                f"models.{there or '(root)'}")
+    return problems
+
+
 def check(root: Path) -> list[str]:
     """Every problem of the package at `root`: cycles, then layer violations,
-    then the engine's floors."""
+    then the engine's floors, then the parts of models/."""
     graph = build_graph(root)
     cycles = [f"cycle: {' -> '.join(path)}" for path in find_cycles(graph)]
-    return cycles + layer_violations(graph) + engine_violations(graph)
+    return (cycles + layer_violations(graph) + engine_violations(graph)
+            + models_violations(graph))
 
 
 # -- the tests -----------------------------------------------------------------
@@ -347,3 +385,28 @@ def test_the_checker_holds_the_engine_floors(tmp_path):
         "mlxchat.engine.disk.segments -> mlxchat.engine.turn.pipeline (line 1): up an "
         "engine floor, disk imports turn",
     ]
+
+
+def test_the_checker_holds_the_parts_of_models(tmp_path):
+    pkg = _write(tmp_path, {"__init__.py": "", "models/__init__.py": "",
+                            "models/errors.py": "",
+                            "models/loader.py": "from mlxchat.models.vision import load\n",
+                            "models/gguf/__init__.py": "",
+                            "models/gguf/header.py": "from mlxchat.models import errors\n",
+                            "models/gguf/vocab.py": "from mlxchat.models.vision import images\n",
+                            "models/vision/__init__.py": "",
+                            "models/vision/images.py": "", "models/vision/load.py": "",
+                            "models/testing/__init__.py": "",
+                            "models/testing/text.py": "from mlxchat.models.gguf import header\n",
+                            "models/helpers/__init__.py": "",
+                            "engine/__init__.py": "",
+                            "engine/core.py": "from mlxchat.models.testing import text\n",
+                            "engine/events.py": ""})
+    assert check(pkg) == [
+        "mlxchat.models.helpers.__init__: in no part of models/ (add helpers to MODELS_PARTS)",
+        "mlxchat.engine.core -> mlxchat.models.testing.text (line 1): only tests and "
+        "benchmarks import models.testing",
+        "mlxchat.models.gguf.vocab -> mlxchat.models.vision.images (line 1): "
+        "models.gguf may not import models.vision",
+    ]
+

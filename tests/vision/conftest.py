@@ -11,8 +11,8 @@ import pytest
 
 from mlxchat.chat import ImageRef
 from mlxchat.models import load_folder
-from mlxchat.models.tiny_vision import write_tiny_qwen_vl
-from mlxchat.models.vision_images import file_digest
+from mlxchat.models.testing.vision import write_tiny_qwen_vl
+from mlxchat.models.vision.images import file_digest
 
 DATA = Path(__file__).parent / "data"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxchat.models.tiny_vision_gemma3 import write_tiny_gemma3_vl
+from mlxchat.models.testing.gemma3 import write_tiny_gemma3_vl
 
 DATA = Path(__file__).parent / "data"
 WINDOW = 48

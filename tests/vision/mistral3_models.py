@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxchat.models.tiny_vision_mistral3 import write_tiny_mistral3
+from mlxchat.models.testing.mistral3 import write_tiny_mistral3
 
 DATA = Path(__file__).parent / "data"
 TEMPLATE = "mistral-small-3.1-24b-instruct-2503.chat_template.jinja"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxchat.models.tiny_vision_smolvlm import write_tiny_smolvlm
+from mlxchat.models.testing.smolvlm import write_tiny_smolvlm
 
 TILE_TOKENS = 16
 """The tiny model's tokens per tile: (32 / 4)^2 patches, pixel-shuffled by 2x2."""

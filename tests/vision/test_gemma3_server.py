@@ -15,7 +15,7 @@ from .test_vision_server import data_url, openai, serve, shot  # noqa: F401 (fix
 
 @pytest.fixture(scope="module")
 def tiny_gemma3(tmp_path_factory):
-    from mlxchat.models.tiny_vision_gemma3 import write_tiny_gemma3_vl
+    from mlxchat.models.testing.gemma3 import write_tiny_gemma3_vl
 
     folder = write_tiny_gemma3_vl(tmp_path_factory.mktemp("g3-api"),
                                   chat_template=gemma3_template())

@@ -183,7 +183,7 @@ def test_an_edit_before_the_image_recomputes_its_span_without_the_tower(
 
 
 def test_features_on_disk_stay_under_their_bound(tmp_path):
-    from mlxchat.models.vision_features import FeatureStore
+    from mlxchat.models.vision.features import FeatureStore
 
     one = mx.array(np.ones((16, 32), dtype=np.float32))
     store = FeatureStore("f", root=tmp_path, max_bytes=3 * 16 * 32 * 4 + 3 * 200)
@@ -200,7 +200,7 @@ def test_features_on_disk_stay_under_their_bound(tmp_path):
 def test_features_on_disk_keep_every_output_of_the_tower(tmp_path):
     """A family whose tower gives more than the span's embeddings (Qwen3-VL's
     DeepStack levels) gets every array back, in order."""
-    from mlxchat.models.vision_features import FeatureStore
+    from mlxchat.models.vision.features import FeatureStore
 
     outputs = tuple(mx.array(np.full((16, 32), float(n), dtype=np.float32)) for n in range(4))
     store = FeatureStore("f", root=tmp_path)

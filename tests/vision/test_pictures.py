@@ -34,7 +34,7 @@ CELL = (10, 20)
 
 @pytest.fixture(scope="module")
 def tiny_vl(tmp_path_factory):
-    from mlxchat.models.tiny_vision import write_tiny_qwen_vl
+    from mlxchat.models.testing.vision import write_tiny_qwen_vl
 
     from .conftest import qwen_vl_template
 

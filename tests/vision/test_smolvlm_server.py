@@ -16,7 +16,7 @@ from .test_vision_server import data_url, openai, serve, shot  # noqa: F401 (fix
 
 @pytest.fixture(scope="module")
 def tiny_smolvlm(tmp_path_factory):
-    from mlxchat.models.tiny_vision_smolvlm import write_tiny_smolvlm
+    from mlxchat.models.testing.smolvlm import write_tiny_smolvlm
 
     folder = write_tiny_smolvlm(tmp_path_factory.mktemp("smolvlm-api"),
                                 chat_template=smolvlm_template())

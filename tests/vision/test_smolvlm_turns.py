@@ -13,7 +13,7 @@ from mlx_lm.models.cache import make_prompt_cache
 from mlxchat.chat import Message
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.prompt.render import render
-from mlxchat.models.tiny_vision_smolvlm import write_tiny_smolvlm
+from mlxchat.models.testing.smolvlm import write_tiny_smolvlm
 
 from .conftest import load
 from .smolvlm_models import TILE_TOKENS, mlx_vlm_inputs, smolvlm_template

@@ -21,7 +21,7 @@ def write(folder: Path, family: str) -> Path:
     if family == "mistral3":
         return write_mistral3(folder)
     if family == "smolvlm":
-        from mlxchat.models.tiny_vision_smolvlm import write_tiny_smolvlm
+        from mlxchat.models.testing.smolvlm import write_tiny_smolvlm
 
         return write_tiny_smolvlm(folder, chat_template=smolvlm_template())
     return write_family(folder, family)
