@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from mlxchat.models.testing.mistral3 import write_tiny_mistral3
 
 DATA = Path(__file__).parent / "data"
@@ -29,11 +27,6 @@ def published_processor() -> dict:
 def write_mistral3(folder: Path, **sizes) -> Path:
     return write_tiny_mistral3(folder, chat_template=mistral3_template(),
                                processor_config=published_processor(), **sizes)
-
-
-@pytest.fixture(scope="session")
-def mistral3_folder(tmp_path_factory) -> Path:
-    return write_mistral3(tmp_path_factory.mktemp("mistral3"))
 
 
 def mlx_vlm_processor(folder: Path):
