@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Iterator
 
 from mlxchat.server.app import build_app
-from mlxchat.server.image_fetch import FetchLimits
+from mlxchat.server.core.image_fetch import FetchLimits
+from mlxchat.server.core.service import ChatService
 from mlxchat.server.runner import RunningServer
-from mlxchat.server.service import ChatService
 
 from tests.server.conftest import Served, open_tiny, request
 
