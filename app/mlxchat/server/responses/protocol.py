@@ -32,7 +32,9 @@ EFFORTS: dict[str, dict[str, Any]] = {
     "xhigh": {"thinking": True, "reasoning_effort": "high", "max_reasoning_tokens": 32768},
 }
 """``reasoning.effort``: thinking on or off, the effort for templates that
-take one (gpt-oss), and the reasoning's budget (ignored by models that do not reason)."""
+take one (gpt-oss), and the reasoning's budget (ignored by models that do not
+reason). Seam: the shared effort table for every route (issue 45 item 1) takes
+this over once it is in server/core."""
 LEFT_ASIDE = ("client_metadata", "safety_identifier", "service_tier", "user",
               "prompt_cache_retention", "stream_options", "max_tool_calls")
 """Fields accepted and left aside: they tune OpenAI's service, not the reply."""

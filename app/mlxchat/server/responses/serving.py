@@ -85,6 +85,10 @@ async def create(request: Request) -> Response:
             await run_in_threadpool(service.store.responses.add, shape.id, end.session_id,
                                     end.reply_id, body, read.listed)
 
+    # Seam: once the shared streaming core sends a stream's first events before
+    # the prefill (issue 45 item 1), response.created goes out at once and
+    # response.in_progress repeats while the prompt is read (Codex gives up on a
+    # stream that stays silent, and ignores comment lines).
     items, first = await started(request, service.chat(chat))
     if not parsed.stream:
         end = await finished(request, first, items)
