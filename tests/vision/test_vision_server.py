@@ -13,17 +13,16 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.server.app import build_app
-from mlxchat.server.image_fetch import FetchLimits
+from mlxchat.server.core.image_fetch import FetchLimits
+from mlxchat.server.core.service import ChatService
 from mlxchat.server.runner import RunningServer
-from mlxchat.server.service import ChatService
-
-from tests.server.conftest import Served, open_tiny, request
-from tests.server.image_hosts import ImageHosts
-from tests.waiting import until
 
 from .conftest import make_image
 from .test_bad_images import png_header_only
 from .test_vision_app import tiny_vl  # noqa: F401 (fixture)
+from tests.server.conftest import Served, open_tiny, request
+from tests.server.image_hosts import ImageHosts
+from tests.waiting import until
 
 
 def serve(loaded, db: Path, *, allow_image_urls: bool = False, **fetch) -> Served:

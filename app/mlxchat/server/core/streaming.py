@@ -13,8 +13,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from mlxchat.server.errors import ApiError
-from mlxchat.server.service import Finished, Piece
+from mlxchat.server.core.errors import ApiError
+from mlxchat.server.core.service import Finished, Piece
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from mlxchat.server.service import Finished
+from mlxchat.server.core.service import Finished
 from mlxchat.turn_stats import TurnStats
 
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens"}

@@ -13,9 +13,9 @@ from starlette.concurrency import run_in_threadpool
 
 from mlxchat.engine.turn.constrained import CompiledFormat, OutputFormat, SchemaError
 from mlxchat.engine.turn.tool_grammar import ANY, ToolChoice, compile_tools
-from mlxchat.server.api_turns import ApiRequest
-from mlxchat.server.errors import ApiError, bad_field
-from mlxchat.server.response_format import compiled
+from mlxchat.server.core.api_turns import ApiRequest
+from mlxchat.server.core.errors import ApiError, bad_field
+from mlxchat.server.core.response_format import compiled
 
 
 def openai_choice(data: dict[str, Any]) -> ToolChoice:

@@ -19,12 +19,20 @@ from starlette.responses import JSONResponse, Response
 from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.engine.prompt.fit import FittedPrompt
 from mlxchat.engine.turn.constrained import CompiledFormat
-from mlxchat.server.errors import ApiError, bad_field, missing_field, server_stopped
-from mlxchat.server.openai_api import capped_header, usage
-from mlxchat.server.requests import openai_common, parse_json, sampling, stop_strings
-from mlxchat.server.response_format import compiled, openai_format
-from mlxchat.server.service import ChatService, Finished, Piece, StopWatch, started_unless_gone
-from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
+from mlxchat.server.core.errors import ApiError, bad_field, missing_field, server_stopped
+from mlxchat.server.core.requests import parse_json, sampling, stop_strings
+from mlxchat.server.core.response_format import compiled, openai_format
+from mlxchat.server.core.service import (
+    ChatService,
+    Finished,
+    Piece,
+    StopWatch,
+    started_unless_gone,
+)
+from mlxchat.server.core.streaming import DisconnectAwareStream, finished, read_body, started
+from mlxchat.server.core.usage import capped_header
+from mlxchat.server.openai.chat import usage
+from mlxchat.server.openai.protocol import openai_common
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 

@@ -16,7 +16,7 @@ from functools import partial
 from mlxchat.engine.batch.decoder import BatchDecoder
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.interface import Engine
-from mlxchat.server.api_turns import ApiTurns
+from mlxchat.server.core.api_turns import ApiTurns
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.root import open_conversation
 from mlxchat.store import SessionStore, open_store

@@ -5,7 +5,6 @@ find their stored branch by the same ledger, as OpenAI's chat completions."""
 
 from __future__ import annotations
 
-
 import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -14,16 +13,16 @@ from mlxchat.chat import Message
 from mlxchat.engine.prompt.delta import TemplateOptions
 from mlxchat.engine.prompt.render import render
 from mlxchat.errors import MlxchatError
-from mlxchat.server.anthropic_requests import anthropic_chat, anthropic_turn
-from mlxchat.server.anthropic_shape import MessageShape
-from mlxchat.server.anthropic_stream import stream_events
-from mlxchat.server.errors import ApiError, bad_field
-from mlxchat.server.openai_api import miss_header
-from mlxchat.server.requests import parse_json
-from mlxchat.server.response_format import anthropic_format
-from mlxchat.server.service import ChatService
-from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started
-from mlxchat.server.tool_choice import anthropic_choice, constrained
+from mlxchat.server.anthropic.protocol import anthropic_chat, anthropic_turn
+from mlxchat.server.anthropic.shape import MessageShape
+from mlxchat.server.anthropic.stream import stream_events
+from mlxchat.server.core.errors import ApiError, bad_field
+from mlxchat.server.core.requests import parse_json
+from mlxchat.server.core.response_format import anthropic_format
+from mlxchat.server.core.service import ChatService
+from mlxchat.server.core.streaming import DisconnectAwareStream, finished, read_body, started
+from mlxchat.server.core.tool_choice import anthropic_choice, constrained
+from mlxchat.server.core.usage import miss_header
 
 
 async def messages(request: Request) -> Response:

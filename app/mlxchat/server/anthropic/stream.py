@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from typing import Any, AsyncIterator
 
-from mlxchat.server.anthropic_shape import MessageShape, stop_reason, tool_use_blocks, usage
-from mlxchat.server.errors import ApiError
-from mlxchat.server.service import Finished, Piece
-from mlxchat.server.streaming import unsent
+from mlxchat.server.anthropic.shape import MessageShape, stop_reason, tool_use_blocks, usage
+from mlxchat.server.core.errors import ApiError
+from mlxchat.server.core.service import Finished, Piece
+from mlxchat.server.core.streaming import unsent
 
 BLOCKS = {"reasoning": ("thinking", "thinking_delta", "thinking"),
           "answer": ("text", "text_delta", "text")}

@@ -15,11 +15,11 @@ import anyio
 import httpx2
 
 from mlxchat.models import vision_images
-from mlxchat.server import fetch_guard, images
-from mlxchat.server.api_turns import ApiRequest, IncomingMessage
-from mlxchat.server.errors import ApiError, bad_field
-from mlxchat.server.images import ImageBlob
-from mlxchat.server.tool_calls import calls_signature
+from mlxchat.server.core import fetch_guard, images
+from mlxchat.server.core.api_turns import ApiRequest, IncomingMessage
+from mlxchat.server.core.errors import ApiError, bad_field
+from mlxchat.server.core.images import ImageBlob
+from mlxchat.server.core.tool_calls import calls_signature
 
 
 @dataclass(frozen=True)

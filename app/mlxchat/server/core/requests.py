@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from mlxchat.chat import CalledTool
-from mlxchat.server.api_turns import ApiRequest, IncomingMessage
-from mlxchat.server import images
-from mlxchat.server.errors import ApiError, bad_field, missing_field
-from mlxchat.server.images import ImageBlob
-from mlxchat.server.tool_calls import calls_signature
+from mlxchat.server.core import images
+from mlxchat.server.core.api_turns import ApiRequest, IncomingMessage
+from mlxchat.server.core.errors import ApiError, bad_field, missing_field
+from mlxchat.server.core.images import ImageBlob
+from mlxchat.server.core.tool_calls import calls_signature
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -311,15 +311,6 @@ def session_name(data: dict[str, Any], header: str | None) -> str | None:
     return name or None
 
 
-@dataclass
-class OpenAiCommon:
-    """What OpenAI's chat and completion requests share."""
-
-    model: str
-    stream: bool
-    include_usage: bool
-
-
 def model_name(data: dict[str, Any]) -> str:
     """The body's ``model``: present and a string (else a 400 naming it)."""
     model = data.get("model")
@@ -328,70 +319,3 @@ def model_name(data: dict[str, Any]) -> str:
     if not isinstance(model, str):
         raise bad_field("model", "'model' must be a string.")
     return model
-
-
-def openai_common(data: dict[str, Any]) -> OpenAiCommon:
-    """``model``, ``n`` (1 only), ``stream`` and ``stream_options``, checked."""
-    model = model_name(data)
-    n = whole_number(data, "n", 1)
-    if n not in (None, 1):
-        raise bad_field("n", "Only one choice per request (n = 1) is supported.")
-    stream = data.get("stream", False)
-    if not isinstance(stream, bool):
-        raise bad_field("stream", "'stream' must be true or false.")
-    options = data.get("stream_options") or {}
-    if not isinstance(options, dict):
-        raise bad_field("stream_options", "'stream_options' must be an object.")
-    return OpenAiCommon(model, stream, bool(options.get("include_usage")))
-
-
-def openai_chat(data: dict[str, Any], header_session: str | None, *,
-                allow_image_urls: bool = False, window: int | None = None) -> ChatRequest:
-    common = openai_common(data)
-    system, messages = _messages(data, allow_urls=allow_image_urls)
-    settings = sampling(data, max_names=("max_tokens", "max_completion_tokens"),
-                        window=window)
-    tools = tool_definitions(data.get("tools"), data.get("tool_choice"))
-    turn = ApiRequest(system, messages, settings, session_name(data, header_session), tools)
-    return ChatRequest(common.model, turn, common.stream, stop_strings(data.get("stop")),
-                       common.include_usage)
-
-
-def unbounded_num_predict(options: dict[str, Any]) -> bool:
-    """Ollama's ``num_predict`` -1 (no limit) and -2 (fill the context): both run
-    until the model stops or the context window is full."""
-    value = options.get("num_predict")
-    return isinstance(value, int) and not isinstance(value, bool) and value in (-1, -2)
-
-
-def _bounded(options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` without a num_predict of -1 or -2; any other one not a whole
-    number from 1 refused, naming the two."""
-    if unbounded_num_predict(options):
-        return {k: v for k, v in options.items() if k != "num_predict"}
-    try:
-        whole_number(options, "num_predict", 1)
-    except ApiError:
-        raise bad_field("num_predict", "'num_predict' must be a whole number >= 1, or -1 "
-                        "or -2.") from None
-    return options
-
-
-def ollama_chat(data: dict[str, Any], header_session: str | None, *,
-                window: int | None = None) -> ChatRequest:
-    model = data.get("model")
-    if not isinstance(model, str) or not model:
-        raise missing_field("model")
-    system, messages = _messages(data, ollama=True)
-    options = data.get("options") or {}
-    if not isinstance(options, dict):
-        raise bad_field("options", "'options' must be an object.")
-    settings = sampling(_bounded(options), max_names=("num_predict",), window=window)
-    if unbounded_num_predict(options) and window is not None:
-        settings["max_tokens"] = window  # the engine stops where the window is full
-    stream = data.get("stream", True)
-    if not isinstance(stream, bool):
-        raise bad_field("stream", "'stream' must be true or false.")
-    tools = tool_definitions(data.get("tools"), None)
-    turn = ApiRequest(system, messages, settings, session_name({}, header_session), tools)
-    return ChatRequest(model, turn, stream, stop_strings(options.get("stop")))

@@ -19,8 +19,9 @@ from typing import Any
 from mlxchat.chat import ImageRef
 from mlxchat.errors import MlxchatError
 from mlxchat.models import vision_images
-from mlxchat.server.errors import bad_field
+from mlxchat.server.core.errors import bad_field
 from mlxchat.store.image_files import store_image
+
 
 @dataclass(frozen=True)
 class ImageBlob:

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from mlxchat.chat import human_bytes
 from mlxchat.models.memory import available_memory
 
-log = logging.getLogger("mlxchat.server.admission")
+log = logging.getLogger("mlxchat.server.core.admission")
 
 SHARE_OF_RAM = 0.75
 """Of the available memory, what KV caches may take unless a budget is set

@@ -12,11 +12,11 @@ import json
 from typing import Any
 
 from mlxchat.chat import CalledTool
-from mlxchat.server import images
-from mlxchat.server.api_turns import ApiRequest, IncomingMessage
-from mlxchat.server.errors import bad_field, missing_field
-from mlxchat.server.images import ImageBlob
-from mlxchat.server.requests import (
+from mlxchat.server.core import images
+from mlxchat.server.core.api_turns import ApiRequest, IncomingMessage
+from mlxchat.server.core.errors import bad_field, missing_field
+from mlxchat.server.core.images import ImageBlob
+from mlxchat.server.core.requests import (
     ChatRequest,
     message_items,
     model_name,
@@ -25,8 +25,8 @@ from mlxchat.server.requests import (
     tool_definitions,
     whole_number,
 )
-from mlxchat.server.tool_calls import calls_signature
-from mlxchat.server.tool_choice import anthropic_choice
+from mlxchat.server.core.tool_calls import calls_signature
+from mlxchat.server.core.tool_choice import anthropic_choice
 
 MAX_STOPS = 32
 """Stop sequences one request may give."""

@@ -11,23 +11,23 @@ from typing import Any, AsyncIterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from mlxchat.server.errors import ApiError
-from mlxchat.server.image_fetch import fetch_images
-from mlxchat.server.requests import ChatRequest, openai_chat, parse_json
-from mlxchat.server.response_format import openai_format
-from mlxchat.server.service import ChatService, Finished, Piece
-from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started, unsent
-from mlxchat.server.tool_calls import openai_calls
-from mlxchat.server.tool_choice import constrained, openai_choice
+from mlxchat.server.core.errors import ApiError
+from mlxchat.server.core.image_fetch import fetch_images
+from mlxchat.server.core.requests import ChatRequest, parse_json
+from mlxchat.server.core.response_format import openai_format
+from mlxchat.server.core.service import ChatService, Finished, Piece
+from mlxchat.server.core.streaming import (
+    DisconnectAwareStream,
+    finished,
+    read_body,
+    started,
+    unsent,
+)
+from mlxchat.server.core.tool_calls import openai_calls
+from mlxchat.server.core.tool_choice import constrained, openai_choice
+from mlxchat.server.core.usage import capped_header, capped_to, miss_header
+from mlxchat.server.openai.protocol import openai_chat
 from mlxchat.turn_stats import TurnStats
-
-
-def capped_to(stats: TurnStats, asked: int | None) -> int | None:
-    """The most tokens the reply could have had when the request asked for
-    more than the window leaves after the prompt, else None (a max_tokens past
-    the whole window is refused before it runs: ``requests.too_many_tokens``)."""
-    room = max(0, stats.context_window - stats.prompt_tokens + 1)  # the last is never fed
-    return room if asked is not None and stats.context_window and asked > room else None
 
 
 def usage(stats: TurnStats, asked: int | None = None, cache_miss: str | None = None
@@ -47,18 +47,6 @@ def usage(stats: TurnStats, asked: int | None = None, cache_miss: str | None = N
     if cache_miss:
         out["cache_miss_reason"] = cache_miss
     return out
-
-
-def capped_header(stats: TurnStats, asked: int | None) -> dict[str, str]:
-    """The same as a header, for a reply asked for whole."""
-    capped = capped_to(stats, asked)
-    return {} if capped is None else {"X-Max-Tokens-Capped": str(capped)}
-
-
-def miss_header(first: Piece | Finished) -> dict[str, str]:
-    """``X-Cache-Miss: REASON`` when the conversation's KV was recomputed
-    (known before the first piece, so a stream has it too)."""
-    return {"X-Cache-Miss": first.cache_miss} if first.cache_miss else {}
 
 
 class _ChatShape:

@@ -21,8 +21,8 @@ from mlxchat.chat import CalledTool, ImageRef, Message, Role, Session
 from mlxchat.engine.events import Event, TurnDone
 from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.errors import MlxchatError
-from mlxchat.server import images
-from mlxchat.server.images import ImageBlob
+from mlxchat.server.core import images
+from mlxchat.server.core.images import ImageBlob
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.errors import ConversationError
 from mlxchat.session.lock import SessionBusy, SessionLock

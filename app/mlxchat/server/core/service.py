@@ -21,22 +21,18 @@ from mlxchat.engine.thread.worker import waits_end_on
 from mlxchat.errors import MlxchatError
 from mlxchat.models.token_floor import tokens_at_least
 from mlxchat.models.tools import call_markup
-from mlxchat.server.access_log import note_turn
-from mlxchat.server.admission import admission_for
-from mlxchat.server.api_turns import ApiTurns, IncomingMessage, conversation_key
-from mlxchat.server.errors import (
-    ApiError,
-    context_exceeded,
-    queue_full,
-    server_stopped,
-    unknown_model,
-)
-from mlxchat.server.idle_join import IdleJoins
-from mlxchat.server.kv_budget import Eviction, KvBudget
-from mlxchat.server.lane import EngineLane, QueueFull, Work
-from mlxchat.server.requests import ChatRequest
-from mlxchat.server.slots import open_slots
-from mlxchat.server.tool_calls import CallCut, ReplyParts, calls_signature, reply_parts, with_ids
+from mlxchat.server.core.access_log import note_turn
+from mlxchat.server.core.admission import admission_for
+from mlxchat.server.core.api_turns import ApiTurns, IncomingMessage, conversation_key
+from mlxchat.server.core.errors import (ApiError, context_exceeded, queue_full, server_stopped,
+                                       unknown_model)
+from mlxchat.server.core.idle_join import IdleJoins
+from mlxchat.server.core.kv_budget import Eviction, KvBudget
+from mlxchat.server.core.lane import EngineLane, QueueFull, Work
+from mlxchat.server.core.requests import ChatRequest
+from mlxchat.server.core.slots import open_slots
+from mlxchat.server.core.tool_calls import (CallCut, ReplyParts, calls_signature, reply_parts,
+                                           with_ids)
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.lock import SessionBusy
 from mlxchat.store import SessionStore

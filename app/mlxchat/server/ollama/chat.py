@@ -13,14 +13,21 @@ from starlette.responses import JSONResponse, Response
 
 from mlxchat.chat import CalledTool
 from mlxchat.engine.turn.tool_grammar import ToolChoice
-from mlxchat.server.errors import ApiError
-from mlxchat.server.openai_api import capped_to
-from mlxchat.server.requests import ollama_chat, parse_json, unbounded_num_predict
-from mlxchat.server.response_format import ollama_format
-from mlxchat.server.service import ChatService, Finished, Piece
-from mlxchat.server.streaming import DisconnectAwareStream, finished, read_body, started, unsent
-from mlxchat.server.tool_calls import ollama_calls
-from mlxchat.server.tool_choice import constrained
+from mlxchat.server.core.errors import ApiError
+from mlxchat.server.core.requests import parse_json
+from mlxchat.server.core.response_format import ollama_format
+from mlxchat.server.core.service import ChatService, Finished, Piece
+from mlxchat.server.core.streaming import (
+    DisconnectAwareStream,
+    finished,
+    read_body,
+    started,
+    unsent,
+)
+from mlxchat.server.core.tool_calls import ollama_calls
+from mlxchat.server.core.tool_choice import constrained
+from mlxchat.server.core.usage import capped_to
+from mlxchat.server.ollama.protocol import ollama_chat, unbounded_num_predict
 
 NS = 1_000_000_000
 

@@ -16,7 +16,7 @@ from mlxchat.engine.turn.constrained import (
     SchemaError,
     compile_format,
 )
-from mlxchat.server.errors import ApiError, bad_field
+from mlxchat.server.core.errors import ApiError, bad_field
 
 
 def openai_format(data: dict[str, Any]) -> OutputFormat | None:
