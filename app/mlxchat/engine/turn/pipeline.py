@@ -75,6 +75,19 @@ def events(worker: EngineThread, job: Callable[[Callable[[Event], None]], None],
             fut.exception()
 
 
+def _tail(live: LiveCache, tokens: Sequence[int], settings: GenerationSettings,
+          options: ReplyOptions) -> tuple[int, PromptScores | None]:
+    """The prompt's last tokens fed by the first decode step, and what gathers
+    the prompt's log-probabilities when they are asked for (then every
+    position is computed: the cache starts cold)."""
+    if options.prompt_logprobs:
+        live.reset("the prompt's log-probabilities were asked for")
+        return 1, PromptScores(tokens, options.logprobs or 0)
+    # generate_step gets the tail: its logits processors (repetition penalty)
+    # then see the same recent context whatever was reused.
+    return (1 if settings.repetition_penalty == 1.0 else min(20, len(tokens))), None
+
+
 def prefill_setup(loaded: LoadedModel, kv_bits: int | None) -> tuple:
     """What a prefill's speed depends on besides its tokens and position."""
     return loaded.info.fingerprint, loaded.info.compute_dtype, kv_bits
@@ -124,6 +137,8 @@ class TurnPipeline:
                 self._chunk = max(16, min(2048, int(n * self.chunk_seconds / max(dt, 1e-4))))
             elapsed = time.perf_counter() - start
             emit(PrefillProgress(done, emit.total, done / max(elapsed, 1e-9)))
+        if scores is not None:
+            emit(PromptLogprobs(tuple(scores.entries)))
         return Prefill(tokens=total, seconds=time.perf_counter() - start)
 
     def run(self, loaded: LoadedModel, live: LiveCache, fitted: FittedPrompt,
@@ -142,13 +157,7 @@ class TurnPipeline:
         if options.choices > 1:
             self._can_choose(loaded, live, settings)
         mx.reset_peak_memory()
-        # generate_step gets the tail: its logits processors (repetition
-        # penalty) then see the same recent context whatever was reused.
-        tail = 1 if settings.repetition_penalty == 1.0 else min(20, len(tokens))
-        scores = None
-        if options.prompt_logprobs:  # every position computed, each one's logits kept
-            tail, scores = 1, PromptScores(tokens, options.logprobs or 0)
-            live.reset("the prompt's log-probabilities were asked for")
+        tail, scores = _tail(live, tokens, settings, options)
         reuse = live.reuse(fitted, messages, tail=tail, kv_bits=settings.kv_bits,
                            head_dim=info.head_dim)
         typed = live.typed_ahead(reuse.tokens)
@@ -166,8 +175,6 @@ class TurnPipeline:
                                    scores=scores,
                                    **(dict(between=lambda: self._worker.pass_on(cancellable=False),
                                            cap=batching.CHUNK_TOKENS) if batched else {}))
-            if scores is not None:
-                emit(PromptLogprobs(tuple(scores.entries)))
             drafted = self._drafting.follow(tokens[:len(tokens) - tail], settings,
                                             cancelled=self._worker.cancelled)
             decoded = self._decode(loaded, live, tokens, tail,
