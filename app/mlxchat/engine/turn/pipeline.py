@@ -126,9 +126,10 @@ class TurnPipeline:
             n = self._marks.chunk(min(self._chunk, cap or total, total - done),
                                   held=len(live.tokens))
             held, t0 = len(live.tokens), time.perf_counter()
-            logits = live.feed(loaded.model, tokens[done:done + n], logits=scores is not None)
-            if scores is not None:
-                scores.add(logits, held)
+            if scores is None:
+                live.feed(loaded.model, tokens[done:done + n])
+            else:  # one process only: a split model refuses the figures
+                scores.add(live.feed(loaded.model, tokens[done:done + n], logits=True), held)
             dt = time.perf_counter() - t0
             self.chunks.record(prefill_setup(loaded, live.bits), n, held, dt)
             self._marks.reached(live, loaded.info)
