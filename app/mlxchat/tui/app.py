@@ -41,6 +41,7 @@ from mlxchat.session.streams import release_thread_streams
 from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
 from mlxchat.tui.command_runner import CommandRunner
 from mlxchat.tui.idle_compaction import IdleCompaction
+from mlxchat.tui.pictures import typed_ahead
 from mlxchat.tui.queued_message import QueuedMessage
 from mlxchat.tui.screen_opener import ScreenOpener, SlashCommandsProvider
 from mlxchat.tui.serving import Serving, serve_command
@@ -167,6 +168,10 @@ class MlxChatApp(App[int]):
         return self.call_from_thread(fn, *args)
 
     # -- start-up --------------------------------------------------------------------
+
+    def on_load(self) -> None:
+        for event in typed_ahead():  # read by the terminal probe: before the driver's keys
+            self.post_message(event)
 
     def on_mount(self) -> None:
         if self.settings.theme in self.available_themes:
