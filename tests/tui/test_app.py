@@ -412,8 +412,6 @@ async def test_what_exists_at_start_is_out_of_the_collectors_sight(tmp_path, tin
 
 
 async def test_each_reply_is_labelled_with_the_model_that_wrote_it(tmp_path, tiny, tiny_b):
-    from mlxchat.tui.widgets.transcript import AssistantMessage
-
     app = tiny_app(tmp_path / "s.db", tiny, tiny_b)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)
