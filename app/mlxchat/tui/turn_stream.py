@@ -172,7 +172,8 @@ class TurnStream:
                         error: str | None) -> None:
         app = self.app
         stats = done.stats if done is not None else None
-        await reply.finish(stats, cancelled=stats is None or stats.finish_reason == "cancelled")
+        await reply.finish(stats, cancelled=stats is None or stats.finish_reason == "cancelled",
+                           failed=error is not None)
         app.generating = False
         app.serving.watch()  # a "waiting for the API" line goes with the turn, not a tick later
         app.gauges.idle()

@@ -19,6 +19,11 @@ from mlxchat.tui.widgets.folded import ThinkingBlock
 from mlxchat.turn_stats import TurnStats
 
 
+STOPPED = "(stopped)"
+"""In front of the line under a reply you stopped (the Markdown export says "stopped")."""
+FAILED = "(cut short by an error)"
+
+
 class _OnePass:
     """Growing as text streams in, without a second layout pass: the pass that
     found the new size has laid out the widget and what it holds already, but
@@ -73,6 +78,8 @@ class AssistantMessage(_OnePass, Vertical):
         self.label = label
         self.stats = stats
         self.cancelled = cancelled
+        self.failed = False
+        """An error cut it short (said live; stored, it reads as stopped)."""
         self.reasoning = reasoning or ""
 
     def compose(self) -> ComposeResult:
@@ -89,8 +96,9 @@ class AssistantMessage(_OnePass, Vertical):
     def thinking(self) -> ThinkingBlock:
         return self.query_one(ThinkingBlock)
 
-    def set_footer(self, stats: TurnStats | None, cancelled: bool) -> None:
-        self.stats, self.cancelled = stats, cancelled
+    def set_footer(self, stats: TurnStats | None, cancelled: bool, *,
+                   failed: bool = False) -> None:
+        self.stats, self.cancelled, self.failed = stats, cancelled, failed
         thinking = self.thinking
         thinking.stats, thinking.live = stats, False
         thinking.show()
@@ -104,7 +112,7 @@ class AssistantMessage(_OnePass, Vertical):
     def _footer(self) -> Content:
         parts: list[tuple[str, str] | str] = []
         if self.cancelled:
-            parts.append(("(stopped)", "$warning italic"))
+            parts.append((FAILED if self.failed else STOPPED, "$warning italic"))
         if self.stats is not None:
             if parts:
                 parts.append("  ")
@@ -162,9 +170,10 @@ class ReplyHandle:
         self.text += fragment
         await self._stream.write(self._format.add(fragment))
 
-    async def finish(self, stats: TurnStats | None = None, *, cancelled: bool = False) -> None:
+    async def finish(self, stats: TurnStats | None = None, *, cancelled: bool = False,
+                     failed: bool = False) -> None:
         """End the stream; a cancelled reply keeps the text written so far (a
-        call cut short as it was written)."""
+        call cut short as it was written); ``failed``: an error cut it short."""
         if self.finished:
             return
         self.finished = True
@@ -174,4 +183,4 @@ class ReplyHandle:
         shown = self.message.shown = self._shown(self.text)
         if shown.strip("\n") != (self.message.markdown.source or "").strip("\n"):
             await self.message.markdown.update(shown)  # the stream told it otherwise
-        self.message.set_footer(stats, cancelled)
+        self.message.set_footer(stats, cancelled or failed, failed=failed)
