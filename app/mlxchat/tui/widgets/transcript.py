@@ -70,6 +70,13 @@ class PendingMessage(UserMessage):
     LABEL = "you · waiting for the model to load · escape withdraws it"
 
 
+class Place(Widget):
+    """Where a message sent goes once it is committed: what is said meanwhile
+    (a command typed after it) goes under it. Takes no room."""
+
+    DEFAULT_CSS = "Place { display: none; }"
+
+
 class SystemMessage(PlainMessage):
     LABEL = "system prompt"
 
@@ -176,19 +183,40 @@ class Transcript(VerticalScroll):
     async def clear(self) -> None:
         await self.remove_children()
 
+    def hold_place(self) -> Place:
+        """Keep the place of a message being sent (counted now: a notice said
+        meanwhile is kept after it)."""
+        place = Place()
+        self._shown += 1
+        self.mount(place)
+        return place
+
+    def give_up_place(self, place: Place | None) -> None:
+        """The message was not sent after all."""
+        if place is not None and place.is_attached:
+            self._shown -= 1
+            place.remove()
+
     async def add_user(self, text: str, *, pending: bool = False,
                        sources: list[Source] | None = None, forecast_s: float | None = None,
                        left_out: int = 0, budget: int | None = None,
-                       images: tuple[ImageRef, ...] = ()) -> UserMessage:
-        """A sent message (``text`` as stored; with ``sources``, what it retrieved)."""
+                       images: tuple[ImageRef, ...] = (), place: Place | None = None,
+                       ) -> UserMessage:
+        """A sent message (``text`` as stored; with ``sources``, what it
+        retrieved), at its ``place`` while that is still on screen."""
         if pending:
             widget: UserMessage = PendingMessage(text)
         else:
             self.last_sources = sources
-            self._shown += 1
             widget = UserMessage(text, sources=sources, forecast_s=forecast_s,
                                  left_out=left_out, budget=budget, images=images)
-        await self.mount(widget)
+        if place is not None and place.is_attached:  # counted already
+            await self.mount(widget, before=place)
+            await place.remove()
+        else:
+            if not pending:
+                self._shown += 1
+            await self.mount(widget)
         self.anchor()  # sending a message brings the view back to the bottom
         return widget
 
