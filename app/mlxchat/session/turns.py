@@ -22,7 +22,7 @@ from mlxchat.engine.interface import Engine
 from mlxchat.engine.turn.constrained import CompiledFormat, OutputFormat, compile_format
 from mlxchat.engine.turn.early_images import done_encoding
 from mlxchat.engine.turn.reply_options import ASKS_NOTHING, ReplyOptions
-from mlxchat.models import vision_images
+from mlxchat.models.vision import images as vision_images
 from mlxchat.session.cache_keeper import CacheKeeper
 from mlxchat.session.current import OpenSession
 from mlxchat.session.errors import ConversationError
