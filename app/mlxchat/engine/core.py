@@ -159,12 +159,12 @@ class ChatEngine:
         planned = (conversation if isinstance(conversation, FittedPrompt)
                    else list(conversation))
         self._ranks.watch_turn(planned, settings, self._loaded, self.prompts.window(settings))
-        return events(self._worker, lambda emit: self._turn(planned, settings, output, options,
-                                                            emit), self._ranks.next_event)
+        return events(self._worker, lambda emit: self._turn(planned, settings, emit, output,
+                                                            options), self._ranks.next_event)
 
     def _turn(self, planned: list[Message] | FittedPrompt, settings: GenerationSettings,
-              output: CompiledFormat | None, options: reply_options.ReplyOptions,
-              emit: Callable[[Event], None]) -> None:
+              emit: Callable[[Event], None], output: CompiledFormat | None = None,
+              options: reply_options.ReplyOptions = reply_options.ASKS_NOTHING) -> None:
         start = time.perf_counter()
         settings = self._ranks.begin_turn(settings)
         settings, spec_off = reply_options.decoded_under(
