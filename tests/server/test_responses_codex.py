@@ -13,7 +13,8 @@ import pytest
 
 from mlxchat.models import load_folder
 from mlxchat.server.responses.items import read_input
-from mlxchat.server.responses.protocol import LEFT_ASIDE, READ, read_request
+from mlxchat.server.responses.fields import RESPONSES
+from mlxchat.server.responses.protocol import read_request
 
 from tests.families.builders import FAMILIES, with_template, write_family_model
 from tests.scripted import Scripted
@@ -33,7 +34,7 @@ def recorded(name: str) -> dict:
 @pytest.mark.parametrize("name", STEPS)
 def test_every_field_codex_sends_is_read(name):
     body = recorded(name)
-    assert set(body) <= set(READ) | set(LEFT_ASIDE), set(body) - set(READ) - set(LEFT_ASIDE)
+    assert set(body) <= set(RESPONSES.served) | set(RESPONSES.ignored), set(body)
     parsed = read_request(body, None, window=32768)
     assert (parsed.stream, parsed.store, parsed.summary, parsed.sealed, parsed.one_call) \
         == (True, False, True, True, False)

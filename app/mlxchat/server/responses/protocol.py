@@ -1,9 +1,7 @@
 """A Responses request's fields (``POST /v1/responses``), checked: what the
 reply should look like and how it is kept. Its ``input`` is read by
-``items``, its ``tools`` by ``tools``. Fields this server cannot honour are
-refused in words (``REFUSED``); fields that only tune OpenAI's service
-(``service_tier``, ``safety_identifier``, ``client_metadata``, ...) are
-accepted and left aside."""
+``items``, its ``tools`` by ``tools``; what the route does with each field,
+and which it refuses by name, is its table (``fields.RESPONSES``)."""
 
 from __future__ import annotations
 
@@ -13,15 +11,8 @@ from typing import Any
 from mlxchat.engine.turn.constrained import OutputFormat
 from mlxchat.server.core.errors import bad_field
 from mlxchat.server.core.requests import MAX_NAME_CHARS, model_name, sampling
+from mlxchat.server.responses.fields import RESPONSES
 from mlxchat.server.responses.tools import Tools, read_tools
-
-REFUSED = {
-    "background": "Background responses are not supported: ask without 'background'.",
-    "conversation": "Conversation objects are not supported: continue a stored response "
-                    "with 'previous_response_id', or send the whole input.",
-    "prompt": "Reusable prompt templates are not supported: send 'instructions' and 'input'.",
-}
-"""Fields refused whenever they are given (a false or null one is accepted)."""
 
 EFFORTS: dict[str, dict[str, Any]] = {
     "none": {"thinking": False},
@@ -35,14 +26,6 @@ EFFORTS: dict[str, dict[str, Any]] = {
 take one (gpt-oss), and the reasoning's budget (ignored by models that do not
 reason). Seam: the shared effort table for every route (issue 45 item 1) takes
 this over once it is in server/core."""
-LEFT_ASIDE = ("client_metadata", "safety_identifier", "service_tier", "user",
-              "prompt_cache_retention", "stream_options", "max_tool_calls")
-"""Fields accepted and left aside: they tune OpenAI's service, not the reply."""
-READ = ("model", "input", "instructions", "stream", "store", "previous_response_id",
-        "include", "tools", "tool_choice", "parallel_tool_calls", "reasoning", "text",
-        "max_output_tokens", "temperature", "top_p", "metadata", "prompt_cache_key",
-        "truncation", "top_logprobs", *REFUSED)
-"""Fields read (``REFUSED`` ones are refused when set)."""
 SUMMARIES = ("auto", "concise", "detailed")
 SESSION_PREFIX = "prompt_cache_key "
 """A conversation keyed by ``prompt_cache_key`` is the session titled so."""
@@ -149,22 +132,10 @@ def _session(data: dict[str, Any], header: str | None) -> str | None:
     return name or None
 
 
-def _refused(data: dict[str, Any]) -> None:
-    for name, why in REFUSED.items():
-        if data.get(name) not in (None, False):
-            raise bad_field(name, why)
-    if data.get("truncation") not in (None, "disabled"):
-        raise bad_field("truncation", "Only 'truncation': 'disabled' is supported: a "
-                        "conversation past the window is refused, never cut.")
-    logprobs = data.get("top_logprobs")
-    if logprobs not in (None, 0):
-        raise bad_field("top_logprobs", "Log probabilities are not supported here.")
-
-
 def read_request(data: dict[str, Any], header_session: str | None, *,
                  window: int | None = None) -> ResponsesRequest:
     model = model_name(data)
-    _refused(data)
+    RESPONSES.check(data)
     include = data.get("include") or []
     if not isinstance(include, list) or not all(isinstance(i, str) for i in include):
         raise bad_field("include", "'include' must be a list of strings.")
