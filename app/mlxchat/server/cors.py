@@ -82,4 +82,4 @@ class Cors:
                  "Access-Control-Max-Age": str(MAX_AGE_S), "Vary": "Origin"}
         if headers.get("access-control-request-private-network") == "true":
             reply["Access-Control-Allow-Private-Network"] = "true"  # Chrome's, to loopback
-        return Response(status_code=204, headers=reply)
+        return Response(status_code=200, headers=reply)  # 200, as Starlette and llama.cpp answer

@@ -5,12 +5,11 @@ server decided at start), or refused in words: never ignored in silence."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from mlxchat.generation import REASONING_EFFORTS
 from mlxchat.server.core.errors import ApiError, bad_field
-from mlxchat.server.core.requests import sampling, stop_strings, whole_number
+from mlxchat.server.core.requests import _number, sampling, stop_strings, whole_number
 
 LOADING = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "low_vram", "f16_kv", "logits_all",
            "vocab_only", "use_mmap", "use_mlock", "numa", "num_thread", "embedding_only")
@@ -60,17 +59,6 @@ def _unserved(options: dict[str, Any]) -> None:
     if last_n is not None and penalty not in (None, 1, 1.0) and last_n != REPEAT_WINDOW:
         raise _refused("repeat_last_n", f"repeat_penalty looks back over the last "
                        f"{REPEAT_WINDOW} tokens here; leave it out or give {REPEAT_WINDOW}.")
-
-
-def _number(options: dict[str, Any], name: str, low: float, high: float) -> float | None:
-    value = options.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) \
-            or not math.isfinite(value) or not low <= value <= high:
-        raise bad_field(f"options.{name}", f"'options.{name}' must be a number from "
-                        f"{low:g} to {high:g}.")
-    return float(value)
 
 
 def option_settings(data: dict[str, Any], *, window: int | None) -> dict[str, Any]:
