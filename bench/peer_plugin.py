@@ -8,7 +8,9 @@ translated to ours (its key as the key, any origin allowed as theirs allows,
 their preset's 64-token default reply as max_tokens), and points the test at
 it; ``stop`` leaves it for the next test; nothing is downloaded. Their
 OpenAI routes without ``/v1`` (``/chat/completions``, ``/models``) are sent to
-ours with it. Each test's outcome, the requests it made (path, fields,
+ours with it, and a chat, completion or message request names the served
+model (theirs name none or a placeholder, which their server takes for the
+one it runs). Each test's outcome, the requests it made (path, fields,
 status), the server options it changed and its first failing assertion go to
 ``$PEER_OUT``, one JSON object a line, for the bench to class.
 """
@@ -33,6 +35,9 @@ HOME = os.environ["PEER_HOME"]
 START_TIMEOUT_S = 600
 ALIASES = {"/chat/completions": "/v1/chat/completions", "/models": "/v1/models"}
 """llama.cpp serves OpenAI's routes without /v1 too; ours have it."""
+NAMED = {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens"}
+"""Routes whose body names the model: their tests name none or a placeholder
+("test", "gpt-3.5-turbo"; their server answers any), a client of ours names ours."""
 TRANSLATED = {"api_key", "cors_origins", "n_predict"}
 """Their server options ours honours (the key, CORS, the default reply length)."""
 
@@ -60,6 +65,15 @@ def _config(home: str) -> None:
         fh.write("[generation]\nmax_tokens = 64\n")
 
 
+def _die_with_this_process() -> None:
+    """In the child: SIGTERM when the test run ends, however it ends (Linux)."""
+    if sys.platform == "linux":
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def _launch(key: str | None) -> int:
     port = _free_port()
     home = os.path.join(HOME, f"key-{len(_servers)}")
@@ -72,7 +86,7 @@ def _launch(key: str | None) -> int:
     proc = subprocess.Popen([sys.executable, "-m", "mlxchat", "serve", "--model", MODEL,
                              "--port", str(port), "--cors", "*"],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            env=env)
+                            env=env, preexec_fn=_die_with_this_process)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -120,12 +134,29 @@ def _aliased(path: str) -> str:
     return ALIASES.get(path, path)
 
 
+def _named(path: str, body):
+    """The body with ``model`` set to the served model (None: leave it as it is)."""
+    if path not in NAMED or not body:
+        return None
+    try:
+        data = json.loads(body)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return json.dumps({**data, "model": MODEL}).encode()
+
+
 _plain_send = requests.Session.send
 
 
 def _send(self, request, **kwargs):
     parts = urlsplit(request.url)
     request.url = urlunsplit(parts._replace(path=_aliased(parts.path)))
+    body = _named(urlsplit(request.url).path, request.body)
+    if body is not None:
+        request.body = body
+        request.headers["Content-Length"] = str(len(body))
     response = _plain_send(self, request, **kwargs)
     _recorded.append({"method": request.method, "path": urlsplit(request.url).path,
                       "fields": _fields(request.body), "status": response.status_code,
@@ -141,7 +172,12 @@ try:
     _plain_httpx = httpx2.Client.send
 
     def _httpx_send(self, request, **kwargs):
-        request.url = request.url.copy_with(path=_aliased(request.url.path))
+        url = request.url.copy_with(path=_aliased(request.url.path))
+        body = _named(url.path, request.content)
+        headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
+        request = httpx2.Request(request.method, url, headers=headers,
+                                 content=request.content if body is None else body,
+                                 extensions=request.extensions)
         response = _plain_httpx(self, request, **kwargs)
         failed = response.status_code >= 400
         if failed:

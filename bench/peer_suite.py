@@ -52,40 +52,76 @@ LLAMA_FIELDS = {"n_predict", "n_probs", "grammar", "json_schema", "cache_prompt"
                 "dynatemp_range", "repeat_penalty", "repeat_last_n", "penalty_last_n",
                 "top_n_sigma", "thinking_forced_open", "n_ctx", "slot_id", "min_keep"}
 LLAMA_REPLY = re.compile(
-    r"""["'](timings|system_fingerprint|tokens|n_probs|completion_probabilities|probs|"""
+    r"""system_fingerprint|["'](timings|tokens|n_probs|completion_probabilities|probs|"""
     r"""generation_settings|model_path|total_slots|__verbose|tokens_cached|truncated|"""
     r"""prompt_progress|n_ctx|id_slot|stop_type|stopping_word|tokens_predicted|"""
     r"""tokens_evaluated|has_new_line|cache_n|prompt_n|predicted_n|chat_format|"""
+    r"""exceed_context_size_error|n_prompt_tokens|n_ctx_slot|"""
     r"""Access-Control-Allow-(?:Credentials|Methods|Headers))["']""")
-WORDS = re.compile(r"match_regex|content|\btext\b|prompt_tokens|completion_tokens|n_prompt|"
-                   r"n_predicted|input_tokens|output_tokens|tool_calls?|finish_reason|"
-                   r"stop_reason|arguments|\bname\b|thinking|reasoning")
+WORDS = re.compile(r"match_regex|content|\btext\b|n_prompt|n_predicted|tool_calls?|"
+                   r"finish_reason|stop_reason|arguments|\bname\b|thinking|reasoning")
+"""What the model wrote, or how many tokens it counted (their expected numbers)."""
+FIRST_CHUNK = re.compile(r"""content["'\]]* is None|Expected non empty content delta""")
+"""Their streams' first chunk says content null, and no chunk an empty one;
+OpenAI's first says "" for text (null when the reply is a tool call)."""
+
+
+FEATURES = {"model_hf_repo", "model_hf_file", "model_file", "media_path", "lora_files",
+            "model_draft", "slot_save_path", "pooling", "server_slots", "enable_ctx_shift",
+            "n_ga", "n_ga_w", "kv_unified", "fa", "no_webui"}
+"""Their server's features ours has no match for (another model, local media
+files, LoRA, slots, context shift): a test that sets one is theirs alone."""
+RENDERING = {"chat_template", "chat_template_file", "reasoning_format", "reasoning_budget"}
+"""How their server renders the prompt (``jinja`` off too): ours renders the
+model's own template, so what the model then writes differs; a refusal does not."""
+THEIR_CHOICES = {
+    "test_anthropic_empty_messages": "Anthropic's API refuses an empty messages list; "
+                                     "theirs answers it",
+    "test_anthropic_vision_format_accepted": "theirs fails an image to a model without vision "
+                                             "with a 500; ours is a 400 saying so",
+}
+"""Tests of a behaviour their server chose against the API it follows."""
+
+
+def _options(record: dict, names: set[str]) -> list[str]:
+    options = record.get("options", {})
+    return [k for k in options if k in names]
 
 
 def llama_only(record: dict) -> bool:
     """Their own endpoint, field, reply field, CORS value, model alias (--alias),
-    a model name they answer whatever it is (ours: a 404, as OpenAI's), or their
-    /models without the key."""
+    a model name they answer whatever it is (ours: a 404, as OpenAI's), their
+    /models without the key, their first stream chunk for text, or a download
+    of their test media (nothing is fetched here)."""
     requests = record.get("requests", [])
     line = " ".join((record.get("line", ""), record.get("crash", ""), record["id"]))
+    calls = any("tools" in r["fields"] for r in requests)
     return (any(r["path"] in LLAMA_PATHS for r in requests)
+            or bool(_options(record, FEATURES))
+            or record["id"].split("::")[-1].split("[")[0] in THEIR_CHOICES
             or any(set(r["fields"]) & LLAMA_FIELDS for r in requests)
             or bool(LLAMA_REPLY.search(line)) or "Access-Control-Allow-" in record["id"]
             or "model_alias" in line
             or any(r["status"] == 404 and "does not exist; this server runs" in r.get("error", "")
                    for r in requests)
-            or any(r["status"] == 401 and r["path"] == "/v1/models" for r in requests))
+            or any(r["status"] == 401 and r["path"] == "/v1/models" for r in requests)
+            or (bool(FIRST_CHUNK.search(line + record.get("message", ""))) and not calls)
+            or "NameResolutionError" in record.get("message", ""))  # their media download
 
 
 def classify(record: dict) -> str:
     """'llama.cpp', 'model' or 'ours' for a failed test's record."""
     requests = record.get("requests", [])
-    line = " ".join((record.get("line", ""), record.get("crash", ""), record["id"]))
     if llama_only(record):
         return "llama.cpp"
-    if requests and all(200 <= r["status"] < 300 for r in requests) and WORDS.search(line):
+    if record.get("crash"):  # their utils' checks of the wire format (a stream's chunks)
+        return "ours"
+    if requests and any(r["status"] >= 400 for r in requests):
+        return "ours"  # refused on a route and with fields both servers have
+    if WORDS.search(record.get("line", "")):
         return "model"
-    if record.get("options"):
+    jinja_off = record.get("options", {}).get("jinja") == "False"
+    if _options(record, RENDERING) or jinja_off:
         return "llama.cpp"
     return "ours"
 
