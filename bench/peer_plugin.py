@@ -122,12 +122,22 @@ utils.ServerProcess.stop = lambda self: None
 utils.ServerPreset.load_all = staticmethod(lambda: None)
 
 
-def _fields(body) -> list[str]:
+def _json(body) -> dict:
     try:
         data = json.loads(body) if body else None
     except (ValueError, TypeError):
-        return []
-    return sorted(data) if isinstance(data, dict) else []
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _fields(body) -> list[str]:
+    return sorted(_json(body))
+
+
+def _choice(body) -> str | None:
+    """The request's tool_choice, when it forces a call ("required", a name)."""
+    choice = _json(body).get("tool_choice")
+    return None if choice in (None, "auto", "none") else json.dumps(choice)
 
 
 def _aliased(path: str) -> str:
@@ -160,6 +170,7 @@ def _send(self, request, **kwargs):
     response = _plain_send(self, request, **kwargs)
     _recorded.append({"method": request.method, "path": urlsplit(request.url).path,
                       "fields": _fields(request.body), "status": response.status_code,
+                      "forced": _choice(request.body),
                       "error": "" if response.ok else response.text[:300]})
     return response
 
@@ -184,6 +195,7 @@ try:
             response.read()  # kept: the client reads it again
         _recorded.append({"method": request.method, "path": request.url.path,
                           "fields": _fields(request.content), "status": response.status_code,
+                          "forced": _choice(request.content),
                           "error": response.text[:300] if failed else ""})
         return response
 

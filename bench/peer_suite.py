@@ -95,7 +95,8 @@ def llama_only(record: dict) -> bool:
     of their test media (nothing is fetched here)."""
     requests = record.get("requests", [])
     line = " ".join((record.get("line", ""), record.get("crash", ""), record["id"]))
-    calls = any("tools" in r["fields"] for r in requests)
+    # A forced call (tool_choice "required" or a name): OpenAI's first chunk says null.
+    calls = any(r.get("forced", "required_tool" in record["id"] or None) for r in requests)
     return (any(r["path"] in LLAMA_PATHS for r in requests)
             or bool(_options(record, FEATURES))
             or record["id"].split("::")[-1].split("[")[0] in THEIR_CHOICES
