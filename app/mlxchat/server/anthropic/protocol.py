@@ -12,10 +12,12 @@ import json
 from typing import Any
 
 from mlxchat.chat import CalledTool
+from mlxchat.server.anthropic.fields import MESSAGES
 from mlxchat.server.core import images
 from mlxchat.server.core.api_turns import ApiRequest, IncomingMessage
 from mlxchat.server.core.errors import bad_field, missing_field
 from mlxchat.server.core.images import ImageBlob
+from mlxchat.server.core.reply_asks import begun_reply
 from mlxchat.server.core.requests import (
     ChatRequest,
     message_items,
@@ -139,9 +141,9 @@ def messages(data: dict[str, Any]) -> list[IncomingMessage]:
             called = {c.id: c.name for c in out[-1].calls}
         else:
             raise bad_field(f"{where}.role", "A message's role must be 'user' or 'assistant'.")
-    if out[-1].role == "assistant":
-        raise bad_field("messages", "The last message must be the user's: continuing a "
-                        "reply the request begins is not supported.")
+    if out[-1].role == "assistant" and out[-1].calls:
+        raise bad_field("messages", "A reply the request begins (the last message) may "
+                        "hold text only, not tool_use blocks.")
     return out
 
 
@@ -207,13 +209,15 @@ def anthropic_turn(data: dict[str, Any], header_session: str | None,
                    settings: dict[str, Any] | None = None) -> tuple[str, ApiRequest]:
     """The model's name and the conversation (``count_tokens`` reads no more)."""
     model = _checked_common(data)
-    turn = ApiRequest(_system(data), messages(data), {**_thinking(data), **(settings or {})},
-                      session_name({}, header_session), tools(data))
+    said, prefill = begun_reply(messages(data))  # a last reply of the assistant's is continued
+    turn = ApiRequest(_system(data), said, {**_thinking(data), **(settings or {})},
+                      session_name({}, header_session), tools(data), prefill=prefill)
     return model, turn
 
 
 def anthropic_chat(data: dict[str, Any], header_session: str | None, *,
                    window: int | None = None) -> ChatRequest:
+    MESSAGES.check(data)
     if data.get("max_tokens") is None:
         raise missing_field("max_tokens")
     settings = sampling({k: data.get(k) for k in ("temperature", "top_p", "top_k",

@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Sequence
 from mlxchat.chat import CalledTool, ImageRef, Message, Role, Session
 from mlxchat.engine.events import Event, TurnDone
 from mlxchat.engine.turn.constrained import CompiledFormat
+from mlxchat.engine.turn.reply_options import ASKS_NOTHING, ReplyOptions
 from mlxchat.errors import MlxchatError
 from mlxchat.server.core import images
 from mlxchat.server.core.images import ImageBlob
@@ -66,6 +67,11 @@ class ApiRequest:
     """Tool definitions for the template (canonical JSON), or None."""
     output: CompiledFormat | None = None
     """The schema the reply follows (``response_format``, ``format``), compiled."""
+    options: ReplyOptions = ASKS_NOTHING
+    """Biases, penalties, log-probabilities and choices the request asks for."""
+    prefill: str | None = None
+    """The text the reply begins with (a last message of the assistant's):
+    the model continues it; the reply is stored with it."""
 
 
 @dataclass
@@ -169,6 +175,7 @@ class ApiTurns:
         assert session_id is not None
         try:
             self.conv.turns.output = request.output
+            self.conv.turns.options, self.conv.turns.prefill = request.options, request.prefill
             if new[0].role == "tool":
                 events = self.conv.turns.send_results([m.stored() for m in new])
             else:

@@ -13,14 +13,15 @@ from typing import Any, AsyncIterator, Iterator
 import anyio
 
 from mlxchat.chat import CalledTool
-from mlxchat.engine.events import ContextOverflowError, Event, TextDelta, TurnDone
+from mlxchat.engine.events import (ChoiceDone, ContextOverflowError, Event, TextDelta,
+                                   TokenLogprob, TurnDone)
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt.fit import refuse_unfittable
 from mlxchat.engine.thread.compute import WaitCancelled
 from mlxchat.engine.thread.worker import waits_end_on
+from mlxchat.engine.turn.reply_options import ReplyOptions
 from mlxchat.errors import MlxchatError
 from mlxchat.models.token_floor import tokens_at_least
-from mlxchat.models.tools import call_markup
 from mlxchat.server.core.access_log import note_turn
 from mlxchat.server.core.admission import admission_for
 from mlxchat.server.core.api_turns import ApiTurns, IncomingMessage, conversation_key
@@ -31,8 +32,8 @@ from mlxchat.server.core.kv_budget import Eviction, KvBudget
 from mlxchat.server.core.lane import EngineLane, QueueFull, Work
 from mlxchat.server.core.requests import ChatRequest
 from mlxchat.server.core.slots import open_slots
-from mlxchat.server.core.tool_calls import (CallCut, ReplyParts, calls_signature, reply_parts,
-                                           with_ids)
+from mlxchat.server.core.reply_reader import ChoiceReader, ids_up_to
+from mlxchat.server.core.tool_calls import calls_signature
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.lock import SessionBusy
 from mlxchat.store import SessionStore
@@ -54,6 +55,10 @@ class Piece:
     cache_miss: str | None = None
     """On a reply's first piece: why its conversation's KV was recomputed
     (its files were evicted), for the response's headers."""
+    choice: int = 0
+    """Which of the request's choices (``n``) it belongs to."""
+    logprobs: tuple[TokenLogprob, ...] = ()
+    """The figures of the tokens that wrote it (log-probabilities asked for)."""
 
 
 @dataclass
@@ -71,53 +76,22 @@ class Finished:
     """Why the conversation's KV was recomputed (its files were evicted)."""
     stop_sequence: str | None = None
     """The stop string that ended the reply, if one did."""
+    choice: int = 0
+    """Which of the request's choices it ends; the last item is choice 0's."""
+    logprobs: tuple[TokenLogprob, ...] | None = None
+    """Every answer token's figures (None: not asked for)."""
+    others: tuple[Finished, ...] = ()
+    """On choice 0's end: the other choices' ends (they came before it)."""
 
 
 def _join_pieces(a: Piece | Finished, b: Piece | Finished) -> Piece | None:
     """Two pieces of the same part that arrived together, as one (fewer chunks
     to encode and send when the client reads slower than the model writes)."""
-    if isinstance(a, Piece) and isinstance(b, Piece) and a.part == b.part:
-        return Piece(a.text + b.text, a.part, a.cache_miss or b.cache_miss)
+    if isinstance(a, Piece) and isinstance(b, Piece) and (a.part, a.choice) == (b.part,
+                                                                                  b.choice):
+        return Piece(a.text + b.text, a.part, a.cache_miss or b.cache_miss, a.choice,
+                     a.logprobs + b.logprobs)
     return None
-
-
-@dataclass
-class StopWatch:
-    """Cuts the answer at the first stop string, holding back text that may be
-    the start of one."""
-
-    stops: list[str]
-    seen: str = ""
-    sent: int = 0
-    stopped: bool = False
-    matched: str | None = None
-    """The stop string found."""
-
-    def feed(self, text: str) -> str:
-        """The text that is safe to send now."""
-        if self.stopped:
-            return ""
-        self.seen += text
-        if not self.stops:
-            return self._send(len(self.seen))
-        # Text before ``sent`` held no stop's start when it was sent: search after it.
-        found = [(i, s) for i, s in ((self.seen.find(s, self.sent), s) for s in self.stops)
-                 if i >= 0]
-        if found:
-            cut, self.matched = min(found, key=lambda f: f[0])
-            self.stopped = True
-            self.seen = self.seen[:cut]
-            return self._send(cut)
-        hold = max(len(s) - 1 for s in self.stops)
-        return self._send(max(self.sent, len(self.seen) - hold))
-
-    def flush(self) -> str:
-        return self._send(len(self.seen))
-
-    def _send(self, upto: int) -> str:
-        out = self.seen[self.sent:upto]
-        self.sent = max(self.sent, upto)
-        return out
 
 
 def started_unless_gone(events: Iterator[Event], cancelled: threading.Event
@@ -136,25 +110,47 @@ def started_unless_gone(events: Iterator[Event], cancelled: threading.Event
         getattr(events, "close", lambda: None)()
 
 
-def ids_up_to(tokenizer: Any, ids: list[int], answer: str, kept: int) -> list[int] | None:
-    """The first of a reply's ``ids`` that write it up to ``kept`` characters
-    of its answer text ``answer`` (which its text ends with), or None when no
-    prefix writes exactly that (a stop string that starts inside a token)."""
-    whole = tokenizer.decode(ids)
-    if not whole.endswith(answer):
-        return None
-    want = whole[:len(whole) - len(answer) + kept]
-    low, high = 0, len(ids)
-    while low < high:  # the fewest ids whose text is at least as long
-        mid = (low + high) // 2
-        if len(tokenizer.decode(ids[:mid])) < len(want):
-            low = mid + 1
-        else:
-            high = mid
-    for n in (low, low + 1):  # an incomplete character may show as one more
-        if n <= len(ids) and tokenizer.decode(ids[:n]) == want:
-            return ids[:n]
-    return None
+class Readers:
+    """Each choice's reader (``ChoiceReader``), and the ends of the choices
+    other than the first, said as they come."""
+
+    def __init__(self, tokenizer: Any, stops: list[str], *, tools: bool):
+        self._new = lambda: ChoiceReader(tokenizer, stops, tools=tools)
+        self._all: dict[int, ChoiceReader] = {}
+        self.ended: list[Finished] = []
+
+    def __getitem__(self, choice: int) -> ChoiceReader:
+        if choice not in self._all:
+            self._all[choice] = self._new()
+        return self._all[choice]
+
+    def piece(self, event: TextDelta) -> Piece | None:
+        if event.part == "reasoning":
+            return Piece(event.text, event.part, choice=event.choice) if event.text else None
+        said = self[event.choice].feed(event)
+        return None if said is None else Piece(said[0], choice=event.choice, logprobs=said[1])
+
+    def rest(self, choice: int) -> Piece | None:
+        said = self[choice].flush()
+        return None if said is None else Piece(said[0], choice=choice, logprobs=said[1])
+
+    def figures(self, choice: int, options: ReplyOptions) -> tuple[TokenLogprob, ...] | None:
+        return None if options.logprobs is None else tuple(self[choice].said)
+
+    def other_end(self, done: ChoiceDone, options: ReplyOptions) -> Iterator[Piece | Finished]:
+        rest = self.rest(done.choice)
+        if rest is not None:
+            yield rest
+        reader = self[done.choice]
+        reply, calls = reader.parts()
+        stats = TurnStats(generated_tokens=done.generated_tokens,
+                          finish_reason=done.finish_reason)
+        end = Finished(reply.content, done.reasoning, stats,
+                       reader.finish_reason(done.finish_reason), None, calls,
+                       stop_sequence=reader.watch.matched, choice=done.choice,
+                       logprobs=self.figures(done.choice, options))
+        self.ended.append(end)
+        yield end
 
 
 class ChatService:
@@ -248,7 +244,7 @@ class ChatService:
         self.check_model(request.model)
         turn = request.turn
         await self.check_fits([m.content for m in turn.messages if m.role != "assistant"]
-                              + ([turn.system] if turn.system else []))
+                              + [t for t in (turn.system, turn.prefill) if t])
         key = conversation_key(self.model_id, turn)
         async for item in self.run(lambda cancelled: self._work(request, cancelled), key=key):
             yield item
@@ -289,7 +285,7 @@ class ChatService:
             raise queue_full(exc.retry_after_s) from None
         try:
             async for item in job.items(merge=_join_pieces):
-                if isinstance(item, Finished):
+                if isinstance(item, Finished) and not item.choice:
                     self.answered += 1
                     note_turn(item.session_id, item.stats)
                 yield item
@@ -336,61 +332,56 @@ class ChatService:
 
     def _turn(self, request: ChatRequest, cancelled: threading.Event
               ) -> Iterator[Piece | Finished]:
-        """Place the request, run its turn, yield its pieces."""
-        watch = StopWatch(request.stop)
-        tokenizer = self.engine.loaded.tokenizer
-        tools = request.turn.tools is not None
-        cut = CallCut(call_markup(tokenizer) if tools else None)
-
-        parsed: dict[str, tuple[ReplyParts, tuple[CalledTool, ...]]] = {}
-
-        def parts() -> tuple[ReplyParts, tuple[CalledTool, ...]]:
-            """Indexing the reply and answering it read it once (the calls' ids too)."""
-            if watch.seen not in parsed:
-                parsed.clear()
-                reply = reply_parts(tokenizer, watch.seen, tools=tools)
-                parsed[watch.seen] = reply, with_ids(reply.calls)
-            return parsed[watch.seen]
+        """Place the request, run its turn, yield its pieces (each choice's),
+        the other choices' ends as they come, then choice 0's."""
+        asked, tokenizer = request.turn, self.engine.loaded.tokenizer
+        readers = Readers(tokenizer, request.stop, tools=asked.tools is not None)
+        main, alone = readers[0], asked.options.choices == 1
 
         def reply_form(done: TurnDone) -> IncomingMessage:
-            seen, calls = parts()  # as the client will send it back
-            return IncomingMessage("assistant", seen.content, calls_signature(calls), calls)
+            seen, calls = main.parts()  # as the client will send it back
+            return IncomingMessage("assistant", (asked.prefill or "") + seen.content,
+                                   calls_signature(calls), calls)
 
         with waits_end_on(cancelled):  # setup waits no longer than its client
             if self.cache_taken:  # the branch's KV from disk
                 self.cache_taken = False
                 self.conv.cache.restore()
-            turn = self.turns.begin(request.turn, reply_form)
+            turn = self.turns.begin(asked, reply_form)
         miss = self.kv_budget.reason_for(turn.session_id) if self.kv_budget else None
         unsaid = miss
         done: TurnDone | None = None
         for event in started_unless_gone(turn.events, cancelled):
-            if cancelled.is_set() or watch.stopped:
+            # Another choice still samples after a stop string: the text is cut.
+            if cancelled.is_set() or (main.watch.stopped and alone):
                 self.conv.turns.cancel()  # also a turn that started after the cancel
             if isinstance(event, TextDelta):
-                text = event.text if event.part == "reasoning" \
-                    else cut.feed(watch.feed(event.text))
-                if text:
-                    yield Piece(text, event.part, unsaid)
-                    unsaid = None
+                said = readers.piece(event)
+                if said is not None:
+                    said.cache_miss, unsaid = unsaid, None
+                    yield said
+            elif isinstance(event, ChoiceDone):
+                yield from readers.other_end(event, asked.options)
             elif isinstance(event, TurnDone):
                 done = event
         if done is None:
             return
-        if watch.stopped:
-            self._stopped(done, watch.seen)
+        if main.watch.stopped:
+            self._stopped(done, main.watch.seen)
         elif done.stats.finish_reason == "cancelled":
             # Not the client's doing (it is gone, or it would have been a stop
             # string): the server is stopping. Said as an error, never as a
             # reply that finished; the part already sent is stored as cancelled.
             raise server_stopped()
-        rest = cut.feed(watch.flush())
-        if rest:
-            yield Piece(rest, cache_miss=unsaid)
-        reply, calls = parts()
-        reason = "tool_calls" if calls else "stop" if watch.stopped else {
-            "length": "length"}.get(done.stats.finish_reason, "stop")
+        rest = readers.rest(0)
+        if rest is not None:
+            rest.cache_miss = unsaid
+            yield rest
+        reply, calls = main.parts()
         if self.kv_budget is not None:  # before the end goes out: done when the client sees it
             self.last_eviction = self.kv_budget.enforce(in_use=turn.session_id)
-        yield Finished(reply.content, done.reasoning, done.stats, reason, turn.session_id,
-                       calls, cache_miss=miss, stop_sequence=watch.matched)
+        yield Finished(reply.content, done.reasoning, done.stats,
+                       main.finish_reason(done.stats.finish_reason), turn.session_id, calls,
+                       cache_miss=miss, stop_sequence=main.watch.matched,
+                       logprobs=readers.figures(0, asked.options),
+                       others=tuple(readers.ended))

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlxchat.models.errors import ModelError
-from mlxchat.models.gguf import GGUFHeader
+from mlxchat.models.gguf.header import GGUFHeader
 from mlxchat.models.tokenizer import CHATML_TEMPLATE, write_bpe_tokenizer, write_spm_tokenizer
 
 _CONTRACTIONS = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"

@@ -27,8 +27,8 @@ import mlx.nn as nn
 import numpy as np
 
 from mlxchat.chat import ImageRef
-from mlxchat.models.vision_family import Levels, read_json
-from mlxchat.models.vision_images import (
+from mlxchat.models.vision.family import Levels, read_json
+from mlxchat.models.vision.images import (
     ImageRefused,
     PreparedImage,
     decode,

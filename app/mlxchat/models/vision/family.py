@@ -10,7 +10,9 @@ with the family's markers around it), how pixels become the embeddings of
 those tokens (``encode``: the vision tower and projector), how the language
 model is called with them (``forward``: mRoPE positions for Qwen-VL), and
 the cache layers it takes (``make_cache``: sliding windows for Gemma 3).
-The family is chosen by the config's ``model_type`` (``vision_load.make_family``).
+Each family is a module of this package (``qwen``, ``qwen3``, ``gemma3``,
+``smolvlm``, ``mistral3``) with a ``<name>_family(folder, config, tokenizer)``;
+the config's ``model_type`` chooses it (``load.make_family``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, NamedTuple, Protocol
 import mlx.core as mx
 import mlx.nn as nn
 
-from mlxchat.models.vision_images import PreparedImage
+from mlxchat.models.vision.images import PreparedImage
 
 
 class Levels(NamedTuple):
@@ -66,36 +68,6 @@ class VisionFamily(Protocol):
 
     def make_cache(self, vlm: nn.Module) -> list[Any]:
         """mlx-lm cache layers for the language model."""
-
-
-class QwenFamily:
-    """Qwen2-VL and Qwen2.5-VL (Qwen3-VL: ``vision_deepstack.Qwen3Family``):
-    the template's ``<|image_pad|>`` becomes the image's grid of merged
-    patches, placed by multimodal RoPE."""
-
-    def __init__(self, name: str, processor: Any, *, image_token_id: int):
-        self.name = name
-        self.processor = processor
-        self.placeholder_id = image_token_id
-
-    def span(self, image: PreparedImage) -> list[int]:
-        return [image.key] * image.tokens
-
-    def encode(self, vlm: nn.Module, image: PreparedImage) -> mx.array:
-        tower = vlm.vision_tower
-        pixels = mx.array(self.processor.pixels(image)).astype(
-            tower.patch_embed.proj.weight.dtype)
-        return tower(pixels, mx.array([image.grid]), output_hidden_states=False)
-
-    def forward(self, vlm: nn.Module, ids: mx.array, embeds: mx.array, cache: Any,
-                place: list[list[int]], levels: Levels | None = None) -> mx.array:
-        return vlm.language_model(ids, inputs_embeds=embeds, cache=cache,
-                                  position_ids=mx.array(place)[:, None, :]).logits
-
-    def make_cache(self, vlm: nn.Module) -> list[Any]:
-        from mlx_lm.models.cache import KVCache
-
-        return [KVCache() for _ in vlm.language_model.layers]
 
 
 def read_json(folder: Path, name: str) -> dict[str, Any]:

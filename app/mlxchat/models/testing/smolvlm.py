@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mlxchat.models.tiny import _byte_chars
-from mlxchat.models.tiny_vision import save_random_vlm
+from mlxchat.models.testing.text import _byte_chars
+from mlxchat.models.testing.vision import save_random_vlm
 from mlxchat.models.tokenizer import write_bpe_tokenizer
 
 SMOLVLM_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<end_of_utterance>",

@@ -9,7 +9,7 @@ written as mlx-vlm's processor writes it, row by row: a row's tokens, then
 rows x columns tokens, and a marker a row.
 
 Every token of an image is its key, the markers between its rows are text
-(``vision_model.Positions`` counts an image's tokens across them), and the
+(``model.Positions`` counts an image's tokens across them), and the
 tower runs once on the whole image. The language model is mlx-vlm's Mistral
 on mlx-lm's ``KVCache`` layers (Ministral 3's sliding layers on
 ``RotatingKVCache`` as mlx-vlm makes them), with plain RoPE positions.
@@ -26,8 +26,8 @@ import mlx.nn as nn
 import numpy as np
 
 from mlxchat.chat import ImageRef
-from mlxchat.models.vision_family import Levels, read_json
-from mlxchat.models.vision_images import (
+from mlxchat.models.vision.family import Levels, read_json
+from mlxchat.models.vision.images import (
     ImageRefused,
     PreparedImage,
     decode,

@@ -40,8 +40,8 @@ def load_vision(folder: Path, config: dict[str, Any]) -> tuple[Any, Any]:
     from mlx_lm.utils import load_tokenizer
     from mlx_vlm.utils import load_model as vlm_load
 
-    from mlxchat.models.vision_family import read_json
-    from mlxchat.models.vision_model import VisionChat
+    from mlxchat.models.vision.family import read_json
+    from mlxchat.models.vision.model import VisionChat
 
     read_json(folder, "preprocessor_config.json")
     try:
@@ -61,36 +61,33 @@ def keep_features(model: Any, fingerprint: str) -> None:
     """Keep the projected features of the images a family computes again after
     an edit (Gemma 3) on disk, under the model's fingerprint."""
     if getattr(model.family, "disk_features", False):
-        from mlxchat.models.vision_features import FeatureStore
+        from mlxchat.models.vision.features import FeatureStore
 
         model.keep_features_in(FeatureStore(fingerprint))
 
 
 def make_family(folder: Path, config: dict[str, Any], tokenizer: Any) -> Any:
-    """The family object (``vision_family.VisionFamily``) of a folder whose
-    ``model_type`` is in FAMILIES: Gemma 3's, SmolVLM's (Idefics3's too),
-    Mistral 3's, Qwen3-VL's (DeepStack), or Qwen-VL's for the others."""
-    if config["model_type"] == "gemma3":
-        from mlxchat.models.vision_gemma3 import gemma3_family
+    """The family object (``family.VisionFamily``) of a folder whose
+    ``model_type`` is in FAMILIES, from that family's module: Gemma 3's,
+    SmolVLM's (Idefics3's too), Mistral 3's, Qwen3-VL's (DeepStack), or
+    Qwen-VL's for Qwen2-VL and Qwen2.5-VL."""
+    model_type = config["model_type"]
+    if model_type == "gemma3":
+        from mlxchat.models.vision.gemma3 import gemma3_family
 
         return gemma3_family(folder, config, tokenizer)
-    if config["model_type"] in ("smolvlm", "idefics3"):
-        from mlxchat.models.vision_smolvlm import smolvlm_family
+    if model_type in ("smolvlm", "idefics3"):
+        from mlxchat.models.vision.smolvlm import smolvlm_family
 
         return smolvlm_family(folder, config, tokenizer)
-    if config["model_type"] == "mistral3":
-        from mlxchat.models.vision_mistral3 import mistral3_family
+    if model_type == "mistral3":
+        from mlxchat.models.vision.mistral3 import mistral3_family
 
         return mistral3_family(folder, config, tokenizer)
-    from mlxchat.models.vision_family import QwenFamily, read_json
-    from mlxchat.models.vision_images import QwenImages
+    if model_type == "qwen3_vl":
+        from mlxchat.models.vision.qwen3 import qwen3_family
 
-    settings = read_json(folder, "preprocessor_config.json")
-    image_token_id = int(config["image_token_id"])
-    if config["model_type"] == "qwen3_vl":
-        from mlxchat.models.vision_deepstack import Qwen3Family
+        return qwen3_family(folder, config, tokenizer)
+    from mlxchat.models.vision.qwen import qwen_family
 
-        return Qwen3Family(QwenImages(settings, family="qwen3-vl"),
-                           image_token_id=image_token_id)
-    return QwenFamily(config["model_type"], QwenImages(settings),
-                      image_token_id=image_token_id)
+    return qwen_family(folder, config, tokenizer)

@@ -12,19 +12,21 @@ by the image's key and hands ``forward`` the rows of the positions being fed
 reaches an uncached image runs the tower.
 
 Its features are not kept on disk, as Qwen2-VL's are not (``disk_features``
-is Gemma 3's); ``vision_features.FeatureStore`` keeps every array of a tuple,
+is Gemma 3's); ``features.FeatureStore`` keeps every array of a tuple,
 so setting the flag is all it would take.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
 
-from mlxchat.models.vision_family import Levels, QwenFamily
-from mlxchat.models.vision_images import PreparedImage
+from mlxchat.models.vision.family import Levels, read_json
+from mlxchat.models.vision.images import PreparedImage
+from mlxchat.models.vision.qwen import QwenFamily, QwenImages
 
 
 class Qwen3Family(QwenFamily):
@@ -47,3 +49,10 @@ class Qwen3Family(QwenFamily):
                                            "deepstack_visual_embeds": levels.rows}
         return vlm.language_model(ids, inputs_embeds=embeds, cache=cache,
                                   position_ids=mx.array(place)[:, None, :], **extra).logits
+
+
+def qwen3_family(folder: Path, config: dict[str, Any], tokenizer: Any) -> Qwen3Family:
+    """Qwen3-VL's family for a model folder."""
+    settings = read_json(folder, "preprocessor_config.json")
+    return Qwen3Family(QwenImages(settings, family="qwen3-vl"),
+                       image_token_id=int(config["image_token_id"]))

@@ -1,9 +1,9 @@
 """Turn a GGUF file into an MLX model folder, keeping its quantization.
 
 The tensors are read memory-mapped by the ``gguf`` package and converted one
-by one (see gguf_quants: exact repacks where MLX has the same format, a
+by one (see ``quants``: exact repacks where MLX has the same format, a
 measured requantization where it has not); names, row order and config come
-from gguf_arch, the tokenizer from gguf_vocab. The folder is what both our
+from ``arch``, the tokenizer from ``vocab``. The folder is what both our
 loader and plain ``mlx_lm.load`` read. Conversions are cached by file hash.
 """
 
@@ -25,9 +25,11 @@ import mlx.core as mx
 
 from mlxchat import paths
 from mlxchat.files import sha256_file, write_private_text
-from mlxchat.models import gguf_arch, gguf_quants, gguf_vocab
+from mlxchat.models.gguf import arch as gguf_arch
+from mlxchat.models.gguf import quants as gguf_quants
+from mlxchat.models.gguf import vocab as gguf_vocab
 from mlxchat.models.errors import ModelError
-from mlxchat.models.gguf import GGUFHeader, read_header
+from mlxchat.models.gguf.header import GGUFHeader, read_header
 
 Progress = Callable[[str, int, int], None]
 Customize = Callable[[GGUFHeader, dict], "tuple[str | None, list[str]]"]

@@ -16,7 +16,7 @@ import numpy as np
 
 from mlxchat.models import precision
 from mlxchat.models.errors import ModelError
-from mlxchat.models.gguf import GGUFHeader
+from mlxchat.models.gguf.header import GGUFHeader
 
 _LAYER = {
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj",

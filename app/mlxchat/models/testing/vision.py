@@ -18,7 +18,7 @@ from typing import Any
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from mlxchat.models.tiny import SPECIALS, _byte_chars
+from mlxchat.models.testing.text import SPECIALS, _byte_chars
 from mlxchat.models.tokenizer import write_bpe_tokenizer
 
 QWEN_VL_SPECIALS = ["<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlxchat.models.errors import ModelError
-from mlxchat.models.gguf import GGUFHeader, TensorInfo, _check_start
+from mlxchat.models.gguf.header import GGUFHeader, TensorInfo, _check_start
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
             10: "<Q", 11: "<q", 12: "<d"}

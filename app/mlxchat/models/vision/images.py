@@ -12,7 +12,6 @@ that holds it is reused.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -196,51 +195,3 @@ class PreparedImage:
     @property
     def tokens(self) -> int:
         return self.merged[0] * self.merged[1] * self.grid[0]
-
-
-class QwenImages:
-    """Qwen2-VL, Qwen2.5-VL and Qwen3-VL's image processing: resized to a
-    multiple of patch x merge within [min, max] pixels, patches of 2 frames (an
-    image is repeated), each 2x2 patches merged into one placeholder token.
-    ``family`` joins the settings an image's key is made of (Qwen2-VL's and
-    Qwen2.5-VL's keys stay as they were)."""
-
-    def __init__(self, config: dict[str, Any], *, family: str = "qwen2-vl"):
-        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import (
-            Qwen2VLImageProcessorPil,
-        )
-
-        self._hf = Qwen2VLImageProcessorPil(**{k: v for k, v in config.items()
-                                               if k not in ("image_processor_type",
-                                                            "processor_class")})
-        self.patch = int(self._hf.patch_size)
-        self.merge = int(self._hf.merge_size)
-        self.min_pixels = int(self._hf.size["shortest_edge"])
-        self.max_pixels = int(self._hf.size["longest_edge"])
-        self.settings = json.dumps({"family": family, "patch": self.patch,
-                                    "merge": self.merge, "min": self.min_pixels,
-                                    "max": self.max_pixels,
-                                    "mean": list(self._hf.image_mean),
-                                    "std": list(self._hf.image_std)}, sort_keys=True)
-
-    def prepare(self, ref: ImageRef) -> PreparedImage:
-        """The image's key and geometry from its header alone (no decoding)."""
-        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
-
-        header = read_header(Path(ref.path))
-        factor = self.patch * self.merge
-        h, w = smart_resize(header.height, header.width, factor=factor,
-                            min_pixels=self.min_pixels, max_pixels=self.max_pixels)
-        grid = (1, h // self.patch, w // self.patch)
-        return PreparedImage(ref=ref, key=image_key(ref.digest, self.settings), grid=grid,
-                             merged=(grid[1] // self.merge, grid[2] // self.merge))
-
-    def pixels(self, image: PreparedImage) -> np.ndarray:
-        """The processor's patches of the decoded image (its grid checked)."""
-        if image.pixels is None:
-            out = self._hf(images=[decode(Path(image.ref.path))], return_tensors="np")
-            if tuple(int(x) for x in out["image_grid_thw"][0]) != image.grid:
-                raise ImageRefused(f"{image.ref.name or image.ref.digest[:12]}: the processor "
-                                   "cut it into another grid than its header predicts")
-            image.pixels = np.asarray(out["pixel_values"])
-        return image.pixels

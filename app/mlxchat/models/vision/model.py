@@ -5,11 +5,11 @@ cache layers (the language models of these families use only ``offset``,
 ``update_and_fetch`` and ``make_mask``, which mlx-lm's ``KVCache`` and
 ``RotatingKVCache`` have), so the live cache, trimming, KV segments and their
 restore are the text path's. An image's placeholders are its negative key
-(``vision_images.image_key``); their embeddings are the vision tower's
+(``images.image_key``); their embeddings are the vision tower's
 features of that image, computed only when a prefill reaches positions no
 cache holds, and kept for the next chunk. What differs between families
 (image processing, the span's layout, the tower's call, positions, cache
-layers) is the ``family``'s (``vision_family``). A family whose tower gives
+layers) is the ``family``'s (``family``). A family whose tower gives
 more than the span's embeddings (Qwen3-VL's DeepStack levels, one row per
 token too) has those rows gathered for the positions being fed, beside the
 embeddings, and passed to its ``forward``.
@@ -34,8 +34,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from mlxchat.chat import ImageRef
-from mlxchat.models.vision_family import Levels, VisionFamily
-from mlxchat.models.vision_images import ImageRefused, PreparedImage
+from mlxchat.models.vision.family import Levels, VisionFamily
+from mlxchat.models.vision.images import ImageRefused, PreparedImage
 
 _KEPT_FEATURES = 4
 """Images whose features are kept after a prefill (a span cut by chunks)."""
@@ -126,7 +126,7 @@ class _State:
         (the chat's and the API's engines, a probe's throwaway cache)."""
         self.vision_calls = 0
         self.store: Any = None
-        """Where features are kept on disk (``vision_features.FeatureStore``), if anywhere."""
+        """Where features are kept on disk (``features.FeatureStore``), if anywhere."""
 
     def positions_of(self, cache: Any, offset: int) -> Positions:
         first = cache[0] if cache else None
