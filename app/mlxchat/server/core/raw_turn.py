@@ -14,8 +14,8 @@ from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.engine.prompt.fit import FittedPrompt
 from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.server.core.errors import ApiError, server_stopped
-from mlxchat.server.core.service import ChatService, Finished, Piece, StopWatch
-from mlxchat.server.core.service import started_unless_gone
+from mlxchat.server.core.reply_reader import StopWatch
+from mlxchat.server.core.service import ChatService, Finished, Piece, started_unless_gone
 
 
 def raw_work(service: ChatService, prompt_ids: Callable[[Any], list[int]], *,

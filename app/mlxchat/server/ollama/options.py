@@ -9,7 +9,7 @@ from typing import Any
 
 from mlxchat.generation import REASONING_EFFORTS
 from mlxchat.server.core.errors import ApiError, bad_field
-from mlxchat.server.core.requests import _number, sampling, stop_strings, whole_number
+from mlxchat.server.core.requests import number, sampling, stop_strings, whole_number
 
 LOADING = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "low_vram", "f16_kv", "logits_all",
            "vocab_only", "use_mmap", "use_mlock", "numa", "num_thread", "embedding_only")
@@ -79,10 +79,10 @@ def option_settings(data: dict[str, Any], *, window: int | None) -> dict[str, An
     settings = sampling(bounded, max_names=("num_predict",), window=window)
     if unbounded_num_predict(options) and window is not None:
         settings["max_tokens"] = window  # the engine stops where the window is full
-    min_p = _number(options, "min_p", 0.0, 1.0)
+    min_p = number(options, "min_p", 0.0, 1.0)
     if min_p is not None:
         settings["min_p"] = min_p
-    penalty = _number(options, "repeat_penalty", 0.0, 10.0)
+    penalty = number(options, "repeat_penalty", 0.0, 10.0)
     if penalty is not None:
         settings["repetition_penalty"] = penalty if penalty > 0 else 1.0  # 0: off in Ollama
     return settings
