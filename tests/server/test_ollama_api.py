@@ -74,7 +74,7 @@ def test_a_request_without_a_prompt_only_loads_the_model(served):
 @pytest.mark.parametrize("body, words", [
     ({"context": [1, 2, 3]}, "'context'"),
     ({"template": "{{ .Prompt }}"}, "'template'"),
-    ({"suffix": "return x"}, "'suffix'"),
+    ({"suffix": "return x"}, "'suffix' needs a model with fill-in-the-middle tokens"),
     ({"width": 512}, "image generation"),
     ({"logprobs": True}, "'logprobs'"),
     ({"raw": True, "system": "be brief"}, "'system' cannot go with raw"),
@@ -132,3 +132,29 @@ def test_model_management_is_refused_in_ollamas_shape(served, method, path):
     assert reply.status == 501
     if method != "HEAD":
         assert "is not supported" in reply.json()["error"]
+
+
+def test_a_suffix_fills_in_the_middle_where_the_model_has_the_tokens(tmp_path_factory,
+                                                                      tmp_path):
+    from mlxchat.models import load_folder
+
+    from tests.families.builders import with_template, write_family_model
+    from tests.server.conftest import serve
+
+    fim = ("<fim_prefix>", "<fim_suffix>", "<fim_middle>")
+    base = with_template("llama3", "{{ messages[0]['content'] }}")
+    family = with_template("llama3", base.template, specials=base.specials + fim)
+    coder = load_folder(write_family_model(family, tmp_path_factory.mktemp("fim")),
+                        name="tiny", spec="tiny")
+    running = serve(coder, tmp_path / "fim.db")
+    try:
+        shown = request(running.url, "POST", "/api/show", {"model": "tiny"}).json()
+        assert "insert" in shown["capabilities"]
+        reply = generate(running, prompt="def f(", suffix="    return x").json()
+        encode = coder.tokenizer.encode
+        assert reply["prompt_eval_count"] == 3 + len(encode("def f(", add_special_tokens=False)) \
+            + len(encode("    return x", add_special_tokens=False))  # the three FIM tokens
+        assert reply["done"] and reply["eval_count"] > 0
+    finally:
+        running.stop()
+

@@ -9,6 +9,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from mlxchat.engine.prompt.fim import fim_ids, fim_tokens
 from mlxchat.engine.turn.tool_grammar import ToolChoice
 from mlxchat.server.core.errors import ApiError, bad_field
 from mlxchat.server.core.raw_turn import raw_work
@@ -86,7 +87,7 @@ async def generate(request: Request) -> Response:
                              await started(request, service.chat(chat_request)))
     service.check_model(chat_request.model)
     output = await compiled(service.engine.loaded.tokenizer, ollama_format(data), "format")
-    prompt_ids = _prompt_ids(asked)
+    prompt_ids = _prompt_ids(asked, service)
     await service.check_fits([asked.prompt, asked.suffix or ""])
     work = service.run(lambda cancelled: raw_work(
         service, prompt_ids, settings=asked.settings, stop=chat_request.stop, output=output,
@@ -94,9 +95,13 @@ async def generate(request: Request) -> Response:
     return await _answer(request, data, chat_request, shape, await started(request, work))
 
 
-def _prompt_ids(asked: GenerateRequest):
-    """How the raw prompt becomes tokens: as it is, or around the ``suffix``'s gap."""
+def _prompt_ids(asked: GenerateRequest, service: ChatService):
+    """How the raw prompt becomes tokens: as it is, or, with a ``suffix``, the
+    model's fill-in-the-middle prompt around the gap (a 400 where it has none)."""
     if asked.suffix is None:
         return lambda tokenizer: list(tokenizer.encode(asked.prompt))
-    raise ApiError(400, "'suffix' is not supported: this server has no fill-in-the-middle "
-                   "prompt for the model.", param="suffix", code="unsupported_parameter")
+    if fim_tokens(service.engine.loaded.tokenizer) is None:
+        raise ApiError(400, f"'suffix' needs a model with fill-in-the-middle tokens; "
+                       f"{service.model_id} has none.", param="suffix",
+                       code="unsupported_parameter")
+    return lambda tokenizer: fim_ids(tokenizer, asked.prompt, asked.suffix)

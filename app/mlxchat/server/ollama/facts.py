@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlxchat.engine.prompt.fim import fim_tokens
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import ModelInfo
 from mlxchat.models.tools import call_markup
@@ -28,7 +29,7 @@ CONFIG_KEYS = {
 
 def capabilities(info: ModelInfo, tokenizer: Any) -> list[str]:
     """What the loaded model does here: "completion" always; "tools" when its
-    calls can be read back, "vision", "thinking" when it has them."""
+    calls can be read back, "vision", "thinking", "insert" (fill in the middle) when it has them."""
     found = ["completion"]
     if call_markup(tokenizer) is not None:
         found.append("tools")
@@ -36,6 +37,8 @@ def capabilities(info: ModelInfo, tokenizer: Any) -> list[str]:
         found.append("vision")
     if info.reasoning != "none" or "enable_thinking" in info.template_variables:
         found.append("thinking")
+    if fim_tokens(tokenizer) is not None:
+        found.append("insert")  # /api/generate's suffix
     return found
 
 

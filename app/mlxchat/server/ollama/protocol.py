@@ -99,8 +99,10 @@ def ollama_generate(data: dict[str, Any], header_session: str | None, *,
         name = "system" if system else "images"
         raise bad_field(name, f"'{name}' cannot go with raw: true: a raw prompt has no "
                         "template to place it in.")
-    if suffix is not None and blobs:
-        raise bad_field("suffix", "'suffix' cannot go with images.")
+    if suffix is not None and (blobs or system):
+        name = "images" if blobs else "system"
+        raise bad_field(name, f"'{name}' cannot go with 'suffix': a fill-in-the-middle "
+                        "prompt has no template to place it in.")
     settings = {**thinking(data), **option_settings(data, window=window)}
     message = IncomingMessage("user", prompt, images.signature(blobs), images=blobs)
     turn = ApiRequest(system or None, [message], settings, session_name({}, header_session))
