@@ -76,7 +76,9 @@ def test_a_request_without_a_prompt_only_loads_the_model(served):
     ({"template": "{{ .Prompt }}"}, "'template'"),
     ({"suffix": "return x"}, "'suffix' needs a model with fill-in-the-middle tokens"),
     ({"width": 512}, "image generation"),
-    ({"logprobs": True}, "'logprobs'"),
+    ({"logprobs": True, "raw": True}, "'logprobs' and penalties go with a prompt rendered"),
+    ({"top_logprobs": 2}, "'top_logprobs' needs 'logprobs': true"),
+    ({"logprobs": True, "top_logprobs": 21}, "'top_logprobs' may be at most 20"),
     ({"raw": True, "system": "be brief"}, "'system' cannot go with raw"),
     ({"raw": "yes"}, "'raw' must be true or false"),
     ({"think": "maybe"}, "'think' must be"),
@@ -94,9 +96,33 @@ def test_what_cannot_be_served_is_refused_in_words(served, body, words):
     assert served.service.answered == 0  # refused before anything ran
 
 
+def test_logprobs_are_the_tokens_the_reply_is_made_of(served):
+    reply = request(served.url, "POST", "/api/chat", {
+        "model": "tiny", "stream": False, "logprobs": True, "top_logprobs": 2,
+        "messages": [{"role": "user", "content": USER}]}).json()
+    entries = reply["logprobs"]
+    assert len(entries) == reply["eval_count"]
+    assert "".join(e["token"] for e in entries) == reply["message"]["content"]
+    for e in entries:  # greedy here: the token taken is the likeliest
+        assert len(e["top_logprobs"]) == 2 and e["logprob"] <= 0
+        assert e["top_logprobs"][0]["token"] == e["token"]
+        assert e["top_logprobs"][0]["logprob"] >= e["top_logprobs"][1]["logprob"]
+    lines = [json.loads(line) for line in request(served.url, "POST", "/api/generate", {
+        "model": "tiny", "prompt": USER, "logprobs": True}).lines()]
+    streamed = [e for line in lines[:-1] for e in line["logprobs"]]
+    assert "".join(e["token"] for e in streamed) == "".join(line["response"] for line in lines)
+
+
+def test_presence_and_frequency_penalties_change_the_greedy_reply(served):
+    plain = generate(served, prompt=USER).json()["response"]
+    penalised = generate(served, prompt=USER, options={"presence_penalty": 2.0,
+                                                       "frequency_penalty": 2.0}).json()
+    assert penalised["response"] != plain
+
+
 def test_options_that_describe_the_load_or_turn_a_sampler_off_are_accepted(served):
     options = {"num_ctx": 2048, "num_gpu": 1, "num_thread": 2, "use_mmap": True,
-               "mirostat": 0, "typical_p": 1.0, "presence_penalty": 0, "repeat_penalty": 1.1,
+               "mirostat": 0, "typical_p": 1.0, "tfs_z": 1.0, "repeat_penalty": 1.1,
                "min_p": 0.05, "penalize_newline": True}
     reply = generate(served, prompt="hi", options=options)
     assert reply.status == 200, reply.body

@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse, Response
 from mlxchat.engine.prompt.fim import fim_ids, fim_tokens
 from mlxchat.engine.turn.tool_grammar import ToolChoice
 from mlxchat.server.core.errors import ApiError, bad_field
+from mlxchat.server.core.logprobs import TokenTexts
 from mlxchat.server.core.raw_turn import raw_work
 from mlxchat.server.core.requests import ChatRequest, parse_json
 from mlxchat.server.core.response_format import compiled, ollama_format
@@ -27,6 +28,13 @@ from mlxchat.server.ollama.protocol import (
     ollama_generate,
     ollama_model,
 )
+
+
+def _texts(service: ChatService, chat: ChatRequest) -> TokenTexts | None:
+    """The tokens' texts, when the request asks for log-probabilities."""
+    if chat.turn.options.logprobs is None:
+        return None
+    return TokenTexts(service.engine.loaded.tokenizer)
 
 
 def _asked(data: dict[str, Any], chat: ChatRequest) -> int | None:
@@ -60,10 +68,10 @@ async def _answer(request: Request, data: dict[str, Any], chat: ChatRequest,
 async def chat(request: Request) -> Response:
     service: ChatService = request.app.state.service
     data = parse_json(await read_body(request))
-    shape = replies.ChatShape(service.model_id)
     if loads_only(data, "messages"):
-        return _load_only(service, data, shape)
+        return _load_only(service, data, replies.ChatShape(service.model_id))
     chat_request = ollama_chat(data, request.headers.get("x-session"), window=service.window)
+    shape = replies.ChatShape(service.model_id, _texts(service, chat_request))
     chat_request.turn = await constrained(service.engine.loaded.tokenizer, chat_request.turn,
                                           ollama_format(data), ToolChoice(),
                                           format_param="format")
@@ -74,11 +82,11 @@ async def chat(request: Request) -> Response:
 async def generate(request: Request) -> Response:
     service: ChatService = request.app.state.service
     data = parse_json(await read_body(request))
-    shape = replies.GenerateShape(service.model_id)
     if loads_only(data, "prompt") and not data.get("suffix"):
-        return _load_only(service, data, shape)
+        return _load_only(service, data, replies.GenerateShape(service.model_id))
     asked = ollama_generate(data, request.headers.get("x-session"), window=service.window)
     chat_request = asked.chat
+    shape = replies.GenerateShape(service.model_id, _texts(service, chat_request))
     if not asked.raw and asked.suffix is None:
         chat_request.turn = await constrained(service.engine.loaded.tokenizer,
                                               chat_request.turn, ollama_format(data),

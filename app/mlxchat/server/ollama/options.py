@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlxchat.engine.turn.reply_options import MAX_TOP_LOGPROBS, ReplyOptions
 from mlxchat.generation import REASONING_EFFORTS
 from mlxchat.server.core.errors import ApiError, bad_field
 from mlxchat.server.core.requests import number, sampling, stop_strings, whole_number
@@ -16,15 +17,14 @@ LOADING = ("num_ctx", "num_batch", "num_gpu", "main_gpu", "low_vram", "f16_kv", 
 """How Ollama would load the model: the server loaded it once at start, so these
 are accepted and change nothing (``/api/show`` and ``/api/ps`` say what it has)."""
 
-NEUTRAL = {"mirostat": 0, "typical_p": 1.0, "tfs_z": 1.0, "presence_penalty": 0.0,
-           "frequency_penalty": 0.0}
+NEUTRAL = {"mirostat": 0, "typical_p": 1.0, "tfs_z": 1.0}
 """Sampling options this server does not have, accepted at the value that turns them off."""
 
 REPEAT_WINDOW = 20
 """Tokens ``repeat_penalty`` looks back over (mlx-lm's repetition context)."""
 
 SERVED = ("temperature", "top_p", "top_k", "min_p", "seed", "num_predict", "stop",
-          "repeat_penalty", "repeat_last_n")
+          "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty")
 
 RETIRED = ("penalize_newline",)
 """Options Ollama itself no longer reads: accepted, as it does."""
@@ -107,17 +107,32 @@ def thinking(data: dict[str, Any]) -> dict[str, Any]:
                     + ", ".join(f'"{e}"' for e in REASONING_EFFORTS) + ".")
 
 
+def reply_options(data: dict[str, Any]) -> ReplyOptions:
+    """``logprobs`` (each token's, the model's own log-softmax), ``top_logprobs``
+    (its alternatives, 0 to 20) and the presence and frequency penalties of
+    ``options``."""
+    asked = data.get("logprobs")
+    if asked is not None and not isinstance(asked, bool):
+        raise bad_field("logprobs", "'logprobs' must be true or false.")
+    top = whole_number(data, "top_logprobs", 0)
+    if top is not None and top > MAX_TOP_LOGPROBS:
+        raise bad_field("top_logprobs", f"'top_logprobs' may be at most {MAX_TOP_LOGPROBS}; "
+                        f"got {top}.")
+    if top and not asked:
+        raise bad_field("top_logprobs", "'top_logprobs' needs 'logprobs': true.")
+    options = data.get("options") if isinstance(data.get("options"), dict) else {}
+    penalties = {name: value for name in ("presence_penalty", "frequency_penalty")
+                 if (value := number(options, name, -2.0, 2.0)) is not None}
+    return ReplyOptions(logprobs=(top or 0) if asked else None, **penalties)
+
+
 def request_wide(data: dict[str, Any]) -> bool:
-    """``stream`` (default true) after checking the fields every Ollama request
-    may carry: ``keep_alive`` is accepted (the model stays loaded while the
-    server runs), ``logprobs`` is refused in words."""
+    """``stream`` (default true) after checking ``keep_alive``, which is accepted
+    (the model stays loaded while the server runs)."""
     keep_alive = data.get("keep_alive")
     if keep_alive is not None and (isinstance(keep_alive, bool)
                                    or not isinstance(keep_alive, (int, float, str))):
         raise bad_field("keep_alive", "'keep_alive' must be a duration (\"5m\") or seconds.")
-    if data.get("logprobs") or data.get("top_logprobs"):
-        name = "logprobs" if data.get("logprobs") else "top_logprobs"
-        raise bad_field(name, f"'{name}' is not supported on Ollama's routes by this server.")
     stream = data.get("stream", True)
     if not isinstance(stream, bool):
         raise bad_field("stream", "'stream' must be true or false.")

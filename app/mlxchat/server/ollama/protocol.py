@@ -17,6 +17,7 @@ from mlxchat.server.core.requests import (
 )
 from mlxchat.server.ollama.options import (
     option_settings,
+    reply_options,
     request_wide,
     stops,
     thinking,
@@ -38,7 +39,8 @@ def ollama_chat(data: dict[str, Any], header_session: str | None, *,
     system, messages = _messages(data, ollama=True)
     settings = {**thinking(data), **option_settings(data, window=window)}
     tools = tool_definitions(data.get("tools"), None)
-    turn = ApiRequest(system, messages, settings, session_name({}, header_session), tools)
+    turn = ApiRequest(system, messages, settings, session_name({}, header_session), tools,
+                      options=reply_options(data))
     return ChatRequest(model, turn, stream, stops(data))
 
 
@@ -104,7 +106,13 @@ def ollama_generate(data: dict[str, Any], header_session: str | None, *,
         raise bad_field(name, f"'{name}' cannot go with 'suffix': a fill-in-the-middle "
                         "prompt has no template to place it in.")
     settings = {**thinking(data), **option_settings(data, window=window)}
+    options = reply_options(data)
+    if (raw or suffix is not None) and options.shapes:
+        raise bad_field("logprobs" if options.logprobs is not None else "options",
+                        "'logprobs' and penalties go with a prompt rendered through the "
+                        "template, not with raw or a suffix.")
     message = IncomingMessage("user", prompt, images.signature(blobs), images=blobs)
-    turn = ApiRequest(system or None, [message], settings, session_name({}, header_session))
+    turn = ApiRequest(system or None, [message], settings, session_name({}, header_session),
+                      options=options)
     return GenerateRequest(ChatRequest(model, turn, stream, stops(data)), raw=raw,
                            prompt=prompt, suffix=suffix, settings=settings)

@@ -9,7 +9,9 @@ from datetime import datetime, timezone
 from typing import Any, AsyncIterator
 
 from mlxchat.chat import CalledTool
+from mlxchat.engine.events import TokenLogprob
 from mlxchat.server.core.errors import ApiError
+from mlxchat.server.core.logprobs import TokenTexts, chat_content
 from mlxchat.server.core.service import Finished, Piece
 from mlxchat.server.core.streaming import unsent
 from mlxchat.server.core.tool_calls import ollama_calls
@@ -35,11 +37,21 @@ def counters(end: Finished, asked: int | None) -> dict[str, Any]:
             "eval_duration": int(max(s.total_s - s.ttft_s, 0) * NS)}
 
 
-class ChatShape:
-    """``/api/chat``'s lines: an assistant ``message`` each."""
-
-    def __init__(self, model: str):
+class _Shape:
+    def __init__(self, model: str, texts: TokenTexts | None = None):
         self.model = model
+        self.texts = texts
+        """The tokenizer's texts when log-probabilities are asked for, else None."""
+
+    def logprobs(self, entries: tuple[TokenLogprob, ...] | None) -> dict[str, Any]:
+        """Ollama's ``logprobs``: each token's, with its alternatives."""
+        if self.texts is None:
+            return {}
+        return {"logprobs": chat_content(entries or (), self.texts)}
+
+
+class ChatShape(_Shape):
+    """``/api/chat``'s lines: an assistant ``message`` each."""
 
     def body(self, content: str, thinking: str = "",
              calls: tuple[CalledTool, ...] = ()) -> dict[str, Any]:
@@ -51,11 +63,8 @@ class ChatShape:
         return {"model": self.model, "created_at": now(), "message": message, "done": False}
 
 
-class GenerateShape:
+class GenerateShape(_Shape):
     """``/api/generate``'s lines: the ``response`` text (and ``thinking``)."""
-
-    def __init__(self, model: str):
-        self.model = model
 
     def body(self, content: str, thinking: str = "",
              calls: tuple[CalledTool, ...] = ()) -> dict[str, Any]:
@@ -71,7 +80,8 @@ Shape = ChatShape | GenerateShape
 
 def whole(shape: Shape, end: Finished, asked: int | None) -> dict[str, Any]:
     """A reply asked for whole: one object."""
-    return {**shape.body(end.content, end.reasoning, end.tool_calls), **counters(end, asked)}
+    return {**shape.body(end.content, end.reasoning, end.tool_calls),
+            **shape.logprobs(end.logprobs), **counters(end, asked)}
 
 
 def loaded(shape: Shape) -> dict[str, Any]:
@@ -92,7 +102,7 @@ async def lines(shape: Shape, first: Piece | Finished, items: AsyncIterator[Piec
                 yield line(shape.body("", item.text))
             else:
                 sent += item.text
-                yield line(shape.body(item.text))
+                yield line({**shape.body(item.text), **shape.logprobs(item.logprobs)})
             item = await anext(items)
         rest = unsent(item, sent)
         if rest:  # held back at a call's markup
