@@ -29,7 +29,8 @@ CONFIG_KEYS = {
 
 def capabilities(info: ModelInfo, tokenizer: Any) -> list[str]:
     """What the loaded model does here: "completion" always; "tools" when its
-    calls can be read back, "vision", "thinking", "insert" (fill in the middle) when it has them."""
+    calls can be read back; "vision", "thinking" and "insert" (fill in the
+    middle) when it has them."""
     found = ["completion"]
     if call_markup(tokenizer) is not None:
         found.append("tools")
