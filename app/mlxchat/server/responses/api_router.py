@@ -6,6 +6,8 @@ from starlette.routing import Route
 
 from mlxchat.server.responses import serving
 
+API = "OpenAI Responses"
+
 ROUTES = [
     Route("/v1/responses", serving.create, methods=["POST"]),
     Route("/v1/responses/{response_id}", serving.retrieve, methods=["GET"]),
