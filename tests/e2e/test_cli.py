@@ -17,9 +17,9 @@ pytestmark = pytest.mark.bundled
 
 
 def mlxchat(*args: str, stdin: str | None = None, timeout: int = 300,
-            home: Path | None = None) -> subprocess.CompletedProcess:
+            home: Path | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = os.environ.copy() if home is None else {**os.environ, "MLXCHAT_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "mlxchat", *args], input=stdin,
+    return subprocess.run([sys.executable, "-m", "mlxchat", *args], input=stdin, cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -101,9 +101,17 @@ def test_sessions_export_writes_where_asked(tmp_path, tiny_model_dir):
                   "--max-tokens", "4", "hello")
     assert ask.returncode == 0, ask.stderr
     out = tmp_path / "exports" / "chat.md"
+    proc = mlxchat("sessions", "export", "x/../y", "-o", str(out))  # no such folder
+    assert proc.returncode == 1 and "does not exist: make it first" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.parent.exists()
+    out.parent.mkdir()
+    out.parent.chmod(0o755)
     proc = mlxchat("sessions", "export", "x/../y", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(out) and "hello" in out.read_text()
+    proc = mlxchat("sessions", "export", "x/../y", "-o", "here.md", cwd=out.parent)
+    assert proc.returncode == 0 and (out.parent / "here.md").is_file(), proc.stderr
+    assert out.parent.stat().st_mode & 0o777 == 0o755  # the user's folder keeps its mode
     folder = tmp_path / "jsons"
     folder.mkdir()
     proc = mlxchat("sessions", "export", "x/../y", "-f", "json", "-o", str(folder))

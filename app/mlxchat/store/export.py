@@ -197,8 +197,8 @@ def export_target(dest: Path | str | None, *, cwd: Path, folder: Path, default_n
     exports folder, created readable by the owner only). With it: the place the
     user named, relative to ``cwd``: a folder (one that exists, or a name ending
     in a separator) gets the default name inside, a file name without a suffix
-    gets ``.ext``; missing folders on the way are made (StoreError, one line,
-    when they cannot be)."""
+    gets ``.ext``. The user's folders are neither made nor changed: a missing
+    one is a StoreError, one line."""
     if dest is None or str(dest) == "":
         try:
             return paths.ensure_private_dir(folder) / default_name
@@ -209,12 +209,15 @@ def export_target(dest: Path | str | None, *, cwd: Path, folder: Path, default_n
         raise StoreError("An export path cannot hold a NUL character.")
     target = Path(raw).expanduser()
     target = target if target.is_absolute() else cwd / target
-    named_folder = raw.endswith(("/", os.sep)) or target.is_dir()
-    if not named_folder and not target.suffix:
-        target = target.with_name(f"{target.name}.{ext}")
-    try:  # the folders on the way are made, readable by the owner only
-        paths.ensure_private_dir(target if named_folder else target.parent)
-    except OSError as exc:
+    try:
+        named_folder = raw.endswith(("/", os.sep)) or target.is_dir()
+        if not named_folder and not target.suffix:
+            target = target.with_name(f"{target.name}.{ext}")
+        where = target if named_folder else target.parent
+        if not where.is_dir():
+            problem = "is not a folder" if where.exists() else "does not exist: make it first"
+            raise StoreError(f"Cannot export to {raw!r:.80}: {str(where)!r:.80} {problem}.")
+    except OSError as exc:  # a name too long, a folder that cannot be looked into
         raise StoreError(f"Cannot export to {raw!r:.80}: {exc.strerror or exc}.") from None
     return target / default_name if named_folder else target
 
