@@ -41,10 +41,10 @@ from mlxchat.docs.embedder import Embedder
 from mlxchat.docs.errors import DocsError
 from mlxchat.docs.index_progress import IndexProgress, IndexReport, measured_rate
 from mlxchat.docs.paced import PacedEmbedder
-from mlxchat.docs.reading import Document, NotText, read_document
+from mlxchat.docs.reading import Document, NotText, read_document, refuse_binary
 from mlxchat.docs.walk import Skipped, check_roots, walk
 from mlxchat.docs.word_pieces import WordPieces
-from mlxchat.files import FileRefused, read_limited
+from mlxchat.files import FileRefused, FileTooLarge, read_limited
 from mlxchat.generation import DOCS_NAME
 from mlxchat.store.documents import (
     CollectionInfo,
@@ -221,7 +221,11 @@ class Indexer:
                     and record.mtime_ns == stat.st_mtime_ns:
                 report.files_unchanged += 1
                 return None
-            data = read_limited(path, self.max_file_bytes)
+            try:
+                data = read_limited(path, self.max_file_bytes)
+            except FileTooLarge:
+                refuse_binary(path)  # a binary file is named so at any size
+                raise
             digest = hashlib.sha256(data).hexdigest()
             if record is not None and record.sha256 == digest:
                 self.documents.touch_file(record.id, size=stat.st_size,
