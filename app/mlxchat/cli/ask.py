@@ -194,6 +194,7 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
             "spec_off_reason")
     data = {"reply": reply, "model": model}
     data.update({k: getattr(stats, k) for k in keys})
+    data["ttft_s"] = stats.first_token_s  # null: no token came, nothing measured
     data.update(extra or {})
     return data
 

@@ -118,7 +118,8 @@ class TurnRunner:
             raise ConversationError("Nothing to send.")
         content, sources = self._with_retrieved(text, self.compose(text))
         images = tuple(self.images)
-        plan = self._ledger().plan_message(self._open.messages, content, images=images)
+        plan = self._ledger().plan_message(self._open.messages, content, images=images,
+                                           fresh=not self._open.messages)
         self._add_user(content, plan, sources, images)  # the plan refused what cannot fit
         self.attachments.clear()
         self.images.clear()

@@ -37,13 +37,18 @@ FILENAME_BYTES = 100
 # -- Markdown ------------------------------------------------------------------
 
 
+STOPPED = "stopped"
+"""A reply stopped before its end: the chat's "(stopped)", the export's word too."""
+
+
 def markdown_stats_line(stats: TurnStats, cancelled: bool = False) -> str:
     """Under a reply in the Markdown export (plain figures, unlike the transcript's):
     '_ttft 0.12 s · 45.1 tok/s · 132 tokens · reused 1200/1250 · warm_'."""
     parts = [stats.model + (f" ({stats.model_quantization})" if stats.model_quantization
                             else "")] if stats.model else []
+    first = stats.first_token_s  # none for a turn stopped before its first token
     parts += [
-        f"ttft {stats.ttft_s:.2f} s",
+        *([] if first is None else [f"ttft {first:.2f} s"]),
         fmt_tps(stats.decode_tps),
         f"{stats.generated_tokens} token" + ("" if stats.generated_tokens == 1 else "s")
         + (f" ({stats.reasoning_tokens} thinking)" if stats.reasoning_tokens else ""),
@@ -53,9 +58,9 @@ def markdown_stats_line(stats: TurnStats, cancelled: bool = False) -> str:
     parts.append(stats.cache_source)
     if stats.kv_bits:
         parts.append(f"kv {stats.kv_bits}-bit")
-    if cancelled or stats.finish_reason != "stop":
-        parts.append("cancelled" if cancelled else "window full" if stats.window_full
-                     else stats.finish_reason)
+    if cancelled or stats.finish_reason != "stop":  # the chat's word for a stop: "stopped"
+        parts.append(STOPPED if cancelled or stats.finish_reason == "cancelled"
+                     else "window full" if stats.window_full else stats.finish_reason)
     return "_" + " · ".join(parts) + "_"
 
 
@@ -106,7 +111,7 @@ def session_markdown(session: Session) -> str:
         if message.stats is not None:
             out += ["", markdown_stats_line(message.stats, message.cancelled)]
         elif message.cancelled:
-            out += ["", "_cancelled_"]
+            out += ["", f"_{STOPPED}_"]
     return "\n".join(out) + "\n"
 
 
