@@ -62,17 +62,22 @@ def test_ask_streams_plain_text_from_stdin(bundled_model_dir):
     assert is_english_prose(proc.stdout)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (("ask", "--model", "does-not-exist", "x"), "unknown model 'does-not-exist'"),
-    (("import", "/etc/hostname"), "not a GGUF file"),
-    (("ask", "--model", "some-org/not-downloaded", "x"), "some-org/not-downloaded"),
-    (("sessions", "show", "nope"), "No session matches"),
-    (("ask", "--top-p", "0", "x"), "top_p must be > 0 and <= 1"),
-    (("--pin", "/no/such/notes.md"), "--pin /no/such/notes.md: no such file"),
+@pytest.mark.parametrize("args,needle,status", [
+    (("ask", "--model", "does-not-exist", "x"), "unknown model 'does-not-exist'", 1),
+    (("import", "/etc/hostname"), "not a GGUF file", 1),
+    (("ask", "--model", "some-org/not-downloaded", "x"), "some-org/not-downloaded", 1),
+    (("sessions", "show", "nope"), "No session matches", 1),
+    # Bad arguments are 2, as argparse's own refusals and --schema's (docs/chat.md).
+    (("ask", "--top-p", "0", "x"), "top_p must be > 0 and <= 1", 2),
+    (("ask", "--temp", "-1", "x"), "temperature must be >= 0", 2),
+    (("ask", "--docs", "nope", "x"), "No document collection named 'nope'", 2),
+    (("ask", "--docs", "bad/name", "x"), "Bad collection name 'bad/name'", 2),
+    (("ask", "--schema", "/no/such.json", "x"), "--schema /no/such.json", 2),
+    (("--pin", "/no/such/notes.md"), "--pin /no/such/notes.md: no such file", 2),
 ])
-def test_bad_input_is_one_clear_line(args, needle):
+def test_bad_input_is_one_clear_line(args, needle, status):
     proc = mlxchat(*args)
-    assert proc.returncode == 1
+    assert proc.returncode == status
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0].startswith("mlxchat: error: ") and needle in lines[0]
