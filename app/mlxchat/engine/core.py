@@ -190,9 +190,8 @@ class ChatEngine:
             compute=plan.words(), output=output, spec_off=spec_off)
         self._ranks.end_turn(self._loaded, self._live, done)
         self._refresh_state(done.stats)
-        measure = self._drafting.measurement(self._loaded, settings,
-                                             done.stats.generated_tokens,
-                                             done.stats.decode_tps)
+        measure = self._drafting.measurement(self._loaded, settings, done,
+                                             self._live.tokens)
         if measure is not None:  # speculative=auto: a verifying pass timed after this turn
             self._worker.later(lambda: measure(self._loaded, self._live))
         figures.done(done)
