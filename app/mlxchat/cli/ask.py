@@ -69,7 +69,7 @@ def _check_docs(name: str | None) -> None:
     when it is malformed or not there (a usage error, as --tools is)."""
     if name in (None, "off"):
         return
-    from mlxchat.docs.errors import DocsError
+    from mlxchat.docs import DocsError
     from mlxchat.docs.indexer import check_name
     from mlxchat.session.root import default_store
     from mlxchat.store.documents import CollectionNotFound
