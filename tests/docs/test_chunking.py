@@ -140,3 +140,19 @@ def test_no_chunk_is_a_heading_alone_whatever_the_sections(sections):
     text = "\n\n".join(parts) + "\n"
     chunks = _check_headings_travel(text, SMALL) if any(p for _, _, p in sections) else []
     assert all(c.tokens <= SMALL.limit for c in chunks)
+
+
+def test_a_paragraph_too_big_for_one_chunk_starts_a_chunk_of_its_own():
+    # server.md's second paragraph ("`mlxchat serve` loads the model ... It binds
+    # 127.0.0.1:8000 by default") was cut after its first four lines into the
+    # intro's chunk, and its address went with an unrelated tail.
+    intro = " ".join(["words of the introduction"] * 6)  # room left for two lines
+    big = "\n".join(f"line {i} of the long paragraph about the server and its address."
+                    for i in range(14))
+    text = f"# Server\n\n{intro}\n\n{big}\n"
+    chunks = chunk_text(text, "markdown", sizes=SMALL)
+    first = text.split("\n").index(big.split("\n")[0]) + 1
+    assert chunks[0].end_line < first and "line 0 " not in chunks[0].text
+    holding = next(c for c in chunks if "line 0 " in c.text)
+    assert "line 1 " in holding.text and "line 2 " in holding.text
+    assert all(c.tokens <= SMALL.limit for c in chunks)

@@ -264,8 +264,10 @@ class _Packer:
         sizes, weight = self.sizes, sum(self.tokens[first:end])
         if heading is not None and self.has_text(first) and self.body() >= sizes.heading_break:
             self.break_before(first, overlap=False)
-        elif self.has_text(first) and weight <= sizes.limit \
-                and self.size + weight > sizes.target:
+        elif self.has_text(first) and self.size + weight > sizes.target and (
+                weight <= sizes.limit or self.body() >= sizes.heading_break):
+            # A block too big for any chunk starts one of its own, unless the
+            # chunk so far is too small to stand alone.
             self.break_before(first, overlap=heading is None)  # no overlap into a new section
         if weight <= sizes.limit:
             self.make_room(weight)
