@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mlxchat.commands.turns import code_blocks, kv_sizer
 from mlxchat.engine.turn.prefill_cost import fit
+from mlxchat.session.views import decode_step
 from mlxchat.units import fmt_seconds
 
 from tests.commands.conftest import SYSTEM, finish, send
@@ -86,11 +87,12 @@ def test_attach_reports_its_cost_then_goes_with_the_next_message(registry, ctx, 
     assert conv.turns.attachments == []
     again = registry.run(f"/attach {notes}", ctx)
     assert "measured from the live cache" in again.text
-    # The prefill estimate: the chunks the turn measured, fitted, at the depth
-    # the file goes to (after the conversation so far).
+    # The prefill estimate: the chunks the turn measured, fitted with its decode
+    # step as a pass's cost, at the depth the file goes to (after the conversation).
     tokens = conv.turns.attachments[0].tokens
     start = conv.views.context_window - conv.views.window_left()
-    cost = fit(conv.engine.prefill_chunks(conv.generation.kv_bits))
+    step = decode_step([conv.turns.last_stats])
+    cost = fit(conv.engine.prefill_chunks(conv.generation.kv_bits), step=step)
     assert f"~{fmt_seconds(cost.seconds(tokens, start))} to prefill (" in again.text
     assert "; measured on this model)" in again.text
     assert "% of the 2,048-token window" in again.text
@@ -112,12 +114,15 @@ def test_attach_refusals(registry, ctx, conv, tmp_path):
     work = tmp_path / "work"
     (work / "image.bin").write_bytes(b"\x89PNG\0\0\x01")
     (work / "latin1.txt").write_bytes("café".encode("latin-1"))
+    (work / "big.bin").write_bytes(b"\x7fELF\x02\x01\x01\0" + bytes(range(256)) * 800)  # 200 KB
+    (work / "big-latin1.txt").write_bytes("café ".encode("latin-1") * 40_000)
     (work / "empty.txt").write_text("")
     (work / "folder").mkdir()
     (work / "huge.txt").write_text("y" * 3000)  # ~3,000 tokens > the 2,048 window
     (work / "enormous.txt").write_text("z" * 200_000)
     expected = {
         "image.bin": "looks binary", "latin1.txt": "is not UTF-8 text",
+        "big.bin": "looks binary", "big-latin1.txt": "is not UTF-8 text",  # at any size
         "empty.txt": "is empty", "folder": "is a folder", "missing.txt": "No such file",
         "huge.txt": "tokens; only", "enormous.txt": "too large",
     }

@@ -102,7 +102,7 @@ async def test_slash_commands_from_the_input(tmp_path, tiny):
         table = app.transcript.children[-1]
         assert isinstance(table, TableNotice) and table.caption == "Last turn"
         st = app.conversation.turns.last_stats
-        prompt_row = (f"{fmt_int(st.prompt_tokens)} tokens: 0 reused (cold cache), "
+        prompt_row = (f"{fmt_int(st.prompt_tokens)} tokens: 0 reused (cold start), "
                       f"{fmt_int(st.prefilled_tokens)} prefilled")
         assert ("prompt", prompt_row) in table.rows
 

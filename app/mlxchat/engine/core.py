@@ -41,7 +41,7 @@ from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.engine.turn.cpu_choice import CpuMatmul
 from mlxchat.engine.turn.early_images import EarlyImages
 from mlxchat.engine.turn.pipeline import TurnPipeline, events, prefill_setup
-from mlxchat.engine.turn.prefill_cost import PrefillChunk
+from mlxchat.engine.turn.prefill_cost import CHUNK_SECONDS, PrefillChunk
 from mlxchat.engine.turn.ranks import OneProcess, Ranks
 from mlxchat.engine.turn.typing_prefill import TypingPrefill
 from mlxchat.generation import GenerationSettings
@@ -70,7 +70,7 @@ class ChatEngine:
     cancel lands quickly."""
 
     def __init__(self, loaded: LoadedModel, *, ranks: Ranks | None = None,
-                 chunk_seconds: float = 0.25, measure_verify: MeasureVerify = auto.measure,
+                 chunk_seconds: float = CHUNK_SECONDS, measure_verify: MeasureVerify = auto.measure,
                  compute_owner: str = "chat", compute: ComputeLock = PROCESS_LOCK,
                  casts_weights: bool = True):
         self.casts_weights = casts_weights
@@ -190,9 +190,8 @@ class ChatEngine:
             compute=plan.words(), output=output, options=options, spec_off=spec_off)
         self._ranks.end_turn(self._loaded, self._live, done)
         self._refresh_state(done.stats)
-        measure = self._drafting.measurement(self._loaded, settings,
-                                             done.stats.generated_tokens,
-                                             done.stats.decode_tps)
+        measure = self._drafting.measurement(self._loaded, settings, done,
+                                             self._live.tokens)
         if measure is not None:  # speculative=auto: a verifying pass timed after this turn
             self._worker.later(lambda: measure(self._loaded, self._live))
         figures.done(done)
@@ -389,7 +388,7 @@ class ChatEngine:
             context_window=min(self._window, info.context_window), kv_bytes=live.nbytes,
             kv_layout=live.layout,
             kv_bits=live.bits, kv_dtype=live.dtype_label,
-            cache_source=live.source if live.tokens else "cold",
+            cache_source=live.held_from,
             weights_bytes=info.weights_bytes,
             kept_copies_bytes=cpu_matmul.held_bytes(self._loaded.model),
             bits_per_weight=info.bits_per_weight, scales_dtype=info.scales_dtype,

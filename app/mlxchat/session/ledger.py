@@ -22,6 +22,7 @@ from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt.delta import TemplateNotIncremental, TemplateOptions
 from mlxchat.engine.prompt.fit import FittedPrompt, refuse_unfittable
 from mlxchat.generation import GenerationSettings
+from mlxchat.turn_stats import NEW_CONVERSATION
 
 
 @dataclass(frozen=True)
@@ -143,16 +144,21 @@ class Ledger:
         return n + prompts.reply_reserve(self.settings) <= prompts.window(self.settings)
 
     def plan_message(self, history: Sequence[Message], text: str, *,
-                     images: tuple[ImageRef, ...] = ()) -> Plan:
-        """The prompt for a new user message ``text`` (showing ``images``) after ``history``."""
+                     images: tuple[ImageRef, ...] = (), fresh: bool = False) -> Plan:
+        """The prompt for a new user message ``text`` (showing ``images``) after
+        ``history``; ``fresh``: it starts a conversation (not an edit), which
+        is what a cache holding another is told."""
         def added() -> list[int]:
             return self.engine.prompts.message_ids(
                 text, system=self.session.context_system,
                 previous=history[-1].token_ids if history else None, options=self.options,
                 images=images)
 
-        return self._plan_new(history, [Message("user", text, images=images)], added,
+        plan = self._plan_new(history, [Message("user", text, images=images)], added,
                               first=not history)
+        if fresh and not history and plan.prompt.reason is None:
+            plan = replace(plan, prompt=replace(plan.prompt, reason=NEW_CONVERSATION))
+        return plan
 
     def plan_results(self, history: Sequence[Message], results: Sequence[Message]) -> Plan:
         """The prompt for tool results after ``history`` (whose last message is

@@ -136,8 +136,8 @@ class TurnRunner:
         content, sources = self._with_retrieved(text, self.compose(text))
         images = tuple(self.images)
         ledger = self._ledger()
-        plan = ledger.opened(ledger.plan_message(self._open.messages, content, images=images),
-                             asked.prefill)
+        plan = ledger.opened(ledger.plan_message(self._open.messages, content, images=images,
+                                                 fresh=not self._open.messages), asked.prefill)
         self._add_user(content, plan, sources, images)  # the plan refused what cannot fit
         self.attachments.clear()
         self.images.clear()

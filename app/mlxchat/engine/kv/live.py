@@ -53,6 +53,14 @@ class LiveCache:
 
     # -- state -------------------------------------------------------------------
     @property
+    def held_from(self) -> CacheSource:
+        """Where the tokens held came from: 'typed' when typing prefill alone put
+        them in a cold cache."""
+        if not self.tokens:
+            return "cold"
+        return "typed" if self.source == "cold" else self.source
+
+    @property
     def bits(self) -> int | None:
         return prompt_cache.bits(self.layers)
 
@@ -119,7 +127,7 @@ class LiveCache:
         """Trim the cache to the longest prefix it shares with the prompt, keeping
         the last ``tail`` tokens out (they are always fed, for the logits)."""
         reason = self.take_reason()
-        source = self.source if self.tokens else "cold"
+        source = self.held_from
         reason = self.match_bits(kv_bits, head_dim) or reason
         tokens = fitted.tokens
         shared = common_prefix(self.tokens, tokens)

@@ -268,9 +268,10 @@ def stop_strings(value: Any) -> list[str]:
 
 
 def too_many_tokens(name: str, value: int, window: int) -> ApiError:
-    """OpenAI's refusal of a ``max_tokens`` past what the model can write."""
-    return bad_field(name, f"{name} is too large: {value}. This model supports at most "
-                     f"{window} completion tokens (its context window, less the prompt), "
+    """OpenAI's refusal of a ``max_tokens`` past the whole context window (one
+    the window holds but the prompt leaves less room for is capped, not refused)."""
+    return bad_field(name, f"{name} is too large: {value}. This model's context window "
+                     f"holds {window} tokens, the prompt's and the completion's together, "
                      f"whereas you provided {value}.")
 
 
