@@ -91,10 +91,15 @@ def test_attach_reports_its_cost_then_goes_with_the_next_message(registry, ctx, 
     # step as a pass's cost, at the depth the file goes to (after the conversation).
     tokens = conv.turns.attachments[0].tokens
     start = conv.views.context_window - conv.views.window_left()
-    step = decode_step([conv.turns.last_stats])
-    cost = fit(conv.engine.prefill_chunks(conv.generation.kv_bits), step=step)
-    assert f"~{fmt_seconds(cost.seconds(tokens, start))} to prefill (" in again.text
-    assert "; measured on this model)" in again.text
+    chunks = conv.engine.prefill_chunks(conv.generation.kv_bits)
+    cost = fit(chunks, step=decode_step([conv.turns.last_stats]))
+    seconds, spread = cost.seconds(tokens, start), fit(chunks).seconds(tokens, start)
+    if cost.per_pass and spread > 1.25 * seconds:  # short chunks: the range they allow
+        assert (f"between {fmt_seconds(seconds)} and {fmt_seconds(spread)} to prefill ("
+                in again.text) and "from short chunks)" in again.text
+    else:
+        assert f"~{fmt_seconds(seconds)} to prefill (" in again.text
+    assert "; measured on this model" in again.text
     assert "% of the 2,048-token window" in again.text
     assert registry.run("/attach notes.txt", ctx).text.startswith("notes.txt is attached")
     assert "notes.txt" in registry.run("/attach", ctx).text
