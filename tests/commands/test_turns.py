@@ -184,3 +184,19 @@ def test_kv_probe_is_measured_at_the_session_kv_bits(registry, ctx, conv, tiny_b
     send(conv, "Fill the cache a little")
     live, how = kv_sizer(ctx)
     assert how == "measured from the live cache" and live(1) == eight(1)
+
+
+def test_a_forecast_from_short_chunks_is_said_as_a_range(ctx, conv, monkeypatch):
+    from mlxchat.commands.base import prefill_words
+    from mlxchat.engine.turn.prefill_cost import PrefillCost
+    from mlxchat.session.views import PrefillEstimate
+
+    short = PrefillEstimate(35.0, 100, PrefillCost(0.01, 0.0, 4, per_pass=0.02), True,
+                            spread_over_tokens=83.0)
+    monkeypatch.setattr(conv.views, "prefill_estimate", lambda tokens, after=0: short)
+    text = prefill_words(ctx, 3000)
+    assert text.startswith("between 35.00 s and 1 min 23 s to prefill (")
+    assert text.endswith("measured on this model, from short chunks)")
+    one = PrefillEstimate(35.0, 100, PrefillCost(0.01, 0.0, 40), True)
+    monkeypatch.setattr(conv.views, "prefill_estimate", lambda tokens, after=0: one)
+    assert prefill_words(ctx, 3000).startswith("~35.00 s to prefill (")
