@@ -16,6 +16,7 @@ from openai import OpenAI
 from mlxchat.models import load_folder
 from mlxchat.server.anthropic.fields import MESSAGES
 from mlxchat.server.openai.fields import CHAT, COMPLETIONS
+from mlxchat.server.responses.fields import RESPONSES
 from tests.families.builders import with_template, write_family_model
 from tests.server.conftest import real_qwen3, request, serve
 from tests.server.test_tool_choice import CITY
@@ -24,17 +25,21 @@ ASK = [{"role": "user", "content": "Hello"}]
 DOCS = Path(__file__).parents[2] / "docs" / "server.md"
 BASES = {CHAT.route: {"model": "tiny", "messages": ASK, "max_tokens": 2},
          COMPLETIONS.route: {"model": "tiny", "prompt": "Hello", "max_tokens": 2},
-         MESSAGES.route: {"model": "tiny", "messages": ASK, "max_tokens": 2}}
+         MESSAGES.route: {"model": "tiny", "messages": ASK, "max_tokens": 2},
+         RESPONSES.route: {"model": "tiny", "input": "Hello", "max_output_tokens": 2}}
+TABLES = [CHAT, COMPLETIONS, MESSAGES, RESPONSES]
 ASKING = {"audio": {"voice": "alloy", "format": "mp3"}, "modalities": ["text", "audio"],
           "prediction": {"type": "content", "content": "x"}, "web_search_options": {},
           "functions": [{"name": "f"}], "function_call": {"name": "f"}, "verbosity": "low",
           "moderation": {"mode": "block"}, "parallel_tool_calls": False,
           "container": "c1", "mcp_servers": [{"type": "url", "url": "http://x"}],
-          "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}}
+          "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
+          "background": True, "conversation": "conv_1", "prompt": {"id": "pmpt_1"},
+          "truncation": "auto", "top_logprobs": 3}
 """A value of each refused field that asks for something."""
 
 
-@pytest.mark.parametrize("table", [CHAT, COMPLETIONS, MESSAGES], ids=lambda t: t.route)
+@pytest.mark.parametrize("table", TABLES, ids=lambda t: t.route)
 def test_a_refused_field_is_a_400_naming_it(served, table):
     for name in table.refused:
         reply = request(served.url, "POST", table.route,
@@ -47,14 +52,15 @@ def test_a_refused_field_is_a_400_naming_it(served, table):
             assert error["param"] == name
 
 
-@pytest.mark.parametrize("table", [CHAT, COMPLETIONS, MESSAGES], ids=lambda t: t.route)
+@pytest.mark.parametrize("table", TABLES, ids=lambda t: t.route)
 def test_ignored_defaults_and_extras_are_accepted(served, table):
     values = {"metadata": {"k": "v"}, "store": False, "service_tier": "auto",
               "prompt_cache_key": "k", "prompt_cache_retention": "24h",
               "prompt_cache_options": {}, "safety_identifier": "s", "user": "someone",
               "cache_control": {"type": "ephemeral"}, "inference_geo": "us",
               "speed": "fast", "user_profile_id": "u", "workspace_id": "w",
-              "diagnostics": {"previous_message_id": "m"}}
+              "diagnostics": {"previous_message_id": "m"}, "client_metadata": {"k": "v"},
+              "stream_options": {"include_obfuscation": False}, "max_tool_calls": 3}
     body = {**BASES[table.route], **{k: values[k] for k in table.ignored},
             # A vendor's extra, and refused fields given what asks for nothing.
             "some_vendor_extra": {"x": 1},
@@ -68,7 +74,7 @@ def test_ignored_defaults_and_extras_are_accepted(served, table):
 
 def test_the_docs_name_every_field_of_every_table():
     text = DOCS.read_text()
-    for table in (CHAT, COMPLETIONS, MESSAGES):
+    for table in TABLES:
         for name in table.names():
             assert re.search(rf"`{re.escape(name)}`", text), (table.route, name)
 

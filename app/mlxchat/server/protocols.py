@@ -8,5 +8,6 @@ from __future__ import annotations
 from mlxchat.server.anthropic import api_router as anthropic_routes
 from mlxchat.server.ollama import api_router as ollama_routes
 from mlxchat.server.openai import api_router as openai_routes
+from mlxchat.server.responses import api_router as responses_routes
 
-PROTOCOLS = (openai_routes, anthropic_routes, ollama_routes)
+PROTOCOLS = (openai_routes, responses_routes, anthropic_routes, ollama_routes)

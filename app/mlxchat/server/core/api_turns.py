@@ -28,6 +28,7 @@ from mlxchat.session.conversation import Conversation
 from mlxchat.session.errors import ConversationError
 from mlxchat.session.lock import SessionBusy, SessionLock
 from mlxchat.store import SessionNotFound, SessionStore
+from mlxchat.store.api_messages import IndexedMessage
 
 HASH_VERSION = "mlxchat-api/1"
 
@@ -47,10 +48,13 @@ class IncomingMessage:
     tool_name: str | None = None
     images: tuple[ImageBlob, ...] = ()
     """A user message's images as sent (their digests are in ``signature``)."""
+    reasoning: str | None = None
+    """A reply's reasoning as the client sent it back (stored, never hashed)."""
 
     def stored(self, images: tuple[ImageRef, ...] = ()) -> Message:
         return Message(self.role, self.content, tool_calls=self.calls,
-                       tool_call_id=self.call_id, tool_name=self.tool_name, images=images)
+                       tool_call_id=self.call_id, tool_name=self.tool_name, images=images,
+                       reasoning=self.reasoning)
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,9 @@ class ApiRequest:
     prefill: str | None = None
     """The text the reply begins with (a last message of the assistant's):
     the model continues it; the reply is stored with it."""
+    after: int | None = None
+    """A stored reply the messages follow (a ``previous_response_id``): the
+    request sends only what comes after it, and ``system`` is left aside."""
 
 
 @dataclass
@@ -88,10 +95,10 @@ def _link(previous: str, message: IncomingMessage) -> str:
 
 
 def chain_hashes(model: str, system: str | None,
-                 messages: Sequence[IncomingMessage]) -> list[str]:
+                 messages: Sequence[IncomingMessage], *, root: str | None = None) -> list[str]:
     """One hash per message: of the model, the system prompt and every message
-    up to and including it."""
-    root = hashlib.sha256("\0".join((HASH_VERSION, model, system or "")).encode(
+    up to and including it (``root``: the hash of a stored message they follow)."""
+    root = root or hashlib.sha256("\0".join((HASH_VERSION, model, system or "")).encode(
         "utf-8", "surrogatepass")).hexdigest()[:32]
     out: list[str] = []
     for message in messages:
@@ -104,14 +111,18 @@ def conversation_key(model: str, request: ApiRequest) -> str:
     fairness): the session it names, else its first message's chain hash."""
     if request.session_name:
         return f"session:{request.session_name}"
+    if request.after is not None:
+        return f"after:{request.after}"
     return chain_hashes(model, request.system, request.messages[:1])[0] \
         if request.messages else ""
 
 
-def _new_part(messages: Sequence[IncomingMessage]) -> list[IncomingMessage]:
+def _new_part(messages: Sequence[IncomingMessage], *, after_reply: bool = False
+              ) -> list[IncomingMessage]:
     """What a request adds: its last message, the user's, or the tool results
     it ends with (and a user message of text after them: Anthropic's clients
-    send both in one turn; the ledger extends by all of it)."""
+    send both in one turn; the ledger extends by all of it). ``after_reply``:
+    the messages follow a stored reply, which tool results at the start answer."""
     if not messages or messages[-1].role not in ("user", "tool"):
         raise ConversationError("The last message must be the user's or a tool result.")
     end = len(messages)
@@ -122,7 +133,8 @@ def _new_part(messages: Sequence[IncomingMessage]) -> list[IncomingMessage]:
     first = end
     while first > 0 and messages[first - 1].role == "tool":
         first -= 1
-    if first == 0 or messages[first - 1].role != "assistant":
+    if (first == 0 and not after_reply) or (first > 0 and messages[first - 1].role
+                                            != "assistant"):
         raise ConversationError("Tool results must follow the reply that called the tools.")
     return list(messages[first:])
 
@@ -143,11 +155,15 @@ class ApiTurns:
         results) and return the turn's events (the reply is indexed once they
         are consumed). Raises an ``MlxchatError`` (nothing stored) when it is refused."""
         messages = list(request.messages)
-        new = _new_part(messages)
-        hashes = chain_hashes(self.conv.model_spec, request.system, messages)
-        named = self._named(request.session_name)
-        hit = self.store.api.longest(hashes[:-len(new)],
-                                     session_id=named.id if named else None)
+        new = _new_part(messages, after_reply=request.after is not None)
+        follows = self._follows(request.after)
+        hashes = chain_hashes(self.conv.model_spec, request.system, messages,
+                              root=follows.chain_hash if follows else None)
+        named = self._named(request.session_name) if follows is None else None
+        hit = self.store.api.longest(hashes[:-len(new)], session_id=follows.session_id
+                                     if follows else named.id if named else None)
+        if hit is None and follows is not None:  # nothing of the request stored yet
+            hit = IndexedMessage(-1, follows.message_id, follows.session_id)
         created = False
         if hit is not None:
             self._open_at(hit.session_id, hit.message_id)
@@ -209,6 +225,15 @@ class ApiTurns:
         return kept
 
     # -- where the request goes ---------------------------------------------------------
+    def _follows(self, message_id: int | None) -> IndexedMessage | None:
+        """The stored reply a request follows (with its chain hash), if it names one."""
+        if message_id is None:
+            return None
+        found = self.store.api.of_message(message_id)
+        if found is None:
+            raise ConversationError("The conversation that response belongs to is gone.")
+        return found
+
     def _named(self, name: str | None) -> Session | None:
         """The session the client named, created (titled so) when there is none."""
         if not name:

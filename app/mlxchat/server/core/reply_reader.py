@@ -59,8 +59,10 @@ class ChoiceReader:
     """A choice's answer as it streams (``feed``, then ``flush``) and as it
     ends (``parts``, ``finish_reason``)."""
 
-    def __init__(self, tokenizer: Any, stops: list[str], *, tools: bool):
-        self.tokenizer, self.tools = tokenizer, tools
+    def __init__(self, tokenizer: Any, stops: list[str], *, tools: bool,
+                 max_calls: int | None = None):
+        self.tokenizer, self.tools, self.max_calls = tokenizer, tools, max_calls
+        """``max_calls``: the calls a reply may make (the rest are dropped); None: any."""
         self.watch = StopWatch(stops)
         self.cut = CallCut(call_markup(tokenizer) if tools else None)
         self._parsed: dict[str, tuple[ReplyParts, tuple[CalledTool, ...]]] = {}
@@ -91,7 +93,7 @@ class ChoiceReader:
         if seen not in self._parsed:
             self._parsed.clear()
             reply = reply_parts(self.tokenizer, seen, tools=self.tools)
-            self._parsed[seen] = reply, with_ids(reply.calls)
+            self._parsed[seen] = reply, with_ids(reply.calls[:self.max_calls])
         return self._parsed[seen]
 
     def finish_reason(self, engine_reason: str) -> str:

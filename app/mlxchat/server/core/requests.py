@@ -27,6 +27,8 @@ class ChatRequest:
     stream: bool
     stop: list[str] = field(default_factory=list)
     include_usage: bool = False
+    max_calls: int | None = None
+    """Tool calls a reply may make (1: ``parallel_tool_calls`` false); None: any."""
 
 
 MAX_MESSAGES = 2048

@@ -82,6 +82,8 @@ class Finished:
     """Every answer token's figures (None: not asked for)."""
     others: tuple[Finished, ...] = ()
     """On choice 0's end: the other choices' ends (they came before it)."""
+    reply_id: int | None = None
+    """The stored reply's message id (a follow-up may continue after it)."""
 
 
 def _join_pieces(a: Piece | Finished, b: Piece | Finished) -> Piece | None:
@@ -114,8 +116,9 @@ class Readers:
     """Each choice's reader (``ChoiceReader``), and the ends of the choices
     other than the first, said as they come."""
 
-    def __init__(self, tokenizer: Any, stops: list[str], *, tools: bool):
-        self._new = lambda: ChoiceReader(tokenizer, stops, tools=tools)
+    def __init__(self, tokenizer: Any, stops: list[str], *, tools: bool,
+                 max_calls: int | None = None):
+        self._new = lambda: ChoiceReader(tokenizer, stops, tools=tools, max_calls=max_calls)
         self._all: dict[int, ChoiceReader] = {}
         self.ended: list[Finished] = []
 
@@ -335,7 +338,8 @@ class ChatService:
         """Place the request, run its turn, yield its pieces (each choice's),
         the other choices' ends as they come, then choice 0's."""
         asked, tokenizer = request.turn, self.engine.loaded.tokenizer
-        readers = Readers(tokenizer, request.stop, tools=asked.tools is not None)
+        readers = Readers(tokenizer, request.stop, tools=asked.tools is not None,
+                          max_calls=request.max_calls)
         main, alone = readers[0], asked.options.choices == 1
 
         def reply_form(done: TurnDone) -> IncomingMessage:
@@ -380,8 +384,10 @@ class ChatService:
         reply, calls = main.parts()
         if self.kv_budget is not None:  # before the end goes out: done when the client sees it
             self.last_eviction = self.kv_budget.enforce(in_use=turn.session_id)
+        last = self.conv.messages[-1] if self.conv.messages else None
         yield Finished(reply.content, done.reasoning, done.stats,
                        main.finish_reason(done.stats.finish_reason), turn.session_id, calls,
                        cache_miss=miss, stop_sequence=main.watch.matched,
                        logprobs=readers.figures(0, asked.options),
-                       others=tuple(readers.ended))
+                       others=tuple(readers.ended),
+                       reply_id=last.id if last and last.role == "assistant" else None)
