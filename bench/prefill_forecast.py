@@ -18,20 +18,16 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "app"))
 
-from common import pick_model  # noqa: E402
+from common import greedy_conversation, pick_model  # noqa: E402
 
-from mlxchat.config import Settings  # noqa: E402
-from mlxchat.engine.core import ChatEngine  # noqa: E402
 from mlxchat.engine.events import TurnDone  # noqa: E402
 from mlxchat.engine.turn.prefill_cost import fit  # noqa: E402
 from mlxchat.session.conversation import Conversation  # noqa: E402
-from mlxchat.store import open_store  # noqa: E402
 
 QUESTIONS = ["Hello there, who are you?", "What is the capital of France?",
              "And of Spain?", "Tell me a short story about a cat."]
@@ -54,13 +50,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=3000, help="the attachment's size")
     args = parser.parse_args()
     loaded = pick_model(args.model)
-    settings = Settings()
-    settings.generation.temperature = 0.0
-    settings.generation.max_tokens = 16
-    settings.generation.speculative = "off"  # auto's one-off timing pass would skew a turn
-    folder = Path(tempfile.mkdtemp(prefix="mlxchat-bench-forecast-"))
-    conv = Conversation(settings=settings, store=open_store(folder / "b.db"),
-                        engine=ChatEngine(loaded), model_spec="bench")
+    conv, folder = greedy_conversation(loaded, max_tokens=16, prefix="mlxchat-bench-forecast-")
     for question in QUESTIONS:
         stats = send(conv, question).stats
         print(f"turn: prefilled {stats.prefilled_tokens} tokens, decode "

@@ -82,6 +82,7 @@ def test_a_request_without_a_prompt_only_loads_the_model(served):
     ({"raw": True, "system": "be brief"}, "'system' cannot go with raw"),
     ({"raw": "yes"}, "'raw' must be true or false"),
     ({"think": "maybe"}, "'think' must be"),
+    ({"think": True}, "'think' needs a model that thinks; tiny does not"),
     ({"images": ["aGVsbG8="]}, "images"),
     ({"options": {"mirostat": 2}}, "'options.mirostat' is not supported"),
     ({"options": {"typical_p": 0.5}}, "'options.typical_p' is not supported"),
@@ -124,7 +125,7 @@ def test_options_that_describe_the_load_or_turn_a_sampler_off_are_accepted(serve
     options = {"num_ctx": 2048, "num_gpu": 1, "num_thread": 2, "use_mmap": True,
                "mirostat": 0, "typical_p": 1.0, "tfs_z": 1.0, "repeat_penalty": 1.1,
                "min_p": 0.05, "penalize_newline": True}
-    reply = generate(served, prompt="hi", options=options)
+    reply = generate(served, prompt="hi", options=options, think=False)
     assert reply.status == 200, reply.body
 
 
@@ -184,3 +185,17 @@ def test_a_suffix_fills_in_the_middle_where_the_model_has_the_tokens(tmp_path_fa
     finally:
         running.stop()
 
+
+
+def test_think_turns_a_thinking_models_thoughts_on_and_off(tmp_path_factory, tmp_path):
+    from tests.server.conftest import real_qwen3, serve
+
+    running = serve(real_qwen3(tmp_path_factory.mktemp("qwen3")), tmp_path / "q.db")
+    try:
+        shown = request(running.url, "POST", "/api/show", {"model": "tiny"}).json()
+        assert "thinking" in shown["capabilities"]
+        for think in (True, False, None):
+            body = {} if think is None else {"think": think}
+            assert generate(running, prompt="hi", **body).status == 200
+    finally:
+        running.stop()

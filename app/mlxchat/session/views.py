@@ -47,6 +47,10 @@ class PrefillEstimate:
     measured_chunks: bool
     """From the prefill chunks measured on this model (False: the branch's
     stored turns, each as one chunk)."""
+    spread_over_tokens: float | None = None
+    """The same forecast with each pass's own cost spread over its chunk's
+    tokens, when that is over a quarter more: the top of a range (short
+    chunks say little of a long prefill; None: one figure holds)."""
 
 
 def decode_step(turns: list[TurnStats], recent: int = 5) -> float | None:
@@ -168,12 +172,17 @@ class EngineViews:
         start = self.context_window - self.window_left() + after
         turns = self._turns()
         step = decode_step(turns)  # a pass's own cost, which short chunks hold most of
-        measured = fit(self._engine.prefill_chunks(self._open.generation.kv_bits), step=step)
-        cost = measured or fit([PrefillChunk(s.prefilled_tokens, s.reused_tokens,
-                                             s.prefilled_tokens / s.prefill_tps)
-                                for s in turns if s.prefill_tps], step=step)
-        return None if cost is None else PrefillEstimate(
-            cost.seconds(tokens, start), start, cost, measured_chunks=measured is not None)
+        measured = self._engine.prefill_chunks(self._open.generation.kv_bits)
+        chunks = measured or [
+            PrefillChunk(s.prefilled_tokens, s.reused_tokens, s.prefilled_tokens / s.prefill_tps)
+            for s in turns if s.prefill_tps]
+        cost = fit(chunks, step=step)
+        if cost is None:
+            return None
+        seconds = cost.seconds(tokens, start)
+        spread = fit(chunks).seconds(tokens, start) if cost.per_pass else seconds
+        return PrefillEstimate(seconds, start, cost, measured_chunks=bool(measured),
+                               spread_over_tokens=spread if spread > 1.25 * seconds else None)
 
     def _turns(self) -> list[TurnStats]:
         """The figures of the branch's turns on the model held now, the last one too."""

@@ -20,6 +20,7 @@ from mlxchat.server.core.service import ChatService
 from mlxchat.server.core.streaming import DisconnectAwareStream, finished, read_body, started
 from mlxchat.server.core.tool_choice import constrained
 from mlxchat.server.ollama import replies
+from mlxchat.server.ollama.facts import thinks
 from mlxchat.server.ollama.options import unbounded_num_predict, unloads
 from mlxchat.server.ollama.protocol import (
     GenerateRequest,
@@ -28,6 +29,13 @@ from mlxchat.server.ollama.protocol import (
     ollama_generate,
     ollama_model,
 )
+
+
+def _check_thinking(service: ChatService, chat: ChatRequest) -> None:
+    """``think`` on for a model that does not think: refused, as Ollama does."""
+    if chat.turn.settings.get("thinking") and not thinks(service.conv.views.model_info):
+        raise bad_field("think", f"'think' needs a model that thinks; {service.model_id} "
+                        "does not (leave it out, or false).")
 
 
 def _texts(service: ChatService, chat: ChatRequest) -> TokenTexts | None:
@@ -71,6 +79,7 @@ async def chat(request: Request) -> Response:
     if loads_only(data, "messages"):
         return _load_only(service, data, replies.ChatShape(service.model_id))
     chat_request = ollama_chat(data, request.headers.get("x-session"), window=service.window)
+    _check_thinking(service, chat_request)
     shape = replies.ChatShape(service.model_id, _texts(service, chat_request))
     chat_request.turn = await constrained(service.engine.loaded.tokenizer, chat_request.turn,
                                           ollama_format(data), ToolChoice(),
@@ -86,6 +95,7 @@ async def generate(request: Request) -> Response:
         return _load_only(service, data, replies.GenerateShape(service.model_id))
     asked = ollama_generate(data, request.headers.get("x-session"), window=service.window)
     chat_request = asked.chat
+    _check_thinking(service, chat_request)
     shape = replies.GenerateShape(service.model_id, _texts(service, chat_request))
     if not asked.raw and asked.suffix is None:
         chat_request.turn = await constrained(service.engine.loaded.tokenizer,

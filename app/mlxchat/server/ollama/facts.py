@@ -36,11 +36,16 @@ def capabilities(info: ModelInfo, tokenizer: Any) -> list[str]:
         found.append("tools")
     if info.sees_images:
         found.append("vision")
-    if info.reasoning != "none" or "enable_thinking" in info.template_variables:
+    if thinks(info):
         found.append("thinking")
     if fim_tokens(tokenizer) is not None:
         found.append("insert")  # /api/generate's suffix
     return found
+
+
+def thinks(info: ModelInfo) -> bool:
+    """The model reasons (its replies mark thoughts, or its template can turn them on)."""
+    return info.reasoning != "none" or "enable_thinking" in info.template_variables
 
 
 def model_info(info: ModelInfo, config: dict[str, Any]) -> dict[str, Any]:
