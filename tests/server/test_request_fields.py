@@ -31,7 +31,7 @@ TABLES = [CHAT, COMPLETIONS, MESSAGES, RESPONSES]
 ASKING = {"audio": {"voice": "alloy", "format": "mp3"}, "modalities": ["text", "audio"],
           "prediction": {"type": "content", "content": "x"}, "web_search_options": {},
           "functions": [{"name": "f"}], "function_call": {"name": "f"}, "verbosity": "low",
-          "moderation": {"mode": "block"}, "parallel_tool_calls": False,
+          "moderation": {"mode": "block"},
           "container": "c1", "mcp_servers": [{"type": "url", "url": "http://x"}],
           "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
           "background": True, "conversation": "conv_1", "prompt": {"id": "pmpt_1"},
@@ -64,7 +64,7 @@ def test_ignored_defaults_and_extras_are_accepted(served, table):
     body = {**BASES[table.route], **{k: values[k] for k in table.ignored},
             # A vendor's extra, and refused fields given what asks for nothing.
             "some_vendor_extra": {"x": 1},
-            **{k: v for k, v in (("modalities", ["text"]), ("parallel_tool_calls", True),
+            **{k: v for k, v in (("modalities", ["text"]),
                                  ("context_management", {"edits": [
                                      {"type": "clear_thinking_20251015", "keep": "all"}]}))
                if k in table.refused}}

@@ -13,7 +13,7 @@ CHAT = FieldTable(
             "max_completion_tokens", "max_tokens", "n", "presence_penalty",
             "reasoning_effort", "response_format", "seed", "stop", "stream",
             "stream_options", "temperature", "tool_choice", "tools", "top_logprobs", "top_p",
-            "user", "top_k"),
+            "user", "top_k", "parallel_tool_calls"),
     ignored={
         "metadata": "tags for OpenAI's dashboard; " + _NO_STORE,
         "store": "every conversation is stored as a session anyway (the product keeps "
@@ -38,8 +38,6 @@ CHAT = FieldTable(
         "verbosity": Refused("the reply's length is not steered by a verbosity level",
                              inert=(None, "medium")),
         "moderation": Refused("nothing here moderates requests"),
-        "parallel_tool_calls": Refused("a reply may always call several tools",
-                                       inert=(None, True)),
     })
 
 COMPLETIONS = FieldTable(

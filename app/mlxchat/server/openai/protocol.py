@@ -96,4 +96,14 @@ def openai_chat(data: dict[str, Any], header_session: str | None, *,
                       session_name(data, header_session), tools, options=options,
                       prefill=prefill)
     return ChatRequest(common.model, turn, common.stream, stop_strings(data.get("stop")),
-                       common.include_usage)
+                       common.include_usage, max_calls=_max_calls(data))
+
+
+def _max_calls(data: dict[str, Any]) -> int | None:
+    """``parallel_tool_calls`` false: a reply keeps its first tool call only."""
+    parallel = data.get("parallel_tool_calls", True)
+    if parallel is None:
+        return None
+    if not isinstance(parallel, bool):
+        raise bad_field("parallel_tool_calls", "'parallel_tool_calls' must be true or false.")
+    return None if parallel else 1
