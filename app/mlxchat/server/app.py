@@ -25,6 +25,10 @@ from mlxchat.server.options import ServeOptions
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+PING_S = 5.0
+"""A stream that starts before its first token (Anthropic's, OpenAI's chat)
+sends a ping or a comment line at least this often while the prompt is read
+or the request waits, so no client times out and sends it again."""
 MAX_HEADER_BYTES = 16 * 1024
 """A request's headers together: h11's bound on headers that arrive in parts,
 held too for those that arrive in one read (which h11 takes whole)."""
@@ -105,9 +109,10 @@ def image_limits(options: ServeOptions) -> FetchLimits:
 
 def build_app(service: ChatService, *, api_key: str | None = None,
               max_body_bytes: int = MAX_BODY_BYTES, allow_image_urls: bool = False,
-              image_fetch: FetchLimits = FetchLimits()) -> ASGIApp:
+              image_fetch: FetchLimits = FetchLimits(), ping_s: float = PING_S) -> ASGIApp:
     """``image_fetch``: how far an allowed image URL is fetched (with
-    ``allow_image_urls``; never otherwise)."""
+    ``allow_image_urls``; never otherwise); ``ping_s``: how long a stream
+    started before its first token stays silent at most."""
     routes = [*openai_routes.ROUTES, *anthropic_routes.ROUTES, *ollama_routes.ROUTES]
     app = Starlette(routes=routes, exception_handlers={
         ApiError: _api_error, HTTPException: _http_error, ClientGone: _client_gone,
@@ -116,4 +121,5 @@ def build_app(service: ChatService, *, api_key: str | None = None,
     app.state.max_body_bytes = max_body_bytes
     app.state.allow_image_urls = allow_image_urls
     app.state.image_fetch = image_fetch
+    app.state.ping_s = ping_s
     return AccessLog(HeaderLimit(ApiKeyCheck(app, api_key)))

@@ -1,5 +1,5 @@
 """Anthropic's Messages API: ``POST /v1/messages`` (one message, or streamed
-as its server-sent events: ``anthropic_stream``) and
+as its server-sent events, started before the prefill: ``stream``) and
 ``POST /v1/messages/count_tokens``. Turns go through the same service, and
 find their stored branch by the same ledger, as OpenAI's chat completions."""
 
@@ -16,6 +16,7 @@ from mlxchat.errors import MlxchatError
 from mlxchat.server.anthropic.protocol import anthropic_chat, anthropic_turn
 from mlxchat.server.anthropic.shape import MessageShape
 from mlxchat.server.anthropic.stream import stream_events
+from mlxchat.server.anthropic.thinking import omits_thinking
 from mlxchat.server.core.errors import ApiError, bad_field
 from mlxchat.server.core.requests import parse_json
 from mlxchat.server.core.response_format import anthropic_format
@@ -33,12 +34,15 @@ async def messages(request: Request) -> Response:
     chat.turn = await constrained(service.engine.loaded.tokenizer, chat.turn,
                                   anthropic_format(data), anthropic_choice(data),
                                   format_param="output_config")
-    shape = MessageShape(service.model_id)
-    items, first = await started(request, service.chat(chat))
+    omit = omits_thinking(data)
+    shape = MessageShape(service.model_id, omit_thinking=omit)
+    # A stream starts before its first token (pings while a long prompt is read).
+    beat = request.app.state.ping_s if chat.stream else None
+    items, first = await started(request, service.chat(chat, heartbeat_s=beat))
     if not chat.stream:
         end = await finished(request, first, items)
         return JSONResponse(shape.message(end), headers=miss_header(end))
-    return DisconnectAwareStream(stream_events(shape, first, items),
+    return DisconnectAwareStream(stream_events(shape, first, items, omit_thinking=omit),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", **miss_header(first)})
 
@@ -50,6 +54,7 @@ async def count_tokens(request: Request) -> Response:
     model, turn = anthropic_turn(parse_json(await read_body(request)),
                                  request.headers.get("x-session"))
     service.check_model(model)
+    turn = service.placed(turn)
     if any(m.images for m in turn.messages):
         raise bad_field("messages", "count_tokens does not count images yet.")
     listed = ([Message("system", turn.system)] if turn.system else []) \

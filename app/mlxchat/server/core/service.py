@@ -4,6 +4,7 @@ endpoints put in their own shapes."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from dataclasses import dataclass
@@ -13,7 +14,13 @@ from typing import Any, AsyncIterator, Iterator
 import anyio
 
 from mlxchat.chat import CalledTool
-from mlxchat.engine.events import ContextOverflowError, Event, TextDelta, TurnDone
+from mlxchat.engine.events import (
+    ContextOverflowError,
+    Event,
+    PrefillProgress,
+    TextDelta,
+    TurnDone,
+)
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt.fit import refuse_unfittable
 from mlxchat.engine.thread.compute import WaitCancelled
@@ -23,14 +30,17 @@ from mlxchat.models.token_floor import tokens_at_least
 from mlxchat.models.tools import call_markup
 from mlxchat.server.core.access_log import note_turn
 from mlxchat.server.core.admission import admission_for
-from mlxchat.server.core.api_turns import ApiTurns, IncomingMessage, conversation_key
+from mlxchat.server.core.api_turns import ApiRequest, ApiTurns, IncomingMessage, conversation_key
 from mlxchat.server.core.errors import (ApiError, context_exceeded, queue_full, server_stopped,
                                        unknown_model)
 from mlxchat.server.core.idle_join import IdleJoins
 from mlxchat.server.core.kv_budget import Eviction, KvBudget
 from mlxchat.server.core.lane import EngineLane, QueueFull, Work
 from mlxchat.server.core.requests import ChatRequest
+from mlxchat.server.core.shared_reply import SharedReplies, request_identity
 from mlxchat.server.core.slots import open_slots
+from mlxchat.server.core.stop_watch import StopWatch, ids_up_to
+from mlxchat.server.core.system_messages import place_system_messages, renders_system_anywhere
 from mlxchat.server.core.tool_calls import (CallCut, ReplyParts, calls_signature, reply_parts,
                                            with_ids)
 from mlxchat.session.conversation import Conversation
@@ -73,51 +83,24 @@ class Finished:
     """The stop string that ended the reply, if one did."""
 
 
+@dataclass
+class Planned:
+    """The prompt's figures once its prefill is planned (before it runs): what
+    a stream that starts early says first."""
+
+    prompt_tokens: int
+    reused_tokens: int
+    """Of ``prompt_tokens``, those the KV cache holds already."""
+    cache_miss: str | None = None
+    """As a first piece's (``Piece.cache_miss``)."""
+
+
 def _join_pieces(a: Piece | Finished, b: Piece | Finished) -> Piece | None:
     """Two pieces of the same part that arrived together, as one (fewer chunks
     to encode and send when the client reads slower than the model writes)."""
     if isinstance(a, Piece) and isinstance(b, Piece) and a.part == b.part:
         return Piece(a.text + b.text, a.part, a.cache_miss or b.cache_miss)
     return None
-
-
-@dataclass
-class StopWatch:
-    """Cuts the answer at the first stop string, holding back text that may be
-    the start of one."""
-
-    stops: list[str]
-    seen: str = ""
-    sent: int = 0
-    stopped: bool = False
-    matched: str | None = None
-    """The stop string found."""
-
-    def feed(self, text: str) -> str:
-        """The text that is safe to send now."""
-        if self.stopped:
-            return ""
-        self.seen += text
-        if not self.stops:
-            return self._send(len(self.seen))
-        # Text before ``sent`` held no stop's start when it was sent: search after it.
-        found = [(i, s) for i, s in ((self.seen.find(s, self.sent), s) for s in self.stops)
-                 if i >= 0]
-        if found:
-            cut, self.matched = min(found, key=lambda f: f[0])
-            self.stopped = True
-            self.seen = self.seen[:cut]
-            return self._send(cut)
-        hold = max(len(s) - 1 for s in self.stops)
-        return self._send(max(self.sent, len(self.seen) - hold))
-
-    def flush(self) -> str:
-        return self._send(len(self.seen))
-
-    def _send(self, upto: int) -> str:
-        out = self.seen[self.sent:upto]
-        self.sent = max(self.sent, upto)
-        return out
 
 
 def started_unless_gone(events: Iterator[Event], cancelled: threading.Event
@@ -134,27 +117,6 @@ def started_unless_gone(events: Iterator[Event], cancelled: threading.Event
         yield from events
     finally:
         getattr(events, "close", lambda: None)()
-
-
-def ids_up_to(tokenizer: Any, ids: list[int], answer: str, kept: int) -> list[int] | None:
-    """The first of a reply's ``ids`` that write it up to ``kept`` characters
-    of its answer text ``answer`` (which its text ends with), or None when no
-    prefix writes exactly that (a stop string that starts inside a token)."""
-    whole = tokenizer.decode(ids)
-    if not whole.endswith(answer):
-        return None
-    want = whole[:len(whole) - len(answer) + kept]
-    low, high = 0, len(ids)
-    while low < high:  # the fewest ids whose text is at least as long
-        mid = (low + high) // 2
-        if len(tokenizer.decode(ids[:mid])) < len(want):
-            low = mid + 1
-        else:
-            high = mid
-    for n in (low, low + 1):  # an incomplete character may show as one more
-        if n <= len(ids) and tokenizer.decode(ids[:n]) == want:
-            return ids[:n]
-    return None
 
 
 class ChatService:
@@ -188,6 +150,8 @@ class ChatService:
         self.model_id = conv.model_spec
         self.answered = 0
         """Requests answered to their end."""
+        self.shared = SharedReplies()
+        """Replies being computed, which a request asking for the same joins."""
         self._names = {conv.model_spec, conv.views.model_info.name,
                        Path(conv.model_spec).name, conv.views.model_info.name.split("/")[-1]}
 
@@ -242,16 +206,39 @@ class ChatService:
         self.lane.close()
         self.slots.close()
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[Piece | Finished]:
+    async def chat(self, request: ChatRequest, *, heartbeat_s: float | None = None
+                   ) -> AsyncIterator[Any]:
         """The reply's pieces, then ``Finished``; errors before the first piece
-        are ``ApiError``s. Leaving early (the client went away) cancels the turn."""
+        are ``ApiError``s. The same request already being computed is joined
+        (``shared_reply``); leaving early (the client went away) cancels the
+        turn once no other request waits for it. With ``heartbeat_s`` (a stream
+        that starts before its first token): a ``Planned`` first, once the
+        prefill is planned, and a ``Heartbeat`` whenever nothing came for that long."""
         self.check_model(request.model)
-        turn = request.turn
+        request.turn = turn = self.placed(request.turn)
         await self.check_fits([m.content for m in turn.messages if m.role != "assistant"]
                               + ([turn.system] if turn.system else []))
         key = conversation_key(self.model_id, turn)
-        async for item in self.run(lambda cancelled: self._work(request, cancelled), key=key):
-            yield item
+        items, joined = self.shared.listen(
+            request_identity(self.model_id, request),
+            lambda: self.run(lambda cancelled: self._work(request, cancelled), key=key),
+            heartbeat_s=heartbeat_s)
+        try:
+            async for item in items:
+                if heartbeat_s is None and not isinstance(item, (Piece, Finished)):
+                    continue
+                if joined and isinstance(item, Finished):
+                    note_turn(item.session_id, item.stats, joined=True)
+                yield item
+        finally:
+            await items.aclose()  # type: ignore[attr-defined]
+
+    def placed(self, turn: ApiRequest) -> ApiRequest:
+        """``turn`` with its system messages after the first others placed by
+        the one rule (``core.system_messages``) for the model served."""
+        in_place = renders_system_anywhere(self.engine.loaded.tokenizer)
+        return dataclasses.replace(turn, messages=place_system_messages(turn.messages,
+                                                                        in_place=in_place))
 
     async def check_fits(self, texts: list[str]) -> None:
         """A 400 context_length_exceeded, before the request queues, when
@@ -364,10 +351,14 @@ class ChatService:
         miss = self.kv_budget.reason_for(turn.session_id) if self.kv_budget else None
         unsaid = miss
         done: TurnDone | None = None
+        planned = False
         for event in started_unless_gone(turn.events, cancelled):
             if cancelled.is_set() or watch.stopped:
                 self.conv.turns.cancel()  # also a turn that started after the cancel
-            if isinstance(event, TextDelta):
+            if isinstance(event, PrefillProgress) and not planned:
+                planned = True  # the cache was trimmed to what it reuses: it holds that now
+                yield Planned(event.cached_tokens + event.total, event.cached_tokens, miss)
+            elif isinstance(event, TextDelta):
                 text = event.text if event.part == "reasoning" \
                     else cut.feed(watch.feed(event.text))
                 if text:

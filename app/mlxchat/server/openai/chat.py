@@ -16,6 +16,7 @@ from mlxchat.server.core.image_fetch import fetch_images
 from mlxchat.server.core.requests import ChatRequest, parse_json
 from mlxchat.server.core.response_format import openai_format
 from mlxchat.server.core.service import ChatService, Finished, Piece
+from mlxchat.server.core.shared_reply import Heartbeat
 from mlxchat.server.core.streaming import (
     DisconnectAwareStream,
     finished,
@@ -102,7 +103,10 @@ async def chat_completions(request: Request) -> Response:
     chat.turn = await fetch_images(chat.turn, request.app.state.image_fetch,
                                    sees=info.sees_images, model=info.name)
     shape = _ChatShape(service.model_id, chat.turn.settings.get("max_tokens"))
-    items, first = await started(request, service.chat(chat))
+    # A stream starts before its first token: the role chunk, then a comment
+    # line whenever nothing came for ping_s while the prompt is read.
+    beat = request.app.state.ping_s if chat.stream else None
+    items, first = await started(request, service.chat(chat, heartbeat_s=beat))
     if not chat.stream:
         end = await finished(request, first, items)
         return JSONResponse(shape.completion(end), headers={
@@ -112,13 +116,18 @@ async def chat_completions(request: Request) -> Response:
                                  headers={"Cache-Control": "no-cache", **miss_header(first)})
 
 
-async def _events(shape: _ChatShape, chat: ChatRequest, first: Piece | Finished,
-                  items: AsyncIterator[Piece | Finished]) -> AsyncIterator[str]:
+async def _events(shape: _ChatShape, chat: ChatRequest, first: Any,
+                  items: AsyncIterator[Any]) -> AsyncIterator[str]:
     yield shape.chunk({"role": "assistant", "content": ""})
     sent = ""
     try:
         item = first
         while True:
+            if isinstance(item, Heartbeat):
+                yield ": ping\n\n"  # an SSE comment: clients skip it
+            if not isinstance(item, (Piece, Finished)):  # a Heartbeat, a Planned
+                item = await anext(items)
+                continue
             if isinstance(item, Finished):
                 # Text held back at a call's markup (all of it when the call was cut
                 # short and stays text), then the calls.

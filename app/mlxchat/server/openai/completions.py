@@ -22,13 +22,8 @@ from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.server.core.errors import ApiError, bad_field, missing_field, server_stopped
 from mlxchat.server.core.requests import parse_json, sampling, stop_strings
 from mlxchat.server.core.response_format import compiled, openai_format
-from mlxchat.server.core.service import (
-    ChatService,
-    Finished,
-    Piece,
-    StopWatch,
-    started_unless_gone,
-)
+from mlxchat.server.core.service import ChatService, Finished, Piece, started_unless_gone
+from mlxchat.server.core.stop_watch import StopWatch
 from mlxchat.server.core.streaming import DisconnectAwareStream, finished, read_body, started
 from mlxchat.server.core.usage import capped_header
 from mlxchat.server.openai.chat import usage

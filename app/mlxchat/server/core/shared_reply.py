@@ -1,0 +1,118 @@
+"""A reply computed once for every request that asks for it: a client that
+sends the same request again while the first is still computing (it timed
+out and retried, or two of its processes asked) joins the one in progress
+and is given all it said so far, then the rest, as the first is; nothing is
+prefilled twice. The computation is cancelled once its last listener left.
+
+A listener that asks for heartbeats (``heartbeat_s``) is handed a
+``Heartbeat`` whenever nothing came for that long, so a stream can say it is
+alive while a long prompt is read (or the request waits for its turn)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from typing import Any, AsyncIterator, Callable
+
+from mlxchat.server.core.requests import ChatRequest
+
+
+class Heartbeat:
+    """Nothing came for ``heartbeat_s``: the reply is still being computed."""
+
+
+HEARTBEAT = Heartbeat()
+
+
+def request_identity(model: str, request: ChatRequest) -> str | None:
+    """What makes two requests ask for the same reply: the model, the whole
+    conversation as the client sees it, the settings, tools and stop strings;
+    None for one that never joins another (its reply follows a schema)."""
+    turn = request.turn
+    if turn.output is not None:
+        return None
+    parts = [model, turn.system, [(m.role, m.content, m.signature) for m in turn.messages],
+             turn.settings, turn.session_name, turn.tools, turn.fills_window, request.stop]
+    text = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+class _Shared:
+    """One computation's items, kept for every listener, read by a task of its own."""
+
+    def __init__(self, source: AsyncIterator[Any], done: Callable[[], None]):
+        self.items: list[Any] = []
+        self.error: BaseException | None = None
+        self.finished = False
+        self.listeners = 0
+        self._changed = asyncio.Event()
+        self._source = source
+        self._done = done
+        self._task = asyncio.get_running_loop().create_task(self._pump())
+
+    async def _pump(self) -> None:
+        try:
+            async for item in self._source:
+                self.items.append(item)
+                self._changed.set()
+        except BaseException as exc:  # noqa: BLE001 - every listener raises it
+            self.error = exc
+        finally:
+            await self._source.aclose()  # type: ignore[attr-defined]
+            self.finished = True
+            self._done()
+            self._changed.set()
+
+    async def listen(self, heartbeat_s: float | None) -> AsyncIterator[Any]:
+        self.listeners += 1
+        seen = 0
+        try:
+            while True:
+                while seen < len(self.items):
+                    seen += 1
+                    yield self.items[seen - 1]
+                if self.finished:
+                    if self.error is not None and not isinstance(self.error,
+                                                                 asyncio.CancelledError):
+                        raise self.error
+                    return
+                self._changed.clear()
+                if seen < len(self.items) or self.finished:
+                    continue
+                try:
+                    await asyncio.wait_for(self._changed.wait(), heartbeat_s)
+                except asyncio.TimeoutError:
+                    yield HEARTBEAT
+        finally:
+            self.listeners -= 1
+            if not self.listeners and not self.finished:
+                self._done()  # none joins it any more
+                self._task.cancel()
+
+
+class SharedReplies:
+    """The replies being computed now, by request identity."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, _Shared] = {}
+
+    def listen(self, identity: str | None, start: Callable[[], AsyncIterator[Any]], *,
+               heartbeat_s: float | None = None) -> tuple[AsyncIterator[Any], bool]:
+        """The items of the computation ``identity`` names, started by ``start()``
+        unless one runs already (then: joined, True)."""
+        shared = self._running.get(identity) if identity is not None else None
+        joined = shared is not None
+        if shared is None:
+            def done() -> None:
+                if identity is not None and self._running.get(identity) is made:
+                    del self._running[identity]
+            made = shared = _Shared(start(), done)
+            if identity is not None:
+                self._running[identity] = made
+        return shared.listen(heartbeat_s), joined
+
+    @property
+    def listening(self) -> int:
+        """Requests reading a reply being computed now."""
+        return sum(shared.listeners for shared in self._running.values())
