@@ -198,7 +198,7 @@ def _checked_common(data: dict[str, Any]) -> str:
         raise bad_field("metadata", "'metadata' must be an object.")
     if metadata and metadata.get("user_id") is not None \
             and not isinstance(metadata["user_id"], str):
-        raise bad_field("metadata.user_id", "'user_id' must be a string.")
+        raise bad_field("metadata.user_id", "'metadata.user_id' must be a string.")
     managed = data.get("context_management")
     if managed is not None:
         edits = managed.get("edits", []) if isinstance(managed, dict) else None
