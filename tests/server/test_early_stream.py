@@ -9,6 +9,7 @@ event, and a request sent again while the first still computes joins it
 from __future__ import annotations
 
 import json
+import logging
 import threading
 
 import httpx
@@ -157,7 +158,8 @@ def test_an_error_found_after_the_status_went_out_is_an_error_event(fast_pings, 
     first.join(60)
 
 
-def test_a_request_sent_again_while_the_first_computes_joins_it(served, held):
+def test_a_request_sent_again_while_the_first_computes_joins_it(served, held, caplog):
+    caplog.set_level(logging.INFO, logger="mlxchat.server.access")
     replies: list[dict] = []
 
     def ask() -> None:
@@ -180,3 +182,6 @@ def test_a_request_sent_again_while_the_first_computes_joins_it(served, held):
     roles = [m.role for m in served.conv.store.get_session(session.id).messages]
     assert roles == ["user", "assistant"]
     assert served.service.shared.listening == 0
+    until(lambda: len([r for r in caplog.records if r.name == "mlxchat.server.access"]) == 2)
+    lines = [r.getMessage() for r in caplog.records if r.name == "mlxchat.server.access"]
+    assert sorted(line.endswith(" s") and " joined " in line for line in lines) == [False, True]
