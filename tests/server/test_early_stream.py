@@ -75,13 +75,17 @@ def events(lines) -> iter:
             yield name, json.loads(line[len("data: "):])
 
 
+def started(seen) -> tuple[str, dict]:
+    """The first event that is not a comment line (those come while it waits)."""
+    return next((name, data) for name, data in seen if name != ":")
+
+
 def test_message_start_with_the_prompts_usage_goes_out_before_the_prefill_ends(served, held):
     with httpx.stream("POST", served.url + "/v1/messages", json=BODY, timeout=60) as reply:
         assert reply.status_code == 200
         seen = events(reply.iter_lines())
-        name, start = next(seen)
-        assert name == "message_start" and not held.release.is_set()
-        assert held.feeding.is_set()  # the prompt is being read: the start did not wait
+        name, start = started(seen)
+        assert name == "message_start" and not held.release.is_set()  # the prompt is held
         planned = start["message"]["usage"]
         assert planned["input_tokens"] > 0 and planned["cache_read_input_tokens"] == 0
         held.release.set()
@@ -100,7 +104,8 @@ def test_pings_keep_a_long_prefill_alive_and_the_sdk_reads_the_stream(fast_pings
         names = []
         while names.count("ping") < 3:  # the prefill is held: only pings come
             names.append(next(seen)[0])
-        assert names[0] == "message_start" and set(names[1:]) == {"ping"}
+        planned = names.index("message_start")  # comment lines until it is planned
+        assert set(names[:planned]) <= {":"} and set(names[planned + 1:]) == {"ping"}
         held.release.set()
         assert [n for n, _ in seen][-1] == "message_stop"
     held.release.clear()
@@ -148,7 +153,7 @@ def test_an_error_found_after_the_status_went_out_is_an_error_event(fast_pings, 
                       timeout=60) as reply:
         assert reply.status_code == 200  # started while it waited
         seen = events(reply.iter_lines())
-        assert next(seen)[0] == ":"  # a comment line until its prompt is planned
+        assert next(seen)[0] == ":"  # a comment line: it waits for the engine
         held.release.set()
         rest = list(seen)
     name, error = rest[-1]
@@ -185,3 +190,36 @@ def test_a_request_sent_again_while_the_first_computes_joins_it(served, held, ca
     until(lambda: len([r for r in caplog.records if r.name == "mlxchat.server.access"]) == 2)
     lines = [r.getMessage() for r in caplog.records if r.name == "mlxchat.server.access"]
     assert sorted(line.endswith(" s") and " joined " in line for line in lines) == [False, True]
+
+
+def test_a_client_that_left_while_its_prompt_was_read_finds_it_when_it_asks_again(served,
+                                                                                   held):
+    with httpx.stream("POST", served.url + "/v1/messages", json=BODY, timeout=60) as reply:
+        assert started(events(reply.iter_lines()))[0] == "message_start"
+    # It went away (a client's timeout) while the prompt is read: the turn waits for it.
+    until(lambda: served.service.shared.listening == 0)
+    assert served.service.shared.computing == 1
+    replies = []
+    again = threading.Thread(target=lambda: replies.append(httpx.post(
+        served.url + "/v1/messages", json={**BODY, "stream": False}, timeout=60).json()))
+    again.start()
+    until(lambda: served.service.shared.listening == 1)
+    held.release.set()
+    again.join(60)
+    assert replies[0]["type"] == "message" and held.turns == 1
+
+
+def test_a_turn_nobody_comes_back_for_is_cancelled(tiny, tmp_path, held):
+    served = serve(tiny, tmp_path / "s.db", rejoin_s=0.01)
+    try:
+        with httpx.stream("POST", served.url + "/v1/messages", json=BODY,
+                          timeout=60) as reply:
+            assert started(events(reply.iter_lines()))[0] == "message_start"
+        until(lambda: served.service.shared.computing == 0)
+        held.release.set()
+        until(lambda: served.service.lane.running == 0)
+        session = served.conv.store.list_sessions()[0]
+        roles = [m.role for m in served.conv.store.get_session(session.id).messages]
+        assert roles == ["user"]  # cancelled before a word: no reply stored
+    finally:
+        served.stop()

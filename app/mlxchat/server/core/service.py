@@ -37,7 +37,7 @@ from mlxchat.server.core.idle_join import IdleJoins
 from mlxchat.server.core.kv_budget import Eviction, KvBudget
 from mlxchat.server.core.lane import EngineLane, QueueFull, Work
 from mlxchat.server.core.requests import ChatRequest
-from mlxchat.server.core.shared_reply import SharedReplies, request_identity
+from mlxchat.server.core.shared_reply import REJOIN_S, SharedReplies, request_identity
 from mlxchat.server.core.slots import open_slots
 from mlxchat.server.core.stop_watch import StopWatch, ids_up_to
 from mlxchat.server.core.system_messages import place_system_messages, renders_system_anywhere
@@ -95,6 +95,11 @@ class Planned:
     """As a first piece's (``Piece.cache_miss``)."""
 
 
+def _reading_prompt(items: list[Any]) -> bool:
+    """A turn planned that said nothing yet: its prompt is being read."""
+    return bool(items) and all(isinstance(item, Planned) for item in items)
+
+
 def _join_pieces(a: Piece | Finished, b: Piece | Finished) -> Piece | None:
     """Two pieces of the same part that arrived together, as one (fewer chunks
     to encode and send when the client reads slower than the model writes)."""
@@ -126,10 +131,11 @@ class ChatService:
     def __init__(self, conv: Conversation, *, store: SessionStore, engine: Engine,
                  max_waiting: int = 8, kv_budget_bytes: int | None = None,
                  idle_join_s: float | None = None, parallel: int = 1,
-                 memory_bytes: int | None = None):
+                 memory_bytes: int | None = None, rejoin_s: float = REJOIN_S):
         # ``store``, ``engine``: ``conv``'s, from the composition root. ``idle_join_s``:
         # idle time before a session's files are joined (None: the app's). ``memory_bytes``:
-        # what the members' KV may take (None: the settings' budget, or RAM's).
+        # what the members' KV may take (None: the settings' budget, or RAM's). ``rejoin_s``:
+        # how long a turn still reading its prompt outlives its client (``shared_reply``).
         self.store = store
         self.slots = open_slots(conv, engine, store, parallel)
         self.parallel = len(self.slots.all)
@@ -150,7 +156,7 @@ class ChatService:
         self.model_id = conv.model_spec
         self.answered = 0
         """Requests answered to their end."""
-        self.shared = SharedReplies()
+        self.shared = SharedReplies(keeps=_reading_prompt, rejoin_s=rejoin_s)
         """Replies being computed, which a request asking for the same joins."""
         self._names = {conv.model_spec, conv.views.model_info.name,
                        Path(conv.model_spec).name, conv.views.model_info.name.split("/")[-1]}

@@ -2,7 +2,10 @@
 sends the same request again while the first is still computing (it timed
 out and retried, or two of its processes asked) joins the one in progress
 and is given all it said so far, then the rest, as the first is; nothing is
-prefilled twice. The computation is cancelled once its last listener left.
+prefilled twice. The computation is cancelled once its last listener left,
+at once once it said something; while its prompt is still being read
+(``keeps``: nothing said yet) only after ``rejoin_s``, so that a client that
+timed out and sends it again finds it running.
 
 A listener that asks for heartbeats (``heartbeat_s``) is handed a
 ``Heartbeat`` whenever nothing came for that long, so a stream can say it is
@@ -41,8 +44,10 @@ def request_identity(model: str, request: ChatRequest) -> str | None:
 class _Shared:
     """One computation's items, kept for every listener, read by a task of its own."""
 
-    def __init__(self, source: AsyncIterator[Any], done: Callable[[], None]):
+    def __init__(self, source: AsyncIterator[Any], done: Callable[[], None], *,
+                 keeps: Callable[[list[Any]], bool], rejoin_s: float):
         self.items: list[Any] = []
+        self._keeps, self._rejoin_s = keeps, rejoin_s
         self.error: BaseException | None = None
         self.finished = False
         self.listeners = 0
@@ -87,15 +92,32 @@ class _Shared:
         finally:
             self.listeners -= 1
             if not self.listeners and not self.finished:
-                self._done()  # none joins it any more
-                self._task.cancel()
+                if self._keeps(self.items) and self._rejoin_s > 0:
+                    asyncio.get_running_loop().call_later(self._rejoin_s, self._expire)
+                else:
+                    self._expire()
+
+    def _expire(self) -> None:
+        """Cancel the computation when nobody listens (any more)."""
+        if not self.listeners and not self.finished:
+            self._done()  # none joins it any more
+            self._task.cancel()
+
+
+REJOIN_S = 30.0
+"""How long a reply whose prompt is still being read outlives its last
+listener (a client that timed out sends the request again within a second)."""
 
 
 class SharedReplies:
-    """The replies being computed now, by request identity."""
+    """The replies being computed now, by request identity; ``keeps(items)``:
+    whether a computation that said ``items`` so far waits ``rejoin_s`` for a
+    listener to come back."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, keeps: Callable[[list[Any]], bool] = lambda items: False,
+                 rejoin_s: float = REJOIN_S) -> None:
         self._running: dict[str, _Shared] = {}
+        self._keeps, self.rejoin_s = keeps, rejoin_s
 
     def listen(self, identity: str | None, start: Callable[[], AsyncIterator[Any]], *,
                heartbeat_s: float | None = None) -> tuple[AsyncIterator[Any], bool]:
@@ -107,10 +129,16 @@ class SharedReplies:
             def done() -> None:
                 if identity is not None and self._running.get(identity) is made:
                     del self._running[identity]
-            made = shared = _Shared(start(), done)
+            made = shared = _Shared(start(), done, keeps=self._keeps,
+                                    rejoin_s=self.rejoin_s)
             if identity is not None:
                 self._running[identity] = made
         return shared.listen(heartbeat_s), joined
+
+    @property
+    def computing(self) -> int:
+        """Replies being computed now (listened to, or waiting for a listener)."""
+        return len(self._running)
 
     @property
     def listening(self) -> int:
