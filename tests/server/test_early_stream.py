@@ -223,3 +223,24 @@ def test_a_turn_nobody_comes_back_for_is_cancelled(tiny, tmp_path, held):
         assert roles == ["user"]  # cancelled before a word: no reply stored
     finally:
         served.stop()
+
+
+def test_a_stream_starts_while_its_request_is_still_prepared(fast_pings, monkeypatch):
+    from mlxchat.server.core import tool_choice
+
+    gate = threading.Event()
+    compile_tools = tool_choice.compile_tools
+
+    def held(*args, **kw):  # the tools' grammar compiles slowly on a busy machine
+        assert gate.wait(60), "never released"
+        return compile_tools(*args, **kw)
+    monkeypatch.setattr(tool_choice, "compile_tools", held)
+    tools = [{"name": "get_weather", "description": "Weather in a city", "input_schema": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}]
+    with httpx.stream("POST", fast_pings.url + "/v1/messages", json={**BODY, "tools": tools},
+                      timeout=60) as reply:
+        assert reply.status_code == 200
+        seen = events(reply.iter_lines())
+        assert next(seen)[0] == ":" and not gate.is_set()  # out before it was prepared
+        gate.set()
+        assert [name for name, _ in seen][-1] == "message_stop"

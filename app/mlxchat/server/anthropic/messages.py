@@ -5,6 +5,8 @@ find their stored branch by the same ledger, as OpenAI's chat completions."""
 
 from __future__ import annotations
 
+from typing import Any, AsyncIterator
+
 import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -21,7 +23,13 @@ from mlxchat.server.core.errors import ApiError, bad_field
 from mlxchat.server.core.requests import parse_json
 from mlxchat.server.core.response_format import anthropic_format
 from mlxchat.server.core.service import ChatService
-from mlxchat.server.core.streaming import DisconnectAwareStream, finished, read_body, started
+from mlxchat.server.core.streaming import (
+    DisconnectAwareStream,
+    finished,
+    read_body,
+    started,
+    with_heartbeats,
+)
 from mlxchat.server.core.tool_choice import anthropic_choice, constrained
 from mlxchat.server.core.usage import miss_header
 
@@ -31,14 +39,19 @@ async def messages(request: Request) -> Response:
     data = parse_json(await read_body(request))
     chat = anthropic_chat(data, request.headers.get("x-session"), window=service.window)
     service.check_model(chat.model)
-    chat.turn = await constrained(service.engine.loaded.tokenizer, chat.turn,
-                                  anthropic_format(data), anthropic_choice(data),
-                                  format_param="output_config")
     omit = omits_thinking(data)
     shape = MessageShape(service.model_id, omit_thinking=omit)
-    # A stream starts before its first token (pings while a long prompt is read).
-    beat = request.app.state.ping_s if chat.stream else None
-    items, first = await started(request, service.chat(chat, heartbeat_s=beat))
+
+    async def reply() -> AsyncIterator[Any]:
+        chat.turn = await constrained(service.engine.loaded.tokenizer, chat.turn,
+                                      anthropic_format(data), anthropic_choice(data),
+                                      format_param="output_config")
+        async for item in service.chat(chat, planned=chat.stream):
+            yield item
+    # A stream starts before its first token: once nothing came for ping_s while
+    # the request is prepared, waits, or has its prompt read.
+    items = with_heartbeats(reply(), request.app.state.ping_s) if chat.stream else reply()
+    items, first = await started(request, items)
     if not chat.stream:
         end = await finished(request, first, items)
         return JSONResponse(shape.message(end), headers=miss_header(end))

@@ -14,8 +14,7 @@ from typing import Any, AsyncIterator
 from mlxchat.server.anthropic.shape import MessageShape, stop_reason, tool_use_blocks, usage
 from mlxchat.server.core.errors import ApiError
 from mlxchat.server.core.service import Finished, Piece
-from mlxchat.server.core.shared_reply import Heartbeat
-from mlxchat.server.core.streaming import unsent
+from mlxchat.server.core.streaming import Heartbeat, unsent
 
 BLOCKS = {"reasoning": ("thinking", "thinking_delta", "thinking"),
           "answer": ("text", "text_delta", "text")}

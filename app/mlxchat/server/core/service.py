@@ -212,14 +212,14 @@ class ChatService:
         self.lane.close()
         self.slots.close()
 
-    async def chat(self, request: ChatRequest, *, heartbeat_s: float | None = None
+    async def chat(self, request: ChatRequest, *, planned: bool = False
                    ) -> AsyncIterator[Any]:
         """The reply's pieces, then ``Finished``; errors before the first piece
         are ``ApiError``s. The same request already being computed is joined
         (``shared_reply``); leaving early (the client went away) cancels the
-        turn once no other request waits for it. With ``heartbeat_s`` (a stream
-        that starts before its first token): a ``Planned`` first, once the
-        prefill is planned, and a ``Heartbeat`` whenever nothing came for that long."""
+        turn once no other request waits for it. ``planned`` (a stream that
+        starts before its first token): a ``Planned`` first, once the prefill is
+        planned."""
         self.check_model(request.model)
         request.turn = turn = self.placed(request.turn)
         await self.check_fits([m.content for m in turn.messages if m.role != "assistant"]
@@ -227,11 +227,10 @@ class ChatService:
         key = conversation_key(self.model_id, turn)
         items, joined = self.shared.listen(
             request_identity(self.model_id, request),
-            lambda: self.run(lambda cancelled: self._work(request, cancelled), key=key),
-            heartbeat_s=heartbeat_s)
+            lambda: self.run(lambda cancelled: self._work(request, cancelled), key=key))
         try:
             async for item in items:
-                if heartbeat_s is None and not isinstance(item, (Piece, Finished)):
+                if isinstance(item, Planned) and not planned:
                     continue
                 if joined and isinstance(item, Finished):
                     note_turn(item.session_id, item.stats, joined=True)

@@ -6,10 +6,7 @@ prefilled twice. The computation is cancelled once its last listener left,
 at once once it said something; while its prompt is still being read
 (``keeps``: nothing said yet) only after ``rejoin_s``, so that a client that
 timed out and sends it again finds it running.
-
-A listener that asks for heartbeats (``heartbeat_s``) is handed a
-``Heartbeat`` whenever nothing came for that long, so a stream can say it is
-alive while a long prompt is read (or the request waits for its turn)."""
+"""
 
 from __future__ import annotations
 
@@ -21,22 +18,16 @@ from typing import Any, AsyncIterator, Callable
 from mlxchat.server.core.requests import ChatRequest
 
 
-class Heartbeat:
-    """Nothing came for ``heartbeat_s``: the reply is still being computed."""
-
-
-HEARTBEAT = Heartbeat()
-
-
-def request_identity(model: str, request: ChatRequest) -> str | None:
+def request_identity(model: str, request: ChatRequest) -> str:
     """What makes two requests ask for the same reply: the model, the whole
-    conversation as the client sees it, the settings, tools and stop strings;
-    None for one that never joins another (its reply follows a schema)."""
+    conversation as the client sees it, the settings, tools, the schema the
+    reply (or its calls) follows, and stop strings."""
     turn = request.turn
-    if turn.output is not None:
-        return None
+    output = None if turn.output is None else [turn.output.format.schema,
+                                               turn.output.format.name, turn.output.opens]
     parts = [model, turn.system, [(m.role, m.content, m.signature) for m in turn.messages],
-             turn.settings, turn.session_name, turn.tools, turn.fills_window, request.stop]
+             turn.settings, turn.session_name, turn.tools, output, turn.fills_window,
+             request.stop]
     text = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -69,7 +60,7 @@ class _Shared:
             self._done()
             self._changed.set()
 
-    async def listen(self, heartbeat_s: float | None) -> AsyncIterator[Any]:
+    async def listen(self) -> AsyncIterator[Any]:
         self.listeners += 1
         seen = 0
         try:
@@ -85,10 +76,7 @@ class _Shared:
                 self._changed.clear()
                 if seen < len(self.items) or self.finished:
                     continue
-                try:
-                    await asyncio.wait_for(self._changed.wait(), heartbeat_s)
-                except asyncio.TimeoutError:
-                    yield HEARTBEAT
+                await self._changed.wait()
         finally:
             self.listeners -= 1
             if not self.listeners and not self.finished:
@@ -119,8 +107,8 @@ class SharedReplies:
         self._running: dict[str, _Shared] = {}
         self._keeps, self.rejoin_s = keeps, rejoin_s
 
-    def listen(self, identity: str | None, start: Callable[[], AsyncIterator[Any]], *,
-               heartbeat_s: float | None = None) -> tuple[AsyncIterator[Any], bool]:
+    def listen(self, identity: str | None, start: Callable[[], AsyncIterator[Any]]
+               ) -> tuple[AsyncIterator[Any], bool]:
         """The items of the computation ``identity`` names, started by ``start()``
         unless one runs already (then: joined, True)."""
         shared = self._running.get(identity) if identity is not None else None
@@ -133,7 +121,7 @@ class SharedReplies:
                                     rejoin_s=self.rejoin_s)
             if identity is not None:
                 self._running[identity] = made
-        return shared.listen(heartbeat_s), joined
+        return shared.listen(), joined
 
     @property
     def computing(self) -> int:

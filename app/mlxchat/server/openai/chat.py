@@ -16,13 +16,14 @@ from mlxchat.server.core.image_fetch import fetch_images
 from mlxchat.server.core.requests import ChatRequest, parse_json
 from mlxchat.server.core.response_format import openai_format
 from mlxchat.server.core.service import ChatService, Finished, Piece
-from mlxchat.server.core.shared_reply import Heartbeat
 from mlxchat.server.core.streaming import (
     DisconnectAwareStream,
+    Heartbeat,
     finished,
     read_body,
     started,
     unsent,
+    with_heartbeats,
 )
 from mlxchat.server.core.tool_calls import openai_calls
 from mlxchat.server.core.tool_choice import constrained, openai_choice
@@ -104,9 +105,10 @@ async def chat_completions(request: Request) -> Response:
                                    sees=info.sees_images, model=info.name)
     shape = _ChatShape(service.model_id, chat.turn.settings.get("max_tokens"))
     # A stream starts before its first token: the role chunk, then a comment
-    # line whenever nothing came for ping_s while the prompt is read.
-    beat = request.app.state.ping_s if chat.stream else None
-    items, first = await started(request, service.chat(chat, heartbeat_s=beat))
+    # line whenever nothing came for ping_s while it waits or its prompt is read.
+    items = with_heartbeats(service.chat(chat, planned=True), request.app.state.ping_s) \
+        if chat.stream else service.chat(chat)
+    items, first = await started(request, items)
     if not chat.stream:
         end = await finished(request, first, items)
         return JSONResponse(shape.completion(end), headers={
