@@ -7,7 +7,8 @@ scratch data folder) restarted before one of them.
 
     PYTHONPATH=app .venv/bin/python bench/agents_real.py --model SPEC
         [--clients claude_code,...] [--steps 3] [--restart-before 3]
-        [--prefix DIR] [--max-output 64] [--timeout 3600] [--no-tool-loop]
+        [--prefix DIR] [--max-output 64] [--timeout 3600] [--tool-prompt generic]
+        [--no-tool-loop]
 
 ``--model``: an alias, folder or .gguf whose window holds the clients'
 prompts (Claude Code's is ~20k tokens). ``--max-output`` caps each reply
@@ -160,14 +161,25 @@ def model_spec(name: str) -> str:
     return str(resolve_folder(name))
 
 
-def run_client(client: ModuleType, args: argparse.Namespace, model: str) -> list[Step]:
-    binary = client.install(args.prefix)
-    scratch = Path(tempfile.mkdtemp(prefix=f"mlxchat-{client.NAME}-"))
+def scratch_folders(name: str) -> tuple[Path, Path, Path, Path]:
+    """A scratch folder and in it the client's git repository, its HOME and the
+    server's data folder (MLXCHAT_HOME)."""
+    scratch = Path(tempfile.mkdtemp(prefix=f"mlxchat-{name}-"))
     workdir, home, data = scratch / "project", scratch / "home", scratch / "mlxchat"
     for folder in (workdir, home, data):
         folder.mkdir()
     subprocess.run(["git", "init", "-q", str(workdir)], check=True)
+    return scratch, workdir, home, data
+
+
+def run_client(client: ModuleType, args: argparse.Namespace, model: str) -> list[Step]:
+    binary = client.install(args.prefix)
+    scratch, workdir, home, data = scratch_folders(client.NAME)
     os.environ[real_agents.MAX_OUTPUT_VARIABLE] = str(args.max_output)
+    if args.tool_prompt != "template":  # the tools in the system prompt (a model whose
+        (data / "config").mkdir()        # template has no place for them)
+        (data / "config" / "config.toml").write_text(
+            f'[generation]\ntool_prompt = "{args.tool_prompt}"\n')
     server = Server(model, data)
     steps: list[Step] = []
     try:
@@ -200,11 +212,7 @@ def tool_loop(client: ModuleType, args: argparse.Namespace) -> bool | None:
     if call is None:
         return None
     binary = client.install(args.prefix)
-    scratch = Path(tempfile.mkdtemp(prefix=f"mlxchat-{client.NAME}-tool-"))
-    workdir, home, data = scratch / "project", scratch / "home", scratch / "mlxchat"
-    for folder in (workdir, home, data):
-        folder.mkdir()
-    subprocess.run(["git", "init", "-q", str(workdir)], check=True)
+    scratch, workdir, home, data = scratch_folders(f"{client.NAME}-tool")
     script = Path(__file__).parent / "real_agents" / "scripted_serve.py"
     server = Server("", data, [sys.executable, str(script), "--reply",
                                tool_call_text(call["name"], call["arguments"]),
@@ -271,6 +279,9 @@ def main() -> None:
                         default=Path(tempfile.gettempdir()) / "mlxchat-agents")
     parser.add_argument("--max-output", type=int, default=64)
     parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--tool-prompt", choices=("template", "generic"), default="template",
+                        help="the server's tool_prompt setting (generic: the tools reach a "
+                        "model whose template shows none)")
     parser.add_argument("--no-tool-loop", dest="tool_loop", action="store_false",
                         help="skip the scripted tool call through each client")
     args = parser.parse_args()

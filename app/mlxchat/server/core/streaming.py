@@ -7,7 +7,7 @@ and a streamed reply that notices at once when its client goes away."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
 import anyio
 import anyio._backends._asyncio  # noqa: F401 - at start, not on the first request (lazy in anyio)
