@@ -2,10 +2,10 @@
 sends the same request again while the first is still computing (it timed
 out and retried, or two of its processes asked) joins the one in progress
 and is given all it said so far, then the rest, as the first is; nothing is
-prefilled twice. The computation is cancelled once its last listener left,
-at once once it said something; while its prompt is still being read
-(``keeps``: nothing said yet) only after ``rejoin_s``, so that a client that
-timed out and sends it again finds it running.
+prefilled twice. The computation is cancelled when its last listener leaves:
+at once when it has said something; while its prompt is still being read
+(``keeps``: nothing said yet) only ``rejoin_s`` later, so that a client that
+timed out and sends the request again finds it running.
 """
 
 from __future__ import annotations
