@@ -163,6 +163,24 @@ def test_branch_shows_where_each_branch_diverges_and_takes_inner_messages(regist
     assert conv.session.leaf_id == second_reply.id
 
 
+def test_branch_after_undo_lists_only_real_branches_and_says_where_you_are(registry, ctx,
+                                                                          conv):
+    send(conv, "One")
+    send(conv, "Two")
+    leaf = conv.messages[-1].id
+    assert registry.run("/undo", ctx).ok
+    at = conv.session.leaf_id
+    listing = registry.run("/branch", ctx)
+    # One branch: the position /undo went back to is inside it, not another branch.
+    assert [row[0] for row in listing.rows] == [f"#{leaf}"] and listing.rows[0][4] == ""
+    assert listing.text.startswith("1 branch of ")
+    assert f"You are at #{at}, inside the branch ending at #{leaf}" in listing.text
+    send(conv, "Three")  # the next message makes the second branch
+    listing = registry.run("/branch", ctx)
+    assert len(listing.rows) == 2 and listing.rows[-1][4] == "current"
+    assert "You are at" not in listing.text
+
+
 def test_export_md_and_json(registry, ctx, conv, tmp_path):
     send(conv, "Export me")
     result = registry.run("/export md", ctx)  # no path: the exports folder

@@ -25,9 +25,10 @@ from mlxchat.server.options import (
 
 
 def add_serve_parser(sub) -> None:
-    p = sub.add_parser("serve", help="serve the OpenAI and Ollama chat APIs over HTTP",
-                       description="Serve /v1/chat/completions, /v1/models, /api/chat and "
-                       "/api/tags; conversations are ordinary sessions, their KV kept on disk.")
+    p = sub.add_parser("serve", help="serve the OpenAI, Anthropic and Ollama APIs over HTTP",
+                       description="Serve /v1/chat/completions, /v1/responses, /v1/messages, "
+                       "/v1/models, /api/chat and /api/tags; conversations are ordinary "
+                       "sessions, their KV kept on disk.")
     _refuse_in_one_line(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; others need --api-key)")

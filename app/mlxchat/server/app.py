@@ -20,6 +20,7 @@ from mlxchat.server.core.service import ChatService
 from mlxchat.server.core.streaming import ClientGone
 from mlxchat.server.ollama import api_router as ollama_routes
 from mlxchat.server.openai import api_router as openai_routes
+from mlxchat.server.responses import api_router as responses_routes
 from mlxchat.server.options import ServeOptions
 
 log = logging.getLogger(__name__)
@@ -113,7 +114,8 @@ def build_app(service: ChatService, *, api_key: str | None = None,
     """``image_fetch``: how far an allowed image URL is fetched (with
     ``allow_image_urls``; never otherwise); ``ping_s``: how long a stream
     started before its first token stays silent at most."""
-    routes = [*openai_routes.ROUTES, *anthropic_routes.ROUTES, *ollama_routes.ROUTES]
+    routes = [*openai_routes.ROUTES, *anthropic_routes.ROUTES, *ollama_routes.ROUTES,
+              *responses_routes.ROUTES]
     app = Starlette(routes=routes, exception_handlers={
         ApiError: _api_error, HTTPException: _http_error, ClientGone: _client_gone,
         Exception: _unexpected})

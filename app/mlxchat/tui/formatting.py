@@ -131,7 +131,7 @@ def transcript_stats_line(stats: TurnStats) -> str:
                                       stats.spec_mode))
         if stats.draft_rebuilt:
             parts.append(f"draft cache rebuilt ({fmt_int(stats.draft_prefilled_tokens)} tokens)")
-    if stats.window_full:
+    if stats.finish_reason != "cancelled":  # a stop is said in front: "(stopped)"
         parts.append(stats.ending)
     if stats.dropped_messages:  # the cache's miss too: said once
         parts.append(f"{fmt_int(stats.dropped_messages)} oldest messages left out")

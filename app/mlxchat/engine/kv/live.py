@@ -153,11 +153,13 @@ class LiveCache:
         mx.eval([c.state for c in self.layers])
         del self.tokens[prompt_cache.offset(self.layers):]
 
-    def feed(self, model: Any, tokens: Sequence[int]) -> None:
-        """Prefill ``tokens`` after what the cache holds, evaluated."""
-        model(mx.array(tokens)[None], cache=self.layers)
-        mx.eval([c.state for c in self.layers])
+    def feed(self, model: Any, tokens: Sequence[int], *, logits: bool = False) -> Any:
+        """Prefill ``tokens`` after what the cache holds, evaluated; with
+        ``logits``, the model's logits at each of them, (tokens, vocabulary)."""
+        out = model(mx.array(tokens)[None], cache=self.layers)
+        mx.eval([c.state for c in self.layers], *([out] if logits else []))
         self.tokens.extend(tokens)
+        return out[0] if logits else None
 
     def keep_prefix(self, tokens: Sequence[int]) -> int:
         """Trim a trimmable cache to the longest prefix it shares with

@@ -86,6 +86,7 @@ class GaugesPanel(Vertical):
     GaugesPanel { height: auto; }
     GaugesPanel > #gauges-compact { display: none; height: auto; }
     GaugesPanel > #gauges-full { height: auto; }
+    GaugesPanel #gauges-figures { height: auto; }
     GaugesPanel .gauge { height: auto; }
     GaugesPanel .gauge Static { height: auto; }
     GaugesPanel #compact-row { height: 1; }
@@ -105,24 +106,10 @@ class GaugesPanel(Vertical):
         self._spinner = Spinner(self, self._show_wait)
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="gauges-full"):
-            yield GaugeText("no model loaded", id="gauge-model", markup=False)
-            with Vertical(id="gauge-context", classes="gauge") as box:
-                box.border_title = "Context"
-                yield Meter(id="context-meter")
-                yield GaugeText(id="context-text")
-            with Vertical(id="gauge-kv", classes="gauge") as box:
-                box.border_title = "KV cache"
-                yield Meter(id="kv-meter")
-                yield GaugeText("empty", id="kv-source")
-                yield GaugeText(id="kv-text")
-            with Vertical(id="gauge-weights", classes="gauge") as box:
-                box.border_title = "Weights"
-                yield GaugeText(id="weights-text")
-            with Vertical(id="gauge-turn", classes="gauge") as box:
-                box.border_title = "Last turn"
-                yield GaugeText("no turn yet", id="turn-text")
-            with Vertical(id="gauge-live", classes="gauge") as box:
+        with Vertical(id="gauges-full"):
+            with VerticalScroll(id="gauges-figures"):  # scrolls where they do not fit
+                yield from self._figures()
+            with Vertical(id="gauge-live", classes="gauge") as box:  # always on screen
                 box.border_title = "Now"
                 yield Meter(id="live-meter")
                 yield GaugeText("idle", id="live-text")
@@ -132,6 +119,25 @@ class GaugesPanel(Vertical):
                 yield Meter(id="compact-context-meter")
                 yield FittedLine(id="compact-context")
             yield FittedLine("idle", id="compact-live")
+
+    @staticmethod
+    def _figures() -> ComposeResult:
+        yield GaugeText("no model loaded", id="gauge-model", markup=False)
+        with Vertical(id="gauge-context", classes="gauge") as box:
+            box.border_title = "Context"
+            yield Meter(id="context-meter")
+            yield GaugeText(id="context-text")
+        with Vertical(id="gauge-kv", classes="gauge") as box:
+            box.border_title = "KV cache"
+            yield Meter(id="kv-meter")
+            yield GaugeText("empty", id="kv-source")
+            yield GaugeText(id="kv-text")
+        with Vertical(id="gauge-weights", classes="gauge") as box:
+            box.border_title = "Weights"
+            yield GaugeText(id="weights-text")
+        with Vertical(id="gauge-turn", classes="gauge") as box:
+            box.border_title = "Last turn"
+            yield GaugeText("no turn yet", id="turn-text")
 
     def on_mount(self) -> None:
         self.query_one("#live-meter", Meter).display = False
