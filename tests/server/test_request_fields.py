@@ -33,7 +33,6 @@ ASKING = {"audio": {"voice": "alloy", "format": "mp3"}, "modalities": ["text", "
           "functions": [{"name": "f"}], "function_call": {"name": "f"}, "verbosity": "low",
           "moderation": {"mode": "block"},
           "container": "c1", "mcp_servers": [{"type": "url", "url": "http://x"}],
-          "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
           "background": True, "conversation": "conv_1", "prompt": {"id": "pmpt_1"},
           "truncation": "auto", "top_logprobs": 3}
 """A value of each refused field that asks for something."""
@@ -60,13 +59,12 @@ def test_ignored_defaults_and_extras_are_accepted(served, table):
               "cache_control": {"type": "ephemeral"}, "inference_geo": "us",
               "speed": "fast", "user_profile_id": "u", "workspace_id": "w",
               "diagnostics": {"previous_message_id": "m"}, "client_metadata": {"k": "v"},
-              "stream_options": {"include_obfuscation": False}, "max_tool_calls": 3}
+              "stream_options": {"include_obfuscation": False}, "max_tool_calls": 3,
+              "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]}}
     body = {**BASES[table.route], **{k: values[k] for k in table.ignored},
             # A vendor's extra, and refused fields given what asks for nothing.
             "some_vendor_extra": {"x": 1},
-            **{k: v for k, v in (("modalities", ["text"]),
-                                 ("context_management", {"edits": [
-                                     {"type": "clear_thinking_20251015", "keep": "all"}]}))
+            **{k: v for k, v in (("modalities", ["text"]),)
                if k in table.refused}}
     reply = request(served.url, "POST", table.route, body)
     assert reply.status == 200, reply.body

@@ -152,8 +152,6 @@ def _break(doc: dict, how: str) -> object:
         doc["session"]["settings"]["kv_bits"] = 3
     elif how == "temperature":
         doc["session"]["settings"]["temperature"] = -1.0
-    elif how == "system-inside":
-        msgs[1]["role"] = "system"
     elif how == "cycle":
         msgs[0]["parent_id"] = msgs[2]["id"]
     elif how == "self-parent":
@@ -186,7 +184,6 @@ BREAKS = [
     "settings-type",
     "kv-bits",
     "temperature",
-    "system-inside",
     "cycle",
     "self-parent",
     "dangling",
@@ -380,3 +377,16 @@ def test_the_markdown_header_says_settings_in_words(store: SessionStore, branche
     settings = next(line for line in header.splitlines() if line.startswith("- **Settings:**"))
     assert "None" not in settings and "True" not in settings and "False" not in settings
     assert "top_p model" in settings and "docs off" in settings and "tools off" in settings
+
+
+def test_a_system_message_inside_the_conversation_exports_and_imports_back(
+        store: SessionStore) -> None:
+    """An API client's reminder after its first message is stored where it stood."""
+    session = store.create_session("m")
+    store.add_message(session.id, "user", "Task?")
+    store.add_message(session.id, "system", "The environment.")
+    store.add_message(session.id, "assistant", "Done.")
+    assert "### System\n\nThe environment." in render_session(store, session.id, "md")
+    copy = import_json(store, render_session(store, session.id, "json").encode())
+    assert [(m.role, m.content) for m in copy.messages] == [
+        ("user", "Task?"), ("system", "The environment."), ("assistant", "Done.")]

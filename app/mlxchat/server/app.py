@@ -27,6 +27,10 @@ from mlxchat.server.protocols import PROTOCOLS
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+PING_S = 5.0
+"""A stream that starts before its first token (Anthropic's, OpenAI's chat)
+sends a ping or a comment line at least this often while the prompt is read
+or the request waits, so no client times out and sends it again."""
 MAX_HEADER_BYTES = 16 * 1024
 """A request's headers together: h11's bound on headers that arrive in parts,
 held too for those that arrive in one read (which h11 takes whole)."""
@@ -112,10 +116,11 @@ def image_limits(options: ServeOptions) -> FetchLimits:
 def build_app(service: ChatService, *, api_key: str | None = None,
               max_body_bytes: int = MAX_BODY_BYTES, allow_image_urls: bool = False,
               image_fetch: FetchLimits = FetchLimits(), cors: tuple[str, ...] = (),
-              embeddings: Embeddings | None = None) -> ASGIApp:
+              embeddings: Embeddings | None = None, ping_s: float = PING_S) -> ASGIApp:
     """``image_fetch``: how far an allowed image URL is fetched (with
     ``allow_image_urls``; never otherwise); ``cors``: the origins browsers may
-    call it from (``server.cors``)."""
+    call it from (``server.cors``); ``ping_s``: how long a stream started
+    before its first token stays silent at most."""
     routes = [*(r for router in PROTOCOLS for r in router.ROUTES), *HOST_ROUTES]
     app = Starlette(routes=routes, exception_handlers={
         ApiError: _api_error, HTTPException: _http_error, ClientGone: _client_gone,
@@ -126,4 +131,5 @@ def build_app(service: ChatService, *, api_key: str | None = None,
     app.state.image_fetch = image_fetch
     app.state.embeddings = embeddings or Embeddings()
     app.state.started_at = time.time()
+    app.state.ping_s = ping_s
     return AccessLog(HeaderLimit(Cors(ApiKeyCheck(app, api_key), cors, _dialect)))

@@ -123,10 +123,13 @@ class Ledger:
     """Plans turns over one session's ledger with one engine."""
 
     def __init__(self, engine: Engine, session: Session, settings: GenerationSettings, *,
-                 tools: str | None = None):
+                 tools: str | None = None, reserve: int | None = None):
+        # ``reserve``: tokens the prompt leaves for the reply (None: the settings'
+        # max_tokens, at most half the window).
         self.engine = engine
         self.session = session
         self.settings = settings
+        self.reserve = reserve
         self.options = options_for(session, settings, tools=tools)
         self.key = key_for(engine, session, self.options, compute_dtype=settings.compute_dtype)
 
@@ -136,12 +139,13 @@ class Ledger:
 
     def _rendered(self, messages: Sequence[Message], reason: str | None) -> FittedPrompt:
         fitted = self.engine.prompts.fit(self._with_system(messages), self.settings,
-                                         options=self.options)
+                                         options=self.options, reserve=self.reserve)
         return replace(fitted, reason=fitted.reason or (None if fitted.dropped else reason))
 
     def _fits(self, n: int) -> bool:
         prompts = self.engine.prompts
-        return n + prompts.reply_reserve(self.settings) <= prompts.window(self.settings)
+        reserve = prompts.reply_reserve(self.settings) if self.reserve is None else self.reserve
+        return n + reserve <= prompts.window(self.settings)
 
     def plan_message(self, history: Sequence[Message], text: str, *,
                      images: tuple[ImageRef, ...] = (), fresh: bool = False) -> Plan:
@@ -159,6 +163,17 @@ class Ledger:
         if fresh and not history and plan.prompt.reason is None:
             plan = replace(plan, prompt=replace(plan.prompt, reason=NEW_CONVERSATION))
         return plan
+
+    def plan_turn(self, history: Sequence[Message], messages: Sequence[Message]) -> Plan:
+        """The prompt for a turn of several messages after ``history``: a user
+        message and system messages that stand beside it, in order (the
+        first holds the ids they add together)."""
+        def added() -> list[int]:
+            return self.engine.prompts.turn_ids(
+                messages, system=self.session.context_system,
+                previous=history[-1].token_ids if history else None, options=self.options)
+
+        return self._plan_new(history, list(messages), added, first=not history)
 
     def plan_results(self, history: Sequence[Message], results: Sequence[Message]) -> Plan:
         """The prompt for tool results after ``history`` (whose last message is

@@ -144,21 +144,38 @@ class TurnRunner:
         return self.run(plan, asked.output, asked.options)
 
     def send_results(self, results: list[Message]) -> Iterator[Event]:
-        """Commit tool results (role ``tool``, then perhaps a user message)
-        after the last reply, then run the turn that reads them; the first
-        holds the ids they add together."""
+        """Commit tool results (role ``tool``, then perhaps a user message and
+        system messages) after the last reply, then run the turn that reads
+        them; the first holds the ids they add together."""
         asked = self._take_asks()
         self._unsaved.require_saved()
-        if not results or any(r.role != "tool" for r in results[:-1]) \
-                or results[0].role != "tool" or results[-1].role not in ("tool", "user"):
+        tools = next((i for i, r in enumerate(results) if r.role != "tool"), len(results))
+        if not tools or any(r.role not in ("user", "system") for r in results[tools:]):
             raise ConversationError("Tool results need at least one message of role 'tool'.")
         ledger = self._ledger()
         plan = ledger.opened(ledger.plan_results(self._open.messages, results), asked.prefill)
+        return self._commit_and_run(results, plan, asked)
+
+    def send_turn(self, messages: list[Message]) -> Iterator[Event]:
+        """Commit a turn of several messages (a user message and system messages
+        that stand beside it, in order, each with its stored images) after the
+        last reply, then run it; the first holds the ids they add together."""
+        asked = self._take_asks()
+        self._unsaved.require_saved()
+        if not messages or any(m.role not in ("user", "system") for m in messages):
+            raise ConversationError("A turn is user and system messages.")
+        ledger = self._ledger()
+        plan = ledger.opened(ledger.plan_turn(self._open.messages, messages), asked.prefill)
+        return self._commit_and_run(messages, plan, asked)
+
+    def _commit_and_run(self, messages: list[Message], plan: Plan,
+                        asked: NextReply) -> Iterator[Event]:
         self._store.add_messages(self._open.id, [  # all or none
             Message(r.role, r.content, token_ids=plan.user_ids if i == 0 or plan.user_ids is None
                     else [], ledger_key=plan.key, ledger_start=plan.start and i == 0,
-                    tool_call_id=r.tool_call_id, tool_name=r.tool_name, tool_run=r.tool_run)
-            for i, r in enumerate(results)])
+                    tool_call_id=r.tool_call_id, tool_name=r.tool_name, tool_run=r.tool_run,
+                    images=r.images)
+            for i, r in enumerate(messages)])
         self._open.reload()
         return self.run(plan, asked.output, asked.options)
 

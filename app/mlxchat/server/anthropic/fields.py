@@ -3,18 +3,7 @@ defines it), and what ``POST /v1/messages`` does with it."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from mlxchat.server.core.fields import FieldTable, Refused
-
-
-def _clears_thinking_only(value: Any) -> bool:
-    """Context edits that clear old thinking blocks: this server never feeds a
-    reply's thinking back to the model, so they change nothing."""
-    edits = value.get("edits") if isinstance(value, dict) else None
-    return isinstance(edits, list) and all(
-        isinstance(e, dict) and str(e.get("type", "")).startswith("clear_thinking")
-        for e in edits)
 
 
 MESSAGES = FieldTable(
@@ -24,6 +13,9 @@ MESSAGES = FieldTable(
             "output_config", "output_format"),
     ignored={
         "metadata": "the caller's ids for Anthropic's records; nothing here reads them",
+        "context_management": "edits of any type (Claude Code's clear old thinking): the "
+                              "ledger keeps each reply as it was computed, so the "
+                              "conversation's KV is reused whole",
         "cache_control": "every conversation's KV cache is kept whole anyway",
         "service_tier": "there is one tier: this machine",
         "inference_geo": "every request is computed on this machine",
@@ -37,7 +29,4 @@ MESSAGES = FieldTable(
         "container": Refused("there are no code execution containers here"),
         "mcp_servers": Refused("the server calls no MCP servers for the model; send "
                                "'tools' and run them in the client", inert=(None, [])),
-        "context_management": Refused("only edits that clear thinking are accepted (they "
-                                      "change nothing here); nothing else of the "
-                                      "conversation is cleared", allows=_clears_thinking_only),
     })

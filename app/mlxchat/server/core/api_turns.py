@@ -71,6 +71,9 @@ class ApiRequest:
     """Tool definitions for the template (canonical JSON), or None."""
     output: CompiledFormat | None = None
     """The schema the reply follows (``response_format``, ``format``), compiled."""
+    fills_window: bool = False
+    """Its max_tokens is a cap the window may cut short (Anthropic's): the
+    prompt needs only to fit, and the reply ends where the window is full."""
     options: ReplyOptions = ASKS_NOTHING
     """Biases, penalties, log-probabilities and choices the request asks for."""
     prefill: str | None = None
@@ -121,10 +124,20 @@ def _new_part(messages: Sequence[IncomingMessage], *, after_reply: bool = False
               ) -> list[IncomingMessage]:
     """What a request adds: its last message, the user's, or the tool results
     it ends with (and a user message of text after them: Anthropic's clients
-    send both in one turn; the ledger extends by all of it). ``after_reply``:
+    send both in one turn; the ledger extends by all of it); with system
+    messages among them, every message after the last reply. ``after_reply``:
     the messages follow a stored reply, which tool results at the start answer."""
-    if not messages or messages[-1].role not in ("user", "tool"):
+    if not messages or messages[-1].role not in ("user", "tool", "system"):
         raise ConversationError("The last message must be the user's or a tool result.")
+    first = len(messages)
+    while first > 0 and messages[first - 1].role != "assistant":
+        first -= 1
+    tail = list(messages[first:])
+    if any(m.role == "system" for m in tail):
+        results = next((i for i, m in enumerate(tail) if m.role != "tool"), len(tail))
+        if (results and first == 0 and not after_reply) or any(m.role == "tool" for m in tail[results:]):
+            raise ConversationError("Tool results must follow the reply that called the tools.")
+        return tail
     end = len(messages)
     if messages[-1].role == "user":
         if len(messages) < 2 or messages[-2].role != "tool" or messages[-1].images:
@@ -186,7 +199,8 @@ class ApiTurns:
         self.conv.use_settings(dataclasses.replace(self.conv.session.settings,
                                                    context_policy="stop", docs=None,
                                                    **request.settings),
-                               tools=request.tools)
+                               tools=request.tools,
+                               reserve=1 if request.fills_window else None)
         session_id = self.conv.session.id
         assert session_id is not None
         try:
@@ -194,6 +208,9 @@ class ApiTurns:
             self.conv.turns.options, self.conv.turns.prefill = request.options, request.prefill
             if new[0].role == "tool":
                 events = self.conv.turns.send_results([m.stored() for m in new])
+            elif len(new) > 1 or new[0].role == "system":  # system messages where they stand
+                events = self.conv.turns.send_turn([m.stored(refs) for m, refs
+                                                    in zip(new, shown[-len(new):])])
             else:
                 self.conv.turns.images[:] = shown[-1]
                 events = self.conv.turns.send(new[0].content)

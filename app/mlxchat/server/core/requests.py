@@ -200,9 +200,10 @@ def _messages(data: dict[str, Any], *, allow_urls: bool = False, ollama: bool = 
         if blobs and role != "user":
             raise bad_field(where, "Only the user's messages may show images.")
         if role in ("system", "developer"):
-            if out:
-                raise bad_field(where, "System messages are supported only before the others.")
-            system.append(content)
+            if out:  # placed by ``system_messages``' rule
+                out.append(IncomingMessage("system", content))
+            else:
+                system.append(content)
             continue
         if role == "tool":
             out.append(_tool_result(m, content, where, called))
@@ -217,9 +218,10 @@ def _messages(data: dict[str, Any], *, allow_urls: bool = False, ollama: bool = 
         # An image URL's digest is known once it is fetched (``image_fetch``).
         signature = calls_signature(calls) + images.signature(blobs)
         out.append(IncomingMessage(role, content, signature, calls, images=blobs))
-    if not out or out[-1].role not in ("user", "tool", "assistant") or out[-1].calls:
+    if not out or out[-1].role not in ("user", "tool", "system", "assistant") \
+            or out[-1].calls:
         raise bad_field("messages", "The last message must be the user's, a tool result, "
-                        "or the text of a reply for the model to continue.")
+                        "a system message, or the text of a reply for the model to continue.")
     return ("\n\n".join(system) if system else None), out
 
 

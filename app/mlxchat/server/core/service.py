@@ -4,96 +4,47 @@ endpoints put in their own shapes."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
 import anyio
 
-from mlxchat.chat import CalledTool
-from mlxchat.engine.events import (ChoiceDone, ContextOverflowError, Event, TextDelta,
-                                   TokenLogprob, TurnDone)
+from mlxchat.engine.events import (ChoiceDone, ContextOverflowError, Event, PrefillProgress,
+                                   TextDelta, TurnDone)
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt.fit import refuse_unfittable
 from mlxchat.engine.thread.compute import WaitCancelled
 from mlxchat.engine.thread.worker import waits_end_on
-from mlxchat.engine.turn.reply_options import ReplyOptions
 from mlxchat.errors import MlxchatError
 from mlxchat.models.token_floor import tokens_at_least
 from mlxchat.server.core.access_log import note_turn
 from mlxchat.server.core.admission import admission_for
-from mlxchat.server.core.api_turns import ApiTurns, IncomingMessage, conversation_key
+from mlxchat.server.core.api_turns import ApiRequest, ApiTurns, IncomingMessage, conversation_key
 from mlxchat.server.core.errors import (ApiError, context_exceeded, queue_full, server_stopped,
                                        unknown_model)
 from mlxchat.server.core.idle_join import IdleJoins
 from mlxchat.server.core.kv_budget import Eviction, KvBudget
 from mlxchat.server.core.lane import EngineLane, QueueFull, Work
 from mlxchat.server.core.requests import ChatRequest
+from mlxchat.server.core.reply_items import (Finished, Piece, Planned, Readers, join_pieces,
+                                             reading_prompt)
+from mlxchat.server.core.reply_reader import ids_up_to
+from mlxchat.server.core.shared_reply import REJOIN_S, SharedReplies, request_identity
 from mlxchat.server.core.slots import open_slots
-from mlxchat.server.core.reply_reader import ChoiceReader, ids_up_to
+from mlxchat.server.core.system_messages import place_system_messages, renders_system_anywhere
 from mlxchat.server.core.tool_calls import calls_signature
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.lock import SessionBusy
 from mlxchat.store import SessionStore
-from mlxchat.turn_stats import TurnStats
 
 log = logging.getLogger(__name__)
 
 COUNTED_CHARS = 256 * 1024
 """Requests with more text than this are counted off the lane before they
 queue: tokenizing them there would hold up every request behind them."""
-
-
-@dataclass
-class Piece:
-    """New text of the reply: its answer or its reasoning."""
-
-    text: str
-    part: str = "answer"
-    cache_miss: str | None = None
-    """On a reply's first piece: why its conversation's KV was recomputed
-    (its files were evicted), for the response's headers."""
-    choice: int = 0
-    """Which of the request's choices (``n``) it belongs to."""
-    logprobs: tuple[TokenLogprob, ...] = ()
-    """The figures of the tokens that wrote it (log-probabilities asked for)."""
-
-
-@dataclass
-class Finished:
-    """The end of a reply: what the client saw of it and the turn's figures."""
-
-    content: str
-    reasoning: str
-    stats: TurnStats
-    finish_reason: str
-    session_id: int | None
-    """None for a raw completion (no session)."""
-    tool_calls: tuple[CalledTool, ...] = ()
-    cache_miss: str | None = None
-    """Why the conversation's KV was recomputed (its files were evicted)."""
-    stop_sequence: str | None = None
-    """The stop string that ended the reply, if one did."""
-    choice: int = 0
-    """Which of the request's choices it ends; the last item is choice 0's."""
-    logprobs: tuple[TokenLogprob, ...] | None = None
-    """Every answer token's figures (None: not asked for)."""
-    others: tuple[Finished, ...] = ()
-    """On choice 0's end: the other choices' ends (they came before it)."""
-    reply_id: int | None = None
-    """The stored reply's message id (a follow-up may continue after it)."""
-
-
-def _join_pieces(a: Piece | Finished, b: Piece | Finished) -> Piece | None:
-    """Two pieces of the same part that arrived together, as one (fewer chunks
-    to encode and send when the client reads slower than the model writes)."""
-    if isinstance(a, Piece) and isinstance(b, Piece) and (a.part, a.choice) == (b.part,
-                                                                                  b.choice):
-        return Piece(a.text + b.text, a.part, a.cache_miss or b.cache_miss, a.choice,
-                     a.logprobs + b.logprobs)
-    return None
 
 
 def started_unless_gone(events: Iterator[Event], cancelled: threading.Event
@@ -112,50 +63,6 @@ def started_unless_gone(events: Iterator[Event], cancelled: threading.Event
         getattr(events, "close", lambda: None)()
 
 
-class Readers:
-    """Each choice's reader (``ChoiceReader``), and the ends of the choices
-    other than the first, said as they come."""
-
-    def __init__(self, tokenizer: Any, stops: list[str], *, tools: bool,
-                 max_calls: int | None = None):
-        self._new = lambda: ChoiceReader(tokenizer, stops, tools=tools, max_calls=max_calls)
-        self._all: dict[int, ChoiceReader] = {}
-        self.ended: list[Finished] = []
-
-    def __getitem__(self, choice: int) -> ChoiceReader:
-        if choice not in self._all:
-            self._all[choice] = self._new()
-        return self._all[choice]
-
-    def piece(self, event: TextDelta) -> Piece | None:
-        if event.part == "reasoning":
-            return Piece(event.text, event.part, choice=event.choice) if event.text else None
-        said = self[event.choice].feed(event)
-        return None if said is None else Piece(said[0], choice=event.choice, logprobs=said[1])
-
-    def rest(self, choice: int) -> Piece | None:
-        said = self[choice].flush()
-        return None if said is None else Piece(said[0], choice=choice, logprobs=said[1])
-
-    def figures(self, choice: int, options: ReplyOptions) -> tuple[TokenLogprob, ...] | None:
-        return None if options.logprobs is None else tuple(self[choice].said)
-
-    def other_end(self, done: ChoiceDone, options: ReplyOptions) -> Iterator[Piece | Finished]:
-        rest = self.rest(done.choice)
-        if rest is not None:
-            yield rest
-        reader = self[done.choice]
-        reply, calls = reader.parts()
-        stats = TurnStats(generated_tokens=done.generated_tokens,
-                          finish_reason=done.finish_reason)
-        end = Finished(reply.content, done.reasoning, stats,
-                       reader.finish_reason(done.finish_reason), None, calls,
-                       stop_sequence=reader.watch.matched, choice=done.choice,
-                       logprobs=self.figures(done.choice, options))
-        self.ended.append(end)
-        yield end
-
-
 class ChatService:
     """One conversation per slot (``parallel``: replies decoded together), one
     engine lane, every endpoint's turns."""
@@ -163,10 +70,11 @@ class ChatService:
     def __init__(self, conv: Conversation, *, store: SessionStore, engine: Engine,
                  max_waiting: int = 8, kv_budget_bytes: int | None = None,
                  idle_join_s: float | None = None, parallel: int = 1,
-                 memory_bytes: int | None = None):
+                 memory_bytes: int | None = None, rejoin_s: float = REJOIN_S):
         # ``store``, ``engine``: ``conv``'s, from the composition root. ``idle_join_s``:
         # idle time before a session's files are joined (None: the app's). ``memory_bytes``:
-        # what the members' KV may take (None: the settings' budget, or RAM's).
+        # what the members' KV may take (None: the settings' budget, or RAM's). ``rejoin_s``:
+        # how long a turn still reading its prompt outlives its client (``shared_reply``).
         self.store = store
         self.slots = open_slots(conv, engine, store, parallel)
         self.parallel = len(self.slots.all)
@@ -187,6 +95,8 @@ class ChatService:
         self.model_id = conv.model_spec
         self.answered = 0
         """Requests answered to their end."""
+        self.shared = SharedReplies(keeps=reading_prompt, rejoin_s=rejoin_s)
+        """Replies being computed, which a request asking for the same joins."""
         self._names = {conv.model_spec, conv.views.model_info.name,
                        Path(conv.model_spec).name, conv.views.model_info.name.split("/")[-1]}
 
@@ -241,16 +151,38 @@ class ChatService:
         self.lane.close()
         self.slots.close()
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[Piece | Finished]:
+    async def chat(self, request: ChatRequest, *, planned: bool = False
+                   ) -> AsyncIterator[Any]:
         """The reply's pieces, then ``Finished``; errors before the first piece
-        are ``ApiError``s. Leaving early (the client went away) cancels the turn."""
+        are ``ApiError``s. The same request already being computed is joined
+        (``shared_reply``); leaving early (the client went away) cancels the
+        turn once no other request waits for it. ``planned`` (a stream that
+        starts before its first token): a ``Planned`` first, once the prefill is
+        planned."""
         self.check_model(request.model)
-        turn = request.turn
+        request.turn = turn = self.placed(request.turn)
         await self.check_fits([m.content for m in turn.messages if m.role != "assistant"]
                               + [t for t in (turn.system, turn.prefill) if t])
         key = conversation_key(self.model_id, turn)
-        async for item in self.run(lambda cancelled: self._work(request, cancelled), key=key):
-            yield item
+        items, joined = self.shared.listen(
+            request_identity(self.model_id, request),
+            lambda: self.run(lambda cancelled: self._work(request, cancelled), key=key))
+        try:
+            async for item in items:
+                if isinstance(item, Planned) and not planned:
+                    continue
+                if joined and isinstance(item, Finished):
+                    note_turn(item.session_id, item.stats, joined=True)
+                yield item
+        finally:
+            await items.aclose()  # type: ignore[attr-defined]
+
+    def placed(self, turn: ApiRequest) -> ApiRequest:
+        """``turn`` with its system messages after the first others placed by
+        the one rule (``core.system_messages``) for the model served."""
+        in_place = renders_system_anywhere(self.engine.loaded.tokenizer)
+        return dataclasses.replace(turn, messages=place_system_messages(turn.messages,
+                                                                        in_place=in_place))
 
     async def check_fits(self, texts: list[str]) -> None:
         """A 400 context_length_exceeded, before the request queues, when
@@ -287,7 +219,7 @@ class ChatService:
         except QueueFull as exc:
             raise queue_full(exc.retry_after_s) from None
         try:
-            async for item in job.items(merge=_join_pieces):
+            async for item in job.items(merge=join_pieces):
                 if isinstance(item, Finished) and not item.choice:
                     self.answered += 1
                     note_turn(item.session_id, item.stats)
@@ -355,11 +287,15 @@ class ChatService:
         miss = self.kv_budget.reason_for(turn.session_id) if self.kv_budget else None
         unsaid = miss
         done: TurnDone | None = None
+        planned = False
         for event in started_unless_gone(turn.events, cancelled):
             # Another choice still samples after a stop string: the text is cut.
             if cancelled.is_set() or (main.watch.stopped and alone):
                 self.conv.turns.cancel()  # also a turn that started after the cancel
-            if isinstance(event, TextDelta):
+            if isinstance(event, PrefillProgress) and not planned:
+                planned = True  # the cache was trimmed to what it reuses: it holds that now
+                yield Planned(event.cached_tokens + event.total, event.cached_tokens, miss)
+            elif isinstance(event, TextDelta):
                 said = readers.piece(event)
                 if said is not None:
                     said.cache_miss, unsaid = unsaid, None

@@ -19,10 +19,12 @@ from mlxchat.server.core.response_format import openai_format
 from mlxchat.server.core.service import ChatService, Finished, Piece
 from mlxchat.server.core.streaming import (
     DisconnectAwareStream,
+    Heartbeat,
     finished,
     read_body,
     started,
     unsent,
+    with_heartbeats,
 )
 from mlxchat.server.core.tool_calls import openai_calls
 from mlxchat.server.core.tool_choice import constrained, openai_choice
@@ -123,33 +125,45 @@ async def chat_completions(request: Request) -> Response:
                        allow_image_urls=request.app.state.allow_image_urls,
                        window=service.window)
     service.check_model(chat.model)  # before anything is fetched for it
+    choice = openai_choice(data)
     chat.turn = await constrained(service.engine.loaded.tokenizer, chat.turn,
-                                  openai_format(data), openai_choice(data),
-                                  format_param="response_format")
+                                  openai_format(data), choice, format_param="response_format")
     info = service.conv.views.model_info
     chat.turn = await fetch_images(chat.turn, request.app.state.image_fetch,
                                    sees=info.sees_images, model=info.name)
     shape = _ChatShape(service.model_id, chat.turn.settings.get("max_tokens"),
                        TokenTexts(service.engine.loaded.tokenizer))
-    items, first = await started(request, service.chat(chat))
+    # A stream starts before its first token: choice 0's role chunk, then a
+    # comment line whenever nothing came for ping_s while it waits or its prompt is read.
+    items = with_heartbeats(service.chat(chat, planned=True), request.app.state.ping_s) \
+        if chat.stream else service.chat(chat)
+    items, first = await started(request, items)
     if not chat.stream:
         end = await finished(request, first, items)
         return JSONResponse(shape.completion(end), headers={
             **capped_header(end.stats, shape.asked), **miss_header(end)})
-    return DisconnectAwareStream(_events(shape, chat, first, items),
+    return DisconnectAwareStream(_events(shape, chat, first, items, calls_only=choice.forced),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", **miss_header(first)})
 
 
-async def _events(shape: _ChatShape, chat: ChatRequest, first: Piece | Finished,
-                  items: AsyncIterator[Piece | Finished]) -> AsyncIterator[str]:
-    sent: dict[int, str] = {}
+async def _events(shape: _ChatShape, chat: ChatRequest, first: Any,
+                  items: AsyncIterator[Any], *, calls_only: bool = False) -> AsyncIterator[str]:
+    """``calls_only``: the reply is held to a tool call (tool_choice forces
+    one), so choice 0's role chunk, sent before the prefill, says null."""
+    # A reply that is only tool calls says null, as OpenAI does.
+    yield shape.chunk({"role": "assistant", "content": None if calls_only else ""})
+    sent: dict[int, str] = {0: ""}
     """Each choice's answer sent so far (a choice's first chunk says its role)."""
     try:
         item = first
         while True:
+            if isinstance(item, Heartbeat):
+                yield ": ping\n\n"  # an SSE comment: clients skip it
+            if not isinstance(item, (Piece, Finished)):  # a Heartbeat, a Planned
+                item = await anext(items)
+                continue
             if item.choice not in sent:
-                # A reply that is only tool calls says null, as OpenAI does.
                 called = isinstance(item, Finished) and item.tool_calls and not item.content
                 yield shape.chunk({"role": "assistant", "content": None if called else ""},
                                   index=item.choice)

@@ -55,7 +55,8 @@ class _Draft:
             return IncomingMessage("tool", self.texts[0], signature, call_id=self.call_id,
                                    tool_name=self.tool_name)
         blobs = tuple(self.blobs)
-        text = "\n\n".join(self.texts) if self.role == "user" else "".join(self.texts)
+        text = "\n\n".join(self.texts) if self.role in ("user", "system") \
+            else "".join(self.texts)
         calls = tuple(self.calls)
         return IncomingMessage(self.role, text, calls_signature(calls) + images.signature(blobs),
                                calls, images=blobs, reasoning=self.reasoning)
@@ -160,9 +161,7 @@ class _Reader:
             if not self.drafts:
                 self.system.extend(texts)
                 return
-            # Seam: the shared rule for system messages after the first turn (issue 45
-            # item 1, server/core) takes this over; until then they join the user's turn.
-            role = "user"
+            role = "system"  # where it stands: placed by ``core.system_messages``' rule
         draft = self._last(role)
         draft.texts.extend(texts)
         draft.blobs.extend(blobs)
@@ -272,14 +271,13 @@ def read_input(data: dict[str, Any], *, tools: Tools, key: bytes,
         log.info("responses: %d reasoning item(s) not ours (another server's): left aside",
                  reader.foreign)
     drafts = reader.drafts
-    if not drafts or drafts[-1].role not in ("user", "tool"):
+    if not drafts or drafts[-1].role not in ("user", "tool", "system"):
         raise bad_field("input", "The input must end with a user message or "
                         "function_call_output items (continuing a reply is not supported).")
-    if follows_reply and reader.system:  # the same seam as above
-        if drafts[0].role == "user":
-            drafts[0].texts[:0] = reader.system
-        else:
-            drafts.insert(0, _Draft("user", list(reader.system)))
+    if follows_reply and reader.system:  # the stored system prompt stays: these stand
+        # after the reply (and the results that answer its calls), by the one rule.
+        at = next((i for i, d in enumerate(drafts) if d.role != "tool"), len(drafts))
+        drafts.insert(at, _Draft("system", list(reader.system)))
         reader.system = []
     system = "\n\n".join(reader.system) if reader.system else None
     return ReadInput(system, [d.message() for d in drafts], listed)

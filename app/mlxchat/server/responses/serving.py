@@ -8,7 +8,7 @@ false``, the whole input each time) finds its stored branch by the ledger."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, AsyncIterator
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -19,10 +19,11 @@ from mlxchat.server.core.errors import ApiError, bad_field
 from mlxchat.server.core.image_fetch import fetch_images
 from mlxchat.server.core.requests import ChatRequest, parse_json
 from mlxchat.server.core.service import ChatService, Finished
-from mlxchat.server.core.streaming import DisconnectAwareStream, finished, read_body, started
+from mlxchat.server.core.streaming import (DisconnectAwareStream, finished, read_body, started,
+                                           with_heartbeats)
 from mlxchat.server.core.tool_choice import constrained
 from mlxchat.server.core.usage import miss_header
-from mlxchat.server.responses.items import read_input
+from mlxchat.server.responses.items import ReadInput, read_input
 from mlxchat.server.responses.protocol import ResponsesRequest, read_request
 from mlxchat.server.responses.shape import ResponseShape
 from mlxchat.server.responses.stream import stream_events
@@ -56,14 +57,14 @@ def _prior_calls(parsed: ResponsesRequest, previous: StoredResponse | None) -> d
     return calls
 
 
-async def create(request: Request) -> Response:
-    service: ChatService = request.app.state.service
-    data = parse_json(await read_body(request))
-    parsed = read_request(data, request.headers.get("x-session"), window=service.window)
-    service.check_model(parsed.model)
+async def _read(request: Request, service: ChatService, data: dict[str, Any],
+                parsed: ResponsesRequest) -> tuple[ChatRequest, ReadInput, bytes]:
+    """The request as the service takes it, its input as read, and the key
+    this database seals reasoning with."""
     previous = await _previous(service, parsed)
     key = await run_in_threadpool(service.store.responses.key)
-    # A follow-up keeps the stored system prompt; new instructions join its turn.
+    # A follow-up keeps the stored system prompt; new instructions stand after
+    # the reply as a system message (``core.system_messages``' rule).
     same = previous is not None and parsed.instructions == previous.body.get("instructions")
     read = read_input(data, tools=parsed.tools, key=key, prior_calls=_prior_calls(
         parsed, previous), instructions=None if same else parsed.instructions,
@@ -72,12 +73,29 @@ async def create(request: Request) -> Response:
                       parsed.tools.definitions, after=previous.message_id if previous else None)
     chat = ChatRequest(parsed.model, turn, parsed.stream,
                        max_calls=1 if parsed.one_call else None)
+    return chat, read, key
+
+
+async def _reply(request: Request, service: ChatService, chat: ChatRequest,
+                 parsed: ResponsesRequest) -> AsyncIterator[Any]:
+    """The request prepared (its grammar compiled, its images fetched), then
+    the service's items (``Planned`` first when it streams)."""
     chat.turn = await constrained(service.engine.loaded.tokenizer, chat.turn,
                                   parsed.text_format, parsed.tools.choice,
                                   format_param="text.format")
     info = service.conv.views.model_info
     chat.turn = await fetch_images(chat.turn, request.app.state.image_fetch,
                                    sees=info.sees_images, model=info.name)
+    async for item in service.chat(chat, planned=chat.stream):
+        yield item
+
+
+async def create(request: Request) -> Response:
+    service: ChatService = request.app.state.service
+    data = parse_json(await read_body(request))
+    parsed = read_request(data, request.headers.get("x-session"), window=service.window)
+    service.check_model(parsed.model)
+    chat, read, key = await _read(request, service, data, parsed)
     shape = ResponseShape(parsed, service.model_id, key)
 
     async def kept(end: Finished, body: dict[str, Any]) -> None:
@@ -85,11 +103,13 @@ async def create(request: Request) -> Response:
             await run_in_threadpool(service.store.responses.add, shape.id, end.session_id,
                                     end.reply_id, body, read.listed)
 
-    # Seam: once the shared streaming core sends a stream's first events before
-    # the prefill (issue 45 item 1), response.created goes out at once and
-    # response.in_progress repeats while the prompt is read (Codex gives up on a
-    # stream that stays silent, and ignores comment lines).
-    items, first = await started(request, service.chat(chat))
+    # A stream starts before its first token: response.created and
+    # response.in_progress once nothing came for ping_s while the request is
+    # prepared, waits or has its prompt read, then response.in_progress again
+    # each ping_s (Codex ignores comment lines and gives up on a silent stream).
+    reply = _reply(request, service, chat, parsed)
+    items = with_heartbeats(reply, request.app.state.ping_s) if parsed.stream else reply
+    items, first = await started(request, items)
     if not parsed.stream:
         end = await finished(request, first, items)
         body = shape.final(end, shape.output(end))

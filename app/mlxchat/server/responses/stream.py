@@ -5,8 +5,9 @@ its parts and deltas (``response.reasoning_summary_text.delta`` or
 ``response.output_text.delta``, ``response.function_call_arguments.delta``), their
 ``...done`` events and ``response.output_item.done``; then
 ``response.completed`` (or ``response.incomplete``) with the whole response and
-its usage. Every event carries its ``sequence_number``. An error after the
-status went out is ``response.failed``."""
+its usage. Every event carries its ``sequence_number``. A stream starts before
+the prefill: ``response.in_progress`` repeats while the prompt is read. An
+error after the status went out is ``response.failed``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 
 from mlxchat.server.core.errors import ApiError
 from mlxchat.server.core.service import Finished, Piece
-from mlxchat.server.core.streaming import unsent
+from mlxchat.server.core.streaming import Heartbeat, unsent
 from mlxchat.server.responses.shape import ResponseShape
 
 Kept = Callable[[Finished, dict[str, Any]], Awaitable[None]]
@@ -119,9 +120,13 @@ class _Events:
         return out
 
 
-async def stream_events(shape: ResponseShape, first: Piece | Finished,
-                        items: AsyncIterator[Piece | Finished], kept: Kept
-                        ) -> AsyncIterator[str]:
+async def stream_events(shape: ResponseShape, first: Any, items: AsyncIterator[Any],
+                        kept: Kept) -> AsyncIterator[str]:
+    """The response's events. The stream may start before the prefill ends
+    (``first`` a ``Heartbeat`` or a ``Planned``): ``response.created`` and
+    ``response.in_progress`` then, and ``response.in_progress`` again at each
+    heartbeat while the prompt is read (a real event: Codex skips comment lines
+    and gives up on a stream that stays silent)."""
     events = _Events(shape)
     yield events.event("response.created", {"response": shape.body("in_progress", [])})
     yield events.event("response.in_progress", {"response": shape.body("in_progress", [])})
@@ -129,10 +134,14 @@ async def stream_events(shape: ResponseShape, first: Piece | Finished,
     try:
         item = first
         while not isinstance(item, Finished):
-            if item.part != "reasoning":
-                sent += item.text
-            yield events.delta("reasoning" if item.part == "reasoning" else "answer",
-                               item.text)
+            if isinstance(item, Heartbeat):
+                yield events.event("response.in_progress",
+                                   {"response": shape.body("in_progress", events.done)})
+            elif isinstance(item, Piece):
+                if item.part != "reasoning":
+                    sent += item.text
+                yield events.delta("reasoning" if item.part == "reasoning" else "answer",
+                                   item.text)
             item = await anext(items)
         yield events.ending(item, sent)
         body = shape.final(item, events.done)
