@@ -3,9 +3,10 @@ CPU has, decided by measuring (models/cpu_matmul.py holds the paths).
 
 Once per model and machine, one layer of each shape is timed: a decode step
 (one row) with ``quantized_matmul``, the native SIMD kernel (mlxchat.native,
-where it is built and takes the layer) and a kept float32 copy through the BLAS;
-a prefill chunk with ``quantized_matmul``, dequantize-then-matmul, the native
-kernel and the kept copy. The figures are stored with the model's fingerprint under the cache
+where it is built and takes the layer) in float32 and with int8 activations,
+and a kept float32 copy through the BLAS; a prefill chunk with
+``quantized_matmul``, dequantize-then-matmul, the native kernel (both ways)
+and the kept copy. The figures are stored with the model's fingerprint under the cache
 folder, with the machine they were taken on (cores, CPU, BLAS, MLX version): a
 changed machine (or a native kernel built since) measures again. Kept copies
 cost 4 bytes a weight and are made only where they beat both quantized paths
@@ -38,7 +39,7 @@ QUANTIZED_ROWS = 16
 """quantized_matmul is compute-bound (linear in rows): timed at this many, scaled."""
 MARGIN_BYTES = 512 << 20
 """Left free beyond the KV cache at the whole context."""
-FORMAT = 2
+FORMAT = 3
 NEVER = float("inf")
 """The time of a path that cannot serve the shape (the native kernel unbuilt)."""
 _MEASURED: dict[tuple[str, str], dict[str, "ShapeTimes"]] = {}
@@ -57,19 +58,22 @@ class ShapeTimes:
     prefill_kept: float
     decode_native: float = NEVER
     prefill_native: float = NEVER
+    decode_int8: float = NEVER
+    prefill_int8: float = NEVER
 
     def decode_free(self) -> tuple[str, float]:
         """The fastest decode path that keeps no copy, and its time."""
-        if self.decode_native < self.decode_quantized:
-            return cm.NATIVE, self.decode_native
-        return cm.QUANTIZED, self.decode_quantized
+        options = {cm.QUANTIZED: self.decode_quantized, cm.NATIVE: self.decode_native,
+                   cm.INT8: self.decode_int8}
+        best = min(options, key=options.__getitem__)
+        return best, options[best]
 
     def prefill_free(self, mode: str) -> str:
         """The fastest prefill path that keeps no copy (the BLAS for 'dequantized')."""
         if mode == "dequantized":
             return cm.DEQUANTIZED
         options = {cm.QUANTIZED: self.prefill_quantized, cm.DEQUANTIZED: self.prefill_dequantized,
-                   cm.NATIVE: self.prefill_native}
+                   cm.NATIVE: self.prefill_native, cm.INT8: self.prefill_int8}
         return min(options, key=options.__getitem__)
 
 
@@ -96,9 +100,10 @@ class MatmulPlan:
         kept = f" (+{human_bytes(self.kept_bytes)})" if self.kept_bytes else ""
         text = (f"{self.mode}: prefill through the BLAS for {prefill} of {shapes} layer shapes, "
                 f"decode from float32 copies for {decode} of {shapes}{kept}")
-        if count("decode", cm.NATIVE) or count("prefill", cm.NATIVE):
-            text += (f", native kernel for decode in {count('decode', cm.NATIVE)} and prefill "
-                     f"in {count('prefill', cm.NATIVE)} of {shapes}")
+        for path, what in ((cm.NATIVE, "native kernel"), (cm.INT8, "int8 kernel")):
+            if count("decode", path) or count("prefill", path):
+                text += (f", {what} for decode in {count('decode', path)} and prefill "
+                         f"in {count('prefill', path)} of {shapes}")
         return text + (f"; {self.note}" if self.note else "")
 
 
@@ -148,17 +153,18 @@ def measure_shape(layer: Any) -> ShapeTimes:
         dn = _best(lambda: call(chunk))
         cm.set_path(layer, cm.Path(prefill=cm.KEPT, decode=cm.KEPT))
         k1, kn = _best(lambda: call(one)), _best(lambda: call(chunk))
-        n1 = nn_ = NEVER
-        if cm.native_takes(layer):
-            cm.set_path(layer, cm.Path(prefill=cm.NATIVE, decode=cm.NATIVE))
+        kernel = {p: (NEVER, NEVER) for p in cm.KERNEL}
+        for path in cm.KERNEL if cm.native_takes(layer) else ():
+            cm.set_path(layer, cm.Path(prefill=path, decode=path))
             n1 = _best(lambda: call(one))
-            nn_ = n1 * PREFILL_ROWS if head else _best(lambda: call(chunk))
+            kernel[path] = n1, n1 * PREFILL_ROWS if head else _best(lambda: call(chunk))
     finally:
         cm.set_path(layer, cm.Path())
         if kept is not None:
             layer.__dict__["_cpu_kept"] = kept
         cm.set_path(layer, saved)
-    return ShapeTimes(q1, k1, qn * PREFILL_ROWS / QUANTIZED_ROWS, dn, kn, n1, nn_)
+    return ShapeTimes(q1, k1, qn * PREFILL_ROWS / QUANTIZED_ROWS, dn, kn, *kernel[cm.NATIVE],
+                      *kernel[cm.INT8])
 
 
 def _cache_file() -> FilePath:
@@ -220,8 +226,8 @@ def decide(mode: str, times: dict[str, ShapeTimes], sizes: dict[str, tuple[int, 
     """Each shape's path and the bytes kept. ``sizes``: (layers, bytes of one copy)."""
     if mode == "quantized":
         return {k: cm.Path() for k in times}, 0
-    if mode == "native":  # the kernel wherever it takes the shape; no copies
-        return {k: cm.Path(prefill=cm.NATIVE, decode=cm.NATIVE)
+    if mode in cm.KERNEL:  # the kernel wherever it takes the shape; no copies
+        return {k: cm.Path(prefill=mode, decode=mode)
                 if t.decode_native < NEVER else cm.Path() for k, t in times.items()}, 0
     def saving(k: str) -> float:  # decode seconds saved per byte kept
         t = times[k]
