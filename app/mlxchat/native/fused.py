@@ -99,8 +99,8 @@ def _kv_update():
     def update_and_fetch(self, keys, values):
         k, v = original(self, keys, values)
         _FOLDED.pop(_BY_CACHE.pop(id(self), 0), None)  # its last step's, unread
-        if (type(self) is KVCache and k.dtype == mx.float32 and k.ndim == 4
-                and self.keys.shape[2] > self.offset and _on_cpu()):
+        if (k.dtype == mx.float32 and k.ndim == 4 and k.shape[2] == self.offset
+                and self.keys.shape[2] > self.offset and _on_cpu()):  # k: the buffer's first rows
             if len(_FOLDED) > 4096:  # caches gone with their last slices unread
                 _FOLDED.clear()
             _FOLDED[id(k)] = (k, self.keys, self.values, self.offset)
