@@ -92,6 +92,13 @@ def test_the_activations_round_to_int8_within_half_a_step(kernel):
     assert float(mx.abs(back[:, 96:]).max().item()) == 0.0 and float(d[:, 3].max().item()) == 0.0
     with pytest.raises(ValueError, match="multiple of 32"):
         kernel.quantize_q8(mx.zeros((2, 40)))
+    try:  # each instruction set rounds exactly as the portable code does
+        for isa in _runs(kernel):
+            kernel.q8_force_isa(isa)
+            again = kernel.quantize_q8(x)
+            assert bool(mx.array_equal(again[0], q).item() and mx.array_equal(again[1], d).item())
+    finally:
+        kernel.q8_force_isa("")
 
 
 @pytest.mark.parametrize("scales", list(SCALES))

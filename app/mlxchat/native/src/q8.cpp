@@ -64,25 +64,6 @@ Q8Impl q8_impl() {
   return best;
 }
 
-// One row's blocks: each block's scale and its values rounded to int8; for
-// 4 bits each block's even positions first, then its odd ones (the order the
-// kernels unpack a block's 16 packed bytes in).
-void quantize_row(const float* x, int K, bool nibbles, int8_t* q, float* d) {
-  for (int b = 0; b < K / Q8_BLOCK; ++b) {
-    const float* v = x + b * Q8_BLOCK;
-    float amax = 0.f;
-    for (int i = 0; i < Q8_BLOCK; ++i) amax = std::max(amax, std::fabs(v[i]));
-    d[b] = amax / 127.f;
-    const float inv = amax > 0.f ? 127.f / amax : 0.f;
-    int8_t* out = q + b * Q8_BLOCK;
-    for (int i = 0; i < Q8_BLOCK; ++i) {
-      const float r = std::nearbyint(v[i] * inv);
-      const int8_t iv = (int8_t)std::min(127.f, std::max(-127.f, r));
-      out[nibbles ? (i % 2) * 16 + i / 2 : i] = iv;
-    }
-  }
-}
-
 constexpr double PARALLEL_MACS = 1 << 19;  // below this, one thread
 
 }  // namespace
@@ -90,25 +71,30 @@ constexpr double PARALLEL_MACS = 1 << 19;  // below this, one thread
 void run_q8(const QmmArgs& q) {
   const int M = q.M, K = q.K, B = K / Q8_BLOCK, G = K / q.group_size;
   const int per = q.group_size / Q8_BLOCK;
-  std::vector<int8_t> xq((size_t)M * K + 64, 0);  // zero-padded: a vector reads past K
-  std::vector<float> xd((size_t)M * B + 2, 0.f), xsum((size_t)M * G);
+  const Q8Impl impl = q8_impl();
+  // Called on MLX's CPU stream (one thread): the buffers stay for the next call.
+  thread_local std::vector<int8_t> xq;
+  thread_local std::vector<float> xd, xsum;
+  thread_local std::vector<int32_t> sums;
+  xq.resize((size_t)M * K + 64);
+  std::fill(xq.begin() + (size_t)M * K, xq.end(), 0);  // a vector reads past K
+  xd.resize((size_t)M * B + 2);
+  xd[(size_t)M * B] = xd[(size_t)M * B + 1] = 0.f;
+  xsum.resize((size_t)M * G);
+  sums.resize((size_t)M * B);
   for (int m = 0; m < M; ++m) {
-    int8_t* row = xq.data() + (size_t)m * K;
     float* d = xd.data() + (size_t)m * B;
-    quantize_row(q.x + (size_t)m * K, K, q.bits == 4, row, d);
+    const int32_t* s = sums.data() + (size_t)m * B;
+    impl.quantize(q.x + (size_t)m * K, K, q.bits == 4, xq.data() + (size_t)m * K, d,
+                  sums.data() + (size_t)m * B);
     for (int g = 0; g < G; ++g) {
       float t = 0.f;
-      for (int b = g * per; b < (g + 1) * per; ++b) {
-        int s = 0;
-        for (int i = 0; i < Q8_BLOCK; ++i) s += row[b * Q8_BLOCK + i];
-        t += d[b] * (float)s;
-      }
+      for (int b = g * per; b < (g + 1) * per; ++b) t += d[b] * (float)s[b];
       xsum[(size_t)m * G + g] = t;
     }
   }
   const Q8Args a{xq.data(), xd.data(), xsum.data(), q.w, q.w_end, q.scales, q.biases, q.y,
                  M, q.N, K, q.group_size, q.bits, q.scale_type};
-  const Q8Impl impl = q8_impl();
   const double macs = (double)M * q.N * K;
   const int threads = macs < PARALLEL_MACS ? 1 : pool_threads();
   if (M == 1) {  // whole 16-row bands, about 8 a thread
@@ -146,12 +132,15 @@ void bind_q8(nb::module_& m) {
     const int K = x.shape(-1), M = static_cast<int>(x.size() / K), B = K / mlxchat::Q8_BLOCK;
     std::vector<int8_t> q((size_t)M * K);
     std::vector<float> d((size_t)M * B);
+    std::vector<int32_t> sums(B);
+    const auto impl = mlxchat::q8_impl();
     for (int r = 0; r < M; ++r)
-      mlxchat::quantize_row(c.data<float>() + (size_t)r * K, K, false, q.data() + (size_t)r * K,
-                            d.data() + (size_t)r * B);
+      impl.quantize(c.data<float>() + (size_t)r * K, K, false, q.data() + (size_t)r * K,
+                    d.data() + (size_t)r * B, sums.data());
     auto dshape = x.shape();
     dshape.back() = B;
     return std::make_tuple(mx::array(q.begin(), x.shape(), mx::int8),
                            mx::array(d.begin(), dshape, mx::float32));
-  }, "x"_a, "x's rows as the int8 matmul quantizes them: (values int8, block scales float32).");
+  }, "x"_a, "x's rows as the int8 matmul quantizes them (in q8_isa's code): (values int8, "
+     "block scales float32).");
 }

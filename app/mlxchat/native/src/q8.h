@@ -36,11 +36,16 @@ struct Q8Args {
 // weights read in place, a few rows at a time). prefill: bands [b0, b1) of
 // `band` output rows each, for any M (each band's weights unpacked once into
 // an int8 tile in cache, then dotted with every row of x).
+// quantize: one row of K floats to int8 blocks of 32 (scale = the block's
+// largest magnitude / 127, values rounded to nearest even), each block's scale
+// in d and its values' sum in sums; `nibbles`: each block's even positions
+// first, then its odd ones (the order 4-bit blocks unpack in).
 struct Q8Impl {
   const char* name;
   int band;
   void (*decode)(const Q8Args&, int n0, int n1);
   void (*prefill)(const Q8Args&, int b0, int b1);
+  void (*quantize)(const float* x, int K, bool nibbles, int8_t* q, float* d, int32_t* sums);
 };
 
 Q8Impl q8_generic();

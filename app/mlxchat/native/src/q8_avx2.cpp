@@ -4,5 +4,6 @@
 #include "q8_impl.h"
 
 namespace mlxchat {
-Q8Impl q8_avx2() { return {"avx2", isa_q8_avx2::BN, &isa_q8_avx2::decode, &isa_q8_avx2::prefill}; }
+Q8Impl q8_avx2() { return {"avx2", isa_q8_avx2::BN, &isa_q8_avx2::decode, &isa_q8_avx2::prefill,
+          &isa_q8_avx2::quantize}; }
 }  // namespace mlxchat

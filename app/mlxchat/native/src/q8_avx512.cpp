@@ -5,6 +5,7 @@
 
 namespace mlxchat {
 Q8Impl q8_avx512bw() {
-  return {"avx512bw", isa_q8_avx512bw::BN, &isa_q8_avx512bw::decode, &isa_q8_avx512bw::prefill};
+  return {"avx512bw", isa_q8_avx512bw::BN, &isa_q8_avx512bw::decode, &isa_q8_avx512bw::prefill,
+          &isa_q8_avx512bw::quantize};
 }
 }  // namespace mlxchat

@@ -2,6 +2,7 @@
 // values) unpacked to bytes at a time, dotted in int32 with x's block. Slow
 // beside the SIMD files, the reference every instruction set must agree with.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -30,6 +31,24 @@ void q8_block_values(const Q8Args& a, int n, int b, uint8_t* out) {
 
 namespace isa_q8_generic {
 namespace {
+
+void quantize(const float* x, int K, bool nibbles, int8_t* q, float* d, int32_t* sums) {
+  for (int b = 0; b < K / Q8_BLOCK; ++b) {
+    const float* v = x + b * Q8_BLOCK;
+    float amax = 0.f;
+    for (int i = 0; i < Q8_BLOCK; ++i) amax = std::max(amax, std::fabs(v[i]));
+    d[b] = amax / 127.f;
+    const float inv = amax > 0.f ? 127.f / amax : 0.f;
+    int8_t* out = q + b * Q8_BLOCK;
+    int32_t sum = 0;
+    for (int i = 0; i < Q8_BLOCK; ++i) {
+      const int8_t iv = (int8_t)std::min(127.f, std::max(-127.f, std::nearbyint(v[i] * inv)));
+      out[nibbles ? (i % 2) * 16 + i / 2 : i] = iv;
+      sum += iv;
+    }
+    sums[b] = sum;
+  }
+}
 
 #include "scales_impl.h"
 
@@ -79,7 +98,8 @@ void prefill(const Q8Args& a, int b0, int b1) {
 }  // namespace isa_q8_generic
 
 Q8Impl q8_generic() {
-  return {"generic", isa_q8_generic::BAND, &isa_q8_generic::decode, &isa_q8_generic::prefill};
+  return {"generic", isa_q8_generic::BAND, &isa_q8_generic::decode, &isa_q8_generic::prefill,
+          &isa_q8_generic::quantize};
 }
 
 }  // namespace mlxchat

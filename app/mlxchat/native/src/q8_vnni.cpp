@@ -5,5 +5,6 @@
 #include "q8_impl.h"
 
 namespace mlxchat {
-Q8Impl q8_vnni() { return {"vnni", isa_q8_vnni::BN, &isa_q8_vnni::decode, &isa_q8_vnni::prefill}; }
+Q8Impl q8_vnni() { return {"vnni", isa_q8_vnni::BN, &isa_q8_vnni::decode, &isa_q8_vnni::prefill,
+          &isa_q8_vnni::quantize}; }
 }  // namespace mlxchat
