@@ -180,9 +180,9 @@ class GenerationSettings(Record):
     'dequantized' (through the BLAS in float32: per prefill chunk, and from a kept
     float32 copy where memory allows), 'native' (mlxchat's SIMD kernel on the
     packed weights where it is built and takes the layer, else quantized_matmul),
-    'int8' (the same kernel with the activations rounded to int8 per block of
-    32 and dotted in integers, as llama.cpp does: not exact),
-    'auto' (per layer shape, the fastest measured on this machine once;
+    'auto' (per layer shape, the fastest exact path measured on this machine once;
+    'int8': the same with the kernel's int8 path among them, the activations
+    rounded to int8 per block of 32 as llama.cpp does: not exact;
     engine/cpu_choice.py). Not used on a GPU."""
     docs: str | None = None
     """The document collection each message retrieves from (/docs use NAME);

@@ -6,7 +6,9 @@ Once per model and machine, one layer of each shape is timed: a decode step
 where it is built and takes the layer) in float32 and with int8 activations,
 and a kept float32 copy through the BLAS; a prefill chunk with
 ``quantized_matmul``, dequantize-then-matmul, the native kernel (both ways)
-and the kept copy. One plan per machine: the figures are stored per layer shape
+and the kept copy. ``auto`` chooses among the exact paths; ``int8`` the same
+way with the int8 kernel among them (it rounds the activations: the bundled
+model's greedy answer to a question can change where two tokens nearly tie). One plan per machine: the figures are stored per layer shape
 (any model with that shape reuses them, never timed again at a load) in a file
 of the native build's own (``plan_file``: another MLX version or other kernel
 sources build anew, so measure anew), under the machine they were taken on
@@ -64,19 +66,22 @@ class ShapeTimes:
     decode_int8: float = NEVER
     prefill_int8: float = NEVER
 
-    def decode_free(self) -> tuple[str, float]:
-        """The fastest decode path that keeps no copy, and its time."""
+    def decode_free(self, int8: bool = False) -> tuple[str, float]:
+        """The fastest decode path that keeps no copy, and its time; the int8
+        kernel among them only when ``int8`` (it rounds the activations)."""
         options = {cm.QUANTIZED: self.decode_quantized, cm.NATIVE: self.decode_native,
-                   cm.INT8: self.decode_int8}
+                   cm.INT8: self.decode_int8 if int8 else NEVER}
         best = min(options, key=options.__getitem__)
         return best, options[best]
 
     def prefill_free(self, mode: str) -> str:
-        """The fastest prefill path that keeps no copy (the BLAS for 'dequantized')."""
+        """The fastest prefill path that keeps no copy (the BLAS for 'dequantized';
+        the int8 kernel among them for 'int8')."""
         if mode == "dequantized":
             return cm.DEQUANTIZED
         options = {cm.QUANTIZED: self.prefill_quantized, cm.DEQUANTIZED: self.prefill_dequantized,
-                   cm.NATIVE: self.prefill_native, cm.INT8: self.prefill_int8}
+                   cm.NATIVE: self.prefill_native,
+                   cm.INT8: self.prefill_int8 if mode == cm.INT8 else NEVER}
         return min(options, key=options.__getitem__)
 
 
@@ -237,16 +242,17 @@ def decide(mode: str, times: dict[str, ShapeTimes], sizes: dict[str, tuple[int, 
     """Each shape's path and the bytes kept. ``sizes``: (layers, bytes of one copy)."""
     if mode == "quantized":
         return {k: cm.Path() for k in times}, 0
-    if mode in cm.KERNEL:  # the kernel wherever it takes the shape; no copies
+    if mode == cm.NATIVE:  # the kernel wherever it takes the shape; no copies
         return {k: cm.Path(prefill=mode, decode=mode)
                 if t.decode_native < NEVER else cm.Path() for k, t in times.items()}, 0
+    int8 = mode == cm.INT8  # auto's choice with the int8 kernel among the paths
     def saving(k: str) -> float:  # decode seconds saved per byte kept
         t = times[k]
-        return (t.decode_free()[1] - t.decode_kept) / sizes[k][1]
+        return (t.decode_free(int8)[1] - t.decode_kept) / sizes[k][1]
     keep, used = set(), 0
     for k in sorted(times, key=saving, reverse=True):
         t, (count, each) = times[k], sizes[k]
-        wanted = mode == "dequantized" or t.decode_kept < 0.9 * t.decode_free()[1]
+        wanted = mode == "dequantized" or t.decode_kept < 0.9 * t.decode_free(int8)[1]
         if wanted and used + count * each <= room:
             keep.add(k)
             used += count * each
@@ -255,8 +261,8 @@ def decide(mode: str, times: dict[str, ShapeTimes], sizes: dict[str, tuple[int, 
         if k in keep:
             paths[k] = cm.Path(prefill=cm.KEPT, decode=cm.KEPT)
         else:
-            paths[k] = cm.Path(prefill=t.prefill_free(mode),
-                               decode=t.decode_free()[0] if mode == "auto" else cm.QUANTIZED)
+            paths[k] = cm.Path(prefill=t.prefill_free(mode), decode=t.decode_free(int8)[0]
+                               if mode in ("auto", cm.INT8) else cm.QUANTIZED)
     return paths, used
 
 
