@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "q8.h"
@@ -50,7 +51,7 @@ void quantize(const float* x, int K, bool nibbles, int8_t* q, float* d, int32_t*
   }
 }
 
-#include "scales_impl.h"
+#include "shared_impl.h"
 
 template <ScaleType S>
 float dot_row(const Q8Args& a, int m, int n) {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "q8.h"
@@ -18,7 +19,7 @@
 namespace mlxchat {
 namespace Q8_NS {
 
-#include "scales_impl.h"
+#include "shared_impl.h"
 
 #include "q8_vec.h"
 
@@ -95,30 +96,10 @@ static void decode_for(const Q8Args& a, int n0, int n1) {
   // 8 bits: one row at a time keeps the reads one linear stream (the head
   // streams from memory: 0.079 against 0.167 ns a weight four rows at a time).
   constexpr int NB = BITS == 8 ? 1 : 4;
-  const int G = a.K / a.group_size;
-  thread_local std::vector<float> held;
-  held.resize((size_t)2 * NB * G);
-  auto floats = [&](int n, int rows, const float*& sc, const float*& bi) {
-    if constexpr (S == ScaleType::f32) {
-      sc = static_cast<const float*>(a.scales) + (size_t)n * G;
-      bi = static_cast<const float*>(a.biases) + (size_t)n * G;
-    } else {
-      to_floats<S>(a.scales, (size_t)n * G, rows * G, held.data());
-      to_floats<S>(a.biases, (size_t)n * G, rows * G, held.data() + (size_t)NB * G);
-      sc = held.data();
-      bi = held.data() + (size_t)NB * G;
-    }
-  };
-  const float *sc, *bi;
-  int n = n0;
-  for (; n + NB <= n1; n += NB) {
-    floats(n, NB, sc, bi);
-    decode_rows<BITS, NB>(a, n, sc, bi);
-  }
-  for (; n < n1; ++n) {
-    floats(n, 1, sc, bi);
-    decode_rows<BITS, 1>(a, n, sc, bi);
-  }
+  row_blocks<S, NB>(a.scales, a.biases, a.K / a.group_size, n0, n1,
+                    [&](auto rows, int n, const float* sc, const float* bi) {
+                      decode_rows<BITS, decltype(rows)::value>(a, n, sc, bi);
+                    });
 }
 
 // ---- prefill: a band of BN output rows unpacked once, dotted with every row ----
@@ -284,46 +265,26 @@ static void quantize(const float* x, int K, bool nibbles, int8_t* q, float* d, i
 }
 #endif
 
-// ---- dispatch on bits and the scales' type ----
+// ---- the entry points: dispatched on bits and the scales' type ----
 
-template <int BITS>
-static void decode_bits(const Q8Args& a, int n0, int n1) {
-  switch (a.scale_type) {
-    case ScaleType::f32: return decode_for<BITS, ScaleType::f32>(a, n0, n1);
-    case ScaleType::f16: return decode_for<BITS, ScaleType::f16>(a, n0, n1);
-    default: return decode_for<BITS, ScaleType::bf16>(a, n0, n1);
-  }
-}
+struct DecodeOf {
+  const Q8Args& a;
+  int n0, n1;
+  template <int BITS, ScaleType S> void run() const { decode_for<BITS, S>(a, n0, n1); }
+};
 
-template <int BITS>
-static void prefill_bits(const Q8Args& a, int b0, int b1) {
-  switch (a.scale_type) {
-    case ScaleType::f32: return prefill_for<BITS, ScaleType::f32>(a, b0, b1);
-    case ScaleType::f16: return prefill_for<BITS, ScaleType::f16>(a, b0, b1);
-    default: return prefill_for<BITS, ScaleType::bf16>(a, b0, b1);
-  }
-}
+struct PrefillOf {
+  const Q8Args& a;
+  int b0, b1;
+  template <int BITS, ScaleType S> void run() const { prefill_for<BITS, S>(a, b0, b1); }
+};
 
 static void decode(const Q8Args& a, int n0, int n1) {
-  switch (a.bits) {
-    case 2: return decode_bits<2>(a, n0, n1);
-    case 3: return decode_bits<3>(a, n0, n1);
-    case 4: return decode_bits<4>(a, n0, n1);
-    case 5: return decode_bits<5>(a, n0, n1);
-    case 6: return decode_bits<6>(a, n0, n1);
-    default: return decode_bits<8>(a, n0, n1);
-  }
+  dispatch(a.bits, a.scale_type, DecodeOf{a, n0, n1});
 }
 
 static void prefill(const Q8Args& a, int b0, int b1) {
-  switch (a.bits) {
-    case 2: return prefill_bits<2>(a, b0, b1);
-    case 3: return prefill_bits<3>(a, b0, b1);
-    case 4: return prefill_bits<4>(a, b0, b1);
-    case 5: return prefill_bits<5>(a, b0, b1);
-    case 6: return prefill_bits<6>(a, b0, b1);
-    default: return prefill_bits<8>(a, b0, b1);
-  }
+  dispatch(a.bits, a.scale_type, PrefillOf{a, b0, b1});
 }
 
 }  // namespace Q8_NS

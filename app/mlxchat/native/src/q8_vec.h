@@ -104,22 +104,6 @@ template <int BITS> static inline VI stream(const uint8_t* p, int values) {
                (1 << BITS) - 1);
 }
 #else
-// 8 values (lanes of 32 bits) from 16 bytes read at p: two bytes each, shifted.
-template <int BITS, int L> struct StreamTab {
-  alignas(64) uint8_t ctrl[L * 4];
-  alignas(64) int32_t shift[L];
-  constexpr StreamTab() : ctrl(), shift() {
-    for (int k = 0; k < L; ++k) {
-      const int o = BITS * k / 8;
-      ctrl[4 * k] = (uint8_t)o;
-      ctrl[4 * k + 1] = (uint8_t)(o + 1);
-      ctrl[4 * k + 2] = ctrl[4 * k + 3] = 0x80;
-      shift[k] = BITS * k % 8;
-    }
-  }
-};
-template <int BITS, int L> inline constexpr StreamTab<BITS, L> kTab{};
-
 // 16 bytes from p, never read past end (a copy at the weights' end).
 static inline __m128i load16(const uint8_t* p, const uint8_t* end) {
   if (__builtin_expect(p + 16 <= end, 1)) return _mm_loadu_si128((const __m128i*)p);
@@ -131,7 +115,7 @@ static inline __m128i load16(const uint8_t* p, const uint8_t* end) {
 template <int BITS> static inline VI stream(const uint8_t* p, int values, const uint8_t* end) {
   constexpr int mask = (1 << BITS) - 1;
 #if Q8_LEVEL == 2
-  const auto& t = kTab<BITS, 16>;
+  const auto& t = kStream<BITS, 16>;
   alignas(64) uint8_t out[64] = {};
   for (int q = 0; q < values / 16; ++q) {  // 16 values (2 * BITS bytes) a step
     const __m512i b = _mm512_broadcast_i32x4(load16(p + q * 2 * BITS, end));
@@ -143,7 +127,7 @@ template <int BITS> static inline VI stream(const uint8_t* p, int values, const 
   return _mm512_load_si512(out);
 #else
   (void)values;  // always 32 here
-  const auto& t = kTab<BITS, 8>;
+  const auto& t = kStream<BITS, 8>;
   __m256i v[4];
   for (int q = 0; q < 4; ++q) {  // 8 values (BITS bytes) a step
     const __m256i b = _mm256_broadcastsi128_si256(load16(p + q * BITS, end));
