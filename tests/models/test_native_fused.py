@@ -165,3 +165,9 @@ def test_attention_reads_a_kv_caches_buffers_in_place_of_its_slices(kernel):
         del k, v, want
         where.add((_address(cache.keys), _address(cache.values)))
     assert len(where) == 1  # written in place: no copy of the cache a step
+    # Values changed after the fetch are read as given, not from the buffer.
+    q = mx.random.normal((1, 4, 1, 16))
+    k, v = cache.update_and_fetch(mx.random.normal((1, 2, 1, 16)), mx.random.normal((1, 2, 1, 16)))
+    got = mx.fast.scaled_dot_product_attention(q, k, v * 2, scale=0.25)
+    want = fused.original("scaled_dot_product_attention")(q, k, v * 2, scale=0.25)
+    assert _close(got, want) <= 1e-5

@@ -35,8 +35,9 @@ _FLOATS = (mx.float32, mx.float16, mx.bfloat16)
 _STATE = {"gpu": True}
 """Whether this MLX has a GPU (read at install): without one, every call is on the CPU."""
 _FOLDED: dict[int, tuple] = {}
-"""id(keys slice) -> (the slice, the keys buffer, the values buffer, rows): what
-the last ``update_and_fetch`` of each KV cache returned and what it stands for."""
+"""id(keys slice) -> (the keys slice, the values slice, the keys buffer, the
+values buffer, rows): what the last ``update_and_fetch`` of each KV cache
+returned and what it stands for."""
 _BY_CACHE: dict[int, int] = {}
 """id(cache) -> id(its last keys slice): a cache's entry replaced at its next write."""
 
@@ -82,8 +83,8 @@ def _sdpa(ext: Any):
                 and q.shape[1] // k.shape[1] <= 64):
             keys, values, kv_len = k, v, -1
             folded = _FOLDED.pop(id(k), None)
-            if folded is not None and folded[0] is k and v.shape[2] == folded[3]:
-                keys, values, kv_len = folded[1:]  # the buffers, not the slices
+            if folded is not None and folded[0] is k and folded[1] is v:
+                keys, values, kv_len = folded[2:]  # the buffers, not the slices
             if mask is None or isinstance(mask, str):
                 if mask in (None, "causal"):
                     return ext.sdpa(q, keys, values, scale, mask or "", kv_len=kv_len)
@@ -103,7 +104,7 @@ def _kv_update():
                 and self.keys.shape[2] > self.offset and _on_cpu()):  # k: the buffer's first rows
             if len(_FOLDED) > 4096:  # caches gone with their last slices unread
                 _FOLDED.clear()
-            _FOLDED[id(k)] = (k, self.keys, self.values, self.offset)
+            _FOLDED[id(k)] = (k, v, self.keys, self.values, self.offset)
             _BY_CACHE[id(self)] = id(k)
         return k, v
     return update_and_fetch
