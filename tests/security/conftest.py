@@ -11,6 +11,9 @@ from mlx_lm.utils import load_tokenizer
 from mlxchat.models.testing.text import _byte_chars
 from mlxchat.models.tokenizer import write_bpe_tokenizer
 
+# The commands' fixtures, for the tests here that run commands.
+from tests.commands.conftest import conv, copied, ctx, home, registry, shelf, tiny_b  # noqa: F401
+
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",
                    "<|eot_id|>", "[INST]", "[/INST]", "</s>", "<think>", "</think>"]
 # Llama 3's template trims each message (the splice then falls back to marking).

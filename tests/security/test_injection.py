@@ -17,7 +17,7 @@ from mlxchat.engine.prompt.render import as_dicts, render
 from mlxchat.models import load_folder
 from mlxchat.store.importing import import_json
 
-from tests.commands.conftest import conv, copied, ctx, home, registry, send, shelf, tiny_b  # noqa: F401
+from tests.commands.conftest import send
 from tests.families.builders import with_template, write_family_model
 from tests.security.conftest import LLAMA3_SPECIALS
 

@@ -13,8 +13,6 @@ import pytest
 from mlxchat.store import StoreError, open_store
 from mlxchat.store.importing import IMPORT_LIMIT_BYTES, import_json
 
-from tests.commands.conftest import conv, copied, ctx, home, registry, shelf, tiny_b  # noqa: F401
-
 
 def limited_memory() -> None:
     # Should the file be read whole after all, fail in this child, not on the machine.

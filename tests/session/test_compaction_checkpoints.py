@@ -14,6 +14,7 @@ from mlxchat import paths
 from mlxchat.engine.disk import segment_file
 from mlxchat.models import load_folder
 from mlxchat.models.testing.text import write_tiny_model
+from mlxchat.session.conversation import Conversation
 
 from tests.families.builders import FAMILIES, write_family_model
 from tests.session.test_compaction import last, make

@@ -89,15 +89,21 @@ def test_a_server_that_exits_is_said_and_started_again_when_needed(host):
 
 def test_servers_that_fail_to_start_say_why_in_one_line(tmp_path):
     quiet = ["-c", "import sys; sys.stderr.write('no API key found\\n'); sys.exit(2)"]
+    # The two that fail by themselves get all the time they need (a loaded
+    # machine starts Python slowly); only the one that hangs meets the timeout.
     host = ToolHost(config_of({
         "missing": {"command": "mlxchat-no-such-program"},
         "exits": {"command": sys.executable, "args": quiet},
+    }), log_dir=tmp_path, start_timeout_s=120)
+    hanging = ToolHost(config_of({
         "hangs": {"command": sys.executable, "args": ["-c", "import time; time.sleep(60)"]},
-    }), log_dir=tmp_path, start_timeout_s=1)
+    }), log_dir=tmp_path / "hangs", start_timeout_s=1)
     try:
-        host.start(["missing", "exits", "hangs"])
-        host.wait(["missing", "exits", "hangs"])
-        why = {s.name: (s.state, s.why) for s in host.statuses()}
+        host.start(["missing", "exits"])
+        hanging.start(["hangs"])
+        host.wait(["missing", "exits"])
+        hanging.wait(["hangs"])
+        why = {s.name: (s.state, s.why) for s in host.statuses() + hanging.statuses()}
         assert why["missing"][0] == "failed" and "cannot start mlxchat-no-such-program" \
             in why["missing"][1]
         assert why["exits"][0] == "failed" and "no API key found" in why["exits"][1]
@@ -107,6 +113,7 @@ def test_servers_that_fail_to_start_say_why_in_one_line(tmp_path):
             "the MCP server exits is not running"
     finally:
         host.close()
+        hanging.close()
 
 
 def test_a_streamable_http_server_on_loopback(markers, tmp_path):

@@ -130,7 +130,7 @@ def test_model_picker_downloading(snap_compare):
 
     async def run_before(pilot):
         await pilot.press("down", "enter")
-        assert await asyncio.to_thread(reported.wait, 5)
+        assert await asyncio.to_thread(reported.wait, 120)  # a state, bounded for a busy machine
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=(100, 24), run_before=run_before)

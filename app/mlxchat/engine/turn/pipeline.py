@@ -221,7 +221,6 @@ class TurnPipeline:
                 said: Callable[[Event], None] = lambda _: None) -> Decode:
         """Feed the prompt's last ``tail`` tokens and sample the reply (and the
         turn's other choices, said through ``said``)."""
-        settings = reply.settings
         choices = reply.options.choices
         batch = self.batch if batched else None
         if choices > 1 and batch is None:  # a batch of this turn's own
