@@ -285,6 +285,8 @@ def main() -> None:
     parser.add_argument("--no-tool-loop", dest="tool_loop", action="store_false",
                         help="skip the scripted tool call through each client")
     args = parser.parse_args()
+    # SIGTERM ends it as ctrl-c does: each server and scratch folder is cleaned up.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     clients = client_modules(args.clients.split(",") if args.clients else None)
     if not clients:
         raise SystemExit("no client module found under bench/real_agents/")

@@ -5,7 +5,8 @@ and is given all it said so far, then the rest, as the first is; nothing is
 prefilled twice. The computation is cancelled when its last listener leaves:
 at once when it has said something; while its prompt is still being read
 (``keeps``: nothing said yet) only ``rejoin_s`` later, so that a client that
-timed out and sends the request again finds it running.
+timed out and sends the request again finds it running (and, finished
+meanwhile, finds its reply for ``rejoin_s`` more).
 """
 
 from __future__ import annotations
@@ -57,7 +58,10 @@ class _Shared:
         finally:
             await self._source.aclose()  # type: ignore[attr-defined]
             self.finished = True
-            self._done()
+            if self.listeners or self.error is not None or self._rejoin_s <= 0:
+                self._done()
+            else:  # finished while its client was away: it may still come for it
+                asyncio.get_running_loop().call_later(self._rejoin_s, self._done)
             self._changed.set()
 
     async def listen(self) -> AsyncIterator[Any]:
@@ -72,6 +76,7 @@ class _Shared:
                     if self.error is not None and not isinstance(self.error,
                                                                  asyncio.CancelledError):
                         raise self.error
+                    self._done()  # delivered: a request asking again is a new one
                     return
                 self._changed.clear()
                 if seen < len(self.items) or self.finished:
@@ -92,9 +97,11 @@ class _Shared:
             self._task.cancel()
 
 
-REJOIN_S = 30.0
+REJOIN_S = 120.0
 """How long a reply whose prompt is still being read outlives its last
-listener (a client that timed out sends the request again within a second)."""
+listener, and one that finished with none stays to be given to it: a client
+that timed out sends the request again after a back-off (Claude Code's grew
+to 39 s over its retries)."""
 
 
 class SharedReplies:
