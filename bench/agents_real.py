@@ -8,7 +8,7 @@ scratch data folder) restarted before one of them.
     PYTHONPATH=app .venv/bin/python bench/agents_real.py --model SPEC
         [--clients claude_code,...] [--steps 3] [--restart-before 3]
         [--prefix DIR] [--max-output 64] [--timeout 3600] [--tool-prompt generic]
-        [--no-tool-loop]
+        [--server-log FILE] [--no-tool-loop]
 
 ``--model``: an alias, folder or .gguf whose window holds the clients'
 prompts (Claude Code's is ~20k tokens). ``--max-output`` caps each reply
@@ -104,6 +104,9 @@ class Server:
     """`mlxchat serve` on a free loopback port (or ``argv``: another way to
     start it); its stderr kept line by line."""
 
+    log_to: Path | None = None
+    """Where every server's lines are copied as they come (``--server-log``)."""
+
     def __init__(self, model: str, data: Path, argv: list[str] | None = None):
         env = {**os.environ, "MLXCHAT_HOME": str(data), "HF_HUB_OFFLINE": "1"}
         self.proc = subprocess.Popen(
@@ -126,6 +129,9 @@ class Server:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.lines.append(line)
+            if Server.log_to is not None:
+                with Server.log_to.open("a") as log:
+                    log.write(line)
             if (found := READY.search(line)):
                 self._port.append(int(found.group(1)))
 
@@ -282,11 +288,13 @@ def main() -> None:
     parser.add_argument("--tool-prompt", choices=("template", "generic"), default="template",
                         help="the server's tool_prompt setting (generic: the tools reach a "
                         "model whose template shows none)")
+    parser.add_argument("--server-log", type=Path, help="copy the servers' lines to this file")
     parser.add_argument("--no-tool-loop", dest="tool_loop", action="store_false",
                         help="skip the scripted tool call through each client")
     args = parser.parse_args()
     # SIGTERM ends it as ctrl-c does: each server and scratch folder is cleaned up.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    Server.log_to = args.server_log
     clients = client_modules(args.clients.split(",") if args.clients else None)
     if not clients:
         raise SystemExit("no client module found under bench/real_agents/")
