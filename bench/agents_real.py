@@ -219,6 +219,7 @@ def tool_loop(client: ModuleType, args: argparse.Namespace) -> bool | None:
         return None
     binary = client.install(args.prefix)
     scratch, workdir, home, data = scratch_folders(f"{client.NAME}-tool")
+    os.environ.pop(real_agents.MAX_OUTPUT_VARIABLE, None)  # the scripted call whole
     script = Path(__file__).parent / "real_agents" / "scripted_serve.py"
     server = Server("", data, [sys.executable, str(script), "--reply",
                                tool_call_text(call["name"], call["arguments"]),
