@@ -98,6 +98,7 @@ class Step:
     seconds: float
     requests: list[Request] = field(default_factory=list)
     after_restart: bool = False
+    note: str | None = None
 
 
 class Server:
@@ -199,7 +200,7 @@ def run_client(client: ModuleType, args: argparse.Namespace, model: str) -> list
                 binary, base_url=server.base_url, model=model, workdir=workdir, home=home,
                 prompt=TASK[(n - 1) % len(TASK)], first=n == 1, timeout_s=args.timeout)
             step = Step(n, result["ok"], result["error"], time.monotonic() - start,
-                        server.requests_since(mark), restarted)
+                        server.requests_since(mark), restarted, result.get("note"))
             steps.append(step)
             show(client.NAME, step)
     finally:
@@ -244,7 +245,8 @@ def tool_loop(client: ModuleType, args: argparse.Namespace) -> bool | None:
 
 
 def show(name: str, step: Step) -> None:
-    said = "ok" if step.ok else f"API error: {step.error}"
+    said = ("ok" + (f" ({step.note})" if step.note else "")) if step.ok \
+        else f"API error: {step.error}"
     print(f"{name} step {step.n}{' (after restart)' if step.after_restart else ''}: "
           f"{len(step.requests)} requests, {step.seconds:.1f} s, {said}", flush=True)
     for r in step.requests:
