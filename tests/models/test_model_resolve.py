@@ -22,7 +22,7 @@ from mlxchat.models import (
     load_model,
     remove_user_alias,
 )
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 
 from tests.models.gguf_writer import tiny_llama_gguf
 from tests.models.test_gguf_import import CONFIG, MERGES, TOKEN_TYPES, TOKENS
@@ -200,3 +200,9 @@ def test_convert_checkpoint(tiny_model_dir, mlxchat_home):
         convert_checkpoint(str(tiny_model_dir), bits=7)
     with pytest.raises(ModelError, match="'org/dense-model'"):
         convert_checkpoint("org/dense-model")
+
+
+def test_convert_to_a_missing_folder_is_refused_and_makes_nothing(tiny_model_dir, tmp_path):
+    with pytest.raises(ModelError, match="does not exist: make it first"):
+        convert_checkpoint(str(tiny_model_dir), tmp_path / "missing" / "out", bits=4)
+    assert not (tmp_path / "missing").exists()

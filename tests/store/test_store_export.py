@@ -242,6 +242,7 @@ def test_export_names_and_folders(store: SessionStore, branched: int, tmp_path: 
     (cwd / "sub").mkdir()
     assert export_session(store, branched, "md", "sub", cwd=cwd, folder=folder).parent == (
         cwd / "sub")
+    (cwd / "new").mkdir()
     assert export_session(store, branched, "md", "new/", cwd=cwd, folder=folder).parent == (
         cwd / "new")
     assert export_session(store, branched, "json", "notes", cwd=cwd, folder=folder) == (
@@ -256,13 +257,32 @@ def test_export_names_and_folders(store: SessionStore, branched: int, tmp_path: 
     assert again.read_text().startswith("# ../../etc/passwd")
 
 
-@pytest.mark.parametrize("dest", ["missing/x.md", "missing/deeper/x"])
-def test_an_export_makes_the_folders_it_names(
+@pytest.mark.parametrize("dest", ["missing/x.md", "missing/deeper/x", "missing/",
+                                  "/nonexistent/dir/x.md"])
+def test_an_export_to_a_missing_folder_is_refused_and_makes_nothing(
     store: SessionStore, branched: int, tmp_path: Path, dest: str
 ) -> None:
-    path = export_session(store, branched, "md", dest, cwd=tmp_path, folder=tmp_path / "e")
-    assert path.is_file() and path.is_relative_to(tmp_path / "missing")
-    assert (tmp_path / "missing").stat().st_mode & 0o777 == 0o700
+    existed = Path("/nonexistent").exists()
+    with pytest.raises(StoreError) as refused:
+        export_session(store, branched, "md", dest, cwd=tmp_path, folder=tmp_path / "e")
+    message = str(refused.value)
+    assert "\n" not in message and "does not exist: make it first" in message, message
+    assert not (tmp_path / "missing").exists() and not (tmp_path / "e").exists()
+    assert Path("/nonexistent").exists() == existed
+
+
+def test_an_export_never_changes_the_mode_of_the_users_folders(
+    store: SessionStore, branched: int, tmp_path: Path
+) -> None:
+    cwd, named = tmp_path / "work", tmp_path / "work" / "x"
+    named.mkdir(parents=True)
+    for folder in (cwd, named):
+        folder.chmod(0o755)
+    written = [export_session(store, branched, "md", dest, cwd=cwd, folder=tmp_path / "e")
+               for dest in ("x", "x/out.md", "out.md", ".")]
+    assert all(path.is_file() for path in written)
+    assert [stat.S_IMODE(f.stat().st_mode) for f in (cwd, named)] == [0o755, 0o755]
+    assert stat.S_IMODE(written[0].stat().st_mode) == 0o600  # the file itself is private
 
 
 def test_an_export_that_cannot_be_written_is_refused_in_one_line(

@@ -27,6 +27,11 @@ The server is one package per wire protocol over a shared core
 imports ``server.core`` and the layers below, never another protocol nor the
 host modules at the server's root (app, beside, runner, ...); ``server.core``
 imports no protocol and nothing of the host.
+
+Inside models/ (``MODELS_PARTS``): gguf/ and vision/ import the root's modules
+and their own, never each other; the root imports both; testing/ (tiny random
+models for tests and benchmarks) may import any of models/, and no module of
+the app outside it imports it.
 """
 
 from __future__ import annotations
@@ -56,6 +61,10 @@ IMPORTS_NOTHING = {"mlxchat.errors"}
 # The engine's floors, bottom to top: each a subpackage of engine/ or a module at its root.
 ENGINE_FLOORS = ["events", "thread", "prompt", "kv", "results", "disk", "speculative", "batch", "turn",
                  "core", "distributed", "interface", "__init__"]
+# models/ by concept: each part (a subpackage, or "" for the root's modules) and
+# the parts it may import. Nothing outside testing/ imports testing/.
+MODELS_PARTS = {"": {"", "gguf", "vision"}, "gguf": {"", "gguf"}, "vision": {"", "vision"},
+                "testing": {"", "gguf", "vision", "testing"}}
 
 
 # -- the checker ---------------------------------------------------------------
@@ -250,6 +259,35 @@ def engine_violations(graph: dict[str, dict[str, int]]) -> list[str]:
     return problems
 
 
+def models_part(module: str) -> str | None:
+    """The part of models/ a module is in ("" for the root's modules; None:
+    not in models/); a subpackage the table does not name is its own part."""
+    parts = module.split(".")
+    if parts[:2] != ["mlxchat", "models"] or len(parts) < 3:
+        return None
+    return parts[2] if len(parts) > 3 else ""
+
+
+def models_violations(graph: dict[str, dict[str, int]]) -> list[str]:
+    problems = []
+    for module in sorted(graph):
+        part = models_part(module)
+        if part is not None and part not in MODELS_PARTS:
+            problems.append(f"{module}: in no part of models/ (add {part} to MODELS_PARTS)")
+    for module in sorted(graph):
+        here = models_part(module)
+        for target, line in sorted(graph[module].items()):
+            there = models_part(target)
+            where = f"{module} -> {target} (line {line})"
+            if there == "testing" and here != "testing":
+                problems.append(f"{where}: only tests and benchmarks import models.testing")
+            elif (here in MODELS_PARTS and there is not None
+                  and there not in MODELS_PARTS[here]):
+                problems.append(f"{where}: models.{here or '(root)'} may not import "
+                                f"models.{there or '(root)'}")
+    return problems
+
+
 def server_part(module: str) -> str | None:
     """"core", a protocol's name, or "host" (a module at the server's root);
     None outside the server."""
@@ -277,11 +315,12 @@ def server_violations(graph: dict[str, dict[str, int]]) -> list[str]:
 
 def check(root: Path) -> list[str]:
     """Every problem of the package at `root`: cycles, then layer violations,
-    then the engine's floors, then the server's protocols."""
+    then the engine's floors, then the server's protocols, then the parts of
+    models/."""
     graph = build_graph(root)
     cycles = [f"cycle: {' -> '.join(path)}" for path in find_cycles(graph)]
     return (cycles + layer_violations(graph) + engine_violations(graph)
-            + server_violations(graph))
+            + server_violations(graph) + models_violations(graph))
 
 
 # -- the tests -----------------------------------------------------------------
@@ -380,6 +419,29 @@ def test_the_checker_holds_the_engine_floors(tmp_path):
         "engine floor, disk imports turn",
     ]
 
+
+def test_the_checker_holds_the_parts_of_models(tmp_path):
+    pkg = _write(tmp_path, {"__init__.py": "", "models/__init__.py": "",
+                            "models/errors.py": "",
+                            "models/loader.py": "from mlxchat.models.vision import load\n",
+                            "models/gguf/__init__.py": "",
+                            "models/gguf/header.py": "from mlxchat.models import errors\n",
+                            "models/gguf/vocab.py": "from mlxchat.models.vision import images\n",
+                            "models/vision/__init__.py": "",
+                            "models/vision/images.py": "", "models/vision/load.py": "",
+                            "models/testing/__init__.py": "",
+                            "models/testing/text.py": "from mlxchat.models.gguf import header\n",
+                            "models/helpers/__init__.py": "",
+                            "engine/__init__.py": "",
+                            "engine/core.py": "from mlxchat.models.testing import text\n",
+                            "engine/events.py": ""})
+    assert check(pkg) == [
+        "mlxchat.models.helpers.__init__: in no part of models/ (add helpers to MODELS_PARTS)",
+        "mlxchat.engine.core -> mlxchat.models.testing.text (line 1): only tests and "
+        "benchmarks import models.testing",
+        "mlxchat.models.gguf.vocab -> mlxchat.models.vision.images (line 1): "
+        "models.gguf may not import models.vision",
+    ]
 
 def test_the_checker_keeps_the_protocols_apart(tmp_path):
     pkg = _write(tmp_path, {"__init__.py": "", "server/__init__.py": "",

@@ -61,7 +61,7 @@ class StartUp:
         app = self.app
         conv = opened.conversation
         app.conversation = conv
-        app.ctx = CommandContext(conv, clipboard=app._copy_from_worker, now=app._now,
+        app.ctx = CommandContext(conv, clipboard=app.copying.from_worker, now=app._now,
                                  interactive=True, progress=app.commands.progress)
         app.activity.hide()
         await app.reload_session()

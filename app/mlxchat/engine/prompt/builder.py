@@ -68,6 +68,13 @@ class PromptBuilder:
             ids = delta.turn_after(tokenizer, messages, previous=previous, options=options)
         return prompt_images.expand(loaded, ids, images)
 
+    def opened_reply(self, text: str, *, options: TemplateOptions = TemplateOptions()
+                     ) -> tuple[int, list[int]]:
+        """A reply the request begins with ``text`` (continued by the model):
+        how many of the last message's ids it replaces, and the ids it adds
+        (``delta.opened_reply``). TemplateRefused when the template cannot."""
+        return delta.opened_reply(self._loaded().tokenizer, text, options)
+
     def image_tokens(self, ref: ImageRef) -> int:
         """Tokens ``ref`` takes in this model's window (from its header: no
         decoding). ImagesRefused when the model sees no images."""

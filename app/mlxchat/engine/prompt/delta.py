@@ -160,3 +160,22 @@ def tool_results(tokenizer: Any, results: Sequence[Message], *, reply: Message,
         raise TemplateNotIncremental("the chat template does not close a reply before "
                                      "tool results with a control token")
     return _after_reply(tokenizer, shared[close:], previous)
+
+
+def opened_reply(tokenizer: Any, text: str, options: TemplateOptions) -> tuple[int, list[int]]:
+    """A reply the request begins with ``text``, after a message whose ids end
+    with the generation prompt: how many of those last ids it replaces (a
+    generation prompt the template does not write before a written reply)
+    and the ids it adds, as the template renders the reply left open."""
+    kwargs = options.kwargs()
+    stub = Message("user", _STUB_USER)
+    prompt = render(tokenizer, [stub], **kwargs)
+    opened = render(tokenizer, [stub, Message("assistant", text)], generation_prompt=False,
+                    open_last=True, **kwargs)
+    n = 0
+    while n < min(len(prompt), len(opened)) and prompt[n] == opened[n]:
+        n += 1
+    if n == 0:
+        raise TemplateNotIncremental("the chat template renders a reply the request begins "
+                                     "apart from its conversation")
+    return len(prompt) - n, opened[n:]

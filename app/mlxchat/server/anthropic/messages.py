@@ -71,14 +71,16 @@ async def count_tokens(request: Request) -> Response:
     if any(m.images for m in turn.messages):
         raise bad_field("messages", "count_tokens does not count images yet.")
     listed = ([Message("system", turn.system)] if turn.system else []) \
-        + [m.stored() for m in turn.messages]
+        + [m.stored() for m in turn.messages] \
+        + ([Message("assistant", turn.prefill)] if turn.prefill else [])
     thinking = turn.settings.get("thinking", service.conv.settings.generation.thinking)
     options = TemplateOptions(enable_thinking=thinking, tools=turn.tools)
     await service.check_fits([m.content for m in listed])
     tokenizer = service.engine.loaded.tokenizer
     try:
         ids = await anyio.to_thread.run_sync(
-            lambda: render(tokenizer, listed, **options.kwargs()))
+            lambda: render(tokenizer, listed, generation_prompt=not turn.prefill,
+                           open_last=bool(turn.prefill), **options.kwargs()))
     except MlxchatError as exc:  # the template refuses the conversation
         raise ApiError(400, exc.user_text(), code="invalid_request") from None
     return JSONResponse({"input_tokens": len(ids)})

@@ -16,11 +16,13 @@ import json
 from typing import Any
 
 from mlxchat.chat import CalledTool
+from mlxchat.server.anthropic.fields import MESSAGES
 from mlxchat.server.anthropic.thinking import thinking_settings
 from mlxchat.server.core import images
 from mlxchat.server.core.api_turns import ApiRequest, IncomingMessage
 from mlxchat.server.core.errors import bad_field, missing_field
 from mlxchat.server.core.images import ImageBlob
+from mlxchat.server.core.reply_asks import begun_reply
 from mlxchat.server.core.requests import (
     ChatRequest,
     message_items,
@@ -148,9 +150,9 @@ def messages(data: dict[str, Any]) -> list[IncomingMessage]:
         else:
             raise bad_field(f"{where}.role", "A message's role must be 'user', 'assistant' "
                             "or 'system'.")
-    if out[-1].role == "assistant":
-        raise bad_field("messages", "The last message must be the user's: continuing a "
-                        "reply the request begins is not supported.")
+    if out[-1].role == "assistant" and out[-1].calls:
+        raise bad_field("messages", "A reply the request begins (the last message) may "
+                        "hold text only, not tool_use blocks.")
     return out
 
 
@@ -220,14 +222,17 @@ def anthropic_turn(data: dict[str, Any], header_session: str | None,
         raise bad_field("messages", "The messages must hold the user's, not only system "
                         "messages.")
     system = "\n\n".join(t for t in (_system(data), *leading) if t) or None
-    turn = ApiRequest(system, listed,
+    said, prefill = begun_reply(listed)  # a last reply of the assistant's is continued
+    turn = ApiRequest(system, said,
                       {**thinking_settings(data, window=window), **(settings or {})},
-                      session_name({}, header_session), tools(data), fills_window=True)
+                      session_name({}, header_session), tools(data), fills_window=True,
+                      prefill=prefill)
     return model, turn
 
 
 def anthropic_chat(data: dict[str, Any], header_session: str | None, *,
                    window: int | None = None) -> ChatRequest:
+    MESSAGES.check(data)
     if data.get("max_tokens") is None:
         raise missing_field("max_tokens")
     # A max_tokens past what the window leaves is not refused: the reply stops

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import anyio
 import httpx2
 
-from mlxchat.models import vision_images
+from mlxchat.models.vision import images as vision_images
 from mlxchat.server.core import fetch_guard, images
 from mlxchat.server.core.api_turns import ApiRequest, IncomingMessage
 from mlxchat.server.core.errors import ApiError, bad_field

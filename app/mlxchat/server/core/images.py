@@ -18,7 +18,7 @@ from typing import Any
 
 from mlxchat.chat import ImageRef
 from mlxchat.errors import MlxchatError
-from mlxchat.models import vision_images
+from mlxchat.models.vision import images as vision_images
 from mlxchat.server.core.errors import bad_field
 from mlxchat.store.image_files import store_image
 

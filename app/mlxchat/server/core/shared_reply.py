@@ -22,14 +22,17 @@ from mlxchat.server.core.requests import ChatRequest
 
 def request_identity(model: str, request: ChatRequest) -> str:
     """What makes two requests ask for the same reply: the model, the whole
-    conversation as the client sees it, the settings, tools, the schema the
-    reply (or its calls) follows, and stop strings."""
+    conversation as the client sees it (and the stored reply it follows: a
+    Responses follow-up's chain), the settings, tools, the schema the reply
+    (or its calls) follows, the calls it may make, what it asks of the reply
+    beyond the settings (biases, log-probabilities, choices, a text it
+    begins) and stop strings."""
     turn = request.turn
     output = None if turn.output is None else [turn.output.format.schema,
                                                turn.output.format.name, turn.output.opens]
     parts = [model, turn.system, [(m.role, m.content, m.signature) for m in turn.messages],
              turn.settings, turn.session_name, turn.tools, output, turn.fills_window,
-             request.stop]
+             turn.after, turn.options, turn.prefill, request.max_calls, request.stop]
     text = json.dumps(parts, sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 

@@ -139,7 +139,7 @@ async def finished(request: Request, first: Piece | Finished,
     (raises ClientGone)."""
     async def to_the_end() -> Finished:
         item = first
-        while not isinstance(item, Finished):
+        while not isinstance(item, Finished) or item.choice:  # choice 0's ends the reply
             item = await anext(items)
         return item
     try:
