@@ -8,7 +8,7 @@ scratch data folder) restarted before one of them.
     PYTHONPATH=app .venv/bin/python bench/agents_real.py --model SPEC
         [--clients claude_code,...] [--steps 3] [--restart-before 3]
         [--prefix DIR] [--max-output 64] [--timeout 3600] [--tool-prompt generic]
-        [--no-tool-loop]
+        [--server-log FILE] [--no-tool-loop]
 
 ``--model``: an alias, folder or .gguf whose window holds the clients'
 prompts (Claude Code's is ~20k tokens). ``--max-output`` caps each reply
@@ -98,11 +98,15 @@ class Step:
     seconds: float
     requests: list[Request] = field(default_factory=list)
     after_restart: bool = False
+    note: str | None = None
 
 
 class Server:
     """`mlxchat serve` on a free loopback port (or ``argv``: another way to
     start it); its stderr kept line by line."""
+
+    log_to: Path | None = None
+    """Where every server's lines are copied as they come (``--server-log``)."""
 
     def __init__(self, model: str, data: Path, argv: list[str] | None = None):
         env = {**os.environ, "MLXCHAT_HOME": str(data), "HF_HUB_OFFLINE": "1"}
@@ -126,6 +130,9 @@ class Server:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             self.lines.append(line)
+            if Server.log_to is not None:
+                with Server.log_to.open("a") as log:
+                    log.write(line)
             if (found := READY.search(line)):
                 self._port.append(int(found.group(1)))
 
@@ -193,7 +200,7 @@ def run_client(client: ModuleType, args: argparse.Namespace, model: str) -> list
                 binary, base_url=server.base_url, model=model, workdir=workdir, home=home,
                 prompt=TASK[(n - 1) % len(TASK)], first=n == 1, timeout_s=args.timeout)
             step = Step(n, result["ok"], result["error"], time.monotonic() - start,
-                        server.requests_since(mark), restarted)
+                        server.requests_since(mark), restarted, result.get("note"))
             steps.append(step)
             show(client.NAME, step)
     finally:
@@ -213,6 +220,7 @@ def tool_loop(client: ModuleType, args: argparse.Namespace) -> bool | None:
         return None
     binary = client.install(args.prefix)
     scratch, workdir, home, data = scratch_folders(f"{client.NAME}-tool")
+    os.environ.pop(real_agents.MAX_OUTPUT_VARIABLE, None)  # the scripted call whole
     script = Path(__file__).parent / "real_agents" / "scripted_serve.py"
     server = Server("", data, [sys.executable, str(script), "--reply",
                                tool_call_text(call["name"], call["arguments"]),
@@ -237,7 +245,8 @@ def tool_loop(client: ModuleType, args: argparse.Namespace) -> bool | None:
 
 
 def show(name: str, step: Step) -> None:
-    said = "ok" if step.ok else f"API error: {step.error}"
+    said = ("ok" + (f" ({step.note})" if step.note else "")) if step.ok \
+        else f"API error: {step.error}"
     print(f"{name} step {step.n}{' (after restart)' if step.after_restart else ''}: "
           f"{len(step.requests)} requests, {step.seconds:.1f} s, {said}", flush=True)
     for r in step.requests:
@@ -282,9 +291,13 @@ def main() -> None:
     parser.add_argument("--tool-prompt", choices=("template", "generic"), default="template",
                         help="the server's tool_prompt setting (generic: the tools reach a "
                         "model whose template shows none)")
+    parser.add_argument("--server-log", type=Path, help="copy the servers' lines to this file")
     parser.add_argument("--no-tool-loop", dest="tool_loop", action="store_false",
                         help="skip the scripted tool call through each client")
     args = parser.parse_args()
+    # SIGTERM ends it as ctrl-c does: each server and scratch folder is cleaned up.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    Server.log_to = args.server_log
     clients = client_modules(args.clients.split(",") if args.clients else None)
     if not clients:
         raise SystemExit("no client module found under bench/real_agents/")

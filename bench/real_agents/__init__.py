@@ -16,10 +16,12 @@ home: Path, prompt: str, first: bool, timeout_s: float) -> dict``
     pointed at the server at ``base_url`` (``http://127.0.0.1:PORT``, no
     ``/v1``) and its ``model``; ``first`` False continues the session the
     earlier steps in ``workdir`` made. Returns ``ok`` (bool: the client
-    ended with no API error; the model's words do not matter), ``error``
-    (str or None: what went wrong, one line), ``exit_code`` (int or None
-    when it was killed at ``timeout_s``) and ``output`` (what it printed,
-    cut to a few KB).
+    ended with no API error; the model's words do not matter, nor their
+    length), ``error`` (str or None: what went wrong, one line), ``note``
+    (str or None: what else the client said of the step, e.g. that the
+    model's replies ran to max_tokens), ``exit_code`` (int or None when it
+    was killed at ``timeout_s``) and ``output`` (what it printed, cut to a
+    few KB).
 
 Optional: ``TOOL_CALL: dict`` (``name``, ``arguments``, ``prompt``, ``expect``):
 a call the client runs without asking, as a scripted model makes it

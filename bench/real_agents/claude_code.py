@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -54,23 +55,31 @@ def environment(*, base_url: str, model: str, home: Path) -> dict[str, str]:
             "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
 
 
-def outcome(exit_code: int | None, stdout: str) -> tuple[bool, str | None]:
-    """Whether the step ended with no API error, and else why (one line)."""
+CUT_SHORT = re.compile(r"response exceeded the \d+ output token maximum")
+"""What the client says (as an "API Error") of a reply the model ran to its
+max_tokens: the model's length, not the API's failing."""
+
+
+def outcome(exit_code: int | None, stdout: str) -> tuple[bool, str | None, str | None]:
+    """Whether the step ended with no API error, else why (one line), and a
+    note (the model's reply ran to max_tokens: the client gave up on it)."""
     if exit_code is None:
-        return False, "timed out"
+        return False, "timed out", None
     try:
         result: Any = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else None
     except ValueError:
         result = None
     if not isinstance(result, dict):
-        return False, f"exit {exit_code}, no JSON result"
+        return False, f"exit {exit_code}, no JSON result", None
     said = str(result.get("result", ""))
+    if CUT_SHORT.search(said):
+        return True, None, "the model's replies ran to max_tokens (the client says so)"
     if result.get("terminal_reason") == "api_error" or result.get("api_error_status") \
             or said.startswith("API Error"):
-        return False, said.splitlines()[0][:300] if said else "API error"
+        return False, said.splitlines()[0][:300] if said else "API error", None
     if exit_code != 0:
-        return False, f"exit {exit_code}: {said[:200]}"
-    return True, None
+        return False, f"exit {exit_code}: {said[:200]}", None
+    return True, None, None
 
 
 def run_step(binary: Path, *, base_url: str, model: str, workdir: Path, home: Path,
@@ -87,6 +96,6 @@ def run_step(binary: Path, *, base_url: str, model: str, workdir: Path, home: Pa
         stdout = (exc.stdout or b"").decode("utf-8", "replace") \
             if isinstance(exc.stdout, bytes) else (exc.stdout or "")
         stderr = ""
-    ok, error = outcome(exit_code, stdout)
-    return {"ok": ok, "error": error, "exit_code": exit_code,
+    ok, error, note = outcome(exit_code, stdout)
+    return {"ok": ok, "error": error, "exit_code": exit_code, "note": note,
             "output": (stdout + stderr)[-OUTPUT_KEPT:]}

@@ -244,3 +244,18 @@ def test_a_stream_starts_while_its_request_is_still_prepared(fast_pings, monkeyp
         assert next(seen)[0] == ":" and not gate.is_set()  # out before it was prepared
         gate.set()
         assert [name for name, _ in seen][-1] == "message_stop"
+
+
+def test_a_reply_that_finished_while_its_client_was_away_is_given_to_it(served, held):
+    with httpx.stream("POST", served.url + "/v1/messages", json=BODY, timeout=60) as reply:
+        assert started(events(reply.iter_lines()))[0] == "message_start"
+    until(lambda: served.service.shared.listening == 0)
+    held.release.set()  # the turn ends with nobody listening
+    session = served.conv.store.list_sessions()[0]
+    until(lambda: [m.role for m in served.conv.store.get_session(session.id).messages]
+          == ["user", "assistant"])
+    again = httpx.post(served.url + "/v1/messages", json={**BODY, "stream": False},
+                       timeout=60).json()
+    stored = served.conv.store.get_session(session.id).messages[-1]
+    assert again["content"][0]["text"] == stored.content and held.turns == 1
+    assert served.service.shared.computing == 0  # given: the next asking is a new request

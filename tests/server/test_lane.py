@@ -139,3 +139,35 @@ async def test_idle_work_runs_only_while_no_request_waits_and_stops_for_one():
         assert ran == ["idle", "idle saw a request: True", "request"]
     finally:
         lane.close()
+
+
+async def test_a_conversations_jobs_go_back_to_the_slot_that_holds_its_kv():
+    """With slots free, a key's next job runs where its last one did (its
+    engine's cache holds that conversation); a busy home does not hold it back."""
+    def where(cancelled: threading.Event):
+        yield threading.current_thread().name
+
+    lane = EngineLane(stop_running=lambda slot: None, parallel=3)
+    try:
+        async def run(key: str) -> str:
+            return [x async for x in lane.submit(where, key=key).items()][0]
+        homes = {key: await run(key) for key in ("a", "b", "c")}
+        for _ in range(6):
+            for key in ("a", "b", "c"):
+                assert await run(key) == homes[key]
+        release, holding = threading.Event(), threading.Event()
+
+        def hold(cancelled: threading.Event):
+            holding.set()
+            release.wait(10)
+            yield threading.current_thread().name
+        held = lane.submit(hold, key="a")
+        while not holding.is_set():
+            await asyncio.sleep(0.01)
+        other = await run("b")  # runs at once: at home when free, else on a free slot
+        assert other == homes["b"] or homes["b"] == homes["a"]
+        release.set()
+        assert [x async for x in held.items()] == [homes["a"]]
+        assert await run("b") == other  # where it last ran
+    finally:
+        lane.close()

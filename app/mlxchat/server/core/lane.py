@@ -8,7 +8,9 @@ went away is cancelled: waiting, it never starts; running, its generation
 stops within one decode step (the engine's cancel) and what it said is kept.
 With ``parallel`` slots, as many jobs run at once, each on its slot's
 thread (``on_slot(i)`` first: the slot's conversation and engine), never two
-of one conversation, the fairest first as above; ``admits(running)`` (how
+of one conversation, the fairest first as above; a conversation's job goes
+to the slot that ran its last one when that slot is free (its engine holds
+the conversation's KV: another would read it back from disk or prefill it); ``admits(running)`` (how
 many run now) may hold the next back (memory: it waits for one to end).
 When no request waits, the lane runs its idle work (the idle join of KV
 files), which stops at its next safe point once a request arrives.
@@ -151,6 +153,8 @@ class EngineLane:
         """Slot -> the job it runs."""
         self._started: dict[Hashable, int] = {}
         """Key -> the number of the last job of it started (a key not here: never)."""
+        self._home: dict[Hashable, int] = {}
+        """Key -> the slot that ran its last job (where its KV is warm)."""
         self._starts = 0
         self._lock = threading.Condition()
         self._closed = False
@@ -175,7 +179,11 @@ class EngineLane:
                 raise QueueFull(max(1, round(self.turn_seconds * ahead)))
             job = Job(work, loop, key=key)
             self._waiting.append(job)
-            self._lock.notify()
+            home = self._home.get(key)
+            if home is not None and home not in self._running:
+                self._lock.notify_all()  # its key's own slot takes it
+            else:
+                self._lock.notify()
         return job
 
     def cancel(self, job: Job) -> None:
@@ -229,7 +237,7 @@ class EngineLane:
         """The next job to run, ``_IDLE`` for the idle work, None once closed."""
         with self._lock:
             while True:
-                job = self._fairest()
+                job = self._fairest(slot)
                 if job is not None:
                     self._running[slot] = job
                     return job
@@ -242,11 +250,13 @@ class EngineLane:
                     return _IDLE
                 self._lock.wait(None if at is None else at - now)
 
-    def _fairest(self) -> Job | None:
-        """Take the first waiting job of the key that started least recently
-        (None: none may start now)."""
+    def _fairest(self, slot: int) -> Job | None:
+        """Take for ``slot`` the first waiting job of the key that started least
+        recently, but one whose home is another free slot (None: none may start
+        here now)."""
         busy = {j.key for j in self._running.values()}
-        free = [j for j in self._waiting if j.key not in busy]
+        free = [j for j in self._waiting if j.key not in busy
+                and self._home.get(j.key, slot) in (slot, *self._running)]
         if not free or (self._running and not self._admits(len(self._running))):
             return None
         job = min(free, key=lambda j: self._started.get(j.key, -1))
@@ -254,8 +264,12 @@ class EngineLane:
         self._starts += 1
         self._started.pop(job.key, None)
         self._started[job.key] = self._starts
+        if job.key is not None:
+            self._home[job.key] = slot
         if len(self._started) > KEYS_KEPT:  # insertion order: the oldest start first
-            del self._started[next(iter(self._started))]
+            oldest = next(iter(self._started))
+            del self._started[oldest]
+            self._home.pop(oldest, None)
         return job
 
     def _idle(self) -> None:

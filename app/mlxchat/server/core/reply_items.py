@@ -66,11 +66,6 @@ class Planned:
     """As a first piece's (``Piece.cache_miss``)."""
 
 
-def reading_prompt(items: list[Any]) -> bool:
-    """A turn planned that said nothing yet: its prompt is being read."""
-    return bool(items) and all(isinstance(item, Planned) for item in items)
-
-
 def join_pieces(a: Piece | Finished, b: Piece | Finished) -> Piece | None:
     """Two pieces of the same part that arrived together, as one (fewer chunks
     to encode and send when the client reads slower than the model writes)."""

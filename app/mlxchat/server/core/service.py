@@ -29,10 +29,10 @@ from mlxchat.server.core.idle_join import IdleJoins
 from mlxchat.server.core.kv_budget import Eviction, KvBudget
 from mlxchat.server.core.lane import EngineLane, QueueFull, Work
 from mlxchat.server.core.requests import ChatRequest
-from mlxchat.server.core.reply_items import (Finished, Piece, Planned, Readers, join_pieces,
-                                             reading_prompt)
+from mlxchat.server.core.reply_items import Finished, Piece, Planned, Readers, join_pieces
 from mlxchat.server.core.reply_reader import ids_up_to
-from mlxchat.server.core.shared_reply import REJOIN_S, SharedReplies, request_identity
+from mlxchat.server.core.shared_reply import (REJOIN_S, ReplyProgress, SharedReplies,
+                                             request_identity)
 from mlxchat.server.core.slots import open_slots
 from mlxchat.server.core.system_messages import place_system_messages, renders_system_anywhere
 from mlxchat.server.core.tool_calls import calls_signature
@@ -95,7 +95,7 @@ class ChatService:
         self.model_id = conv.model_spec
         self.answered = 0
         """Requests answered to their end."""
-        self.shared = SharedReplies(keeps=reading_prompt, rejoin_s=rejoin_s)
+        self.shared = SharedReplies(rejoin_s=rejoin_s)
         """Replies being computed, which a request asking for the same joins."""
         self._names = {conv.model_spec, conv.views.model_info.name,
                        Path(conv.model_spec).name, conv.views.model_info.name.split("/")[-1]}
@@ -164,9 +164,11 @@ class ChatService:
         await self.check_fits([m.content for m in turn.messages if m.role != "assistant"]
                               + [t for t in (turn.system, turn.prefill) if t])
         key = conversation_key(self.model_id, turn)
+        reading = ReplyProgress()
         items, joined = self.shared.listen(
             request_identity(self.model_id, request),
-            lambda: self.run(lambda cancelled: self._work(request, cancelled), key=key))
+            lambda: self.run(lambda cancelled: self._work(request, cancelled, reading),
+                             key=key), keeps=reading.now)
         try:
             async for item in items:
                 if isinstance(item, Planned) and not planned:
@@ -250,14 +252,14 @@ class ChatService:
             self.conv.reload()
         done.stats.finish_reason = "stop"
 
-    def _work(self, request: ChatRequest, cancelled: threading.Event
+    def _work(self, request: ChatRequest, cancelled: threading.Event, reading: ReplyProgress
               ) -> Iterator[Piece | Finished]:
         """On the lane's thread: the request holds its session (``ApiTurns``)
         until it ends; between requests the chat or another process may open it."""
         if cancelled.is_set():
             return
         try:
-            yield from self._turn(request, cancelled)
+            yield from self._turn(request, cancelled, reading)
         except WaitCancelled:  # its client left while it waited for the compute lock
             self.cache_taken = True
         finally:
@@ -265,7 +267,7 @@ class ChatService:
             if self.conv.session.id is not None:
                 self.lane.idle_work_in(self.idle_joins.used(self.conv.session.id))
 
-    def _turn(self, request: ChatRequest, cancelled: threading.Event
+    def _turn(self, request: ChatRequest, cancelled: threading.Event, reading: ReplyProgress
               ) -> Iterator[Piece | Finished]:
         """Place the request, run its turn, yield its pieces (each choice's),
         the other choices' ends as they come, then choice 0's."""
@@ -294,8 +296,10 @@ class ChatService:
                 self.conv.turns.cancel()  # also a turn that started after the cancel
             if isinstance(event, PrefillProgress) and not planned:
                 planned = True  # the cache was trimmed to what it reuses: it holds that now
+                reading.started.set()
                 yield Planned(event.cached_tokens + event.total, event.cached_tokens, miss)
             elif isinstance(event, TextDelta):
+                reading.said.set()
                 said = readers.piece(event)
                 if said is not None:
                     said.cache_miss, unsaid = unsaid, None

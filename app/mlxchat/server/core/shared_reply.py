@@ -5,7 +5,8 @@ and is given all it said so far, then the rest, as the first is; nothing is
 prefilled twice. The computation is cancelled when its last listener leaves:
 at once when it has said something; while its prompt is still being read
 (``keeps``: nothing said yet) only ``rejoin_s`` later, so that a client that
-timed out and sends the request again finds it running.
+timed out and sends the request again finds it running (and, finished
+meanwhile, finds its reply for ``rejoin_s`` more).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import threading
 from typing import Any, AsyncIterator, Callable
 
 from mlxchat.server.core.requests import ChatRequest
@@ -35,11 +37,22 @@ def request_identity(model: str, request: ChatRequest) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+class ReplyProgress:
+    """Set on the thread that computes a reply as it goes: its prefill started,
+    it said something. ``now()``: its prompt is being read."""
+
+    def __init__(self) -> None:
+        self.started, self.said = threading.Event(), threading.Event()
+
+    def now(self) -> bool:
+        return self.started.is_set() and not self.said.is_set()
+
+
 class _Shared:
     """One computation's items, kept for every listener, read by a task of its own."""
 
     def __init__(self, source: AsyncIterator[Any], done: Callable[[], None], *,
-                 keeps: Callable[[list[Any]], bool], rejoin_s: float):
+                 keeps: Callable[[], bool], rejoin_s: float):
         self.items: list[Any] = []
         self._keeps, self._rejoin_s = keeps, rejoin_s
         self.error: BaseException | None = None
@@ -60,7 +73,10 @@ class _Shared:
         finally:
             await self._source.aclose()  # type: ignore[attr-defined]
             self.finished = True
-            self._done()
+            if self.listeners or self.error is not None or self._rejoin_s <= 0:
+                self._done()
+            else:  # finished while its client was away: it may still come for it
+                asyncio.get_running_loop().call_later(self._rejoin_s, self._done)
             self._changed.set()
 
     async def listen(self) -> AsyncIterator[Any]:
@@ -82,8 +98,10 @@ class _Shared:
                 await self._changed.wait()
         finally:
             self.listeners -= 1
-            if not self.listeners and not self.finished:
-                if self._keeps(self.items) and self._rejoin_s > 0:
+            if self.finished and seen == len(self.items):
+                self._done()  # given whole: a request asking again is a new one
+            elif not self.listeners and not self.finished:
+                if self._keeps() and self._rejoin_s > 0:
                     asyncio.get_running_loop().call_later(self._rejoin_s, self._expire)
                 else:
                     self._expire()
@@ -95,32 +113,33 @@ class _Shared:
             self._task.cancel()
 
 
-REJOIN_S = 30.0
+REJOIN_S = 120.0
 """How long a reply whose prompt is still being read outlives its last
-listener (a client that timed out sends the request again within a second)."""
+listener, and one that finished with none stays to be given to it: a client
+that timed out sends the request again after a back-off (Claude Code's grew
+to 39 s over its retries)."""
 
 
 class SharedReplies:
-    """The replies being computed now, by request identity; ``keeps(items)``:
-    whether a computation that said ``items`` so far waits ``rejoin_s`` for a
-    listener to come back."""
+    """The replies being computed now, by request identity."""
 
-    def __init__(self, *, keeps: Callable[[list[Any]], bool] = lambda items: False,
-                 rejoin_s: float = REJOIN_S) -> None:
+    def __init__(self, *, rejoin_s: float = REJOIN_S) -> None:
         self._running: dict[str, _Shared] = {}
-        self._keeps, self.rejoin_s = keeps, rejoin_s
+        self.rejoin_s = rejoin_s
 
-    def listen(self, identity: str | None, start: Callable[[], AsyncIterator[Any]]
-               ) -> tuple[AsyncIterator[Any], bool]:
+    def listen(self, identity: str | None, start: Callable[[], AsyncIterator[Any]], *,
+               keeps: Callable[[], bool] = lambda: False) -> tuple[AsyncIterator[Any], bool]:
         """The items of the computation ``identity`` names, started by ``start()``
-        unless one runs already (then: joined, True)."""
+        unless one runs already (then: joined, True); ``keeps()``, asked when its
+        last listener leaves: it waits ``rejoin_s`` for one to come back (its
+        prompt is still being read)."""
         shared = self._running.get(identity) if identity is not None else None
         joined = shared is not None
         if shared is None:
             def done() -> None:
                 if identity is not None and self._running.get(identity) is made:
                     del self._running[identity]
-            made = shared = _Shared(start(), done, keeps=self._keeps,
+            made = shared = _Shared(start(), done, keeps=keeps,
                                     rejoin_s=self.rejoin_s)
             if identity is not None:
                 self._running[identity] = made
