@@ -142,17 +142,21 @@ async def chat_completions(request: Request) -> Response:
         end = await finished(request, first, items)
         return JSONResponse(shape.completion(end), headers={
             **capped_header(end.stats, shape.asked), **miss_header(end)})
-    return DisconnectAwareStream(_events(shape, chat, first, items, calls_only=choice.forced),
+    may_call = choice.forced or chat.turn.tools is not None
+    return DisconnectAwareStream(_events(shape, chat, first, items, may_call=may_call),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", **miss_header(first)})
 
 
 async def _events(shape: _ChatShape, chat: ChatRequest, first: Any,
-                  items: AsyncIterator[Any], *, calls_only: bool = False) -> AsyncIterator[str]:
-    """``calls_only``: the reply is held to a tool call (tool_choice forces
-    one), so choice 0's role chunk, sent before the prefill, says null."""
-    # A reply that is only tool calls says null, as OpenAI does.
-    yield shape.chunk({"role": "assistant", "content": None if calls_only else ""})
+                  items: AsyncIterator[Any], *, may_call: bool = False) -> AsyncIterator[str]:
+    """``may_call``: the request offers tools, so the reply may be only tool
+    calls, whose first chunk OpenAI sends with ``content: null``; choice 0's
+    role chunk goes before the prefill, so it says null whenever that may be.
+    The text that may follow accumulates after a null as after "" (the openai
+    SDK's stream state, LangChain, the Vercel AI SDK; llama.cpp sends null on
+    every reply), and a reply of calls only ends with null, not ""."""
+    yield shape.chunk({"role": "assistant", "content": None if may_call else ""})
     sent: dict[int, str] = {0: ""}
     """Each choice's answer sent so far (a choice's first chunk says its role)."""
     try:
