@@ -11,6 +11,7 @@ from typing import Any, AsyncIterator, Iterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from mlxchat.docs.embedder import DEFAULT_EMBEDDER
 from mlxchat.server.core.errors import ApiError
 from mlxchat.server.core.image_fetch import fetch_images
 from mlxchat.server.core.logprobs import TokenTexts, chat_logprobs
@@ -204,7 +205,16 @@ def _ended(shape: _ChatShape, end: Finished, sent: str) -> Iterator[str]:
 
 
 async def models(request: Request) -> Response:
+    """The chat model first (clients that take the first model chat with it),
+    then the embedder ``/v1/embeddings`` serves. OpenAI's list says no kind;
+    ``type`` is LM Studio's word for it ("llm", "vlm", "embeddings"), which
+    clients of OpenAI-compatible servers read to tell an embedder apart."""
     service: ChatService = request.app.state.service
+    created = int(request.app.state.started_at)
+    sees = service.conv.views.model_info.sees_images
     return JSONResponse({"object": "list", "data": [
-        {"id": service.model_id, "object": "model", "created": int(time.time()),
-         "owned_by": "mlxchat", "parallel": service.parallel}]})
+        {"id": service.model_id, "object": "model", "created": created,
+         "owned_by": "mlxchat", "type": "vlm" if sees else "llm",
+         "parallel": service.parallel},
+        {"id": DEFAULT_EMBEDDER, "object": "model", "created": created,
+         "owned_by": "mlxchat", "type": "embeddings"}]})
