@@ -6,10 +6,12 @@ and ``best_of`` ranked by mean log-probability. Only choice 0 is stored."""
 from __future__ import annotations
 
 import json
+import threading
 
 from openai import OpenAI
 
 from tests.server.conftest import request, serve
+from tests.waiting import until
 
 ASK = [{"role": "user", "content": "Tell me about rivers."}]
 
@@ -88,3 +90,39 @@ def test_best_of_keeps_the_likeliest(served):
     streamed = request(served.url, "POST", "/v1/completions",
                        {**body, "best_of": 2, "stream": True})
     assert streamed.status == 400 and json.loads(streamed.body)["error"]["param"] == "best_of"
+
+
+def test_choices_count_as_kv_caches_for_admission(tiny, tmp_path):
+    running = serve(tiny, tmp_path / "a.db", parallel=2, max_tokens=8)
+    admission, lane = running.service.admission, running.service.lane
+    admission.budget_bytes = 2 * admission.per_member  # two caches at the full window fit
+    compute = running.conv.engine.compute
+    try:
+        three = request(running.url, "POST", "/v1/chat/completions",
+                        {"model": "tiny", "messages": ASK, "n": 3, "max_tokens": 2})
+        error = three.json()["error"]
+        assert three.status == 400 and error["param"] == "n" and "at most 2" in error["message"]
+        got: dict[str, int] = {}
+
+        def ask(name: str, n: int) -> None:
+            reply = _api(running).chat.completions.create(
+                model="tiny", messages=ASK, n=n, max_tokens=3,
+                extra_headers={"X-Session": name})
+            got[name] = len(reply.choices)
+
+        held = compute.acquire("test")  # the first request runs and waits to compute
+        threads = [threading.Thread(target=ask, args=("one", 1)),
+                   threading.Thread(target=ask, args=("two", 2))]
+        try:
+            threads[0].start()
+            until(lambda: lane.running == 1)
+            threads[1].start()  # its two caches and the first's would be three: it waits
+            until(lambda: lane.waiting == 1 and "would not fit" in (admission.reason or ""))
+            assert lane.running == 1
+        finally:
+            compute.release(held)
+        for thread in threads:
+            thread.join(60)
+        assert got == {"one": 1, "two": 2}
+    finally:
+        running.stop()

@@ -166,7 +166,8 @@ class ChatService:
         key = conversation_key(self.model_id, turn)
         items, joined = self.shared.listen(
             request_identity(self.model_id, request),
-            lambda: self.run(lambda cancelled: self._work(request, cancelled), key=key))
+            lambda: self.run(lambda cancelled: self._work(request, cancelled), key=key,
+                             members=turn.options.choices))
         try:
             async for item in items:
                 if isinstance(item, Planned) and not planned:
@@ -210,12 +211,17 @@ class ChatService:
                     f"The messages are at least {counted:,} tokens; the context window is "
                     f"{window:,} tokens. Shorten them or send less.")
 
-    async def run(self, work: Work, *, key: str | None = None
+    async def run(self, work: Work, *, key: str | None = None, members: int = 1
                   ) -> AsyncIterator[Piece | Finished]:
         """``work``'s items, run in the lane (``key``: its conversation, for the
-        lane's fairness); its refusals as ``ApiError``s."""
+        lane's fairness; ``members``: the choices it decodes, each a KV cache
+        admission counts); its refusals as ``ApiError``s."""
+        too_many = self.admission.refusal(members)
+        if too_many is not None:
+            raise ApiError(400, f"This request cannot run here: {too_many}.", param="n",
+                           code="invalid_value")
         try:
-            job = self.lane.submit(work, key=key)
+            job = self.lane.submit(work, key=key, members=members)
         except QueueFull as exc:
             raise queue_full(exc.retry_after_s) from None
         try:
