@@ -172,3 +172,30 @@ def test_choices_refused_on_a_quantized_cache(engine):
     with pytest.raises(EngineError, match="quantized"):
         _events(engine, ReplyOptions(choices=2), GenerationSettings(temperature=0.0,
                                                                     max_tokens=4, kv_bits=8))
+
+
+def _through(deltas: list[TextDelta], k: int) -> tuple[str, int] | None:
+    """A stop string the reply first writes with its ``k``-th delta (the text
+    of the deltas after the first up to it, trimmed), and the tokens sampled
+    once it is written."""
+    stop = "".join(d.text for d in deltas[1:k + 1]).strip()
+    full = "".join(d.text for d in deltas)
+    written = sum(len(d.text) for d in deltas[:k + 1])
+    if not stop.isascii() or not stop.isprintable() or full.find(stop) + len(stop) != written:
+        return None
+    return stop, deltas[k].generated_tokens
+
+
+def test_a_stop_string_ends_each_choice_where_it_is_written(any_engine):
+    settings = GenerationSettings(temperature=0.0, max_tokens=24)
+    plain = [e for e in _events(any_engine, ReplyOptions(), settings)
+             if isinstance(e, TextDelta)]
+    stop, generated = next(f for k in range(4, len(plain) - 2) if (f := _through(plain, k)))
+    events = _events(any_engine, ReplyOptions(choices=2, stops=(stop,)), settings)
+    ends = [(e.finish_reason, e.generated_tokens) for e in events if isinstance(e, ChoiceDone)]
+    done = _done(events)
+    ends.append((done.stats.finish_reason, done.stats.generated_tokens))
+    assert ends == [("stop", generated)] * 2  # not one token sampled after it
+    assert stop in done.reply
+    alone = _done(_events(any_engine, ReplyOptions(stops=(stop,)), settings))
+    assert (alone.stats.finish_reason, alone.stats.generated_tokens) == ("stop", generated)

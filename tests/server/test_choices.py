@@ -126,3 +126,46 @@ def test_choices_count_as_kv_caches_for_admission(tiny, tmp_path):
         assert got == {"one": 1, "two": 2}
     finally:
         running.stop()
+
+
+def _stop_in(api: OpenAI) -> tuple[str, str, int]:
+    """A stop string the greedy reply writes, the text before it, and the
+    tokens sampled once it is written (read from the reply's tokens)."""
+    plain = api.chat.completions.create(model="tiny", messages=ASK, temperature=0,
+                                        max_tokens=24, logprobs=True)
+    texts = [t.token for t in plain.choices[0].logprobs.content]
+    full = "".join(texts)
+    for k in range(4, len(texts) - 2):
+        stop = "".join(texts[1:k + 1]).strip()
+        at = full.find(stop)
+        if stop.isascii() and stop.isprintable() and at + len(stop) == len("".join(texts[:k + 1])):
+            return stop, full[:at], k + 1
+    raise AssertionError(f"no stop string found in {full!r}")
+
+
+def _stops_each_choice(running) -> None:
+    api = _api(running)
+    stop, before, tokens = _stop_in(api)
+    for n in (1, 2):
+        body = dict(model="tiny", messages=ASK, temperature=0, max_tokens=24, stop=[stop], n=n)
+        whole = api.chat.completions.create(**body)
+        assert [(c.message.content, c.finish_reason) for c in whole.choices] \
+            == [(before, "stop")] * n
+        assert whole.usage.completion_tokens == n * tokens  # none sampled after the stop
+        chunks = list(api.chat.completions.create(
+            **body, stream=True, stream_options={"include_usage": True}))
+        assert chunks[-1].usage.completion_tokens == n * tokens
+        assert ["".join(ch.delta.content or "" for c in chunks for ch in c.choices
+                        if ch.index == i) for i in range(n)] == [before] * n
+
+
+def test_a_stop_string_ends_each_choices_decoding(served):
+    _stops_each_choice(served)
+
+
+def test_a_stop_string_ends_each_choices_decoding_in_a_batch(tiny, tmp_path):
+    running = serve(tiny, tmp_path / "b.db", parallel=2)
+    try:
+        _stops_each_choice(running)
+    finally:
+        running.stop()

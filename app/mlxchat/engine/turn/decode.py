@@ -33,7 +33,7 @@ from mlxchat.engine.speculative.streams import Stream
 from mlxchat.engine.turn import reasoning
 from mlxchat.engine.turn import reply_options
 from mlxchat.engine.turn.constrained import CompiledFormat
-from mlxchat.engine.turn.reply_options import LogprobTap, ReplyOptions
+from mlxchat.engine.turn.reply_options import LogprobTap, ReplyOptions, StopText
 from mlxchat.generation import GenerationSettings
 from mlxchat.models.markup import cached_markup
 
@@ -81,10 +81,14 @@ class _Sampling:
         """The open stream's log-probabilities, when asked for."""
         self.logprobs: list[TokenLogprob] = []
         """Sampled tokens' figures not yet said with a delta."""
+        self.stop = StopText(reply.options.stops)
+        """Whether the answer said so far wrote a stop string."""
 
     def _shown(self, segment: str, part: str) -> None:
         out = self.out
         (out.reasoning_pieces if part == reasoning.REASONING else out.pieces).append(segment)
+        if part != reasoning.REASONING:
+            self.stop.add(segment)
         said, self.logprobs = tuple(self.logprobs), []
         self.emit(TextDelta(segment, out.generated, out.decode_tps, part=part,
                             acceptance=out.speculation.acceptance,
@@ -126,6 +130,9 @@ class _Sampling:
                 out.reasoning_s = now - self.t_prompt
             if cancelled():
                 out.finish_reason = "cancelled"
+                return ()
+            if self.stop.met:  # no token after it is sampled
+                out.finish_reason = "stop"
                 return ()
             if split.answer_tokens >= settings.max_tokens:
                 return ()  # the answer's budget is spent: finish_reason stays 'length'

@@ -1,6 +1,6 @@
 """What a request asks of a reply beyond its generation settings (OpenAI's
-``logit_bias``, ``presence_penalty``, ``frequency_penalty``, ``logprobs`` and
-``n``), and the logits processors that honour them.
+``logit_bias``, ``presence_penalty``, ``frequency_penalty``, ``logprobs``,
+``n`` and ``stop``), and the logits processors that honour them.
 
 The processors run in this order on each step's logits: the log-probability
 tap (the model's own log-softmax, as vLLM's ``raw_logprobs``), the biases,
@@ -53,6 +53,10 @@ class ReplyOptions:
     prompt_logprobs: bool = False
     """The prompt's own tokens' log-probabilities too (``PromptLogprobs``, with
     ``logprobs`` alternatives each): the prompt is then computed whole."""
+    stops: tuple[str, ...] = ()
+    """Texts that end a reply where its answer first writes one: a choice
+    that wrote one samples no further (its text is said up to the token that
+    wrote it; the caller cuts it there)."""
 
     @property
     def shapes(self) -> bool:
@@ -178,6 +182,23 @@ def processors(options: ReplyOptions, *, before: Sequence[int], skip: int
         out.append(reply_penalty(options.presence_penalty, options.frequency_penalty,
                                  before=before, skip=skip))
     return tap, out
+
+
+class StopText:
+    """Whether a reply's answer, said a segment at a time, has written one of
+    ``stops`` (a stop may span segments)."""
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops = tuple(s for s in stops if s)
+        self._text = ""
+        self.met = False
+
+    def add(self, segment: str) -> None:
+        if not self.stops or self.met:
+            return
+        start = max(0, len(self._text) - max(map(len, self.stops)) + 1)
+        self._text += segment
+        self.met = any(s in self._text[start:] for s in self.stops)
 
 
 class PromptScores:

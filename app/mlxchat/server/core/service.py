@@ -275,7 +275,10 @@ class ChatService:
               ) -> Iterator[Piece | Finished]:
         """Place the request, run its turn, yield its pieces (each choice's),
         the other choices' ends as they come, then choice 0's."""
-        asked, tokenizer = request.turn, self.engine.loaded.tokenizer
+        tokenizer = self.engine.loaded.tokenizer
+        # Each choice stops sampling where its answer writes a stop string.
+        asked = dataclasses.replace(request.turn, options=dataclasses.replace(
+            request.turn.options, stops=tuple(request.stop)))
         readers = Readers(tokenizer, request.stop, tools=asked.tools is not None,
                           max_calls=request.max_calls)
         main, alone = readers[0], asked.options.choices == 1
