@@ -4,8 +4,9 @@
 
 The processors run in this order on each step's logits: the log-probability
 tap (the model's own log-softmax, as vLLM's ``raw_logprobs``), the biases,
-the penalties, then the settings' repetition penalty and a schema's mask
-(``decode.sampling``); the sampler's temperature comes last.
+the penalties, then the settings' repetition penalty (``repetition_penalty``
+below, over ``repetition_context`` tokens: ``decode.repetition``) and a
+schema's mask; the sampler's temperature comes last.
 """
 
 from __future__ import annotations
@@ -158,6 +159,34 @@ def reply_penalty(presence: float, frequency: float, *, before: Sequence[int],
             return logits
         counts = mx.zeros((logits.shape[-1],), dtype=mx.float32).at[ids].add(1.0)
         return logits - (counts * frequency + (counts > 0) * presence).astype(logits.dtype)
+    return processor
+
+
+def repetition_penalty(penalty: float, context: int, *, before: Sequence[int]) -> Processor:
+    """mlx-lm's repetition penalty (a logit divided by ``penalty``, a negative
+    one multiplied) on every token among the last ``context`` (-1: all) of
+    the context: ``before`` (what precedes the stream) and the stream's own
+    tokens, the ones it fed included. The look-back no longer depends on how
+    many prompt tokens the first step feeds."""
+    earlier = list(before) if context < 0 else list(before)[max(0, len(before) - context):]
+    if context < 0:  # the whole context: a token once is enough
+        earlier = sorted(set(earlier))
+    ahead = mx.array(earlier, dtype=mx.int32) if earlier else None
+
+    def processor(tokens: mx.array, logits: mx.array) -> mx.array:
+        own = tokens.astype(mx.int32) if tokens.size else None
+        if own is not None and 0 < context <= own.size:
+            ids = own[own.size - context:]
+        elif ahead is None or own is None:
+            ids = own if ahead is None else ahead
+        else:
+            need = ahead.size if context < 0 else min(ahead.size, context - own.size)
+            ids = mx.concatenate([ahead[ahead.size - need:], own])
+        if ids is None:
+            return logits
+        picked = logits[:, ids]
+        logits[:, ids] = mx.where(picked < 0, picked * penalty, picked / penalty)
+        return logits
     return processor
 
 
