@@ -171,7 +171,8 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
         while feeding:
             run.tap, asked = reply_options.processors(reply.options, before=run.out.token_ids,
                                                       skip=len(feeding))
-            penalty = repetition(settings, before=live.tokens)  # what precedes ``feeding``
+            # The repetition penalty looks back over what precedes ``feeding`` too.
+            penalty = sampling(settings, before=live.tokens)["processors"]
             gen = open_stream(tail=list(feeding), history=history, budget=budget,
                               count=run.out.speculation, sampler=sampler,
                               processors=[*asked, *penalty, *masks])

@@ -216,7 +216,9 @@ class ChatService:
         """``work``'s items, run in the lane (``key``: its conversation, for the
         lane's fairness; ``members``: the choices it decodes, each a KV cache
         admission counts); its refusals as ``ApiError``s."""
-        too_many = self.admission.refusal(members)
+        # Measured once by a job on the engine's thread: waited for off the event loop.
+        too_many = await anyio.to_thread.run_sync(self.admission.refusal, members) \
+            if members > 1 else None
         if too_many is not None:
             raise ApiError(400, f"This request cannot run here: {too_many}.", param="n",
                            code="invalid_value")
@@ -248,7 +250,8 @@ class ChatService:
         its ids cut where its text (``kept``) ends (dropped when they cannot be:
         the next turn renders the text), so the ledger holds what the client saw."""
         last = self.conv.messages[-1] if self.conv.messages else None
-        # Cancelled by the watch, or ended by max_tokens on the token that matched.
+        # Ended by the engine at the stop string (or by max_tokens on the token
+        # that wrote it, or cancelled by the watch where the engine did not see it).
         if last is not None and last.role == "assistant" and last.id is not None:
             ids = ids_up_to(self.engine.loaded.tokenizer, last.token_ids or [],
                             done.reply, len(kept)) if last.token_ids else None
