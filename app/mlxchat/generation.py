@@ -104,8 +104,9 @@ def setting_words(name: str, value: Any) -> str:
     return str(value)
 
 
-_WHOLE = ("top_k", "repetition_context", "max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
-          "draft_tokens", "docs_k", "docs_budget", "tool_result_tokens", "max_tool_steps")
+_WHOLE = ("top_k", "repetition_context", "max_tokens", "max_reasoning_tokens", "seed",
+          "kv_bits", "context_window", "draft_tokens", "docs_k", "docs_budget",
+          "tool_result_tokens", "max_tool_steps")
 _WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft",
           "compute_dtype", "cpu_matmul", "docs", "tools", "tool_prompt")
 

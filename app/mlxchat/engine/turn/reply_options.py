@@ -166,8 +166,8 @@ def repetition_penalty(penalty: float, context: int, *, before: Sequence[int]) -
     """mlx-lm's repetition penalty (a logit divided by ``penalty``, a negative
     one multiplied) on every token among the last ``context`` (-1: all) of
     the context: ``before`` (what precedes the stream) and the stream's own
-    tokens, the ones it fed included. The look-back no longer depends on how
-    many prompt tokens the first step feeds."""
+    tokens, the ones it fed included: what it looks back over does not depend
+    on how many of the prompt's tokens the stream's first step feeds."""
     earlier = list(before) if context < 0 else list(before)[max(0, len(before) - context):]
     if context < 0:  # the whole context: a token once is enough
         earlier = sorted(set(earlier))
