@@ -128,12 +128,9 @@ def test_choices_count_as_kv_caches_for_admission(tiny, tmp_path):
         running.stop()
 
 
-def _stop_in(api: OpenAI) -> tuple[str, str, int]:
-    """A stop string the greedy reply writes, the text before it, and the
-    tokens sampled once it is written (read from the reply's tokens)."""
-    plain = api.chat.completions.create(model="tiny", messages=ASK, temperature=0,
-                                        max_tokens=24, logprobs=True)
-    texts = [t.token for t in plain.choices[0].logprobs.content]
+def _written(texts: list[str]) -> tuple[str, str, int]:
+    """A stop string a reply of these tokens' ``texts`` writes, the text
+    before it, and the tokens sampled once it is written."""
     full = "".join(texts)
     for k in range(4, len(texts) - 2):
         stop = "".join(texts[1:k + 1]).strip()
@@ -141,6 +138,13 @@ def _stop_in(api: OpenAI) -> tuple[str, str, int]:
         if stop.isascii() and stop.isprintable() and at + len(stop) == len("".join(texts[:k + 1])):
             return stop, full[:at], k + 1
     raise AssertionError(f"no stop string found in {full!r}")
+
+
+def _stop_in(api: OpenAI) -> tuple[str, str, int]:
+    """``_written`` of the greedy chat reply (its tokens read from it)."""
+    plain = api.chat.completions.create(model="tiny", messages=ASK, temperature=0,
+                                        max_tokens=24, logprobs=True)
+    return _written([t.token for t in plain.choices[0].logprobs.content])
 
 
 def _stops_each_choice(running) -> None:
@@ -169,3 +173,13 @@ def test_a_stop_string_ends_each_choices_decoding_in_a_batch(tiny, tmp_path):
         _stops_each_choice(running)
     finally:
         running.stop()
+
+
+def test_a_stop_string_ends_each_raw_completions_decoding(served):
+    api = _api(served)
+    body = dict(model="tiny", prompt="Once upon a time", temperature=0, max_tokens=24)
+    stop, before, tokens = _written(
+        api.completions.create(logprobs=0, **body).choices[0].logprobs.tokens)
+    cut = api.completions.create(n=2, stop=[stop], **body)
+    assert [(c.text, c.finish_reason) for c in cut.choices] == [(before, "stop")] * 2
+    assert cut.usage.completion_tokens == 2 * tokens  # none sampled after the stop
