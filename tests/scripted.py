@@ -19,8 +19,8 @@ class Scripted:
         self.queue: list[list[int]] = []
         self.vocab = tokenizer.get_vocab()
         real = decode.sampling
-        monkeypatch.setattr(decode, "sampling", lambda settings: {
-            **real(settings), "processors": [self._force]})
+        monkeypatch.setattr(decode, "sampling", lambda settings, **kw: {
+            **real(settings, **kw), "processors": [self._force]})
 
     def reply(self, text: str, *, end: str | None = None) -> None:
         """The next reply: ``text``, then ``end`` (default ``<|im_end|>``, else

@@ -55,6 +55,8 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
                          "none, " + ", ".join(REASONING_EFFORTS)),
     "seed": (lambda v: v is None or 0 <= v < _INT64, "none or a whole number >= 0"),
     "repetition_penalty": (lambda v: v is None or v > 0, "> 0"),
+    "repetition_context": (lambda v: -1 <= v < _INT64,
+                           "-1 (the whole context), 0 (off) or a whole number of tokens"),
     "kv_bits": (lambda v: v in (None, 4, 8), "none, 4 or 8"),
     "context_window": (lambda v: v is None or 256 <= v < _INT64, "none or a whole number >= 256"),
     "context_policy": (lambda v: v in CONTEXT_POLICIES, " or ".join(CONTEXT_POLICIES)),
@@ -102,8 +104,9 @@ def setting_words(name: str, value: Any) -> str:
     return str(value)
 
 
-_WHOLE = ("top_k", "max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "context_window",
-          "draft_tokens", "docs_k", "docs_budget", "tool_result_tokens", "max_tool_steps")
+_WHOLE = ("top_k", "repetition_context", "max_tokens", "max_reasoning_tokens", "seed",
+          "kv_bits", "context_window", "draft_tokens", "docs_k", "docs_budget",
+          "tool_result_tokens", "max_tool_steps")
 _WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft",
           "compute_dtype", "cpu_matmul", "docs", "tools", "tool_prompt")
 
@@ -151,6 +154,10 @@ class GenerationSettings(Record):
     repetition_penalty: float | None = None
     """1.0 disables; 1.1 is a mild penalty on recently generated tokens; None:
     the model's default."""
+    repetition_context: int = 20
+    """Tokens the repetition penalty looks back over, the prompt's and the
+    reply's (mlx-lm's repetition_context_size, Ollama's repeat_last_n): -1
+    the whole context, 0 turns the penalty off."""
     kv_bits: int | None = None
     """Quantize the KV cache to 8 or 4 bits; None keeps the model's dtype."""
     context_window: int | None = None

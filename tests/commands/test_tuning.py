@@ -16,7 +16,8 @@ from tests.commands.conftest import send
     ("max_tokens", "1", 1), ("max_tokens", "4096", 4096), ("seed", "42", 42),
     ("seed", "none", None), ("repetition_penalty", "1.1", 1.1), ("kv_bits", "none", None),
     ("context_policy", "stop", "stop"), ("context_policy", "DROP_OLDEST", "drop_oldest"),
-    ("TOP-P", "0.5", 0.5),
+    ("TOP-P", "0.5", 0.5), ("repetition_context", "-1", -1),
+    ("repetition_context", "0", 0), ("repetition_context", "64", 64),
 ])
 def test_set_valid_values(registry, ctx, conv, name, raw, value):
     result = registry.run(f"/set {name} {raw}", ctx)
@@ -36,6 +37,8 @@ def test_set_valid_values(registry, ctx, conv, name, raw, value):
     ("seed", "99999999999999999999", "none or a whole number"),
     ("repetition_penalty", "0", "> 0"), ("kv_bits", "3", "none, 4 or 8"),
     ("context_policy", "rotate", "drop_oldest or stop"),
+    ("repetition_context", "-2", "-1 (the whole context), 0 (off)"),
+    ("repetition_context", "1.5", "whole number"),
 ])
 def test_set_invalid_values_change_nothing(registry, ctx, conv, name, raw, words):
     before = conv.generation.to_dict()

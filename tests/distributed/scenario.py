@@ -30,6 +30,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-tokens", type=int, default=12)
     p.add_argument("--max-reasoning-tokens", type=int, default=4096)
     p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--repetition-penalty", type=float, default=None)
+    p.add_argument("--repetition-context", type=int, default=20)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--split", action="store_true", help="join the MLX group (launched ranks)")
     p.add_argument("--kv-bits", type=int, default=None)
@@ -84,6 +86,8 @@ def main(argv: list[str] | None = None) -> None:
     gen.temperature, gen.max_tokens, gen.seed = args.temperature, args.max_tokens, args.seed
     gen.max_reasoning_tokens = args.max_reasoning_tokens
     gen.kv_bits = args.kv_bits
+    gen.repetition_penalty, gen.repetition_context = (args.repetition_penalty,
+                                                      args.repetition_context)
     conv = Conversation(settings=settings, store=open_store(Path(args.db)), engine=engine,
                         model_spec="tiny",
                         session=None if args.session is None else

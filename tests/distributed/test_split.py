@@ -179,6 +179,19 @@ def test_split_family_answers_as_one_rank(tmp_path, model, turns, mode):
     assert two["layout"].startswith(f"2 ranks · {mode} · ")
 
 
+def test_a_penalty_over_the_whole_context_samples_alike_on_every_rank(llama, tmp_path):
+    """Each rank's repetition penalty looks back over the tokens before the
+    stream too (rank 0 sends them with the decode): the ranks sample alike."""
+    run = ("--turns", "2", "--max-tokens", "16", "--repetition-penalty", "5.0",
+           "--repetition-context", "-1")
+    one = lone(llama, tmp_path / "one", tmp_path / "one.json", *run)
+    two = hosted(llama, tmp_path / "two", tmp_path / "two.json", *run)
+    assert ids(two) == ids(one) and all(ids(one))
+    plain = lone(llama, tmp_path / "plain", tmp_path / "plain.json", "--turns", "2",
+                 "--max-tokens", "16")
+    assert ids(plain) != ids(one)  # the penalty changed the replies
+
+
 def test_a_rank_killed_mid_turn_ends_the_turn_on_rank_0(llama, tmp_path):
     run = hosted(llama, tmp_path / "k", tmp_path / "k.json", "--turns", "2", "--max-tokens",
                  "40", "--kill-after", "3", "--rank-timeout", "8")

@@ -172,3 +172,59 @@ def test_choices_refused_on_a_quantized_cache(engine):
     with pytest.raises(EngineError, match="quantized"):
         _events(engine, ReplyOptions(choices=2), GenerationSettings(temperature=0.0,
                                                                     max_tokens=4, kv_bits=8))
+
+
+def _through(deltas: list[TextDelta], k: int) -> tuple[str, int] | None:
+    """A stop string the reply first writes with its ``k``-th delta (the text
+    of the deltas after the first up to it, trimmed), and the tokens sampled
+    once it is written."""
+    stop = "".join(d.text for d in deltas[1:k + 1]).strip()
+    full = "".join(d.text for d in deltas)
+    written = sum(len(d.text) for d in deltas[:k + 1])
+    if not stop.isascii() or not stop.isprintable() or full.find(stop) + len(stop) != written:
+        return None
+    return stop, deltas[k].generated_tokens
+
+
+def test_a_stop_string_ends_each_choice_where_it_is_written(any_engine):
+    settings = GenerationSettings(temperature=0.0, max_tokens=24)
+    plain = [e for e in _events(any_engine, ReplyOptions(), settings)
+             if isinstance(e, TextDelta)]
+    stop, generated = next(f for k in range(4, len(plain) - 2) if (f := _through(plain, k)))
+    events = _events(any_engine, ReplyOptions(choices=2, stops=(stop,)), settings)
+    ends = [(e.finish_reason, e.generated_tokens) for e in events if isinstance(e, ChoiceDone)]
+    done = _done(events)
+    ends.append((done.stats.finish_reason, done.stats.generated_tokens))
+    assert ends == [("stop", generated)] * 2  # not one token sampled after it
+    assert stop in done.reply
+    alone = _done(_events(any_engine, ReplyOptions(stops=(stop,)), settings))
+    assert (alone.stats.finish_reason, alone.stats.generated_tokens) == ("stop", generated)
+
+
+def test_the_repetition_penalty_looks_back_over_repetition_context(any_engine):
+    # Token 65 only at the prompt's start, ~40 tokens before its end, and
+    # biased to be the likeliest: the penalty turns it away only when it
+    # looks back that far (Ollama's repeat_last_n: -1 everything, 0 off).
+    filler = list(any_engine.loaded.tokenizer.encode("the river flows to the sea and back "))
+    assert 65 not in filler and 20 < len(filler) < 63
+    prompt = FittedPrompt([65, *filler], [], 0)
+
+    def reply(context: int) -> list[int]:
+        settings = GenerationSettings(temperature=0.0, max_tokens=5, repetition_penalty=10.0,
+                                      repetition_context=context)
+        events = any_engine.turn(prompt, settings, options=ReplyOptions(logit_bias=((65, 10.0),)))
+        return _done(events).token_ids
+
+    assert reply(0) == [65] * 5  # off
+    assert reply(20)[0] == 65 and reply(64)[0] != 65
+    assert reply(-1)[0] != 65 and reply(-1) == reply(10_000)  # the whole context
+
+
+@pytest.mark.parametrize("context", [20, 64, -1])
+def test_lookup_decoding_keeps_the_penalised_reply(engine, context):
+    ask = [Message("user", "ab ab ab ab ab ab ab ab")]
+    plain, looked_up = [_done(_events(engine, ReplyOptions(), GenerationSettings(
+        temperature=0.0, max_tokens=32, repetition_penalty=1.1, repetition_context=context,
+        speculative=mode), ask)) for mode in ("off", "lookup")]
+    assert looked_up.stats.spec_mode == "lookup" and looked_up.stats.draft_tokens_accepted
+    assert looked_up.token_ids == plain.token_ids

@@ -6,10 +6,12 @@ and ``best_of`` ranked by mean log-probability. Only choice 0 is stored."""
 from __future__ import annotations
 
 import json
+import threading
 
 from openai import OpenAI
 
 from tests.server.conftest import request, serve
+from tests.waiting import until
 
 ASK = [{"role": "user", "content": "Tell me about rivers."}]
 
@@ -88,3 +90,96 @@ def test_best_of_keeps_the_likeliest(served):
     streamed = request(served.url, "POST", "/v1/completions",
                        {**body, "best_of": 2, "stream": True})
     assert streamed.status == 400 and json.loads(streamed.body)["error"]["param"] == "best_of"
+
+
+def test_choices_count_as_kv_caches_for_admission(tiny, tmp_path):
+    running = serve(tiny, tmp_path / "a.db", parallel=2, max_tokens=8)
+    admission, lane = running.service.admission, running.service.lane
+    admission.budget_bytes = 2 * admission.per_member  # two caches at the full window fit
+    compute = running.conv.engine.compute
+    try:
+        three = request(running.url, "POST", "/v1/chat/completions",
+                        {"model": "tiny", "messages": ASK, "n": 3, "max_tokens": 2})
+        error = three.json()["error"]
+        assert three.status == 400 and error["param"] == "n" and "at most 2" in error["message"]
+        got: dict[str, int] = {}
+
+        def ask(name: str, n: int) -> None:
+            reply = _api(running).chat.completions.create(
+                model="tiny", messages=ASK, n=n, max_tokens=3,
+                extra_headers={"X-Session": name})
+            got[name] = len(reply.choices)
+
+        held = compute.acquire("test")  # the first request runs and waits to compute
+        threads = [threading.Thread(target=ask, args=("one", 1)),
+                   threading.Thread(target=ask, args=("two", 2))]
+        try:
+            threads[0].start()
+            until(lambda: lane.running == 1)
+            threads[1].start()  # its two caches and the first's would be three: it waits
+            until(lambda: lane.waiting == 1 and "would not fit" in (admission.reason or ""))
+            assert lane.running == 1
+        finally:
+            compute.release(held)
+        for thread in threads:
+            thread.join(60)
+        assert got == {"one": 1, "two": 2}
+    finally:
+        running.stop()
+
+
+def _written(texts: list[str]) -> tuple[str, str, int]:
+    """A stop string a reply of these tokens' ``texts`` writes, the text
+    before it, and the tokens sampled once it is written."""
+    full = "".join(texts)
+    for k in range(4, len(texts) - 2):
+        stop = "".join(texts[1:k + 1]).strip()
+        at = full.find(stop)
+        if stop.isascii() and stop.isprintable() and at + len(stop) == len("".join(texts[:k + 1])):
+            return stop, full[:at], k + 1
+    raise AssertionError(f"no stop string found in {full!r}")
+
+
+def _stop_in(api: OpenAI) -> tuple[str, str, int]:
+    """``_written`` of the greedy chat reply (its tokens read from it)."""
+    plain = api.chat.completions.create(model="tiny", messages=ASK, temperature=0,
+                                        max_tokens=24, logprobs=True)
+    return _written([t.token for t in plain.choices[0].logprobs.content])
+
+
+def _stops_each_choice(running) -> None:
+    api = _api(running)
+    stop, before, tokens = _stop_in(api)
+    for n in (1, 2):
+        body = dict(model="tiny", messages=ASK, temperature=0, max_tokens=24, stop=[stop], n=n)
+        whole = api.chat.completions.create(**body)
+        assert [(c.message.content, c.finish_reason) for c in whole.choices] \
+            == [(before, "stop")] * n
+        assert whole.usage.completion_tokens == n * tokens  # none sampled after the stop
+        chunks = list(api.chat.completions.create(
+            **body, stream=True, stream_options={"include_usage": True}))
+        assert chunks[-1].usage.completion_tokens == n * tokens
+        assert ["".join(ch.delta.content or "" for c in chunks for ch in c.choices
+                        if ch.index == i) for i in range(n)] == [before] * n
+
+
+def test_a_stop_string_ends_each_choices_decoding(served):
+    _stops_each_choice(served)
+
+
+def test_a_stop_string_ends_each_choices_decoding_in_a_batch(tiny, tmp_path):
+    running = serve(tiny, tmp_path / "b.db", parallel=2)
+    try:
+        _stops_each_choice(running)
+    finally:
+        running.stop()
+
+
+def test_a_stop_string_ends_each_raw_completions_decoding(served):
+    api = _api(served)
+    body = dict(model="tiny", prompt="Once upon a time", temperature=0, max_tokens=24)
+    stop, before, tokens = _written(
+        api.completions.create(logprobs=0, **body).choices[0].logprobs.tokens)
+    cut = api.completions.create(n=2, stop=[stop], **body)
+    assert [(c.text, c.finish_reason) for c in cut.choices] == [(before, "stop")] * 2
+    assert cut.usage.completion_tokens == 2 * tokens  # none sampled after the stop

@@ -80,3 +80,17 @@ def test_dimensions_equal_to_the_embedders_are_accepted(served):
     reply = request(served.url, "POST", "/v1/embeddings",
                     {"model": "all-minilm", "input": "hi", "dimensions": 384})
     assert reply.status == 200 and len(reply.json()["data"][0]["embedding"]) == 384
+
+
+def test_the_model_list_names_the_embedder_as_one(served):
+    # An OpenAI client finds the model /v1/embeddings serves where it finds models.
+    client = OpenAI(base_url=f"{served.url}/v1", api_key="unused", max_retries=0, timeout=60)
+    listed = {m.id: m for m in client.models.list().data}
+    assert list(listed)[0] == "tiny" and listed["tiny"].model_extra["type"] == "llm"
+    embedder = [name for name, m in listed.items() if m.model_extra["type"] == "embeddings"]
+    assert len(embedder) == 1
+    made = client.embeddings.create(model=embedder[0], input="hi")
+    assert len(made.data[0].embedding) == 384
+    tags = request(served.url, "GET", "/api/tags").json()["models"]
+    shown = request(served.url, "POST", "/api/show", {"model": tags[1]["name"]}).json()
+    assert shown["capabilities"] == ["embedding"]  # as Ollama's clients tell it apart

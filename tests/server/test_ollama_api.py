@@ -87,7 +87,8 @@ def test_a_request_without_a_prompt_only_loads_the_model(served):
     ({"options": {"mirostat": 2}}, "'options.mirostat' is not supported"),
     ({"options": {"typical_p": 0.5}}, "'options.typical_p' is not supported"),
     ({"options": {"no_such": 1}}, "'options.no_such' is not an option"),
-    ({"options": {"repeat_penalty": 1.2, "repeat_last_n": 64}}, "'options.repeat_last_n'"),
+    ({"options": {"repeat_penalty": 1.2, "repeat_last_n": -2}},
+     "'options.repeat_last_n' must be a whole number of tokens, -1"),
     ({"format": 5}, "'format'"),
 ])
 def test_what_cannot_be_served_is_refused_in_words(served, body, words):
@@ -119,6 +120,22 @@ def test_presence_and_frequency_penalties_change_the_greedy_reply(served):
     penalised = generate(served, prompt=USER, options={"presence_penalty": 2.0,
                                                        "frequency_penalty": 2.0}).json()
     assert penalised["response"] != plain
+
+
+def test_repeat_last_n_is_how_far_the_penalty_looks_back(served):
+    # Ollama's front ends send its defaults (repeat_last_n 64) with a penalty.
+    def reply(**options) -> str:
+        answer = generate(served, prompt=USER, options={"num_predict": 12, **options})
+        assert answer.status == 200, answer.body
+        return answer.json()["response"]
+
+    plain = reply()
+    looked_back = {n: reply(repeat_penalty=10.0, repeat_last_n=n) for n in (0, 1, 64, -1)}
+    assert looked_back[0] == plain  # 0: the penalty is off
+    assert looked_back[64] != looked_back[1]
+    assert looked_back[-1] == reply(repeat_penalty=10.0, repeat_last_n=100_000)  # everything
+    shown = request(served.url, "POST", "/api/show", {"model": "tiny"}).json()["parameters"]
+    assert "repeat_last_n" in shown
 
 
 def test_options_that_describe_the_load_or_turn_a_sampler_off_are_accepted(served):

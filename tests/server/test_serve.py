@@ -52,7 +52,7 @@ def test_replies_equal_the_conversations_own_at_temperature_0(tiny, tmp_path, se
     assert ollama.status == 200 and ollama.json()["message"]["content"] == expected
     assert [m["name"] for m in request(served.url, "GET", "/api/tags").json()["models"]] \
         == ["tiny", "all-minilm:l6-v2"]  # the chat model, and the embedder
-    assert [m.id for m in api.models.list().data] == ["tiny"]
+    assert [m.id for m in api.models.list().data] == ["tiny", "all-MiniLM-L6-v2"]
 
 
 def test_ollama_clients_may_add_the_latest_tag_to_the_models_name(served):

@@ -104,8 +104,8 @@ class _ByPosition:
             + [tokenizer.get_vocab()["<|im_end|>"]]
         self.start: int | None = None
         real = decode.sampling
-        monkeypatch.setattr(decode, "sampling", lambda settings: {
-            **real(settings), "processors": [self._force]})
+        monkeypatch.setattr(decode, "sampling", lambda settings, **kw: {
+            **real(settings, **kw), "processors": [self._force]})
 
     def _force(self, tokens, logits):
         if self.start is None:

@@ -141,6 +141,45 @@ async def test_streamed_calls_arrive_as_delta_tool_calls(qwen3):
     assert whole["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
 
 
+def test_a_stream_that_may_call_a_tool_opens_with_null_content(served):
+    # OpenAI opens a reply of calls only with content null; ours sends the role
+    # chunk before the prefill, so null wherever the request offers tools.
+    def first_delta(extra: dict) -> dict:
+        reply = request(served.url, "POST", "/v1/chat/completions", {
+            "model": "tiny", "messages": [{"role": "user", "content": "Weather?"}],
+            "max_tokens": 2, "temperature": 0, "stream": True, **extra})
+        line = next(x for x in reply.body.decode().splitlines() if x.startswith("data: {"))
+        return json.loads(line[6:])["choices"][0]["delta"]
+
+    assert first_delta({"tools": [WEATHER]}) == {"role": "assistant", "content": None}
+    assert first_delta({"tools": [WEATHER], "tool_choice": "none"})["content"] == ""
+    assert first_delta({})["content"] == ""  # a text reply, as OpenAI's
+
+
+async def test_the_openai_sdk_reads_a_calls_only_stream_as_openai_sends_it(qwen3):
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletionChunk
+
+    class _Chat:
+        include_usage = False
+
+    async def final(first, *rest) -> dict:
+        async def more():
+            for item in rest:
+                yield item
+        state = ChatCompletionStreamState()
+        async for line in _events(_ChatShape("tiny"), _Chat(), first, more(), may_call=True):
+            if line.startswith("data: {"):
+                state.handle_chunk(ChatCompletionChunk.model_validate(json.loads(line[6:])))
+        return state.get_final_completion().choices[0].message
+
+    parts = reply_parts(qwen3.tokenizer, REPLY[len("Let me check."):], tools=True)
+    calls = await final(Finished("", "", TurnStats(), "tool_calls", 1, with_ids(parts.calls)))
+    assert calls.content is None and calls.tool_calls[0].function.name == "get_weather"
+    text = await final(Piece("Sunny"), Finished("Sunny", "", TurnStats(), "stop", 1))
+    assert text.content == "Sunny" and not text.tool_calls
+
+
 async def test_ollama_gets_calls_in_its_own_shape(qwen3):
     from mlxchat.server.ollama.replies import ChatShape, lines as stream, whole as whole_body
 

@@ -134,6 +134,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "fixes the random draws: the same seed, the same reply", ("none",)),
     Setting("repetition_penalty", _sampling, "model, or > 0 (1 is off)",
             "makes recently written tokens less likely"),
+    Setting("repetition_context", _ranged(int), GENERATION_RULES["repetition_context"][1],
+            "tokens the repetition penalty looks back over (-1: all, 0: off)"),
     Setting("kv_bits", _optional_int, "none, 4 or 8",
             "stores the KV cache in 4 or 8 bits: less memory", ("none", "4", "8")),
     Setting("context_window", _optional_int, "none or a whole number >= 256 (at most the "

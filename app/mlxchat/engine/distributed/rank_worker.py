@@ -90,10 +90,12 @@ class RankWorker:
         or the stream ends by itself on both ranks alike."""
         settings = GenerationSettings(temperature=job["temperature"], top_p=job["top_p"],
                                       min_p=job["min_p"], top_k=job.get("top_k"),
-                                      repetition_penalty=job["repetition_penalty"])
+                                      repetition_penalty=job["repetition_penalty"],
+                                      repetition_context=int(job.get("repetition_context", 20)))
         mx.random.seed(int(job["seed"]))
         stream = plain_stream(self.loaded.model, self.live, job["tail"], budget=int(job["budget"]),
-                              count=SpeculationFigures(), **sampling(settings))
+                              count=SpeculationFigures(),
+                              **sampling(settings, before=job.get("before", ())))
         try:
             for _ in stream:
                 self.stats.decoded_tokens += 1

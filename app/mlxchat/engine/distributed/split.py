@@ -31,7 +31,7 @@ from mlxchat.engine.kv import prompt_cache
 from mlxchat.engine.kv.live import LiveCache
 from mlxchat.engine.speculative.streams import Stream, plain_stream
 from mlxchat.engine.thread.worker import EngineThread
-from mlxchat.engine.turn.decode import OpenStream
+from mlxchat.engine.turn.decode import OpenStream, looked_back
 from mlxchat.engine.turn.pipeline import ABANDONED
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import LoadedModel
@@ -39,10 +39,13 @@ from mlxchat.models.sharding import ShardPlan
 from mlxchat.turn_stats import TurnStats
 
 
-def sampling_job(settings: GenerationSettings) -> dict[str, Any]:
-    """What another rank needs to sample as rank 0 does."""
+def sampling_job(settings: GenerationSettings, before: Sequence[int]) -> dict[str, Any]:
+    """What another rank needs to sample as rank 0 does: the settings, and the
+    tokens before the stream its repetition penalty looks back over."""
     return dict(temperature=settings.temperature, top_p=settings.top_p, min_p=settings.min_p,
-                top_k=settings.top_k, repetition_penalty=settings.repetition_penalty)
+                top_k=settings.top_k, repetition_penalty=settings.repetition_penalty,
+                repetition_context=settings.repetition_context,
+                before=looked_back(settings, before))
 
 
 class MirroredLive(LiveCache):
@@ -186,7 +189,8 @@ class SplitRanks:
                 mx.random.seed(seed)
                 return plain_stream(loaded.model, live, tail, budget=budget, sampler=sampler,
                                     processors=processors, count=count)
-            job = dict(tail=list(tail), budget=budget, seed=seed, **sampling_job(settings))
+            job = dict(tail=list(tail), budget=budget, seed=seed,
+                       **sampling_job(settings, live.tokens))  # what precedes ``tail``
             return mirrored_stream(self.channel, job, inner, self._shown_ids)
         return open_stream
 

@@ -54,19 +54,16 @@ class Proposer:
         return []
 
 
-CONTEXT = 256
-"""Recent tokens the logits processors see (mlx-lm's repetition penalty looks
-at the last 20)."""
-
-
-def _sample(logits: mx.array, history: list[int], drafts: list[int], sampler: Any,
+def _sample(logits: mx.array, seen: list[int], drafts: list[int], sampler: Any,
             processors: Any) -> list[int]:
-    """The model's token at each position, each from its own context."""
+    """The model's token at each position, each from its own context: the
+    processors see what the stream fed before it (``seen``: the tail, the
+    tokens sampled since), as ``generate_step``'s do."""
     if processors:
         rows = []
         for i in range(logits.shape[0]):
             row = logits[i:i + 1]
-            context = mx.array(history + drafts[:i])
+            context = mx.array(seen + drafts[:i])
             for processor in processors:
                 row = processor(context, row)
             rows.append(row)
@@ -82,13 +79,14 @@ def lookup_stream(model: Any, live: LiveCache, tail: Sequence[int], *, history: 
     with, then its own next token. ``history`` is the whole prompt (tail
     included). Closed early, the cache gives back accepted tokens not yet yielded."""
     proposer, fed, made, unyielded = Proposer(history), list(tail), 0, 0
+    seen = list(tail)
     pending = None  # the model's own token, yielded and not yet fed
     try:
         while made < budget:
             drafts = proposer.propose(min(k, budget - made - 1))
             pending = None  # fed now, with the proposal
             logits = model(mx.array(fed + drafts)[None], cache=live.layers)[0, -len(drafts) - 1:]
-            tokens = _sample(logits, proposer.history[-CONTEXT:], drafts, sampler, processors)
+            tokens = _sample(logits, seen, drafts, sampler, processors)
             n = 0
             while n < len(drafts) and tokens[n] == drafts[n]:
                 n += 1
@@ -106,6 +104,7 @@ def lookup_stream(model: Any, live: LiveCache, tail: Sequence[int], *, history: 
             yield tokens[n], False
             proposer.extend(drafts[:n] + [tokens[n]])
             fed = [tokens[n]]
+            seen += drafts[:n] + fed
     finally:
         trim_prompt_cache(live.layers, unyielded)
         if pending is not None:

@@ -18,13 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import mlx.core as mx
-from mlx_lm.sample_utils import (
-    apply_min_p,
-    apply_top_k,
-    apply_top_p,
-    make_logits_processors,
-    make_sampler,
-)
+from mlx_lm.sample_utils import apply_min_p, apply_top_k, apply_top_p, make_sampler
 
 from mlxchat.engine.events import Event, TextDelta, TokenLogprob
 from mlxchat.engine.kv.live import LiveCache
@@ -33,7 +27,7 @@ from mlxchat.engine.speculative.streams import Stream
 from mlxchat.engine.turn import reasoning
 from mlxchat.engine.turn import reply_options
 from mlxchat.engine.turn.constrained import CompiledFormat
-from mlxchat.engine.turn.reply_options import LogprobTap, ReplyOptions
+from mlxchat.engine.turn.reply_options import LogprobTap, ReplyOptions, StopText
 from mlxchat.generation import GenerationSettings
 from mlxchat.models.markup import cached_markup
 
@@ -81,10 +75,14 @@ class _Sampling:
         """The open stream's log-probabilities, when asked for."""
         self.logprobs: list[TokenLogprob] = []
         """Sampled tokens' figures not yet said with a delta."""
+        self.stop = StopText(reply.options.stops)
+        """Whether the answer said so far wrote a stop string."""
 
     def _shown(self, segment: str, part: str) -> None:
         out = self.out
         (out.reasoning_pieces if part == reasoning.REASONING else out.pieces).append(segment)
+        if part != reasoning.REASONING:
+            self.stop.add(segment)
         said, self.logprobs = tuple(self.logprobs), []
         self.emit(TextDelta(segment, out.generated, out.decode_tps, part=part,
                             acceptance=out.speculation.acceptance,
@@ -127,6 +125,9 @@ class _Sampling:
             if cancelled():
                 out.finish_reason = "cancelled"
                 return ()
+            if self.stop.met:  # no token after it is sampled
+                out.finish_reason = "stop"
+                return ()
             if split.answer_tokens >= settings.max_tokens:
                 return ()  # the answer's budget is spent: finish_reason stays 'length'
             if split.part == reasoning.REASONING and split.reasoning_tokens >= self.think_budget:
@@ -163,17 +164,18 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
     run = _Sampling(tokenizer, live, reply, emit)
     budget = max(1, min(settings.max_tokens + run.think_budget, run.room(tail)))
     feeding, history = tuple(tail), list(reply.prompt_tokens)
-    base = sampling(settings)
-    sampler = reply.sampler or base["sampler"]
+    sampler = reply.sampler or _sampler(settings)
     # The grammar's mask last: no later processor lifts it.
     masks = [reply.output.processor()] if reply.output is not None else []
     try:
         while feeding:
             run.tap, asked = reply_options.processors(reply.options, before=run.out.token_ids,
                                                       skip=len(feeding))
+            # The repetition penalty looks back over what precedes ``feeding`` too.
+            penalty = sampling(settings, before=live.tokens)["processors"]
             gen = open_stream(tail=list(feeding), history=history, budget=budget,
                               count=run.out.speculation, sampler=sampler,
-                              processors=[*asked, *base["processors"], *masks])
+                              processors=[*asked, *penalty, *masks])
             live.tokens.extend(feeding)
             try:
                 closing = run.take(gen, cancelled)
@@ -227,9 +229,29 @@ def seeded_sampler(settings: GenerationSettings, seed: int) -> Callable[[mx.arra
     return sample
 
 
-def sampling(settings: GenerationSettings) -> dict[str, Any]:
-    """The sampler and logits processors of the settings."""
-    penalty = settings.repetition_penalty
-    return dict(sampler=_sampler(settings),
-                processors=make_logits_processors(
-                    repetition_penalty=penalty if penalty != 1.0 else None))
+def _penalized(settings: GenerationSettings) -> bool:
+    return settings.repetition_penalty not in (None, 1.0) and settings.repetition_context != 0
+
+
+def looked_back(settings: GenerationSettings, tokens: Sequence[int]) -> list[int]:
+    """Of ``tokens`` (what precedes a stream), those the repetition penalty
+    looks back over: none when it is off."""
+    if not _penalized(settings):
+        return []
+    context = settings.repetition_context
+    return list(tokens) if context < 0 else list(tokens[max(0, len(tokens) - context):])
+
+
+def repetition(settings: GenerationSettings, *, before: Sequence[int]) -> list[Any]:
+    """The settings' repetition penalty as a stream's processor (none when it
+    is off), looking back over ``before`` and the stream's own tokens."""
+    if not _penalized(settings):
+        return []
+    return [reply_options.repetition_penalty(float(settings.repetition_penalty or 1.0),
+                                             settings.repetition_context, before=before)]
+
+
+def sampling(settings: GenerationSettings, *, before: Sequence[int] = ()) -> dict[str, Any]:
+    """The sampler and logits processors of the settings (``before``: as
+    ``repetition`` takes it)."""
+    return dict(sampler=_sampler(settings), processors=repetition(settings, before=before))

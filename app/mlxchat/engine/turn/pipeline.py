@@ -75,17 +75,16 @@ def events(worker: EngineThread, job: Callable[[Callable[[Event], None]], None],
             fut.exception()
 
 
-def _tail(live: LiveCache, tokens: Sequence[int], settings: GenerationSettings,
-          options: ReplyOptions) -> tuple[int, PromptScores | None]:
-    """The prompt's last tokens fed by the first decode step, and what gathers
-    the prompt's log-probabilities when they are asked for (then every
-    position is computed: the cache starts cold)."""
-    if options.prompt_logprobs:
-        live.reset("the prompt's log-probabilities were asked for")
-        return 1, PromptScores(tokens, options.logprobs or 0)
-    # generate_step gets the tail: its logits processors (repetition penalty)
-    # then see the same recent context whatever was reused.
-    return (1 if settings.repetition_penalty == 1.0 else min(20, len(tokens))), None
+def _scores(live: LiveCache, tokens: Sequence[int], options: ReplyOptions
+            ) -> PromptScores | None:
+    """What gathers the prompt's log-probabilities when they are asked for
+    (then every position is computed: the cache starts cold). The first decode
+    step feeds the prompt's last token only: the repetition penalty is told
+    the tokens before it (``decode.repetition``)."""
+    if not options.prompt_logprobs:
+        return None
+    live.reset("the prompt's log-probabilities were asked for")
+    return PromptScores(tokens, options.logprobs or 0)
 
 
 def prefill_setup(loaded: LoadedModel, kv_bits: int | None) -> tuple:
@@ -158,7 +157,7 @@ class TurnPipeline:
         if options.choices > 1:
             self._can_choose(loaded, live, settings)
         mx.reset_peak_memory()
-        tail, scores = _tail(live, tokens, settings, options)
+        tail, scores = 1, _scores(live, tokens, options)
         reuse = live.reuse(fitted, messages, tail=tail, kv_bits=settings.kv_bits,
                            head_dim=info.head_dim)
         typed = live.typed_ahead(reuse.tokens)

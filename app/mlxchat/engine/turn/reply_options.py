@@ -1,11 +1,12 @@
 """What a request asks of a reply beyond its generation settings (OpenAI's
-``logit_bias``, ``presence_penalty``, ``frequency_penalty``, ``logprobs`` and
-``n``), and the logits processors that honour them.
+``logit_bias``, ``presence_penalty``, ``frequency_penalty``, ``logprobs``,
+``n`` and ``stop``), and the logits processors that honour them.
 
 The processors run in this order on each step's logits: the log-probability
 tap (the model's own log-softmax, as vLLM's ``raw_logprobs``), the biases,
-the penalties, then the settings' repetition penalty and a schema's mask
-(``decode.sampling``); the sampler's temperature comes last.
+the penalties, then the settings' repetition penalty (``repetition_penalty``
+below, over ``repetition_context`` tokens: ``decode.repetition``) and a
+schema's mask; the sampler's temperature comes last.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ class ReplyOptions:
     prompt_logprobs: bool = False
     """The prompt's own tokens' log-probabilities too (``PromptLogprobs``, with
     ``logprobs`` alternatives each): the prompt is then computed whole."""
+    stops: tuple[str, ...] = ()
+    """Texts that end a reply where its answer first writes one: a choice
+    that wrote one samples no further (its text is said up to the token that
+    wrote it; the caller cuts it there)."""
 
     @property
     def shapes(self) -> bool:
@@ -157,6 +162,34 @@ def reply_penalty(presence: float, frequency: float, *, before: Sequence[int],
     return processor
 
 
+def repetition_penalty(penalty: float, context: int, *, before: Sequence[int]) -> Processor:
+    """mlx-lm's repetition penalty (a logit divided by ``penalty``, a negative
+    one multiplied) on every token among the last ``context`` (-1: all) of
+    the context: ``before`` (what precedes the stream) and the stream's own
+    tokens, the ones it fed included: what it looks back over does not depend
+    on how many of the prompt's tokens the stream's first step feeds."""
+    earlier = list(before) if context < 0 else list(before)[max(0, len(before) - context):]
+    if context < 0:  # the whole context: a token once is enough
+        earlier = sorted(set(earlier))
+    ahead = mx.array(earlier, dtype=mx.int32) if earlier else None
+
+    def processor(tokens: mx.array, logits: mx.array) -> mx.array:
+        own = tokens.astype(mx.int32) if tokens.size else None
+        if own is not None and 0 < context <= own.size:
+            ids = own[own.size - context:]
+        elif ahead is None or own is None:
+            ids = own if ahead is None else ahead
+        else:
+            need = ahead.size if context < 0 else min(ahead.size, context - own.size)
+            ids = mx.concatenate([ahead[ahead.size - need:], own])
+        if ids is None:
+            return logits
+        picked = logits[:, ids]
+        logits[:, ids] = mx.where(picked < 0, picked * penalty, picked / penalty)
+        return logits
+    return processor
+
+
 def bias(pairs: Sequence[tuple[int, float]]) -> Processor:
     ids = mx.array([t for t, _ in pairs], dtype=mx.int32)
     values = mx.array([v for _, v in pairs], dtype=mx.float32)
@@ -178,6 +211,23 @@ def processors(options: ReplyOptions, *, before: Sequence[int], skip: int
         out.append(reply_penalty(options.presence_penalty, options.frequency_penalty,
                                  before=before, skip=skip))
     return tap, out
+
+
+class StopText:
+    """Whether a reply's answer, said a segment at a time, has written one of
+    ``stops`` (a stop may span segments)."""
+
+    def __init__(self, stops: Sequence[str]):
+        self.stops = tuple(s for s in stops if s)
+        self._text = ""
+        self.met = False
+
+    def add(self, segment: str) -> None:
+        if not self.stops or self.met:
+            return
+        start = max(0, len(self._text) - max(map(len, self.stops)) + 1)
+        self._text += segment
+        self.met = any(s in self._text[start:] for s in self.stops)
 
 
 class PromptScores:

@@ -1,8 +1,11 @@
-"""Whether one more batch member fits in memory: each member's KV cache may
-grow to the context window, so N members need N times that beside the
-weights. The next request waits (queued, the reason logged once) while the
-members running leave no room for one more; one alone always runs (the fit
-check at load time said what it can hold)."""
+"""Whether one more request's batch members fit in memory: each member's KV
+cache may grow to the context window, so N members need N times that beside
+the weights. A request of ``n`` choices is ``n`` members (each choice decodes
+over a copy of the prompt's KV). The next request waits (queued, the reason
+logged once) while the members running leave no room for its own; one of a
+single member alone always runs (the fit check at load time said what it can
+hold), and one whose members could never fit together is refused before it
+queues (``refusal``)."""
 
 from __future__ import annotations
 
@@ -45,13 +48,26 @@ class Admission:
             return None
         return max(1, self.budget_bytes // max(1, self.per_member))
 
-    def admits(self, running: int) -> bool:
+    def refusal(self, members: int) -> str | None:
+        """Why a request of ``members`` (its choices) can never run: their KV
+        caches at the full window do not fit even alone (None: they do)."""
         fit = self.members_fit()
-        if fit is None or running + 1 <= fit:
+        if fit is None or members <= fit:
+            return None
+        return (f"{members} choices decode over {members} copies of the prompt's KV cache, "
+                f"{human_bytes(self.per_member)} each at the full window; "
+                f"{human_bytes(self.budget_bytes or 0)} of memory holds {fit}: ask for at "
+                f"most {fit}")
+
+    def admits(self, running: int, joining: int = 1) -> bool:
+        """May a request of ``joining`` members join ``running`` ones."""
+        fit = self.members_fit()
+        if fit is None or running + joining <= fit:
             return True
-        reason = (f"a request waits: {running + 1} conversations' KV caches at the full "
-                  f"window ({human_bytes(self.per_member)} each) would not fit in "
-                  f"{human_bytes(self.budget_bytes or 0)}; {fit} at once fit")
+        reason = (f"a request waits: {running + joining} KV caches at the full window "
+                  f"({human_bytes(self.per_member)} each; {running} running, {joining} "
+                  f"asked) would not fit in {human_bytes(self.budget_bytes or 0)}; "
+                  f"{fit} at once fit")
         if reason != self.reason:
             log.info("%s", reason)
         self.reason = reason

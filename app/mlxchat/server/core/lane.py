@@ -10,8 +10,9 @@ With ``parallel`` slots, as many jobs run at once, each on its slot's
 thread (``on_slot(i)`` first: the slot's conversation and engine), never two
 of one conversation, the fairest first as above; a conversation's job goes
 to the slot that ran its last one when that slot is free (its engine holds
-the conversation's KV: another would read it back from disk or prefill it); ``admits(running)`` (how
-many run now) may hold the next back (memory: it waits for one to end).
+the conversation's KV: another would read it back from disk or prefill it);
+``admits(running, joining)`` (the batch members running now, and the next
+job's: its choices) may hold the next back (memory: it waits for one to end).
 When no request waits, the lane runs its idle work (the idle join of KV
 files), which stops at its next safe point once a request arrives.
 """
@@ -62,10 +63,12 @@ class Job:
     for the end."""
 
     def __init__(self, work: Work, loop: asyncio.AbstractEventLoop, *,
-                 coalesce_s: float = COALESCE_S, key: Hashable = None):
+                 coalesce_s: float = COALESCE_S, key: Hashable = None, members: int = 1):
         self.work = work
         self.key = key
         """The conversation it belongs to (None: one shared by all keyless jobs)."""
+        self.members = members
+        """Batch members it decodes (its choices), each with a KV cache of its own."""
         self.cancelled = threading.Event()
         self._loop = loop
         self._pending: deque[Any] = deque()
@@ -140,7 +143,7 @@ class EngineLane:
     def __init__(self, *, stop_running: Callable[..., None], max_waiting: int = 8,
                  when_idle: IdleWork | None = None, parallel: int = 1,
                  on_slot: Callable[[int], None] = lambda slot: None,
-                 admits: Callable[[int], bool] = lambda running: True):
+                 admits: Callable[[int, int], bool] = lambda running, joining: True):
         """``stop_running(slot)`` with ``parallel`` > 1, else ``stop_running()``."""
         self.max_waiting, self.parallel = max_waiting, parallel
         self._stop_running = stop_running if parallel > 1 else lambda slot: stop_running()
@@ -166,10 +169,10 @@ class EngineLane:
         for thread in self._threads:
             thread.start()
 
-    def submit(self, work: Work, *, key: Hashable = None) -> Job:
-        """Queue ``work`` of conversation ``key``; raises QueueFull when
-        ``max_waiting`` jobs wait already, or half as many of ``key`` (None:
-        no conversation known, not capped)."""
+    def submit(self, work: Work, *, key: Hashable = None, members: int = 1) -> Job:
+        """Queue ``work`` of conversation ``key`` (``members``: the batch members
+        it decodes); raises QueueFull when ``max_waiting`` jobs wait already, or
+        half as many of ``key`` (None: no conversation known, not capped)."""
         loop = asyncio.get_running_loop()
         with self._lock:
             own = 0 if key is None else sum(1 for j in self._waiting if j.key == key)
@@ -177,7 +180,7 @@ class EngineLane:
                     or own >= max(1, self.max_waiting // 2)):
                 ahead = len(self._waiting) + len(self._running)
                 raise QueueFull(max(1, round(self.turn_seconds * ahead)))
-            job = Job(work, loop, key=key)
+            job = Job(work, loop, key=key, members=members)
             self._waiting.append(job)
             home = self._home.get(key)
             if home is not None and home not in self._running:
@@ -257,9 +260,12 @@ class EngineLane:
         busy = {j.key for j in self._running.values()}
         free = [j for j in self._waiting if j.key not in busy
                 and self._home.get(j.key, slot) in (slot, *self._running)]
-        if not free or (self._running and not self._admits(len(self._running))):
+        if not free:
             return None
         job = min(free, key=lambda j: self._started.get(j.key, -1))
+        running = sum(j.members for j in self._running.values())
+        if running and not self._admits(running, job.members):
+            return None  # the fairest waits for room: a smaller one does not pass it
         self._waiting.remove(job)  # min keeps the first of equals: arrival order
         self._starts += 1
         self._started.pop(job.key, None)

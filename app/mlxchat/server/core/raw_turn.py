@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator
 from mlxchat.engine.events import TextDelta, TurnDone
 from mlxchat.engine.prompt.fit import FittedPrompt
 from mlxchat.engine.turn.constrained import CompiledFormat
+from mlxchat.engine.turn.reply_options import ReplyOptions
 from mlxchat.server.core.errors import ApiError, server_stopped
 from mlxchat.server.core.reply_reader import StopWatch
 from mlxchat.server.core.service import ChatService, Finished, Piece, started_unless_gone
@@ -37,7 +38,8 @@ def raw_work(service: ChatService, prompt_ids: Callable[[Any], list[int]], *,
     service.cache_taken = True
     watch = StopWatch(stop)
     done: TurnDone | None = None
-    turn = engine.turn(FittedPrompt(tokens, [], 0), generation, output=output)
+    turn = engine.turn(FittedPrompt(tokens, [], 0), generation, output=output,
+                       options=ReplyOptions(stops=tuple(stop)))
     for event in started_unless_gone(turn, cancelled):
         if cancelled.is_set() or watch.stopped:
             engine.cancel()

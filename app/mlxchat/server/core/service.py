@@ -168,7 +168,7 @@ class ChatService:
         items, joined = self.shared.listen(
             request_identity(self.model_id, request),
             lambda: self.run(lambda cancelled: self._work(request, cancelled, reading),
-                             key=key), keeps=reading.now)
+                             key=key, members=turn.options.choices), keeps=reading.now)
         try:
             async for item in items:
                 if isinstance(item, Planned) and not planned:
@@ -212,12 +212,19 @@ class ChatService:
                     f"The messages are at least {counted:,} tokens; the context window is "
                     f"{window:,} tokens. Shorten them or send less.")
 
-    async def run(self, work: Work, *, key: str | None = None
+    async def run(self, work: Work, *, key: str | None = None, members: int = 1
                   ) -> AsyncIterator[Piece | Finished]:
         """``work``'s items, run in the lane (``key``: its conversation, for the
-        lane's fairness); its refusals as ``ApiError``s."""
+        lane's fairness; ``members``: the choices it decodes, each a KV cache
+        admission counts); its refusals as ``ApiError``s."""
+        # Measured once by a job on the engine's thread: waited for off the event loop.
+        too_many = await anyio.to_thread.run_sync(self.admission.refusal, members) \
+            if members > 1 else None
+        if too_many is not None:
+            raise ApiError(400, f"This request cannot run here: {too_many}.", param="n",
+                           code="invalid_value")
         try:
-            job = self.lane.submit(work, key=key)
+            job = self.lane.submit(work, key=key, members=members)
         except QueueFull as exc:
             raise queue_full(exc.retry_after_s) from None
         try:
@@ -244,7 +251,8 @@ class ChatService:
         its ids cut where its text (``kept``) ends (dropped when they cannot be:
         the next turn renders the text), so the ledger holds what the client saw."""
         last = self.conv.messages[-1] if self.conv.messages else None
-        # Cancelled by the watch, or ended by max_tokens on the token that matched.
+        # Ended by the engine at the stop string (or by max_tokens on the token
+        # that wrote it, or cancelled by the watch where the engine did not see it).
         if last is not None and last.role == "assistant" and last.id is not None:
             ids = ids_up_to(self.engine.loaded.tokenizer, last.token_ids or [],
                             done.reply, len(kept)) if last.token_ids else None
@@ -271,7 +279,10 @@ class ChatService:
               ) -> Iterator[Piece | Finished]:
         """Place the request, run its turn, yield its pieces (each choice's),
         the other choices' ends as they come, then choice 0's."""
-        asked, tokenizer = request.turn, self.engine.loaded.tokenizer
+        tokenizer = self.engine.loaded.tokenizer
+        # Each choice stops sampling where its answer writes a stop string.
+        asked = dataclasses.replace(request.turn, options=dataclasses.replace(
+            request.turn.options, stops=tuple(request.stop)))
         readers = Readers(tokenizer, request.stop, tools=asked.tools is not None,
                           max_calls=request.max_calls)
         main, alone = readers[0], asked.options.choices == 1

@@ -70,6 +70,7 @@ def parameters(info: ModelInfo, settings: GenerationSettings, tokenizer: Any, *,
         ("temperature", sampled.temperature), ("top_p", sampled.top_p),
         ("min_p", sampled.min_p), ("top_k", sampled.top_k),
         ("repeat_penalty", sampled.repetition_penalty),
+        ("repeat_last_n", sampled.repetition_context),
         ("num_predict", settings.max_tokens), ("num_ctx", window)]
     eos = getattr(tokenizer, "eos_token", None)
     lines = [f"{name:<30} {value:g}" if isinstance(value, float) else f"{name:<30} {value}"

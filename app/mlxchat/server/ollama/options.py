@@ -20,9 +20,6 @@ are accepted and change nothing (``/api/show`` and ``/api/ps`` say what it has).
 NEUTRAL = {"mirostat": 0, "typical_p": 1.0, "tfs_z": 1.0}
 """Sampling options this server does not have, accepted at the value that turns them off."""
 
-REPEAT_WINDOW = 20
-"""Tokens ``repeat_penalty`` looks back over (mlx-lm's repetition context)."""
-
 SERVED = ("temperature", "top_p", "top_k", "min_p", "seed", "num_predict", "stop",
           "repeat_penalty", "repeat_last_n", "presence_penalty", "frequency_penalty")
 
@@ -54,11 +51,6 @@ def _unserved(options: dict[str, Any]) -> None:
             continue
         raise bad_field(f"options.{name}", f"'options.{name}' is not an option this server "
                         "knows; see docs/server.md for the ones it takes.")
-    penalty = options.get("repeat_penalty")
-    last_n = options.get("repeat_last_n")
-    if last_n is not None and penalty not in (None, 1, 1.0) and last_n != REPEAT_WINDOW:
-        raise _refused("repeat_last_n", f"repeat_penalty looks back over the last "
-                       f"{REPEAT_WINDOW} tokens here; leave it out or give {REPEAT_WINDOW}.")
 
 
 def option_settings(data: dict[str, Any], *, window: int | None) -> dict[str, Any]:
@@ -85,6 +77,13 @@ def option_settings(data: dict[str, Any], *, window: int | None) -> dict[str, An
     penalty = number(options, "repeat_penalty", 0.0, 10.0)
     if penalty is not None:
         settings["repetition_penalty"] = penalty if penalty > 0 else 1.0  # 0: off in Ollama
+    try:
+        last_n = whole_number(options, "repeat_last_n", -1)
+    except ApiError:
+        raise bad_field("options.repeat_last_n", "'options.repeat_last_n' must be a whole "
+                        "number of tokens, -1 (the whole context) or 0 (off).") from None
+    if last_n is not None:  # Ollama's meanings are the setting's own
+        settings["repetition_context"] = last_n
     return settings
 
 

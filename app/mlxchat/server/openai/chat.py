@@ -11,6 +11,7 @@ from typing import Any, AsyncIterator, Iterator
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from mlxchat.docs.embedder import DEFAULT_EMBEDDER
 from mlxchat.server.core.errors import ApiError
 from mlxchat.server.core.image_fetch import fetch_images
 from mlxchat.server.core.logprobs import TokenTexts, chat_logprobs
@@ -142,17 +143,21 @@ async def chat_completions(request: Request) -> Response:
         end = await finished(request, first, items)
         return JSONResponse(shape.completion(end), headers={
             **capped_header(end.stats, shape.asked), **miss_header(end)})
-    return DisconnectAwareStream(_events(shape, chat, first, items, calls_only=choice.forced),
+    may_call = choice.forced or chat.turn.tools is not None
+    return DisconnectAwareStream(_events(shape, chat, first, items, may_call=may_call),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", **miss_header(first)})
 
 
 async def _events(shape: _ChatShape, chat: ChatRequest, first: Any,
-                  items: AsyncIterator[Any], *, calls_only: bool = False) -> AsyncIterator[str]:
-    """``calls_only``: the reply is held to a tool call (tool_choice forces
-    one), so choice 0's role chunk, sent before the prefill, says null."""
-    # A reply that is only tool calls says null, as OpenAI does.
-    yield shape.chunk({"role": "assistant", "content": None if calls_only else ""})
+                  items: AsyncIterator[Any], *, may_call: bool = False) -> AsyncIterator[str]:
+    """``may_call``: the request offers tools, so the reply may be only tool
+    calls, whose first chunk OpenAI sends with ``content: null``; choice 0's
+    role chunk goes before the prefill, so it says null whenever that may be.
+    The text that may follow accumulates after a null as after "" (the openai
+    SDK's stream state, LangChain, the Vercel AI SDK; llama.cpp sends null on
+    every reply), and a reply of calls only ends with null, not ""."""
+    yield shape.chunk({"role": "assistant", "content": None if may_call else ""})
     sent: dict[int, str] = {0: ""}
     """Each choice's answer sent so far (a choice's first chunk says its role)."""
     try:
@@ -200,7 +205,16 @@ def _ended(shape: _ChatShape, end: Finished, sent: str) -> Iterator[str]:
 
 
 async def models(request: Request) -> Response:
+    """The chat model first (clients that take the first model chat with it),
+    then the embedder ``/v1/embeddings`` serves. OpenAI's list says no kind;
+    ``type`` is LM Studio's word for it ("llm", "vlm", "embeddings"), which
+    clients of OpenAI-compatible servers read to tell an embedder apart."""
     service: ChatService = request.app.state.service
+    created = int(request.app.state.started_at)
+    sees = service.conv.views.model_info.sees_images
     return JSONResponse({"object": "list", "data": [
-        {"id": service.model_id, "object": "model", "created": int(time.time()),
-         "owned_by": "mlxchat", "parallel": service.parallel}]})
+        {"id": service.model_id, "object": "model", "created": created,
+         "owned_by": "mlxchat", "type": "vlm" if sees else "llm",
+         "parallel": service.parallel},
+        {"id": DEFAULT_EMBEDDER, "object": "model", "created": created,
+         "owned_by": "mlxchat", "type": "embeddings"}]})

@@ -118,11 +118,13 @@ def parse(data: dict[str, Any], *, window: int | None = None) -> CompletionReque
     settings = {"max_tokens": 1 if scored_only else DEFAULT_MAX_TOKENS,
                 **sampling(limits, max_names=("max_tokens",), window=window)}
     ranked = best_of > common.choices  # ranked by each choice's mean log-probability
+    stops = stop_strings(data.get("stop"))
     options = ReplyOptions(logit_bias=logit_bias(data), choices=best_of,
                            logprobs=top if top is not None or not ranked else 0,
-                           prompt_logprobs=echo and top is not None, **penalties(data))
+                           prompt_logprobs=echo and top is not None, stops=tuple(stops),
+                           **penalties(data))
     return CompletionRequest(common.model, prompts, settings, common.stream,
-                             stop_strings(data.get("stop")), common.include_usage, options,
+                             stops, common.include_usage, options,
                              n=common.choices, echo=echo, suffix=suffix,
                              scored_only=scored_only, logprobs=top is not None)
 

@@ -70,7 +70,8 @@ async def completions(request: Request) -> Response:
     shape = _CompletionShape(service.model_id, completion,
                              TokenTexts(service.engine.loaded.tokenizer))
     items, first = await started(request, service.run(
-        lambda cancelled: work(service, completion, cancelled)))
+        lambda cancelled: work(service, completion, cancelled),
+        members=completion.options.choices))
     if not completion.stream:
         every = await _to_the_end(request, first, items)
         end = every[-1]
