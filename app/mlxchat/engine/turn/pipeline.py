@@ -265,8 +265,9 @@ class TurnPipeline:
         settings = reply.settings
 
         def open_stream(*, tail: list[int], history: list[int], **kw: Any) -> Stream:
-            if batch is not None:
-                return batched_stream(batch, live, tail, lend=self._worker.lent, **kw)
+            if batch is not None:  # alone until another engine waits to compute
+                return batched_stream(batch, live, tail, lend=self._worker.lent,
+                                      alone=self._worker.alone, **kw)
             if len(history) > len(reply.prompt_tokens):
                 # After a reasoning budget's close the draft catches up first: a
                 # token or two, not cancelled (the turn already followed the prompt).
