@@ -139,3 +139,32 @@ async def test_idle_work_runs_only_while_no_request_waits_and_stops_for_one():
         assert ran == ["idle", "idle saw a request: True", "request"]
     finally:
         lane.close()
+
+
+async def test_a_conversation_runs_again_in_the_slot_it_ran_in():
+    """With slots, a conversation's next job goes where its KV is live (the
+    slot it ran in last, when no other ran there since); a new one to the
+    slot used least lately, the first slot first."""
+    here = threading.local()
+    ran: list[tuple[str, int]] = []
+
+    def work(name: str):
+        def run(cancelled: threading.Event):
+            ran.append((name, here.slot))
+            yield name
+        return run
+
+    lane = EngineLane(stop_running=lambda slot: None, parallel=3,
+                      on_slot=lambda slot: setattr(here, "slot", slot))
+    try:
+        for name, key in [("a1", "a"), ("b1", "b"), ("a2", "a"), ("c1", "c"), ("b2", "b"),
+                          ("a3", "a"), ("c2", "c")]:
+            job = lane.submit(work(name), key=key)
+            assert [x async for x in job.items()] == [name]  # one at a time
+        slots = dict(ran)
+        assert slots["a1"] == 0  # the first slot first
+        assert slots["b1"] == 1 and slots["c1"] == 2  # never used before used
+        assert slots["a2"] == slots["a3"] == 0
+        assert slots["b2"] == 1 and slots["c2"] == 2
+    finally:
+        lane.close()
