@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import engine_overhead  # noqa: E402
 import kv_disk  # noqa: E402
 import pinned  # noqa: E402
 import speculation  # noqa: E402
@@ -124,7 +125,10 @@ def main() -> int:
     overhead = median(ours) / median(raw)
     print(f"decode tok/s: engine {median(ours):.1f}  raw mlx_lm {median(raw):.1f}")
     if args.overhead_only:
-        print(f"ratios: overhead={overhead:.3f} load={os.getloadavg()[0]:.2f}")
+        per_token = engine_overhead.measure(loaded, repeats=repeats + 1)
+        print(f"ratios: overhead={overhead:.3f} "
+              + " ".join(f"{k}={v:.3f}" for k, v in per_token.items())
+              + f" load={os.getloadavg()[0]:.2f}")
         return 0
 
     # 2. A ~32-token follow-up after a ~1024-token history: recomputed from
