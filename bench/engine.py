@@ -1,7 +1,14 @@
 """Engine benchmark: overhead vs raw mlx-lm, follow-up and resume speed-ups,
 snapshot size and 4-bit KV savings, all measured in one run.
 
-    .venv/bin/python bench/engine.py [--quick] [--model small-llama|SPEC]
+    .venv/bin/python bench/engine.py [--quick] [--model small-llama|SPEC] [--overhead-only]
+
+With --overhead-only the last line is: ratios: overhead=X
+engine_overhead_ms_per_token=X (the engine's wall time per decoded token
+above mlx-lm's stream_generate, first token to last as a caller sees them,
+medians of alternating runs; goal <= 0.1) engine_overhead_cpu_ms_per_token=X
+(the same in process CPU time) engine_speed_share=X (raw / engine time per
+token) load=X (see engine_overhead.py).
 
 The last line is: ratios: overhead=X followup_speedup=X resume_speedup=X
 snapshot_size_ratio=X kv4_bytes_ratio=X save_growth=X save_bytes_ratio=X

@@ -3,8 +3,10 @@
 Waking the caller is the costly part of a hand-over (on a busy machine the
 woken thread takes the engine thread's core): the caller is woken at once
 for an event that is not a text delta and for the first delta after one,
-and for the others at most every ``WAKE_S``; a caller woken lately waits no
-longer than that for what came meanwhile, so no event waits longer."""
+and for the others every ``EVERY`` deltas or ``WAKE_S``, whichever comes
+first (a caller that stops the turn on what it read still stops it within
+about a token); a caller woken lately waits no longer than ``WAKE_S`` for
+what came meanwhile, so no event waits longer."""
 
 from __future__ import annotations
 
@@ -17,8 +19,10 @@ from typing import Any
 from mlxchat.engine.events import TextDelta
 
 WAKE_S = 0.008
-"""At most this long between two wake-ups for text deltas: a few tokens at a
-fast model's speed, far under what a reader or a client's stream can tell."""
+"""At most this long between two wake-ups for text deltas: far under what a
+reader or a client's stream can tell."""
+EVERY = 2
+"""Text deltas a wake-up may wait for (half the wake-ups of one a token)."""
 
 
 class EventBox:
@@ -32,6 +36,8 @@ class EventBox:
         self._waiting = False
         self._woken_at = float("-inf")
         self._last_delta = False
+        self._unwoken = 0
+        """Deltas put since the caller was last woken."""
 
     def put(self, item: Any) -> None:
         delta = isinstance(item, TextDelta)
@@ -40,9 +46,11 @@ class EventBox:
             follows, self._last_delta = self._last_delta, delta
             if not self._waiting:
                 return
+            self._unwoken += delta
             now = time.monotonic()
-            if not (delta and follows) or now - self._woken_at >= self.wake_s:
-                self._woken_at = now
+            if (not (delta and follows) or self._unwoken >= EVERY
+                    or now - self._woken_at >= self.wake_s):
+                self._woken_at, self._unwoken = now, 0
                 self._cond.notify()
 
     def get(self, timeout: float | None = None) -> Any:
