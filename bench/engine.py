@@ -132,7 +132,7 @@ def main() -> int:
     overhead = median(ours) / median(raw)
     print(f"decode tok/s: engine {median(ours):.1f}  raw mlx_lm {median(raw):.1f}")
     if args.overhead_only:
-        per_token = engine_overhead.measure(loaded, repeats=repeats + 1)
+        per_token = engine_overhead.measure(loaded, repeats=5 if args.quick else 9)
         print(f"ratios: overhead={overhead:.3f} "
               + " ".join(f"{k}={v:.3f}" for k, v in per_token.items())
               + f" load={os.getloadavg()[0]:.2f}")

@@ -11,6 +11,7 @@ swings with what else runs: both are printed.
 
 from __future__ import annotations
 
+import resource
 import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
@@ -31,6 +32,8 @@ class Span:
 
     wall: float
     cpu: float
+    switches: float
+    """Context switches of the process (every thread's), per token."""
     tokens: int
 
 
@@ -38,12 +41,13 @@ def _span(stamps: Iterable[int]) -> Span:
     """``stamps`` yields the tokens generated so far at each sighting."""
     first = last = None
     for count in stamps:
-        now = (time.perf_counter(), time.process_time(), count)
+        use = resource.getrusage(resource.RUSAGE_SELF)
+        now = (time.perf_counter(), time.process_time(), use.ru_nvcsw + use.ru_nivcsw, count)
         first = first or now
         last = now
-    assert first is not None and last is not None and last[2] > first[2]
-    n = last[2] - first[2]
-    return Span((last[0] - first[0]) / n, (last[1] - first[1]) / n, n)
+    assert first is not None and last is not None and last[3] > first[3]
+    n = last[3] - first[3]
+    return Span(*((b - a) / n for a, b in zip(first[:3], last[:3])), n)
 
 
 def _engine_counts(loaded: Any, settings: GenerationSettings) -> Iterator[int]:
@@ -65,26 +69,27 @@ def _raw_counts(loaded: Any, ids: list[int], tokens: int) -> Iterator[int]:
 
 
 def measure(loaded: Any, *, tokens: int = 256, repeats: int = 5) -> dict[str, float]:
-    """Medians of ``repeats`` alternating runs of each side (which goes first
-    alternates too), in ms per token, and the engine's share of raw speed."""
+    """``repeats`` pairs of runs, one of each side (which goes first
+    alternates): the medians of each pair's difference in ms per token (a
+    pair runs close in time, under about the same load), and the engine's
+    share of raw speed from the medians of each side."""
     settings = GenerationSettings(temperature=0.0, max_tokens=tokens, speculative="off")
     ids = loaded.tokenizer.apply_chat_template([{"role": "user", "content": PROMPT}],
                                                add_generation_prompt=True)
     _span(_engine_counts(loaded, settings))  # its first turn places the layers (cpu_matmul)
-    ours: list[Span] = []
-    raw: list[Span] = []
-    for i in range(2 * repeats):
-        if i % 2 == (i // 2) % 2:
-            raw.append(_span(_raw_counts(loaded, ids, tokens)))
-        else:
-            ours.append(_span(_engine_counts(loaded, settings)))
-    wall = {side: median([s.wall for s in spans]) for side, spans in (("ours", ours),
-                                                                       ("raw", raw))}
-    cpu = {side: median([s.cpu for s in spans]) for side, spans in (("ours", ours),
-                                                                     ("raw", raw))}
-    print(f"decode over {min(s.tokens for s in ours + raw)}+ tokens, median of {repeats}: "
-          f"engine {wall['ours'] * 1e3:.3f} ms/token wall, {cpu['ours'] * 1e3:.3f} cpu; "
-          f"raw mlx_lm {wall['raw'] * 1e3:.3f} wall, {cpu['raw'] * 1e3:.3f} cpu")
-    return {"engine_overhead_ms_per_token": (wall["ours"] - wall["raw"]) * 1e3,
-            "engine_overhead_cpu_ms_per_token": (cpu["ours"] - cpu["raw"]) * 1e3,
-            "engine_speed_share": wall["raw"] / wall["ours"]}
+    pairs: list[tuple[Span, Span]] = []
+    for i in range(repeats):
+        runs = [lambda: _span(_engine_counts(loaded, settings)),
+                lambda: _span(_raw_counts(loaded, ids, tokens))]
+        got = [run() for run in (runs if i % 2 else runs[::-1])]
+        pairs.append((got[0], got[1]) if i % 2 else (got[1], got[0]))
+    ours, raw = [p[0] for p in pairs], [p[1] for p in pairs]
+    print(f"decode over {min(s.tokens for s in ours + raw)}+ tokens, medians of {repeats}: "
+          f"engine {median([s.wall for s in ours]) * 1e3:.3f} ms/token wall, "
+          f"{median([s.cpu for s in ours]) * 1e3:.3f} cpu; raw mlx_lm "
+          f"{median([s.wall for s in raw]) * 1e3:.3f} wall, "
+          f"{median([s.cpu for s in raw]) * 1e3:.3f} cpu; context switches a token "
+          f"{median([s.switches for s in ours]):.2f} vs {median([s.switches for s in raw]):.2f}")
+    return {"engine_overhead_ms_per_token": median([a.wall - b.wall for a, b in pairs]) * 1e3,
+            "engine_overhead_cpu_ms_per_token": median([a.cpu - b.cpu for a, b in pairs]) * 1e3,
+            "engine_speed_share": median([s.wall for s in raw]) / median([s.wall for s in ours])}
