@@ -1,7 +1,14 @@
 """Engine benchmark: overhead vs raw mlx-lm, follow-up and resume speed-ups,
 snapshot size and 4-bit KV savings, all measured in one run.
 
-    .venv/bin/python bench/engine.py [--quick] [--model small-llama|SPEC]
+    .venv/bin/python bench/engine.py [--quick] [--model small-llama|SPEC] [--overhead-only]
+
+With --overhead-only the last line is: ratios: overhead=X
+engine_overhead_ms_per_token=X (the engine's wall time per decoded token
+above mlx-lm's stream_generate, first token to last as a caller sees them,
+medians of alternating runs; goal <= 0.1) engine_overhead_cpu_ms_per_token=X
+(the same in process CPU time) engine_speed_share=X (raw / engine time per
+token) load=X (see engine_overhead.py).
 
 The last line is: ratios: overhead=X followup_speedup=X resume_speedup=X
 snapshot_size_ratio=X kv4_bytes_ratio=X save_growth=X save_bytes_ratio=X
@@ -29,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import engine_overhead  # noqa: E402
 import kv_disk  # noqa: E402
 import pinned  # noqa: E402
 import speculation  # noqa: E402
@@ -124,7 +132,10 @@ def main() -> int:
     overhead = median(ours) / median(raw)
     print(f"decode tok/s: engine {median(ours):.1f}  raw mlx_lm {median(raw):.1f}")
     if args.overhead_only:
-        print(f"ratios: overhead={overhead:.3f} load={os.getloadavg()[0]:.2f}")
+        per_token = engine_overhead.measure(loaded, repeats=5 if args.quick else 9)
+        print(f"ratios: overhead={overhead:.3f} "
+              + " ".join(f"{k}={v:.3f}" for k, v in per_token.items())
+              + f" load={os.getloadavg()[0]:.2f}")
         return 0
 
     # 2. A ~32-token follow-up after a ~1024-token history: recomputed from

@@ -4,13 +4,13 @@ same model folder, both started as real processes on loopback; then many
 conversations taking turns, and the decode rate of long replies.
 
     .venv/bin/python bench/serve.py [--quick] [--model smollm2-135m|small-llama|FOLDER]
-        [--many N] [--many-words W] [--rounds R] [--skip-five] [--skip-many]
+        [--many N] [--many-words W] [--rounds R] [--skip-five] [--skip-many] [--skip-theirs]
 
 The last line is: ratios: api_turn5_ttft_ratio=X (our turn-5 TTFT / mlx_lm.server's)
 api_restart_ttft_ratio=X (our turn 5 sent again right after a restart / our turn 5;
 mlx_lm.server's printed beside it) api_overhead=X (decode tok/s of 256-token
 replies through the API / the engine alone in this process, same prompt, median
-of 5) api_many_ttft_ratio=X (N conversations, a W-word first message each,
+of 5 each, taken in turns) api_many_ttft_ratio=X (N conversations, a W-word first message each,
 taking turns for R rounds: our median TTFT of rounds 2.. / mlx_lm.server's at
 its defaults, which keep 10 prompt caches) api_many_peak_rss_ratio=X (our peak
 RSS / its). mlx_lm.server with --prompt-cache-size N is printed beside.
@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -203,15 +204,30 @@ def fair(argv: list[str], env: dict[str, str], model: str, *, hog: bool,
         server.stop()
 
 
-def api_decode(argv: list[str], env: dict[str, str], model: str, words: int) -> float:
-    """Decode tok/s of 256-token replies through the API, median of 5 (the
-    same request each time: the prompt is cached, the decode is what counts)."""
+def api_decode(argv: list[str], env: dict[str, str], folder: Path, words: int,
+               runs: int = 5) -> tuple[float, float]:
+    """Decode tok/s of 256-token replies through the API and of the engine
+    alone in this process, medians of ``runs`` each, taken in turns (which
+    goes first alternates) so both see about the same load; the same request
+    each time: the prompt is cached, the decode is what counts."""
+    from mlxchat.engine.core import ChatEngine
+    from mlxchat.models import load_folder
+
     text = FILLER * (words // len(FILLER.split()) + 1) + "\nSummarize this."
     server = Server(argv, env)
+    engine = ChatEngine(load_folder(folder))
+    api: list[float] = []
+    alone: list[float] = []
     try:
-        return median([timed_turn(server, model, [{"role": "user", "content": text}],
-                                  LONG_TOKENS)[1] for _ in range(5)])
+        for i in range(runs):
+            sides = [lambda: api.append(timed_turn(server, str(folder), [
+                         {"role": "user", "content": text}], LONG_TOKENS)[1]),
+                     lambda: alone.append(engine_rate(engine, text, LONG_TOKENS))]
+            for side in (sides if i % 2 == 0 else sides[::-1]):
+                side()
+        return median(api), median(alone)
     finally:
+        engine.close()
         server.stop()
 
 
@@ -229,31 +245,22 @@ def measure(argv: list[str], env: dict[str, str], model: str, words: int) -> dic
     return {"turn5": ttft5, "restart": restart, "tps": tps}
 
 
-def engine_tps(folder: Path, words: int, max_tokens: int = MAX_TOKENS, runs: int = 3
-               ) -> float:
-    """Decode tok/s of the engine alone on turn 1's prompt."""
+def engine_rate(engine: Any, text: str, max_tokens: int) -> float:
+    """Decode tok/s of one turn of the engine alone, timed as through the API:
+    first text to the end."""
     from mlxchat.chat import Message
-    from mlxchat.engine.core import ChatEngine
     from mlxchat.engine.events import TextDelta, TurnDone
     from mlxchat.generation import GenerationSettings
-    from mlxchat.models import load_folder
 
-    engine = ChatEngine(load_folder(folder))
-    try:
-        text = FILLER * (words // len(FILLER.split()) + 1) + "\nSummarize this."
-        settings = GenerationSettings(temperature=0.0, max_tokens=max_tokens)
-        rates = []
-        for _ in range(runs):  # timed as through the API: first text to the end
-            first = None
-            for event in engine.turn([Message("user", text)], settings):
-                if isinstance(event, TextDelta) and first is None:
-                    first = time.perf_counter()
-                elif isinstance(event, TurnDone):
-                    span = time.perf_counter() - (first or time.perf_counter())
-                    rates.append((event.stats.generated_tokens - 1) / max(span, 1e-9))
-        return median(rates)
-    finally:
-        engine.close()
+    settings = GenerationSettings(temperature=0.0, max_tokens=max_tokens)
+    first = None
+    for event in engine.turn([Message("user", text)], settings):
+        if isinstance(event, TextDelta) and first is None:
+            first = time.perf_counter()
+        elif isinstance(event, TurnDone):
+            span = time.perf_counter() - (first or time.perf_counter())
+            return (event.stats.generated_tokens - 1) / max(span, 1e-9)
+    raise RuntimeError("the turn ended without its TurnDone")
 
 
 def main() -> None:
@@ -270,6 +277,9 @@ def main() -> None:
                         help="leave out the 5-turn conversation and the restart")
     parser.add_argument("--skip-many", action="store_true",
                         help="leave out the many-conversations rotation")
+    parser.add_argument("--skip-theirs", action="store_true",
+                        help="leave out mlx_lm.server in the 5-turn conversation "
+                        "(no api_turn5_ttft_ratio)")
     args = parser.parse_args()
     folder = model_folder("small-llama" if args.quick else args.model)
     words = 400 if args.quick else 1500
@@ -281,17 +291,19 @@ def main() -> None:
     ratios: list[str] = []
     if not args.skip_five:
         ours = measure(ours_argv, env, str(folder), words)
-        theirs = measure(theirs_argv, env, str(folder), words)
+        theirs = None if args.skip_theirs else measure(theirs_argv, env, str(folder), words)
         for name, m in (("mlxchat serve", ours), ("mlx_lm.server", theirs)):
-            print(f"{name:14} turn-5 TTFT {m['turn5'] * 1000:8.1f} ms   after restart "
-                  f"{m['restart'] * 1000:8.1f} ms   decode {m['tps']:7.1f} tok/s (client-side)")
-        print(f"mlx_lm.server restart ratio: {theirs['restart'] / theirs['turn5']:.2f}")
-        ratios += [f"api_turn5_ttft_ratio={ours['turn5'] / theirs['turn5']:.3f}",
-                   f"api_restart_ttft_ratio={ours['restart'] / ours['turn5']:.3f}"]
-    api = api_decode(ours_argv, env, str(folder), words)
-    alone = engine_tps(folder, words, LONG_TOKENS, runs=5)
+            if m is not None:
+                print(f"{name:14} turn-5 TTFT {m['turn5'] * 1000:8.1f} ms   after restart "
+                      f"{m['restart'] * 1000:8.1f} ms   decode {m['tps']:7.1f} tok/s "
+                      "(client-side)")
+        if theirs is not None:
+            print(f"mlx_lm.server restart ratio: {theirs['restart'] / theirs['turn5']:.2f}")
+            ratios.append(f"api_turn5_ttft_ratio={ours['turn5'] / theirs['turn5']:.3f}")
+        ratios.append(f"api_restart_ttft_ratio={ours['restart'] / ours['turn5']:.3f}")
+    api, alone = api_decode(ours_argv, env, folder, words)
     print(f"{LONG_TOKENS}-token replies: through the API {api:7.1f} tok/s, engine alone "
-          f"{alone:7.1f} tok/s (median of 5 each)")
+          f"{alone:7.1f} tok/s (median of 5 each, in turns)")
     ratios.append(f"api_overhead={api / alone:.3f}")
     quiet, hogged = (fair(ours_argv, env, str(folder), hog=h) for h in (False, True))
     print(f"short turns (5 conversations, 4 rounds): p95 TTFT {quiet * 1000:.1f} ms alone, "

@@ -37,3 +37,24 @@ def test_warm_up_computes_apart_and_leaves_the_live_cache_alone(tiny):
         warmed.close()
         plain.close()
 
+
+
+def test_after_warm_up_a_sessions_first_render_compiles_no_template(tiny):
+    """The template is compiled once (at warm-up); each session's clock only
+    binds it anew, so a restarted server's first request compiles nothing."""
+    import time
+
+    from mlxchat.chat import Message
+    from mlxchat.engine.prompt import jinja
+    from mlxchat.engine.prompt.render import render
+
+    assert jinja._jinja_source(tiny.tokenizer) is not None  # a Jinja template to compile
+    engine = ChatEngine(tiny)
+    try:
+        engine.warm_up()
+    finally:
+        engine.close()
+    compiled = jinja._code.cache_info().misses
+    later = jinja.SessionClock(time.time() - 86400.0)  # another session, another day
+    ids = render(tiny.tokenizer, [Message("user", "Hi.")], strftime_now=later)
+    assert ids and jinja._code.cache_info().misses == compiled

@@ -141,8 +141,9 @@ def test_stopping_the_server_lets_a_chat_reply_in_the_batch_end_first(tmp_path, 
     try:
         talking = threading.Thread(target=lambda: got.extend(chat.turns.send(CHAT_Q)))
         talking.start()
-        until(lambda: batch.members == 1)
-        held = compute.acquire("test")  # the batch waits: the chat is still in it
+        until(lambda: batch.alone_steps > 0)  # decoding alone, until another waits:
+        held = compute.acquire("test")  # it joined the batch, which waits for the lock
+        assert batch.members == 1
         stopper = threading.Thread(target=server.stop)
         try:
             stopper.start()

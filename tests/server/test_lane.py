@@ -141,33 +141,30 @@ async def test_idle_work_runs_only_while_no_request_waits_and_stops_for_one():
         lane.close()
 
 
-async def test_a_conversations_jobs_go_back_to_the_slot_that_holds_its_kv():
-    """With slots free, a key's next job runs where its last one did (its
-    engine's cache holds that conversation); a busy home does not hold it back."""
-    def where(cancelled: threading.Event):
-        yield threading.current_thread().name
+async def test_a_conversation_runs_again_in_the_slot_it_ran_in():
+    """With slots, a conversation's next job goes where its KV is live (the
+    slot it ran in last, when no other ran there since); a new one to the
+    slot used least lately, the first slot first."""
+    here = threading.local()
+    ran: list[tuple[str, int]] = []
 
-    lane = EngineLane(stop_running=lambda slot: None, parallel=3)
+    def work(name: str):
+        def run(cancelled: threading.Event):
+            ran.append((name, here.slot))
+            yield name
+        return run
+
+    lane = EngineLane(stop_running=lambda slot: None, parallel=3,
+                      on_slot=lambda slot: setattr(here, "slot", slot))
     try:
-        async def run(key: str) -> str:
-            return [x async for x in lane.submit(where, key=key).items()][0]
-        homes = {key: await run(key) for key in ("a", "b", "c")}
-        for _ in range(6):
-            for key in ("a", "b", "c"):
-                assert await run(key) == homes[key]
-        release, holding = threading.Event(), threading.Event()
-
-        def hold(cancelled: threading.Event):
-            holding.set()
-            release.wait(10)
-            yield threading.current_thread().name
-        held = lane.submit(hold, key="a")
-        while not holding.is_set():
-            await asyncio.sleep(0.01)
-        other = await run("b")  # runs at once: at home when free, else on a free slot
-        assert other == homes["b"] or homes["b"] == homes["a"]
-        release.set()
-        assert [x async for x in held.items()] == [homes["a"]]
-        assert await run("b") == other  # where it last ran
+        for name, key in [("a1", "a"), ("b1", "b"), ("a2", "a"), ("c1", "c"), ("b2", "b"),
+                          ("a3", "a"), ("c2", "c")]:
+            job = lane.submit(work(name), key=key)
+            assert [x async for x in job.items()] == [name]  # one at a time
+        slots = dict(ran)
+        assert slots["a1"] == 0  # the first slot first
+        assert slots["b1"] == 1 and slots["c1"] == 2  # never used before used
+        assert slots["a2"] == slots["a3"] == 0
+        assert slots["b2"] == 1 and slots["c2"] == 2
     finally:
         lane.close()

@@ -186,7 +186,7 @@ def test_memory_holds_the_next_member_back_and_says_why(tiny, tmp_path):
                  started=lambda: (lane.running == 1 and lane.waiting == 1
                                   and any(compute.ahead_of(o) for o in OWNERS[:2])))
         assert [got[0], got[1]] == solo
-        assert served.service.slots.batch.widest == 1
+        assert served.service.slots.batch.widest <= 1  # one at a time (alone: not stepped)
         assert "would not fit" in served.service.admission.reason
         assert "1 at once fit" in served.service.admission.reason
     finally:

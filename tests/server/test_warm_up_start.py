@@ -28,3 +28,47 @@ def test_a_model_that_cannot_warm_up_is_served_cold(tiny, tmp_path, caplog):
     finally:
         service.close()
         conv.shutdown()
+
+
+def test_after_a_restart_the_last_session_is_open_with_its_kv_before_any_request(tiny,
+                                                                                 tmp_path):
+    """The start reopens the session the API used last in the first slot,
+    its KV restored: the next request of that conversation finds it live (as
+    before the restart), and no empty start-up session is left behind."""
+    from openai import OpenAI
+
+    from tests.server.conftest import serve
+
+    def turn(url: str, messages: list[dict], text: str) -> None:
+        messages.append({"role": "user", "content": text})
+        api = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=60)
+        reply = api.chat.completions.create(model="tiny", messages=messages, temperature=0,
+                                            max_tokens=8)
+        messages.append({"role": "assistant", "content": reply.choices[0].message.content})
+
+    db, messages = tmp_path / "s.db", []
+    first = serve(tiny, db, parallel=2)
+    try:
+        for i in range(2):
+            turn(first.url, messages, f"Turn {i} before the restart.")
+        used = first.conv.store.api.sessions_by_use()[-1]
+    finally:
+        first.stop()
+    again = serve(tiny, db, parallel=2)
+    try:
+        again.service.warm_up()
+        conv = again.conv
+        assert conv.session.id == used and not conv.locks.held
+        assert len(conv.engine.cached_tokens) > 20  # its branch's KV, restored
+        others = {slot.conv.session.id for slot in again.service.slots.all[1:]}
+        # The first slot's empty start-up session is gone (the other slot keeps its own).
+        assert {s.id for s in conv.store.list_sessions()} == {used, *others}
+        held = len(conv.engine.cached_tokens)
+        reads: list[int] = []
+        load = conv.engine.load_segments
+        conv.engine.load_segments = lambda *a, **kw: reads.append(1) or load(*a, **kw)
+        turn(again.url, messages, "The first turn after the restart.")
+        assert not reads  # nothing read back from disk on the request's time
+        assert conv.turns.last_stats.reused_tokens == held
+    finally:
+        again.stop()

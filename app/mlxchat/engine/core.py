@@ -30,6 +30,7 @@ from mlxchat.engine.kv.view import LiveView, view_of
 from mlxchat.engine.prompt import images as prompt_images
 from mlxchat.engine.prompt.builder import PromptBuilder
 from mlxchat.engine.prompt.fit import FittedPrompt
+from mlxchat.engine.prompt.jinja import SessionClock
 from mlxchat.engine.prompt.render import render
 from mlxchat.engine.speculative import auto
 from mlxchat.engine.speculative.drafting import Drafting, MeasureVerify
@@ -233,10 +234,10 @@ class ChatEngine:
         server's first request pays none of the first-call costs (the template's
         compilation, MLX's kernels and buffers). The live cache is left alone;
         ranks that compute only together are warmed by their first turn."""
-        if self._ranks.refusal("warm_up"):
-            return
-        ids = render(self._loaded.tokenizer, [Message("user", "Hello.")])
-        self._call(lambda: compute_once(self._loaded.model, ids))
+        if not self._ranks.refusal("warm_up"):  # a session's clock, as a turn renders
+            ids = render(self._loaded.tokenizer, [Message("user", "Hello.")],
+                         strftime_now=SessionClock(time.time()))
+            self._call(lambda: compute_once(self._loaded.model, ids))
 
     def kv_bytes_per_token(self, kv_bits: int | None = None) -> int:
         """What one more token adds to the KV cache, measured: a fresh cache is

@@ -41,6 +41,8 @@ class BatchDecoder:
         """Decode steps run (tests count them between a member's tokens)."""
         self.widest = 0
         """The most members one step decoded."""
+        self.alone_steps = 0
+        """Steps a member took on its own thread, alone (``alone.py``)."""
         self._thread = threading.Thread(target=self._run, name="mlxchat-batch", daemon=True)
         self._thread.start()
 

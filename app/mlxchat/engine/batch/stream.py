@@ -1,6 +1,7 @@
 """A member's reply stream: the tail fed and the first token sampled alone
 (under the member's own hold of the compute lock, as mlx-lm's
-``generate_step`` does it), then the batch's tokens, and on close its cache
+``generate_step`` does it), the tokens decoded on its own thread while it is
+alone (``alone.py``), then the batch's tokens, and on close its cache
 extracted back into the live cache, holding every token it handed out (what
 an unbatched turn's cache holds)."""
 
@@ -11,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 import mlx.core as mx
 
+from mlxchat.engine.batch.alone import Alone
 from mlxchat.engine.batch.decoder import BatchDecoder
 from mlxchat.engine.batch.member import Member
 from mlxchat.engine.kv.live import LiveCache
@@ -46,15 +48,30 @@ def batched_stream(batch: BatchDecoder, live: LiveCache, tail: Sequence[int], *,
                    budget: int, sampler: Any, processors: Sequence[Any],
                    count: SpeculationFigures,
                    lend: Callable[[], AbstractContextManager[Any]],
-                   hold: Callable[[], AbstractContextManager[Any]] = nullcontext) -> Stream:
+                   hold: Callable[[], AbstractContextManager[Any]] = nullcontext,
+                   alone: Callable[[], bool] | None = None) -> Stream:
     """Up to ``budget`` tokens after ``tail``, decoded in ``batch``; ``lend()``
     steps the member's engine out of the compute lock's line meanwhile;
     ``hold()`` takes the lock for the first token (a thread that does not
-    hold it already: another choice's)."""
+    hold it already: another choice's). ``alone()`` (given to a thread that
+    holds the lock): nobody else computes, so the member decodes on its own
+    until someone does, then joins."""
     count.mode = "off"
     with hold():
         token, seen = first_token(batch.model, live.layers, tail, sampler=sampler,
                                   processors=processors)
+    if alone is not None:
+        own = Alone(batch.model, live.layers, token, seen, sampler=sampler,
+                    processors=processors)
+        for fed in own.tokens(budget, lambda: batch.members == 0 and alone()):
+            budget -= 1
+            batch.alone_steps += 1
+            count.passes += 1
+            yield fed, False
+        if not budget:
+            return
+        own.settled()
+        token, seen = own.pending, own.seen
     member = Member(live.layers, token, seen, sampler=sampler, processors=processors)
     with lend():
         batch.join(member)
@@ -64,6 +81,6 @@ def batched_stream(batch: BatchDecoder, live: LiveCache, tail: Sequence[int], *,
                 count.passes += 1
                 yield fed, False
         finally:
-            own = batch.leave(member)
-            if own is not None:
-                live.layers = own
+            own_layers = batch.leave(member)
+            if own_layers is not None:
+                live.layers = own_layers

@@ -30,6 +30,7 @@ from mlxchat.engine.events import EngineError, PrefillProgress, RankFigures, Tex
 from mlxchat.engine.kv import prompt_cache
 from mlxchat.engine.kv.live import LiveCache
 from mlxchat.engine.speculative.streams import Stream, plain_stream
+from mlxchat.engine.thread.handoff import EventBox
 from mlxchat.engine.thread.worker import EngineThread
 from mlxchat.engine.turn.decode import OpenStream, looked_back
 from mlxchat.engine.turn.pipeline import ABANDONED
@@ -152,7 +153,7 @@ class SplitRanks:
         self._watch.begin(prompt=getattr(planned, "tokens", None), window=window,
                           kv_bits=settings.kv_bits, weights_bytes=loaded.info.weights_bytes)
 
-    def next_event(self, events: queue.Queue) -> Any:
+    def next_event(self, events: EventBox) -> Any:
         """The turn's next event; when the ranks have been silent for
         ``rank_timeout_s``, the turn ends here with what was shown, cancelled."""
         watch = self._watch

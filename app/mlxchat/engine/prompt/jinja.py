@@ -59,11 +59,18 @@ def _jinja_source(tokenizer: Any) -> str | None:
 
 
 @lru_cache(maxsize=16)
+def _code(source: str) -> Any:
+    """The template compiled once (the costly part): each session's pins
+    (its clock) only bind it anew."""
+    return _compile_jinja_template(source).environment.compile(source)
+
+
+@lru_cache(maxsize=16)
 def _compiled(source: str, pinned: tuple[tuple[str, Any], ...]) -> jinja2.Template:
     base = _compile_jinja_template(source).environment
     env = base.overlay()
     env.globals = {**base.globals, **dict(pinned)}  # the overlay shares base's dict
-    return env.from_string(source)
+    return env.template_class.from_code(env, _code(source), env.make_globals(None), None)
 
 
 def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], tuple[tuple[str, Any], ...]]:

@@ -140,6 +140,11 @@ class ComputeLock:
     def _enter(self) -> None:
         self._holds += 1
 
+    def awaited(self) -> bool:
+        """Someone waits in the line (read without the lock: a hint, checked
+        between decode steps)."""
+        return len(self._line) > 1
+
     def ahead_of(self, owner: str) -> list[str]:
         """Whose tickets are ahead of ``owner``'s first one waiting (the holder
         first); [] when ``owner`` holds the lock or does not wait for it."""

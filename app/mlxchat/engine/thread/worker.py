@@ -114,6 +114,11 @@ class EngineThread:
             self.compute.pass_on(self._ticket,
                                  cancel=self._current if cancellable else None)
 
+    def alone(self) -> bool:
+        """On the thread: its work holds the compute lock and nobody (another
+        engine, a batch) waits for it."""
+        return self._ticket is not None and not self.compute.awaited()
+
     @contextmanager
     def lent(self) -> Iterator[None]:
         """On the thread: out of the compute lock's line meanwhile (the work

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import queue
 import random
 import threading
 import time
@@ -34,6 +33,7 @@ from mlxchat.engine.results import Cancelled, Decode, Prefill, turn_stats
 from mlxchat.engine.speculative.drafting import Drafting
 from mlxchat.engine.speculative.streams import Stream
 from mlxchat.engine.thread.compute import WaitCancelled
+from mlxchat.engine.thread.handoff import EventBox
 from mlxchat.engine.thread.worker import EngineThread
 from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.engine.turn.decode import Reply, decode, seeded_sampler
@@ -50,10 +50,10 @@ ABANDONED = object()
 
 
 def events(worker: EngineThread, job: Callable[[Callable[[Event], None]], None],
-           next_event: Callable[[queue.Queue], Any]) -> Iterator[Event]:
+           next_event: Callable[[EventBox], Any]) -> Iterator[Event]:
     """Run ``job(emit)`` on the engine thread; yield what it emits. A refusal
     or failure is raised here; closing the iterator early cancels the job."""
-    box: queue.Queue = queue.Queue()
+    box = EventBox()
     cancel = threading.Event()
     fut = worker.submit(lambda: job(box.put), cancel)
     fut.add_done_callback(lambda _: box.put(_DONE))
@@ -263,8 +263,9 @@ class TurnPipeline:
         settings = reply.settings
 
         def open_stream(*, tail: list[int], history: list[int], **kw: Any) -> Stream:
-            if batch is not None:
-                return batched_stream(batch, live, tail, lend=self._worker.lent, **kw)
+            if batch is not None:  # alone until another engine waits to compute
+                return batched_stream(batch, live, tail, lend=self._worker.lent,
+                                      alone=self._worker.alone, **kw)
             if len(history) > len(reply.prompt_tokens):
                 # After a reasoning budget's close the draft catches up first: a
                 # token or two, not cancelled (the turn already followed the prompt).

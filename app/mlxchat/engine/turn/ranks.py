@@ -5,7 +5,6 @@ and its turn ask. Everything else about a turn is the same code for both."""
 
 from __future__ import annotations
 
-import queue
 from typing import Any, Protocol, Sequence
 
 from mlxchat.chat import Message
@@ -14,6 +13,7 @@ from mlxchat.engine.disk.segments import SegmentInfo, SegmentRef
 from mlxchat.engine.events import CacheLoad, RankFigures, TurnDone
 from mlxchat.engine.kv import prompt_cache
 from mlxchat.engine.kv.live import LiveCache
+from mlxchat.engine.thread.handoff import EventBox
 from mlxchat.engine.thread.worker import EngineThread
 from mlxchat.engine.turn.decode import OpenStream
 from mlxchat.generation import GenerationSettings
@@ -61,7 +61,7 @@ class Ranks(Protocol):
         """Caller's thread, as a turn is asked for (``planned``: its messages, or its
         fitted prompt)."""
 
-    def next_event(self, events: queue.Queue) -> Any:
+    def next_event(self, events: EventBox) -> Any:
         """Caller's thread: the turn's next event (or ``ABANDONED``)."""
 
     def begin_turn(self, settings: GenerationSettings) -> GenerationSettings:
@@ -107,7 +107,7 @@ class OneProcess:
                    window: int) -> None:
         return None
 
-    def next_event(self, events: queue.Queue) -> Any:
+    def next_event(self, events: EventBox) -> Any:
         return events.get()
 
     def begin_turn(self, settings: GenerationSettings) -> GenerationSettings:

@@ -117,12 +117,12 @@ def compile_tools_once(tokenizer: Any, tools_json: str | None,
     the request's canonical JSON); None when nothing is constrained. Raises
     SchemaError (one line) when a forced choice cannot be, or a tool's schema
     does not compile."""
-    import llguidance
     tools = json.loads(tools_json) if tools_json else []
-    if not tools:
+    if not tools:  # before the import: a request without tools never pays for it
         if choice.forced:
             raise SchemaError("tool_choice asks for a tool call, but the request gives no tools")
         return None
+    import llguidance
     markers = _json_bodied(tokenizer)
     if markers is None:
         if choice.forced:

@@ -241,6 +241,23 @@ class ApiTurns:
                 lock.release()
         return kept
 
+    def reopen_last(self) -> int | None:
+        """The session the API used last opened again at its leaf, its KV
+        restored (at the server's start: a client going on after a restart
+        finds it live, as before the restart); its id, or None when there is
+        none on this model. SessionBusy when another holder has it."""
+        used = self.store.api.sessions_by_use()
+        if not used:
+            return None
+        session = self.store.get_session(used[-1])
+        if session.model != self.conv.model_spec or session.leaf_id is None:
+            return None
+        try:
+            self._open_at(used[-1], session.leaf_id)
+        finally:
+            self.conv.locks.release()  # held per request
+        return used[-1]
+
     # -- where the request goes ---------------------------------------------------------
     def _follows(self, message_id: int | None) -> IndexedMessage | None:
         """The stored reply a request follows (with its chain hash), if it names one."""

@@ -8,11 +8,12 @@ went away is cancelled: waiting, it never starts; running, its generation
 stops within one decode step (the engine's cancel) and what it said is kept.
 With ``parallel`` slots, as many jobs run at once, each on its slot's
 thread (``on_slot(i)`` first: the slot's conversation and engine), never two
-of one conversation, the fairest first as above; a conversation's job goes
-to the slot that ran its last one when that slot is free (its engine holds
-the conversation's KV: another would read it back from disk or prefill it);
-``admits(running, joining)`` (the batch members running now, and the next
-job's: its choices) may hold the next back (memory: it waits for one to end).
+of one conversation, the fairest first as above; ``admits(running, joining)``
+(the batch members running now, and the next job's: its choices) may hold
+the next back (memory: it waits for one to end). A job runs in the slot
+its conversation ran in last when that one is free and ran no other since
+(its KV is live there), else in the free slot used least lately, the first
+slot first (where the server reopened the last session).
 When no request waits, the lane runs its idle work (the idle join of KV
 files), which stops at its next safe point once a request arrives.
 """
@@ -156,9 +157,11 @@ class EngineLane:
         """Slot -> the job it runs."""
         self._started: dict[Hashable, int] = {}
         """Key -> the number of the last job of it started (a key not here: never)."""
-        self._home: dict[Hashable, int] = {}
-        """Key -> the slot that ran its last job (where its KV is warm)."""
         self._starts = 0
+        self._owner: dict[int, Hashable] = {}
+        """Slot -> the key of the last job it ran."""
+        self._used_at: dict[int, int] = {}
+        """Slot -> the number of the last job it started (a slot not here: never)."""
         self._lock = threading.Condition()
         self._closed = False
         self.turn_seconds = 1.0
@@ -182,11 +185,7 @@ class EngineLane:
                 raise QueueFull(max(1, round(self.turn_seconds * ahead)))
             job = Job(work, loop, key=key, members=members)
             self._waiting.append(job)
-            home = self._home.get(key)
-            if home is not None and home not in self._running:
-                self._lock.notify_all()  # its key's own slot takes it
-            else:
-                self._lock.notify()
+            self._lock.notify_all()  # the thread of the slot it goes to
         return job
 
     def cancel(self, job: Job) -> None:
@@ -243,6 +242,7 @@ class EngineLane:
                 job = self._fairest(slot)
                 if job is not None:
                     self._running[slot] = job
+                    self._lock.notify_all()  # the others' matching changed
                     return job
                 if self._closed:
                     return None
@@ -254,29 +254,44 @@ class EngineLane:
                 self._lock.wait(None if at is None else at - now)
 
     def _fairest(self, slot: int) -> Job | None:
-        """Take for ``slot`` the first waiting job of the key that started least
-        recently, but one whose home is another free slot (None: none may start
-        here now)."""
+        """Take the job ``slot`` runs next: the waiting jobs, the key that
+        started least recently first, each matched to its free slot
+        (``_slot_for``); None when none is this slot's or none may start now."""
         busy = {j.key for j in self._running.values()}
-        free = [j for j in self._waiting if j.key not in busy
-                and self._home.get(j.key, slot) in (slot, *self._running)]
+        free = [j for j in self._waiting if j.key not in busy]
         if not free:
             return None
-        job = min(free, key=lambda j: self._started.get(j.key, -1))
+        # A slot between two jobs counts as free: its thread is on its way back.
+        open_slots = set(range(self.parallel)) - set(self._running)
+        for job in sorted(free, key=lambda j: self._started.get(j.key, -1)):  # stable
+            chosen = self._slot_for(job.key, open_slots)
+            if chosen == slot:
+                break
+            open_slots.discard(chosen)
+            if not open_slots:
+                return None
+        else:
+            return None
         running = sum(j.members for j in self._running.values())
         if running and not self._admits(running, job.members):
-            return None  # the fairest waits for room: a smaller one does not pass it
-        self._waiting.remove(job)  # min keeps the first of equals: arrival order
+            return None  # it waits for room: a smaller one does not pass it here
+        self._owner[slot], self._used_at[slot] = job.key, self._starts + 1
+        self._waiting.remove(job)
         self._starts += 1
         self._started.pop(job.key, None)
         self._started[job.key] = self._starts
-        if job.key is not None:
-            self._home[job.key] = slot
         if len(self._started) > KEYS_KEPT:  # insertion order: the oldest start first
-            oldest = next(iter(self._started))
-            del self._started[oldest]
-            self._home.pop(oldest, None)
+            del self._started[next(iter(self._started))]
         return job
+
+    def _slot_for(self, key: Hashable, open_slots: set[int]) -> int:
+        """Of the free slots, the one a job of ``key`` runs in: the one it ran
+        in last when no other ran there since, else the one used least lately
+        (never used first, the first of those first)."""
+        for slot in open_slots:
+            if key is not None and self._owner.get(slot) == key:
+                return slot
+        return min(open_slots, key=lambda s: (self._used_at.get(s, -1), s))
 
     def _idle(self) -> None:
         assert self._when_idle is not None

@@ -140,12 +140,18 @@ class ChatService:
 
     def warm_up(self) -> None:
         """Before the first request (``mlxchat serve`` at start): the engine's
-        first-call costs paid now, not by the first client. Never fails the
-        start: a model it cannot warm is served cold."""
+        first-call costs paid now, not by the first client, and the session the
+        API used last reopened in the first slot with its KV (where the lane
+        sends a new conversation first). Never fails the start: a model it
+        cannot warm is served cold, a session it cannot reopen restored later."""
         try:
             self.engine.warm_up()
         except Exception as exc:  # noqa: BLE001 - an optimisation, not a requirement
             log.warning("warm-up skipped: %s", exc)
+        try:
+            self.slots.all[0].turns.reopen_last()
+        except Exception as exc:  # noqa: BLE001 - the same
+            log.warning("the last session was not reopened: %s", exc)
 
     def close(self) -> None:
         self.lane.close()
