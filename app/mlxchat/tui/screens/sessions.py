@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import ClassVar
 
 from rich.text import Text
@@ -37,7 +37,7 @@ def cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[:max(width - 1, 0)].rstrip() + "…"
 
 
-SearchFn = Callable[[str], "list[SessionSummary] | Awaitable[list[SessionSummary]]"]
+SearchFn = Callable[[str], "list[SessionSummary] | Awaitable[list[SessionSummary]]"]  # noqa: F821
 
 
 class SessionTable(DataTable):
