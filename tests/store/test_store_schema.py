@@ -23,6 +23,7 @@ from mlxchat.store.schema import (
     V13_TOOL_MESSAGES,
     V15_FOLLOW_LINKS,
 )
+from mlxchat.store.summary_rows import V20_RESERVED, V21_SUMMARY_MESSAGES
 from mlxchat.store.tool_schema import V16_TOOL_GRANTS_AND_RUNS
 
 from tests.old_snapshots import record_old_snapshot
@@ -80,7 +81,7 @@ def _make_v1(path: Path) -> None:
 
 
 def test_migrations_are_ordered_and_versioned() -> None:
-    assert SCHEMA_VERSION == len(MIGRATIONS) == 19
+    assert SCHEMA_VERSION == len(MIGRATIONS) == 21
     assert MIGRATIONS[10] is V11_API_MESSAGES  # version 11 exactly, after version 10
     assert MIGRATIONS[11] is V12_MESSAGE_SOURCES
     assert MIGRATIONS[12] is V13_TOOL_MESSAGES
@@ -90,6 +91,7 @@ def test_migrations_are_ordered_and_versioned() -> None:
     assert MIGRATIONS[16] is V17_MESSAGE_IMAGES
     assert MIGRATIONS[17] is V18_KV_FILE_TAG
     assert MIGRATIONS[18] is V19_PARENTS_WITHOUT_CASCADE
+    assert MIGRATIONS[19] is V20_RESERVED and MIGRATIONS[20] is V21_SUMMARY_MESSAGES
 
 
 def test_a_v1_database_migrates_and_keeps_its_data(db_path: Path) -> None:

@@ -265,6 +265,7 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
             host.close()
         raise
     conv = opened.conversation
+    conv.compactor.ahead = False  # no idle time: a message that overflows waits for it
     # A one-off question's session is in memory; its collections are the app's.
     wanted = args.docs if args.docs is not None else conv.generation.docs
     docs_store = default_store() if wanted not in (None, "off") and not named else None

@@ -6,7 +6,8 @@ and it opens, leaves, forks and deletes sessions, switches the model and
 closes. Everything else is a part it hands out, each given what it needs:
 ``turns`` (send, retry, edit, undo, tool results: planned, committed, run,
 stopped), ``saved`` (the store's other sessions), ``cache`` (the KV on disk),
-``pins``, ``typing`` (prefill while typing), ``speculation``, ``views``
+``pins``, ``typing`` (prefill while typing), ``compactor`` (a conversation
+longer than the window), ``speculation``, ``views``
 (figures and token counts), ``locks``, ``retrieval``, ``tools`` (the MCP tools
 it uses) and ``tool_loop`` (running a reply's calls).
 """
@@ -22,6 +23,7 @@ from mlxchat.config import Settings
 from mlxchat.engine.interface import Engine
 from mlxchat.models import LoadedModel
 from mlxchat.session.cache_keeper import CacheKeeper
+from mlxchat.session.compactor import Compactor
 from mlxchat.session.current import OpenSession
 from mlxchat.session.errors import ConversationError
 from mlxchat.session.lock import SessionLocks
@@ -71,9 +73,10 @@ class Conversation(OpenSession):
         self.retrieval = Retrieval(self, store, engine, window_left=self.views.window_left,
                                    prefill_seconds=self._prefill_seconds, embedder=embedder)
         self.tools = SessionTools(self, store, engine, host=tool_host)
+        self.compactor = Compactor(self, store, engine, cache=self.cache)
         self.turns = TurnRunner(self, store, engine, cache=self.cache, pins=self.pins,
                                 unsaved=self._unsaved, retrieval=self.retrieval, attachments=[],
-                                also_cancel=self.tools.cancel)
+                                compactor=self.compactor, also_cancel=self.tools.cancel)
         self.typing = TypingAhead(self, engine, self.pins, attachments=self.turns.attachments,
                                   turns_started=lambda: self.turns.started)
         self.speculation = Speculation(self, engine, model_spec=lambda: self.model_spec,
@@ -101,6 +104,7 @@ class Conversation(OpenSession):
         self.switch_to(session)
         self.turns.attachments.clear()
         self.turns.last_stats = None
+        self.compactor.forget()
         self.cache.forget()
         self.pins.forget()
         self.tools.start()
@@ -210,6 +214,7 @@ class Conversation(OpenSession):
     def close(self, *, compact: bool = True) -> None:
         """Join the open branch's KV segment files (unless ``compact`` is False),
         stop the engine, let go of the session."""
+        self.compactor.pause()
         if compact:
             self.cache.compact()
         self.retrieval.close()

@@ -16,7 +16,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from mlxchat.chat import ImageRef, Message, Session
+from mlxchat.chat import ImageRef, Message, Session, model_view, summary_block
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt.delta import TemplateNotIncremental, TemplateOptions
 from mlxchat.engine.prompt.fit import FittedPrompt, refuse_unfittable
@@ -33,6 +33,12 @@ class Plan:
     start: bool = False
     """The new message starts a ledger (its ids are the whole prompt)."""
     key: str | None = None
+    overflow: bool = False
+    """The ledger did not fit the window: the history was rendered again and
+    fitted under the context policy (the oldest messages left out)."""
+
+
+OVERFLOW = "context overflow: history re-rendered to fit"
 
 
 def _short_hash(text: str) -> str:
@@ -102,6 +108,12 @@ def branch_ids(messages: Sequence[Message], key: str) -> tuple[list[int] | None,
     return ids, None
 
 
+def _answered(history: Sequence[Message]) -> bool:
+    """The branch ends with a reply (a summary after it ends with the reply's ids)."""
+    last = [m for m in history[-2:] if m.role != "summary"]
+    return bool(last) and last[-1].role == "assistant"
+
+
 class Ledger:
     """Plans turns over one session's ledger with one engine."""
 
@@ -114,8 +126,9 @@ class Ledger:
         self.key = key_for(engine, session, self.options, compute_dtype=settings.compute_dtype)
 
     def _with_system(self, messages: Sequence[Message]) -> list[Message]:
+        """The branch as the model sees it (``chat.model_view``), system part first."""
         system = self.session.context_system
-        return ([Message("system", system)] if system else []) + list(messages)
+        return ([Message("system", system)] if system else []) + model_view(messages)
 
     def _rendered(self, messages: Sequence[Message], reason: str | None) -> FittedPrompt:
         fitted = self.engine.prompts.fit(self._with_system(messages), self.settings,
@@ -142,7 +155,7 @@ class Ledger:
         """The prompt for tool results after ``history`` (whose last message is
         the reply that called the tools); ``user_ids`` are what they add together."""
         def added() -> list[int]:
-            reply = history[-1]
+            reply = next(m for m in reversed(history) if m.role != "summary")
             return self.engine.prompts.result_ids(
                 results, reply=reply, previous=reply.token_ids or [], options=self.options)
 
@@ -158,7 +171,7 @@ class Ledger:
         if self.settings.history == "template":
             return Plan(self._rendered([*history, *new], None))
         ids, reason = branch_ids(history, self.key) if history else ([], None)
-        if ids is not None and (first or (history and history[-1].role == "assistant")):
+        if ids is not None and (first or _answered(history)):
             try:
                 new_ids = added()
             except TemplateNotIncremental as exc:
@@ -169,11 +182,33 @@ class Ledger:
                     prompt = FittedPrompt(tokens, self._with_system([*history, *new]), 0,
                                           ledger=True)
                     return Plan(prompt, new_ids, start=first, key=self.key)
-                reason = "context overflow: history re-rendered to fit"
+                reason = OVERFLOW
         elif ids is not None:
             reason = "the previous message has no reply: new token ledger"
         fitted = self._rendered([*history, *new], reason)
-        return Plan(fitted, list(fitted.tokens), start=True, key=self.key)
+        return Plan(fitted, list(fitted.tokens), start=True, key=self.key,
+                    overflow=reason == OVERFLOW or fitted.dropped > 0)
+
+    def compacted(self, branch: Sequence[Message], first: int, summary: str) -> list[int] | None:
+        """The ledger of ``branch`` once compacted: the system part and
+        ``summary`` in front of ``branch[first]`` (a user message), rendered as
+        a first message, then every later message's ids as they were sent.
+        None when a later message has none to give (another ledger, or a new
+        one started after ``first``)."""
+        ids, _ = branch_ids(branch, self.key)
+        later = [m for m in branch[first + 1:] if m.role != "summary"]
+        if ids is None or any(m.ledger_start or m.token_ids is None or m.ledger_key != self.key
+                              for m in later):
+            return None
+        head = branch[first]
+        try:
+            opening = self.engine.prompts.message_ids(
+                summary_block(summary) + "\n\n" + head.content,
+                system=self.session.context_system, previous=None, options=self.options,
+                images=head.images)
+        except TemplateNotIncremental:
+            return None
+        return opening + [t for m in later for t in (m.token_ids or ())]
 
     def note(self, branch: Sequence[Message]) -> str | None:
         """One line when the ledger differs from what the template would render
@@ -226,5 +261,5 @@ class Ledger:
             # The key goes with the plan: the new reply's ids extend the ledger.
             return Plan(FittedPrompt(ids, self._with_system(branch), 0, ledger=True),
                         key=self.key)
-        fitted = self._rendered(branch, reason or "context overflow: history re-rendered to fit")
+        fitted = self._rendered(branch, reason or OVERFLOW)
         return Plan(fitted, list(fitted.tokens), start=True, key=self.key)

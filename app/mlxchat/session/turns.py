@@ -22,6 +22,7 @@ from mlxchat.engine.turn.constrained import CompiledFormat, OutputFormat, compil
 from mlxchat.engine.turn.early_images import done_encoding
 from mlxchat.models import vision_images
 from mlxchat.session.cache_keeper import CacheKeeper
+from mlxchat.session.compactor import Compactor
 from mlxchat.session.current import OpenSession
 from mlxchat.session.errors import ConversationError
 from mlxchat.session.ledger import Ledger, Plan
@@ -49,12 +50,15 @@ class TurnRunner:
 
     def __init__(self, open_session: OpenSession, store: SessionStore, engine: Engine, *,
                  cache: CacheKeeper, pins: PinnedDocs, unsaved: UnsavedReplies,
-                 retrieval: Retrieval, attachments: list[Attachment],
+                 retrieval: Retrieval, attachments: list[Attachment], compactor: Compactor,
                  also_cancel: Callable[[], None] = lambda: None):
         self._open = open_session
         self._store = store
         self._engine = engine
         self._cache = cache
+        self._compactor = compactor
+        self._compaction_note: str | None = None
+        """What the window did for the turn being planned (``TurnStats.compaction``)."""
         self._pins = pins
         self._unsaved = unsaved
         self._retrieval = retrieval
@@ -118,7 +122,8 @@ class TurnRunner:
             raise ConversationError("Nothing to send.")
         content, sources = self._with_retrieved(text, self.compose(text))
         images = tuple(self.images)
-        plan = self._ledger().plan_message(self._open.messages, content, images=images)
+        plan = self._fitting(lambda branch: self._ledger().plan_message(branch, content,
+                                                                       images=images))
         self._add_user(content, plan, sources, images)  # the plan refused what cannot fit
         self.attachments.clear()
         self.images.clear()
@@ -133,7 +138,7 @@ class TurnRunner:
         if not results or any(r.role != "tool" for r in results[:-1]) \
                 or results[0].role != "tool" or results[-1].role not in ("tool", "user"):
             raise ConversationError("Tool results need at least one message of role 'tool'.")
-        plan = self._ledger().plan_results(self._open.messages, results)
+        plan = self._fitting(lambda branch: self._ledger().plan_results(branch, results))
         self._store.add_messages(self._open.id, [  # all or none
             Message(r.role, r.content, token_ids=plan.user_ids if i == 0 or plan.user_ids is None
                     else [], ledger_key=plan.key, ledger_start=plan.start and i == 0,
@@ -207,6 +212,23 @@ class TurnRunner:
     def _ledger(self) -> Ledger:
         return self._open.ledger(self._engine)
 
+    def _fitting(self, plan_for: Callable[[list[Message]], Plan]) -> Plan:
+        """The plan for new messages after the branch; when they overflow the
+        window under ``context_policy compact``, after the branch's compaction
+        (``Compactor.at_overflow``), or as the fallback planned it, and why."""
+        self._compactor.pause()  # the turn goes first
+        self._compaction_note = None
+        plan = plan_for(self._open.messages)
+        settings = self._open.generation
+        if plan.overflow and settings.context_policy == "compact" \
+                and settings.history == "ledger":
+            switched, self._compaction_note = self._compactor.at_overflow()
+            if switched is not None:
+                plan = plan_for(self._open.messages)
+            else:
+                self._compaction_note += ": the oldest messages were left out instead"
+        return plan
+
     def _with_retrieved(self, query: str, content: str) -> tuple[str, list[Source] | None]:
         self._retrieval.last = None
         found = self._retrieval.retrieve(query, message=content)
@@ -232,6 +254,7 @@ class TurnRunner:
         thought: list[str] = []
         saved_at = time.monotonic()
         self.started += 1
+        self._compactor.pause()
         self._engine.supersede_typing()  # before any engine job: a send goes first
         try:
             if (self._engine.needs_restore(plan.prompt.tokens)
@@ -257,6 +280,7 @@ class TurnRunner:
         finally:
             self._pins.keep(done.stats if done is not None else None)
             if done is not None:
+                done.stats.compaction, self._compaction_note = self._compaction_note, None
                 self._finish(done, plan.key)
             elif pieces or thought:
                 # The engine failed mid-reply: keep what was shown, marked stopped.
@@ -264,6 +288,7 @@ class TurnRunner:
                                         cancelled=True,
                                         reasoning="".join(thought).rstrip() or None)
                 self._open.reload()
+            self._compactor.after_turn()  # idle now: what the window will need is prepared
 
     def _checkpoint(self, parent: int | None, text: str, reasoning: str = "") -> None:
         try:
