@@ -19,7 +19,7 @@ from mlxchat.session.conversation import Conversation
 def small_llama() -> LoadedModel:
     """A random llama big enough that compute dominates (head_dim 64)."""
     from mlxchat.models import load_folder
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     folder = Path(tempfile.mkdtemp(prefix="mlxchat-bench-"))
     return load_folder(write_tiny_model(folder, hidden_size=256, num_layers=4, num_heads=4,

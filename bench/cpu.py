@@ -174,7 +174,7 @@ def main() -> int:
     if a.worker:
         print(json.dumps(worker(a.worker, a.mode, a.prefill, a.decode)))
         return 0
-    from mlxchat.models.gguf_import import bundled_gguf
+    from mlxchat.models.gguf.importer import bundled_gguf
 
     python = _llamacpp_python(a.llamacpp_python)
     print(f"load average {os.getloadavg()[0]:.2f}; llama.cpp: "

@@ -110,7 +110,7 @@ def main() -> None:
     if args.role:
         Path(args.out).write_text(json.dumps(role(args)))
         return
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     work = Path(tempfile.mkdtemp(prefix="mlxchat-bench-dist-"))
     model = write_tiny_model(work / "model", hidden_size=384, num_layers=6, num_heads=6,

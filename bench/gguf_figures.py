@@ -63,9 +63,9 @@ def float_reference(path: Path, config: dict):
 
     import mlx.core as mx
 
-    from mlxchat.models.gguf import read_header
-    from mlxchat.models.gguf_arch import ARCHS, mlx_name, row_heads, unpermute
-    from mlxchat.models.gguf_quants import dequantized
+    from mlxchat.models.gguf.header import read_header
+    from mlxchat.models.gguf.arch import ARCHS, mlx_name, row_heads, unpermute
+    from mlxchat.models.gguf.quants import dequantized
 
     header = read_header(path)
     arch = ARCHS[header.architecture]
@@ -104,7 +104,7 @@ def import_figures(kind: str = "Q4_K") -> dict[str, float]:
     import json
 
     from mlxchat.models import bundled_gguf, load_folder
-    from mlxchat.models.gguf_import import convert_gguf
+    from mlxchat.models.gguf.importer import convert_gguf
 
     work = Path(tempfile.mkdtemp(prefix="mlxchat-bench-gguf-"))
     k_file = work / f"smollm2-{kind}.gguf"
@@ -132,9 +132,9 @@ def type_errors(path: Path, folder: Path) -> dict[str, dict]:
     import mlx.core as mx
     import numpy as np
 
-    from mlxchat.models.gguf import read_header
-    from mlxchat.models.gguf_arch import ARCHS, mlx_name, row_heads, unpermute
-    from mlxchat.models.gguf_quants import GROUP_SIZE, PLANS, dequantized
+    from mlxchat.models.gguf.header import read_header
+    from mlxchat.models.gguf.arch import ARCHS, mlx_name, row_heads, unpermute
+    from mlxchat.models.gguf.quants import GROUP_SIZE, PLANS, dequantized
 
     header = read_header(path)
     arch = ARCHS[header.architecture]

@@ -79,7 +79,7 @@ def _ratio(work: Path, arch: str, config: dict, mix: str) -> float:
     import mlx.core as mx
 
     from mlxchat.models import load_folder
-    from mlxchat.models.gguf_import import convert_gguf
+    from mlxchat.models.gguf.importer import convert_gguf
 
     from tests.models.gguf_files import MLX_MODULE
     from tests.models.loud_gemma import perplexity, sampled_ids

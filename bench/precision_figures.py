@@ -25,7 +25,7 @@ from tests.models.prose import PROSE  # noqa: E402
 
 def _bundled(work: Path) -> tuple[dict[str, float], Path]:
     from mlxchat.models import bundled_gguf, load_folder
-    from mlxchat.models.gguf_import import convert_gguf
+    from mlxchat.models.gguf.importer import convert_gguf
 
     convert_gguf(bundled_gguf(), work / "bundled")
     ours = load_folder(work / "bundled", available=None)
@@ -40,7 +40,7 @@ def _bundled(work: Path) -> tuple[dict[str, float], Path]:
 
 def _loud(work: Path) -> dict[str, float]:
     from mlxchat.models import load_folder
-    from mlxchat.models.gguf_import import convert_gguf
+    from mlxchat.models.gguf.importer import convert_gguf
 
     from tests.models.loud_gemma import FILES, reference, sampled_ids, write_loud_gemma
     from tests.models.loud_gemma import perplexity as ppl

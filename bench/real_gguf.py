@@ -106,8 +106,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from bench.cpu import _llamacpp_python
-    from mlxchat.models.gguf import read_header
-    from mlxchat.models.gguf_arch import ARCHS
+    from mlxchat.models.gguf.header import read_header
+    from mlxchat.models.gguf.arch import ARCHS
 
     header = read_header(args.file)
     arch = ARCHS.get(header.architecture)
@@ -125,8 +125,8 @@ def main() -> int:
 
 def measure(path: Path, work: Path, python: str | None) -> int:
     from mlxchat.models import load_folder
-    from mlxchat.models.gguf import read_header
-    from mlxchat.models.gguf_import import convert_gguf
+    from mlxchat.models.gguf.header import read_header
+    from mlxchat.models.gguf.importer import convert_gguf
 
     header = read_header(path)
     started = time.perf_counter()

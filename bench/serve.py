@@ -45,7 +45,7 @@ MANY_TOKENS = 8
 
 def model_folder(name: str) -> Path:
     if name == "small-llama":
-        from mlxchat.models.tiny import write_tiny_model
+        from mlxchat.models.testing.text import write_tiny_model
 
         return write_tiny_model(Path(tempfile.mkdtemp(prefix="mlxchat-bench-")),
                                 hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2,

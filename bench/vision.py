@@ -54,7 +54,7 @@ from mlxchat.engine.events import TurnDone  # noqa: E402
 from mlxchat.engine.prompt.fit import FittedPrompt  # noqa: E402
 from mlxchat.generation import GenerationSettings  # noqa: E402
 from mlxchat.models import load_folder  # noqa: E402
-from mlxchat.models.vision_images import file_digest  # noqa: E402
+from mlxchat.models.vision.images import file_digest  # noqa: E402
 from mlxchat.paths import kv_dir  # noqa: E402
 
 ONE = GenerationSettings(temperature=0.0, max_tokens=1)

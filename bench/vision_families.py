@@ -84,7 +84,7 @@ _SIDES = {"qwen2_vl": 448, "qwen2_5_vl": 448, "qwen3_vl": 512}
 
 
 def _write_gemma3(folder: Path, template: str) -> Path:
-    from mlxchat.models.tiny_vision_gemma3 import write_tiny_gemma3_vl
+    from mlxchat.models.testing.gemma3 import write_tiny_gemma3_vl
 
     published = json.loads((DATA / "gemma-3-4b-it.preprocessor_config.json").read_text())
     return write_tiny_gemma3_vl(folder, chat_template=template, hidden_size=256,
@@ -111,7 +111,7 @@ def _gemma3_processor(folder: Path, template: str) -> Any:
 
 
 def _write_smolvlm(folder: Path, template: str) -> Path:
-    from mlxchat.models.tiny_vision_smolvlm import write_tiny_smolvlm
+    from mlxchat.models.testing.smolvlm import write_tiny_smolvlm
 
     return write_tiny_smolvlm(folder, chat_template=template, hidden_size=256, num_layers=4,
                               tile=64, patch_size=4, longest_edge=128)
@@ -138,7 +138,7 @@ _SMOLVLM_TILE_TOKENS = 64
 
 
 def _write_mistral3(folder: Path, template: str) -> Path:
-    from mlxchat.models.tiny_vision_mistral3 import write_tiny_mistral3
+    from mlxchat.models.testing.mistral3 import write_tiny_mistral3
 
     published = json.loads((DATA / "mistral-small-3.preprocessor_config.json").read_text())
     return write_tiny_mistral3(folder, chat_template=template, hidden_size=256, num_layers=4,

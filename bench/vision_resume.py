@@ -36,7 +36,7 @@ from mlxchat.engine.core import ChatEngine  # noqa: E402
 from mlxchat.engine.disk.segments import SegmentRef  # noqa: E402
 from mlxchat.engine.prompt.fit import FittedPrompt  # noqa: E402
 from mlxchat.models import load_folder  # noqa: E402
-from mlxchat.models import vision_model  # noqa: E402
+from mlxchat.models.vision import model as vision_model
 
 PLACED = {"tokens": 0, "seconds": 0.0}
 _extend = vision_model.Positions._extend

@@ -100,7 +100,7 @@ def bundled_model(bundled_model_dir: Path):
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random float32 llama folder with a byte-level tokenizer (loads in ms)."""
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
@@ -110,7 +110,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory):
     """A tiny model loaded once, a LoadedModel named and specified "tiny": float32,
     head_dim 16, a turn in milliseconds. Engine, command and app tests share it."""
     from mlxchat.models import load_folder
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny")), name="tiny",
                        spec="tiny")
@@ -120,7 +120,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory):
 def tiny64(tmp_path_factory: pytest.TempPathFactory):
     """A tiny llama with head_dim 64, so the KV cache can be quantized."""
     from mlxchat.models import load_folder
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny64"), hidden_size=128,
                                         num_heads=2, num_kv_heads=1, intermediate_size=128))

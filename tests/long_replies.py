@@ -8,7 +8,7 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from mlxchat.models.tiny import SPECIALS, write_tiny_model
+from mlxchat.models.testing.text import SPECIALS, write_tiny_model
 
 
 def never_ending(folder: Path, *, context_window: int = 16384) -> Path:

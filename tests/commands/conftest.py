@@ -13,7 +13,7 @@ from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TurnDone
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import LoadedModel, ModelError, load_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 

@@ -6,7 +6,7 @@ import pytest
 
 from mlxchat.commands import CommandContext
 from mlxchat.models import load_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 
 from tests.commands.conftest import NOW, make_conversation, send
 

@@ -7,7 +7,7 @@ from mlxchat.chat import human_bytes
 from mlxchat.commands import CommandContext
 from mlxchat.models import cpu_matmul as cm
 from mlxchat.models import load_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 
 from tests.commands.conftest import NOW, make_conversation, send
 

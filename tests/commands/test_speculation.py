@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mlxchat.models import load_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 
 from tests.commands.conftest import make_conversation, send
 from tests.families.builders import FAMILIES, write_family_model

@@ -21,7 +21,7 @@ NOT_HERE = "192.0.2.1"  # TEST-NET-1: an address no machine of ours has
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory) -> Path:
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("checked-llama"))
 

@@ -18,7 +18,7 @@ from tests.distributed.test_hosts_cli import ROOT, rank_pids
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory) -> Path:
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("check-llama"))
 

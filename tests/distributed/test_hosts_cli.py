@@ -81,7 +81,7 @@ def ask(model: Path, home: Path, prompt: str, *args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory) -> Path:
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("hosts-llama"))
 

@@ -15,7 +15,7 @@ from mlxchat.engine.events import EngineError
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import ModelError, load_sharded
 from mlxchat.models.sharding import ShardPlan
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 
 
 class TwoRanks:

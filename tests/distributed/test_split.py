@@ -83,7 +83,7 @@ def ids(run: dict) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def llama(tmp_path_factory) -> Path:
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     return write_tiny_model(tmp_path_factory.mktemp("llama"))
 
@@ -133,7 +133,7 @@ def _quantized_llama(folder: Path) -> Path:
     of a row still holds whole groups)."""
     from mlx_lm import convert
 
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     src = write_tiny_model(folder / "src", hidden_size=128, num_heads=4, num_kv_heads=2,
                            intermediate_size=256)
@@ -144,7 +144,7 @@ def _quantized_llama(folder: Path) -> Path:
 def _ministral3_three_heads(folder: Path) -> Path:
     """A tiny ministral3 whose 3 heads do not divide over 2 ranks: mlx-lm's
     pipeline parallel (layers split into stages) is chosen instead."""
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     out = write_tiny_model(folder, hidden_size=48, num_heads=3, num_kv_heads=3,
                            intermediate_size=96)

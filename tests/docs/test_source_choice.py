@@ -101,7 +101,7 @@ def test_a_message_sends_neither_the_irrelevant_nor_the_same_text_twice(tiny, tm
 
 def test_the_default_budget_is_an_eighth_of_the_window(tmp_path):
     from mlxchat.models import load_folder
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     window = 8192
     loaded = load_folder(write_tiny_model(tmp_path / "m", context_window=window), name="tiny",
@@ -130,7 +130,7 @@ def test_a_long_note_that_alone_answers_still_sends_its_chunks(tmp_path):
     # so unrelated notes come before the heron page's later chunks; the
     # floor, not a cut at k, must decide, and it keeps the heron chunks.
     from mlxchat.models import load_folder
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     loaded = load_folder(write_tiny_model(tmp_path / "m", context_window=32768), name="tiny",
                          spec="tiny")  # a token a byte: room for five long chunks

@@ -98,7 +98,7 @@ def test_tools_naming_no_configured_server_is_one_line_and_exit_2_before_any_loa
 @pytest.mark.parametrize("generic", [False, True])
 def test_tools_on_a_template_without_tools_is_said_and_the_generic_prompt_runs_calls(
         generic, tmp_path, capsys, monkeypatch):
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     folder = write_tiny_model(tmp_path / "tiny")  # ChatML without tools, as SmolLM2's
     markers = tmp_path / "markers"

@@ -19,7 +19,7 @@ from mlxchat.config import Settings
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TurnDone
 from mlxchat.models import load_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 

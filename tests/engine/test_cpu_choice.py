@@ -16,7 +16,7 @@ from mlxchat.engine.turn import cpu_choice
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import cpu_matmul as cm
 from mlxchat.models.loader import load_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 from mlxchat.paths import cache_dir
 
 from .conftest import conversation, run

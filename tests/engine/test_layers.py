@@ -147,6 +147,33 @@ def test_length_and_bytes_agree_with_what_was_fed(name):
         assert row.bits(c) == 4 and row.dtype(c) is None
 
 
+@pytest.mark.parametrize("name", sorted(BUILD))
+def test_growth_batching_and_rows_on_disk_follow_the_class(name):
+    """What the next tokens add (bytes a position, and the window that caps
+    them), whether mlx-lm's batch form takes the layer, whether a segment
+    keeps it as rows: each from its row, as the class works."""
+    c = BUILD[name]().layer
+    row = layers.row(c)
+    keys = mx.concatenate([k for k, _ in BUILD["KVCache"]().fed], axis=2)
+    quantized = sum(a.nbytes for a in mx.quantize(keys, group_size=32, bits=4)) * 2
+    expected = {"KVCache": [(PER_POSITION, None)],
+                "QuantizedKVCache": [(quantized // sum(SIZES), None)],
+                "RotatingKVCache": [(PER_POSITION, 6)], "ChunkedKVCache": [(PER_POSITION, 6)],
+                "ArraysCache": [], "CacheList": [(PER_POSITION, None)]}[name]
+    assert row.growth(c) == expected
+    assert row.joins_batch(c) == (name in ("KVCache", "RotatingKVCache"))
+    assert row.as_rows == (name in ("RotatingKVCache", "ChunkedKVCache"))
+    if row.joins_batch(c):  # a subclass has no batch form of its own
+        sub = type("Sub", (type(c),), {})
+        assert not row.joins_batch(sub.__new__(sub))
+
+
+def test_an_empty_layer_grows_by_bytes_not_known_yet():
+    assert layers.row(KVCache()).growth(KVCache()) == [(None, None)]
+    window = RotatingKVCache(max_size=6, keep=2)
+    assert layers.row(window).growth(window) == [(None, 6)]
+
+
 def test_the_window_wrapped_and_the_chunk_moved_on():
     """The cases above reach the states that make these rows differ."""
     window = BUILD["RotatingKVCache"]().layer

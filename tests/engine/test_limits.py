@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mlxchat.chat import Message
@@ -192,3 +194,28 @@ def test_kv_bits_on_a_head_size_mlx_cannot_quantize_is_one_line(engine):
                               "to none)")
     # Nothing was left half-done: the next turn at full precision answers.
     assert run(engine, [Message("user", "Hi")], GREEDY).reply
+
+
+def test_a_quantized_cache_is_saved_short_of_its_end_and_restores_there(tiny64, tmp_path):
+    """A turn's prompt part is saved apart from its reply (``end`` short of
+    the cache's): a quantized layer keeps every position, so it is cut there
+    like a plain one, and a fresh engine restores exactly that prefix."""
+    from mlxchat.engine.disk.segments import SegmentRef
+
+    settings = GenerationSettings(temperature=0, max_tokens=8, kv_bits=4)
+    msgs = [Message("user", "A question with some words in it. " * 4)]
+    engine, fresh = ChatEngine(tiny64), ChatEngine(tiny64)
+    try:
+        done = run(engine, msgs, settings)
+        tokens = list(engine.cached_tokens)
+        end = len(tokens) - len(done.token_ids)
+        info = engine.save_segment(tmp_path / "prompt.safetensors", 0, end)
+        assert (info.end, info.kv_bits) == (end, 4)
+        ref = SegmentRef(Path(info.path), 0, end, info.checksum, tokens[:end])
+        assert fresh.load_segments([ref]).ok
+        assert fresh.cached_tokens == tokens[:end] and fresh.state().kv_bits == 4
+        again = run(fresh, msgs, settings)
+        assert again.stats.reused_tokens == end - 1 and again.reply == done.reply
+    finally:
+        engine.close()
+        fresh.close()

@@ -130,7 +130,7 @@ def test_template_that_rewrites_earlier_turns_is_named(tmp_path):
     """Like reasoning models that drop earlier thinking: an earlier reply renders
     shorter in the next prompt than the tokens the cache holds for it."""
     from mlxchat.models import load_folder
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     template = (
         "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"

@@ -9,7 +9,7 @@ from mlx_lm.models.cache import RotatingKVCache
 from mlxchat.chat import Message
 from mlxchat.engine.core import ChatEngine
 from mlxchat.models import load_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 
 from .conftest import run
 from tests.old_snapshots import write_old_snapshot

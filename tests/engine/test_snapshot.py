@@ -14,7 +14,7 @@ from mlxchat.chat import Message
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.disk import snapshot
 from mlxchat.models import load_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 
 from .conftest import GREEDY, run
 from tests.old_snapshots import write_old_snapshot

@@ -16,7 +16,7 @@ from mlxchat.engine.kv import prompt_cache
 from mlxchat.engine.speculative.lookup import Proposer
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import load_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 
 from .conftest import run
 from tests.families.builders import FAMILIES, write_family_model

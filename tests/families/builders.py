@@ -14,7 +14,7 @@ from pathlib import Path
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from mlxchat.models.tiny import _byte_chars
+from mlxchat.models.testing.text import _byte_chars
 from mlxchat.models.tokenizer import write_bpe_tokenizer
 
 from . import templates

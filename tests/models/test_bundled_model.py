@@ -132,7 +132,7 @@ def test_new_reader_keeps_the_old_arrays_and_perplexity(bundled_model_dir, prose
     import shutil
 
     from mlxchat.models import bundled_gguf, load_folder
-    from mlxchat.models.gguf_arch import ARCHS, mlx_name, unpermute
+    from mlxchat.models.gguf.arch import ARCHS, mlx_name, unpermute
 
     old = mx.load(str(bundled_gguf()))
     ours = mx.load(str(bundled_model_dir / "model.safetensors"))

@@ -12,7 +12,7 @@ from mlxchat.engine.events import TurnDone
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import catalog, load_folder
 from mlxchat.models.sampling import FALLBACK, ModelSampling, from_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 
 QUESTION = [Message("user", "Tell me a story about a lighthouse keeper and the sea.")]
 

@@ -12,9 +12,9 @@ from mlx.utils import tree_flatten
 from mlx_lm.models import llama
 
 from mlxchat.models import ModelError, import_gguf, load_model
-from mlxchat.models.gguf import read_header
-from mlxchat.models.gguf_import import CONVERTER_VERSION
-from mlxchat.models.tiny import SPECIALS, _byte_chars
+from mlxchat.models.gguf.header import read_header
+from mlxchat.models.gguf.importer import CONVERTER_VERSION
+from mlxchat.models.testing.text import SPECIALS, _byte_chars
 
 from tests.models.gguf_writer import encode, tiny_llama_gguf, write_gguf
 

@@ -14,8 +14,8 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from mlxchat.models.gguf import read_header
-from mlxchat.models.gguf_quants import PLANS, REQUANT_ERROR, pack, to_mlx
+from mlxchat.models.gguf.header import read_header
+from mlxchat.models.gguf.quants import PLANS, REQUANT_ERROR, pack, to_mlx
 
 from tests.models.gguf_files import encode
 
@@ -185,7 +185,7 @@ def test_q4_k_m_mix_keeps_each_tensor_width(tmp_path):
 @pytest.mark.parametrize("kind", ["Q4_K", "Q6_K", "Q5_0"])
 def test_conversion_in_row_chunks_is_the_same(tmp_path, kind, monkeypatch):
     """Big tensors are converted a few rows at a time (bounded memory): same arrays."""
-    from mlxchat.models import gguf_quants
+    from mlxchat.models.gguf import quants as gguf_quants
 
     t, _ = one_tensor_file(tmp_path, weights(rows=12), kind)
     whole = to_mlx(t)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mlxchat.models import ModelError
-from mlxchat.models.gguf import _value, read_header
+from mlxchat.models.gguf.header import _value, read_header
 
 from tests.models.gguf_writer import write_gguf
 

@@ -10,7 +10,7 @@ import mlx.core as mx
 import numpy as np
 
 from mlxchat.models import load_model
-from mlxchat.models.gguf_quants import PLANS, REQUANT_ERROR
+from mlxchat.models.gguf.quants import PLANS, REQUANT_ERROR
 
 from tests.models.gguf_files import random_params, write_model
 from tests.models.test_gguf_arch import BASE, metadata

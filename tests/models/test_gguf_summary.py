@@ -5,8 +5,9 @@ from __future__ import annotations
 import gguf
 import pytest
 
-from mlxchat.models import ModelError, gguf_summary
-from mlxchat.models.gguf import read_header
+from mlxchat.models import ModelError
+from mlxchat.models.gguf import summary as gguf_summary
+from mlxchat.models.gguf.header import read_header
 from mlxchat.models.scan import inspect
 
 from tests.models.gguf_files import random_params, write_model

@@ -11,7 +11,7 @@ import regex
 from tokenizers import Tokenizer
 
 from mlxchat.models import ModelError, import_gguf, load_model
-from mlxchat.models.tiny import _byte_chars
+from mlxchat.models.testing.text import _byte_chars
 
 from tests.models.gguf_files import random_params, write_model
 from tests.models.test_gguf_arch import BASE, metadata

@@ -22,7 +22,7 @@ from mlxchat.models import (
     load_model,
     remove_user_alias,
 )
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 
 from tests.models.gguf_writer import tiny_llama_gguf
 from tests.models.test_gguf_import import CONFIG, MERGES, TOKEN_TYPES, TOKENS

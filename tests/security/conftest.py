@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from mlx_lm.utils import load_tokenizer
 
-from mlxchat.models.tiny import _byte_chars
+from mlxchat.models.testing.text import _byte_chars
 from mlxchat.models.tokenizer import write_bpe_tokenizer
 
 LLAMA3_SPECIALS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>",

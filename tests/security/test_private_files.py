@@ -17,7 +17,7 @@ from mlxchat.config import Settings, save_settings
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.disk import segments as segments_module
 from mlxchat.engine.events import TurnDone
-from mlxchat.models.gguf_import import import_gguf_cached
+from mlxchat.models.gguf.importer import import_gguf_cached
 from mlxchat.session.conversation import Conversation
 from mlxchat.store import open_store
 

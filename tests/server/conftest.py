@@ -15,8 +15,8 @@ import pytest
 from mlxchat.config import Settings
 from mlxchat.generation import GenerationSettings
 from mlxchat.server.app import build_app
+from mlxchat.server.core.service import ChatService
 from mlxchat.server.runner import RunningServer
-from mlxchat.server.service import ChatService
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store

@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 
 from mlxchat.models import load_folder, precision
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 from mlxchat.server.beside import ServeControl, SharedServer
 from mlxchat.server.options import ServeOptions
 from mlxchat.server.runner import ServerFailed

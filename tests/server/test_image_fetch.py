@@ -10,11 +10,11 @@ import hashlib
 
 import pytest
 
-from mlxchat.server.api_turns import ApiRequest, IncomingMessage
-from mlxchat.server.errors import ApiError
-from mlxchat.server import fetch_guard
-from mlxchat.server.image_fetch import FetchLimits, fetch_images
-from mlxchat.server.images import ImageBlob
+from mlxchat.server.core import fetch_guard
+from mlxchat.server.core.api_turns import ApiRequest, IncomingMessage
+from mlxchat.server.core.errors import ApiError
+from mlxchat.server.core.image_fetch import FetchLimits, fetch_images
+from mlxchat.server.core.images import ImageBlob
 
 from tests.server.image_hosts import GOOD, ImageHosts
 from tests.waiting import until

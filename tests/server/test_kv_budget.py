@@ -108,7 +108,7 @@ def test_the_least_recently_used_go_first_said_in_the_log_and_to_the_next_turn(
             ids[name] = running.conv.session.id
         _turn(api, talks["a"], "A goes on.")  # A is used more recently than B now
         running.service.kv_budget.limit_bytes = 1  # room for the session in use only
-        with caplog.at_level(logging.INFO, logger="mlxchat.server.kv_budget"):
+        with caplog.at_level(logging.INFO, logger="mlxchat.server.core.kv_budget"):
             _turn(api, talks["c"], "Conversation c is the third.")
         evicted = running.service.last_eviction
         assert evicted.sessions == [ids["b"], ids["a"]]  # least recently used first

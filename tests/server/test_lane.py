@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from mlxchat.server.lane import _END, EngineLane, Job, QueueFull
+from mlxchat.server.core.lane import _END, EngineLane, Job, QueueFull
 
 
 async def test_jobs_run_in_order_a_full_queue_refuses_and_a_waiting_job_can_leave():

@@ -14,7 +14,7 @@ import pytest
 from openai import OpenAI
 
 from mlxchat.engine.events import TextDelta, TurnDone
-from mlxchat.server.service import ids_up_to
+from mlxchat.server.core.service import ids_up_to
 from mlxchat.session.lock import SessionLock
 
 from tests.server.conftest import open_tiny, request, serve

@@ -12,8 +12,8 @@ from openai import OpenAI
 
 from mlxchat.chat import CalledTool
 from mlxchat.engine.events import TurnDone
-from mlxchat.server.api_turns import ApiRequest, ApiTurns, IncomingMessage
-from mlxchat.server.tool_calls import calls_signature
+from mlxchat.server.core.api_turns import ApiRequest, ApiTurns, IncomingMessage
+from mlxchat.server.core.tool_calls import calls_signature
 
 from tests.scripted import Scripted
 from tests.server.conftest import WEATHER, open_tiny, real_qwen3, request, serve

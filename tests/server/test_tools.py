@@ -12,10 +12,16 @@ from openai import OpenAI
 
 from mlxchat.models import load_folder
 from mlxchat.models.tools import ToolCall, call_markup
-from mlxchat.server.openai_api import _ChatShape, _events
-from mlxchat.server.requests import tool_signature
-from mlxchat.server.service import Finished, Piece
-from mlxchat.server.tool_calls import CallCut, calls_signature, openai_calls, reply_parts, with_ids
+from mlxchat.server.core.requests import tool_signature
+from mlxchat.server.core.service import Finished, Piece
+from mlxchat.server.core.tool_calls import (
+    CallCut,
+    calls_signature,
+    openai_calls,
+    reply_parts,
+    with_ids,
+)
+from mlxchat.server.openai.chat import _ChatShape, _events
 from mlxchat.turn_stats import TurnStats
 
 from tests.families.builders import with_template, write_family_model
@@ -136,7 +142,7 @@ async def test_streamed_calls_arrive_as_delta_tool_calls(qwen3):
 
 
 async def test_ollama_gets_calls_in_its_own_shape(qwen3):
-    from mlxchat.server.ollama_api import _final, _lines, _message
+    from mlxchat.server.ollama.chat import _final, _lines, _message
 
     parts = reply_parts(qwen3.tokenizer, REPLY, tools=True)
     end = Finished(parts.content, "", TurnStats(), "tool_calls", 1, with_ids(parts.calls))
@@ -160,7 +166,7 @@ async def test_ollama_streams_the_text_held_back_at_a_calls_markup(qwen3):
     """What the stream held back (a possible marker's start, a call cut short,
     text after the calls) goes out before the end: the client's copy is the
     stored one."""
-    from mlxchat.server.ollama_api import _lines
+    from mlxchat.server.ollama.chat import _lines
 
     for text in (REPLY + "\nDone.", REPLY[:-len("</tool_call>")]):
         parts = reply_parts(qwen3.tokenizer, text, tools=True)

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import tempfile
 
-from mlxchat.server import images
 from mlxchat.server.app import MAX_HEADER_BYTES
-from mlxchat.server.requests import MAX_MESSAGES, MAX_NAME_CHARS, MAX_TOOLS
+from mlxchat.server.core import images
+from mlxchat.server.core.requests import MAX_MESSAGES, MAX_NAME_CHARS, MAX_TOOLS
 
 from tests.server.conftest import WEATHER, request, serve
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from mlxchat.config import Settings
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import EngineError
-from mlxchat.server.service import ChatService
+from mlxchat.server.core.service import ChatService
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 

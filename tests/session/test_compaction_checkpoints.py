@@ -13,7 +13,7 @@ from mlx_lm.models.cache import ArraysCache, RotatingKVCache
 from mlxchat import paths
 from mlxchat.engine.disk import segment_file
 from mlxchat.models import load_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 
 from tests.families.builders import FAMILIES, write_family_model
 from tests.session.test_compaction import last, make

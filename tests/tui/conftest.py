@@ -9,7 +9,7 @@ import pytest
 def tiny_b(tmp_path_factory):
     """A second model to switch to."""
     from mlxchat.models import load_folder
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny-b"), seed=1,
                                         context_window=1024), name="tiny-b", spec="tiny-b")
@@ -20,7 +20,7 @@ def tiny_long(tmp_path_factory):
     """The tiny model with a 32k window, for a reply the test stops: it outlasts
     anything a test does meanwhile (one to the 2k window took 1 to 5 s)."""
     from mlxchat.models import load_folder
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny-long"),
                                         context_window=32768), name="tiny", spec="tiny")

@@ -24,7 +24,7 @@ def screen_lines(app) -> list[str]:
 @pytest.fixture(scope="module")
 def long_named(tmp_path_factory):
     from mlxchat.models import load_folder
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("long")), name=LONG_MODEL,
                        spec="tiny")

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from mlxchat.models import load_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 from mlxchat.session.mlx_thread import MlxThreadStopped
 from mlxchat.session.root import open_conversation
 from mlxchat.session.streams import release_thread_streams

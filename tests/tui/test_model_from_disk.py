@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import partial
 
 from mlxchat.models import load_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store
 from mlxchat.tui.app import create_app

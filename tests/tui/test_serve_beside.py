@@ -344,7 +344,7 @@ async def test_a_request_running_at_quit_is_cut_and_stored_as_stopped(tmp_path, 
 def tiny_b(tmp_path_factory):
     """Another tiny model the chat can switch to."""
     from mlxchat.models import load_folder
-    from mlxchat.models.tiny import write_tiny_model
+    from mlxchat.models.testing.text import write_tiny_model
 
     return load_folder(write_tiny_model(tmp_path_factory.mktemp("tiny-b"), seed=1),
                        name="tiny-b", spec="tiny-b")

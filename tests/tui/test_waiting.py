@@ -13,7 +13,7 @@ from textual.widgets import Static
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.turn.cpu_choice import CpuMatmul
 from mlxchat.models.loader import load_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 
 from .app_support import ready, settle, tiny_app, until
 

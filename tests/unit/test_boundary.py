@@ -47,7 +47,7 @@ def test_the_module_list_is_the_whole_package_but_the_ui():
     assert {"mlxchat", "mlxchat.errors", "mlxchat.chat", "mlxchat.config", "mlxchat.session",
             "mlxchat.engine", "mlxchat.engine.core", "mlxchat.store", "mlxchat.store.export",
             "mlxchat.commands", "mlxchat.commands.registry", "mlxchat.models",
-            "mlxchat.server.app", "mlxchat.server.lane",
+            "mlxchat.server.app", "mlxchat.server.core.lane",
             "mlxchat.tui.streaming"} <= set(modules)
     ui = ("mlxchat.cli", "mlxchat.__main__", "mlxchat.tui.widgets", "mlxchat.tui.app")
     assert not any(m == u or m.startswith(u + ".") for m in modules for u in ui)

@@ -12,10 +12,16 @@ as tests, each rule fails with the places that break it:
   (``__init__.py``), and no module renames an imported class (``A = B``);
 - no class name is defined in two modules;
 - a name is imported by one path from outside its package: the package's face
-  when the face hands it on, else the module that defines it;
+  when the face hands it on, else the module that defines it (a module inside
+  the package whose face hands it on takes it from the module that defines it:
+  ``models.resolve`` from ``models.gguf.importer``, where others take
+  ``bundled_gguf`` from ``models``);
 - outside the session layer nobody reaches a conversation's store or engine
   (``conv.store``, ``ctx.conversation.engine``): they ask its parts;
-- no module is over 400 lines.
+- no module is over 400 lines;
+- only the cache-layer table (``engine/kv/layers.py``) asks what class an
+  mlx-lm cache layer is (``isinstance``, ``type(c) is``, a class's name
+  compared): everything else asks the layer's row.
 
 The import order inside ``engine/`` (and between layers) is
 ``test_import_graph.py``'s.
@@ -24,6 +30,7 @@ The import order inside ``engine/`` (and between layers) is
 from __future__ import annotations
 
 import ast
+import importlib.util
 from collections import defaultdict
 from pathlib import Path
 
@@ -32,6 +39,7 @@ ENGINE_ROOT_FILES = {"__init__.py", "interface.py", "events.py", "results.py", "
 CONVERSATION = PACKAGE_ROOT / "session" / "conversation.py"
 CONVERSATION_MAX_LINES = 250
 MODULE_MAX_LINES = 400
+CACHE_TABLE = PACKAGE_ROOT / "engine" / "kv" / "layers.py"
 
 
 def _modules(root: Path) -> dict[Path, ast.Module]:
@@ -194,6 +202,18 @@ def import_paths(trees: dict[Path, ast.Module]) -> list[str]:
         source = handed[module].get(name)
         return origin(source, name, depth + 1) if source else module
 
+    faces = {_module_name(path) for path in trees if path.name == "__init__.py"}
+
+    def outer_face(home: str, name: str) -> str:
+        """The outermost package whose face hands ``name`` on from ``home``
+        (``home``'s own package when none does)."""
+        handing = [face for face in faces if home.startswith(face + ".")
+                   and name in handed[face] and origin(face, name) == home]
+        return min(handing, key=len, default=home.rsplit(".", 1)[0])
+
+    def inside(here: str, package: str) -> bool:
+        return package != "mlxchat" and (here == package or here.startswith(package + "."))
+
     paths: dict[tuple[str, str], set[str]] = defaultdict(set)
     for path, tree in trees.items():
         here = _module_name(path)
@@ -205,9 +225,10 @@ def import_paths(trees: dict[Path, ast.Module]) -> list[str]:
                 if f"{node.module}.{alias.name}" in defined:
                     continue  # a submodule
                 home = origin(node.module, alias.name)
-                package = home.rsplit(".", 1)[0]
-                if package != "mlxchat" and (here == package or here.startswith(package + ".")):
+                if inside(here, home.rsplit(".", 1)[0]):
                     continue  # inside its package: the module that defines it
+                if node.module == home and inside(here, outer_face(home, alias.name)):
+                    continue  # inside the package whose face hands it on (not the face: a cycle)
                 paths[(home, alias.name)].add(node.module)
     return sorted(f"{name} (from {home}): {', '.join(sorted(via))}"
                   for (home, name), via in paths.items() if len(via) > 1)
@@ -234,6 +255,50 @@ def reached_through(trees: dict[Path, ast.Module]) -> list[str]:
 def long_modules(root: Path = PACKAGE_ROOT) -> list[str]:
     return sorted(f"{_rel(p)}: {n}" for p in root.rglob("*.py")
                   if (n := len(p.read_text(encoding="utf-8").splitlines())) > MODULE_MAX_LINES)
+
+
+def cache_classes() -> set[str]:
+    """mlx-lm's cache layer classes: those of ``mlx_lm.models.cache`` built on
+    its ``_BaseCache``, read from its source."""
+    source = Path(importlib.util.find_spec("mlx_lm.models.cache").origin)
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    bases = {n.name: {_attribute_chain(b)[-1] for b in n.bases if _attribute_chain(b)}
+             for n in tree.body if isinstance(n, ast.ClassDef)}
+    found = {"_BaseCache"}
+    while grown := {name for name, of in bases.items() if of & found} - found:
+        found |= grown
+    return found - {"_BaseCache"}
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    return {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(node)
+            if isinstance(n, (ast.Name, ast.Attribute))}
+
+
+def cache_class_checks(trees: dict[Path, ast.Module], classes: set[str]) -> list[str]:
+    """Places outside the cache-layer table that ask a layer's class: an
+    ``isinstance``/``issubclass`` call, a comparison or a ``case`` naming a
+    cache class (or a module-level name holding some)."""
+    found: list[tuple[str, int, str]] = []
+    for path, tree in trees.items():
+        if path == CACHE_TABLE:
+            continue
+        held = {t.id for n in tree.body if isinstance(n, ast.Assign)
+                and _names_in(n.value) & classes for t in n.targets if isinstance(t, ast.Name)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2):
+                asked = node.args[1]
+            elif isinstance(node, ast.Compare):
+                asked = node
+            elif isinstance(node, ast.MatchClass):
+                asked = node.cls
+            else:
+                continue
+            named = _names_in(asked) & (classes | held)
+            if named:
+                found.append((_rel(path), node.lineno, ", ".join(sorted(named))))
+    return [f"{where}:{line}: {named}" for where, line, named in sorted(found)]
 
 
 # -- the tests -----------------------------------------------------------------------
@@ -272,6 +337,13 @@ def test_no_module_over_400_lines():
     assert long_modules() == []
 
 
+def test_only_the_cache_table_asks_a_layers_class():
+    classes = cache_classes()
+    assert {"KVCache", "RotatingKVCache", "QuantizedKVCache", "ChunkedKVCache", "ArraysCache",
+            "CacheList"} <= classes
+    assert cache_class_checks(_modules(PACKAGE_ROOT), classes) == []
+
+
 def test_the_checks_see_what_they_look_for():
     # Each check finds its case in a small made-up module, so none passes by
     # looking at nothing.
@@ -305,6 +377,33 @@ def test_the_checks_see_what_they_look_for():
         here: ast.parse("from mlxchat.pkg import Thing\n"),
         there: ast.parse("from mlxchat.pkg.inner import Thing\n"),
     }) == ["Thing (from mlxchat.pkg.inner): mlxchat.pkg, mlxchat.pkg.inner"]
+    # A subpackage's name handed on by the outer face: a module beside the
+    # subpackage takes it from its module; outside, two paths are two.
+    deep = PACKAGE_ROOT / "pkg" / "sub" / "inner.py"
+    sub_face = PACKAGE_ROOT / "pkg" / "sub" / "__init__.py"
+    beside = PACKAGE_ROOT / "pkg" / "beside.py"
+    trees = {face: ast.parse("from mlxchat.pkg.sub.inner import Thing\n"),
+             sub_face: ast.parse(""), deep: ast.parse("class Thing: pass\n"),
+             beside: ast.parse("from mlxchat.pkg.sub.inner import Thing\n"),
+             here: ast.parse("from mlxchat.pkg import Thing\n")}
+    assert import_paths(trees) == []
+    trees[there] = ast.parse("from mlxchat.pkg.sub.inner import Thing\n")
+    assert import_paths(trees) == [
+        "Thing (from mlxchat.pkg.sub.inner): mlxchat.pkg, mlxchat.pkg.sub.inner"]
+    asks = ast.parse(
+        "from mlx_lm.models.cache import KVCache, ChunkedKVCache, RotatingKVCache\n"
+        "JOINS = (KVCache, RotatingKVCache)\n"
+        "def f(c, meta):\n"
+        "    if isinstance(c, (cache.ArraysCache, int)):\n        return 1\n"
+        "    if type(c) is KVCache or type(c) in JOINS:\n        return 2\n"
+        "    if meta['type'] == ChunkedKVCache.__name__:\n        return 3\n"
+        "    match c:\n        case RotatingKVCache():\n            return 4\n"
+        "    return isinstance(c, dict) or len(c) == 0\n")
+    classes = {"KVCache", "ChunkedKVCache", "RotatingKVCache", "ArraysCache"}
+    assert cache_class_checks({here: asks, CACHE_TABLE: asks}, classes) == [
+        "mlxchat/made_up.py:4: ArraysCache", "mlxchat/made_up.py:6: JOINS",
+        "mlxchat/made_up.py:6: KVCache", "mlxchat/made_up.py:8: ChunkedKVCache",
+        "mlxchat/made_up.py:11: RotatingKVCache"]
 
 
 if __name__ == "__main__":
@@ -320,6 +419,8 @@ if __name__ == "__main__":
         "names imported by several paths": import_paths(trees),
         "a conversation's store or engine reached from outside": reached_through(trees),
         "modules over 400 lines": long_modules(),
+        "places outside the cache table that ask a layer's class":
+            cache_class_checks(trees, cache_classes()),
     }
     for name, value in figures.items():
         count = value if isinstance(value, int) else len(value)

@@ -21,6 +21,17 @@ or those below. `from pkg import sub`, where sub is a submodule, is an import of
 pkg.sub only (so a package's __init__ re-exporting its submodules, and those
 submodules doing `from pkg import kv`, is no cycle). `import pkg.sub` is an
 import of pkg.sub; the parents Python also runs are not edges.
+
+The server is one package per wire protocol over a shared core
+(``server_violations``): a protocol package (``mlxchat/server/<protocol>/``)
+imports ``server.core`` and the layers below, never another protocol nor the
+host modules at the server's root (app, beside, runner, ...); ``server.core``
+imports no protocol and nothing of the host.
+
+Inside models/ (``MODELS_PARTS``): gguf/ and vision/ import the root's modules
+and their own, never each other; the root imports both; testing/ (tiny random
+models for tests and benchmarks) may import any of models/, and no module of
+the app outside it imports it.
 """
 
 from __future__ import annotations
@@ -50,6 +61,10 @@ IMPORTS_NOTHING = {"mlxchat.errors"}
 # The engine's floors, bottom to top: each a subpackage of engine/ or a module at its root.
 ENGINE_FLOORS = ["events", "thread", "prompt", "kv", "results", "disk", "speculative", "batch", "turn",
                  "core", "distributed", "interface", "__init__"]
+# models/ by concept: each part (a subpackage, or "" for the root's modules) and
+# the parts it may import. Nothing outside testing/ imports testing/.
+MODELS_PARTS = {"": {"", "gguf", "vision"}, "gguf": {"", "gguf"}, "vision": {"", "vision"},
+                "testing": {"", "gguf", "vision", "testing"}}
 
 
 # -- the checker ---------------------------------------------------------------
@@ -244,12 +259,68 @@ def engine_violations(graph: dict[str, dict[str, int]]) -> list[str]:
     return problems
 
 
+def models_part(module: str) -> str | None:
+    """The part of models/ a module is in ("" for the root's modules; None:
+    not in models/); a subpackage the table does not name is its own part."""
+    parts = module.split(".")
+    if parts[:2] != ["mlxchat", "models"] or len(parts) < 3:
+        return None
+    return parts[2] if len(parts) > 3 else ""
+
+
+def models_violations(graph: dict[str, dict[str, int]]) -> list[str]:
+    problems = []
+    for module in sorted(graph):
+        part = models_part(module)
+        if part is not None and part not in MODELS_PARTS:
+            problems.append(f"{module}: in no part of models/ (add {part} to MODELS_PARTS)")
+    for module in sorted(graph):
+        here = models_part(module)
+        for target, line in sorted(graph[module].items()):
+            there = models_part(target)
+            where = f"{module} -> {target} (line {line})"
+            if there == "testing" and here != "testing":
+                problems.append(f"{where}: only tests and benchmarks import models.testing")
+            elif (here in MODELS_PARTS and there is not None
+                  and there not in MODELS_PARTS[here]):
+                problems.append(f"{where}: models.{here or '(root)'} may not import "
+                                f"models.{there or '(root)'}")
+    return problems
+
+
+def server_part(module: str) -> str | None:
+    """"core", a protocol's name, or "host" (a module at the server's root);
+    None outside the server."""
+    parts = module.split(".")
+    if parts[:2] != ["mlxchat", "server"] or len(parts) < 3:
+        return None
+    return "host" if len(parts) == 3 else parts[2]
+
+
+def server_violations(graph: dict[str, dict[str, int]]) -> list[str]:
+    problems = []
+    for module in sorted(graph):
+        here = server_part(module)
+        if here is None or here == "host":
+            continue
+        for target, line in sorted(graph[module].items()):
+            there = server_part(target)
+            if there is None or there == here or (there == "core" and here != "core"):
+                continue
+            what = "the host" if there == "host" else f"server.{there}"
+            problems.append(f"{module} -> {target} (line {line}): server.{here} may not "
+                            f"import {what}")
+    return problems
+
+
 def check(root: Path) -> list[str]:
     """Every problem of the package at `root`: cycles, then layer violations,
-    then the engine's floors."""
+    then the engine's floors, then the server's protocols, then the parts of
+    models/."""
     graph = build_graph(root)
     cycles = [f"cycle: {' -> '.join(path)}" for path in find_cycles(graph)]
-    return cycles + layer_violations(graph) + engine_violations(graph)
+    return (cycles + layer_violations(graph) + engine_violations(graph)
+            + server_violations(graph) + models_violations(graph))
 
 
 # -- the tests -----------------------------------------------------------------
@@ -346,4 +417,55 @@ def test_the_checker_holds_the_engine_floors(tmp_path):
         "mlxchat.engine.helpers: on no engine floor (add it to ENGINE_FLOORS)",
         "mlxchat.engine.disk.segments -> mlxchat.engine.turn.pipeline (line 1): up an "
         "engine floor, disk imports turn",
+    ]
+
+
+def test_the_checker_holds_the_parts_of_models(tmp_path):
+    pkg = _write(tmp_path, {"__init__.py": "", "models/__init__.py": "",
+                            "models/errors.py": "",
+                            "models/loader.py": "from mlxchat.models.vision import load\n",
+                            "models/gguf/__init__.py": "",
+                            "models/gguf/header.py": "from mlxchat.models import errors\n",
+                            "models/gguf/vocab.py": "from mlxchat.models.vision import images\n",
+                            "models/vision/__init__.py": "",
+                            "models/vision/images.py": "", "models/vision/load.py": "",
+                            "models/testing/__init__.py": "",
+                            "models/testing/text.py": "from mlxchat.models.gguf import header\n",
+                            "models/helpers/__init__.py": "",
+                            "engine/__init__.py": "",
+                            "engine/core.py": "from mlxchat.models.testing import text\n",
+                            "engine/events.py": ""})
+    assert check(pkg) == [
+        "mlxchat.models.helpers.__init__: in no part of models/ (add helpers to MODELS_PARTS)",
+        "mlxchat.engine.core -> mlxchat.models.testing.text (line 1): only tests and "
+        "benchmarks import models.testing",
+        "mlxchat.models.gguf.vocab -> mlxchat.models.vision.images (line 1): "
+        "models.gguf may not import models.vision",
+    ]
+
+def test_the_checker_keeps_the_protocols_apart(tmp_path):
+    pkg = _write(tmp_path, {"__init__.py": "", "server/__init__.py": "",
+                            "server/app.py": "from mlxchat.server.openai import chat\n",
+                            "server/options.py": "",
+                            "server/core/__init__.py": "",
+                            "server/core/service.py": "from mlxchat.server import options\n",
+                            "server/core/errors.py": "from mlxchat.server.ollama import chat\n",
+                            "server/openai/__init__.py": "",
+                            "server/openai/chat.py": (
+                                "from mlxchat.server.core import service\n"
+                                "from mlxchat.server.anthropic import shape\n"),
+                            "server/anthropic/__init__.py": "",
+                            "server/anthropic/shape.py": "from mlxchat.server import app\n",
+                            "server/ollama/__init__.py": "", "server/ollama/chat.py": ""})
+    assert check(pkg) == [
+        "cycle: mlxchat.server.anthropic.shape -> mlxchat.server.app -> "
+        "mlxchat.server.openai.chat -> mlxchat.server.anthropic.shape",
+        "mlxchat.server.anthropic.shape -> mlxchat.server.app (line 1): server.anthropic "
+        "may not import the host",
+        "mlxchat.server.core.errors -> mlxchat.server.ollama.chat (line 1): server.core "
+        "may not import server.ollama",
+        "mlxchat.server.core.service -> mlxchat.server.options (line 1): server.core "
+        "may not import the host",
+        "mlxchat.server.openai.chat -> mlxchat.server.anthropic.shape (line 2): "
+        "server.openai may not import server.anthropic",
     ]

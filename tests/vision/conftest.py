@@ -1,5 +1,11 @@
 """Tiny random vision-language models (mlx-vlm's classes, random weights) and
-images made with Pillow: real MLX, a fraction of a second per turn."""
+images made with Pillow: real MLX, a fraction of a second per turn.
+
+The fixtures every family's tests share are here: the model folders (each
+family's own helpers are in its ``*_models.py``), the tiny Qwen2-VL loaded as
+the API names it (``tiny_vl``), and the images. The scenarios they share are
+``served.py`` (the API), ``sessions.py`` (a conversation) and ``turns.py``
+(the engine's six turns)."""
 
 from __future__ import annotations
 
@@ -11,8 +17,15 @@ import pytest
 
 from mlxchat.chat import ImageRef
 from mlxchat.models import load_folder
-from mlxchat.models.tiny_vision import write_tiny_qwen_vl
-from mlxchat.models.vision_images import file_digest
+from mlxchat.models.testing.gemma3 import write_tiny_gemma3_vl
+from mlxchat.models.testing.smolvlm import write_tiny_smolvlm
+from mlxchat.models.testing.vision import write_tiny_qwen_vl
+from mlxchat.models.vision.images import file_digest
+
+from .gemma3_models import WINDOW, gemma3_template
+from .gemma3_models import published_processor as gemma3_processor
+from .mistral3_models import write_mistral3
+from .smolvlm_models import smolvlm_template
 
 DATA = Path(__file__).parent / "data"
 
@@ -83,9 +96,38 @@ def qwen_folder(tmp_path_factory) -> Path:
                               chat_template=qwen_vl_template())
 
 
+@pytest.fixture(scope="session")
+def gemma3_folder(tmp_path_factory) -> Path:
+    return write_tiny_gemma3_vl(tmp_path_factory.mktemp("gemma3"),
+                                chat_template=gemma3_template(), window=WINDOW,
+                                processor_config=gemma3_processor())
+
+
+@pytest.fixture(scope="session")
+def smolvlm_folder(tmp_path_factory) -> Path:
+    return write_tiny_smolvlm(tmp_path_factory.mktemp("smolvlm"), chat_template=smolvlm_template())
+
+
+@pytest.fixture(scope="session")
+def mistral3_folder(tmp_path_factory) -> Path:
+    return write_mistral3(tmp_path_factory.mktemp("mistral3"))
+
+
 def load(folder: Path):
     """A fresh load: nothing of an earlier model object (features, positions) kept."""
     return load_folder(folder, available=None)
+
+
+def load_for_api(folder: Path):
+    """A fresh load named as the API's requests name it (``tiny``)."""
+    return load_folder(folder, name="tiny", spec="tiny", available=None)
+
+
+@pytest.fixture(scope="module")
+def tiny_vl(tmp_path_factory):
+    """A tiny Qwen2-VL for the app and the API, one a test module."""
+    return load_for_api(write_tiny_qwen_vl(tmp_path_factory.mktemp("tiny-vl"),
+                                           chat_template=qwen_vl_template()))
 
 
 def make_image(path: Path, size: tuple[int, int], seed: int, fmt: str = "PNG") -> ImageRef:
@@ -102,3 +144,20 @@ def make_image(path: Path, size: tuple[int, int], seed: int, fmt: str = "PNG") -
 def images(tmp_path) -> list[ImageRef]:
     return [make_image(tmp_path / "a.png", (100, 70), 1),
             make_image(tmp_path / "b.png", (60, 90), 2)]
+
+
+@pytest.fixture
+def shot(tmp_path) -> bytes:
+    """A PNG's bytes, as a client sends them."""
+    return Path(make_image(tmp_path / "shot.png", (100, 70), 8).path).read_bytes()
+
+
+def ramp_image(folder: Path) -> ImageRef:
+    """A 60x40 picture of colour ramps (the same pixels every run, for snapshots)."""
+    from PIL import Image
+
+    rows = np.linspace(0, 255, 40, dtype=np.uint8)
+    pixels = np.stack([np.tile(rows[:, None], (1, 60)), np.tile(rows[::-1, None], (1, 60)),
+                       np.full((40, 60), 128, np.uint8)], axis=-1)
+    Image.fromarray(pixels).save(folder / "ramp.png")
+    return ImageRef("ab" * 32, str(folder / "ramp.png"), name="ramp.png", width=60, height=40)

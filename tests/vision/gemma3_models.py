@@ -7,10 +7,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-from mlxchat.models.tiny_vision_gemma3 import write_tiny_gemma3_vl
-
 DATA = Path(__file__).parent / "data"
 WINDOW = 48
 """The tiny model's sliding window (1,024 in the published ones)."""
@@ -23,13 +19,6 @@ def gemma3_template() -> str:
 
 def published_processor() -> dict:
     return json.loads((DATA / "gemma-3-4b-it.preprocessor_config.json").read_text())
-
-
-@pytest.fixture(scope="session")
-def gemma3_folder(tmp_path_factory) -> Path:
-    return write_tiny_gemma3_vl(tmp_path_factory.mktemp("gemma3"),
-                                chat_template=gemma3_template(), window=WINDOW,
-                                processor_config=published_processor())
 
 
 def mlx_vlm_prompt(folder: Path, text: str, images: list) -> list[int]:

@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-from mlxchat.models.tiny_vision_mistral3 import write_tiny_mistral3
+from mlxchat.models.testing.mistral3 import write_tiny_mistral3
 
 DATA = Path(__file__).parent / "data"
 TEMPLATE = "mistral-small-3.1-24b-instruct-2503.chat_template.jinja"
@@ -29,11 +27,6 @@ def published_processor() -> dict:
 def write_mistral3(folder: Path, **sizes) -> Path:
     return write_tiny_mistral3(folder, chat_template=mistral3_template(),
                                processor_config=published_processor(), **sizes)
-
-
-@pytest.fixture(scope="session")
-def mistral3_folder(tmp_path_factory) -> Path:
-    return write_mistral3(tmp_path_factory.mktemp("mistral3"))
 
 
 def mlx_vlm_processor(folder: Path):

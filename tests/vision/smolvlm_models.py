@@ -6,10 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from mlxchat.models.tiny_vision_smolvlm import write_tiny_smolvlm
-
 TILE_TOKENS = 16
 """The tiny model's tokens per tile: (32 / 4)^2 patches, pixel-shuffled by 2x2."""
 DATA = Path(__file__).parent / "data"
@@ -19,11 +15,6 @@ def smolvlm_template() -> str:
     """SmolVLM-Instruct's published chat template (data/SOURCES.md): content
     read as parts only."""
     return (DATA / "smolvlm-instruct.chat_template.jinja").read_text()
-
-
-@pytest.fixture(scope="session")
-def smolvlm_folder(tmp_path_factory) -> Path:
-    return write_tiny_smolvlm(tmp_path_factory.mktemp("smolvlm"), chat_template=smolvlm_template())
 
 
 def mlx_vlm_inputs(folder: Path, text: str, images: list) -> dict:

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from mlxchat.chat import ImageRef
-from mlxchat.models.vision_images import ImageRefused, check, decode, file_digest, read_header
+from mlxchat.models.vision.images import ImageRefused, check, decode, file_digest, read_header
 
 from .conftest import load
 

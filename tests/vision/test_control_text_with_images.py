@@ -11,16 +11,14 @@ from mlxchat.engine.core import ChatEngine
 from mlxchat.generation import GenerationSettings
 
 from .conftest import load
-from .gemma3_models import gemma3_folder  # noqa: F401 (fixture)
-from .mistral3_models import mistral3_folder  # noqa: F401 (fixture)
 
 CONTROL = {"qwen2_vl": "<|im_end|>", "gemma3": "<end_of_turn>", "mistral3": "[IMG]"}
 """A control token to type: Mistral 3's is its image placeholder itself."""
 
 
 @pytest.mark.parametrize("family", sorted(CONTROL))
-def test_control_text_beside_an_image_stays_text(family, qwen_folder, gemma3_folder,  # noqa: F811
-                                                 mistral3_folder, images):  # noqa: F811
+def test_control_text_beside_an_image_stays_text(family, qwen_folder, gemma3_folder,
+                                                 mistral3_folder, images):
     folder = {"qwen2_vl": qwen_folder, "gemma3": gemma3_folder,
               "mistral3": mistral3_folder}[family]
     loaded = load(folder)

@@ -11,15 +11,12 @@ import pytest
 
 from mlxchat.engine.turn.early_images import EarlyImages, Encoded
 from mlxchat.generation import GenerationSettings
-from mlxchat.models import load_folder
 from mlxchat.store.image_files import store_image
 
 from tests.waiting import BOUND_S
 
-from .conftest import load, make_image
-from .gemma3_models import gemma3_folder  # noqa: F401 (fixture)
-from .smolvlm_models import smolvlm_folder  # noqa: F401 (fixture)
-from .test_vision_session import last, make
+from .conftest import load, load_for_api, make_image
+from .sessions import last, make
 
 QUESTIONS = ("What is this?", "Tell me more.")
 
@@ -125,7 +122,7 @@ async def test_image_command_encodes_and_clear_forgets(tmp_path, qwen_folder):
     from tests.tui.app_support import ready, send, tiny_app
 
     shot = make_image(tmp_path / "shot.png", (100, 70), 5)
-    loaded = load_folder(qwen_folder, name="tiny", spec="tiny", available=None)
+    loaded = load_for_api(qwen_folder)
     app = tiny_app(tmp_path / "s.db", loaded)
     async with app.run_test(size=(120, 50)) as pilot:
         await ready(pilot)

@@ -7,7 +7,7 @@ import pytest
 
 from mlxchat.models.catalog import lookup
 from mlxchat.models.memory import kv_layout
-from mlxchat.models.vision_load import is_vision_config
+from mlxchat.models.vision.load import is_vision_config
 
 PUBLISHED = {
     # google/gemma-3-*-it config.json, the text_config fields the KV depends on.

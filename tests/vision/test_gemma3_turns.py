@@ -20,21 +20,18 @@ from mlxchat.engine.kv import layers as kv_layers
 from mlxchat.engine.prompt.fit import FittedPrompt
 
 from .conftest import load
-from .gemma3_models import WINDOW, gemma3_folder, mlx_vlm_prompt  # noqa: F401
-from .test_vision_turns import conversation, run
+from .gemma3_models import WINDOW, mlx_vlm_prompt
+from .turns import prompt_ids, run, three_ways
 
 
-def test_prompt_and_logits_are_mlx_vlms(gemma3_folder, images):  # noqa: F811
+def test_prompt_and_logits_are_mlx_vlms(gemma3_folder, images):
     """The prompt is the one mlx-vlm's processor makes (the span's length
     with it), and the logits are those of mlx-vlm's generation path (its
     embeddings and its language model on its own cache layers): whole, and
     on mlx-lm's sliding-window layers fed in chunks that cut the image."""
     loaded = load(gemma3_folder)
     model = loaded.model
-    engine = ChatEngine(loaded)
-    ids = engine.prompts.message_ids("What is it?", system=None, previous=None,
-                                     images=images[:1])
-    engine.close()
+    ids = prompt_ids(loaded, images[:1])
     img = model.know(images[:1])[0]
     vlm = model.vlm
     image_id = vlm.config.image_token_index
@@ -62,32 +59,17 @@ def test_prompt_and_logits_are_mlx_vlms(gemma3_folder, images):  # noqa: F811
     assert diff < 1e-4 * mx.abs(theirs).max().item(), diff
 
 
-def _fresh_home(monkeypatch, tmp_path, name):
-    monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path / name))
-
-
-def test_warm_resumed_and_cold_agree_and_reuse_the_image(gemma3_folder, images,  # noqa: F811
+def test_warm_resumed_and_cold_agree_and_reuse_the_image(gemma3_folder, images,
                                                          tmp_path, monkeypatch):
-    runs = {}
-    for mode in ("warm", "resumed", "cold"):
-        _fresh_home(monkeypatch, tmp_path, mode)  # each its own features on disk
-        runs[mode] = conversation(gemma3_folder, images, tmp_path, mode)
-    (warm, warm_stats, warm_calls, sizes, ledger) = runs["warm"]
-    resumed, res_stats, res_calls, *_ = runs["resumed"]
-    cold, cold_stats, cold_calls, *_ = runs["cold"]
-    assert warm == resumed == cold
-    assert all(warm)
+    def fresh_home(mode: str) -> None:  # each mode its own features on disk
+        monkeypatch.setenv("MLXCHAT_HOME", str(tmp_path / mode))
+
+    runs = three_ways(gemma3_folder, images, tmp_path, before=fresh_home)
+    warm = runs["warm"]
+    warm_stats, sizes, ledger = warm.stats, warm.sizes, warm.ledger
     # The tower runs once per image: a resumed turn restores the image's KV,
     # a cold one (nothing restored) takes its features from disk.
-    assert warm_calls == res_calls == cold_calls == [1, 0, 0, 0, 1, 0]
-    for w, r, c in zip(warm_stats, res_stats, cold_stats):
-        assert c.reused_tokens == 0 and c.prefilled_tokens == c.prompt_tokens
-        assert (w.reused_tokens, w.prefilled_tokens) == (r.reused_tokens, r.prefilled_tokens)
-        assert w.prompt_tokens == r.prompt_tokens == c.prompt_tokens
-    for prev, w, added in zip(warm_stats, warm_stats[1:], sizes[1:]):
-        assert w.reused_tokens == prev.context_used
-        assert w.prefilled_tokens == added
-        assert w.miss_reason is None
+    assert warm.calls == runs["resumed"].calls == runs["cold"].calls == [1, 0, 0, 0, 1, 0]
     first, second = sorted({t for t in ledger if t < 0}, key=ledger.index)
     assert ledger.count(first) == ledger.count(second) == 16
     assert warm_stats[0].prefilled_tokens == sizes[0] > 16 + 6
@@ -115,8 +97,7 @@ def _turns(engine, loaded, texts, images_at, tmp_path, tag):
     return messages, ledger, refs, stats
 
 
-def test_an_image_that_left_the_window_costs_nothing_to_resume(gemma3_folder, images,  # noqa: F811
-                                                               tmp_path):
+def test_an_image_that_left_the_window_costs_nothing_to_resume(gemma3_folder, images, tmp_path):
     loaded = load(gemma3_folder)
     engine = ChatEngine(loaded)
     texts = ["What is in this picture?", "Tell me about its colours in a few words please.",
@@ -149,7 +130,7 @@ def test_an_image_that_left_the_window_costs_nothing_to_resume(gemma3_folder, im
 
 
 def test_an_edit_before_the_image_recomputes_its_span_without_the_tower(
-        gemma3_folder, images, tmp_path):  # noqa: F811
+        gemma3_folder, images, tmp_path):
     """A new process, the system prompt (before the image) edited: the
     image's span is prefilled again from the features kept on disk; with
     those removed, the tower runs."""
@@ -183,7 +164,7 @@ def test_an_edit_before_the_image_recomputes_its_span_without_the_tower(
 
 
 def test_features_on_disk_stay_under_their_bound(tmp_path):
-    from mlxchat.models.vision_features import FeatureStore
+    from mlxchat.models.vision.features import FeatureStore
 
     one = mx.array(np.ones((16, 32), dtype=np.float32))
     store = FeatureStore("f", root=tmp_path, max_bytes=3 * 16 * 32 * 4 + 3 * 200)
@@ -200,7 +181,7 @@ def test_features_on_disk_stay_under_their_bound(tmp_path):
 def test_features_on_disk_keep_every_output_of_the_tower(tmp_path):
     """A family whose tower gives more than the span's embeddings (Qwen3-VL's
     DeepStack levels) gets every array back, in order."""
-    from mlxchat.models.vision_features import FeatureStore
+    from mlxchat.models.vision.features import FeatureStore
 
     outputs = tuple(mx.array(np.full((16, 32), float(n), dtype=np.float32)) for n in range(4))
     store = FeatureStore("f", root=tmp_path)

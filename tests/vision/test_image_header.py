@@ -9,7 +9,7 @@ import zlib
 
 from PIL import Image
 
-from mlxchat.models.vision_images import decode, read_header
+from mlxchat.models.vision.images import decode, read_header
 
 from .test_bad_images import png_header_only
 

@@ -11,19 +11,9 @@ import mlx.core as mx
 import pytest
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlxchat.engine.core import ChatEngine
-
 from .conftest import load, make_image
-from .mistral3_models import mistral3_folder, mlx_vlm_inputs, write_mistral3  # noqa: F401
-from .test_vision_turns import conversation
-
-
-def prompt_ids(loaded, images, text="What is it?") -> list[int]:
-    engine = ChatEngine(loaded)
-    try:
-        return engine.prompts.message_ids(text, system=None, previous=None, images=images)
-    finally:
-        engine.close()
+from .mistral3_models import mlx_vlm_inputs, write_mistral3
+from .turns import prompt_ids, three_ways
 
 
 def their_text(loaded, n_images: int, text: str = "What is it?") -> str:
@@ -33,7 +23,7 @@ def their_text(loaded, n_images: int, text: str = "What is it?") -> str:
 
 
 @pytest.mark.parametrize("size", [(100, 70), (60, 90), (9, 9), (64, 8), (300, 200)])
-def test_the_span_is_mlx_vlms_for_every_size(mistral3_folder, tmp_path, size):  # noqa: F811
+def test_the_span_is_mlx_vlms_for_every_size(mistral3_folder, tmp_path, size):
     loaded = load(mistral3_folder)
     model = loaded.model
     ref = make_image(tmp_path / "x.png", size, 5)
@@ -55,7 +45,7 @@ def test_the_span_is_mlx_vlms_for_every_size(mistral3_folder, tmp_path, size):  
         (rows * 8, cols * 8)]  # patch 4, merged 2 x 2
 
 
-def test_logits_are_mlx_vlms_whole_and_in_chunks(mistral3_folder, images):  # noqa: F811
+def test_logits_are_mlx_vlms_whole_and_in_chunks(mistral3_folder, images):
     loaded = load(mistral3_folder)
     model = loaded.model
     ids = prompt_ids(loaded, images)
@@ -81,31 +71,18 @@ def test_logits_are_mlx_vlms_whole_and_in_chunks(mistral3_folder, images):  # no
     assert model.vision_calls == 2  # the chunks reused the kept features
 
 
-def test_the_processor_settings_are_in_the_key(mistral3_folder, images, tmp_path):  # noqa: F811
+def test_the_processor_settings_are_in_the_key(mistral3_folder, images, tmp_path):
     near = load(mistral3_folder).model.know(images[:1])[0]
     far_folder = write_mistral3(tmp_path / "larger", image_size=96)
     far = load(far_folder).model.know(images[:1])[0]
     assert far.key != near.key and far.tokens > near.tokens
 
 
-def test_warm_resumed_and_cold_agree_and_reuse_the_image(mistral3_folder, images,  # noqa: F811
-                                                         tmp_path):
-    runs = {mode: conversation(mistral3_folder, images, tmp_path, mode)
-            for mode in ("warm", "resumed", "cold")}
-    warm, warm_stats, warm_calls, sizes, ledger = runs["warm"]
-    resumed, res_stats, res_calls, *_ = runs["resumed"]
-    cold, cold_stats, cold_calls, *_ = runs["cold"]
-    assert warm == resumed == cold and all(warm)
-    assert warm_calls == res_calls == [1, 0, 0, 0, 1, 0]
-    assert cold_calls == [1, 1, 1, 1, 2, 2]
-    for prev, w, added in zip(warm_stats, warm_stats[1:], sizes[1:]):
-        assert w.reused_tokens == prev.context_used
-        assert w.prefilled_tokens == added
-        assert w.miss_reason is None
-    for w, r, c in zip(warm_stats, res_stats, cold_stats):
-        assert (w.reused_tokens, w.prefilled_tokens) == (r.reused_tokens, r.prefilled_tokens)
-        assert c.reused_tokens == 0 and c.prefilled_tokens == c.prompt_tokens
-        assert w.prompt_tokens == r.prompt_tokens == c.prompt_tokens
+def test_warm_resumed_and_cold_agree_and_reuse_the_image(mistral3_folder, images, tmp_path):
+    runs = three_ways(mistral3_folder, images, tmp_path)
+    assert runs["warm"].calls == runs["resumed"].calls == [1, 0, 0, 0, 1, 0]
+    assert runs["cold"].calls == [1, 1, 1, 1, 2, 2]
+    ledger, warm_stats = runs["warm"].ledger, runs["warm"].stats
     first, second = (load(mistral3_folder).model.know([im])[0] for im in images)
     assert ledger.count(first.key) == first.tokens and ledger.count(second.key) == second.tokens
     assert ledger.index(second.key) > warm_stats[3].context_used

@@ -16,31 +16,19 @@ from textual.geometry import Region
 
 from mlxchat.chat import ImageRef, Message
 from mlxchat.config import ConfigError, load_settings
-from mlxchat.models import load_folder
 from mlxchat.tui.pictures import from_environment, kind_for
 from mlxchat.tui.widgets import Transcript, UserMessage
 from mlxchat.tui.widgets.picture import ImagePicture, decoded
 from mlxchat.tui.widgets.thumbnail import ImageThumbnail
 
-from tests.tui.app_support import ready, send, tiny_app, until
+from tests.tui.app_support import ready, send, tiny_app
 from tests.tui.tui_hosts import HostApp
 
-from .conftest import make_image
+from .conftest import make_image, ramp_image
 from .picture_codes import kitty_images, png_pixels, sixel_pixels
 
 CELL = (10, 20)
 """textual-image's cell size in pixels where no terminal tells it (as under pytest)."""
-
-
-@pytest.fixture(scope="module")
-def tiny_vl(tmp_path_factory):
-    from mlxchat.models.tiny_vision import write_tiny_qwen_vl
-
-    from .conftest import qwen_vl_template
-
-    folder = write_tiny_qwen_vl(tmp_path_factory.mktemp("vl-pictures"),
-                                chat_template=qwen_vl_template())
-    return load_folder(folder, name="tiny", spec="tiny", available=None)
 
 
 def scaled(ref: ImageRef, size: tuple[int, int]) -> np.ndarray:
@@ -148,12 +136,7 @@ async def test_a_file_gone_shows_the_label_even_where_pictures_draw(tmp_path):
 
 
 def _transcript_snapshot(snap_compare, tmp_path, mode: str) -> bool:
-    rows = np.linspace(0, 255, 40, dtype=np.uint8)
-    pixels = np.stack([np.tile(rows[:, None], (1, 60)), np.tile(rows[::-1, None], (1, 60)),
-                       np.full((40, 60), 128, np.uint8)], axis=-1)
-    Image.fromarray(pixels).save(tmp_path / "ramp.png")
-    ref = ImageRef("ab" * 32, str(tmp_path / "ramp.png"), name="ramp.png", width=60,
-                   height=40)
+    ref = ramp_image(tmp_path)
 
     async def run_before(pilot):
         pilot.app.settings = load_settings(tmp_path / "none.toml", env=False)

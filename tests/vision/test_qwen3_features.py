@@ -8,7 +8,7 @@ import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxchat.engine.core import ChatEngine
-from mlxchat.models.vision_features import FeatureStore
+from mlxchat.models.vision.features import FeatureStore
 
 from .conftest import load, write_family
 

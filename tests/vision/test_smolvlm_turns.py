@@ -5,29 +5,22 @@ after a restore with the tower run once per tile."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import mlx.core as mx
 from mlx_lm.models.cache import make_prompt_cache
 
 from mlxchat.chat import Message
-from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.prompt.render import render
-from mlxchat.models.tiny_vision_smolvlm import write_tiny_smolvlm
+from mlxchat.models.testing.smolvlm import write_tiny_smolvlm
 
 from .conftest import load
 from .smolvlm_models import TILE_TOKENS, mlx_vlm_inputs, smolvlm_template
-from .smolvlm_models import smolvlm_folder  # noqa: F401 (fixture)
-from .test_vision_turns import conversation
+from .turns import prompt_ids, three_ways
 
 
-def test_prompt_and_logits_are_mlx_vlms(smolvlm_folder, images):  # noqa: F811
+def test_prompt_and_logits_are_mlx_vlms(smolvlm_folder, images):
     loaded = load(smolvlm_folder)
     model = loaded.model
-    engine = ChatEngine(loaded)
-    ids = engine.prompts.message_ids("What is it?", system=None, previous=None,
-                                     images=images[:1])
-    engine.close()
+    ids = prompt_ids(loaded, images[:1])
     img = model.know(images[:1])[0]
     rows, cols = img.grid[1:]
     assert (rows, cols) == (2, 2)  # 100x70 at a longest edge of 64: 64x46, two tiles by two
@@ -52,7 +45,7 @@ def test_prompt_and_logits_are_mlx_vlms(smolvlm_folder, images):  # noqa: F811
     assert model.vision_calls == rows * cols + 1
 
 
-def test_the_split_setting_is_in_each_tiles_key(smolvlm_folder, images, tmp_path):  # noqa: F811
+def test_the_split_setting_is_in_each_tiles_key(smolvlm_folder, images, tmp_path):
     split = load(smolvlm_folder).model.know(images[:1])[0]
     whole_folder = write_tiny_smolvlm(tmp_path / "unsplit", chat_template=smolvlm_template(),
                                       split=False)
@@ -62,33 +55,21 @@ def test_the_split_setting_is_in_each_tiles_key(smolvlm_folder, images, tmp_path
     assert not {p.key for p in whole.parts} & {p.key for p in split.parts}
 
 
-def test_warm_resumed_and_cold_agree_and_reuse_the_image(smolvlm_folder, images,  # noqa: F811
-                                                         tmp_path):
-    runs = {mode: conversation(smolvlm_folder, images, tmp_path, mode)
-            for mode in ("warm", "resumed", "cold")}
-    warm, warm_stats, warm_calls, sizes, ledger = runs["warm"]
-    resumed, res_stats, res_calls, *_ = runs["resumed"]
-    cold, cold_stats, cold_calls, *_ = runs["cold"]
-    assert warm == resumed == cold and all(warm)
+def test_warm_resumed_and_cold_agree_and_reuse_the_image(smolvlm_folder, images, tmp_path):
+    runs = three_ways(smolvlm_folder, images, tmp_path)
+    warm = runs["warm"]
     first, second = (load(smolvlm_folder).model.know([im])[0] for im in images)
     tiles = [len(first.parts), len(second.parts)]
     # The tower runs once per tile of a new image; a resumed turn restores the
     # image's KV; a cold one computes every image again (no features on disk).
-    assert warm_calls == res_calls == [tiles[0], 0, 0, 0, tiles[1], 0]
-    assert sum(cold_calls) > sum(warm_calls)
-    for prev, w, added in zip(warm_stats, warm_stats[1:], sizes[1:]):
-        assert w.reused_tokens == prev.context_used
-        assert w.prefilled_tokens == added
-        assert w.miss_reason is None
-    for w, r, c in zip(warm_stats, res_stats, cold_stats):
-        assert (w.reused_tokens, w.prefilled_tokens) == (r.reused_tokens, r.prefilled_tokens)
-        assert c.reused_tokens == 0 and w.prompt_tokens == r.prompt_tokens == c.prompt_tokens
+    assert warm.calls == runs["resumed"].calls == [tiles[0], 0, 0, 0, tiles[1], 0]
+    assert sum(runs["cold"].calls) > sum(warm.calls)
     for img in (first, second):
-        assert all(ledger.count(p.key) == TILE_TOKENS for p in img.parts)
+        assert all(warm.ledger.count(p.key) == TILE_TOKENS for p in img.parts)
 
 
 def test_a_text_only_message_keeps_its_text_under_the_published_template(
-        smolvlm_folder):  # noqa: F811
+        smolvlm_folder):
     """The template reads content as parts only: a message without an image
     is given as one text part, so its text is not dropped."""
     loaded = load(smolvlm_folder)

@@ -32,8 +32,8 @@ def test_a_vlm_family_not_driven_loads_text_only_as_before(tmp_path):
     import json
 
     from mlxchat.models import load_folder
-    from mlxchat.models.tiny import write_tiny_model
-    from mlxchat.models.vision_load import is_vision_config
+    from mlxchat.models.testing.text import write_tiny_model
+    from mlxchat.models.vision.load import is_vision_config
 
     folder = write_tiny_model(tmp_path / "m")
     config = json.loads((folder / "config.json").read_text())

@@ -6,12 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import pytest
-from PIL import Image
-
-from mlxchat.chat import ImageRef, Message
-from mlxchat.models import load_folder
+from mlxchat.chat import Message
 from mlxchat.tui.screens import ConfirmScreen
 from mlxchat.tui.widgets import NoticeMessage, Transcript, UserMessage
 from mlxchat.tui.widgets.thumbnail import ImageThumbnail
@@ -19,18 +14,7 @@ from mlxchat.tui.widgets.thumbnail import ImageThumbnail
 from tests.tui.app_support import ready, send, settle, tiny_app
 from tests.tui.tui_hosts import HostApp
 
-from .conftest import make_image
-
-
-@pytest.fixture(scope="module")
-def tiny_vl(tmp_path_factory):
-    from mlxchat.models.tiny_vision import write_tiny_qwen_vl
-
-    from .conftest import qwen_vl_template
-
-    folder = write_tiny_qwen_vl(tmp_path_factory.mktemp("vl-app"),
-                                chat_template=qwen_vl_template())
-    return load_folder(folder, name="tiny", spec="tiny", available=None)
+from .conftest import make_image, ramp_image
 
 
 def notices(app) -> list[str]:
@@ -85,12 +69,7 @@ async def test_a_text_model_refuses_the_image_in_one_line(tmp_path, tiny):
 
 
 def test_thumbnail_snapshot(snap_compare, tmp_path):
-    rows = np.linspace(0, 255, 40, dtype=np.uint8)
-    pixels = np.stack([np.tile(rows[:, None], (1, 60)), np.tile(rows[::-1, None], (1, 60)),
-                       np.full((40, 60), 128, np.uint8)], axis=-1)
-    Image.fromarray(pixels).save(tmp_path / "ramp.png")
-    ref = ImageRef("ab" * 32, str(tmp_path / "ramp.png"), name="ramp.png", width=60,
-                   height=40)
+    ref = ramp_image(tmp_path)
 
     async def run_before(pilot):
         await pilot.app.query_one(Transcript).load(

@@ -11,8 +11,7 @@ from .conftest import DATA
 
 PROBE = """
 import sys
-from mlxchat.models import vision_load, vision_images, vision_model, vision_deepstack
-from mlxchat.models import vision_mistral3
+from mlxchat.models.vision import images, load, model, qwen, qwen3, mistral3
 import mlx_vlm.models.qwen2_vl, mlx_vlm.models.qwen2_5_vl, mlx_vlm.models.qwen3_vl, mlx_vlm.utils
 import mlx_vlm.models.mistral3, mlx_vlm.models.pixtral.image_processing_pixtral
 from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil

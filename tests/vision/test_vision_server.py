@@ -12,73 +12,27 @@ from pathlib import Path
 import pytest
 
 from mlxchat import paths
-from mlxchat.server.app import build_app
-from mlxchat.server.image_fetch import FetchLimits
-from mlxchat.server.runner import RunningServer
-from mlxchat.server.service import ChatService
 
-from tests.server.conftest import Served, open_tiny, request
+from tests.server.conftest import request
 from tests.server.image_hosts import ImageHosts
 from tests.waiting import until
 
-from .conftest import make_image
+from .served import ask_about_image, data_url, follow_up_reuses_it, openai, serve, serving
 from .test_bad_images import png_header_only
-from .test_vision_app import tiny_vl  # noqa: F401 (fixture)
-
-
-def serve(loaded, db: Path, *, allow_image_urls: bool = False, **fetch) -> Served:
-    """``fetch``: FetchLimits' fields."""
-    conv = open_tiny(loaded, db)
-    service = ChatService(conv, store=conv.store, engine=conv.engine, max_waiting=4,
-                          kv_budget_bytes=None)
-    app = build_app(service, max_body_bytes=4 << 20, allow_image_urls=allow_image_urls,
-                    image_fetch=FetchLimits(private=True, **fetch))
-    return Served(conv, service, RunningServer(app, host="127.0.0.1", port=0).start())
-
-
-@pytest.fixture
-def shot(tmp_path) -> bytes:
-    return Path(make_image(tmp_path / "shot.png", (100, 70), 8).path).read_bytes()
-
-
-def data_url(raw: bytes) -> str:
-    return "data:image/png;base64," + base64.b64encode(raw).decode()
-
-
-def openai(messages) -> dict:
-    return {"model": "tiny", "messages": messages, "temperature": 0, "max_tokens": 6}
 
 
 def test_openai_image_parts_are_reused_across_requests(tiny_vl, tmp_path, shot):
-    served = serve(tiny_vl, tmp_path / "s.db")
-    try:
-        first_user = {"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": data_url(shot)}},
-            {"type": "text", "text": "What is in it?"}]}
-        one = request(served.url, "POST", "/v1/chat/completions", openai([first_user]))
-        assert one.status == 200, one.body
-        reply = one.json()["choices"][0]["message"]["content"]
-        first = one.json()["usage"]
-        assert first["prompt_tokens_details"]["cached_tokens"] == 0
+    with serving(tiny_vl, tmp_path / "s.db") as served:
+        asked = ask_about_image(served, shot)
+        assert asked.usage["prompt_tokens_details"]["cached_tokens"] == 0
         stored = served.conv.store.get_session(served.conv.session.id).messages
         assert len(stored[0].images) == 1 and list(paths.images_dir().iterdir())
-        two = request(served.url, "POST", "/v1/chat/completions", openai([
-            first_user, {"role": "assistant", "content": reply},
-            {"role": "user", "content": "And the colours?"}]))
-        assert two.status == 200, two.body
-        usage = two.json()["usage"]
-        cached = usage["prompt_tokens_details"]["cached_tokens"]
         # The whole first exchange, its 8 image tokens with it, came from the cache.
-        assert cached == served.conv.turns.last_stats.reused_tokens > first["prompt_tokens"]
-        assert usage["prompt_tokens"] - cached == len(
-            served.conv.messages[-2].token_ids)
-    finally:
-        served.stop()
+        follow_up_reuses_it(served, asked)
 
 
 def test_http_image_urls_are_refused_unless_allowed(tiny_vl, tmp_path, shot):
-    served = serve(tiny_vl, tmp_path / "s.db")
-    try:
+    with serving(tiny_vl, tmp_path / "s.db") as served:
         body = openai([{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/x.png"}},
             {"type": "text", "text": "Look"}]}])
@@ -88,8 +42,6 @@ def test_http_image_urls_are_refused_unless_allowed(tiny_vl, tmp_path, shot):
         assert error["param"] == "messages[0].content[0]"
         assert "--allow-image-urls" in error["message"]
         assert served.conv.store.list_sessions() == [] or not served.conv.messages
-    finally:
-        served.stop()
 
 
 def test_an_allowed_image_url_is_fetched(tiny_vl, tmp_path, shot):
@@ -151,8 +103,7 @@ def test_a_url_that_trickles_holds_no_other_request(tiny_vl, tmp_path):
 
 
 def test_ollama_images(tiny_vl, tmp_path, shot):
-    served = serve(tiny_vl, tmp_path / "s.db")
-    try:
+    with serving(tiny_vl, tmp_path / "s.db") as served:
         got = request(served.url, "POST", "/api/chat", {
             "model": "tiny", "stream": False, "options": {"temperature": 0, "num_predict": 4},
             "messages": [{"role": "user", "content": "What is it?",
@@ -161,8 +112,6 @@ def test_ollama_images(tiny_vl, tmp_path, shot):
         assert got.json()["message"]["role"] == "assistant"
         (image,) = served.conv.messages[0].images
         assert Path(image.path).read_bytes() == shot
-    finally:
-        served.stop()
 
 
 @pytest.mark.parametrize("bomb, words", [(False, "is not an image"),
@@ -172,8 +121,7 @@ def test_a_bad_image_is_a_400_and_nothing_is_kept(tiny_vl, tmp_path, bomb, words
     if bomb:
         png_header_only(tmp_path / "bomb.png", 20_000, 20_000)
         raw = (tmp_path / "bomb.png").read_bytes()
-    served = serve(tiny_vl, tmp_path / "s.db")
-    try:
+    with serving(tiny_vl, tmp_path / "s.db") as served:
         got = request(served.url, "POST", "/v1/chat/completions", openai([
             {"role": "user", "content": [{"type": "image_url",
                                           "image_url": {"url": data_url(raw)}}]}]))
@@ -183,17 +131,12 @@ def test_a_bad_image_is_a_400_and_nothing_is_kept(tiny_vl, tmp_path, bomb, words
         assert error["param"] == "messages[0].content[0]"
         assert not paths.images_dir().exists() or not list(paths.images_dir().iterdir())
         assert all(not s.message_count for s in served.conv.store.list_sessions())
-    finally:
-        served.stop()
 
 
 def test_a_text_model_refuses_images_over_the_api(tiny, tmp_path, shot):
-    served = serve(tiny, tmp_path / "s.db")
-    try:
+    with serving(tiny, tmp_path / "s.db") as served:
         got = request(served.url, "POST", "/v1/chat/completions", openai([
             {"role": "user", "content": [{"type": "image_url",
                                           "image_url": {"url": data_url(shot)}}]}]))
         assert got.status == 400 and "sees no images" in got.json()["error"]["message"]
         assert not paths.images_dir().exists()
-    finally:
-        served.stop()

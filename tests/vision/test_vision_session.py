@@ -6,60 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlxchat.config import Settings
-from mlxchat.engine.core import ChatEngine
-from mlxchat.engine.events import TurnDone
-from mlxchat.session.conversation import Conversation
-from mlxchat.store import open_store
 from mlxchat.store.image_files import store_image
 
-from .conftest import load, make_image
-
-
-def make(folder, db: Path) -> tuple[Conversation, object]:
-    settings = Settings(system_prompt="Be brief.")
-    settings.generation.temperature = 0.0
-    settings.generation.max_tokens = 8
-    loaded = load(folder)
-    conv = Conversation(settings=settings, store=open_store(db), engine=ChatEngine(loaded),
-                        model_spec="tiny-vl")
-    return conv, loaded.model
-
-
-def last(events) -> TurnDone:
-    return [e for e in events if isinstance(e, TurnDone)][-1]
+from .conftest import make_image
+from .sessions import last, make, reopened_session
 
 
 def test_a_reopened_session_asks_more_without_computing_the_image_again(qwen_folder,
                                                                        tmp_path):
-    shot = make_image(tmp_path / "shot.png", (100, 70), 3)
-    conv, model = make(qwen_folder, tmp_path / "s.db")
-    conv.turns.images.append(store_image(Path(shot.path), width=100, height=70))
-    first = last(conv.turns.send("What is this?"))
-    assert model.vision_calls == 1 and conv.turns.images == []
-    warm = last(conv.turns.send("Tell me more."))
-    assert warm.stats.prefilled_tokens == len(conv.session.messages[-2].token_ids)
-    sid = conv.session.id
-    stored = conv.session.messages[0].images
-    assert len(stored) == 1 and stored[0].digest == shot.digest
-    conv.close()
-
-    again, fresh = make(qwen_folder, tmp_path / "s.db")
-    again.open_session(sid)
-    assert again.session.messages[0].images == stored
-    resumed = last(again.turns.send("And the corners?"))
-    assert fresh.vision_calls == 0  # the image's KV came back from the segments
-    assert resumed.stats.cache_source == "snapshot"
-    assert resumed.stats.prefilled_tokens == len(again.session.messages[-2].token_ids)
-    assert resumed.stats.reused_tokens == warm.stats.context_used
-    again.close()
-
-    cold, model_cold = make(qwen_folder, tmp_path / "c.db")
-    cold.turns.images.append(store_image(Path(shot.path)))
-    replies = [last(cold.turns.send(q)).reply
-               for q in ("What is this?", "Tell me more.", "And the corners?")]
-    assert replies == [first.reply, warm.reply, resumed.reply]
-    cold.close()
+    assert reopened_session(qwen_folder, tmp_path).calls == [1, 1]
 
 
 def test_retry_and_edit_keep_the_image(qwen_folder, tmp_path):

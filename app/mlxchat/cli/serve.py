@@ -155,9 +155,10 @@ def serve_options(args: argparse.Namespace, *,
     return options
 
 
-LOGGED = ("mlxchat.server.access", "mlxchat.server.kv_budget", "mlxchat.server.idle_join",
-          "mlxchat.server.admission", "mlxchat.server.service")
-"""What the server says on stderr: one line per request (``server/access_log.py``),
+LOGGED = ("mlxchat.server.access", "mlxchat.server.core.kv_budget",
+          "mlxchat.server.core.idle_join", "mlxchat.server.core.admission",
+          "mlxchat.server.core.service")
+"""What the server says on stderr: one line per request (``server/core/access_log.py``),
 each eviction of --kv-budget, each idle join, the batch size in use and a
 request held back for memory."""
 
@@ -185,8 +186,8 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
         probe(settings.images)  # before Textual reads stdin
         return run_app(settings, model=args.model, serve=options)
     from mlxchat.server.app import build_app, image_limits
+    from mlxchat.server.core.service import ChatService
     from mlxchat.server.runner import RunningServer
-    from mlxchat.server.service import ChatService
     from mlxchat.session.root import open_conversation
 
     # SIGTERM (launchctl, systemd, Docker, kill) stops it as ctrl-c does.

@@ -1,5 +1,14 @@
 """Models: resolve a spec (alias, HF repo, folder, .gguf) to a loaded MLX model.
 
+By concept: ``gguf/`` reads and imports GGUF files, ``vision/`` drives
+vision-language models (a module per family), ``testing/`` writes tiny random
+models for tests and benchmarks. At the root: where a model comes from
+(``resolve``, ``catalog``, ``hub``, ``ollama`` and ``ollama_template``,
+``scan`` and ``report``), loading it (``loader``, ``info``, ``memory``,
+``precision``, ``sharding``, ``cpu_matmul``), its tokenizer and defaults (``tokenizer``, ``sampling``,
+``token_floor``), and the markup of its replies (``markup``, ``tools``,
+``tool_prompt``); ``errors`` holds the one error they raise.
+
 Names are imported on first use so that listing the catalog does not pay for
 importing mlx-lm (about a second).
 """
@@ -12,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from mlxchat.models.catalog import CatalogEntry, add_user_alias, remove_user_alias
     from mlxchat.models.errors import ModelError
-    from mlxchat.models.gguf_import import bundled_gguf
+    from mlxchat.models.gguf.importer import bundled_gguf
     from mlxchat.models.info import LoadedModel, ModelInfo
     from mlxchat.models.loader import load_folder
     from mlxchat.models.resolve import (
@@ -30,7 +39,7 @@ _EXPORTS = {
     "LoadedModel": "info", "ModelInfo": "info",
     "load_folder": "loader",
     "CatalogEntry": "catalog", "add_user_alias": "catalog", "remove_user_alias": "catalog",
-    "bundled_gguf": "gguf_import",
+    "bundled_gguf": "gguf.importer",
     "ModelEntry": "resolve", "load_model": "resolve", "list_models": "resolve",
     "import_gguf": "resolve", "convert_checkpoint": "resolve", "resolve_folder": "resolve",
     "load_sharded": "resolve",

@@ -12,7 +12,8 @@ import mlx.core as mx
 from mlx_lm.utils import load_model, load_tokenizer, maybe_set_recommended_wired_limit
 
 from mlxchat import blas, native
-from mlxchat.models import memory, precision, vision_load
+from mlxchat.models import memory, precision
+from mlxchat.models.vision import load as vision_load
 from mlxchat.models.errors import ModelError
 from mlxchat.models.info import LoadedModel, describe, on_cpu
 from mlxchat.models.sampling import ModelSampling, from_folder

@@ -75,7 +75,7 @@ def _looks_like_path(spec: str) -> bool:
 
 
 def _bundled(source: str) -> Path:
-    from mlxchat.models.gguf_import import bundled_gguf
+    from mlxchat.models.gguf.importer import bundled_gguf
 
     if source != BUNDLED_SOURCE:
         raise ModelError(f"unknown bundled model '{source}' (only {BUNDLED_SOURCE})")
@@ -83,14 +83,14 @@ def _bundled(source: str) -> Path:
 
 
 def _gguf_folder(path: Path, progress: Progress | None) -> Path:
-    from mlxchat.models.gguf_import import import_gguf_cached
+    from mlxchat.models.gguf.importer import import_gguf_cached
 
     return import_gguf_cached(path, progress=progress)
 
 
 def _ollama_folder(source: str, progress: Progress | None) -> Path:
     from mlxchat.models import ollama
-    from mlxchat.models.gguf_import import import_gguf_cached
+    from mlxchat.models.gguf.importer import import_gguf_cached
 
     model = ollama.find(source)
     customize, variant = ollama.customizer(model)
@@ -237,7 +237,7 @@ def _entry(e: catalog.CatalogEntry, room: memory.Available | None = None,
 
 def _converted(path: Path) -> Path | None:
     """The folder a GGUF file was converted into, when it was (by its remembered hash)."""
-    from mlxchat.models.gguf_import import cached_folder, remembered_sha256
+    from mlxchat.models.gguf.importer import cached_folder, remembered_sha256
 
     try:
         digest = remembered_sha256(path)

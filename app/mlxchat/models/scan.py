@@ -46,10 +46,10 @@ def _quantization(header) -> str:
 
 
 def inspect(store: str, spec: str, path: Path) -> FoundModel:
-    """Read one GGUF's header, its arrays stepped over (gguf_summary): its
+    """Read one GGUF's header, its arrays stepped over (``gguf.summary``): its
     quantization and whether we can import it."""
-    from mlxchat.models.gguf_import import check_file
-    from mlxchat.models.gguf_summary import read_summary
+    from mlxchat.models.gguf.importer import check_file
+    from mlxchat.models.gguf.summary import read_summary
 
     size = path.stat().st_size if path.is_file() else None
     try:

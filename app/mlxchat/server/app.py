@@ -10,16 +10,17 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mlxchat.server import anthropic_api, completions_api, ollama_api, openai_api
-from mlxchat.server.access_log import AccessLog
-from mlxchat.server.errors import ApiError, Dialect, internal
-from mlxchat.server.image_fetch import FetchLimits
+from mlxchat.server.anthropic import api_router as anthropic_routes
+from mlxchat.server.core.access_log import AccessLog
+from mlxchat.server.core.errors import ApiError, Dialect, internal
+from mlxchat.server.core.image_fetch import FetchLimits
+from mlxchat.server.core.service import ChatService
+from mlxchat.server.core.streaming import ClientGone
+from mlxchat.server.ollama import api_router as ollama_routes
+from mlxchat.server.openai import api_router as openai_routes
 from mlxchat.server.options import ServeOptions
-from mlxchat.server.service import ChatService
-from mlxchat.server.streaming import ClientGone
 
 log = logging.getLogger(__name__)
 
@@ -107,15 +108,7 @@ def build_app(service: ChatService, *, api_key: str | None = None,
               image_fetch: FetchLimits = FetchLimits()) -> ASGIApp:
     """``image_fetch``: how far an allowed image URL is fetched (with
     ``allow_image_urls``; never otherwise)."""
-    routes = [
-        Route("/v1/chat/completions", openai_api.chat_completions, methods=["POST"]),
-        Route("/v1/models", openai_api.models, methods=["GET"]),
-        Route("/v1/completions", completions_api.completions, methods=["POST"]),
-        Route("/v1/messages", anthropic_api.messages, methods=["POST"]),
-        Route("/v1/messages/count_tokens", anthropic_api.count_tokens, methods=["POST"]),
-        Route("/api/chat", ollama_api.chat, methods=["POST"]),
-        Route("/api/tags", ollama_api.tags, methods=["GET"]),
-    ]
+    routes = [*openai_routes.ROUTES, *anthropic_routes.ROUTES, *ollama_routes.ROUTES]
     app = Starlette(routes=routes, exception_handlers={
         ApiError: _api_error, HTTPException: _http_error, ClientGone: _client_gone,
         Exception: _unexpected})

@@ -1,7 +1,7 @@
 """The API served beside the chat (`mlxchat serve --tui`, the chat's `/serve`):
 one process, the chat's model weights loaded once.
 
-The server gets its slots (``--parallel``, ``server/slots.py``) over the
+The server gets its slots (``--parallel``, ``server/core/slots.py``) over the
 chat's ``LoadedModel`` (the same weights; engines and KV caches of their own,
 so the chat's stays warm while clients are served) and conversations of their
 own on the same database. The chat's engine is one more member of the slots'
@@ -22,9 +22,9 @@ from mlxchat.engine.interface import Engine
 from mlxchat.errors import MlxchatError, UserError
 from mlxchat.models import LoadedModel
 from mlxchat.server.app import build_app, image_limits
+from mlxchat.server.core.service import ChatService
 from mlxchat.server.options import ServeOptions, check_options
 from mlxchat.server.runner import RunningServer
-from mlxchat.server.service import ChatService
 from mlxchat.session.conversation import Conversation, ModelLoader
 from mlxchat.session.root import open_conversation
 from mlxchat.store import open_store

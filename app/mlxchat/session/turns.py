@@ -20,7 +20,7 @@ from mlxchat.engine.events import Event, Preparing, TextDelta, TurnDone
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.turn.constrained import CompiledFormat, OutputFormat, compile_format
 from mlxchat.engine.turn.early_images import done_encoding
-from mlxchat.models import vision_images
+from mlxchat.models.vision import images as vision_images
 from mlxchat.session.cache_keeper import CacheKeeper
 from mlxchat.session.compactor import Compactor
 from mlxchat.session.current import OpenSession

@@ -2,7 +2,7 @@
 named by the sha256 of its bytes (0600, written to a temp file, fsynced and
 renamed: a kill leaves the image whole or absent), and referenced from its
 message by that hash (schema version 17). The store checks no pixels: the
-session checks an image before it is stored (``models.vision_images``)."""
+session checks an image before it is stored (``models.vision.images``)."""
 
 from __future__ import annotations
 

@@ -5,14 +5,15 @@ mlx-lm's batch caches do the work: ``KVCache.merge`` makes a left-padded
 a ``BatchRotatingKVCache``; ``extend`` adds a newcomer, ``extract`` gives a
 row back as a plain cache holding exactly its positions (no padding) and
 ``filter`` drops it. Other layer kinds (a quantized KV cache, a recurrent
-state, a model that keeps position state per cache) are decoded alone.
+state, a model that keeps position state per cache) are decoded alone: which
+kinds join is their rows' ``joins_batch`` (``kv/layers.py``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from mlx_lm.models.cache import KVCache, RotatingKVCache
+from mlxchat.engine.kv.layers import row
 
 SPEC_OFF = "batched with other conversations"
 """Why a batched reply decodes one token a pass (its stats say it)."""
@@ -24,15 +25,11 @@ others decoding, a 500-word newcomer, 2-core VM at load ~6.5: chunks of
 64 / 256 / 1024 gave the newcomer 44 / 83 / 56 tok/s of prefill and the
 others a longest gap of 0.91 / 0.61 / 0.75 s between tokens (noisy)."""
 
-JOINABLE = (KVCache, RotatingKVCache)
-"""Layer classes with a batch form whose ``extract`` is exact."""
-
-
 def refusal(model: Any, layers: Sequence[Any]) -> str | None:
     """Why a member with these layers cannot join a batch, or None."""
     if getattr(model, "follow_tokens", None) is not None:
         return "the model keeps position state per cache"
-    kinds = {type(c).__name__ for c in layers if type(c) not in JOINABLE}
+    kinds = {type(c).__name__ for c in layers if not row(c).joins_batch(c)}
     if kinds:
         return f"its cache layers ({', '.join(sorted(kinds))}) have no batch form"
     return None

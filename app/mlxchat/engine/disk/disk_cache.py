@@ -6,12 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from mlx_lm.models.cache import KVCache, make_prompt_cache
+from mlx_lm.models.cache import make_prompt_cache
 
 from mlxchat.chat import Message
 from mlxchat.engine.disk import branch_restore, segments, snapshot
 from mlxchat.engine.disk.checks import CacheFileRejected
 from mlxchat.engine.events import CacheLoad
+from mlxchat.engine.kv import layers
 from mlxchat.engine.kv.live import LiveCache
 from mlxchat.models import LoadedModel
 
@@ -48,8 +49,9 @@ class DiskCache:
         end = len(live.tokens) if end is None else end
         if not 0 <= start < end <= len(live.tokens):
             raise ValueError("nothing new in the KV cache to save")
-        if end < len(live.tokens) and not all(type(c) is KVCache for c in live.layers):
-            raise ValueError("only plain KV layers can be saved short of their end")
+        if end < len(live.tokens) and not all(layers.row(c).sliceable(c) for c in live.layers):
+            raise ValueError("only layers that keep every position can be saved short of "
+                             "their end")
         return segments.write(path, live.layers, start, end, live.tokens[start:end],
                               **self._origin)
 

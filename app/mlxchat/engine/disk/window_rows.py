@@ -11,7 +11,9 @@ and values never change once computed and a layer never gets back a position
 it dropped, so the rows the branch's segments saved cover every position the
 buffer holds at the branch's end: ``compose`` lays them into their slots.
 A format-1 checkpoint is read the same way (``checkpoint_rows``), so a branch
-whose older files are format 1 composes too.
+whose older files are format 1 composes too. Which layers are kept as rows,
+and where each slot of their buffer stands, are their rows' rules in
+``kv/layers.py`` (``as_rows``, ``size``, ``slots``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from typing import Any, Sequence
 
 import mlx.core as mx
 import numpy as np
-from mlx_lm.models.cache import ChunkedKVCache, RotatingKVCache
 
 from mlxchat.engine.disk.checks import CacheFileRejected
 from mlxchat.engine.kv import layers
@@ -34,7 +35,7 @@ Piece = tuple[np.ndarray, np.ndarray, np.ndarray]
 def windowed(c: Any) -> bool:
     """A layer saved as rows (a top-level window or chunked layer; one inside
     a ``CacheList`` keeps its whole checkpoint)."""
-    return type(c) in (RotatingKVCache, ChunkedKVCache)
+    return layers.row(c).as_rows
 
 
 def is_rows(name: str) -> bool:
@@ -44,37 +45,19 @@ def is_rows(name: str) -> bool:
 
 
 def slots(meta: dict[str, Any], size: int) -> np.ndarray:
-    """The position each of a layer's ``size`` slots holds (-1: unused), as
-    mlx-lm's ``_temporal_order`` reads a rotating buffer."""
-    s = np.arange(size, dtype=np.int64)
-    if meta["type"] == ChunkedKVCache.__name__:
-        offset, _, start = meta["meta"]
-        return np.where(s < offset - start, start + s, -1)
-    offset, keep, _, idx = meta["meta"]
-    if idx == size:  # in order: the newest at the end
-        pos = offset - size + s
-    elif idx < offset:  # wrapped: slot idx holds the oldest after the kept ones
-        n = size - keep
-        pos = np.where(s >= idx, offset - n + (s - idx), offset - (idx - keep) + (s - keep))
-    else:  # not yet full: slots past idx unused
-        pos = np.where(s < idx, offset - idx + s, -1)
-    return np.where(s < min(keep, size), s, pos)
-
-
-def _size(c: Any) -> int:
-    if isinstance(c, ChunkedKVCache):
-        return int(c.offset) - int(c.start_position)
-    return int(c.keys.shape[-2])
+    """The position each of a layer's ``size`` slots holds (-1: unused)."""
+    return layers.by_name(meta).slots(meta, size)
 
 
 def changed(c: Any, start: int, end: int) -> tuple[dict[str, mx.array], dict[str, Any]]:
     """What a segment of positions ``[start, end)`` keeps of a windowed layer:
     the rows of the positions in it the layer still holds, and its description
     (with ``size`` and those ``rows``)."""
-    meta = layers.row(c).meta(c)
+    row = layers.row(c)
+    meta = row.meta(c)
     if c.keys is None:
         return {}, meta
-    size = _size(c)
+    size = row.size(c)
     pos = slots(meta, size)
     pick = np.nonzero((pos >= start) & (pos < end))[0]
     pick = pick[np.argsort(pos[pick], kind="stable")]

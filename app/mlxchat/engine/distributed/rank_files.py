@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from mlx_lm.models.cache import KVCache, trim_prompt_cache
+from mlx_lm.models.cache import trim_prompt_cache
 
 from mlxchat import paths
 from mlxchat.engine.disk import branch_restore, segments
@@ -29,6 +29,7 @@ from mlxchat.engine.disk.segments import SegmentRef
 from mlxchat.engine.distributed.channel import NOT_ACROSS_RANKS, RankLost
 from mlxchat.engine.events import CacheLoad
 from mlxchat.engine.kv import prompt_cache
+from mlxchat.engine.kv.layers import row
 from mlxchat.files import write_private_text
 
 if TYPE_CHECKING:
@@ -191,8 +192,9 @@ class RankDisk:
         end = len(live.tokens) if end is None else end
         if not 0 <= start < end <= len(live.tokens):
             raise ValueError("nothing new in the KV cache to save")
-        if end < len(live.tokens) and not all(type(c) is KVCache for c in live.layers):
-            raise ValueError("only plain KV layers can be saved short of their end")
+        if end < len(live.tokens) and not all(row(c).sliceable(c) for c in live.layers):
+            raise ValueError("only layers that keep every position can be saved short of "
+                             "their end")
         tokens = live.tokens[start:end]
         channel.send("save", name=path.name, start=start, end=end, tokens=tokens)
         files = channel.gather(save_own(self._loaded, live.layers, path, start, end, tokens))

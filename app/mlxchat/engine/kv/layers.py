@@ -4,8 +4,11 @@ A model's cache is a list of layers of a few mlx-lm classes. Every rule that
 depends on the class lives in its row here: the bytes a layer holds, its
 length, whether it keeps every position (``sliceable``) and can give tokens
 back, the arrays and metadata a KV segment keeps of it and how consecutive
-segments join back into a layer, and quantizing. The rest of the engine asks
-``row(layer)``; a new cache class is one more row (and its tests in
+segments join back into a layer, quantizing, what the next tokens add
+(``growth``), whether it joins a batch and whether a segment keeps it as rows
+(``as_rows``: where each slot of a window's buffer stands). The rest of the
+engine asks ``row(layer)`` (the interface is ``row.Row``) and never the
+layer's class; a new cache class is one more row (and its tests in
 tests/engine/test_layers.py).
 
 Segment arrays are named per layer: ``k.J`` and ``v.J`` for the positions of a
@@ -19,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import mlx.core as mx
-from mlx.utils import tree_flatten
+import numpy as np
 from mlx_lm.models.cache import (
     ArraysCache,
     CacheList,
@@ -29,74 +32,7 @@ from mlx_lm.models.cache import (
     RotatingKVCache,
 )
 
-Arrays = dict[str, mx.array]
-Meta = dict[str, Any]
-
-
-def _used_bytes(arrays: Any, used: int) -> int:
-    """Bytes of the first ``used`` positions of (B, H, T, D) arrays: mlx-lm
-    allocates in 256-slot steps, and the unused tail is not counted."""
-    return sum(a.nbytes * used // a.shape[-2] if a.shape[-2] else 0
-               for _, a in tree_flatten(arrays))
-
-
-class Row:
-    """The rules of one cache class. The defaults are a layer's that holds no
-    positions and cannot be sliced."""
-
-    cls: type
-
-    def sliceable(self, c: Any) -> bool:
-        """It keeps every position: any span can be cut out, and spans joined."""
-        return False
-
-    def length(self, c: Any) -> int | None:
-        """Tokens it has seen (mlx-lm's ``offset``); None for a recurrent state."""
-        return None
-
-    def nbytes(self, c: Any) -> int:
-        raise NotImplementedError
-
-    def trimmable(self, c: Any) -> bool:
-        """It can give tokens back now."""
-        return bool(c.is_trimmable())
-
-    def trims_anywhere(self, c: Any) -> bool:
-        """It can give tokens back at any length (speculation relies on it)."""
-        return self.trimmable(c)
-
-    def bits(self, c: Any) -> int | None:
-        """The bit width of a quantized layer, else None."""
-        return None
-
-    def dtype(self, c: Any) -> mx.Dtype | None:
-        """The float type of its keys (None: quantized, empty, or not keys)."""
-        return None
-
-    def quantize(self, c: Any, bits: int, group: int) -> Any:
-        return c
-
-    def arrays(self, c: Any, start: int, end: int) -> Arrays:
-        """What a segment of positions ``[start, end)`` keeps of it."""
-        raise NotImplementedError
-
-    def meta(self, c: Any) -> Meta:
-        """What a segment says of it, beside its arrays (JSON)."""
-        return {"type": type(c).__name__}
-
-    def layout(self, meta: Meta) -> tuple:
-        """What consecutive segments of a layer must agree on."""
-        return (meta["type"],)
-
-    def fits(self, meta: Meta, fresh: Any) -> bool:
-        """A segment's layer may stand in the model's freshly made ``fresh``."""
-        return meta["type"] == type(fresh).__name__
-
-    def restore(self, meta: Meta, runs: Sequence[Arrays], length: int, into: Any = None) -> Any:
-        """The layer from its arrays in consecutive segments (``runs``, oldest
-        first), holding ``length`` tokens. A checkpoint is loaded ``into`` the
-        model's fresh layer when given, else into a new one."""
-        raise NotImplementedError
+from mlxchat.engine.kv.row import Arrays, Growth, Meta, Row, per_position, used_bytes
 
 
 class _KeysValues(Row):
@@ -108,10 +44,17 @@ class _KeysValues(Row):
     def nbytes(self, c: Any) -> int:
         if c.keys is None:
             return 0
-        return _used_bytes((c.keys, c.values), min(self._held(c), self._parts(c.keys)[0].shape[-2]))
+        return used_bytes((c.keys, c.values), min(self._held(c), self._parts(c.keys)[0].shape[-2]))
 
     def dtype(self, c: Any) -> mx.Dtype | None:
         return None if c.keys is None else c.keys.dtype
+
+    def growth(self, c: Any) -> Growth:
+        return [(per_position(c), self._window(c))]
+
+    def _window(self, c: Any) -> int | None:
+        """The positions it keeps at most (None: every one)."""
+        return None
 
     def _held(self, c: Any) -> int:
         """Positions the arrays hold from their start."""
@@ -162,6 +105,7 @@ class _Positions(_KeysValues):
 
 class _Plain(_Positions):
     cls = KVCache
+    batched = True
 
     def quantize(self, c: Any, bits: int, group: int) -> Any:
         return c.to_quantized(group_size=group, bits=bits)
@@ -199,6 +143,8 @@ class _Checkpointed(_KeysValues):
     """Keys and values saved whole at a segment's end (a window or a chunk:
     small, fixed size), not sliced."""
 
+    as_rows = True
+
     def trims_anywhere(self, c: Any) -> bool:
         return False
 
@@ -224,9 +170,29 @@ class _Window(_Checkpointed):
     """A sliding window: the last ``max_size`` positions, wrapped in place."""
 
     cls = RotatingKVCache
+    batched = True
 
     def arrays(self, c: Any, start: int, end: int) -> Arrays:
         return {} if c.keys is None else {"s.0": c.keys, "s.1": c.values}
+
+    def _window(self, c: Any) -> int:
+        return int(c.max_size)
+
+    def size(self, c: Any) -> int:
+        return int(c.keys.shape[-2])
+
+    def slots(self, meta: Meta, size: int) -> np.ndarray:
+        """As mlx-lm's ``_temporal_order`` reads a rotating buffer."""
+        s = np.arange(size, dtype=np.int64)
+        offset, keep, _, idx = meta["meta"]
+        if idx == size:  # in order: the newest at the end
+            pos = offset - size + s
+        elif idx < offset:  # wrapped: slot idx holds the oldest after the kept ones
+            n = size - keep
+            pos = np.where(s >= idx, offset - n + (s - idx), offset - (idx - keep) + (s - keep))
+        else:  # not yet full: slots past idx unused
+            pos = np.where(s < idx, offset - idx + s, -1)
+        return np.where(s < min(keep, size), s, pos)
 
     def meta(self, c: Any) -> Meta:
         return {"type": type(c).__name__,
@@ -261,6 +227,17 @@ class _Chunked(_Checkpointed):
 
     def _held(self, c: Any) -> int:
         return int(c.offset) - int(c.start_position)
+
+    def _window(self, c: Any) -> int:
+        return int(c.chunk_size)
+
+    def size(self, c: Any) -> int:
+        return self._held(c)
+
+    def slots(self, meta: Meta, size: int) -> np.ndarray:
+        offset, _, start = meta["meta"]
+        s = np.arange(size, dtype=np.int64)
+        return np.where(s < offset - start, start + s, -1)
 
     def _blank(self, meta: Meta) -> Any:
         return ChunkedKVCache(meta["meta"][1])
@@ -321,6 +298,9 @@ class _Mix(Row):
 
     def dtype(self, c: Any) -> mx.Dtype | None:
         return next((d for p in c.caches if (d := row(p).dtype(p)) is not None), None)
+
+    def growth(self, c: Any) -> Growth:
+        return [g for p in c.caches for g in row(p).growth(p)]
 
     def arrays(self, c: Any, start: int, end: int) -> Arrays:
         return {f"{m}.{name}": a for m, p in enumerate(c.caches)

@@ -26,7 +26,7 @@ picture 24 cells wide, so more is never shown, only sent."""
 
 def decoded(ref: ImageRef) -> Any | None:
     """The image as a PIL image no larger than ``LARGEST``, or None when it cannot be read."""
-    from mlxchat.models.vision_images import decode
+    from mlxchat.models.vision.images import decode
 
     try:
         img = decode(Path(ref.path))

@@ -44,7 +44,7 @@ def thumbnail(ref: ImageRef, columns: int = COLUMNS) -> np.ndarray | None:
     when it cannot be read."""
     from PIL import Image
 
-    from mlxchat.models.vision_images import decode
+    from mlxchat.models.vision.images import decode
 
     try:
         img = decode(Path(ref.path))

@@ -1,0 +1,1 @@
+"""Anthropic's wire protocol: the Messages API."""

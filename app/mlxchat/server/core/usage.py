@@ -1,0 +1,28 @@
+"""Figures every route reports beside its reply in the same way: the room a
+``max_tokens`` past the window was capped to, and why a conversation's KV was
+recomputed."""
+
+from __future__ import annotations
+
+from mlxchat.server.core.service import Finished, Piece
+from mlxchat.turn_stats import TurnStats
+
+
+def capped_to(stats: TurnStats, asked: int | None) -> int | None:
+    """The most tokens the reply could have had when the request asked for
+    more than the window leaves after the prompt, else None (a max_tokens past
+    the whole window is refused before it runs: ``requests.too_many_tokens``)."""
+    room = max(0, stats.context_window - stats.prompt_tokens + 1)  # the last is never fed
+    return room if asked is not None and stats.context_window and asked > room else None
+
+
+def capped_header(stats: TurnStats, asked: int | None) -> dict[str, str]:
+    """The same as a header, for a reply asked for whole."""
+    capped = capped_to(stats, asked)
+    return {} if capped is None else {"X-Max-Tokens-Capped": str(capped)}
+
+
+def miss_header(first: Piece | Finished) -> dict[str, str]:
+    """``X-Cache-Miss: REASON`` when the conversation's KV was recomputed
+    (known before the first piece, so a stream has it too)."""
+    return {"X-Cache-Miss": first.cache_miss} if first.cache_miss else {}

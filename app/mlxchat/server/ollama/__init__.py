@@ -1,0 +1,1 @@
+"""Ollama's wire protocol: /api/chat and /api/tags."""

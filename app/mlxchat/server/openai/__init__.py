@@ -1,0 +1,1 @@
+"""OpenAI's wire protocol: chat completions, completions, models."""

@@ -1,0 +1,13 @@
+"""OpenAI's routes: chat completions, legacy completions, the model list."""
+
+from __future__ import annotations
+
+from starlette.routing import Route
+
+from mlxchat.server.openai import chat, completions
+
+ROUTES = [
+    Route("/v1/chat/completions", chat.chat_completions, methods=["POST"]),
+    Route("/v1/models", chat.models, methods=["GET"]),
+    Route("/v1/completions", completions.completions, methods=["POST"]),
+]
