@@ -16,7 +16,7 @@ from mlxchat.engine.events import TurnDone
 from mlxchat.engine.prompt.fit import FittedPrompt
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import load_folder
-from mlxchat.models.tiny import write_tiny_model
+from mlxchat.models.testing.text import write_tiny_model
 
 from tests.session.compacting import last, make, question
 
