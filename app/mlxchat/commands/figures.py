@@ -235,6 +235,10 @@ def context(ctx: CommandContext, args: Args) -> CommandResult:
                f"{fmt_int(window - used)} free · replies up to "
                f"{fmt_int(conv.generation.max_tokens)} tokens · the KV cache holds "
                f"{fmt_int(cached)} now (the Context gauge: prompt and reply so far)")
+    summary = next((m for m in messages if m.role == "summary"), None)
+    if summary is not None and summary.compaction is not None:
+        caption += (f" · compacted: {summary.compaction.headline()}, the messages after it "
+                    "kept whole (/compact undo)")
     note = conv.views.ledger_note()
     if note:
         caption += f" · {note}"

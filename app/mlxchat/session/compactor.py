@@ -83,6 +83,16 @@ class CompactStatus:
     detail: str = ""
     summary_tokens: int = 0
 
+    def words(self) -> str:
+        """What the gauge says: 'ready (a 380-token summary)', 'preparing', ..."""
+        if self.state == "ready":
+            return f"ready (a {self.summary_tokens:,}-token summary)"
+        if self.state == "preparing" and self.summary_tokens:
+            return f"preparing (summary written: {self.summary_tokens:,} tokens)"
+        if self.state == "unavailable":
+            return f"unavailable: {self.detail}"
+        return "" if self.state in ("off", "waiting") else self.state
+
 
 @dataclass(frozen=True)
 class Switched:

@@ -69,7 +69,8 @@ class Conversation(OpenSession):
                                  writes=lambda: not store.path or self.locks.held)
         self.pins = PinnedDocs(self, store, engine, unsaved=self._unsaved)
         self.views = EngineViews(self, engine, self.pins,
-                                 last_stats=lambda: self.turns.last_stats)
+                                 last_stats=lambda: self.turns.last_stats,
+                                 compaction=lambda: self.compactor.status())
         self.retrieval = Retrieval(self, store, engine, window_left=self.views.window_left,
                                    prefill_seconds=self._prefill_seconds, embedder=embedder)
         self.tools = SessionTools(self, store, engine, host=tool_host)

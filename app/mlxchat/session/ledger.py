@@ -16,7 +16,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from mlxchat.chat import ImageRef, Message, Session, model_view, summary_block
+from mlxchat.chat import ImageRef, Message, Session, latest_summary, model_view, summary_block
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt.delta import TemplateNotIncremental, TemplateOptions
 from mlxchat.engine.prompt.fit import FittedPrompt, refuse_unfittable
@@ -243,6 +243,31 @@ class Ledger:
         first = branch[0].token_ids or []
         system = len(system_ids) if list(first[:len(system_ids)]) == list(system_ids) else 0
         return [system, counts[0] - system, *counts[1:]]
+
+    def compacted_costs(self, branch: Sequence[Message], system_ids: Sequence[int]
+                        ) -> tuple[list[Message], list[int]] | None:
+        """After a compaction: the rows the model sees (the system part, the
+        summary, the first message kept, the messages after it) and the tokens
+        each holds in the ledger; None without a usable compacted ledger."""
+        at = latest_summary(branch)
+        ids, _ = branch_ids(branch, self.key)
+        if at is None or ids is None or self.settings.history == "template":
+            return None
+        marker = branch[at]
+        first = at - marker.compaction.kept  # type: ignore[union-attr]
+        before = [m for m in branch[first + 1:at] if m.role != "summary"]
+        head = len(marker.token_ids or ()) - sum(len(m.token_ids or ()) for m in before)
+        system = self.session.context_system
+        plain = len(self.engine.prompts.message_ids(
+            branch[first].content, system=system, previous=None, options=self.options,
+            images=branch[first].images))
+        own = len(system_ids) if system else 0
+        rows = [Message("system", system)] if system else []
+        rows += [Message("summary", marker.content, compaction=marker.compaction),
+                 branch[first]] + [m for m in branch[first + 1:] if m.role != "summary"]
+        counts = ([own] if system else []) + [head - plain, plain - own] + [
+            len(m.token_ids or ()) for m in branch[first + 1:] if m.role != "summary"]
+        return rows, counts
 
     def used(self, branch: Sequence[Message]) -> int | None:
         """Tokens the branch holds in its ledger (what the next turn's prompt

@@ -59,6 +59,8 @@ class TurnRunner:
         self._compactor = compactor
         self._compaction_note: str | None = None
         """What the window did for the turn being planned (``TurnStats.compaction``)."""
+        self.switched: Message | None = None
+        """The summary the last message sent switched to (None: it did not)."""
         self._pins = pins
         self._unsaved = unsaved
         self._retrieval = retrieval
@@ -217,13 +219,14 @@ class TurnRunner:
         window under ``context_policy compact``, after the branch's compaction
         (``Compactor.at_overflow``), or as the fallback planned it, and why."""
         self._compactor.pause()  # the turn goes first
-        self._compaction_note = None
+        self._compaction_note, self.switched = None, None
         plan = plan_for(self._open.messages)
         settings = self._open.generation
         if plan.overflow and settings.context_policy == "compact" \
                 and settings.history == "ledger":
             switched, self._compaction_note = self._compactor.at_overflow()
             if switched is not None:
+                self.switched = self._open.messages[-1]
                 plan = plan_for(self._open.messages)
             else:
                 self._compaction_note += ": the oldest messages were left out instead"

@@ -1,9 +1,11 @@
 """What a message holds folded to one line until clicked: a reply's reasoning
-(``ThinkingBlock``), a file attached to a message (``AttachmentBlock``) and a
-tool's result (``ToolResultBlock``)."""
+(``ThinkingBlock``), a file attached to a message (``AttachmentBlock``), a
+tool's result (``ToolResultBlock``) and a compaction's summary (``SummaryBlock``)."""
 
 from __future__ import annotations
 
+from textual.app import ComposeResult
+from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Static
 
@@ -113,3 +115,57 @@ class ToolResultBlock(Static):
 
     def on_click(self) -> None:
         self.toggle()
+
+
+class SummaryBlock(Static):
+    """A compaction: one line while folded ('42 messages summarized in 380
+    tokens'), the summary the model sees in their place when unfolded (a
+    click, or ctrl+t on the last one). The messages above it stay shown."""
+
+    def __init__(self, message: Message) -> None:
+        super().__init__(classes="summary", markup=False)
+        self.message = message
+        self.expanded = False
+
+    @property
+    def text(self) -> str:
+        return self.message.content
+
+    def header(self) -> str:
+        mark = "▾" if self.expanded else "▸"
+        record = self.message.compaction
+        if record is None:
+            return f"{mark} summary of the earlier conversation"
+        return (f"{mark} {record.headline()} · {fmt_int(record.tokens_before)} → "
+                f"{fmt_int(record.tokens_after)} tokens in the window"
+                + ("" if self.expanded else " · click to unfold"))
+
+    def on_mount(self) -> None:
+        self.show()
+
+    def show(self) -> None:
+        record = self.message.compaction
+        how = {"manual": "by /compact", "api": "for an API client"}.get(
+            record.trigger if record else "", "when the window filled")
+        body = (f"\nCompacted {how}: the model sees this summary in place of the messages "
+                f"above (they stay here; /compact undo brings them back).\n"
+                + quoted(self.message.content)) if self.expanded else ""
+        self.update(Content.assemble((self.header(), "italic"), body))
+
+    def toggle(self) -> None:
+        self.expanded = not self.expanded
+        self.show()
+
+    def on_click(self) -> None:
+        self.toggle()
+
+
+class SummaryMessage(Vertical):
+    """A compaction's summary, folded, where the conversation was compacted."""
+
+    def __init__(self, message: Message) -> None:
+        super().__init__(classes="message summary-message")
+        self.message = message
+
+    def compose(self) -> ComposeResult:
+        yield SummaryBlock(self.message)
