@@ -59,6 +59,7 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "context_window": (lambda v: v is None or 256 <= v < _INT64, "none or a whole number >= 256"),
     "context_policy": (lambda v: v in CONTEXT_POLICIES, "compact, drop_oldest or stop"),
     "compact_at": (lambda v: 10 <= v <= 95, "10 to 95 (percent of the window)"),
+    "recall": (lambda v: v in (True, False), "on or off"),
     "history": (lambda v: v in HISTORY_MODES, " or ".join(HISTORY_MODES)),
     "speculative": (lambda v: v in SPECULATIVE_MODES, ", ".join(SPECULATIVE_MODES)),
     "draft": (lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
@@ -107,7 +108,7 @@ _WHOLE = ("top_k", "max_tokens", "max_reasoning_tokens", "seed", "kv_bits", "con
           "draft_tokens", "docs_k", "docs_budget", "tool_result_tokens", "max_tool_steps",
           "compact_at")
 _WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft",
-          "compute_dtype", "cpu_matmul", "docs", "tools", "tool_prompt")
+          "compute_dtype", "cpu_matmul", "docs", "tools", "tool_prompt", "recall")
 
 
 def generation_problem(name: str, value: Any) -> str | None:
@@ -165,6 +166,10 @@ class GenerationSettings(Record):
     compact_at: int = 75
     """With context_policy compact: the share of the window (percent) past which
     the compaction is prepared in idle time."""
+    recall: bool = True
+    """Each message brings back the passages of the conversation's own earlier
+    messages, no longer in the model's view (summarized or left out), that
+    match it (session/recall.py); off: never."""
     history: HistoryMode = "ledger"
     """'ledger': earlier messages keep the tokens they were sent with, so a
     follow-up prefills only itself; 'template': re-render the whole conversation

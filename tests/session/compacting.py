@@ -18,12 +18,15 @@ WINDOW = 768
 
 
 def make(model, db: Path, *, ahead: bool = True, policy: str = "compact",
-         compact_at: int = 50, engine: ChatEngine | None = None) -> Conversation:
+         compact_at: int = 50, engine: ChatEngine | None = None,
+         recall: bool = False) -> Conversation:
+    """A conversation in a 768-token window; recall off unless asked for (its
+    passages would take a third of such a window)."""
     settings = Settings(system_prompt="Be brief.")
     gen = settings.generation
     gen.temperature, gen.max_tokens, gen.context_window = 0.0, 8, WINDOW
     gen.max_reasoning_tokens = 8  # a reasoning family's reply keeps a small reserve too
-    gen.context_policy, gen.compact_at = policy, compact_at
+    gen.context_policy, gen.compact_at, gen.recall = policy, compact_at, recall
     conv = Conversation(settings=settings, store=open_store(db),
                         engine=engine or ChatEngine(model), model_spec="tiny")
     conv.compactor.ahead = ahead

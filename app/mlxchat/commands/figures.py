@@ -17,6 +17,7 @@ from mlxchat.commands.base import (
     last_stats,
 )
 from mlxchat.engine.events import EngineState
+from mlxchat.sources import without_sources
 from mlxchat.turn_stats import TurnStats
 from mlxchat.units import fmt_int, fmt_report_percent, plural
 
@@ -205,9 +206,12 @@ def context(ctx: CommandContext, args: Args) -> CommandResult:
     pending = conv.turns.attachments
     if not messages and not pending:
         return CommandResult.info(f"The conversation is empty: 0 of {fmt_int(window)} tokens.")
-    rows: list[tuple[str, ...]] = [
-        (str(i), m.role, first_words(m.content), fmt_int(n), fmt_report_percent(n, window))
-        for i, (m, n) in enumerate(zip(messages, counts, strict=True), 1)]
+    rows: list[tuple[str, ...]] = []
+    for i, (m, n) in enumerate(zip(messages, counts, strict=True), 1):
+        rows.append((str(i), m.role, first_words(without_sources(m.content)), fmt_int(n),
+                     fmt_report_percent(n, window)))
+        rows += [("", "recalled", s.path, fmt_int(s.tokens), fmt_report_percent(s.tokens, window))
+                 for s in m.sources or () if conv.recall.message_id(s) is not None]
     pins = conv.pins.list()
     if pins and messages and messages[0].role == "system":
         # The system message holds the pinned documents: each gets its own row.

@@ -96,6 +96,13 @@ def _switch(name: str, raw: str) -> Any:
     return words[raw.lower()]
 
 
+def _on_off(name: str, raw: str) -> bool:
+    value = _switch(name, raw)
+    if value is None:
+        raise CommandError(f"{name} takes on or off; got {one_line(raw, 30)!r}.")
+    return value
+
+
 def _sampling(name: str, raw: str) -> Any:
     if raw.lower() in ("model", "default", "auto", "none"):
         return None  # the model's own default
@@ -143,6 +150,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "messages, or stop", CONTEXT_POLICIES),
     Setting("compact_at", _ranged(int), GENERATION_RULES["compact_at"][1],
             "past this share of the window (percent), the compaction is prepared"),
+    Setting("recall", _on_off, "on or off",
+            "bring back earlier messages no longer in the window that match a new one",
+            ("on", "off")),
     Setting("history", _policy, " or ".join(HISTORY_MODES),
             "ledger: earlier turns keep their tokens; template: render them again",
             HISTORY_MODES),

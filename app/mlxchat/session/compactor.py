@@ -35,6 +35,7 @@ from mlxchat.errors import MlxchatError
 from mlxchat.session.cache_keeper import CacheKeeper
 from mlxchat.session.compact_plan import CompactPlan, plan_compaction
 from mlxchat.session.current import OpenSession
+from mlxchat.session.recall import Recall
 from mlxchat.session.errors import ConversationError
 from mlxchat.session.summary_prompt import summary_request, summary_text
 from mlxchat.store import SessionStore
@@ -64,6 +65,8 @@ class Preparation:
     """Engine time the preparation took so far."""
     messages: int = 0
     """The branch's length when ``wanted`` was counted."""
+    indexed: bool = False
+    """What it summarizes was indexed for recall."""
 
     @property
     def ready(self) -> bool:
@@ -117,8 +120,10 @@ class Compactor:
     """The open branch's compaction: ``conv.compactor``."""
 
     def __init__(self, open_session: OpenSession, store: SessionStore, engine: Engine, *,
-                 cache: CacheKeeper):
+                 cache: CacheKeeper, recall: Recall):
         self._open, self._store, self._engine, self._cache = open_session, store, engine, cache
+        self._recall = recall
+        """Indexes what the summary will stand for, while it is prepared."""
         self.ahead = True
         """Prepare in idle time after turns; False (``mlxchat ask``, with no idle
         time): a message that overflows waits while it is prepared."""
@@ -216,7 +221,10 @@ class Compactor:
             finally:
                 prep.seconds += time.perf_counter() - t0
             self.on_change()
-            return prep.ready
+        if not prep.indexed:  # outside the lock: a message sent meanwhile never waits for it
+            prep.indexed = True
+            self._recall.index(prep.plan.messages)
+        return prep.ready
 
     def _current(self) -> Preparation | None:
         """The preparation for the branch as it is now, planned anew when the

@@ -7,7 +7,8 @@ closes. Everything else is a part it hands out, each given what it needs:
 ``turns`` (send, retry, edit, undo, tool results: planned, committed, run,
 stopped), ``saved`` (the store's other sessions), ``cache`` (the KV on disk),
 ``pins``, ``typing`` (prefill while typing), ``compactor`` (a conversation
-longer than the window), ``speculation``, ``views``
+longer than the window), ``recall`` (what left the window brought back),
+``speculation``, ``views``
 (figures and token counts), ``locks``, ``retrieval``, ``tools`` (the MCP tools
 it uses) and ``tool_loop`` (running a reply's calls).
 """
@@ -29,6 +30,7 @@ from mlxchat.session.errors import ConversationError
 from mlxchat.session.lock import SessionLocks
 from mlxchat.session.pending import UnsavedReplies
 from mlxchat.session.pins import PinnedDocs
+from mlxchat.session.recall import Recall
 from mlxchat.session.retrieval import Retrieval
 from mlxchat.session.saved import Deleted, SavedSessions
 from mlxchat.session.speculation import Speculation
@@ -74,10 +76,12 @@ class Conversation(OpenSession):
         self.retrieval = Retrieval(self, store, engine, window_left=self.views.window_left,
                                    prefill_seconds=self._prefill_seconds, embedder=embedder)
         self.tools = SessionTools(self, store, engine, host=tool_host)
-        self.compactor = Compactor(self, store, engine, cache=self.cache)
+        self.recall = Recall(self, store, engine, retrieval=self.retrieval)
+        self.compactor = Compactor(self, store, engine, cache=self.cache, recall=self.recall)
         self.turns = TurnRunner(self, store, engine, cache=self.cache, pins=self.pins,
                                 unsaved=self._unsaved, retrieval=self.retrieval, attachments=[],
-                                compactor=self.compactor, also_cancel=self.tools.cancel)
+                                compactor=self.compactor, recall=self.recall,
+                                also_cancel=self.tools.cancel)
         self.typing = TypingAhead(self, engine, self.pins, attachments=self.turns.attachments,
                                   turns_started=lambda: self.turns.started)
         self.speculation = Speculation(self, engine, model_spec=lambda: self.model_spec,

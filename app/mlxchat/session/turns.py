@@ -28,6 +28,7 @@ from mlxchat.session.errors import ConversationError
 from mlxchat.session.ledger import Ledger, Plan
 from mlxchat.session.pending import PendingReply, UnsavedReplies
 from mlxchat.session.pins import PinnedDocs
+from mlxchat.session.recall import RECALLED, Recall
 from mlxchat.session.retrieval import Retrieval
 from mlxchat.sources import Source, with_sources, without_sources
 from mlxchat.store import SessionStore, StoreError, StoreLocked
@@ -51,12 +52,13 @@ class TurnRunner:
     def __init__(self, open_session: OpenSession, store: SessionStore, engine: Engine, *,
                  cache: CacheKeeper, pins: PinnedDocs, unsaved: UnsavedReplies,
                  retrieval: Retrieval, attachments: list[Attachment], compactor: Compactor,
-                 also_cancel: Callable[[], None] = lambda: None):
+                 recall: Recall, also_cancel: Callable[[], None] = lambda: None):
         self._open = open_session
         self._store = store
         self._engine = engine
         self._cache = cache
         self._compactor = compactor
+        self._recall = recall
         self._compaction_note: str | None = None
         """What the window did for the turn being planned (``TurnStats.compaction``)."""
         self.switched: Message | None = None
@@ -233,11 +235,18 @@ class TurnRunner:
         return plan
 
     def _with_retrieved(self, query: str, content: str) -> tuple[str, list[Source] | None]:
+        """``content`` with what it retrieved from the session's collection and
+        what it recalled of the conversation's earlier messages in front."""
         self._retrieval.last = None
         found = self._retrieval.retrieve(query, message=content)
-        if found is None or not found.sources:
-            return content, None
-        return with_sources(found.collection, found.sources, content), found.sources
+        sources: list[Source] = []
+        if found is not None and found.sources:
+            content, sources = with_sources(found.collection, found.sources, content), \
+                list(found.sources)
+        recalled = self._recall.recall(query, first=len(sources) + 1)
+        if recalled:
+            content, sources = with_sources(RECALLED, recalled, content), sources + recalled
+        return content, sources or None
 
     def _add_user(self, content: str, plan: Plan, sources: list[Source] | None = None,
                   images: tuple[ImageRef, ...] = ()) -> None:

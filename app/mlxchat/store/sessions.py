@@ -271,6 +271,7 @@ class SessionStore:
             cur.execute("UPDATE sessions SET leaf_id = NULL WHERE id = ?", (session_id,))
             cur.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             cur.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+            documents.drop_collection(cur, documents.recall_collection(session_id))
             files += pins.drop_unused_prefixes(cur)
         return files
 
