@@ -5,6 +5,7 @@ TEST_WORKERS ?= 2
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.mlxchat-installed
+BLAS_STAMP := $(VENV)/.mlxchat-blas-tried
 
 .PHONY: run test bench model clean
 
@@ -23,19 +24,26 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --no-deps mlx-vlm==0.7.10
 	touch $(STAMP)
 
-model: $(STAMP)
-	# An optimized BLAS under MLX on Linux (the mlx-cpu wheel links the reference
-	# one): Debian's OpenBLAS where apt-get runs as root, else the mkl wheel.
-	$(PY) -c 'import sys, mlxchat.blas as b; sys.exit(not b.status().optimized)' || \
+# An optimized BLAS under MLX on Linux (the mlx-cpu wheel links the reference
+# one): Debian's OpenBLAS where apt-get runs as root, else the mkl wheel. Tried
+# once (the stamp; rm it to try again), so a start never reaches the network on
+# its own: the app itself does only when asked for a model not on disk.
+$(BLAS_STAMP): $(STAMP)
+	@$(PY) -c 'import sys, mlxchat.blas as b; sys.exit(not b.status().optimized)' || \
 	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && apt-get update -qq && \
-	    apt-get install -y -qq libopenblas0-pthread; } || $(PY) -m pip install -q --no-deps mkl
-	$(VENV)/bin/mlxchat import --bundled
-	# The native SIMD kernel for quantized layers (Linux; never fatal: without it
-	# the app computes as before and says why decode is slow).
-	$(PY) -m mlxchat.native
+	    apt-get install -y -qq libopenblas0-pthread; } || $(PY) -m pip install -q --no-deps mkl || \
+	  echo "mlxchat: no optimized BLAS installed (the app says what that costs)" >&2
+	@touch $@
+
+# The bundled model (imported once; then only checked) and the native SIMD
+# kernel for quantized layers (Linux; built once; never fatal: without it the
+# app computes as before and says why decode is slow). Quiet unless they fail.
+model: $(BLAS_STAMP)
+	@$(VENV)/bin/mlxchat import --bundled >/dev/null
+	@$(PY) -m mlxchat.native >/dev/null
 
 run: model
-	$(VENV)/bin/mlxchat
+	@$(VENV)/bin/mlxchat
 
 test: model
 	# The TUI end-to-end test drives the real app in tmux.

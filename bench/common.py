@@ -82,3 +82,22 @@ def temporary_home(prefix: str) -> Iterator[Path]:
         else:
             os.environ["MLXCHAT_HOME"] = home
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def greedy_conversation(loaded: LoadedModel, *, max_tokens: int,
+                        prefix: str) -> tuple[Conversation, Path]:
+    """A greedy conversation on ``loaded`` in a store of its own, in a fresh
+    folder (returned: remove it after); speculation off, as auto's one-off
+    timing pass would skew a turn."""
+    from mlxchat.config import Settings
+    from mlxchat.engine.core import ChatEngine
+    from mlxchat.store import open_store
+
+    settings = Settings()
+    settings.generation.temperature = 0.0
+    settings.generation.max_tokens = max_tokens
+    settings.generation.speculative = "off"
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    conv = Conversation(settings=settings, store=open_store(folder / "b.db"),
+                        engine=ChatEngine(loaded), model_spec="bench")
+    return conv, folder

@@ -1,8 +1,8 @@
 """The retrieval benches' corpora and question sets, and an index of each
 that can be kept between runs.
 
-Two sets, both from what every Python carries, so they are the same on every
-machine with the same Python minor version:
+Two sets from what every Python carries, so they are the same on every
+machine with the same Python minor version, and one from this checkout:
 
 - ``topics``: Python's language reference topics (``pydoc_data.topics``), one
   file a topic, with the 50 questions of ``bench/retrieval.py``. Ranking
@@ -13,6 +13,10 @@ machine with the same Python minor version:
   one file a module (object addresses taken out, which differ in every
   process), with the paraphrased questions written there. It is kept
   apart: never tuned on, reported once.
+- ``docs``: this project's own ``docs/*.md`` as they stand, one file a page,
+  with the questions of ``bench/data/docs_questions.json``. Each names the
+  passage that answers it: a hit counts only when its text holds it, so a
+  chunk that is only the heading above the answer does not (issue 47).
 
 With ``cache``, the corpus and its index live there and are reused: a file
 is written only when its text differs, so the indexer's update finds nothing
@@ -26,11 +30,13 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-SETS = ("topics", "modules")
+SETS = ("topics", "modules", "docs")
 DATA = Path(__file__).resolve().parent / "data" / "stdlib_help_questions.json"
+DOCS_DATA = Path(__file__).resolve().parent / "data" / "docs_questions.json"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 _FILE_SECTION = re.compile(r"^FILE\n(?:    .*\n)+\n?", re.M)
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
@@ -43,6 +49,16 @@ class QuestionSet:
     questions: list[tuple[str, str]]
     """(stem of the file that answers it, question)."""
     suffix: str
+    passages: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Question -> passages, one of which an answering hit's text holds (all
+    of the file's hits answer a question without any)."""
+
+    def answers(self, hit, stem: str, question: str) -> bool:
+        if Path(hit.path).stem != stem:
+            return False
+        wanted = self.passages.get(question)
+        text = " ".join(hit.text.split())
+        return not wanted or any(" ".join(p.split()) in text for p in wanted)
 
 
 def topics_set(questions: list[tuple[str, str]]) -> QuestionSet:
@@ -78,6 +94,22 @@ def modules_set() -> QuestionSet:
     if unknown:
         raise SystemExit(f"questions about modules not in the corpus: {sorted(unknown)}")
     return QuestionSet("modules", texts, questions, ".txt")
+
+
+def docs_set() -> QuestionSet:
+    data = json.loads(DOCS_DATA.read_text())
+    texts = {path.stem: path.read_text() for path in sorted(DOCS.glob("*.md"))}
+    questions, passages = [], {}
+    for q in data["questions"]:
+        stem = Path(q["file"]).stem
+        flat = " ".join(texts.get(stem, "").split())
+        missing = [p for p in q["passages"] if " ".join(p.split()) not in flat]
+        if missing:
+            raise SystemExit(f"docs/{q['file']} no longer holds {missing}: update "
+                             f"{DOCS_DATA.name}")
+        questions.append((stem, q["question"]))
+        passages[q["question"]] = tuple(q["passages"])
+    return QuestionSet("docs", texts, questions, ".md", passages)
 
 
 def write_corpus(qs: QuestionSet, folder: Path) -> int:

@@ -1,15 +1,15 @@
 """Recall@5 and MRR of the hybrid search with and without diversity across
 files, on a question set's index kept between runs (``--cache``).
 
-A question is answered when a chunk of its file is among the top 5 hits
-(recall@5); MRR is the mean of 1 / the rank of the first hit from that file
+A question is answered when a chunk of its file (in the ``docs`` set: one
+holding its passage) is among the top 5 hits (recall@5); MRR is the mean of 1 / the rank of the first hit from that file
 among the top 10 (0 when none is). ``sent`` is the same recall over what a
 message would send: every hit the search fused, the relevance floor,
 identical texts once, then the first 5 (as ``session/retrieval.py`` does
 with docs_k 5, a budget aside).
 The last line is:
 ratios: recall_at_5_flat=X mrr_flat=X recall_at_5=X mrr=X sent_recall_at_5=X
-        recall_gain=X chunks=X max_chunk_pieces=X
+        recall_gain=X chunks=X heading_only_chunks=X max_chunk_pieces=X
 "flat" ranks by the fused score alone (same-file decay 1, as before); the
 others spread hits across files (``mlxchat.docs.diversity``).
 """
@@ -21,13 +21,14 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see bench/retrieval.py
 
 import argparse  # noqa: E402
+import re  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
 
-from retrieval_corpora import SETS, indexed, modules_set, topics_set  # noqa: E402
+from retrieval_corpora import SETS, docs_set, indexed, modules_set, topics_set  # noqa: E402
 
 from mlxchat.docs import Retriever  # noqa: E402
 from mlxchat.docs.diversity import SAME_FILE_DECAY  # noqa: E402
@@ -44,11 +45,11 @@ def question_set(name: str):
         from retrieval import QUESTIONS
 
         return topics_set(QUESTIONS)
-    return modules_set()
+    return docs_set() if name == "docs" else modules_set()
 
 
-def first_rank(hits, stem: str) -> int | None:
-    return next((n for n, h in enumerate(hits, 1) if Path(h.path).stem == stem), None)
+def first_rank(hits, qs, stem: str, question: str) -> int | None:
+    return next((n for n, h in enumerate(hits, 1) if qs.answers(h, stem, question)), None)
 
 
 def measure(retriever: Retriever, qs, *, show_misses: bool) -> dict[str, float]:
@@ -59,14 +60,14 @@ def measure(retriever: Retriever, qs, *, show_misses: bool) -> dict[str, float]:
     for stem, question in qs.questions:
         every = retriever.search(qs.name, question, k=2 * CANDIDATES)
         hits = every[:DEPTH]
-        rank = first_rank(hits, stem)
+        rank = first_rank(hits, qs, stem, question)
         found += rank is not None and rank <= 5
         rr += 1 / rank if rank else 0.0
         chosen = [g.hit for g in by_text(relevant(every))][:5]
-        sent += first_rank(chosen, stem) is not None
+        sent += first_rank(chosen, qs, stem, question) is not None
         if show_misses and (rank is None or rank > 5):
             print(f"  miss {stem}: {question!r} -> "
-                  f"{', '.join(Path(h.path).stem for h in hits[:5])}")
+                  f"{', '.join(Path(h.place).name for h in hits[:5])}")
     n = len(qs.questions)
     return {"recall": found / n, "mrr": rr / n, "sent": sent / n}
 
@@ -102,13 +103,15 @@ def main() -> None:
               f"recall@5 {figures['recall']:.3f}  MRR@{DEPTH} {figures['mrr']:.3f}  "
               f"sent recall@5 {figures['sent']:.3f}")
     pieces = largest_chunk(store, info.id, embedder)
+    alone = headings_alone(store, info.id)
     store.close()
     flat, spread = results[1.0], results[SAME_FILE_DECAY]
     gain = spread["recall"] / flat["recall"] if flat["recall"] else float("nan")
     print(f"ratios: recall_at_5_flat={flat['recall']:.3f} mrr_flat={flat['mrr']:.3f} "
           f"recall_at_5={spread['recall']:.3f} mrr={spread['mrr']:.3f} "
           f"sent_recall_at_5={spread['sent']:.3f} recall_gain={gain:.3f} "
-          f"chunks={info.chunks} max_chunk_pieces={pieces} (embedder reads {embedder.reads})")
+          f"chunks={info.chunks} heading_only_chunks={alone} max_chunk_pieces={pieces} "
+          f"(embedder reads {embedder.reads})")
 
 
 def largest_chunk(store, collection_id: int, embedder) -> int:
@@ -121,6 +124,21 @@ def largest_chunk(store, collection_id: int, embedder) -> int:
     texts = [embedding_text(pieces.tail(c.heading, HEADING_PIECES), c.text)
              for c in store.documents.chunks(ids)]
     return max(pieces.count(texts), default=0)
+
+
+_ADORNMENT = re.compile(r"([=\-~^*+#`'\":.])\1{2,}")
+
+
+def headings_alone(store, collection_id: int) -> int:
+    """Chunks that hold nothing but headings (Markdown's, or a title over or
+    under a reStructuredText adornment)."""
+    count = 0
+    for chunk in store.documents.chunks(store.documents.vectors(collection_id)[1]):
+        lines = [line.strip() for line in chunk.text.split("\n") if line.strip()]
+        plain = [line for line in lines if not _ADORNMENT.fullmatch(line)]
+        count += all(line.startswith("#") for line in plain) or (
+            len(plain) == 1 and len(lines) > 1)
+    return count
 
 
 if __name__ == "__main__":

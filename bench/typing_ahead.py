@@ -14,20 +14,15 @@ a prefill chunk the send waits for counts.
 from __future__ import annotations
 
 import shutil
-import tempfile
 import threading
 import time
-from pathlib import Path
 
-from common import wall_ttft
+from common import greedy_conversation, wall_ttft
 
-from mlxchat.config import Settings
-from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TurnDone
 from mlxchat.models import LoadedModel
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.typing_ahead import settled_text
-from mlxchat.store import open_store
 from mlxchat.tui.typing_timer import DEBOUNCE_S
 
 CHARS_PER_S = 5.0
@@ -71,13 +66,7 @@ def _typed(conv: Conversation, text: str, *, prefill: bool) -> tuple[float, Turn
 
 def measure(loaded: LoadedModel, *, history_tokens: int = 1000,
             message_tokens: int = 60) -> dict[str, float]:
-    settings = Settings()
-    settings.generation.temperature = 0.0
-    settings.generation.max_tokens = 4
-    settings.generation.speculative = "off"  # auto's one-off timing pass would delay a turn
-    folder = Path(tempfile.mkdtemp(prefix="mlxchat-bench-typing-"))
-    conv = Conversation(settings=settings, store=open_store(folder / "b.db"),
-                        engine=ChatEngine(loaded), model_spec="bench")
+    conv, folder = greedy_conversation(loaded, max_tokens=4, prefix="mlxchat-bench-typing-")
     filler = "The history of the region is long and varied, shaped by rivers and trade. "
     tok = loaded.tokenizer
     history = filler

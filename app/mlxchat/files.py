@@ -10,13 +10,17 @@ import os
 import secrets
 import stat
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 from mlxchat.errors import MlxchatError
 from mlxchat.paths import ensure_private_dir
 
 log = logging.getLogger(__name__)
+
+HEAD_BYTES = 8192
+"""Bytes read to tell a binary file from text before reading it whole."""
 
 
 class FileRefused(MlxchatError):
@@ -44,13 +48,10 @@ def open_nonblocking(path: Path) -> int:
     return os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
 
 
-def read_limited(path: Path, limit: int) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes, or FileRefused.
-
-    Never blocks on a FIFO (opened non-blocking, then refused) and never reads
-    more than ``limit + 1`` bytes, so /dev/zero or a growing file cannot fill
-    memory. The size on disk is not trusted: /proc files say 0 and have text."""
-    path = Path(path)
+@contextmanager
+def _regular_file(path: Path) -> Iterator[tuple[BinaryIO, os.stat_result]]:
+    """The open file ``path`` names and its stat, or FileRefused (missing, a
+    folder, a device, pipe or socket: never blocks on a FIFO)."""
     try:
         fd = open_nonblocking(path)
     except IsADirectoryError:
@@ -68,16 +69,39 @@ def read_limited(path: Path, limit: int) -> bytes:
             raise FileRefused(f"{path} is a folder, not a file.")
         if not stat.S_ISREG(info.st_mode):
             raise FileRefused(f"{path} is not a regular file (a device, pipe or socket).")
+        yield handle, info
+
+
+def _read(handle: BinaryIO, path: Path, size: int) -> bytes:
+    try:
+        return handle.read(size)
+    except OSError as exc:
+        raise FileRefused(f"Cannot read {path}: {exc.strerror or exc}.") from None
+
+
+def read_limited(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, or FileRefused.
+
+    Never blocks on a FIFO (opened non-blocking, then refused) and never reads
+    more than ``limit + 1`` bytes, so /dev/zero or a growing file cannot fill
+    memory. The size on disk is not trusted: /proc files say 0 and have text."""
+    path = Path(path)
+    with _regular_file(path) as (handle, info):
         if info.st_size > limit:
             raise FileTooLarge(f"{path} is {_size(info.st_size)}, over the {_size(limit)} "
                                "limit.", info.st_size)
-        try:
-            data = handle.read(limit + 1)
-        except OSError as exc:
-            raise FileRefused(f"Cannot read {path}: {exc.strerror or exc}.") from None
+        data = _read(handle, path, limit + 1)
     if len(data) > limit:
         raise FileTooLarge(f"{path} is over the {_size(limit)} limit.", len(data))
     return data
+
+
+def read_head(path: Path, size: int = HEAD_BYTES) -> bytes:
+    """The first ``size`` bytes of a regular file (what tells text from binary
+    at any size), or FileRefused as ``read_limited`` refuses."""
+    path = Path(path)
+    with _regular_file(path) as (handle, _):
+        return _read(handle, path, size)
 
 
 def write_private_text(path: Path, text: str) -> Path:

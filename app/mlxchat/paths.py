@@ -31,7 +31,7 @@ def _base(kind: str, xdg_var: str, xdg_default: str, mac: str) -> Path:
 def ensure_private_dir(path: Path) -> Path:
     """Create ``path`` readable by the owner only, and every missing folder above
     it too (``mkdir(parents=True)`` would give those the umask's mode): chats are
-    private. Folders that already existed above ``path`` are left as they are."""
+    private. A folder that already existed keeps its mode: it may be the user's."""
     path = Path(path)
     missing = [p for p in (path, *path.parents) if not p.exists()][::-1]
     for folder in missing:
@@ -40,10 +40,10 @@ def ensure_private_dir(path: Path) -> Path:
         except FileExistsError:
             if not folder.is_dir():
                 raise
-        _chmod_private(folder)
+            continue  # made by someone else meanwhile: not ours to change
+        _chmod_private(folder)  # a umask without the owner's bits narrows mkdir's mode
     if not path.is_dir():
         raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(path))
-    _chmod_private(path)
     return path
 
 

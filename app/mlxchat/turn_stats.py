@@ -7,7 +7,19 @@ from typing import Literal
 
 from mlxchat.record import Record
 
-CacheSource = Literal["warm", "snapshot", "cold"]
+CacheSource = Literal["warm", "snapshot", "cold", "typed"]
+"""Where a turn's reused tokens came from: the live cache of earlier turns, a
+snapshot file, nowhere (none reused), or typing prefill alone (the cache held
+nothing else: a first message typed ahead)."""
+CACHE_SOURCE_WORDS = {
+    "warm": "warm cache",
+    "snapshot": "from snapshot",
+    "cold": "cold start",
+    "typed": "prefilled while typing",
+}
+NEW_CONVERSATION = "a new conversation (the cache held another)"
+"""The miss reason of a conversation's first message when the cache held
+another conversation: expected, not a fault."""
 
 
 @dataclass
@@ -15,7 +27,8 @@ class TurnStats(Record):
     """Measured figures of one turn; every number is read, none estimated."""
 
     ttft_s: float = 0.0
-    """Seconds from the start of the turn to the first generated token."""
+    """Seconds from the start of the turn to the first generated token; 0.0
+    when no token came (``first_token_s`` is None then: show that one)."""
     prefill_tps: float | None = None
     """Prompt tokens processed per second (prefilled tokens only); None when
     nothing was timed: no token came, or only the one token the first decode
@@ -96,6 +109,30 @@ class TurnStats(Record):
             self.prefill_tps = None
         if not self.decode_tps:
             self.decode_tps = None
+
+    @property
+    def first_token_s(self) -> float | None:
+        """The time to the first token, None when none came (stopped during the
+        prefill): a turn without a token has no such figure."""
+        return self.ttft_s if self.generated_tokens and self.ttft_s else None
+
+    @property
+    def source_words(self) -> str:
+        """Where the reused tokens came from, in words ('warm cache')."""
+        return CACHE_SOURCE_WORDS.get(self.cache_source, self.cache_source)
+
+    @property
+    def new_conversation(self) -> bool:
+        """The cache held another conversation before this first message."""
+        return bool(self.miss_reason) and self.miss_reason.startswith(NEW_CONVERSATION)
+
+    @property
+    def miss_words(self) -> str | None:
+        """The miss reason as shown ('miss: system prompt changed'); a new
+        conversation is said as one, not as a miss."""
+        if not self.miss_reason:
+            return None
+        return self.miss_reason if self.new_conversation else f"miss: {self.miss_reason}"
 
     @property
     def acceptance(self) -> float:

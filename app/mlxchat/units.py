@@ -17,8 +17,11 @@ def plural(n: int, word: str) -> str:
     return f"{n:,} {word}" + ("" if n == 1 else "s")
 
 
-def fmt_seconds(s: float) -> str:
-    """0.0421 -> '42 ms', 1.5 -> '1.50 s', 75 -> '1 min 15 s'."""
+def fmt_seconds(s: float | None) -> str:
+    """0.0421 -> '42 ms', 1.5 -> '1.50 s', 75 -> '1 min 15 s'; None (not
+    measured) -> '—'."""
+    if s is None:
+        return "—"
     if s < 1:
         return f"{s * 1000:.0f} ms"
     if s < 60:

@@ -154,3 +154,23 @@ def test_the_add_summary_names_each_skipped_path_once_on_a_line_of_its_own(regis
         f"notes: 3 files indexed (3 chunks in {took}), 0 unchanged, 0 removed, "
         "1 skipped. This session now retrieves from notes.\n"
         f"skipped {notes}/x.bin: a binary file")
+
+
+def test_docs_search_can_name_a_collection(registry, ctx, conv, notes, tmp_path):
+    assert registry.run("/docs add notes", ctx).ok  # made and in use
+    other = tmp_path / "kitchen"  # not under the working folder: "recipes" is a name
+    other.mkdir(parents=True)
+    (other / "bread.md").write_text("# Bread\n\nKnead the dough for ten minutes, then let it rise.\n")
+    assert registry.run(f"/docs add recipes {other}", ctx).ok
+    assert registry.run("/docs use notes", ctx).ok
+    named = registry.run("/docs search recipes knead the dough", ctx)
+    assert named.kind == "table" and named.rows[0][1].startswith(f"{other}/bread.md:")
+    assert conv.session.settings.docs == "notes" and conv.retrieval.last is None
+    # Without a name, the collection in use; with none in use, a name is needed.
+    in_use = registry.run("/docs search sailing boats wind", ctx)
+    assert in_use.kind == "table" and in_use.rows[0][1] == f"{notes}/boats.md:1-3"
+    assert registry.run("/docs off", ctx).ok
+    bread = registry.run("/docs search recipes bread", ctx)
+    assert bread.kind == "table", bread.text
+    refused = registry.run("/docs search sailing boats", ctx)
+    assert refused.kind == "error" and "/docs search NAME QUERY" in refused.text

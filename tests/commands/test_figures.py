@@ -18,7 +18,7 @@ def test_stats(registry, ctx, conv):
     result = registry.run("/stats", ctx)
     assert result.kind == "table" and result.text == "Last turn"
     rows = dict(result.rows)
-    assert rows["prompt"].startswith(f"{done.stats.prompt_tokens} tokens: 0 reused (cold cache)")
+    assert rows["prompt"].startswith(f"{done.stats.prompt_tokens} tokens: 0 reused (cold start)")
     assert rows["reply"].startswith(f"{done.stats.generated_tokens} tokens at")
     assert "tok/s" in rows["prefill speed"] and rows["KV cache"].endswith("full precision")
 
@@ -93,7 +93,7 @@ def test_cache_report_save_and_drop(registry, ctx, conv, home):
     state = conv.views.state()
     assert rows["cached tokens"].startswith(f"{state.cached_tokens} of 2,048")
     assert rows["KV cache"].endswith("fp32")
-    assert rows["last turn"].endswith("prefilled") and "(warm)" in rows["last turn"]
+    assert rows["last turn"].endswith("prefilled") and "(warm cache)" in rows["last turn"]
     assert rows["miss reason"] == "none"
     assert rows["on disk"].startswith("2 KV segments of this branch")
     assert str(home) in rows["on disk"] and "FILE MISSING" not in rows["on disk"]

@@ -32,12 +32,15 @@ def test_pin_refusals_change_nothing(registry, ctx, conv, tmp_path):
     work = tmp_path / "work"
     (work / "image.bin").write_bytes(b"\x89PNG\0\0\x01")
     (work / "latin1.txt").write_bytes("café".encode("latin-1"))
+    (work / "big.bin").write_bytes(b"\x7fELF\x02\x01\x01\0" + bytes(range(256)) * 800)  # 200 KB
+    (work / "big-latin1.txt").write_bytes("café ".encode("latin-1") * 40_000)
     (work / "folder").mkdir()
     (work / "huge.txt").write_text("y" * 3000)  # ~3,000 tokens > the 2,048 window
     (work / "note.txt").write_text("A short note.")
     assert registry.run("/pin note.txt", ctx).ok
     expected = {
         "image.bin": "looks binary", "latin1.txt": "is not UTF-8 text",
+        "big.bin": "looks binary", "big-latin1.txt": "is not UTF-8 text",  # at any size
         "folder": "is a folder", "missing.txt": "No such file", "huge.txt": "tokens; only",
         "note.txt": "pinned already",
     }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 from mlxchat.commands.base import one_line
@@ -163,6 +164,24 @@ def test_branch_shows_where_each_branch_diverges_and_takes_inner_messages(regist
     assert conv.session.leaf_id == second_reply.id
 
 
+def test_branch_after_undo_lists_only_real_branches_and_says_where_you_are(registry, ctx,
+                                                                          conv):
+    send(conv, "One")
+    send(conv, "Two")
+    leaf = conv.messages[-1].id
+    assert registry.run("/undo", ctx).ok
+    at = conv.session.leaf_id
+    listing = registry.run("/branch", ctx)
+    # One branch: the position /undo went back to is inside it, not another branch.
+    assert [row[0] for row in listing.rows] == [f"#{leaf}"] and listing.rows[0][4] == ""
+    assert listing.text.startswith("1 branch of ")
+    assert f"You are at #{at}, inside the branch ending at #{leaf}" in listing.text
+    send(conv, "Three")  # the next message makes the second branch
+    listing = registry.run("/branch", ctx)
+    assert len(listing.rows) == 2 and listing.rows[-1][4] == "current"
+    assert "You are at" not in listing.text
+
+
 def test_export_md_and_json(registry, ctx, conv, tmp_path):
     send(conv, "Export me")
     result = registry.run("/export md", ctx)  # no path: the exports folder
@@ -171,14 +190,18 @@ def test_export_md_and_json(registry, ctx, conv, tmp_path):
     assert "Export me" in md.read_text() and " " not in md.name
     assert f" to {md} (" in result.text  # the full path, not just a name
     # A path is the user's: relative to where they are, and anywhere they can write.
+    (tmp_path / "work" / "sub").mkdir()
+    (tmp_path / "work" / "sub").chmod(0o755)
     assert registry.run("/export json sub/", ctx).ok
+    assert stat.S_IMODE((tmp_path / "work" / "sub").stat().st_mode) == 0o755
     data = json.loads(next((tmp_path / "work" / "sub").glob("*.json")).read_text())
     assert data["format"] == "mlxchat-session"
     outside = registry.run("/export md ../outside.md", ctx)
     assert outside.ok and (tmp_path / "outside.md").is_file()
     assert registry.run("/export pdf", ctx).text.startswith("Unknown format 'pdf'")
-    assert registry.run("/export md new/x.md", ctx).ok
-    assert (tmp_path / "work" / "new" / "x.md").is_file()
+    missing = registry.run("/export md new/x.md", ctx)  # a missing folder is not made
+    assert missing.kind == "error" and "does not exist: make it first" in missing.text
+    assert not (tmp_path / "work" / "new").exists()
 
 
 def test_help_export_names_the_folder_it_writes_to(registry, ctx):
@@ -211,7 +234,8 @@ def test_quit(registry, ctx):
 
 
 def test_every_error_is_one_line(registry, ctx):
-    for line in ("/open x\ny", "/branch 1\n2", "/import /nonexistent/dir/x.json"):
+    for line in ("/open x\ny", "/branch 1\n2", "/import /nonexistent/dir/x.json",
+                 "/export md /nonexistent/dir/x.md"):
         result = registry.run(line, ctx)
         assert result.kind == "error" and "\n" not in result.text, result.text
     assert Path("/nonexistent").exists() is False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mlxchat.commands.turns import code_blocks, kv_sizer
 from mlxchat.engine.turn.prefill_cost import fit
+from mlxchat.session.views import decode_step
 from mlxchat.units import fmt_seconds
 
 from tests.commands.conftest import SYSTEM, finish, send
@@ -86,13 +87,19 @@ def test_attach_reports_its_cost_then_goes_with_the_next_message(registry, ctx, 
     assert conv.turns.attachments == []
     again = registry.run(f"/attach {notes}", ctx)
     assert "measured from the live cache" in again.text
-    # The prefill estimate: the chunks the turn measured, fitted, at the depth
-    # the file goes to (after the conversation so far).
+    # The prefill estimate: the chunks the turn measured, fitted with its decode
+    # step as a pass's cost, at the depth the file goes to (after the conversation).
     tokens = conv.turns.attachments[0].tokens
     start = conv.views.context_window - conv.views.window_left()
-    cost = fit(conv.engine.prefill_chunks(conv.generation.kv_bits))
-    assert f"~{fmt_seconds(cost.seconds(tokens, start))} to prefill (" in again.text
-    assert "; measured on this model)" in again.text
+    chunks = conv.engine.prefill_chunks(conv.generation.kv_bits)
+    cost = fit(chunks, step=decode_step([conv.turns.last_stats]))
+    seconds, spread = cost.seconds(tokens, start), fit(chunks).seconds(tokens, start)
+    if cost.per_pass and spread > 1.25 * seconds:  # short chunks: the range they allow
+        assert (f"between {fmt_seconds(seconds)} and {fmt_seconds(spread)} to prefill ("
+                in again.text) and "from short chunks)" in again.text
+    else:
+        assert f"~{fmt_seconds(seconds)} to prefill (" in again.text
+    assert "; measured on this model" in again.text
     assert "% of the 2,048-token window" in again.text
     assert registry.run("/attach notes.txt", ctx).text.startswith("notes.txt is attached")
     assert "notes.txt" in registry.run("/attach", ctx).text
@@ -112,12 +119,15 @@ def test_attach_refusals(registry, ctx, conv, tmp_path):
     work = tmp_path / "work"
     (work / "image.bin").write_bytes(b"\x89PNG\0\0\x01")
     (work / "latin1.txt").write_bytes("café".encode("latin-1"))
+    (work / "big.bin").write_bytes(b"\x7fELF\x02\x01\x01\0" + bytes(range(256)) * 800)  # 200 KB
+    (work / "big-latin1.txt").write_bytes("café ".encode("latin-1") * 40_000)
     (work / "empty.txt").write_text("")
     (work / "folder").mkdir()
     (work / "huge.txt").write_text("y" * 3000)  # ~3,000 tokens > the 2,048 window
     (work / "enormous.txt").write_text("z" * 200_000)
     expected = {
         "image.bin": "looks binary", "latin1.txt": "is not UTF-8 text",
+        "big.bin": "looks binary", "big-latin1.txt": "is not UTF-8 text",  # at any size
         "empty.txt": "is empty", "folder": "is a folder", "missing.txt": "No such file",
         "huge.txt": "tokens; only", "enormous.txt": "too large",
     }
@@ -174,3 +184,19 @@ def test_kv_probe_is_measured_at_the_session_kv_bits(registry, ctx, conv, tiny_b
     send(conv, "Fill the cache a little")
     live, how = kv_sizer(ctx)
     assert how == "measured from the live cache" and live(1) == eight(1)
+
+
+def test_a_forecast_from_short_chunks_is_said_as_a_range(ctx, conv, monkeypatch):
+    from mlxchat.commands.base import prefill_words
+    from mlxchat.engine.turn.prefill_cost import PrefillCost
+    from mlxchat.session.views import PrefillEstimate
+
+    short = PrefillEstimate(35.0, 100, PrefillCost(0.01, 0.0, 4, per_pass=0.02), True,
+                            spread_over_tokens=83.0)
+    monkeypatch.setattr(conv.views, "prefill_estimate", lambda tokens, after=0: short)
+    text = prefill_words(ctx, 3000)
+    assert text.startswith("between 35.00 s and 1 min 23 s to prefill (")
+    assert text.endswith("measured on this model, from short chunks)")
+    one = PrefillEstimate(35.0, 100, PrefillCost(0.01, 0.0, 40), True)
+    monkeypatch.setattr(conv.views, "prefill_estimate", lambda tokens, after=0: one)
+    assert prefill_words(ctx, 3000).startswith("~35.00 s to prefill (")

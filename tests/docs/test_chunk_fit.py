@@ -7,7 +7,7 @@ from __future__ import annotations
 from tokenizers import Tokenizer
 
 from mlxchat.docs import Indexer
-from mlxchat.docs.chunking import ChunkSizes, chunk_text
+from mlxchat.docs.chunking import CHUNKER, ChunkSizes, chunk_text
 from mlxchat.docs.embedder import MAX_TOKENS
 
 # Ordinary prose, as notes are written: hard-wrapped paragraphs under headings,
@@ -84,3 +84,19 @@ def test_a_collection_chunked_the_old_way_is_searched_and_re_chunked_when_its_fi
     assert report.files_indexed == 1
     after = store.documents.chunks(list(store.documents.vectors(info.id)[1]))
     assert max(c.token_count for c in after) <= ChunkSizes.reading(tiny_embed.reads).limit
+
+
+def test_an_update_cuts_again_every_file_an_earlier_chunking_cut(tmp_path, store, tiny_embed):
+    (tmp_path / "herons.md").write_text(prose(6))
+    (tmp_path / "other.md").write_text(prose(2))
+    indexer = Indexer(store.documents, tiny_embed)
+    indexer.add("birds", [tmp_path])
+    info = store.documents.get("birds")
+    assert {r.chunker for r in store.documents.files(info.id).values()} == {CHUNKER}
+    # Rows written before files recorded their chunking read 1 (schema 21's default).
+    with store.documents._db.writing() as cur:
+        cur.execute("UPDATE doc_files SET chunker = 1 WHERE path LIKE '%herons.md'")
+    report = indexer.update("birds")
+    assert (report.files_indexed, report.files_unchanged) == (1, 1)  # unchanged on disk
+    assert {r.chunker for r in store.documents.files(info.id).values()} == {CHUNKER}
+    assert indexer.update("birds").files_indexed == 0

@@ -3,6 +3,9 @@ their size, overlap a little when cut for size, and keep lines and headings."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from mlxchat.docs import ChunkSizes, chunk_text
 from mlxchat.docs.chunking import LONG_LINE
 from mlxchat.docs.word_pieces import bundled_word_pieces
@@ -86,3 +89,70 @@ def test_a_huge_single_line_is_cut_and_keeps_its_line_number():
 def test_empty_and_blank_text_give_no_chunks():
     assert chunk_text("", "text") == []
     assert chunk_text("\n\n  \n", "markdown") == []
+
+
+def _is_heading(line: str) -> bool:
+    return line.lstrip().startswith("#")
+
+
+def _check_headings_travel(text: str, sizes: ChunkSizes) -> list:
+    chunks = chunk_text(text, "markdown", sizes=sizes)
+    for n, chunk in enumerate(chunks):
+        lines = [line for line in chunk.text.split("\n") if line.strip()]
+        assert not all(_is_heading(line) for line in lines), chunk  # never a heading alone
+        if n < len(chunks) - 1:  # nor one cut off from the text under it
+            assert not _is_heading(lines[-1]), chunk
+    return chunks
+
+
+def test_a_heading_travels_with_the_text_under_it():
+    # A section too long for one chunk, then a heading and a paragraph that
+    # fills a chunk: the heading went out alone (models.md's "## Ollama and
+    # LM Studio", ranked first for a question its paragraph answers).
+    long = "\n".join(f"line {i} alpha beta gamma delta." for i in range(20))
+    para = " ".join(["heron"] * 50)
+    text = f"# Guide\n\n{long}\n\n## Ollama and LM Studio\n\n{para}\n\n## Next\n\nA word.\n"
+    chunks = _check_headings_travel(text, SMALL)
+    holding = [c for c in chunks if "## Ollama" in c.text]
+    assert len(holding) == 1 and "heron" in holding[0].text
+    assert holding[0].heading == ("Guide", "Ollama and LM Studio")
+    assert holding[0].start_line == text.split("\n").index("## Ollama and LM Studio") + 1
+    assert all(c.text == _lines(text, c) for c in chunks)
+    # Headings one above another go together, into the chunk of their text.
+    text = f"# Guide\n\n{long}\n\n## Part\n\n### Piece\n\n{para}\n"
+    chunks = _check_headings_travel(text, SMALL)
+    assert any("## Part\n\n### Piece\n\nheron" in c.text for c in chunks)
+    # A document of headings alone is still one chunk; a last heading with
+    # nothing under it is no chunk of its own.
+    assert [c.text for c in chunk_text("# A\n\n## B\n", "markdown")] == ["# A\n\n## B"]
+    tail = chunk_text(f"{long}\n\n## Empty\n", "markdown", sizes=SMALL)
+    assert all(c.text.strip() != "## Empty" for c in tail)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 30), st.integers(0, 3)),
+                min_size=1, max_size=12))
+def test_no_chunk_is_a_heading_alone_whatever_the_sections(sections):
+    parts = []
+    for n, (level, words, paragraphs) in enumerate(sections):
+        parts.append(f"{'#' * level} Section {n}")
+        parts += [" ".join(f"w{n}x{i}" for i in range(words)) or "x"] * paragraphs
+    text = "\n\n".join(parts) + "\n"
+    chunks = _check_headings_travel(text, SMALL) if any(p for _, _, p in sections) else []
+    assert all(c.tokens <= SMALL.limit for c in chunks)
+
+
+def test_a_paragraph_too_big_for_one_chunk_starts_a_chunk_of_its_own():
+    # server.md's second paragraph ("`mlxchat serve` loads the model ... It binds
+    # 127.0.0.1:8000 by default") was cut after its first four lines into the
+    # intro's chunk, and its address went with an unrelated tail.
+    intro = " ".join(["words of the introduction"] * 6)  # room left for two lines
+    big = "\n".join(f"line {i} of the long paragraph about the server and its address."
+                    for i in range(14))
+    text = f"# Server\n\n{intro}\n\n{big}\n"
+    chunks = chunk_text(text, "markdown", sizes=SMALL)
+    first = text.split("\n").index(big.split("\n")[0]) + 1
+    assert chunks[0].end_line < first and "line 0 " not in chunks[0].text
+    holding = next(c for c in chunks if "line 0 " in c.text)
+    assert "line 1 " in holding.text and "line 2 " in holding.text
+    assert all(c.tokens <= SMALL.limit for c in chunks)

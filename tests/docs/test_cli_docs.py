@@ -77,10 +77,10 @@ def test_ask_with_docs_carries_its_sources(capsys, tmp_path, tiny_model_dir):
     # Without --docs nothing is retrieved.
     code = main([*base, "--json", "what does a sailboat need"])
     assert json.loads(capsys.readouterr()[0])["sources"] is None
-    # A collection that does not exist: one line, nothing asked.
+    # A collection that does not exist: a bad argument, one line, nothing asked.
     code = main([*base, "--docs", "nope", "hi"])
     out, err = capsys.readouterr()
-    assert code == 1 and out == "" and "No document collection named 'nope'" in err
+    assert code == 2 and out == "" and "No document collection named 'nope'" in err
     assert err.count("\n") == 1
 
 

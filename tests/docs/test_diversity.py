@@ -90,3 +90,19 @@ def test_the_page_that_answers_comes_into_the_top_5_beside_a_long_page(collectio
     assert hits[0].chunk_id == flat[0].chunk_id
     # Scores stay the fused ones: the floor measures against the same best.
     assert hits[0].score == max(h.score for h in hits)
+
+
+def test_a_files_different_sections_are_not_pushed_down_as_its_look_alikes_are():
+    """A chunk is pushed down by each of its file's chunks ahead of it as much
+    as it repeats it (issue 47: server.md's section on the disk budget came
+    second by score and tenth spread, behind other files' weaker chunks)."""
+    scores = [(1, 0.045), (2, 0.041), (3, 0.040), (4, 0.037), (5, 0.036), (6, 0.034),
+              (7, 0.032)]
+    file_of = {1: "server", 2: "server", 3: "a", 4: "b", 5: "c", 6: "d", 7: "e"}
+    by_file = spread(scores, file_of)
+    assert by_file.index(2) >= 5  # halved: out of the top 5
+    unlike = {frozenset((1, 2)): 0.4}
+    alike = spread(scores, file_of, similarity=lambda a, b: unlike.get(frozenset((a, b)), 1.0))
+    assert alike[:3] == [1, 3, 2]  # another section: barely pushed down (x0.96)
+    # Look-alikes (cosine 1) get the whole decay, as without the embeddings.
+    assert spread(scores, file_of, similarity=lambda a, b: 1.0) == by_file

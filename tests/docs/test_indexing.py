@@ -74,11 +74,12 @@ def test_bad_files_are_skipped_and_counted(tmp_path, store, tiny_embed):
     (root / "data.bin2").write_bytes(b"\x00\x01\x02 binary")
     (root / "latin.txt").write_bytes("caf\xe9 cr\xe8me".encode("latin-1"))
     (root / "big.txt").write_text("x" * 5000)
+    (root / "big.bin2").write_bytes(b"\x00\x01\x02 binary" * 500)  # binary at any size
     (root / "deep" / "loop").symlink_to(root)
     report = Indexer(store.documents, tiny_embed, max_file_bytes=4000).add("n", [root])
     reasons = {os.path.basename(s.path): s.reason for s in report.skipped}
-    assert set(reasons) == {"image.png", "data.bin2", "big.txt", "loop"}
-    assert "binary" in reasons["image.png"] and "binary" in reasons["data.bin2"]
+    assert set(reasons) == {"image.png", "data.bin2", "big.bin2", "big.txt", "loop"}
+    assert all("binary" in reasons[name] for name in ("image.png", "data.bin2", "big.bin2"))
     assert "over the 4.0 KB limit" in reasons["big.txt"]
     assert "symlink loop" in reasons["loop"]
     assert report.files_indexed == 2 and report.files_with_replacements == 1

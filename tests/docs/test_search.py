@@ -81,3 +81,41 @@ def test_bad_queries_and_the_fusion_rules(indexed):
     assert bm25_match(query_words("The AND")) == '"the" OR "and"'  # only stopwords: kept
     fused = rrf([[1, 2, 3], [3, 1]])
     assert [i for i, _ in fused] == [1, 3, 2]
+
+
+def test_a_term_written_as_code_is_a_third_vote(tmp_path, store, embedder):
+    """The embedder reads `--kv-budget` as common word pieces and ranks the
+    chunk that holds it last; BM25 spreads the question over its words. The
+    term matched as a phrase puts the chunk that explains it first (issue 47:
+    the answer was BM25's first and the fusion's 24th)."""
+    from mlxchat.docs.search import exact_terms
+
+    corpus = {
+        "serve.md": "# Serving\n\n## Disk budget\n\nThe API sessions' files are kept within "
+                    "`--kv-budget SIZE` (default 8G); the least recently used session loses "
+                    "its files first.\n",
+        "memory.md": "# Memory\n\nThe KV cache budget: the budget says how much memory the KV "
+                     "cache may take, and the gauge shows the budget and the KV bytes. A KV "
+                     "budget too small drops old turns.\n",
+        "flags.md": "# Flags of the serve command\n\nThe serve command takes flags for the "
+                    "host, the port and the model; each flag of mlxchat serve has a default.\n",
+    }
+    for name, text in corpus.items():
+        (tmp_path / name).write_text(text)
+    Indexer(store.documents, embedder).add("n", [tmp_path])
+    question = "What does the --kv-budget flag of mlxchat serve do?"
+    assert exact_terms(question) == ["--kv-budget"]
+    assert exact_terms("mlx.core on 127.0.0.1:8000, kv_bits and --temp") == [
+        "mlx.core", "127.0.0.1:8000", "--temp"]
+    hits = Retriever(store.documents, embedder).search("n", question, k=3)
+    assert hits[0].path.endswith("serve.md"), [(h.path, h.bm25_rank, h.dense_rank) for h in hits]
+
+
+def test_a_chunk_the_other_sides_found_keeps_its_rank_on_the_dense_side(indexed, store):
+    root, retriever = indexed
+    info = store.documents.get("home")
+    question = "how often should I lubricate my bike"
+    full = [cid for cid, _ in retriever.dense(info.id, question, 10)]
+    assert len(full) == info.chunks >= 3
+    ranked = retriever.dense(info.id, question, 1, also=set(full[1:]))
+    assert {cid: rank for cid, _, rank in ranked} == {cid: n for n, cid in enumerate(full, 1)}

@@ -92,7 +92,7 @@ def test_a_refused_prompt_leaves_no_empty_session(capsys, tiny_model_dir):
 @pytest.mark.parametrize("flags", [("--new",)])
 def test_new_needs_a_session_name(capsys, tiny_model_dir, flags):
     code, _, err = ask(capsys, tiny_model_dir, *flags, "x")
-    assert code == 1 and "--new needs --session" in err
+    assert code == 2 and "--new needs --session" in err  # a usage error
 
 
 def test_reasoning_goes_to_stderr_and_the_answer_to_stdout(capsys, tmp_path):

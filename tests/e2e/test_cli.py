@@ -17,9 +17,9 @@ pytestmark = pytest.mark.bundled
 
 
 def mlxchat(*args: str, stdin: str | None = None, timeout: int = 300,
-            home: Path | None = None) -> subprocess.CompletedProcess:
+            home: Path | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = os.environ.copy() if home is None else {**os.environ, "MLXCHAT_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "mlxchat", *args], input=stdin,
+    return subprocess.run([sys.executable, "-m", "mlxchat", *args], input=stdin, cwd=cwd,
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -62,17 +62,22 @@ def test_ask_streams_plain_text_from_stdin(bundled_model_dir):
     assert is_english_prose(proc.stdout)
 
 
-@pytest.mark.parametrize("args,needle", [
-    (("ask", "--model", "does-not-exist", "x"), "unknown model 'does-not-exist'"),
-    (("import", "/etc/hostname"), "not a GGUF file"),
-    (("ask", "--model", "some-org/not-downloaded", "x"), "some-org/not-downloaded"),
-    (("sessions", "show", "nope"), "No session matches"),
-    (("ask", "--top-p", "0", "x"), "top_p must be > 0 and <= 1"),
-    (("--pin", "/no/such/notes.md"), "--pin /no/such/notes.md: no such file"),
+@pytest.mark.parametrize("args,needle,status", [
+    (("ask", "--model", "does-not-exist", "x"), "unknown model 'does-not-exist'", 1),
+    (("import", "/etc/hostname"), "not a GGUF file", 1),
+    (("ask", "--model", "some-org/not-downloaded", "x"), "some-org/not-downloaded", 1),
+    (("sessions", "show", "nope"), "No session matches", 1),
+    # Bad arguments are 2, as argparse's own refusals and --schema's (docs/chat.md).
+    (("ask", "--top-p", "0", "x"), "top_p must be > 0 and <= 1", 2),
+    (("ask", "--temp", "-1", "x"), "temperature must be >= 0", 2),
+    (("ask", "--docs", "nope", "x"), "No document collection named 'nope'", 2),
+    (("ask", "--docs", "bad/name", "x"), "Bad collection name 'bad/name'", 2),
+    (("ask", "--schema", "/no/such.json", "x"), "--schema /no/such.json", 2),
+    (("--pin", "/no/such/notes.md"), "--pin /no/such/notes.md: no such file", 2),
 ])
-def test_bad_input_is_one_clear_line(args, needle):
+def test_bad_input_is_one_clear_line(args, needle, status):
     proc = mlxchat(*args)
-    assert proc.returncode == 1
+    assert proc.returncode == status
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert lines[0].startswith("mlxchat: error: ") and needle in lines[0]
@@ -101,9 +106,17 @@ def test_sessions_export_writes_where_asked(tmp_path, tiny_model_dir):
                   "--max-tokens", "4", "hello")
     assert ask.returncode == 0, ask.stderr
     out = tmp_path / "exports" / "chat.md"
+    proc = mlxchat("sessions", "export", "x/../y", "-o", str(out))  # no such folder
+    assert proc.returncode == 1 and "does not exist: make it first" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not out.parent.exists()
+    out.parent.mkdir()
+    out.parent.chmod(0o755)
     proc = mlxchat("sessions", "export", "x/../y", "-o", str(out))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(out) and "hello" in out.read_text()
+    proc = mlxchat("sessions", "export", "x/../y", "-o", "here.md", cwd=out.parent)
+    assert proc.returncode == 0 and (out.parent / "here.md").is_file(), proc.stderr
+    assert out.parent.stat().st_mode & 0o777 == 0o755  # the user's folder keeps its mode
     folder = tmp_path / "jsons"
     folder.mkdir()
     proc = mlxchat("sessions", "export", "x/../y", "-f", "json", "-o", str(folder))

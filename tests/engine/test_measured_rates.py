@@ -72,5 +72,9 @@ def test_rows_stored_with_zero_rates_read_as_not_measured():
 def test_auto_speculation_measures_nothing_against_an_unmeasured_rate(tiny):
     auto = replace(GREEDY, speculative="auto")
     drafting = Drafting(measure=lambda *a, **k: None)
-    assert drafting.measurement(tiny, auto, generated=40, decode_tps=None) is None
-    assert drafting.measurement(tiny, auto, generated=40, decode_tps=30.0) is not None
+
+    def reply(decode_tps):
+        return TurnDone("x", TurnStats(generated_tokens=40, decode_tps=decode_tps,
+                                       prompt_tokens=3), token_ids=[1] * 40)
+    assert drafting.measurement(tiny, auto, reply(None), [1, 2, 3]) is None
+    assert drafting.measurement(tiny, auto, reply(30.0), [1, 2, 3]) is not None

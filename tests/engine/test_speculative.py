@@ -218,25 +218,48 @@ def _three(engine: ChatEngine, settings: GenerationSettings) -> list[TurnDone]:
     return done + [run(engine, msgs, settings)]
 
 
-def test_auto_measures_once_then_decides_by_what_it_measured(models):
-    """The first reply is plain; after it the engine times a verifying pass on
-    the live cache (trimmed off again) against that reply's decode step, and
-    the next replies use lookup exactly when the pass was cheap enough. The
-    replies are plain decoding's either way."""
-    plain = ChatEngine(models["llama"])
-    want = [d.token_ids for d in _three(plain, replace(PLAIN, speculative="off"))]
-    plain.close()
-    engine = ChatEngine(models["llama"])
-    assert engine.verify_cost() is None
+def _auto_turns(engine: ChatEngine, settings: GenerationSettings) -> list[tuple]:
+    """Three turns; after each, what auto measured and the tokens it replayed."""
+    msgs = [Message("system", "You are terse."), Message("user", "abc abc abc abc abc")]
+    seen = []
+    for then in ("and again: abc abc", "abc abc abc, once more", None):
+        done = run(engine, msgs, settings)
+        cached = engine.live_view().tokens  # also waits for the job queued after the turn
+        seen.append((done, engine.verify_cost(), cached[:done.stats.prompt_tokens]))
+        if then:
+            msgs += [Message("assistant", done.reply), Message("user", then)]
+    return seen
+
+
+@pytest.mark.parametrize("ratio", [1.0, 10.0])
+def test_auto_decides_each_reply_by_what_it_measured(models, ratio):
+    """The first reply is plain; after it a verifying pass is timed (here: at
+    ``ratio`` decode steps), and after every reply lookup is replayed over
+    it: the next reply uses lookup exactly when that forecast says it pays.
+    The replies are plain decoding's either way."""
+    from mlxchat.engine.speculative.auto import MARGIN, VerifyCost, replayed_speedup
+
+    def timed(model, layers, *, proposed, step_s):
+        return VerifyCost(proposed, ratio, prompt_cache.offset(layers))
+
     auto = replace(PLAIN, speculative="auto")
-    done = _three(engine, auto)
-    cost = engine.verify_cost()
-    assert cost is not None and cost.proposed == auto.draft_tokens and cost.ratio > 0
-    assert 0 < cost.context <= done[0].stats.context_used
-    assert done[0].stats.spec_mode == "off"
-    decided = "lookup" if cost.pays else "off"
-    assert [d.stats.spec_mode for d in done[1:]] == [decided, decided]
-    assert [d.token_ids for d in done] == want
+    plain = ChatEngine(models["llama"])
+    want = [d.token_ids for d, _, _ in _auto_turns(plain, replace(PLAIN, speculative="off"))]
+    plain.close()
+    engine = ChatEngine(models["llama"], measure_verify=timed)
+    assert engine.verify_cost() is None
+    seen = _auto_turns(engine, auto)
+    assert seen[0][0].stats.spec_mode == "off"
+    for (done, cost, history), (after, _, _) in zip(seen, seen[1:]):
+        forecast, kept = replayed_speedup(history, done.token_ids, k=auto.draft_tokens,
+                                          ratio=ratio)
+        if done.stats.spec_mode == "off":  # no lookup speed measured yet: the forecast alone
+            assert cost.choice.speedup == pytest.approx(forecast)
+        assert cost.choice.accepted == pytest.approx(kept)
+        assert after.stats.spec_mode == ("lookup" if cost.choice.speedup >= MARGIN else "off")
+    if ratio == 10.0:  # a pass of 4 tokens at 10 steps never pays
+        assert all(d.stats.spec_mode == "off" for d, _, _ in seen)
+    assert [d.token_ids for d, _, _ in seen] == want
     assert engine.live_view().length == len(engine.cached_tokens)
     engine.close()
 
@@ -255,8 +278,34 @@ def test_auto_stays_plain_with_a_seed_and_on_caches_that_cannot_trim(models, gem
     sliding.close()
 
 
-def test_a_cheap_verifying_pass_is_judged_against_the_threshold():
-    from mlxchat.engine.speculative.auto import PAYS_BELOW, VerifyCost
+def test_lookup_is_priced_by_replaying_it_over_the_reply():
+    from mlxchat.engine.speculative.auto import replayed_speedup
 
-    assert VerifyCost(3, PAYS_BELOW, 10).pays and not VerifyCost(3, PAYS_BELOW + 0.1, 10).pays
-    assert "auto stays off" in VerifyCost(3, 3.8, 100).words()
+    history = list(range(100, 140))
+    copied = history[10:30]  # a reply that quotes the prompt: lookup keeps most
+    speedup, kept = replayed_speedup(history, copied, k=3, ratio=1.5)
+    assert kept > 0.8 and speedup > 1.5
+    fresh = list(range(500, 520))  # nothing to look up: no proposal, plain's steps
+    assert replayed_speedup(history, fresh, k=3, ratio=1.5) == (1.0, 0.0)
+    # Free verification cannot lose; dear verification loses on a poor reply.
+    mixed = history[10:14] + list(range(600, 616))
+    assert replayed_speedup(history, mixed, k=3, ratio=1.0)[0] >= 1.0
+    assert replayed_speedup(history, mixed, k=3, ratio=4.0)[0] < 1.0
+
+
+def test_a_lookup_reply_measured_slower_than_plain_turns_lookup_off():
+    """The issue's reply: lookup on, 11% of proposals kept, 20.0 tok/s against
+    plain decoding's 41.6. Its measured speed corrects the replay's forecast,
+    so a reply the replay prices above the margin no longer turns lookup on."""
+    from mlxchat.engine.speculative.auto import MARGIN, VerifyCost
+
+    history = list(range(100, 140))
+    cost = VerifyCost(3, 1.2, 100).after(mode="off", decode_tps=41.6, history=history,
+                                         reply=history[5:25])
+    assert cost.pays and cost.choice.plain_tps == 41.6 and "lookup is on" in cost.words()
+    cost = cost.after(mode="lookup", decode_tps=20.0, history=history, reply=history[5:25])
+    assert cost.choice.calibration < 0.5 and not cost.pays
+    assert "auto stays off" in cost.words() and "measured speed" in cost.words()
+    again = cost.after(mode="off", decode_tps=41.0, history=history,
+                       reply=history[5:9] + list(range(700, 716)))
+    assert again.choice.speedup < MARGIN and not again.pays

@@ -200,3 +200,9 @@ def test_convert_checkpoint(tiny_model_dir, mlxchat_home):
         convert_checkpoint(str(tiny_model_dir), bits=7)
     with pytest.raises(ModelError, match="'org/dense-model'"):
         convert_checkpoint("org/dense-model")
+
+
+def test_convert_to_a_missing_folder_is_refused_and_makes_nothing(tiny_model_dir, tmp_path):
+    with pytest.raises(ModelError, match="does not exist: make it first"):
+        convert_checkpoint(str(tiny_model_dir), tmp_path / "missing" / "out", bits=4)
+    assert not (tmp_path / "missing").exists()

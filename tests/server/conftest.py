@@ -55,14 +55,18 @@ def serve(tiny, db: Path, *, api_key: str | None = None, max_waiting: int = 8,
           max_body_bytes: int = 1 << 20, max_tokens: int = 8,
           kv_budget_bytes: int | None = None, context_window: int | None = None,
           idle_join_s: float = 3600.0, keep_snapshots: bool = True, parallel: int = 1,
-          memory_bytes: int | None = None, **server_options) -> Served:
+          memory_bytes: int | None = None, cors: tuple[str, ...] = (),
+          ping_s: float | None = None, rejoin_s: float | None = None,
+          **server_options) -> Served:
     """``server_options``: RunningServer's (max_connections, header_timeout_s);
     ``idle_join_s`` far off unless a test is about the idle join."""
     conv = open_tiny(tiny, db, max_tokens, context_window, keep_snapshots=keep_snapshots)
     service = ChatService(conv, store=conv.store, engine=conv.engine, max_waiting=max_waiting,
                           kv_budget_bytes=kv_budget_bytes, idle_join_s=idle_join_s,
-                          parallel=parallel, memory_bytes=memory_bytes)
-    app = build_app(service, api_key=api_key, max_body_bytes=max_body_bytes)
+                          parallel=parallel, memory_bytes=memory_bytes,
+                          **({} if rejoin_s is None else {"rejoin_s": rejoin_s}))
+    app = build_app(service, api_key=api_key, max_body_bytes=max_body_bytes, cors=cors,
+                    **({} if ping_s is None else {"ping_s": ping_s}))
     server = RunningServer(app, host="127.0.0.1", port=0, **server_options).start()
     return Served(conv, service, server)
 

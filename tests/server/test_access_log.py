@@ -1,5 +1,5 @@
 """The server logs one line per request (method, path, status, session,
-reused/prompt tokens, time) and starts without transformers' PyTorch advice."""
+reused/prompt tokens, prefilled and generated tokens, time to first token, time) and starts without transformers' PyTorch advice."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def test_each_request_is_one_line_with_its_session_and_tokens(served, caplog):
     for line, usage in zip(chats, (first, second)):
         cached = usage.prompt_tokens_details.cached_tokens
         assert f" session=#{session} cached={cached:,}/{usage.prompt_tokens:,} " in line, line
+        assert f" prefilled={usage.prompt_tokens - cached:,} " \
+            f"generated={usage.completion_tokens:,} ttft=" in line, line
         assert line.endswith(" s")
     assert missing.status == 404 and any(line.startswith("GET /v1/nothing 404 ")
                                          for line in lines), lines

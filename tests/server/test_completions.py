@@ -53,7 +53,10 @@ def test_a_chat_after_a_completion_reuses_its_branch(served):
 def test_bad_completion_requests_name_the_field(served):
     for body, param in (({"model": "tiny"}, "prompt"),
                         ({"model": "tiny", "prompt": ""}, "prompt"),
-                        ({"model": "tiny", "prompt": "x", "echo": True}, "echo"),
+                        ({"model": "tiny", "prompt": "x", "echo": 1}, "echo"),
+                        ({"model": "tiny", "prompt": "x", "n": 2, "best_of": 1}, "best_of"),
+                        ({"model": "tiny", "prompt": [1, "x"]}, "prompt"),
+                        ({"model": "tiny", "prompt": "x", "logprobs": 21}, "logprobs"),
                         ({"model": "tiny", "prompt": "x", "max_tokens": 0}, "max_tokens"),
                         ({"prompt": "x"}, "model")):
         reply = request(served.url, "POST", "/v1/completions", body)

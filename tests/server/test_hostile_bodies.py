@@ -95,17 +95,17 @@ def test_a_max_tokens_past_the_window_is_refused_as_openai_does(tiny, tmp_path, 
                                                            name: too_many})
                 assert reply.status == 400, reply.body[:200]
                 error = reply.json()["error"]
-                assert error == {"message": f"{name} is too large: {too_many}. This model "
-                                 "supports at most 256 completion tokens (its context window, "
-                                 f"less the prompt), whereas you provided {too_many}.",
+                assert error == {"message": f"{name} is too large: {too_many}. This model's "
+                                 "context window holds 256 tokens, the prompt's and the "
+                                 f"completion's together, whereas you provided {too_many}.",
                                  "type": "invalid_request_error", "param": name,
                                  "code": "invalid_value"}
             ollama = request(narrow.url, "POST", OLLAMA, {
                 "model": "tiny", "messages": hello, "options": {"num_predict": too_many}})
             assert ollama.status == 400
             assert ollama.json() == {"error": f"num_predict is too large: {too_many}. This "
-                                     "model supports at most 256 completion tokens (its "
-                                     "context window, less the prompt), whereas you "
+                                     "model's context window holds 256 tokens, the prompt's "
+                                     "and the completion's together, whereas you "
                                      f"provided {too_many}."}
             raw = request(narrow.url, "POST", COMPLETIONS, {"model": "tiny", "prompt": "Once",
                                                             "max_tokens": too_many})

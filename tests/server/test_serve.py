@@ -14,7 +14,7 @@ import pytest
 from openai import OpenAI
 
 from mlxchat.engine.events import TextDelta, TurnDone
-from mlxchat.server.core.service import ids_up_to
+from mlxchat.server.core.reply_reader import ids_up_to
 from mlxchat.session.lock import SessionLock
 
 from tests.server.conftest import open_tiny, request, serve
@@ -51,7 +51,7 @@ def test_replies_equal_the_conversations_own_at_temperature_0(tiny, tmp_path, se
                       "options": {"temperature": 0, "num_predict": 12}})
     assert ollama.status == 200 and ollama.json()["message"]["content"] == expected
     assert [m["name"] for m in request(served.url, "GET", "/api/tags").json()["models"]] \
-        == ["tiny"]
+        == ["tiny", "all-minilm:l6-v2"]  # the chat model, and the embedder
     assert [m.id for m in api.models.list().data] == ["tiny"]
 
 

@@ -142,11 +142,11 @@ async def test_streamed_calls_arrive_as_delta_tool_calls(qwen3):
 
 
 async def test_ollama_gets_calls_in_its_own_shape(qwen3):
-    from mlxchat.server.ollama.chat import _final, _lines, _message
+    from mlxchat.server.ollama.replies import ChatShape, lines as stream, whole as whole_body
 
     parts = reply_parts(qwen3.tokenizer, REPLY, tools=True)
     end = Finished(parts.content, "", TurnStats(), "tool_calls", 1, with_ids(parts.calls))
-    whole = _final("tiny", end, _message(end.content, "", end.tool_calls))
+    whole = whole_body(ChatShape("tiny"), end, None)
     call = whole["message"]["tool_calls"][0]
     assert call["function"]["name"] == "get_weather"
     assert call["function"]["arguments"] == {"city": "Paris"}  # an object, not a string
@@ -155,7 +155,8 @@ async def test_ollama_gets_calls_in_its_own_shape(qwen3):
     async def rest():
         yield end
 
-    lines = [json.loads(line) async for line in _lines("tiny", Piece("Let me check."), rest())]
+    lines = [json.loads(line) async for line in stream(ChatShape("tiny"), Piece("Let me check."),
+                                                         rest())]
     assert [line["done"] for line in lines] == [False, False, True]
     assert lines[1]["message"]["tool_calls"] == whole["message"]["tool_calls"]
     # What a client sends back (arguments as an object) hashes like the reply we indexed.
@@ -166,7 +167,7 @@ async def test_ollama_streams_the_text_held_back_at_a_calls_markup(qwen3):
     """What the stream held back (a possible marker's start, a call cut short,
     text after the calls) goes out before the end: the client's copy is the
     stored one."""
-    from mlxchat.server.ollama.chat import _lines
+    from mlxchat.server.ollama.replies import ChatShape, lines as stream
 
     for text in (REPLY + "\nDone.", REPLY[:-len("</tool_call>")]):
         parts = reply_parts(qwen3.tokenizer, text, tools=True)
@@ -175,7 +176,8 @@ async def test_ollama_streams_the_text_held_back_at_a_calls_markup(qwen3):
         async def rest():
             yield end
 
-        lines = [json.loads(line) async for line in _lines("tiny", Piece("Let me"), rest())]
+        lines = [json.loads(line)
+                 async for line in stream(ChatShape("tiny"), Piece("Let me"), rest())]
         assert "".join(line["message"]["content"] for line in lines) == parts.content
         assert lines[-1]["done"]
 

@@ -69,12 +69,14 @@ def test_each_branch_names_the_message_where_it_diverges(store: SessionStore, ch
     assert store.branches.leaves_holding(sid, edited.id) == [edited.id]
 
 
-def test_undo_position_is_listed_as_current(store: SessionStore, chat) -> None:
+def test_an_undo_position_is_no_branch_of_its_own(store: SessionStore, chat) -> None:
+    """/undo moves the position back inside the one branch there is: listing
+    that ancestor as a second branch said there was an alternative."""
     sid, (q1, a1, q2, a2) = chat
     session = store.branches.set_leaf(sid, a1)
     assert [m.content for m in session.messages] == ["q1", "a1"]
     infos = store.branches.of(sid)
-    assert [(b.leaf_id, b.current) for b in infos] == [(a1, True), (a2, False)]
+    assert [(b.leaf_id, b.current, b.diverges_at) for b in infos] == [(a2, False, q1)]
     assert store.branches.set_leaf(sid, None).messages == []
 
 

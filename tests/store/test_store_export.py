@@ -152,8 +152,6 @@ def _break(doc: dict, how: str) -> object:
         doc["session"]["settings"]["kv_bits"] = 3
     elif how == "temperature":
         doc["session"]["settings"]["temperature"] = -1.0
-    elif how == "system-inside":
-        msgs[1]["role"] = "system"
     elif how == "cycle":
         msgs[0]["parent_id"] = msgs[2]["id"]
     elif how == "self-parent":
@@ -186,7 +184,6 @@ BREAKS = [
     "settings-type",
     "kv-bits",
     "temperature",
-    "system-inside",
     "cycle",
     "self-parent",
     "dangling",
@@ -245,6 +242,7 @@ def test_export_names_and_folders(store: SessionStore, branched: int, tmp_path: 
     (cwd / "sub").mkdir()
     assert export_session(store, branched, "md", "sub", cwd=cwd, folder=folder).parent == (
         cwd / "sub")
+    (cwd / "new").mkdir()
     assert export_session(store, branched, "md", "new/", cwd=cwd, folder=folder).parent == (
         cwd / "new")
     assert export_session(store, branched, "json", "notes", cwd=cwd, folder=folder) == (
@@ -259,13 +257,32 @@ def test_export_names_and_folders(store: SessionStore, branched: int, tmp_path: 
     assert again.read_text().startswith("# ../../etc/passwd")
 
 
-@pytest.mark.parametrize("dest", ["missing/x.md", "missing/deeper/x"])
-def test_an_export_makes_the_folders_it_names(
+@pytest.mark.parametrize("dest", ["missing/x.md", "missing/deeper/x", "missing/",
+                                  "/nonexistent/dir/x.md"])
+def test_an_export_to_a_missing_folder_is_refused_and_makes_nothing(
     store: SessionStore, branched: int, tmp_path: Path, dest: str
 ) -> None:
-    path = export_session(store, branched, "md", dest, cwd=tmp_path, folder=tmp_path / "e")
-    assert path.is_file() and path.is_relative_to(tmp_path / "missing")
-    assert (tmp_path / "missing").stat().st_mode & 0o777 == 0o700
+    existed = Path("/nonexistent").exists()
+    with pytest.raises(StoreError) as refused:
+        export_session(store, branched, "md", dest, cwd=tmp_path, folder=tmp_path / "e")
+    message = str(refused.value)
+    assert "\n" not in message and "does not exist: make it first" in message, message
+    assert not (tmp_path / "missing").exists() and not (tmp_path / "e").exists()
+    assert Path("/nonexistent").exists() == existed
+
+
+def test_an_export_never_changes_the_mode_of_the_users_folders(
+    store: SessionStore, branched: int, tmp_path: Path
+) -> None:
+    cwd, named = tmp_path / "work", tmp_path / "work" / "x"
+    named.mkdir(parents=True)
+    for folder in (cwd, named):
+        folder.chmod(0o755)
+    written = [export_session(store, branched, "md", dest, cwd=cwd, folder=tmp_path / "e")
+               for dest in ("x", "x/out.md", "out.md", ".")]
+    assert all(path.is_file() for path in written)
+    assert [stat.S_IMODE(f.stat().st_mode) for f in (cwd, named)] == [0o755, 0o755]
+    assert stat.S_IMODE(written[0].stat().st_mode) == 0o600  # the file itself is private
 
 
 def test_an_export_that_cannot_be_written_is_refused_in_one_line(
@@ -360,3 +377,16 @@ def test_the_markdown_header_says_settings_in_words(store: SessionStore, branche
     settings = next(line for line in header.splitlines() if line.startswith("- **Settings:**"))
     assert "None" not in settings and "True" not in settings and "False" not in settings
     assert "top_p model" in settings and "docs off" in settings and "tools off" in settings
+
+
+def test_a_system_message_inside_the_conversation_exports_and_imports_back(
+        store: SessionStore) -> None:
+    """An API client's reminder after its first message is stored where it stood."""
+    session = store.create_session("m")
+    store.add_message(session.id, "user", "Task?")
+    store.add_message(session.id, "system", "The environment.")
+    store.add_message(session.id, "assistant", "Done.")
+    assert "### System\n\nThe environment." in render_session(store, session.id, "md")
+    copy = import_json(store, render_session(store, session.id, "json").encode())
+    assert [(m.role, m.content) for m in copy.messages] == [
+        ("user", "Task?"), ("system", "The environment."), ("assistant", "Done.")]

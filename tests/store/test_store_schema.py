@@ -12,7 +12,8 @@ import pytest
 
 from mlxchat import paths
 from mlxchat.store import SCHEMA_VERSION, SessionStore, StoreError, open_store
-from mlxchat.store.docs_fts import V14_DOC_CHUNKS_FTS_BY_COLLECTION
+from mlxchat.store.api_response_schema import V20_API_RESPONSES
+from mlxchat.store.docs_fts import V14_DOC_CHUNKS_FTS_BY_COLLECTION, V21_DOC_FILES_CHUNKER
 from mlxchat.store.image_files import V17_MESSAGE_IMAGES
 from mlxchat.store.kv_names import V18_KV_FILE_TAG
 from mlxchat.store.parent_links import V19_PARENTS_WITHOUT_CASCADE
@@ -23,7 +24,7 @@ from mlxchat.store.schema import (
     V13_TOOL_MESSAGES,
     V15_FOLLOW_LINKS,
 )
-from mlxchat.store.summary_rows import V20_RESERVED, V21_SUMMARY_MESSAGES
+from mlxchat.store.summary_rows import V22_SUMMARY_MESSAGES
 from mlxchat.store.tool_schema import V16_TOOL_GRANTS_AND_RUNS
 
 from tests.old_snapshots import record_old_snapshot
@@ -81,7 +82,7 @@ def _make_v1(path: Path) -> None:
 
 
 def test_migrations_are_ordered_and_versioned() -> None:
-    assert SCHEMA_VERSION == len(MIGRATIONS) == 21
+    assert SCHEMA_VERSION == len(MIGRATIONS) == 22
     assert MIGRATIONS[10] is V11_API_MESSAGES  # version 11 exactly, after version 10
     assert MIGRATIONS[11] is V12_MESSAGE_SOURCES
     assert MIGRATIONS[12] is V13_TOOL_MESSAGES
@@ -91,7 +92,9 @@ def test_migrations_are_ordered_and_versioned() -> None:
     assert MIGRATIONS[16] is V17_MESSAGE_IMAGES
     assert MIGRATIONS[17] is V18_KV_FILE_TAG
     assert MIGRATIONS[18] is V19_PARENTS_WITHOUT_CASCADE
-    assert MIGRATIONS[19] is V20_RESERVED and MIGRATIONS[20] is V21_SUMMARY_MESSAGES
+    assert MIGRATIONS[19] is V20_API_RESPONSES
+    assert MIGRATIONS[20] is V21_DOC_FILES_CHUNKER
+    assert MIGRATIONS[21] is V22_SUMMARY_MESSAGES
 
 
 def test_a_v1_database_migrates_and_keeps_its_data(db_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Summary messages (schema 21): stored with what they stand for, read back,
+"""Summary messages (schema 22): stored with what they stand for, read back,
 forked and exported with it; a branch's KV segments start over at its newest
 summary (the rows above it were saved for the uncompacted ledger) and come
 back whole once the branch steps back above it."""
@@ -53,9 +53,9 @@ def test_the_branch_segments_start_over_at_its_newest_summary(store: SessionStor
         (history[1].id, 0), (history[3].id, 10)]
 
 
-def test_a_v19_database_takes_summaries_after_the_migration(tmp_path: Path) -> None:
-    path = tmp_path / "v19.db"
-    conn = database_at(path, 19)
+def test_a_v21_database_takes_summaries_after_the_migration(tmp_path: Path) -> None:
+    path = tmp_path / "v21.db"
+    conn = database_at(path, 21)
     conn.execute("INSERT INTO sessions (title, created, updated) VALUES ('old', 1, 1)")
     conn.execute("INSERT INTO messages (session_id, role, content, created) "
                  "VALUES (1, 'user', 'kept as it was', 1)")

@@ -8,6 +8,8 @@ from textual.widgets import Static
 
 from mlxchat.chat import human_bytes
 from mlxchat.config import load_settings
+from mlxchat.engine.core import ChatEngine
+from mlxchat.engine.events import TextDelta
 from mlxchat.store import open_store
 from mlxchat.tui.formatting import cache_source_label, fmt_bits_per_weight, kv_room
 from mlxchat.tui.screens import ConfirmScreen, HelpScreen, ModelPickerScreen
@@ -101,7 +103,7 @@ async def test_slash_commands_from_the_input(tmp_path, tiny):
         table = app.transcript.children[-1]
         assert isinstance(table, TableNotice) and table.caption == "Last turn"
         st = app.conversation.turns.last_stats
-        prompt_row = (f"{fmt_int(st.prompt_tokens)} tokens: 0 reused (cold cache), "
+        prompt_row = (f"{fmt_int(st.prompt_tokens)} tokens: 0 reused (cold start), "
                       f"{fmt_int(st.prefilled_tokens)} prefilled")
         assert ("prompt", prompt_row) in table.rows
 
@@ -160,8 +162,9 @@ async def test_escape_stops_a_long_reply_and_keeps_the_partial_text(tmp_path, ti
         stats = conv.turns.last_stats
         assert stats.finish_reason == "cancelled" and 0 < stats.generated_tokens < 30000
         reply = app.transcript.query_one(AssistantMessage)
-        assert reply.cancelled and plain(reply.query_one(".message-footer")).startswith(
-            "(stopped)")
+        footer = plain(reply.query_one(".message-footer"))
+        assert reply.cancelled and footer.startswith("(stopped)")
+        assert "stopped by" not in footer  # said once, in front
         stored = conv.store.all_messages(conv.session.id)[-1]
         assert stored.role == "assistant" and stored.cancelled
         assert stored.content == reply.text != ""
@@ -169,6 +172,39 @@ async def test_escape_stops_a_long_reply_and_keeps_the_partial_text(tmp_path, ti
         await until(lambda: app.typing.tokens > 0)
         assert gauge(app, "#live-text") == \
             f"prefilled while typing: {app.typing.tokens:,} tokens"
+
+
+class FailingMidReply(ChatEngine):
+    """A real engine whose turn fails once its first text came (a device lost)."""
+
+    def turn(self, messages, settings, **kw):
+        for event in super().turn(messages, settings, **kw):
+            yield event
+            if isinstance(event, TextDelta) and event.text:
+                raise RuntimeError("the device went away")
+
+
+async def test_how_a_reply_ended_is_said_under_it(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny, settings=tiny_settings(max_tokens=4))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await ready(pilot)
+        await send(pilot, "Hello")
+        stats = app.conversation.turns.last_stats
+        footer = plain(app.transcript.query(AssistantMessage).last().query_one(
+            ".message-footer"))
+        assert footer.endswith(f" · {stats.ending}") and not footer.startswith("(")
+        assert stats.ending in ("stopped by max_tokens", "ended by the model")
+
+
+async def test_a_reply_an_error_cut_short_says_so(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny, engine_factory=FailingMidReply)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await ready(pilot)
+        await send(pilot, "Hello")
+        reply = app.transcript.query(AssistantMessage).last()
+        assert plain(reply.query_one(".message-footer")) == "(cut short by an error)"
+        assert any("the device went away" in str(n.render())
+                   for n in app.transcript.query(NoticeMessage))
 
 
 async def test_escape_and_ctrl_c_never_quit(tmp_path, tiny):
@@ -414,8 +450,6 @@ async def test_what_exists_at_start_is_out_of_the_collectors_sight(tmp_path, tin
 
 
 async def test_each_reply_is_labelled_with_the_model_that_wrote_it(tmp_path, tiny, tiny_b):
-    from mlxchat.tui.widgets.transcript import AssistantMessage
-
     app = tiny_app(tmp_path / "s.db", tiny, tiny_b)
     async with app.run_test(size=(120, 40)) as pilot:
         await ready(pilot)

@@ -83,3 +83,47 @@ async def test_at_80x24_the_header_keeps_title_and_model_and_no_figure_is_cut(
                                          f"ttft {fmt_seconds(stats.ttft_s)}",
                                          f"decode {fmt_tps(stats.decode_tps)}"], turn
         assert f"{fmt_int(stats.context_used)}/{fmt_int(stats.context_window)}" in context
+
+
+def _heavy_figures(app) -> None:
+    """The issue's 120x40 panel: Weights listing float32 copies and the
+    precision, a last turn with a cache miss, then a prefill running."""
+    from dataclasses import replace
+
+    from mlxchat.engine.events import PrefillProgress
+
+    from .tui_hosts import GB, SAMPLE_STATE, SAMPLE_STATS
+
+    state = replace(SAMPLE_STATE, weights_bytes=115_200_000, kept_copies_bytes=538_000_000,
+                    compute_dtype="float32", quantization="int4 g32 + int8 g32")
+    app.gauges.update_state(state, 48 * GB)
+    app.gauges.update_stats(SAMPLE_STATS)
+    app.gauges.prefill(PrefillProgress(done=768, total=2048, tps=1500.25))
+
+
+@pytest.mark.parametrize("size", [(120, 40), (100, 30)])
+async def test_the_now_gauge_stays_on_screen_beside_every_other_figure(tmp_path, tiny, size):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=size) as pilot:
+        await ready(pilot)
+        _heavy_figures(app)
+        await pilot.pause()
+        live = app.gauges.query_one("#gauge-live")
+        footer_row = size[1] - 1
+        assert live.region.height and live.region.bottom <= footer_row, live.region
+        assert any("prefill 768 / 2,048 tokens" in line for line in screen_lines(app))
+        if size == (120, 40):  # and nothing needs scrolling to be seen there
+            figures = app.gauges.query_one("#gauges-figures")
+            assert figures.max_scroll_y == 0
+            text = "\n".join(screen_lines(app))
+            for shown in ("538.0 MB float32 copies", "peak memory", "miss: system prompt"):
+                assert shown in text, shown
+
+
+async def test_at_80x24_the_compact_bar_shows_the_prefill(tmp_path, tiny):
+    app = tiny_app(tmp_path / "s.db", tiny)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(pilot)
+        _heavy_figures(app)
+        await pilot.pause()
+        assert "prefill 768 / 2,048 tokens" in screen_lines(app)[2]

@@ -8,6 +8,7 @@ import asyncio
 
 from textual._xterm_parser import XTermParser
 
+from mlxchat.tui import pictures
 from mlxchat.tui.app import MlxChatApp
 from mlxchat.tui.widgets import UserMessage
 
@@ -40,6 +41,19 @@ async def test_keys_typed_while_the_app_starts_land_in_the_input(tmp_path, tiny)
     async with app.run_test(size=(80, 24)) as pilot:
         await ready(pilot)
         await until(lambda: app.prompt.text == "hello there")
+
+
+async def test_keys_the_terminal_probe_read_come_before_the_drivers(tmp_path, tiny, monkeypatch):
+    """The probe (pictures.probe) read 'Hello from ' while it waited for the
+    terminal's reply; the driver read the rest after it: one message, whole."""
+    monkeypatch.setattr(pictures, "_typed_ahead", "Hello from ")
+    app = app_typed(tmp_path, tiny, "make run\n")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await ready(pilot)
+        await until(lambda: any(isinstance(w, UserMessage) for w in app.transcript.children))
+        [sent] = [w for w in app.transcript.children if isinstance(w, UserMessage)]
+        assert sent.text == "Hello from make run" and app.prompt.text == ""
+        assert pictures.typed_ahead() == []  # replayed once
 
 
 async def test_a_message_sent_while_the_app_starts_goes_once_the_model_is_ready(tmp_path, tiny):

@@ -60,13 +60,14 @@ def test_transcript_stats_line():
     stats = TurnStats(ttft_s=0.25, decode_tps=40.0, generated_tokens=12, reused_tokens=100,
                       prefilled_tokens=5, cache_source="warm")
     assert transcript_stats_line(stats) == (
-        "ttft 250 ms · 40.0 tok/s · 12 tokens · reused 100 / prefilled 5 · warm cache")
+        "ttft 250 ms · 40.0 tok/s · 12 tokens · reused 100 / prefilled 5 · warm cache · "
+        "ended by the model")
     stats.miss_reason = "edited message"
     assert transcript_stats_line(stats).endswith("· miss: edited message")
     stats.spec_mode, stats.draft_tokens_proposed, stats.draft_tokens_accepted = "draft", 9, 6
     stats.target_passes = 6
     line = transcript_stats_line(stats)
-    assert "· warm cache · draft 67% accepted · 2.00 tok/pass · miss" in line
+    assert "· warm cache · draft 67% accepted · 2.00 tok/pass · ended by the model · miss" in line
     stats.draft_rebuilt, stats.draft_prefilled_tokens = True, 1200
     assert "· draft cache rebuilt (1,200 tokens) ·" in transcript_stats_line(stats)
 
@@ -96,7 +97,8 @@ def test_the_footer_says_a_drop_once_and_when_the_window_ended_the_reply(tiny):
         footer = transcript_stats_line(dropped)
         assert footer.count("oldest messages") == 1
         assert f"· {dropped.dropped_messages} oldest messages left out" in footer
-        assert "stopped by" not in footer  # max_tokens ended it: nothing to say
+        assert footer.endswith(" · stopped by max_tokens · "
+                               f"{dropped.dropped_messages} oldest messages left out")
         text = "q"
         while engine.prompts.count_tokens([Message("user", text + "q")]) <= window - 30:
             text += "q"

@@ -48,4 +48,4 @@ async def test_help_groups_the_commands_by_topic(tmp_path, tiny):
         listed = [usage.split()[0] for rows in sections.values() for usage, _ in rows]
         assert sorted(listed) == sorted(f"/{c.name}" for c in app.registry.commands)
         assert "Other" not in sections  # every built-in command has its topic
-        assert "/open ID_OR_TITLE" in dict(sections["Sessions"])
+        assert "/open [ID_OR_TITLE]" in dict(sections["Sessions"])  # without: the browser

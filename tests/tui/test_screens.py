@@ -241,6 +241,7 @@ async def test_model_picker_cancel_sets_the_event_and_stays_open():
         await pilot.pause()
         screen = app.screen
         assert screen.query_one(ProgressBar).progress == 250
+        assert screen.query_one(ProgressBar).display
         await pilot.press("escape")
         await app.workers.wait_for_complete()
         await pilot.pause()
@@ -248,6 +249,7 @@ async def test_model_picker_cancel_sets_the_event_and_stays_open():
         assert app.result is ScreenHost.NO_RESULT
         assert screen.query_one("#models-status", Static).render().plain == (
             "Download of qwen3-4b cancelled.")
+        assert not screen.query_one(ProgressBar).display
         await pilot.press("escape")
         await pilot.pause()
         assert app.result is None
@@ -264,6 +266,17 @@ async def test_model_picker_download_error_is_shown_plainly():
         await pilot.pause()
         assert app.screen.query_one("#models-status", Static).render().plain == (
             "Download of qwen3-4b failed: no network: set HF_HUB_OFFLINE=0 or copy the model folder")
+        assert not app.screen.query_one(ProgressBar).display  # nothing goes on under it
+
+
+async def test_model_picker_shows_no_bar_where_nothing_downloads():
+    app = ScreenHost(lambda: ModelPickerScreen(ENTRIES))  # downloads off
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        status = app.screen.query_one("#models-status", Static).render().plain
+        assert status == "qwen3-4b is not on disk and downloads are off."
+        assert not app.screen.query_one(ProgressBar).display
 
 
 DEEP = ModelEntry("mine", "/home/someone/very/deep/folder/of/models/gemma-3-270m-"

@@ -66,7 +66,7 @@ class CountedEngine(ChatEngine):
         super().__init__(loaded, compute_owner=compute_owner, **options)
         self.owner = compute_owner
 
-    def _turn(self, planned, settings, emit, output=None):
+    def _turn(self, planned, settings, emit, *asked):
         cls = CountedEngine
         with cls._guard:
             cls.running += 1
@@ -79,7 +79,7 @@ class CountedEngine(ChatEngine):
                 time.sleep(0.005)
             emit(event)
         try:
-            return super()._turn(planned, settings, paced, output)
+            return super()._turn(planned, settings, paced, *asked)
         finally:
             with cls._guard:
                 cls.running -= 1
@@ -187,10 +187,10 @@ class GatedEngine(ChatEngine):
     entered = threading.Event()
     go = threading.Event()
 
-    def _turn(self, planned, settings, emit, output=None):
+    def _turn(self, planned, settings, emit, *asked):
         GatedEngine.entered.set()
         assert GatedEngine.go.wait(60)
-        return super()._turn(planned, settings, emit, output)
+        return super()._turn(planned, settings, emit, *asked)
 
 
 async def test_stop_while_the_chat_waits_for_the_api_ends_the_turn_at_once(tmp_path, tiny):
@@ -293,12 +293,12 @@ class PacedEngine(ChatEngine):
     thread, so its decode is slower, not faked): a long reply is still
     running when the app quits however fast this machine is."""
 
-    def _turn(self, planned, settings, emit, output=None):
+    def _turn(self, planned, settings, emit, *asked):
         def paced(event):
             if isinstance(event, TextDelta):
                 time.sleep(0.005)
             emit(event)
-        return super()._turn(planned, settings, paced, output)
+        return super()._turn(planned, settings, paced, *asked)
 
 
 async def test_a_request_running_at_quit_is_cut_and_stored_as_stopped(tmp_path, tiny):

@@ -1,6 +1,8 @@
 import io
 import itertools
 
+import pytest
+
 from rich.console import Console
 from textual.widgets import Static
 
@@ -56,6 +58,40 @@ async def test_cancelled_reply_keeps_partial_text_and_marks_stopped():
         assert message.text == "The answer is forty"
         assert footer_text(message) == "(stopped)"
         assert message.query_one(".message-footer").display
+
+
+@pytest.mark.parametrize(("finish", "window_full", "ends"), [
+    ("stop", False, "ended by the model"),
+    ("length", False, "stopped by max_tokens"),
+    ("length", True, "stopped by the context window (full)"),
+])
+async def test_the_line_under_a_reply_says_how_it_ended(finish, window_full, ends):
+    stats = TurnStats(ttft_s=0.12, decode_tps=30.0, generated_tokens=9, cache_source="warm",
+                      finish_reason=finish, window_full=window_full)
+    app = host()
+    async with app.run_test(size=(160, 24)) as pilot:
+        transcript = app.query_one(Transcript)
+        await transcript.load([Message("user", "hi"), Message("assistant", "Hello", stats=stats)])
+        await pilot.pause()
+        footer = footer_text(transcript.query_one(AssistantMessage))
+        assert footer.endswith(f" · {ends}") and footer.count(ends) == 1
+
+
+async def test_a_stopped_reply_says_it_once_and_an_error_says_error():
+    stopped = TurnStats(ttft_s=0.12, decode_tps=30.0, generated_tokens=9,
+                        finish_reason="cancelled")
+    app = host()
+    async with app.run_test(size=(160, 24)) as pilot:
+        transcript = app.query_one(Transcript)
+        await transcript.load([Message("user", "hi"),
+                               Message("assistant", "Hel", stats=stopped, cancelled=True)])
+        reply = await transcript.start_reply()
+        await reply.append("The answer is")
+        await reply.finish(None, failed=True)  # the engine failed mid-reply
+        await pilot.pause()
+        first, second = transcript.query(AssistantMessage)
+        assert footer_text(first).startswith("(stopped)") and "stopped by" not in footer_text(first)
+        assert footer_text(second) == "(cut short by an error)"
 
 
 async def test_load_renders_branch_and_notices_have_levels():

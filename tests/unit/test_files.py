@@ -5,6 +5,7 @@ import stat
 
 from mlxchat.config import Settings, load_settings, save_settings
 from mlxchat.files import sha256_file, write_private_text
+from mlxchat.paths import ensure_private_dir
 
 
 def test_write_is_private_atomic_and_leaves_no_temp_files(tmp_path):
@@ -14,6 +15,18 @@ def test_write_is_private_atomic_and_leaves_no_temp_files(tmp_path):
     assert target.read_text() == "two"
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
     assert [p.name for p in target.parent.iterdir()] == ["f.txt"]
+
+
+def test_writes_never_change_the_mode_of_a_folder_they_did_not_make(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    theirs.chmod(0o755)
+    write_private_text(theirs / "f.txt", "one")
+    assert ensure_private_dir(theirs) == theirs
+    write_private_text(theirs / "new" / "deeper" / "f.txt", "two")
+    assert stat.S_IMODE(theirs.stat().st_mode) == 0o755
+    for made in (theirs / "new", theirs / "new" / "deeper"):  # what it makes is private
+        assert stat.S_IMODE(made.stat().st_mode) == 0o700
 
 
 def test_sha256_reports_progress_to_the_end(tmp_path):

@@ -14,7 +14,7 @@ from mlxchat.cli.progress import progress_printer
 from mlxchat.cli.tool_consent import TerminalConsent
 from mlxchat.config import Settings
 from mlxchat.engine.events import TextDelta, TurnDone
-from mlxchat.errors import UsageError, UserError
+from mlxchat.errors import UsageError
 from mlxchat.generation import GenerationSettings
 from mlxchat.sources import best_score, left_out_words
 from mlxchat.turn_stats import TurnStats
@@ -47,7 +47,7 @@ def _settings_from(args: argparse.Namespace, base: GenerationSettings) -> Genera
     try:
         gen.check()
     except ValueError as exc:
-        raise UserError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     return gen
 
 
@@ -55,14 +55,37 @@ def _check_template(info, args: argparse.Namespace) -> None:
     """--think and --reasoning-effort only for templates that read them."""
     for flag, variable in (("think", "enable_thinking"), ("reasoning_effort", "reasoning_effort")):
         if getattr(args, flag) is not None and variable not in info.template_variables:
-            raise UserError(f"{info.name}'s chat template does not take {variable}; "
+            raise UsageError(f"{info.name}'s chat template does not take {variable}; "
                             f"--{flag.replace('_', '-')} would change nothing")
     if args.kv_bits and info.head_dim and info.head_dim % 32:
-        raise UserError(f"--kv-bits needs a head size that is a multiple of 32; "
+        raise UsageError(f"--kv-bits needs a head size that is a multiple of 32; "
                         f"{info.name}'s is {info.head_dim}, so its KV cache cannot be quantized")
     if args.context is not None and args.context > info.context_window:
-        raise UserError(f"--context can only lower {info.name}'s window of "
+        raise UsageError(f"--context can only lower {info.name}'s window of "
                         f"{info.context_window:,} tokens; got {args.context:,}")
+
+
+def _check_docs(name: str | None) -> None:
+    """--docs names a collection of the app's database: said before any load
+    when it is malformed or not there (a usage error, as --tools is)."""
+    if name in (None, "off"):
+        return
+    from mlxchat.docs import DocsError
+    from mlxchat.docs.indexer import check_name
+    from mlxchat.session.root import default_store
+    from mlxchat.store.documents import CollectionNotFound
+
+    try:
+        check_name(name)
+    except DocsError as exc:
+        raise UsageError(str(exc)) from None
+    store = default_store()
+    try:
+        store.documents.get(name)
+    except CollectionNotFound as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        store.close()
 
 
 def _speculate(conv, args: argparse.Namespace) -> None:
@@ -80,13 +103,13 @@ def _tools_choice(args: argparse.Namespace) -> str | None:
 
     if args.tools is None:
         if args.allow_tools:
-            raise UserError("--allow-tools needs --tools SERVER[,...]")
+            raise UsageError("--allow-tools needs --tools SERVER[,...]")
         if getattr(args, "tool_prompt", None):
-            raise UserError("--tool-prompt needs --tools SERVER[,...]")
+            raise UsageError("--tool-prompt needs --tools SERVER[,...]")
         return None
     choice = ",".join(s.strip() for s in args.tools.split(",") if s.strip())
     if not choice or generation_problem("tools", choice):
-        raise UserError(f"--tools takes SERVER, SERVER.TOOL or '*', comma-separated; "
+        raise UsageError(f"--tools takes SERVER, SERVER.TOOL or '*', comma-separated; "
                         f"got {args.tools!r}")
     return choice
 
@@ -149,7 +172,7 @@ def _constrain(conv, path: str, schema: dict) -> None:
 def _read_prompt(arg: str) -> str:
     text = sys.stdin.read() if arg == "-" else arg
     if not text.strip():
-        raise UserError("the prompt is empty")
+        raise UsageError("the prompt is empty")
     return text
 
 
@@ -208,6 +231,7 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
             "spec_off_reason", "compaction")
     data = {"reply": reply, "model": model}
     data.update({k: getattr(stats, k) for k in keys})
+    data["ttft_s"] = stats.first_token_s  # null: no token came, nothing measured
     data.update(extra or {})
     return data
 
@@ -220,8 +244,9 @@ def run_ask(args: argparse.Namespace, settings: Settings) -> int:
     text = _read_prompt(args.prompt)
     args.schema_read = _read_schema(getattr(args, "schema", None))  # before any load
     if args.new and args.session is None:
-        raise UserError("--new needs --session NAME (the title of the new session)")
+        raise UsageError("--new needs --session NAME (the title of the new session)")
     _settings_from(args, settings.generation)  # a flag out of range: said before any load
+    _check_docs(args.docs)
     problem = _tools_problem(_tools_choice(args))
     if problem:  # the line /tools on says, before any model loads
         print(f"mlxchat: error: {problem}", file=sys.stderr)

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from mlxchat import __version__, blas, native
 from mlxchat.cli.progress import progress_printer
-from mlxchat.errors import UserError, user_message
+from mlxchat.errors import UsageError, UserError, user_message
 from mlxchat.generation import CONTEXT_POLICIES, CPU_MATMUL_MODES
 
 
@@ -194,7 +194,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         try:
             gen.check()
         except ValueError as exc:
-            raise UserError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         settings.generation = gen
     if args.command == "ask":
         from mlxchat.cli.ask import run_ask
@@ -233,7 +233,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_tools(args)
     for name in args.pin:
         if not os.path.isfile(name):
-            raise UserError(f"--pin {name}: no such file")
+            raise UsageError(f"--pin {name}: no such file")
     _need_terminal()
     blas.warn_once()  # before the screen is taken: why MLX is slow here, once
     native.warn_once()
@@ -270,7 +270,7 @@ def _import(args: argparse.Namespace) -> int:
     from mlxchat.models.report import import_report
 
     if not args.bundled and not args.path:
-        raise UserError("give a .gguf file to import, or --bundled")
+        raise UsageError("give a .gguf file to import, or --bundled")
     path = bundled_gguf() if args.bundled else args.path
     made: list[Path] = []
 

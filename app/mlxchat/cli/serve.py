@@ -21,14 +21,17 @@ from mlxchat.server.options import (
     DEFAULT_PARALLEL,
     ServeOptions,
     check_options,
+    check_origins,
 )
 
 
 def add_serve_parser(sub) -> None:
-    p = sub.add_parser("serve", help="serve the OpenAI and Ollama chat APIs over HTTP",
-                       description="Serve /v1/chat/completions, /v1/models, /api/chat and "
-                       "/api/tags; conversations are ordinary sessions, their KV kept on disk.")
+    p = sub.add_parser("serve", help="serve the model over HTTP (the chat APIs clients speak)",
+                       description="Serve the model over HTTP, in the APIs below; "
+                       "conversations are ordinary sessions, their KV kept on disk.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     _refuse_in_one_line(p)
+    _list_routes(p)
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; others need --api-key)")
     p.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: any free)")
@@ -54,6 +57,9 @@ def add_serve_parser(sub) -> None:
                    metavar="S", help="seconds a request may take to send its whole body once "
                    f"its headers are in (default {DEFAULT_BODY_TIMEOUT_S:g}); a slower one "
                    "gets a 408")
+    p.add_argument("--cors", action="append", default=[], metavar="ORIGIN",
+                   help="let web pages from ORIGIN (e.g. http://localhost:3000; * for any) "
+                   "call the server from a browser; repeat for more (default: none)")
     p.add_argument("--tui", action="store_true",
                    help="run the chat in this terminal while serving, on the same loaded "
                    "model (quitting the chat stops the server)")
@@ -61,6 +67,21 @@ def add_serve_parser(sub) -> None:
                    help="disk for the API sessions' KV segments, e.g. 8G, 500M (default "
                    f"{KV_BUDGET_TEXT}); past it the least recently used sessions lose "
                    "their segments (never their messages) and recompute when used again")
+
+
+def _list_routes(parser: argparse.ArgumentParser) -> None:
+    """``--help`` ends with every route, from the routes the server mounts
+    (imported only when the help is shown: the HTTP stack is heavy)."""
+    plain = parser.format_help
+
+    def format_help() -> str:
+        from mlxchat.server.host_routes import help_text
+        from mlxchat.server.protocols import PROTOCOLS
+
+        parser.epilog = help_text(PROTOCOLS)
+        return plain()
+
+    parser.format_help = format_help  # type: ignore[method-assign]
 
 
 def _refuse_in_one_line(parser: argparse.ArgumentParser) -> None:
@@ -147,7 +168,7 @@ def serve_options(args: argparse.Namespace, *,
                            allow_image_urls=args.allow_image_urls
                            or args.allow_private_image_urls,
                            private_image_urls=args.allow_private_image_urls,
-                           body_timeout_s=args.body_timeout)
+                           body_timeout_s=args.body_timeout, cors=check_origins(args.cors))
     check_options(options)
     if args.api_key is not None:
         warn("mlxchat serve: a key given with --api-key can be read by every user of this "
@@ -173,6 +194,16 @@ def log_requests() -> None:
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
         logger.propagate = False
+
+
+def start_line(model: str, url: str, options: ServeOptions, parallel: int) -> str:
+    """What ``serve`` says once it listens: every API and route, and the CORS origins."""
+    from mlxchat.server.host_routes import start_line_routes
+    from mlxchat.server.protocols import PROTOCOLS
+
+    cors = f"; browsers from {', '.join(options.cors)}" if options.cors else ""
+    return (f"mlxchat serve: {model} at {start_line_routes(url, PROTOCOLS)}; "
+            f"{parallel} at once{cors}; ctrl-c stops")
 
 
 def run_serve(args: argparse.Namespace, settings: Settings, *,
@@ -204,13 +235,12 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
               "streaming, as far as it was checkpointed (marked stopped)", file=sys.stderr)
     server = RunningServer(build_app(service, api_key=options.api_key,
                                      allow_image_urls=options.allow_image_urls,
-                                     image_fetch=image_limits(options)), host=args.host,
-                           port=args.port, body_timeout_s=options.body_timeout_s)
+                                     image_fetch=image_limits(options), cors=options.cors),
+                           host=args.host, port=args.port, body_timeout_s=options.body_timeout_s)
     try:
         service.warm_up()  # before listening: the first request is served warm
         server.start()
-        print(f"mlxchat serve: {service.model_id} at {server.url}/v1 (OpenAI) and "
-              f"{server.url}/api (Ollama), {service.parallel} at once; ctrl-c stops",
+        print(start_line(service.model_id, server.url, options, service.parallel),
               file=sys.stderr, flush=True)
         server.wait()
     except KeyboardInterrupt:

@@ -26,7 +26,8 @@ def add_sessions_parser(sub) -> None:
     exp = ss.add_parser("export", help="write a session as Markdown or JSON")
     exp.add_argument("session", help="id or title")
     exp.add_argument("--format", "-f", choices=("md", "json"), default="md")
-    exp.add_argument("--out", "-o", help="file or folder (default: the exports folder)")
+    exp.add_argument("--out", "-o", help="file, or folder, in a folder that exists "
+                     "(default: the exports folder)")
     imp = ss.add_parser("import", help="import a session exported as JSON")
     imp.add_argument("file")
     ren = ss.add_parser("rename", help="rename a session")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxchat.cli import ranks as launcher
-from mlxchat.errors import UserError
+from mlxchat.errors import UsageError, UserError
 
 
 @dataclass
@@ -68,9 +68,9 @@ def split_launch(hosts: str | None, *, rank_timeout_s: float = 30.0
         return
     path = Path(hosts).expanduser()
     if not path.is_file():
-        raise UserError(f"--hosts {hosts}: no such file")
+        raise UsageError(f"--hosts {hosts}: no such file")
     if not rank_timeout_s > 0:
-        raise UserError(f"--rank-timeout must be above 0 seconds; got {rank_timeout_s:g}")
+        raise UsageError(f"--rank-timeout must be above 0 seconds; got {rank_timeout_s:g}")
     split = SplitLaunch(path, launcher.read_hostfile(path), rank_timeout_s=rank_timeout_s)
     try:
         yield split

@@ -238,7 +238,10 @@ def last_stats(ctx: CommandContext) -> TurnStats | None:
 def prefill_words(ctx: CommandContext, tokens: int, *, after: int = 0) -> str:
     """'~2 min 46 s to prefill (120 tok/s slowing to 41 as the context grows;
     measured on this model)': ``tokens`` at the end of the conversation
-    (after ``after`` pending), at the speed measured for each context length."""
+    (after ``after`` pending), at the speed measured for each context length;
+    'between 35 s and 1 min 23 s' when only short chunks were measured and a
+    pass's own cost, counted once a chunk or spread over their tokens, makes
+    that much of a difference."""
     estimate = ctx.conversation.views.prefill_estimate(tokens, after=after)
     if estimate is None:
         return "prefill time unknown until the first turn"
@@ -247,7 +250,12 @@ def prefill_words(ctx: CommandContext, tokens: int, *, after: int = 0) -> str:
     speed = (f"{first:,.0f} tok/s" if f"{first:,.0f}" == f"{last:,.0f}"
              else f"{first:,.0f} tok/s slowing to {last:,.0f} as the context grows")
     basis = "measured on this model" if estimate.measured_chunks else "from this chat's turns"
-    return f"~{fmt_seconds(estimate.seconds)} to prefill ({speed}; {basis})"
+    took = f"~{fmt_seconds(estimate.seconds)}"
+    if estimate.spread_over_tokens is not None:  # short chunks measured: a range
+        took = (f"between {fmt_seconds(estimate.seconds)} and "
+                f"{fmt_seconds(estimate.spread_over_tokens)}")
+        basis += ", from short chunks"
+    return f"{took} to prefill ({speed}; {basis})"
 
 
 # -- formatting shared by the command modules (numbers: mlxchat.units) ---------

@@ -161,14 +161,19 @@ def tune(name: str):
 
 
 def search(ctx: CommandContext, words: Sequence[str]) -> CommandResult:
-    """/docs search QUERY: what a message of QUERY would retrieve (nothing is sent)."""
-    query = " ".join(words)
+    """/docs search [NAME] QUERY: what a message of QUERY would retrieve from the
+    collection NAME (a first word that names one, followed by more), else from
+    the one in use (nothing is sent)."""
     retrieval = ctx.conversation.retrieval
-    if retrieval.in_use is None:
-        raise CommandError("No collection is in use here: /docs use NAME first.")
+    names = {c.name for c in retrieval.collections()}
+    named = words[0] if len(words) > 1 and words[0] in names else None
+    query = " ".join(words[1:] if named else words)
+    if named is None and retrieval.in_use is None:
+        raise CommandError("No collection is in use here: /docs search NAME QUERY names one "
+                           "(/docs lists them), or /docs use NAME first.")
     if not query.strip():
-        raise CommandError("Usage: /docs search QUERY")
-    found = retrieval.retrieve(query, remember=False)
+        raise CommandError("Usage: /docs search [NAME] QUERY")
+    found = retrieval.retrieve(query, remember=False, collection=named)
     assert found is not None
     if not found.sources:
         if found.left_out:
@@ -266,7 +271,7 @@ def _report(report: IndexReport, extra: str) -> CommandResult:
 def complete_docs(ctx: CommandContext, words: tuple[str, ...], prefix: str) -> Candidates:
     if not words:
         return [(a, help_) for a, help_ in ACTION_HELP.items()]
-    if words[0] in ("use", "remove", "update") and len(words) == 1:
+    if words[0] in ("use", "remove", "update", "search") and len(words) == 1:
         names = [(c.name, f"{fmt_int(c.chunks)} chunks")
                  for c in ctx.conversation.retrieval.collections()]
         return names + ([("off", "stop retrieving")] if words[0] == "use" else [])
@@ -295,13 +300,15 @@ ACTION_HELP = {
     "remove": "delete a collection's index",
     "k": "chunks per message (1-20)",
     "budget": "tokens the chunks may take (or auto)",
-    "search": "what a message would retrieve, without sending",
+    "search": "what a message would retrieve (from NAME, else the collection in use), "
+              "without sending",
 }
 
 COMMANDS = (
     Command("docs", docs, "Document collections: list, use, add, update, remove, search",
             usage="/docs [use NAME|off · add [NAME] PATH... · update [NAME] · remove NAME · "
-                  "k N · budget N|auto · search QUERY]", max_args=None, complete=complete_docs,
+                  "k N · budget N|auto · search [NAME] QUERY]", max_args=None,
+            complete=complete_docs,
             flags=("--follow-links",),
             details="With a collection in use, each message retrieves its best chunks (hybrid "
                     "BM25 + embeddings; none far less relevant than the best, identical text "

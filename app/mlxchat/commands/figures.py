@@ -18,7 +18,7 @@ from mlxchat.commands.base import (
 )
 from mlxchat.engine.events import EngineState
 from mlxchat.sources import without_sources
-from mlxchat.turn_stats import TurnStats
+from mlxchat.turn_stats import CACHE_SOURCE_WORDS, TurnStats
 from mlxchat.units import fmt_int, fmt_report_percent, plural
 
 
@@ -56,9 +56,10 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
                                   "last one once it ends.")
     live = ctx.conversation.turns.last_stats is s
     rows = [
-        ("time to first token", f"{s.ttft_s:.2f} s"),
+        ("time to first token", "none (no token came)" if s.first_token_s is None
+         else f"{s.first_token_s:.2f} s"),
         ("prompt", (f"{fmt_int(s.prompt_tokens)} tokens: {fmt_int(s.reused_tokens)} reused "
-                    f"({s.cache_source} cache), {fmt_int(s.prefilled_tokens)} prefilled")),
+                    f"({s.source_words}), {fmt_int(s.prefilled_tokens)} prefilled")),
         ("prefill speed", "not measured (nothing prefilled)" if s.prefill_tps is None
          else f"{s.prefill_tps:,.0f} tok/s"),
         ("reply", _reply(s)),
@@ -74,7 +75,7 @@ def stats(ctx: CommandContext, args: Args) -> CommandResult:
     if s.cpu_matmul:
         rows.append(("cpu matmul", s.cpu_matmul))
     if s.miss_reason:
-        rows.insert(2, ("cache miss", s.miss_reason))
+        rows.insert(2, ("cache" if s.new_conversation else "cache miss", s.miss_reason))
     if s.reasoning_tokens:
         rows.insert(rows.index(next(r for r in rows if r[0] == "reply")) + 1,
                     ("reasoning", f"{fmt_int(s.reasoning_tokens)} tokens in {s.reasoning_s:.1f} s; "
@@ -161,7 +162,7 @@ def cache(ctx: CommandContext, args: Args) -> CommandResult:
     dtype = state.kv_dtype if state.kv_dtype != "-" else _bits(state.kv_bits)
     share = fmt_report_percent(state.cached_tokens, state.context_window)
     cached = (f"{fmt_int(state.cached_tokens)} of {fmt_int(state.context_window)} "
-              f"({share}), {state.cache_source}")
+              f"({share}), {CACHE_SOURCE_WORDS.get(state.cache_source, state.cache_source)}")
     rows = [("cached tokens", cached),
             ("KV cache", f"{human_bytes(state.kv_bytes)}, {dtype}")]
     if state.draft_model:
@@ -171,7 +172,7 @@ def cache(ctx: CommandContext, args: Args) -> CommandResult:
         rows.append(("per token", per_token_text(state)))
     s = last_stats(ctx)
     if s is not None:
-        rows.append(("last turn", (f"{fmt_int(s.reused_tokens)} reused ({s.cache_source}), "
+        rows.append(("last turn", (f"{fmt_int(s.reused_tokens)} reused ({s.source_words}), "
                                    f"{fmt_int(s.prefilled_tokens)} prefilled")))
         rows.append(("miss reason", s.miss_reason or "none"))
     rows.append(_disk_row(ctx))

@@ -158,6 +158,19 @@ def _diverges(b: BranchInfo, limit: int) -> str:
     return f"{who}: {one_line(b.preview, limit)}" if b.preview else f"{who}: (empty)"
 
 
+def _inside(ctx: CommandContext, found: list[BranchInfo]) -> str:
+    """Where the current position is when no branch ends there (after /undo)."""
+    if any(b.current for b in found):
+        return ""
+    at = ctx.conversation.session.leaf_id
+    if at is None:
+        return ". You are before the first message: the next one starts a new branch."
+    leaves = ctx.conversation.saved.leaves_holding(at)
+    held = ", ".join(f"#{leaf}" for leaf in leaves)
+    return (f". You are at #{at}, inside the branch{'es' if len(leaves) > 1 else ''} "
+            f"ending at {held}: the next message starts a new branch there.")
+
+
 def branch(ctx: CommandContext, args: Args) -> CommandResult:
     conv = ctx.conversation
     found = conv.saved.branches()
@@ -169,7 +182,7 @@ def branch(ctx: CommandContext, args: Args) -> CommandResult:
         return CommandResult.table(
             f"{len(found)} branch{'' if len(found) == 1 else 'es'} of #{conv.session.id} "
             "(/branch LEAF switches; each row "
-            "shows its first message that no other branch has)",
+            "shows its first message that no other branch has)" + _inside(ctx, found),
             ("leaf", "messages", "where it diverges", "updated", ""), rows)
     target = _leaf_id(args.words[0])
     if target in {b.leaf_id for b in found}:
@@ -256,7 +269,7 @@ COMMANDS = (
     Command("sessions", sessions, "List saved sessions, or search their titles and messages",
             usage="/sessions [SEARCH]", text=True, unquote=True, max_args=1, while_busy=True),
     Command("open", open_, "Open a saved session (restores its KV cache snapshot)",
-            usage="/open ID_OR_TITLE", text=True, unquote=True, max_args=1,
+            usage="/open [ID_OR_TITLE]", text=True, unquote=True, max_args=1,
             complete=complete_sessions),
     Command("rename", rename, "Rename the current session", usage="/rename TITLE",
             text=True, unquote=True, min_args=1, max_args=1, complete=complete_current_title),

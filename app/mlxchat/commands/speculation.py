@@ -19,12 +19,14 @@ HARDWARE_NOTE = (
     "bandwidth, so that pass costs about as much as one token and every accepted proposal "
     "is a pass saved. On the Linux CPU build a quantized matmul is bound by compute, so "
     "verifying k tokens costs about k passes. Measured there with the bundled SmolLM2-135M "
-    "(bench/engine.py): the model as its own draft accepted 100% of its proposals (4 tokens "
-    "per pass) and still ran at 0.58x of plain decoding; prompt lookup ran at 1.05x on a "
-    "reply that copies the prompt (3.56 tokens per pass) and at 0.82x on free text. So the "
+    "(bench/speculation.py, a busy machine): the model as its own draft accepted 100% of its "
+    "proposals (4 tokens per pass) and still ran at 0.37x of plain decoding; prompt lookup ran "
+    "at 0.95x on a reply that copies the prompt (3.56 tokens per pass) and at 0.24x on free "
+    "text. So the "
     "default is auto: once per model, after the first reply, the app times a verifying "
-    "pass on this device against a decode step and uses prompt lookup only where the "
-    "pass costs at most 1.5 steps (on the CPU build it measured 2 to 3.3 steps, and auto stays off); "
+    "pass on this device against a decode step; after every reply it replays prompt lookup "
+    "over the reply and uses it for the next one only when that replay, at the measured "
+    "pass cost and corrected by lookup's own measured speed, says it is 1.1x faster; "
     "/draft shows what it measured. A draft model is never loaded unasked.")
 
 
@@ -33,8 +35,8 @@ def _auto(conv) -> str:
         return "auto, plain decoding while a seed is set (a seed gives the same reply)"
     cost = conv.speculation.verify_cost()
     if cost is None:
-        return ("auto (prompt lookup if this device verifies proposals cheaply: measured "
-                "once after the first reply of a few tokens)")
+        return ("auto (prompt lookup where it measurably decodes faster: the verifying pass "
+                "measured once after the first reply of a few tokens, each reply replayed)")
     return f"auto ({cost.words()})"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from codecs import getincrementaldecoder
 from pathlib import Path
 from typing import Callable
 
@@ -20,7 +21,7 @@ from mlxchat.commands.base import (
     prefill_words,
 )
 from mlxchat.commands.completers import complete_files, user_path
-from mlxchat.files import FileRefused, FileTooLarge, read_limited
+from mlxchat.files import FileRefused, FileTooLarge, read_head, read_limited
 from mlxchat.units import fmt_int, fmt_report_percent, plural
 
 ATTACH_LIMIT_BYTES = 8 << 20
@@ -131,7 +132,16 @@ def read_text_file(ctx: CommandContext, raw: str, free: int, *, verb: str = "att
     name = path.name or str(path)
     if path.is_dir():
         raise CommandError(f"{path} is a folder; {verb} a text file.")
-    try:
+    binary = f"{name} looks binary (it has NUL bytes); only text files can be {verbed}."
+    not_utf8 = f"{name} is not UTF-8 text; only text files can be {verbed}."
+    try:  # what the file is, whatever its size, before whether it fits
+        head = read_head(path)
+        if b"\0" in head:
+            raise CommandError(binary)
+        try:
+            getincrementaldecoder("utf-8")().decode(head)  # a cut last character is no fault
+        except UnicodeDecodeError:
+            raise CommandError(not_utf8) from None
         data = read_limited(path, min(ATTACH_LIMIT_BYTES, max(free, 0) * MAX_BYTES_PER_TOKEN))
     except FileTooLarge as exc:
         raise CommandError(f"{name} is {human_bytes(exc.size)}, too large for the "
@@ -142,13 +152,11 @@ def read_text_file(ctx: CommandContext, raw: str, free: int, *, verb: str = "att
     if not data:
         raise CommandError(f"{name} is empty; nothing to {verb}.")
     if b"\0" in data:
-        raise CommandError(f"{name} looks binary (it has NUL bytes); only text files can be "
-                           f"{verbed}.")
+        raise CommandError(binary)
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise CommandError(f"{name} is not UTF-8 text; only text files can be {verbed}.") \
-            from None
+        raise CommandError(not_utf8) from None
     return path, text
 
 

@@ -18,6 +18,10 @@ from typing import Iterator
 
 from mlxchat.docs.word_pieces import WordPieces, bundled_word_pieces
 
+CHUNKER = 2
+"""This chunking's version, recorded with each file it cuts: an update re-chunks
+a file cut by another. 2: a heading is never a chunk alone, nor cut off from
+the text under it."""
 LONG_LINE = 2000
 """Characters; a longer line (minified code) is cut into pieces of this size,
 all with its line number (as is a line of more than ``target`` word pieces)."""
@@ -177,6 +181,116 @@ def _blocks(rows, kind: str, heads: _Headings) -> list[_Block]:
     return blocks
 
 
+class _Packer:
+    """Packs blocks of rows into chunks. The chunk being packed holds rows
+    ``start``..: those before ``cut`` are the previous chunk's overlap, the rest
+    its own body; ``size`` counts both. Headings go with the text under them:
+    a chunk is never cut after a heading, nor made of headings alone (unless
+    the text has nothing else)."""
+
+    def __init__(self, rows, tokens: list[int], sizes: ChunkSizes,
+                 headings: dict[int, tuple[tuple[str, ...], range]], path: tuple[str, ...]):
+        """``headings``: each heading block's path and rows, by its first row."""
+        self.rows, self.tokens, self.sizes, self.headings = rows, tokens, sizes, headings
+        self.heading_rows = {row for _, rows_of in headings.values() for row in rows_of}
+        self.chunks: list[Chunk] = []
+        self.start = self.cut = self.size = 0
+        self.path = self.heading_path = path
+        self.lead: tuple[int, tuple[str, ...]] | None = None
+        """The headings packed last (first row, path): they start the next chunk."""
+
+    def body(self) -> int:
+        """Pieces of the chunk being packed beyond its overlap."""
+        return self.size - sum(self.tokens[self.start:self.cut])
+
+    def only_headings(self, upto: int) -> bool:
+        return all(not self.tokens[r] or r in self.heading_rows for r in range(self.cut, upto))
+
+    def has_text(self, upto: int) -> bool:
+        """Whether the chunk holds text of its own before row ``upto``."""
+        return bool(self.body()) and not self.only_headings(upto)
+
+    def flush(self, end: int, overlap: bool, upto: int | None = None) -> None:
+        """Close the chunk before row ``end``; rows ``end``..``upto`` are packed already."""
+        body = self.rows[self.start:end]
+        while body and not body[-1][1].strip():
+            body.pop()
+        while body and not body[0][1].strip():
+            body.pop(0)
+        if any(self.tokens[self.cut:end]) and not (self.chunks and self.only_headings(end)):
+            self.chunks.append(Chunk(body[0][0], body[-1][0], self.path,
+                                     "\n".join(line for _, line in body),
+                                     sum(self.tokens[self.start:end])))
+        back = end
+        if overlap:
+            kept = 0
+            while back - 1 > self.start and kept + self.tokens[back - 1] <= self.sizes.overlap:
+                back -= 1
+                kept += self.tokens[back]
+        self.start, self.cut = back, end
+        self.size = sum(self.tokens[back:end if upto is None else upto])
+
+    def break_before(self, at: int, overlap: bool) -> None:
+        """Close the chunk before row ``at``, or before the headings just above it."""
+        if self.lead is not None and self.lead[0] > self.cut:
+            self.flush(self.lead[0], overlap=False, upto=at)
+            self.path = self.lead[1]
+        else:
+            self.flush(at, overlap=overlap)
+            self.path = self.heading_path
+
+    def make_room(self, weight: int) -> None:
+        """An empty chunk drops its overlap when that and ``weight`` pass the limit."""
+        if self.size + weight > self.sizes.limit and not self.body():
+            self.start, self.size = self.cut, 0
+
+    def drop_empty_headings(self, row: int) -> None:
+        """Headings alone that pass the limit with row ``row``: their overlap goes,
+        then their first headings (sections with no text of their own)."""
+        while self.body() and self.only_headings(row) \
+                and self.size + self.tokens[row] > self.sizes.limit:
+            if self.start == self.cut:
+                later = [h for h in self.headings if self.cut < h < row]
+                if not later:
+                    return
+                self.cut = later[0]
+                self.lead = (self.cut, self.headings[self.cut][0])
+                self.path = self.lead[1]
+            self.start = self.cut
+            self.size = sum(self.tokens[self.start:row])
+
+    def place(self, heading: tuple[str, ...] | None, first: int, end: int) -> None:
+        """Pack the block of rows ``first``..``end`` (a heading when ``heading``)."""
+        sizes, weight = self.sizes, sum(self.tokens[first:end])
+        if heading is not None and self.has_text(first) and self.body() >= sizes.heading_break:
+            self.break_before(first, overlap=False)
+        elif self.has_text(first) and self.size + weight > sizes.target and (
+                weight <= sizes.limit or self.body() >= sizes.heading_break):
+            # A block too big for any chunk starts one of its own, unless the
+            # chunk so far is too small to stand alone.
+            self.break_before(first, overlap=heading is None)  # no overlap into a new section
+        if weight <= sizes.limit:
+            self.make_room(weight)
+        if not self.body():
+            self.path = heading if heading is not None else self.heading_path
+        if heading is not None:
+            self.heading_path = heading
+        self.drop_empty_headings(first)
+        if self.size + weight > sizes.limit:  # too big, with the headings above it: by lines
+            self.by_lines(first, end)
+        else:
+            self.size += weight
+        self.lead = (self.lead or (first, heading)) if heading is not None else None
+
+    def by_lines(self, first: int, end: int) -> None:
+        for row in range(first, end):
+            if self.has_text(row) and self.size + self.tokens[row] > self.sizes.target:
+                self.break_before(row, overlap=True)
+            self.make_room(self.tokens[row])
+            self.size += self.tokens[row]
+            self.lead = None
+
+
 def chunk_text(text: str, kind: str = "text", *, sizes: ChunkSizes = ChunkSizes(),
                pieces: WordPieces | None = None, first_line: int = 1,
                heads: _Headings | None = None) -> list[Chunk]:
@@ -188,63 +302,14 @@ def chunk_text(text: str, kind: str = "text", *, sizes: ChunkSizes = ChunkSizes(
     rows, tokens = _rows(text, first_line, pieces or bundled_word_pieces(), sizes.target)
     blocks = _blocks(rows, kind, heads)
     bounds = [b.first for b in blocks] + [len(rows)]
-    chunks: list[Chunk] = []
-    start, size, path = 0, 0, carried
-    cut = start  # rows before `cut` belong to the previous chunk (overlap)
-
-    def flush(end: int, overlap: bool) -> None:
-        nonlocal start, size, cut
-        body = [row for row in rows[start:end]]
-        while body and not body[-1][1].strip():
-            body.pop()
-        while body and not body[0][1].strip():
-            body.pop(0)
-        if any(t for t in tokens[cut:end]):
-            chunks.append(Chunk(body[0][0], body[-1][0], path,
-                                "\n".join(line for _, line in body),
-                                sum(tokens[start:end])))
-        back = end
-        if overlap:
-            kept = 0
-            while back - 1 > start and kept + tokens[back - 1] <= sizes.overlap:
-                back -= 1
-                kept += tokens[back]
-        start, cut, size = back, end, sum(tokens[back:end])
-
-    def body() -> int:
-        """Pieces of the chunk being packed beyond its overlap."""
-        return size - sum(tokens[start:cut])
-
-    def make_room(weight: int) -> None:
-        """An empty chunk drops its overlap when that and ``weight`` pass the limit."""
-        nonlocal start, size
-        if size + weight > sizes.limit and not body():
-            start, size = cut, 0
-
-    heading_path: tuple[str, ...] = carried
-    for block, (first, end) in zip(blocks, zip(bounds, bounds[1:])):
-        weight = sum(tokens[first:end])
-        if block.heading is not None and body() >= sizes.heading_break:
-            flush(first, overlap=False)
-        elif body() and weight <= sizes.limit and size + weight > sizes.target:
-            flush(first, overlap=True)
-        if weight <= sizes.limit:
-            make_room(weight)
-        if not body():
-            path = block.heading if block.heading is not None else heading_path
-        if block.heading is not None:
-            heading_path = block.heading
-        if weight > sizes.limit:  # one block too big: cut it by lines
-            for row in range(first, end):
-                if body() and size + tokens[row] > sizes.target:
-                    flush(row, overlap=True)
-                    path = heading_path
-                make_room(tokens[row])
-                size += tokens[row]
-        else:
-            size += weight
-    flush(len(rows), overlap=False)
-    return chunks
+    spans = list(zip(bounds, bounds[1:]))
+    headings = {first: (block.heading, range(first, end))
+                for block, (first, end) in zip(blocks, spans) if block.heading is not None}
+    packer = _Packer(rows, tokens, sizes, headings, carried)
+    for block, (first, end) in zip(blocks, spans):
+        packer.place(block.heading, first, end)
+    packer.flush(len(rows), overlap=False)
+    return packer.chunks
 
 
 SECTION_CHARS = 512 * 1024

@@ -1,7 +1,8 @@
 """Indexing files into a collection, incrementally and cancellably.
 
-A file whose size and mtime match its row is not read; one whose content hash
-matches is not re-chunked (its row takes the new mtime). Changed files are
+A file cut by this chunking (``CHUNKER``) whose size and mtime match its row is
+not read; one whose content hash matches is not re-chunked (its row takes the
+new mtime); one cut by another chunking is cut again. Changed files are
 chunked and embedded in batches, each batch written in one transaction, so a
 crash between batches leaves whole files only; a cancel writes the files read
 so far, whole, as far as that takes no more than a moment, and the next update
@@ -28,15 +29,22 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from mlxchat.docs.chunking import HEADING_PIECES, Chunk, ChunkSizes, chunk_text, iter_chunks
+from mlxchat.docs.chunking import (
+    CHUNKER,
+    HEADING_PIECES,
+    Chunk,
+    ChunkSizes,
+    chunk_text,
+    iter_chunks,
+)
 from mlxchat.docs.embedder import Embedder
 from mlxchat.docs.errors import DocsError
 from mlxchat.docs.index_progress import IndexProgress, IndexReport, measured_rate
 from mlxchat.docs.paced import PacedEmbedder
-from mlxchat.docs.reading import Document, NotText, read_document
+from mlxchat.docs.reading import Document, NotText, read_document, refuse_binary
 from mlxchat.docs.walk import Skipped, check_roots, walk
 from mlxchat.docs.word_pieces import WordPieces
-from mlxchat.files import FileRefused, read_limited
+from mlxchat.files import FileRefused, FileTooLarge, read_limited
 from mlxchat.generation import DOCS_NAME
 from mlxchat.store.documents import (
     CollectionInfo,
@@ -207,11 +215,17 @@ class Indexer:
         """The file's new row and text, or None when it is unchanged or skipped."""
         try:
             stat = path.stat()
+            if record is not None and record.chunker != CHUNKER:
+                record = None  # cut by another chunking: cut again
             if record is not None and record.size == stat.st_size \
                     and record.mtime_ns == stat.st_mtime_ns:
                 report.files_unchanged += 1
                 return None
-            data = read_limited(path, self.max_file_bytes)
+            try:
+                data = read_limited(path, self.max_file_bytes)
+            except FileTooLarge:
+                refuse_binary(path)  # a binary file is named so at any size
+                raise
             digest = hashlib.sha256(data).hexdigest()
             if record is not None and record.sha256 == digest:
                 self.documents.touch_file(record.id, size=stat.st_size,
@@ -229,7 +243,7 @@ class Indexer:
             report.files_with_replacements += 1
         return FileUpdate(path=str(path), kind=doc.kind, size=stat.st_size,
                           mtime_ns=stat.st_mtime_ns, sha256=digest,
-                          replaced_chars=doc.replaced), doc
+                          replaced_chars=doc.replaced, chunker=CHUNKER), doc
 
     def _write(self, info: CollectionInfo, pending: _Pending, report: IndexReport,
                paced: PacedEmbedder, stop: _Stop,

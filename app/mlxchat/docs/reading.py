@@ -9,7 +9,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 from mlxchat.docs.errors import DocsError
-from mlxchat.files import read_limited
+from mlxchat.files import HEAD_BYTES, read_head, read_limited
 
 MARKDOWN = {".md", ".markdown", ".mdx"}
 RST = {".rst", ".rest"}
@@ -27,7 +27,6 @@ BINARY = {".png", ".jpg", ".jpeg", ".gif", ".webp", ".ico", ".bmp", ".tiff", ".z
           ".o", ".a", ".pyc", ".whl", ".exe", ".bin", ".safetensors", ".gguf", ".npy", ".npz",
           ".mp3", ".mp4", ".wav", ".flac", ".mov", ".avi", ".mkv", ".woff", ".woff2", ".ttf",
           ".otf", ".sqlite", ".db", ".class", ".jar", ".docx", ".xlsx", ".pptx", ".odt"}
-SNIFF_BYTES = 8192
 
 
 class NotText(DocsError):
@@ -64,6 +63,14 @@ def decode(data: bytes) -> tuple[str, int]:
         return text, text.count("\ufffd") - data.count("\ufffd".encode())
 
 
+def refuse_binary(path: Path) -> None:
+    """NotText when the file is binary by its name or its first bytes, whatever
+    its size (a file too large to read is named binary, not too large)."""
+    kind = kind_of(path)
+    if kind == "binary" or (kind != "pdf" and b"\0" in read_head(path, HEAD_BYTES)):
+        raise NotText(f"{path} is a binary file.")
+
+
 def read_document(path: Path, data: bytes | None = None, *, limit: int) -> Document:
     """The text of a file to index, or NotText / FileRefused (too large, unreadable)."""
     kind = kind_of(path)
@@ -73,7 +80,7 @@ def read_document(path: Path, data: bytes | None = None, *, limit: int) -> Docum
         data = read_limited(path, limit)
     if kind == "pdf":
         return Document(pdf_text(path, data), "markdown", 0)
-    if b"\0" in data[:SNIFF_BYTES]:
+    if b"\0" in data[:HEAD_BYTES]:
         raise NotText(f"{path} is a binary file.")
     text, replaced = decode(data)
     if replaced > max(8, len(text) // 10):  # mostly not text: binary without NULs

@@ -20,6 +20,13 @@ unpruned) where keeping only words in at most 5% of chunks lost some (0.64,
 Words are counted in the searched collection (the store narrows the counts and
 the match to it beside larger collections): counted over the whole index, a
 480-chunk collection beside a 100,000-chunk one lost 27% of its BM25 hits.
+
+A question that writes a term as code (``--kv-budget``, ``mlx.core``) gets a
+third ranking in the fusion: BM25 over those terms alone, each matched as a
+phrase. The embedder reads such a term as a few common word pieces, so the
+dense side rarely ranks the chunks that hold it; BM25 alone gave "What does
+the --kv-budget flag of mlxchat serve do?" its answer first and the fusion
+then ranked it 24th.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import mlx.core as mx
 import numpy as np
@@ -49,6 +57,9 @@ STOPWORDS = frozenset("""a an and are as at be by can do does for from how i if 
 its me my of on or so than that the their them then there these this to was we what when
 where which who whom why will with you your""".split())
 _WORD = re.compile(r"\w+")
+_TERM = re.compile(r"--\w+(?:[-.]\w+)*|\w+(?:[-./:]\w+)+")
+"""A term written as code: a flag (``--kv-budget``), a dotted or hyphenated
+name (``mlx.core``, ``127.0.0.1:8000``)."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,12 @@ def query_words(text: str) -> list[str]:
     return list(dict.fromkeys(kept))
 
 
+def exact_terms(text: str) -> list[str]:
+    """The question's terms written as code, once each (``exact_terms``'s side
+    of the search matches each as a phrase: its words in that order)."""
+    return list(dict.fromkeys(m.group(0).lower() for m in _TERM.finditer(text)))
+
+
 def phrase(word: str) -> str:
     """A word quoted for FTS5, so it is never an operator."""
     return f'"{word}"'
@@ -106,11 +123,15 @@ def rarest_terms(words: list[str], counts: list[int], *, budget: int, most: int)
     return kept
 
 
-def rrf(rankings: list[list[int]], *, k: int = RRF_K) -> list[tuple[int, float]]:
-    """Reciprocal rank fusion: (id, sum of 1 / (k + rank)), best first."""
+def rrf(rankings: list[list[int]] | list[dict[int, int]], *,
+        k: int = RRF_K) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion: (id, sum of 1 / (k + rank)), best first. A
+    ranking is a list (best first) or each id's rank."""
     scores: dict[int, float] = {}
     for ranking in rankings:
-        for rank, item in enumerate(ranking, 1):
+        ranks = ranking if isinstance(ranking, dict) else {
+            item: rank for rank, item in enumerate(ranking, 1)}
+        for item, rank in ranks.items():
             scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
@@ -156,18 +177,56 @@ class Retriever:
         self._matrices[collection_id] = held
         return held
 
-    def dense(self, collection_id: int, query: str, limit: int) -> list[tuple[int, float]]:
+    def _scores(self, collection_id: int, query: str) -> tuple[_Matrix, mx.array] | None:
+        """The collection's matrix and every chunk's cosine to the query."""
         held = self.matrix(collection_id)
         if not len(held.ids):
-            return []
+            return None
         q = mx.array(self.embedder.embed([query])[0]).astype(held.columns.dtype)
-        scores = (q[None] @ held.columns)[0]
+        return held, (q[None] @ held.columns)[0]
+
+    def dense(self, collection_id: int, query: str, limit: int, *,
+              also: set[int] | None = None) -> list[tuple[int, float, int]]:
+        """The ``limit`` chunks nearest the query as (id, cosine), best first;
+        with ``also``, (id, cosine, rank) of those and of each chunk in ``also``
+        among every chunk: one the other sides found keeps its place on this
+        side (62nd, not absent)."""
+        scored = self._scores(collection_id, query)
+        if scored is None:
+            return []
+        held, scores = scored
         n = min(limit, len(held.ids))
         top = mx.argpartition(-scores, kth=n - 1)[:n] if n < len(held.ids) else mx.arange(n)
         rows = np.array(top)
         values = np.array(scores[top].astype(mx.float32))
         order = np.argsort(-values, kind="stable")
-        return [(int(held.ids[rows[j]]), float(values[j])) for j in order]
+        nearest = [(int(held.ids[rows[j]]), float(values[j])) for j in order]
+        if also is None:
+            return nearest  # type: ignore[return-value]
+        ranked = [(cid, cos, r) for r, (cid, cos) in enumerate(nearest, 1)]
+        columns = np.searchsorted(held.ids, sorted(also - {cid for cid, _ in nearest}))
+        columns = columns[(columns < len(held.ids))]
+        columns = [int(c) for c in columns if int(held.ids[c]) in also]
+        if columns:
+            picked = scores[mx.array(columns)]
+            above = np.array((scores[None, :] > picked[:, None]).sum(axis=1))
+            ranked += [(int(held.ids[c]), float(cos), int(n) + 1) for c, n, cos in
+                       zip(columns, above, np.array(picked.astype(mx.float32)))]
+        return ranked
+
+    def likeness(self, collection_id: int, ids) -> Callable[[int, int], float] | None:
+        """The cosine of two of ``ids``' embeddings (None: a chunk not held)."""
+        held = self.matrix(collection_id)
+        wanted = sorted(ids)
+        columns = np.searchsorted(held.ids, wanted) if len(held.ids) else np.array([], int)
+        if len(wanted) != len(columns) or any(
+                c >= len(held.ids) or held.ids[c] != i for c, i in zip(columns, wanted)):
+            return None
+        vectors = np.array(held.columns[:, mx.array(columns)].astype(mx.float32)) \
+            if wanted else np.zeros((0, 0), np.float32)
+        gram = vectors.T @ vectors
+        at = {cid: n for n, cid in enumerate(wanted)}
+        return lambda a, b: float(gram[at[a], at[b]])
 
     def bm25(self, info: CollectionInfo, query: str, limit: int) -> list[tuple[int, float]]:
         match = bm25_match(self.bm25_words(info, query))
@@ -186,6 +245,12 @@ class Retriever:
             counts = self.documents.match_counts(info, phrases)
         return rarest_terms(words, counts, budget=self.bm25_budget, most=self.max_terms)
 
+    def exact(self, info: CollectionInfo, query: str, limit: int) -> list[tuple[int, float]]:
+        """BM25 over the question's terms written as code, each matched as a
+        phrase: a third vote in the fusion for the chunks that hold one."""
+        terms = exact_terms(query)
+        return self.documents.bm25(info, bm25_match(terms), limit) if terms else []
+
     def search(self, name: str, query: str, *, k: int = 5, mode: str = "hybrid") -> list[Hit]:
         if not query.strip():
             raise DocsError("The search query is empty.")
@@ -195,14 +260,20 @@ class Retriever:
             raise DocsError("Ask for at least one result (k >= 1).")
         info = self.documents.get(name)
         lexical = self.bm25(info, query, CANDIDATES) if mode != "dense" else []
-        dense = self.dense(info.id, query, CANDIDATES) if mode != "bm25" else []
-        fused = rrf([[i for i, _ in side] for side in (lexical, dense) if side])
-        scores = dict(fused) if mode == "hybrid" else dict(lexical or dense)
+        exact = self.exact(info, query, CANDIDATES) if mode == "hybrid" else []
+        found = {i for i, _ in lexical} | {i for i, _ in exact}
+        dense = self.dense(info.id, query, CANDIDATES, also=found) if mode != "bm25" else []
+        dense_ranks = {cid: (rank, cos) for cid, cos, rank in dense}
+        fused = rrf([ranks for ranks in (
+            {i: r for r, (i, _) in enumerate(lexical, 1)},
+            {i: r for i, (r, _) in dense_ranks.items()},
+            {i: r for r, (i, _) in enumerate(exact, 1)}) if ranks])
+        scores = dict(fused) if mode == "hybrid" else \
+            dict(lexical or [(cid, cos) for cid, cos, _ in dense])
         chunks = {c.id: c for c in self.documents.chunks([cid for cid, _ in fused])}
         order = spread(fused, {cid: c.path for cid, c in chunks.items()},
-                       decay=self.same_file_decay)
+                       decay=self.same_file_decay, similarity=self.likeness(info.id, chunks))
         bm25_ranks = {cid: r for r, (cid, _) in enumerate(lexical, 1)}
-        dense_ranks = {cid: (r, cos) for r, (cid, cos) in enumerate(dense, 1)}
         top = [cid for cid in order if cid in chunks][:k]
         return [_hit(chunks[cid], scores[cid], bm25_ranks.get(cid), dense_ranks.get(cid))
                 for cid in top]

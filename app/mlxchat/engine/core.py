@@ -36,13 +36,13 @@ from mlxchat.engine.speculative.drafting import Drafting, MeasureVerify
 from mlxchat.engine.speculative.streams import trim_problem
 from mlxchat.engine.thread.compute import PROCESS_LOCK, ComputeLock
 from mlxchat.engine.thread.worker import Bookkeeping, EngineThread
-from mlxchat.engine.turn import constrained
+from mlxchat.engine.turn import reply_options
 from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.engine.turn.cpu_choice import CpuMatmul
 from mlxchat.engine.turn.early_images import EarlyImages
 from mlxchat.engine.turn.pipeline import TurnPipeline, events, prefill_setup
 from mlxchat.engine.turn.gauges import gauge_state
-from mlxchat.engine.turn.prefill_cost import PrefillChunk
+from mlxchat.engine.turn.prefill_cost import CHUNK_SECONDS, PrefillChunk
 from mlxchat.engine.turn.prepared import PreparedCache
 from mlxchat.engine.turn.ranks import OneProcess, Ranks
 from mlxchat.engine.turn.typing_prefill import TypingPrefill
@@ -72,7 +72,7 @@ class ChatEngine:
     cancel lands quickly."""
 
     def __init__(self, loaded: LoadedModel, *, ranks: Ranks | None = None,
-                 chunk_seconds: float = 0.25, measure_verify: MeasureVerify = auto.measure,
+                 chunk_seconds: float = CHUNK_SECONDS, measure_verify: MeasureVerify = auto.measure,
                  compute_owner: str = "chat", compute: ComputeLock = PROCESS_LOCK,
                  casts_weights: bool = True):
         self.casts_weights = casts_weights
@@ -151,30 +151,30 @@ class ChatEngine:
                           else view_of(draft.live))
 
     # -- turns ---------------------------------------------------------------------------
-    def turn(self, conversation: Sequence[Message] | FittedPrompt,
-             settings: GenerationSettings, *,
-             output: CompiledFormat | None = None) -> Iterator[Event]:
+    def turn(self, conversation: Sequence[Message] | FittedPrompt, settings: GenerationSettings,
+             *, output: CompiledFormat | None = None,
+             options: reply_options.ReplyOptions = reply_options.ASKS_NOTHING) -> Iterator[Event]:
         """Run one turn; yields PrefillProgress, TextDelta and finally TurnDone.
-
         ``conversation`` is either messages to render whole through the template,
         or the prompt's tokens already laid out (a conversation's token ledger).
-        Raises EngineError (ContextOverflowError) before any event when refused.
-        Closing the iterator early cancels the turn. ``output``: the reply
-        must follow this compiled schema (speculation is off for it).
-        """
+        Raises EngineError (ContextOverflowError) before any event when refused;
+        closing the iterator early cancels the turn. ``output``: the schema the
+        reply follows; ``options``: the request's biases, penalties, log-probabilities
+        and choices (speculation is off for either)."""
         self.supersede_typing()  # a send takes precedence over typing prefill
         planned = (conversation if isinstance(conversation, FittedPrompt)
                    else list(conversation))
         self._ranks.watch_turn(planned, settings, self._loaded, self.prompts.window(settings))
-        return events(self._worker, lambda emit: self._turn(planned, settings, emit, output),
-                      self._ranks.next_event)
+        return events(self._worker, lambda emit: self._turn(planned, settings, emit, output,
+                                                            options), self._ranks.next_event)
 
     def _turn(self, planned: list[Message] | FittedPrompt, settings: GenerationSettings,
-              emit: Callable[[Event], None], output: CompiledFormat | None = None) -> None:
+              emit: Callable[[Event], None], output: CompiledFormat | None = None,
+              options: reply_options.ReplyOptions = reply_options.ASKS_NOTHING) -> None:
         start = time.perf_counter()
         settings = self._ranks.begin_turn(settings)
-        settings, spec_off = constrained.speculation_off(settings, output,
-                                                         split=self.segments_per_rank)
+        settings, spec_off = reply_options.decoded_under(
+            settings, output, options, loaded=self._loaded, split=self.segments_per_rank)
         self._match_compute(settings.compute_dtype)
         if (slow := self.cpu_matmul.pending(self._loaded, settings.cpu_matmul)) is not None:
             emit(Preparing(slow))  # seconds on a launch's first turn: say so
@@ -193,12 +193,11 @@ class ChatEngine:
         done, figures = self._pipeline.run(
             self._loaded, self._live, fitted, messages, settings, window=self._window,
             started=start, emit=emit, busy=lambda: self._refresh_state(busy=True),
-            compute=plan.words(), output=output, spec_off=spec_off)
+            compute=plan.words(), output=output, options=options, spec_off=spec_off)
         self._ranks.end_turn(self._loaded, self._live, done)
         self._refresh_state(done.stats)
-        measure = self._drafting.measurement(self._loaded, settings,
-                                             done.stats.generated_tokens,
-                                             done.stats.decode_tps)
+        measure = self._drafting.measurement(self._loaded, settings, done,
+                                             self._live.tokens)
         if measure is not None:  # speculative=auto: a verifying pass timed after this turn
             self._worker.later(lambda: measure(self._loaded, self._live))
         figures.done(done)

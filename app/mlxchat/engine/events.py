@@ -42,6 +42,17 @@ class PrefillProgress:
     """The cache's bytes now, scaled from its bytes per token (no MLX work)."""
 
 
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A sampled token's log-probability under the model (its own log-softmax,
+    before penalties, biases, the temperature or a schema's mask) and the
+    ``top`` most likely tokens there, each (id, log-probability), best first."""
+
+    token: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
 @dataclass
 class TextDelta:
     """New reply text; ``generated_tokens`` so far at ``decode_tps``."""
@@ -60,6 +71,12 @@ class TextDelta:
     """While speculating: the fraction of proposed tokens accepted so far."""
     tokens_per_pass: float | None = None
     """While speculating: tokens so far per forward pass of the model."""
+    logprobs: tuple[TokenLogprob, ...] = ()
+    """With log-probabilities asked for: the tokens sampled since the last
+    delta (an end token left out; a token shown with the next text)."""
+    choice: int = 0
+    """Which of a turn's choices (``ReplyOptions.choices``) says it: 0 is the
+    reply the conversation keeps."""
 
 
 @dataclass
@@ -77,7 +94,29 @@ class TurnDone:
     """The reply's reasoning text, apart from ``reply`` (the answer)."""
 
 
-Event = Preparing | PrefillProgress | TextDelta | TurnDone
+@dataclass
+class ChoiceDone:
+    """The end of one of a turn's other choices (``choice`` >= 1), before the
+    turn's ``TurnDone`` (choice 0's); kept nowhere."""
+
+    choice: int
+    reply: str
+    reasoning: str
+    finish_reason: str
+    generated_tokens: int
+    """Sampled, the end token included."""
+    token_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class PromptLogprobs:
+    """The prompt's own tokens' log-probabilities, each under the tokens
+    before it (None for the first, which follows nothing), once prefilled."""
+
+    entries: tuple[TokenLogprob | None, ...]
+
+
+Event = Preparing | PrefillProgress | TextDelta | ChoiceDone | PromptLogprobs | TurnDone
 
 
 @dataclass

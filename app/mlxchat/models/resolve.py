@@ -301,6 +301,8 @@ def convert_checkpoint(src: str, out: Path | None = None, bits: int = 4, *,
         if out is None and (target / "config.json").is_file():
             return target
         raise ModelError(f"{target} already exists; choose another output folder")
+    if out is not None and not target.parent.is_dir():  # the user's folders are not made
+        raise ModelError(f"{target.parent} does not exist: make it first")
     paths.ensure_private_dir(target.parent)
     tmp = target.parent / f".convert-{uuid.uuid4().hex[:8]}"
     if progress:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -12,19 +13,24 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from mlxchat.server.anthropic import api_router as anthropic_routes
 from mlxchat.server.core.access_log import AccessLog
+from mlxchat.server.core.embeddings import Embeddings
 from mlxchat.server.core.errors import ApiError, Dialect, internal
 from mlxchat.server.core.image_fetch import FetchLimits
 from mlxchat.server.core.service import ChatService
 from mlxchat.server.core.streaming import ClientGone
-from mlxchat.server.ollama import api_router as ollama_routes
-from mlxchat.server.openai import api_router as openai_routes
+from mlxchat.server.cors import Cors
+from mlxchat.server.host_routes import HEALTH_PATH, HOST_ROUTES
 from mlxchat.server.options import ServeOptions
+from mlxchat.server.protocols import PROTOCOLS
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
+PING_S = 5.0
+"""A stream that starts before its first token (Anthropic's, OpenAI's chat)
+sends a ping or a comment line at least this often while the prompt is read
+or the request waits, so no client times out and sends it again."""
 MAX_HEADER_BYTES = 16 * 1024
 """A request's headers together: h11's bound on headers that arrive in parts,
 held too for those that arrive in one read (which h11 takes whole)."""
@@ -54,7 +60,8 @@ class HeaderLimit:
 
 class ApiKeyCheck:
     """Every request carries the key (``Authorization: Bearer KEY`` or
-    ``x-api-key``), compared in constant time; else 401."""
+    ``x-api-key``), compared in constant time; else 401. ``/health`` answers
+    without it (saying less)."""
 
     def __init__(self, app: ASGIApp, api_key: str | None):
         self.app = app
@@ -70,6 +77,9 @@ class ApiKeyCheck:
         if auth[:7].lower() == b"bearer ":
             given = auth[7:].strip()
         if not hmac.compare_digest(given, self.key):
+            if scope["path"] == HEALTH_PATH:
+                await self.app({**scope, "mlxchat.key_given": False}, receive, send)
+                return
             error = ApiError(401, "Missing or wrong API key.", code="invalid_api_key",
                              kind="authentication_error")
             await error.response(_dialect(scope["path"]))(scope, receive, send)
@@ -105,10 +115,13 @@ def image_limits(options: ServeOptions) -> FetchLimits:
 
 def build_app(service: ChatService, *, api_key: str | None = None,
               max_body_bytes: int = MAX_BODY_BYTES, allow_image_urls: bool = False,
-              image_fetch: FetchLimits = FetchLimits()) -> ASGIApp:
+              image_fetch: FetchLimits = FetchLimits(), cors: tuple[str, ...] = (),
+              embeddings: Embeddings | None = None, ping_s: float = PING_S) -> ASGIApp:
     """``image_fetch``: how far an allowed image URL is fetched (with
-    ``allow_image_urls``; never otherwise)."""
-    routes = [*openai_routes.ROUTES, *anthropic_routes.ROUTES, *ollama_routes.ROUTES]
+    ``allow_image_urls``; never otherwise); ``cors``: the origins browsers may
+    call it from (``server.cors``); ``ping_s``: how long a stream started
+    before its first token stays silent at most."""
+    routes = [*(r for router in PROTOCOLS for r in router.ROUTES), *HOST_ROUTES]
     app = Starlette(routes=routes, exception_handlers={
         ApiError: _api_error, HTTPException: _http_error, ClientGone: _client_gone,
         Exception: _unexpected})
@@ -116,4 +129,7 @@ def build_app(service: ChatService, *, api_key: str | None = None,
     app.state.max_body_bytes = max_body_bytes
     app.state.allow_image_urls = allow_image_urls
     app.state.image_fetch = image_fetch
-    return AccessLog(HeaderLimit(ApiKeyCheck(app, api_key)))
+    app.state.embeddings = embeddings or Embeddings()
+    app.state.started_at = time.time()
+    app.state.ping_s = ping_s
+    return AccessLog(HeaderLimit(Cors(ApiKeyCheck(app, api_key), cors, _dialect)))

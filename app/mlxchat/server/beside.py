@@ -84,7 +84,7 @@ class SharedServer:
             self.server = RunningServer(
                 build_app(service, api_key=options.api_key,
                           allow_image_urls=options.allow_image_urls,
-                          image_fetch=image_limits(options)),
+                          image_fetch=image_limits(options), cors=options.cors),
                 host=options.host, port=options.port,
                 body_timeout_s=options.body_timeout_s).start()
         except BaseException:

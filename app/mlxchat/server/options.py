@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import re
 from dataclasses import dataclass
 
 from mlxchat.errors import UsageError
@@ -22,6 +23,9 @@ at once, bundled model, 2-core x86 VM at load ~8: aggregate 6.7 / 16.6 / 19.9
 tok/s at --parallel 2 / 4 / 8 (still growing at 8; p95 TTFT 10.2 s at 4, 5.3 s
 at 8). The memory check holds members back where 8 caches do not fit."""
 MAX_PARALLEL = 64
+
+
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://[^/?#\s]+")
 
 
 class BindRefused(UsageError):
@@ -46,6 +50,8 @@ class ServeOptions:
     """Those URLs may reach loopback, LAN and link-local addresses too."""
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S
     """A request's whole body must arrive within this once its headers are in."""
+    cors: tuple[str, ...] = ()
+    """Origins browsers may call the server from (``*``: any); none: no browser may."""
 
 
 def is_loopback(host: str) -> bool:
@@ -77,3 +83,16 @@ def check_options(options: ServeOptions) -> None:
     if not (math.isfinite(options.body_timeout_s) and 0 < options.body_timeout_s <= 3600):
         raise UsageError("--body-timeout must be a number of seconds above 0 and at most "
                          f"3600; got {options.body_timeout_s:g}")
+
+
+def check_origins(origins: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """``--cors`` values: ``*``, ``null`` or ``scheme://host[:port]`` (no path);
+    a bad one is refused in one line."""
+    out = []
+    for given in origins:
+        origin = given.strip().rstrip("/")
+        if origin not in ("*", "null") and not _ORIGIN.fullmatch(origin.lower()):
+            raise UsageError(f"--cors takes an origin such as http://localhost:3000 (scheme, "
+                             f"host and port, no path), null or *; got {given!r}")
+        out.append(origin if origin in ("*", "null") else origin.lower())
+    return tuple(out)

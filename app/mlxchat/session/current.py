@@ -25,6 +25,9 @@ class OpenSession:
         self.call_tools: str | None = None
         """Tool definitions (canonical JSON) the template renders in this call's
         turns (``use_settings``); never stored."""
+        self.call_reserve: int | None = None
+        """Tokens this call's prompts leave for the reply (``use_settings``;
+        None: the settings' ``max_tokens``, at most half the window)."""
         self.session_tools: Callable[[], str | None] = lambda: None
         """The definitions of the session's own tools (``conv.tools`` sets it),
         rendered when this call gives none."""
@@ -48,10 +51,12 @@ class OpenSession:
         """This call's settings when ``use_settings`` set them, else the session's."""
         return self.call_settings or self.session.settings
 
-    def use_settings(self, settings: GenerationSettings, *, tools: str | None = None) -> None:
+    def use_settings(self, settings: GenerationSettings, *, tools: str | None = None,
+                     reserve: int | None = None) -> None:
         settings.check()
         self.call_settings = settings
         self.call_tools = tools
+        self.call_reserve = reserve
 
     def change_generation(self, **changes: Any) -> None:
         """Into this call's settings when ``use_settings`` set them, else the session's."""
@@ -76,7 +81,8 @@ class OpenSession:
 
     def ledger(self, engine: Engine) -> Ledger:
         tools = self.call_tools if self.call_tools is not None else self.session_tools()
-        return Ledger(engine, self.session, self.generation, tools=tools)
+        return Ledger(engine, self.session, self.generation, tools=tools,
+                      reserve=self.call_reserve)
 
     def reload(self) -> Session:
         self.session = self.store.get_session(self.session.id)
@@ -87,3 +93,4 @@ class OpenSession:
         self.session = session
         self.call_settings = None
         self.call_tools = None
+        self.call_reserve = None

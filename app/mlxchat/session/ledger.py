@@ -17,10 +17,25 @@ from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from mlxchat.chat import ImageRef, Message, Session, latest_summary, model_view, summary_block
+from mlxchat.engine.events import TurnDone
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt.delta import TemplateNotIncremental, TemplateOptions
 from mlxchat.engine.prompt.fit import FittedPrompt, refuse_unfittable
 from mlxchat.generation import GenerationSettings
+from mlxchat.turn_stats import NEW_CONVERSATION
+
+
+@dataclass(frozen=True)
+class OpenedReply:
+    """Text a reply begins with, given by the request (assistant prefill), and
+    the ids it adds to the prompt: the model continues it."""
+
+    text: str
+    ids: list[int]
+
+    def joined(self, done: TurnDone) -> TurnDone:
+        """The reply as it is stored: this text and its ids, then the model's."""
+        return replace(done, reply=self.text + done.reply, token_ids=self.ids + done.token_ids)
 
 
 @dataclass
@@ -33,6 +48,8 @@ class Plan:
     start: bool = False
     """The new message starts a ledger (its ids are the whole prompt)."""
     key: str | None = None
+    prefill: OpenedReply | None = None
+    """The text the reply begins with (its ids end the prompt), if any."""
     overflow: bool = False
     """The ledger did not fit the window: the history was rendered again and
     fitted under the context policy (the oldest messages left out)."""
@@ -118,10 +135,13 @@ class Ledger:
     """Plans turns over one session's ledger with one engine."""
 
     def __init__(self, engine: Engine, session: Session, settings: GenerationSettings, *,
-                 tools: str | None = None):
+                 tools: str | None = None, reserve: int | None = None):
+        # ``reserve``: tokens the prompt leaves for the reply (None: the settings'
+        # max_tokens, at most half the window).
         self.engine = engine
         self.session = session
         self.settings = settings
+        self.reserve = reserve
         self.options = options_for(session, settings, tools=tools)
         self.key = key_for(engine, session, self.options, compute_dtype=settings.compute_dtype)
 
@@ -132,24 +152,41 @@ class Ledger:
 
     def _rendered(self, messages: Sequence[Message], reason: str | None) -> FittedPrompt:
         fitted = self.engine.prompts.fit(self._with_system(messages), self.settings,
-                                         options=self.options)
+                                         options=self.options, reserve=self.reserve)
         return replace(fitted, reason=fitted.reason or (None if fitted.dropped else reason))
 
     def _fits(self, n: int) -> bool:
         prompts = self.engine.prompts
-        return n + prompts.reply_reserve(self.settings) <= prompts.window(self.settings)
+        reserve = prompts.reply_reserve(self.settings) if self.reserve is None else self.reserve
+        return n + reserve <= prompts.window(self.settings)
 
     def plan_message(self, history: Sequence[Message], text: str, *,
-                     images: tuple[ImageRef, ...] = ()) -> Plan:
-        """The prompt for a new user message ``text`` (showing ``images``) after ``history``."""
+                     images: tuple[ImageRef, ...] = (), fresh: bool = False) -> Plan:
+        """The prompt for a new user message ``text`` (showing ``images``) after
+        ``history``; ``fresh``: it starts a conversation (not an edit), which
+        is what a cache holding another is told."""
         def added() -> list[int]:
             return self.engine.prompts.message_ids(
                 text, system=self.session.context_system,
                 previous=history[-1].token_ids if history else None, options=self.options,
                 images=images)
 
-        return self._plan_new(history, [Message("user", text, images=images)], added,
+        plan = self._plan_new(history, [Message("user", text, images=images)], added,
                               first=not history)
+        if fresh and not history and plan.prompt.reason is None:
+            plan = replace(plan, prompt=replace(plan.prompt, reason=NEW_CONVERSATION))
+        return plan
+
+    def plan_turn(self, history: Sequence[Message], messages: Sequence[Message]) -> Plan:
+        """The prompt for a turn of several messages after ``history``: a user
+        message and system messages that stand beside it, in order (the
+        first holds the ids they add together)."""
+        def added() -> list[int]:
+            return self.engine.prompts.turn_ids(
+                messages, system=self.session.context_system,
+                previous=history[-1].token_ids if history else None, options=self.options)
+
+        return self._plan_new(history, list(messages), added, first=not history)
 
     def plan_results(self, history: Sequence[Message], results: Sequence[Message]) -> Plan:
         """The prompt for tool results after ``history`` (whose last message is
@@ -209,6 +246,18 @@ class Ledger:
         except TemplateNotIncremental:
             return None
         return opening + [t for m in later for t in (m.token_ids or ())]
+
+    def opened(self, plan: Plan, text: str | None) -> Plan:
+        """``plan`` with its reply begun by ``text`` (None or empty: as it is):
+        the new message's ids give up what the template does not write before
+        a written reply, and the prompt ends with the open reply's ids."""
+        if not text:
+            return plan
+        drop, ids = self.engine.prompts.opened_reply(text, options=self.options)
+        tokens, mine = plan.prompt.tokens, plan.user_ids
+        return replace(plan, prompt=replace(plan.prompt, tokens=tokens[:len(tokens) - drop] + ids),
+                       user_ids=None if mine is None else mine[:len(mine) - drop],
+                       prefill=OpenedReply(text, ids))
 
     def note(self, branch: Sequence[Message]) -> str | None:
         """One line when the ledger differs from what the template would render

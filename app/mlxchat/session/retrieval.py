@@ -160,14 +160,17 @@ class Retrieval:
         return info
 
     # -- the turn ------------------------------------------------------------------------
-    def retrieve(self, text: str, *, message: str = "",
-                 remember: bool = True) -> Retrieved | None:
+    def retrieve(self, text: str, *, message: str = "", remember: bool = True,
+                 collection: str | None = None) -> Retrieved | None:
         """The sources for a message asking ``text`` (the whole ``message`` as
         it will be sent counts against the room left), kept as ``last`` unless
-        not ``remember`` (a preview); None when no collection is in use."""
-        name = self.in_use
+        not ``remember`` (a preview); from ``collection`` (a preview's choice),
+        else the one in use; None when there is none."""
+        name = collection or self.in_use
         if name is None or not text.strip():
             return None
+        if collection is not None:
+            self.collection(collection)  # a name that is not there: said as such
         try:
             self._docs.documents.get(name)
         except CollectionNotFound:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -20,6 +21,7 @@ from mlxchat.engine.events import Event, Preparing, TextDelta, TurnDone
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.turn.constrained import CompiledFormat, OutputFormat, compile_format
 from mlxchat.engine.turn.early_images import done_encoding
+from mlxchat.engine.turn.reply_options import ASKS_NOTHING, ReplyOptions
 from mlxchat.models.vision import images as vision_images
 from mlxchat.session.cache_keeper import CacheKeeper
 from mlxchat.session.compactor import Compactor
@@ -43,6 +45,15 @@ DRAFT_INTERVAL_S = 1.0
 DRAFT_WAIT_S = 0.05
 #: How long the finished reply waits for the lock before it is retried in the background.
 FIRST_SAVE_WAIT_S = 0.5
+
+
+@dataclass(frozen=True)
+class NextReply:
+    """What a send was asked for its reply (``TurnRunner.output``, ``options``, ``prefill``)."""
+
+    output: CompiledFormat | None
+    options: ReplyOptions
+    prefill: str | None
 
 
 class TurnRunner:
@@ -73,6 +84,12 @@ class TurnRunner:
         """The engine's encoding of the images above (``EarlyImages.hold``), the latest."""
         self.output: CompiledFormat | None = None
         """The schema the next reply follows (taken by the next send; None: free text)."""
+        self.options = ASKS_NOTHING
+        """The next reply's biases, penalties, log-probabilities and choices (taken
+        by the next send)."""
+        self.prefill: str | None = None
+        """Text the next reply begins with, which the model continues (taken by
+        the next send): stored as the start of the reply, its ids in the ledger."""
         self._also_cancel = also_cancel
         """Stops what a turn's tool loop waits on (a call, the consent dialog)."""
         self.started = 0
@@ -120,36 +137,54 @@ class TurnRunner:
         """Commit the user message (with what it retrieved from the session's
         collection in front: ``retrieval.last``), then run the turn; yields the
         engine's events. Nothing is prefilled until the first event is asked for."""
-        output, self.output = self.output, None
+        asked = self._take_asks()
         self._unsaved.require_saved()
         if not text.strip():
             raise ConversationError("Nothing to send.")
         content, sources = self._with_retrieved(text, self.compose(text))
         images = tuple(self.images)
-        plan = self._fitting(lambda branch: self._ledger().plan_message(branch, content,
-                                                                       images=images))
+        plan = self._ledger().opened(self._fitting(lambda branch: self._ledger().plan_message(
+            branch, content, images=images, fresh=not branch)), asked.prefill)
         self._add_user(content, plan, sources, images)  # the plan refused what cannot fit
         self.attachments.clear()
         self.images.clear()
-        return self.run(plan, output)
+        return self.run(plan, asked.output, asked.options)
 
     def send_results(self, results: list[Message]) -> Iterator[Event]:
-        """Commit tool results (role ``tool``, then perhaps a user message)
-        after the last reply, then run the turn that reads them; the first
-        holds the ids they add together."""
-        output, self.output = self.output, None
+        """Commit tool results (role ``tool``, then perhaps a user message and
+        system messages) after the last reply, then run the turn that reads
+        them; the first holds the ids they add together."""
+        asked = self._take_asks()
         self._unsaved.require_saved()
-        if not results or any(r.role != "tool" for r in results[:-1]) \
-                or results[0].role != "tool" or results[-1].role not in ("tool", "user"):
+        tools = next((i for i, r in enumerate(results) if r.role != "tool"), len(results))
+        if not tools or any(r.role not in ("user", "system") for r in results[tools:]):
             raise ConversationError("Tool results need at least one message of role 'tool'.")
-        plan = self._fitting(lambda branch: self._ledger().plan_results(branch, results))
+        plan = self._ledger().opened(self._fitting(
+            lambda branch: self._ledger().plan_results(branch, results)), asked.prefill)
+        return self._commit_and_run(results, plan, asked)
+
+    def send_turn(self, messages: list[Message]) -> Iterator[Event]:
+        """Commit a turn of several messages (a user message and system messages
+        that stand beside it, in order, each with its stored images) after the
+        last reply, then run it; the first holds the ids they add together."""
+        asked = self._take_asks()
+        self._unsaved.require_saved()
+        if not messages or any(m.role not in ("user", "system") for m in messages):
+            raise ConversationError("A turn is user and system messages.")
+        plan = self._ledger().opened(self._fitting(
+            lambda branch: self._ledger().plan_turn(branch, messages)), asked.prefill)
+        return self._commit_and_run(messages, plan, asked)
+
+    def _commit_and_run(self, messages: list[Message], plan: Plan,
+                        asked: NextReply) -> Iterator[Event]:
         self._store.add_messages(self._open.id, [  # all or none
             Message(r.role, r.content, token_ids=plan.user_ids if i == 0 or plan.user_ids is None
                     else [], ledger_key=plan.key, ledger_start=plan.start and i == 0,
-                    tool_call_id=r.tool_call_id, tool_name=r.tool_name, tool_run=r.tool_run)
-            for i, r in enumerate(results)])
+                    tool_call_id=r.tool_call_id, tool_name=r.tool_name, tool_run=r.tool_run,
+                    images=r.images)
+            for i, r in enumerate(messages)])
         self._open.reload()
-        return self.run(plan, output)
+        return self.run(plan, asked.output, asked.options)
 
     def retry(self) -> Iterator[Event]:
         """Answer the last user message again, as a new branch beside the old reply."""
@@ -234,6 +269,12 @@ class TurnRunner:
                 self._compaction_note += ": the oldest messages were left out instead"
         return plan
 
+    def _take_asks(self) -> NextReply:
+        """What was asked of the next reply, taken (the one after asks nothing)."""
+        asked = NextReply(self.output, self.options, self.prefill or None)
+        self.output, self.options, self.prefill = None, ASKS_NOTHING, None
+        return asked
+
     def _with_retrieved(self, query: str, content: str) -> tuple[str, list[Source] | None]:
         """``content`` with what it retrieved from the session's collection and
         what it recalled of the conversation's earlier messages in front."""
@@ -256,13 +297,15 @@ class TurnRunner:
         self._open.reload()
 
     # -- a turn running ----------------------------------------------------------------------
-    def run(self, plan: Plan, output: CompiledFormat | None = None) -> Iterator[Event]:
+    def run(self, plan: Plan, output: CompiledFormat | None = None,
+            options: ReplyOptions = ASKS_NOTHING) -> Iterator[Event]:
         """Yield the engine's events for ``plan``; the reply is stored at the end,
         or what was shown of it when the engine fails mid-reply. ``output``:
-        the schema the reply follows."""
+        the schema the reply follows; ``options``: what else the request asks
+        of it (only choice 0 is the conversation's)."""
         done: TurnDone | None = None
         parent = self._open.session.leaf_id
-        pieces: list[str] = []
+        pieces: list[str] = [plan.prefill.text] if plan.prefill else []
         thought: list[str] = []
         saved_at = time.monotonic()
         self.started += 1
@@ -277,23 +320,24 @@ class TurnRunner:
                 yield Preparing("restoring this branch's KV cache from disk")
                 self._cache.restore()
             self._pins.prepare(plan.prompt.tokens)
-            for event in self._engine.turn(plan.prompt, self._open.generation, output=output):
+            for event in self._engine.turn(plan.prompt, self._open.generation, output=output,
+                                           options=options):
+                kept = isinstance(event, TextDelta) and event.choice == 0
                 if isinstance(event, TurnDone):
                     done = event
-                elif isinstance(event, TextDelta):
+                elif kept:
                     (pieces if event.part == "answer" else thought).append(event.text)
                 yield event
                 # Checkpointed once the caller has taken the text (shown it): a
                 # kill between the two never leaves a draft holding unshown text.
-                if (isinstance(event, TextDelta)
-                        and time.monotonic() - saved_at >= DRAFT_INTERVAL_S):
+                if kept and time.monotonic() - saved_at >= DRAFT_INTERVAL_S:
                     saved_at = time.monotonic()
                     self._checkpoint(parent, "".join(pieces), "".join(thought))
         finally:
             self._pins.keep(done.stats if done is not None else None)
             if done is not None:
                 done.stats.compaction, self._compaction_note = self._compaction_note, None
-                self._finish(done, plan.key)
+                self._finish(plan.prefill.joined(done) if plan.prefill else done, plan.key)
             elif pieces or thought:
                 # The engine failed mid-reply: keep what was shown, marked stopped.
                 self._store.add_message(self._open.id, "assistant", "".join(pieces),

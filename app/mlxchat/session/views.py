@@ -48,6 +48,18 @@ class PrefillEstimate:
     measured_chunks: bool
     """From the prefill chunks measured on this model (False: the branch's
     stored turns, each as one chunk)."""
+    spread_over_tokens: float | None = None
+    """The same forecast with each pass's own cost spread over its chunk's
+    tokens, when that is over a quarter more: the top of a range (short
+    chunks say little of a long prefill; None: one figure holds)."""
+
+
+def decode_step(turns: list[TurnStats], recent: int = 5) -> float | None:
+    """Seconds of a decode step (one pass feeding one token), the median of the
+    last ``recent`` turns that decoded plainly; None when none did."""
+    steps = sorted(1 / s.decode_tps for s in turns[-recent:]
+                   if s.decode_tps and s.spec_mode == "off")
+    return steps[len(steps) // 2] if steps else None
 
 
 class EngineViews:
@@ -168,19 +180,27 @@ class EngineViews:
         the turns measured so far: from this model's measured chunks, else the
         branch's stored turns; None before anything was measured."""
         start = self.context_window - self.window_left() + after
-        measured = fit(self._engine.prefill_chunks(self._open.generation.kv_bits))
-        cost = measured or fit(self._turns_as_chunks())
-        return None if cost is None else PrefillEstimate(
-            cost.seconds(tokens, start), start, cost, measured_chunks=measured is not None)
+        turns = self._turns()
+        step = decode_step(turns)  # a pass's own cost, which short chunks hold most of
+        measured = self._engine.prefill_chunks(self._open.generation.kv_bits)
+        chunks = measured or [
+            PrefillChunk(s.prefilled_tokens, s.reused_tokens, s.prefilled_tokens / s.prefill_tps)
+            for s in turns if s.prefill_tps]
+        cost = fit(chunks, step=step)
+        if cost is None:
+            return None
+        seconds = cost.seconds(tokens, start)
+        spread = fit(chunks).seconds(tokens, start) if cost.per_pass else seconds
+        return PrefillEstimate(seconds, start, cost, measured_chunks=bool(measured),
+                               spread_over_tokens=spread if spread > 1.25 * seconds else None)
 
-    def _turns_as_chunks(self) -> list[PrefillChunk]:
+    def _turns(self) -> list[TurnStats]:
+        """The figures of the branch's turns on the model held now, the last one too."""
         name = self._engine.info.name
         found = [m.stats for m in self._open.messages if m.role == "assistant" and m.stats]
         live = self._last_stats()
         found += [live] if live is not None and live not in found else []
-        return [PrefillChunk(s.prefilled_tokens, s.reused_tokens,
-                             s.prefilled_tokens / s.prefill_tps)
-                for s in found if s.prefill_tps and s.model in ("", name)]
+        return [s for s in found if s.model in ("", name)]
 
     def ledger_note(self) -> str | None:
         """Where the cached token ledger differs from today's template rendering."""

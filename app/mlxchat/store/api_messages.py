@@ -25,6 +25,7 @@ class IndexedMessage:
     """Index of the hash (the message) in the request."""
     message_id: int
     session_id: int
+    chain_hash: str = ""
 
 
 def record_in(cur: sqlite3.Cursor, session_id: int, message_id: int, chain_hash: str) -> None:
@@ -43,6 +44,13 @@ class ApiMessages:
         with self._db.writing() as cur:
             check_message(cur, session_id, message_id)
             record_in(cur, session_id, message_id, chain_hash)
+
+    def of_message(self, message_id: int) -> IndexedMessage | None:
+        """The indexed message ``message_id`` (position -1: in no request), if any."""
+        with self._db.reading() as cur:
+            row = cur.execute("SELECT session_id, chain_hash FROM api_messages"
+                              " WHERE message_id = ?", (message_id,)).fetchone()
+        return None if row is None else IndexedMessage(-1, message_id, row[0], row[1])
 
     def longest(self, hashes: Sequence[str], *, session_id: int | None = None
                 ) -> IndexedMessage | None:

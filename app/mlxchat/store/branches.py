@@ -80,7 +80,9 @@ class Branches:
         self._db = db
 
     def of(self, session_id: int) -> list[BranchInfo]:
-        """Every branch of the session, oldest first, with the current one marked."""
+        """Every branch of the session (a path to a leaf), oldest first, the
+        current one marked. A current position inside a branch (after /undo)
+        is no branch of its own."""
         with self._db.reading() as cur:
             current = session_row(cur, session_id)["leaf_id"]
             rows = cur.execute(
@@ -91,8 +93,6 @@ class Branches:
         nodes = {row["id"]: row for row in rows}
         parents = {row["parent_id"] for row in rows if row["parent_id"] is not None}
         ends = [i for i in nodes if i not in parents]
-        if current is not None and current in parents:
-            ends.append(current)
         through, depth = _tree_counts(nodes, ends)
         out = []
         for end in sorted(ends):

@@ -1,4 +1,5 @@
-"""The BM25 index over document chunks, by collection (schema version 14).
+"""The document tables' later migrations: the BM25 index over document chunks
+by collection (schema version 14) and the chunking each file was cut by (20).
 
 Version 10's index held the chunks' text and heading only, so a word's count
 and a search's scoring spanned every collection: beside a 100,000-chunk
@@ -34,6 +35,13 @@ V14_DOC_CHUNKS_FTS_BY_COLLECTION = (
     END
     """,
     "INSERT INTO doc_chunks_fts(doc_chunks_fts) VALUES ('rebuild')",
+)
+
+V21_DOC_FILES_CHUNKER = (
+    # Which chunking cut each file (``docs.chunking.CHUNKER``; rows before this
+    # were cut by the first, which could leave a heading alone in a chunk): an
+    # update re-chunks a file cut by another, however unchanged it is.
+    "ALTER TABLE doc_files ADD COLUMN chunker INTEGER NOT NULL DEFAULT 1",
 )
 
 BM25_WEIGHTS = "bm25(1.0, 2.0, 0.0)"

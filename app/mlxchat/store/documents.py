@@ -75,6 +75,8 @@ class FileRecord:
     mtime_ns: int
     sha256: str
     chunks: int
+    chunker: int = 1
+    """The chunking that cut it (an update re-chunks a file cut by another)."""
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,7 @@ class FileUpdate:
     mtime_ns: int
     sha256: str
     replaced_chars: int
+    chunker: int = 1
 
 
 @dataclass(frozen=True)
@@ -221,7 +224,8 @@ class Documents:
                 "SELECT f.*, (SELECT COUNT(*) FROM doc_chunks k WHERE k.file_id = f.id) AS n"
                 " FROM doc_files f WHERE f.collection_id = ?", (collection_id,)).fetchall()
         return {r["path"]: FileRecord(id=r["id"], path=r["path"], kind=r["kind"], size=r["size"],
-                                      mtime_ns=r["mtime_ns"], sha256=r["sha256"], chunks=r["n"])
+                                      mtime_ns=r["mtime_ns"], sha256=r["sha256"], chunks=r["n"],
+                                      chunker=r["chunker"])
                 for r in rows}
 
     def replace_files(self, collection_id: int,
@@ -231,9 +235,11 @@ class Documents:
             for update, chunks in files:
                 _drop_file(cur, collection_id, update.path)
                 cur.execute("INSERT INTO doc_files (collection_id, path, kind, size, mtime_ns,"
-                            " sha256, replaced_chars, indexed) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            " sha256, replaced_chars, indexed, chunker)"
+                            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                             (collection_id, update.path, update.kind, update.size,
-                             update.mtime_ns, update.sha256, update.replaced_chars, time.time()))
+                             update.mtime_ns, update.sha256, update.replaced_chars, time.time(),
+                             update.chunker))
                 file_id = int(cur.lastrowid)
                 cur.executemany(
                     "INSERT INTO doc_chunks (file_id, collection_id, position, start_line,"
@@ -251,9 +257,10 @@ class Documents:
         with self._db.writing() as cur:
             _drop_file(cur, collection_id, update.path)
             cur.execute("INSERT INTO doc_files (collection_id, path, kind, size, mtime_ns,"
-                        " sha256, replaced_chars, indexed) VALUES (?, ?, ?, ?, -1, '', ?, ?)",
+                        " sha256, replaced_chars, indexed, chunker)"
+                        " VALUES (?, ?, ?, ?, -1, '', ?, ?, ?)",
                         (collection_id, update.path, update.kind, update.size,
-                         update.replaced_chars, time.time()))
+                         update.replaced_chars, time.time(), update.chunker))
             _bump(cur, collection_id)
             return int(cur.lastrowid)
 

@@ -37,13 +37,18 @@ FILENAME_BYTES = 100
 # -- Markdown ------------------------------------------------------------------
 
 
+STOPPED = "stopped"
+"""A reply stopped before its end: the chat's "(stopped)", the export's word too."""
+
+
 def markdown_stats_line(stats: TurnStats, cancelled: bool = False) -> str:
     """Under a reply in the Markdown export (plain figures, unlike the transcript's):
     '_ttft 0.12 s · 45.1 tok/s · 132 tokens · reused 1200/1250 · warm_'."""
     parts = [stats.model + (f" ({stats.model_quantization})" if stats.model_quantization
                             else "")] if stats.model else []
+    first = stats.first_token_s  # none for a turn stopped before its first token
     parts += [
-        f"ttft {stats.ttft_s:.2f} s",
+        *([] if first is None else [f"ttft {first:.2f} s"]),
         fmt_tps(stats.decode_tps),
         f"{stats.generated_tokens} token" + ("" if stats.generated_tokens == 1 else "s")
         + (f" ({stats.reasoning_tokens} thinking)" if stats.reasoning_tokens else ""),
@@ -53,9 +58,9 @@ def markdown_stats_line(stats: TurnStats, cancelled: bool = False) -> str:
     parts.append(stats.cache_source)
     if stats.kv_bits:
         parts.append(f"kv {stats.kv_bits}-bit")
-    if cancelled or stats.finish_reason != "stop":
-        parts.append("cancelled" if cancelled else "window full" if stats.window_full
-                     else stats.finish_reason)
+    if cancelled or stats.finish_reason != "stop":  # the chat's word for a stop: "stopped"
+        parts.append(STOPPED if cancelled or stats.finish_reason == "cancelled"
+                     else "window full" if stats.window_full else stats.finish_reason)
     return "_" + " · ".join(parts) + "_"
 
 
@@ -110,7 +115,7 @@ def session_markdown(session: Session) -> str:
         if message.stats is not None:
             out += ["", markdown_stats_line(message.stats, message.cancelled)]
         elif message.cancelled:
-            out += ["", "_cancelled_"]
+            out += ["", f"_{STOPPED}_"]
     return "\n".join(out) + "\n"
 
 
@@ -202,8 +207,8 @@ def export_target(dest: Path | str | None, *, cwd: Path, folder: Path, default_n
     exports folder, created readable by the owner only). With it: the place the
     user named, relative to ``cwd``: a folder (one that exists, or a name ending
     in a separator) gets the default name inside, a file name without a suffix
-    gets ``.ext``; missing folders on the way are made (StoreError, one line,
-    when they cannot be)."""
+    gets ``.ext``. The user's folders are neither made nor changed: a missing
+    one is a StoreError, one line."""
     if dest is None or str(dest) == "":
         try:
             return paths.ensure_private_dir(folder) / default_name
@@ -214,12 +219,15 @@ def export_target(dest: Path | str | None, *, cwd: Path, folder: Path, default_n
         raise StoreError("An export path cannot hold a NUL character.")
     target = Path(raw).expanduser()
     target = target if target.is_absolute() else cwd / target
-    named_folder = raw.endswith(("/", os.sep)) or target.is_dir()
-    if not named_folder and not target.suffix:
-        target = target.with_name(f"{target.name}.{ext}")
-    try:  # the folders on the way are made, readable by the owner only
-        paths.ensure_private_dir(target if named_folder else target.parent)
-    except OSError as exc:
+    try:
+        named_folder = raw.endswith(("/", os.sep)) or target.is_dir()
+        if not named_folder and not target.suffix:
+            target = target.with_name(f"{target.name}.{ext}")
+        where = target if named_folder else target.parent
+        if not where.is_dir():
+            problem = "is not a folder" if where.exists() else "does not exist: make it first"
+            raise StoreError(f"Cannot export to {raw!r:.80}: {str(where)!r:.80} {problem}.")
+    except OSError as exc:  # a name too long, a folder that cannot be looked into
         raise StoreError(f"Cannot export to {raw!r:.80}: {exc.strerror or exc}.") from None
     return target / default_name if named_folder else target
 

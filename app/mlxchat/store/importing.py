@@ -202,12 +202,8 @@ def parse_document(data: Any, images: dict[str, bytes] | None = None
                 images=import_images(_field(row, "images", list, where, []), where, images),
             )
         )
-    for index, message in enumerate(messages):
-        if message.role == "system" and message.parent_id is not None:
-            raise StoreError(
-                f"Not an importable session: messages[{index}] is a system message inside the "
-                "conversation; the system prompt belongs in session.system_prompt."
-            )
+    # A system message inside the conversation is an API client's, stored where it
+    # stood (the system prompt itself is session.system_prompt).
     ids = [m.id for m in messages]
     if len(set(ids)) != len(ids):
         raise StoreError("Not an importable session: two messages share an id.")

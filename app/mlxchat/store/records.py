@@ -63,9 +63,9 @@ class BranchInfo:
     updated: float
     """When the leaf was stored."""
     current: bool
-    """This is the session's current position. After /undo or /edit that position
-    is an inner message; it is then listed as an entry of its own."""
+    """The leaf is the session's current position (after /undo that position is
+    an inner message: no branch is current then)."""
     diverges_at: int = 0
     """The first message of this branch that no other branch holds (the root when
-    there is one branch; the position itself for an inner current position)."""
+    there is one branch)."""
     diverge_role: str = "user"

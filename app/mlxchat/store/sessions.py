@@ -22,6 +22,7 @@ from mlxchat.generation import GenerationSettings
 from mlxchat.sources import Source
 from mlxchat.store import documents, pins, segments, snapshots
 from mlxchat.store.api_messages import ApiMessages, record_in
+from mlxchat.store.api_responses import ApiResponses
 from mlxchat.store.branches import Branches
 from mlxchat.store.database import Database
 from mlxchat.store.drafts import Drafts
@@ -78,6 +79,8 @@ class SessionStore:
         self.snapshots = snapshots.Snapshots(self.db)
         """Whole-cache snapshots of sessions saved before segments."""
         self.api = ApiMessages(self.db)
+        self.responses = ApiResponses(self.db)
+        """Responses the API stored (``store: true``), by id."""
         """Messages the HTTP API saw, by the hash of the conversation up to them."""
         self.tool_grants = ToolGrants(self.db)
 
@@ -266,8 +269,7 @@ class SessionStore:
         files to delete (segment files other sessions still share are kept)."""
         with self.db.writing() as cur:
             session_row(cur, session_id)
-            files = snapshots.drop_rows(cur, session_id)
-            files += segments.drop_rows(cur, session_id)
+            files = snapshots.drop_rows(cur, session_id) + segments.drop_rows(cur, session_id)
             cur.execute("UPDATE sessions SET leaf_id = NULL WHERE id = ?", (session_id,))
             cur.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             cur.execute("DELETE FROM sessions WHERE id = ?", (session_id,))

@@ -1,11 +1,7 @@
-"""Schema version 21: summary messages. A compaction stores the summary it
+"""Schema version 22: summary messages. A compaction stores the summary it
 wrote as a message of role ``summary`` after the last message it was made on,
 with what it stands for (``compaction``: JSON of ``chat.Compaction``); the
 messages it summarized stay where they were.
-
-Version 20 is another branch's (the Responses API's); it is an empty step here
-so that the list of migrations stays contiguous, and that branch's steps take
-its place when the two meet.
 """
 
 from __future__ import annotations
@@ -15,8 +11,6 @@ import sqlite3
 
 from mlxchat.chat import Compaction
 from mlxchat.store.messages_rebuild import rebuild_messages
-
-V20_RESERVED: tuple = ()
 
 _MESSAGES_WITH_SUMMARIES = """
     CREATE TABLE messages_rebuilt (
@@ -52,7 +46,7 @@ def messages_with_summaries(conn: sqlite3.Connection) -> None:
 
 messages_with_summaries.foreign_keys_off = True  # type: ignore[attr-defined]
 
-V21_SUMMARY_MESSAGES = (messages_with_summaries,)
+V22_SUMMARY_MESSAGES = (messages_with_summaries,)
 
 
 def compaction_to_json(compaction: Compaction | None) -> str | None:

@@ -6,10 +6,11 @@ holds the screen's state and keys, and hands each concern to an object of its
 own: a message sent while loading (``QueuedMessage``), a turn streamed into
 the transcript (``TurnStream``) and its tool calls (``ToolSteps``), slash
 commands (``CommandRunner``), screens (``ScreenOpener``), prefill while typing
-(``TypingTimer``), the idle join of KV files (``IdleCompaction``). Turns and
-commands run in thread workers; the start-up load and the commands run on the
-app's one MLX thread (``MlxThread``): Textual's are pooled, MLX streams belong
-to a thread.
+(``TypingTimer``), the idle join of KV files (``IdleCompaction``), copying a
+reply (``ReplyCopy``); the keys that scroll the transcript are in
+``transcript_keys``. Turns and commands run in thread workers; the start-up
+load and the commands run on the app's one MLX thread (``MlxThread``):
+Textual's are pooled, MLX streams belong to a thread.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from textual.binding import Binding, BindingType
 from textual.reactive import var
 from textual.widgets import Footer
 
-from mlxchat import clipboard
 from mlxchat.commands import CommandContext, Registry, default_registry
 from mlxchat.config import ConfigError, Settings, remember
 from mlxchat.server.options import ServeOptions
@@ -38,10 +38,12 @@ from mlxchat.session.root import (
     open_conversation,
 )
 from mlxchat.session.streams import release_thread_streams
-from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET
+from mlxchat.tui import HORIZONTAL_BREAKPOINTS, STYLESHEET, transcript_keys
 from mlxchat.tui.command_runner import CommandRunner
 from mlxchat.tui.idle_compaction import IdleCompaction
+from mlxchat.tui.pictures import typed_ahead
 from mlxchat.tui.queued_message import QueuedMessage
+from mlxchat.tui.reply_copy import ReplyCopy
 from mlxchat.tui.screen_opener import ScreenOpener, SlashCommandsProvider
 from mlxchat.tui.serving import Serving, serve_command
 from mlxchat.tui.start_up import StartUp
@@ -80,10 +82,11 @@ class MlxChatApp(App[int]):
         Binding("ctrl+t", "toggle_thinking", "Thinking", priority=True, show=False),
         Binding("f1", "help", "Help", priority=True),
         Binding("ctrl+q", "quit", "Quit", priority=True),
+        *transcript_keys.SCROLL_BINDINGS,
     ]
     MAIN_SCREEN_ACTIONS = frozenset({"withdraw", "stop", "leave_edit", "new_session",
                                      "sessions", "copy_reply", "help", "toggle_thinking",
-                                     "cancel_command"})
+                                     "cancel_command", "scroll_transcript"})
     CANCELLABLE_COMMANDS = frozenset({"/docs"})
     """Commands that stop early when escape sets ``ctx.cancel`` (indexing)."""
 
@@ -132,6 +135,7 @@ class MlxChatApp(App[int]):
         self.screens = ScreenOpener(self)
         self.compaction = IdleCompaction(self)
         """Joining the session's KV segment files once idle."""
+        self.copying = ReplyCopy(self)
 
     # -- layout ----------------------------------------------------------------------
 
@@ -167,6 +171,10 @@ class MlxChatApp(App[int]):
         return self.call_from_thread(fn, *args)
 
     # -- start-up --------------------------------------------------------------------
+
+    def on_load(self) -> None:
+        for event in typed_ahead():  # read by the terminal probe: before the driver's keys
+            self.post_message(event)
 
     def on_mount(self) -> None:
         if self.settings.theme in self.available_themes:
@@ -274,7 +282,12 @@ class MlxChatApp(App[int]):
             return self.running in self.CANCELLABLE_COMMANDS
         if action in ("new_session", "sessions"):
             return None if self.generating or self.running or not self.conversation else True
+        if action == "scroll_transcript":
+            return transcript_keys.applies(parameters, self.prompt.text)
         return True
+
+    def action_scroll_transcript(self, where: str, _when: str = "") -> None:
+        transcript_keys.scroll(self.transcript, where)
 
     def action_cancel_command(self) -> None:
         if self.ctx is not None:
@@ -316,23 +329,7 @@ class MlxChatApp(App[int]):
         self.screens.open("help")
 
     def action_copy_reply(self) -> None:
-        conv = self.conversation
-        reply = next((m for m in reversed(conv.messages) if m.role == "assistant"),
-                     None) if conv else None
-        if reply is None or not reply.content:
-            self.notify("There is no reply to copy yet.", severity="warning")
-            return
-        try:
-            ways = clipboard.copy(reply.content, terminal=self.copy_to_clipboard)
-        except clipboard.ClipboardError as exc:
-            self.notify(exc.user_text(), severity="warning")
-            return
-        self.notify(f"Copied the last reply ({len(reply.content):,} characters) "
-                    f"{clipboard.said(ways)}.")
-
-    def _copy_from_worker(self, text: str) -> None:
-        """For /copy, which runs in a worker thread."""
-        self._ui(self.copy_to_clipboard, text)
+        self.copying.last_reply()
 
     def action_toggle_thinking(self) -> None:
         """Fold or unfold the last reasoning or tool result."""

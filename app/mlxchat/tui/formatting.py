@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal, Sequence
 
 from mlxchat.models.memory import KVLayout
-from mlxchat.turn_stats import TurnStats
+from mlxchat.turn_stats import CACHE_SOURCE_WORDS, TurnStats
 from mlxchat.units import fmt_int, fmt_seconds, fmt_tps, plural
 
 Level = Literal["ok", "warning", "error"]
@@ -19,13 +19,6 @@ ERROR_PERCENT = 95
 
 REASONING_CLOSED = "thinking closed at its budget"
 """Said of a reply whose reasoning ran to max_reasoning_tokens and was closed."""
-
-CACHE_SOURCE_LABELS = {
-    "warm": "warm cache",
-    "snapshot": "from snapshot",
-    "cold": "cold start",
-}
-
 
 def fmt_bits_per_weight(bpw: float, scales_dtype: str | None = None) -> str:
     """'4.52 bits/weight (float32 scales)': with the scales' dtype when quantized,
@@ -66,7 +59,7 @@ def kv_bits_label(kv_bits: int | None, dtype: str | None = None) -> str:
 
 
 def cache_source_label(source: str) -> str:
-    return CACHE_SOURCE_LABELS.get(source, source)
+    return CACHE_SOURCE_WORDS.get(source, source)
 
 
 @dataclass(frozen=True)
@@ -115,8 +108,8 @@ def speculation_text(acceptance: float | None, tokens_per_pass: float | None,
 
 def transcript_stats_line(stats: TurnStats) -> str:
     """The compact line under an assistant reply in the transcript."""
-    parts = [
-        f"ttft {fmt_seconds(stats.ttft_s)}",
+    parts = [  # no ttft for a turn stopped before its first token
+        *([] if stats.first_token_s is None else [f"ttft {fmt_seconds(stats.first_token_s)}"]),
         fmt_tps(stats.decode_tps),
         plural(stats.generated_tokens, "token")
         + (f" ({fmt_int(stats.reasoning_tokens)} thinking, {fmt_int(stats.answer_tokens)} "
@@ -131,12 +124,12 @@ def transcript_stats_line(stats: TurnStats) -> str:
                                       stats.spec_mode))
         if stats.draft_rebuilt:
             parts.append(f"draft cache rebuilt ({fmt_int(stats.draft_prefilled_tokens)} tokens)")
-    if stats.window_full:
+    if stats.finish_reason != "cancelled":  # a stop is said in front: "(stopped)"
         parts.append(stats.ending)
     if stats.dropped_messages:  # the cache's miss too: said once
         parts.append(f"{fmt_int(stats.dropped_messages)} oldest messages left out")
-    elif stats.miss_reason:
-        parts.append(f"miss: {stats.miss_reason}")
+    elif stats.miss_words:
+        parts.append(stats.miss_words)
     if stats.snapshot_warning:
         parts.append(stats.snapshot_warning)
     if stats.engine_warning:

@@ -24,6 +24,8 @@ KEY_HELP = [
     ("tab / ↑ ↓", "accept / move in the completion list"),
     ("↑ in an empty prompt", "edit your last message (answered on a new branch)"),
     ("escape / ctrl+c", "stop the reply; the text so far is kept"),
+    ("PageUp / PageDown", "scroll the conversation (ctrl+↑ ↓: three lines)"),
+    ("ctrl+home / ctrl+end", "top / bottom of the conversation (home / end in an empty prompt)"),
     ("ctrl+n", "new session"),
     ("ctrl+o", "browse, search, rename and delete sessions"),
     ("ctrl+y", "copy the last reply (OSC 52)"),

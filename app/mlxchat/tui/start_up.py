@@ -62,7 +62,7 @@ class StartUp:
         conv = opened.conversation
         app.conversation = conv
         conv.compactor.on_change = partial(self._later, app.refresh_gauges)
-        app.ctx = CommandContext(conv, clipboard=app._copy_from_worker, now=app._now,
+        app.ctx = CommandContext(conv, clipboard=app.copying.from_worker, now=app._now,
                                  interactive=True, progress=app.commands.progress)
         app.activity.hide()
         await app.reload_session()

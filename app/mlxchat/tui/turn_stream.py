@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from mlxchat.engine.events import Event, PrefillProgress, TextDelta, TurnDone
     from mlxchat.session.retrieval import Retrieved
     from mlxchat.tui.widgets import ReplyHandle
+    from mlxchat.tui.widgets.transcript import Place
 
 LIVE_GAUGE_SECONDS = 1.0
 """How often the live figures (decoding, context, KV cache) refresh while text
@@ -44,9 +45,12 @@ class TurnStream:
         self._next_gauge = 0.0
         self._pacer = Pacer()
         """Learns what drawing an update costs; kept from turn to turn."""
+        self._place: Place | None = None
+        """Where the message being sent shows once committed."""
 
     def send(self, text: str) -> None:
         """Send ``text`` as the next message and stream its reply."""
+        self._place = self.app.transcript.hold_place()  # what is typed next goes under it
         self.app.generating = True
         self.app.gauges.waiting(PLANNING)
         self.app.run_worker(partial(self._send, text), thread=True, group="turn",
@@ -73,6 +77,7 @@ class TurnStream:
         app = self.app
         app.generating = False
         app.gauges.idle()
+        app.transcript.give_up_place(self._place)
         await app.transcript.add_notice(error, "error")
         if not app.prompt.text:
             app.prompt.restore(text)
@@ -84,15 +89,15 @@ class TurnStream:
         self.app.commands.show_pending()  # the message took them
         transcript = self.app.transcript
         if summary is not None:
-            await transcript.add_results([summary])
+            await transcript.add_results([summary], before=self._place)
         if retrieved is not None and message.sources:
             await transcript.add_user(message.content, sources=message.sources,
                                       forecast_s=retrieved.forecast_s,
                                       left_out=retrieved.left_out, budget=retrieved.budget,
-                                      images=message.images)
+                                      images=message.images, place=self._place)
         else:
             await transcript.add_user(message.content, sources=message.sources,
-                                      images=message.images)
+                                      images=message.images, place=self._place)
         self.app.set_titles()
 
     def stream(self, events: Iterator[Event]) -> None:
@@ -176,7 +181,8 @@ class TurnStream:
                         error: str | None) -> None:
         app = self.app
         stats = done.stats if done is not None else None
-        await reply.finish(stats, cancelled=stats is None or stats.finish_reason == "cancelled")
+        await reply.finish(stats, cancelled=stats is None or stats.finish_reason == "cancelled",
+                           failed=error is not None)
         app.generating = False
         app.serving.watch()  # a "waiting for the API" line goes with the turn, not a tick later
         app.gauges.idle()

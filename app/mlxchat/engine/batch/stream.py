@@ -6,7 +6,7 @@ an unbatched turn's cache holds)."""
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Callable, Sequence
 
 import mlx.core as mx
@@ -45,12 +45,16 @@ def first_token(model: Any, layers: list[Any], tail: Sequence[int], *, sampler: 
 def batched_stream(batch: BatchDecoder, live: LiveCache, tail: Sequence[int], *,
                    budget: int, sampler: Any, processors: Sequence[Any],
                    count: SpeculationFigures,
-                   lend: Callable[[], AbstractContextManager[Any]]) -> Stream:
+                   lend: Callable[[], AbstractContextManager[Any]],
+                   hold: Callable[[], AbstractContextManager[Any]] = nullcontext) -> Stream:
     """Up to ``budget`` tokens after ``tail``, decoded in ``batch``; ``lend()``
-    steps the member's engine out of the compute lock's line meanwhile."""
+    steps the member's engine out of the compute lock's line meanwhile;
+    ``hold()`` takes the lock for the first token (a thread that does not
+    hold it already: another choice's)."""
     count.mode = "off"
-    token, seen = first_token(batch.model, live.layers, tail, sampler=sampler,
-                              processors=processors)
+    with hold():
+        token, seen = first_token(batch.model, live.layers, tail, sampler=sampler,
+                                  processors=processors)
     member = Member(live.layers, token, seen, sampler=sampler, processors=processors)
     with lend():
         batch.join(member)

@@ -53,6 +53,14 @@ class LiveCache:
 
     # -- state -------------------------------------------------------------------
     @property
+    def held_from(self) -> CacheSource:
+        """Where the tokens held came from: 'typed' when typing prefill alone put
+        them in a cold cache."""
+        if not self.tokens:
+            return "cold"
+        return "typed" if self.source == "cold" else self.source
+
+    @property
     def bits(self) -> int | None:
         return prompt_cache.bits(self.layers)
 
@@ -119,7 +127,7 @@ class LiveCache:
         """Trim the cache to the longest prefix it shares with the prompt, keeping
         the last ``tail`` tokens out (they are always fed, for the logits)."""
         reason = self.take_reason()
-        source = self.source if self.tokens else "cold"
+        source = self.held_from
         reason = self.match_bits(kv_bits, head_dim) or reason
         tokens = fitted.tokens
         shared = common_prefix(self.tokens, tokens)
@@ -153,11 +161,13 @@ class LiveCache:
         mx.eval([c.state for c in self.layers])
         del self.tokens[prompt_cache.offset(self.layers):]
 
-    def feed(self, model: Any, tokens: Sequence[int]) -> None:
-        """Prefill ``tokens`` after what the cache holds, evaluated."""
-        model(mx.array(tokens)[None], cache=self.layers)
-        mx.eval([c.state for c in self.layers])
+    def feed(self, model: Any, tokens: Sequence[int], *, logits: bool = False) -> Any:
+        """Prefill ``tokens`` after what the cache holds, evaluated; with
+        ``logits``, the model's logits at each of them, (tokens, vocabulary)."""
+        out = model(mx.array(tokens)[None], cache=self.layers)
+        mx.eval([c.state for c in self.layers], *([out] if logits else []))
         self.tokens.extend(tokens)
+        return out[0] if logits else None
 
     def keep_prefix(self, tokens: Sequence[int]) -> int:
         """Trim a trimmable cache to the longest prefix it shares with

@@ -27,13 +27,16 @@ class PromptBuilder:
         self._loaded = loaded
 
     def fit(self, messages: Sequence[Message], settings: GenerationSettings, *,
-            options: TemplateOptions = TemplateOptions()) -> FittedPrompt:
+            options: TemplateOptions = TemplateOptions(),
+            reserve: int | None = None) -> FittedPrompt:
         """Render the whole conversation and fit it to the window under the
-        settings' policy (a new ledger, or ``history=template``)."""
+        settings' policy (a new ledger, or ``history=template``); ``reserve``:
+        tokens left for the reply (None: from the settings, ``reply_reserve``)."""
         loaded = self._loaded()
         prompt_images.check_sees(loaded, prompt_images.images_of(messages))
+        budget = self.reply_budget(settings) if reserve is None else reserve
         fitted = fit(loaded.tokenizer, messages, window=self.window(settings),
-                     max_tokens=self.reply_budget(settings), policy=settings.context_policy,
+                     max_tokens=budget, policy=settings.context_policy,
                      template_kwargs=options.kwargs())
         refs = prompt_images.images_of(fitted.messages)
         return replace(fitted, tokens=prompt_images.expand(loaded, fitted.tokens, refs)) \
@@ -47,15 +50,30 @@ class PromptBuilder:
         each of ``images`` (shown before the text) as its span. Raises
         TemplateNotIncremental when the template cannot be split so,
         ImagesRefused when the model sees no images."""
+        return self.turn_ids([Message("user", text, images=tuple(images))], system=system,
+                             previous=previous, options=options)
+
+    def turn_ids(self, messages: Sequence[Message], *, system: str | None,
+                 previous: Sequence[int] | None,
+                 options: TemplateOptions = TemplateOptions()) -> list[int]:
+        """The same for a turn of several messages: a user message and system
+        messages that stand beside it (each with its images), in order."""
         loaded = self._loaded()
+        images = [ref for m in messages for ref in m.images]
         prompt_images.check_sees(loaded, images)
         tokenizer = loaded.tokenizer
         if previous is None:
-            ids = delta.head(tokenizer, system, text, options, images)
+            ids = delta.turn_head(tokenizer, system, messages, options)
         else:
-            ids = delta.follow_up(tokenizer, text, previous=previous, options=options,
-                                  images=images)
+            ids = delta.turn_after(tokenizer, messages, previous=previous, options=options)
         return prompt_images.expand(loaded, ids, images)
+
+    def opened_reply(self, text: str, *, options: TemplateOptions = TemplateOptions()
+                     ) -> tuple[int, list[int]]:
+        """A reply the request begins with ``text`` (continued by the model):
+        how many of the last message's ids it replaces, and the ids it adds
+        (``delta.opened_reply``). TemplateRefused when the template cannot."""
+        return delta.opened_reply(self._loaded().tokenizer, text, options)
 
     def image_tokens(self, ref: ImageRef) -> int:
         """Tokens ``ref`` takes in this model's window (from its header: no

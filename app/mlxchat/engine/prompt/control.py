@@ -177,6 +177,30 @@ def _marked_pieces(tokenizer: Any, messages: list[dict[str, Any]], generation_pr
 def spliced_ids(tokenizer: Any, messages: list[dict[str, Any]], *,
                generation_prompt: bool = True, **template_kwargs: Any) -> list[int]:
     """Token ids of the conversation; message text never becomes a control token."""
+    return _ids(tokenizer, _spliced_text(tokenizer, messages, generation_prompt,
+                                         template_kwargs))
+
+
+def open_turn_ids(tokenizer: Any, messages: list[dict[str, Any]],
+                  **template_kwargs: Any) -> list[int]:
+    """Token ids of the conversation with its last message left open: rendered
+    whole and cut right after that message's text, as transformers'
+    ``continue_final_message`` does (the text kept as written, plain text).
+    ValueError when the template does not write the last message's text."""
+    mark = f"{_MARK_OPEN}{secrets.token_hex(6)}{_MARK_CLOSE}"
+    pieces = _spliced_text(tokenizer, [*messages[:-1], _with_text(messages[-1], mark)],
+                           False, template_kwargs)
+    for i, (text, is_message) in enumerate(pieces):
+        at = text.find(mark)
+        if at >= 0:
+            head = [(text[:at], is_message)] if at else []
+            return _ids(tokenizer, [*pieces[:i], *head, (_text_of(messages[-1]), True)])
+    raise ValueError("the chat template does not write the last message's text")
+
+
+def _ids(tokenizer: Any, pieces: list[tuple[str, bool]]) -> list[int]:
+    """Ids of rendered (text, is_message) pieces: the template's added tokens
+    as their ids, everything else (message text always) as plain text."""
     vocab = added_tokens(tokenizer)
     pattern = _added_pattern(tuple(vocab))
     ids: list[int] = []
@@ -187,8 +211,7 @@ def spliced_ids(tokenizer: Any, messages: list[dict[str, Any]], *,
             ids.extend(encode_plain(tokenizer, "".join(stretch), at_start=not ids))
             stretch.clear()
 
-    for text, is_message in _spliced_text(tokenizer, messages, generation_prompt,
-                                          template_kwargs):
+    for text, is_message in pieces:
         if is_message or pattern is None:
             stretch.append(text)
             continue

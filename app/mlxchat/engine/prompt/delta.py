@@ -79,9 +79,15 @@ def head(tokenizer: Any, system: str | None, text: str, options: TemplateOptions
          images: Sequence[ImageRef] = ()) -> list[int]:
     """The first user message: everything the template puts before the reply
     (begin-of-text, system block, the message, the generation prompt)."""
-    messages = ([Message("system", system)] if system else []) + [
-        Message("user", text, images=tuple(images))]
-    return render(tokenizer, messages, **options.kwargs())
+    return turn_head(tokenizer, system, [Message("user", text, images=tuple(images))], options)
+
+
+def turn_head(tokenizer: Any, system: str | None, messages: Sequence[Message],
+              options: TemplateOptions) -> list[int]:
+    """The same for the first turn's messages (a user message, and system
+    messages that stand beside it)."""
+    return render(tokenizer, ([Message("system", system)] if system else []) + list(messages),
+                  **options.kwargs())
 
 
 def follow_up(tokenizer: Any, text: str, *, previous: Sequence[int],
@@ -91,9 +97,17 @@ def follow_up(tokenizer: Any, text: str, *, previous: Sequence[int],
     closing, which may differ from a final reply's: gpt-oss ends that one with
     ``<|return|>``), the user turn and the generation prompt; less the closing's
     end token when the model generated its own."""
+    return turn_after(tokenizer, [Message("user", text, images=tuple(images))],
+                      previous=previous, options=options)
+
+
+def turn_after(tokenizer: Any, messages: Sequence[Message], *, previous: Sequence[int],
+               options: TemplateOptions) -> list[int]:
+    """The same for a turn's messages (a user message, and system messages
+    that stand beside it, in order)."""
     kwargs = options.kwargs()
-    message = Message("user", text, images=tuple(images))
-    a, b = (render(tokenizer, _stub(reply) + [message], **kwargs) for reply in _STUB_REPLIES)
+    a, b = (render(tokenizer, _stub(reply) + list(messages), **kwargs)
+            for reply in _STUB_REPLIES)
     n = 0  # the two stub replies end differently: the shared tail starts right after them
     while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
         n += 1
@@ -146,3 +160,22 @@ def tool_results(tokenizer: Any, results: Sequence[Message], *, reply: Message,
         raise TemplateNotIncremental("the chat template does not close a reply before "
                                      "tool results with a control token")
     return _after_reply(tokenizer, shared[close:], previous)
+
+
+def opened_reply(tokenizer: Any, text: str, options: TemplateOptions) -> tuple[int, list[int]]:
+    """A reply the request begins with ``text``, after a message whose ids end
+    with the generation prompt: how many of those last ids it replaces (a
+    generation prompt the template does not write before a written reply)
+    and the ids it adds, as the template renders the reply left open."""
+    kwargs = options.kwargs()
+    stub = Message("user", _STUB_USER)
+    prompt = render(tokenizer, [stub], **kwargs)
+    opened = render(tokenizer, [stub, Message("assistant", text)], generation_prompt=False,
+                    open_last=True, **kwargs)
+    n = 0
+    while n < min(len(prompt), len(opened)) and prompt[n] == opened[n]:
+        n += 1
+    if n == 0:
+        raise TemplateNotIncremental("the chat template renders a reply the request begins "
+                                     "apart from its conversation")
+    return len(prompt) - n, opened[n:]

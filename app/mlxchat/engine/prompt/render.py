@@ -74,7 +74,7 @@ def fold_system(dicts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bool = True,
-           **template_kwargs: Any) -> list[int]:
+           open_last: bool = False, **template_kwargs: Any) -> list[int]:
     """Token ids of the conversation through the model's chat template;
     ``template_kwargs`` reach the template (``date_string``, ``enable_thinking``;
     a function such as ``strftime_now`` as a global, see prompt/jinja.py).
@@ -84,7 +84,8 @@ def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bo
     template is rendered around it instead (prompt/control.py), so only the
     template makes control tokens. With ``GENERIC_TOOLS`` set, tools for a
     template that renders none take the generic tool prompt
-    (``models.tool_prompt``)."""
+    (``models.tool_prompt``). ``open_last``: the last message (a reply the
+    request begins) is left open for the model to continue."""
     dicts = as_dicts(messages)
     generic = template_kwargs.pop(GENERIC_TOOLS, False)
     if generic and template_kwargs.get("tools") and not renders_tools(tokenizer):
@@ -95,6 +96,8 @@ def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bo
         dicts = as_parts(dicts)
     try:
         texts = control.strings([dicts, template_kwargs.get("tools")])
+        if open_last:
+            return control.open_turn_ids(tokenizer, dicts, **template_kwargs)
         if control.has_control_text(tokenizer, texts):
             return spliced_ids(tokenizer, dicts, generation_prompt=generation_prompt,
                                        **template_kwargs)
@@ -102,6 +105,11 @@ def render(tokenizer: Any, messages: Sequence[Message], *, generation_prompt: bo
                                       tokenize=True, **template_kwargs)
     except jinja2.TemplateError as exc:  # the template's own raise_exception, mostly
         raise TemplateRefused(f"this model's chat template refuses the conversation: "
+                              f"{exc}") from None
+    except ValueError as exc:  # an open last message the template does not write
+        if not open_last:
+            raise
+        raise TemplateRefused(f"this model's chat template cannot continue a reply: "
                               f"{exc}") from None
 
 

@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 from mlx_lm.models.cache import make_prompt_cache
 
-from mlxchat.engine.events import EngineError
+from mlxchat.engine.events import EngineError, TurnDone
 from mlxchat.engine.kv.live import LiveCache
 from mlxchat.engine.results import SpeculationFigures
 from mlxchat.engine.speculative import auto
@@ -122,22 +122,28 @@ class Drafting:
             return "off"
         return "lookup"
 
-    def measurement(self, target: LoadedModel, settings: GenerationSettings, generated: int,
-                    decode_tps: float | None) -> MeasureJob | None:
-        """After a reply under auto: the measurement of a verifying pass to run
-        after this turn (once per model and k), timed against that reply's
-        decode step; None when there is nothing to measure."""
-        k = settings.draft_tokens
+    def measurement(self, target: LoadedModel, settings: GenerationSettings, done: TurnDone,
+                    tokens: Sequence[int]) -> MeasureJob | None:
+        """After a reply under auto (``tokens``: the cache's, its prompt first): the
+        job to run after this turn: a verifying pass timed against a plain
+        reply's decode step (once per model and k), then auto's choice updated
+        by this reply (``auto.LookupChoice``); None when there is nothing to learn."""
+        k, stats = settings.draft_tokens, done.stats
         if (settings.speculative != "auto" or settings.seed is not None
-                or generated - 1 < auto.MIN_STEPS or not decode_tps
-                or (self.cost is not None and self.cost.proposed == k)):
+                or stats.generated_tokens - 1 < auto.MIN_STEPS or not stats.decode_tps):
             return None
-        step_s = 1.0 / decode_tps
+        history, reply = list(tokens[:stats.prompt_tokens]), list(done.token_ids)
 
         def job(loaded: LoadedModel, live: LiveCache) -> None:
-            if loaded is not target or not live.tokens or trim_problem(target, "the model"):
+            if loaded is not target or trim_problem(target, "the model"):
                 return
-            self.cost = self._measure(target.model, live.layers, proposed=k, step_s=step_s)
+            if (self.cost is None or self.cost.proposed != k) and stats.spec_mode == "off" \
+                    and live.tokens:
+                self.cost = self._measure(target.model, live.layers, proposed=k,
+                                          step_s=1.0 / stats.decode_tps)
+            if self.cost is not None and self.cost.proposed == k:
+                self.cost = self.cost.after(mode=stats.spec_mode, decode_tps=stats.decode_tps,
+                                            history=history, reply=reply)
         return job
 
     def follow(self, tokens: Sequence[int], settings: GenerationSettings,

@@ -12,18 +12,28 @@ the reply's ids, so the token ledger holds what the model saw.
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from mlx_lm.sample_utils import make_logits_processors, make_sampler
+import mlx.core as mx
+from mlx_lm.sample_utils import (
+    apply_min_p,
+    apply_top_k,
+    apply_top_p,
+    make_logits_processors,
+    make_sampler,
+)
 
-from mlxchat.engine.events import Event, TextDelta
+from mlxchat.engine.events import Event, TextDelta, TokenLogprob
 from mlxchat.engine.kv.live import LiveCache
 from mlxchat.engine.results import Decode
 from mlxchat.engine.speculative.streams import Stream
 from mlxchat.engine.turn import reasoning
+from mlxchat.engine.turn import reply_options
 from mlxchat.engine.turn.constrained import CompiledFormat
+from mlxchat.engine.turn.reply_options import LogprobTap, ReplyOptions
 from mlxchat.generation import GenerationSettings
 from mlxchat.models.markup import cached_markup
 
@@ -45,6 +55,10 @@ class Reply:
     prompt_tokens: Sequence[int] = ()
     output: CompiledFormat | None = None
     """The schema the reply follows (None: free text)."""
+    options: ReplyOptions = ReplyOptions()
+    """Biases, penalties and log-probabilities the request asks for."""
+    sampler: Callable[[Any], Any] | None = None
+    """A sampler of its own (another choice's seed), else the settings'."""
 
 
 class _Sampling:
@@ -63,13 +77,19 @@ class _Sampling:
         self.t_prompt = time.perf_counter()
         self.first_at: float | None = None
         self.forced = 0
+        self.tap: LogprobTap | None = None
+        """The open stream's log-probabilities, when asked for."""
+        self.logprobs: list[TokenLogprob] = []
+        """Sampled tokens' figures not yet said with a delta."""
 
     def _shown(self, segment: str, part: str) -> None:
         out = self.out
         (out.reasoning_pieces if part == reasoning.REASONING else out.pieces).append(segment)
+        said, self.logprobs = tuple(self.logprobs), []
         self.emit(TextDelta(segment, out.generated, out.decode_tps, part=part,
                             acceptance=out.speculation.acceptance,
-                            tokens_per_pass=out.speculation.tokens_per_pass(out.generated)))
+                            tokens_per_pass=out.speculation.tokens_per_pass(out.generated),
+                            logprobs=said))
 
     def room(self, feeding: Sequence[int]) -> int:
         """Tokens the window leaves for sampling after ``feeding`` is fed: every
@@ -83,6 +103,10 @@ class _Sampling:
         for token, _ in gen:
             self.live.tokens.append(token)
             out.token_ids.append(token)
+            if self.tap is not None:
+                figures = self.tap.take(token)  # every step's, in order
+                if token not in self.tokenizer.eos_token_ids:
+                    self.logprobs.append(figures)
             now = time.perf_counter()
             if self.first_at is None:
                 self.first_at = now
@@ -139,13 +163,17 @@ def decode(tokenizer: Any, live: LiveCache, tail: list[int], reply: Reply, *,
     run = _Sampling(tokenizer, live, reply, emit)
     budget = max(1, min(settings.max_tokens + run.think_budget, run.room(tail)))
     feeding, history = tuple(tail), list(reply.prompt_tokens)
-    sample_kw = sampling(settings)
-    if reply.output is not None:  # the grammar's mask last: no later processor lifts it
-        sample_kw["processors"] = [*sample_kw["processors"], reply.output.processor()]
+    base = sampling(settings)
+    sampler = reply.sampler or base["sampler"]
+    # The grammar's mask last: no later processor lifts it.
+    masks = [reply.output.processor()] if reply.output is not None else []
     try:
         while feeding:
+            run.tap, asked = reply_options.processors(reply.options, before=run.out.token_ids,
+                                                      skip=len(feeding))
             gen = open_stream(tail=list(feeding), history=history, budget=budget,
-                              count=run.out.speculation, **sample_kw)
+                              count=run.out.speculation, sampler=sampler,
+                              processors=[*asked, *base["processors"], *masks])
             live.tokens.extend(feeding)
             try:
                 closing = run.take(gen, cancelled)
@@ -174,6 +202,29 @@ def _sampler(settings: GenerationSettings) -> Callable[[mx.array], mx.array]:
         return whole
     cut = make_sampler(settings.temperature, settings.top_p, settings.min_p, top_k=k)
     return lambda logprobs: whole(logprobs) if k >= logprobs.shape[-1] else cut(logprobs)
+
+
+def seeded_sampler(settings: GenerationSettings, seed: int) -> Callable[[mx.array], mx.array]:
+    """The settings' sampler drawing from a random key of its own (another
+    choice of the same prompt): its draws do not depend on what else samples
+    meanwhile, so a seed gives the same choice every time."""
+    temp = settings.temperature or 0.0
+    if not temp:
+        return _sampler(settings)
+    # Each draw's key made where it samples: an array left lazy on one thread's
+    # stream cannot be computed on another's (the batch's).
+    keys = random.Random(seed)
+
+    def sample(logprobs: mx.array) -> mx.array:
+        if settings.top_p is not None and 0 < settings.top_p < 1:
+            logprobs = apply_top_p(logprobs, settings.top_p)
+        if settings.min_p:
+            logprobs = apply_min_p(logprobs, settings.min_p)
+        if settings.top_k and settings.top_k < logprobs.shape[-1]:
+            logprobs = apply_top_k(logprobs, settings.top_k)
+        draw = mx.random.key(keys.getrandbits(63))
+        return mx.random.categorical(logprobs * (1.0 / temp), key=draw)
+    return sample
 
 
 def sampling(settings: GenerationSettings) -> dict[str, Any]:

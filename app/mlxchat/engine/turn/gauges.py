@@ -22,7 +22,7 @@ def gauge_state(loaded: LoadedModel, live: LiveCache, *, window: int, ranks: Ran
         model_name=info.name, cached_tokens=len(live.tokens),
         context_window=min(window, info.context_window), kv_bytes=live.nbytes,
         kv_layout=live.layout, kv_bits=live.bits, kv_dtype=live.dtype_label,
-        cache_source=live.source if live.tokens else "cold",
+        cache_source=live.held_from,
         weights_bytes=info.weights_bytes,
         kept_copies_bytes=cpu_matmul.held_bytes(loaded.model),
         bits_per_weight=info.bits_per_weight, scales_dtype=info.scales_dtype,

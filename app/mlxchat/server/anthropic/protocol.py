@@ -3,8 +3,12 @@ same ``ChatRequest`` the OpenAI and Ollama endpoints make: ``system`` (a
 string or text blocks), ``messages`` of content blocks (text, base64 images,
 ``tool_use`` in replies, ``tool_result`` in the user's turn), ``tools`` and
 ``tool_choice``, ``stop_sequences``, ``max_tokens``, the sampling numbers
-clients put in the body, and ``thinking``. ``cache_control`` is accepted and
-left aside: every conversation's KV is kept whole anyway."""
+clients put in the body, ``thinking`` and ``output_config.effort``
+(``anthropic.thinking``), system messages among the others (placed by
+``core.system_messages``). ``cache_control`` is accepted and left aside:
+every conversation's KV is kept whole anyway; so are ``context_management``'s
+edits (the ledger keeps each reply's thinking as it was computed) and
+``metadata``."""
 
 from __future__ import annotations
 
@@ -12,10 +16,13 @@ import json
 from typing import Any
 
 from mlxchat.chat import CalledTool
+from mlxchat.server.anthropic.fields import MESSAGES
+from mlxchat.server.anthropic.thinking import thinking_settings
 from mlxchat.server.core import images
 from mlxchat.server.core.api_turns import ApiRequest, IncomingMessage
 from mlxchat.server.core.errors import bad_field, missing_field
 from mlxchat.server.core.images import ImageBlob
+from mlxchat.server.core.reply_asks import begun_reply
 from mlxchat.server.core.requests import (
     ChatRequest,
     message_items,
@@ -23,8 +30,8 @@ from mlxchat.server.core.requests import (
     sampling,
     session_name,
     tool_definitions,
-    whole_number,
 )
+from mlxchat.server.core.system_messages import split_leading
 from mlxchat.server.core.tool_calls import calls_signature
 from mlxchat.server.core.tool_choice import anthropic_choice
 
@@ -137,11 +144,15 @@ def messages(data: dict[str, Any]) -> list[IncomingMessage]:
         elif role == "assistant":
             out.append(_assistant(m["content"], where))
             called = {c.id: c.name for c in out[-1].calls}
+        elif role == "system":
+            blocks = _text_blocks(m["content"], f"{where}.content")
+            out.append(IncomingMessage("system", "\n\n".join(b["text"] for b in blocks)))
         else:
-            raise bad_field(f"{where}.role", "A message's role must be 'user' or 'assistant'.")
-    if out[-1].role == "assistant":
-        raise bad_field("messages", "The last message must be the user's: continuing a "
-                        "reply the request begins is not supported.")
+            raise bad_field(f"{where}.role", "A message's role must be 'user', 'assistant' "
+                            "or 'system'.")
+    if out[-1].role == "assistant" and out[-1].calls:
+        raise bad_field("messages", "A reply the request begins (the last message) may "
+                        "hold text only, not tool_use blocks.")
     return out
 
 
@@ -160,28 +171,13 @@ def tools(data: dict[str, Any]) -> str | None:
                 or not isinstance(tool.get("input_schema"), dict):
             raise bad_field(f"tools[{i}]", "A tool needs a name and an input_schema object "
                             "(only custom tools are supported).")
+        if tool.get("defer_loading") is True:  # loaded by a tool search first, as Anthropic's
+            continue
         function = {"name": tool["name"], "parameters": tool["input_schema"]}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
         converted.append({"type": "function", "function": function})
     return tool_definitions(converted, kind)
-
-
-def _thinking(data: dict[str, Any]) -> dict[str, Any]:
-    """``thinking``: enabled (its budget bounds the reasoning) or disabled."""
-    raw = data.get("thinking")
-    if raw is None:
-        return {}
-    kind = raw.get("type") if isinstance(raw, dict) else None
-    if kind == "disabled":
-        return {"thinking": False}
-    if kind != "enabled":
-        raise bad_field("thinking", "'thinking' must be {\"type\": \"enabled\", "
-                        "\"budget_tokens\": N} or {\"type\": \"disabled\"}.")
-    budget = whole_number(raw, "budget_tokens", 1)
-    if budget is None:
-        raise missing_field("thinking.budget_tokens")
-    return {"thinking": True, "max_reasoning_tokens": budget}
 
 
 def _stops(data: dict[str, Any]) -> list[str]:
@@ -196,31 +192,56 @@ def _stops(data: dict[str, Any]) -> list[str]:
 
 
 def _checked_common(data: dict[str, Any]) -> str:
-    """The model's name; ``metadata`` checked."""
+    """The model's name; ``metadata`` and ``context_management`` checked (any
+    edit type is accepted: none changes what the ledger keeps)."""
     model = model_name(data)
-    if data.get("metadata") is not None and not isinstance(data["metadata"], dict):
+    metadata = data.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
         raise bad_field("metadata", "'metadata' must be an object.")
+    if metadata and metadata.get("user_id") is not None \
+            and not isinstance(metadata["user_id"], str):
+        raise bad_field("metadata.user_id", "'metadata.user_id' must be a string.")
+    managed = data.get("context_management")
+    if managed is not None:
+        edits = managed.get("edits", []) if isinstance(managed, dict) else None
+        if not isinstance(edits, list) or not all(
+                isinstance(e, dict) and isinstance(e.get("type"), str) for e in edits):
+            raise bad_field("context_management", "'context_management' must be an object "
+                            "whose 'edits' are objects with a 'type'.")
     return model
 
 
 def anthropic_turn(data: dict[str, Any], header_session: str | None,
-                   settings: dict[str, Any] | None = None) -> tuple[str, ApiRequest]:
-    """The model's name and the conversation (``count_tokens`` reads no more)."""
+                   settings: dict[str, Any] | None = None, *,
+                   window: int | None = None) -> tuple[str, ApiRequest]:
+    """The model's name and the conversation (``count_tokens`` reads no more):
+    system messages before the others join the system prompt."""
     model = _checked_common(data)
-    turn = ApiRequest(_system(data), messages(data), {**_thinking(data), **(settings or {})},
-                      session_name({}, header_session), tools(data))
+    leading, listed = split_leading(messages(data))
+    if not listed:
+        raise bad_field("messages", "The messages must hold the user's, not only system "
+                        "messages.")
+    system = "\n\n".join(t for t in (_system(data), *leading) if t) or None
+    said, prefill = begun_reply(listed)  # a last reply of the assistant's is continued
+    turn = ApiRequest(system, said,
+                      {**thinking_settings(data, window=window), **(settings or {})},
+                      session_name({}, header_session), tools(data), fills_window=True,
+                      prefill=prefill)
     return model, turn
 
 
 def anthropic_chat(data: dict[str, Any], header_session: str | None, *,
                    window: int | None = None) -> ChatRequest:
+    MESSAGES.check(data)
     if data.get("max_tokens") is None:
         raise missing_field("max_tokens")
+    # A max_tokens past what the window leaves is not refused: the reply stops
+    # where the window is full (stop_reason model_context_window_exceeded).
     settings = sampling({k: data.get(k) for k in ("temperature", "top_p", "top_k",
                                                       "max_tokens")},
-                        max_names=("max_tokens",), window=window)
+                        max_names=("max_tokens",))
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_field("stream", "'stream' must be true or false.")
-    model, turn = anthropic_turn(data, header_session, settings)
+    model, turn = anthropic_turn(data, header_session, settings, window=window)
     return ChatRequest(model, turn, stream, _stops(data))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from mlxchat.server.core.service import Finished
+from mlxchat.server.core.service import Finished, Planned
 from mlxchat.turn_stats import TurnStats
 
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens"}
@@ -43,20 +43,26 @@ def tool_use_blocks(end: Finished) -> list[dict[str, Any]]:
 class MessageShape:
     """The id, model and figures every part of one reply carries."""
 
-    def __init__(self, model: str):
+    def __init__(self, model: str, *, omit_thinking: bool = False):
         self.id = f"msg_{uuid.uuid4().hex[:24]}"
         self.model = model
+        self.omit_thinking = omit_thinking
+        """``thinking.display`` omitted: thinking blocks come with no text."""
 
-    def message(self, end: Finished | None) -> dict[str, Any]:
-        """The whole message (``end`` None: as a stream's ``message_start`` has it)."""
+    def message(self, end: Finished | None, planned: Any = None) -> dict[str, Any]:
+        """The whole message (``end`` None: as a stream's ``message_start`` has
+        it, with the prompt's usage as ``planned`` says it, when it is a ``Planned``)."""
+        start = TurnStats()
+        if isinstance(planned, Planned):
+            start.prompt_tokens, start.reused_tokens = planned.prompt_tokens, planned.reused_tokens
         body: dict[str, Any] = {"id": self.id, "type": "message", "role": "assistant",
                                 "model": self.model, "content": [], "stop_reason": None,
-                                "stop_sequence": None, "usage": usage(TurnStats())}
+                                "stop_sequence": None, "usage": usage(start)}
         if end is None:
             return body
         if end.reasoning:
-            body["content"].append({"type": "thinking", "thinking": end.reasoning,
-                                    "signature": ""})
+            body["content"].append({"type": "thinking", "signature": "",
+                                    "thinking": "" if self.omit_thinking else end.reasoning})
         if end.content:
             body["content"].append({"type": "text", "text": end.content})
         body["content"] += tool_use_blocks(end)

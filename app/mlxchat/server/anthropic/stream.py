@@ -1,5 +1,6 @@
 """A Messages API reply streamed as Anthropic's server-sent events:
-``message_start``, ``ping``, then per content block ``content_block_start``,
+``message_start`` (sent once the prefill is planned, before it runs), ``ping``
+(also while a long prompt is read), then per content block ``content_block_start``,
 its deltas (``thinking_delta``, ``text_delta``, a tool's ``input_json_delta``)
 and ``content_block_stop``; then ``message_delta`` (the stop reason and the
 usage) and ``message_stop``. An error after the status went out is an
@@ -13,7 +14,7 @@ from typing import Any, AsyncIterator
 from mlxchat.server.anthropic.shape import MessageShape, stop_reason, tool_use_blocks, usage
 from mlxchat.server.core.errors import ApiError
 from mlxchat.server.core.service import Finished, Piece
-from mlxchat.server.core.streaming import unsent
+from mlxchat.server.core.streaming import Heartbeat, unsent
 
 BLOCKS = {"reasoning": ("thinking", "thinking_delta", "thinking"),
           "answer": ("text", "text_delta", "text")}
@@ -72,22 +73,36 @@ def _ending(blocks: _Blocks, end: Finished, sent: str) -> str:
     return out + event("message_stop", {})
 
 
-async def stream_events(shape: MessageShape, first: Piece | Finished,
-                        items: AsyncIterator[Piece | Finished]) -> AsyncIterator[str]:
-    """The reply's events; the usage is known at its end (``message_delta``
-    carries it whole; ``message_start`` has zeros)."""
-    yield event("message_start", {"message": shape.message(None)})
-    yield event("ping", {})
+async def stream_events(shape: MessageShape, first: Any, items: AsyncIterator[Any], *,
+                        omit_thinking: bool = False) -> AsyncIterator[str]:
+    """The reply's events. The stream may start before the prefill ends:
+    ``message_start`` once it is planned (with the prompt's usage), a comment
+    line while the request waits before that, a ``ping`` while the prompt is
+    read; ``message_delta`` carries the usage whole. ``omit_thinking``: a
+    thinking block is sent with no text (``display: omitted``)."""
     blocks = _Blocks()
     sent = ""
+    started = False
     try:
         item = first
         while not isinstance(item, Finished):
-            if item.part != "reasoning":
-                sent += item.text
-            yield blocks.delta("reasoning" if item.part == "reasoning" else "answer",
-                               item.text)
+            if isinstance(item, Heartbeat):
+                yield event("ping", {}) if started else ": waiting\n\n"
+            elif not started:  # a Planned, or a first piece with nothing planned before it
+                started = True
+                yield event("message_start", {"message": shape.message(None, item)})
+                yield event("ping", {})
+            if isinstance(item, Piece):
+                if item.part != "reasoning":
+                    sent += item.text
+                    yield blocks.delta("answer", item.text)
+                elif not omit_thinking:
+                    yield blocks.delta("reasoning", item.text)
+                elif blocks.open != "thinking":
+                    yield blocks.start({"type": "thinking", "thinking": "", "signature": ""})
             item = await anext(items)
+        if not started:
+            yield event("message_start", {"message": shape.message(None)})
         yield _ending(blocks, item, sent)
     except ApiError as exc:  # after the status went out: said in the stream
         yield event("error", {"error": exc.anthropic_body()["error"]})

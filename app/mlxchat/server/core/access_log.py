@@ -1,5 +1,6 @@
 """One line per request in the server's log: method, path, status, the session
-it ran on, its reused / prompt tokens and its time. The figures of a turn are
+it ran on, its reused / prompt tokens, prefilled and generated tokens, time to
+first token, and its time. The figures of a turn are
 noted by the service (``note_turn``) into the request's own slot, a context
 variable this middleware sets for the request."""
 
@@ -19,20 +20,29 @@ log = logging.getLogger("mlxchat.server.access")
 _TURN: ContextVar[dict[str, Any] | None] = ContextVar("mlxchat_request_turn", default=None)
 
 
-def note_turn(session_id: int | None, stats: TurnStats) -> None:
-    """The request being answered ran a turn: on ``session_id``, with ``stats``."""
+def note_turn(session_id: int | None, stats: TurnStats, *, joined: bool = False) -> None:
+    """The request being answered ran a turn: on ``session_id``, with ``stats``
+    (``joined``: it was another request's, which this one joined)."""
     slot = _TURN.get()
     if slot is not None:
-        slot.update(session=session_id, cached=stats.reused_tokens, prompt=stats.prompt_tokens)
+        slot.update(session=session_id, cached=stats.reused_tokens, prompt=stats.prompt_tokens,
+                    prefilled=stats.prefilled_tokens, generated=stats.generated_tokens,
+                    ttft=stats.ttft_s, joined=joined)
 
 
 def line(method: str, path: str, status: int, seconds: float, turn: dict[str, Any]) -> str:
-    """'POST /v1/chat/completions 200 session=#12 cached=1,180/1,206 0.42 s'."""
+    """'POST /v1/chat/completions 200 session=#12 cached=1,180/1,206 prefilled=26
+    generated=40 ttft=0.31 s 0.42 s' (' joined' after the ttft when the turn was
+    another request's, computed once for both)."""
     parts = [method, path, str(status or "-")]
     if turn:
         if turn.get("session") is not None:
             parts.append(f"session=#{turn['session']}")
         parts.append(f"cached={turn['cached']:,}/{turn['prompt']:,}")
+        parts.append(f"prefilled={turn['prefilled']:,} generated={turn['generated']:,} "
+                     f"ttft={turn['ttft']:.2f} s")
+        if turn.get("joined"):
+            parts.append("joined")
     return " ".join(parts) + f" {seconds:.2f} s"
 
 

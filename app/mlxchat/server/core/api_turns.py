@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterator, Sequence
 from mlxchat.chat import CalledTool, ImageRef, Message, Role, Session
 from mlxchat.engine.events import Event, TurnDone
 from mlxchat.engine.turn.constrained import CompiledFormat
+from mlxchat.engine.turn.reply_options import ASKS_NOTHING, ReplyOptions
 from mlxchat.errors import MlxchatError
 from mlxchat.server.core import images
 from mlxchat.server.core.images import ImageBlob
@@ -27,6 +28,7 @@ from mlxchat.session.conversation import Conversation
 from mlxchat.session.errors import ConversationError
 from mlxchat.session.lock import SessionBusy, SessionLock
 from mlxchat.store import SessionNotFound, SessionStore
+from mlxchat.store.api_messages import IndexedMessage
 
 HASH_VERSION = "mlxchat-api/1"
 
@@ -46,10 +48,13 @@ class IncomingMessage:
     tool_name: str | None = None
     images: tuple[ImageBlob, ...] = ()
     """A user message's images as sent (their digests are in ``signature``)."""
+    reasoning: str | None = None
+    """A reply's reasoning as the client sent it back (stored, never hashed)."""
 
     def stored(self, images: tuple[ImageRef, ...] = ()) -> Message:
         return Message(self.role, self.content, tool_calls=self.calls,
-                       tool_call_id=self.call_id, tool_name=self.tool_name, images=images)
+                       tool_call_id=self.call_id, tool_name=self.tool_name, images=images,
+                       reasoning=self.reasoning)
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,17 @@ class ApiRequest:
     """Tool definitions for the template (canonical JSON), or None."""
     output: CompiledFormat | None = None
     """The schema the reply follows (``response_format``, ``format``), compiled."""
+    fills_window: bool = False
+    """Its max_tokens is a cap the window may cut short (Anthropic's): the
+    prompt needs only to fit, and the reply ends where the window is full."""
+    options: ReplyOptions = ASKS_NOTHING
+    """Biases, penalties, log-probabilities and choices the request asks for."""
+    prefill: str | None = None
+    """The text the reply begins with (a last message of the assistant's):
+    the model continues it; the reply is stored with it."""
+    after: int | None = None
+    """A stored reply the messages follow (a ``previous_response_id``): the
+    request sends only what comes after it, and ``system`` is left aside."""
 
 
 @dataclass
@@ -82,10 +98,10 @@ def _link(previous: str, message: IncomingMessage) -> str:
 
 
 def chain_hashes(model: str, system: str | None,
-                 messages: Sequence[IncomingMessage]) -> list[str]:
+                 messages: Sequence[IncomingMessage], *, root: str | None = None) -> list[str]:
     """One hash per message: of the model, the system prompt and every message
-    up to and including it."""
-    root = hashlib.sha256("\0".join((HASH_VERSION, model, system or "")).encode(
+    up to and including it (``root``: the hash of a stored message they follow)."""
+    root = root or hashlib.sha256("\0".join((HASH_VERSION, model, system or "")).encode(
         "utf-8", "surrogatepass")).hexdigest()[:32]
     out: list[str] = []
     for message in messages:
@@ -98,16 +114,30 @@ def conversation_key(model: str, request: ApiRequest) -> str:
     fairness): the session it names, else its first message's chain hash."""
     if request.session_name:
         return f"session:{request.session_name}"
+    if request.after is not None:
+        return f"after:{request.after}"
     return chain_hashes(model, request.system, request.messages[:1])[0] \
         if request.messages else ""
 
 
-def _new_part(messages: Sequence[IncomingMessage]) -> list[IncomingMessage]:
+def _new_part(messages: Sequence[IncomingMessage], *, after_reply: bool = False
+              ) -> list[IncomingMessage]:
     """What a request adds: its last message, the user's, or the tool results
     it ends with (and a user message of text after them: Anthropic's clients
-    send both in one turn; the ledger extends by all of it)."""
-    if not messages or messages[-1].role not in ("user", "tool"):
+    send both in one turn; the ledger extends by all of it); with system
+    messages among them, every message after the last reply. ``after_reply``:
+    the messages follow a stored reply, which tool results at the start answer."""
+    if not messages or messages[-1].role not in ("user", "tool", "system"):
         raise ConversationError("The last message must be the user's or a tool result.")
+    first = len(messages)
+    while first > 0 and messages[first - 1].role != "assistant":
+        first -= 1
+    tail = list(messages[first:])
+    if any(m.role == "system" for m in tail):
+        results = next((i for i, m in enumerate(tail) if m.role != "tool"), len(tail))
+        if (results and first == 0 and not after_reply) or any(m.role == "tool" for m in tail[results:]):
+            raise ConversationError("Tool results must follow the reply that called the tools.")
+        return tail
     end = len(messages)
     if messages[-1].role == "user":
         if len(messages) < 2 or messages[-2].role != "tool" or messages[-1].images:
@@ -116,7 +146,8 @@ def _new_part(messages: Sequence[IncomingMessage]) -> list[IncomingMessage]:
     first = end
     while first > 0 and messages[first - 1].role == "tool":
         first -= 1
-    if first == 0 or messages[first - 1].role != "assistant":
+    if (first == 0 and not after_reply) or (first > 0 and messages[first - 1].role
+                                            != "assistant"):
         raise ConversationError("Tool results must follow the reply that called the tools.")
     return list(messages[first:])
 
@@ -137,11 +168,15 @@ class ApiTurns:
         results) and return the turn's events (the reply is indexed once they
         are consumed). Raises an ``MlxchatError`` (nothing stored) when it is refused."""
         messages = list(request.messages)
-        new = _new_part(messages)
-        hashes = chain_hashes(self.conv.model_spec, request.system, messages)
-        named = self._named(request.session_name)
-        hit = self.store.api.longest(hashes[:-len(new)],
-                                     session_id=named.id if named else None)
+        new = _new_part(messages, after_reply=request.after is not None)
+        follows = self._follows(request.after)
+        hashes = chain_hashes(self.conv.model_spec, request.system, messages,
+                              root=follows.chain_hash if follows else None)
+        named = self._named(request.session_name) if follows is None else None
+        hit = self.store.api.longest(hashes[:-len(new)], session_id=follows.session_id
+                                     if follows else named.id if named else None)
+        if hit is None and follows is not None:  # nothing of the request stored yet
+            hit = IndexedMessage(-1, follows.message_id, follows.session_id)
         created = False
         if hit is not None:
             self._open_at(hit.session_id, hit.message_id)
@@ -164,13 +199,18 @@ class ApiTurns:
         self.conv.use_settings(dataclasses.replace(self.conv.session.settings,
                                                    context_policy="stop", docs=None,
                                                    **request.settings),
-                               tools=request.tools)
+                               tools=request.tools,
+                               reserve=1 if request.fills_window else None)
         session_id = self.conv.session.id
         assert session_id is not None
         try:
             self.conv.turns.output = request.output
+            self.conv.turns.options, self.conv.turns.prefill = request.options, request.prefill
             if new[0].role == "tool":
                 events = self.conv.turns.send_results([m.stored() for m in new])
+            elif len(new) > 1 or new[0].role == "system":  # system messages where they stand
+                events = self.conv.turns.send_turn([m.stored(refs) for m, refs
+                                                    in zip(new, shown[-len(new):])])
             else:
                 self.conv.turns.images[:] = shown[-1]
                 events = self.conv.turns.send(new[0].content)
@@ -202,6 +242,15 @@ class ApiTurns:
         return kept
 
     # -- where the request goes ---------------------------------------------------------
+    def _follows(self, message_id: int | None) -> IndexedMessage | None:
+        """The stored reply a request follows (with its chain hash), if it names one."""
+        if message_id is None:
+            return None
+        found = self.store.api.of_message(message_id)
+        if found is None:
+            raise ConversationError("The conversation that response belongs to is gone.")
+        return found
+
     def _named(self, name: str | None) -> Session | None:
         """The session the client named, created (titled so) when there is none."""
         if not name:

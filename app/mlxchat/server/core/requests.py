@@ -27,6 +27,8 @@ class ChatRequest:
     stream: bool
     stop: list[str] = field(default_factory=list)
     include_usage: bool = False
+    max_calls: int | None = None
+    """Tool calls a reply may make (1: ``parallel_tool_calls`` false); None: any."""
 
 
 MAX_MESSAGES = 2048
@@ -198,9 +200,10 @@ def _messages(data: dict[str, Any], *, allow_urls: bool = False, ollama: bool = 
         if blobs and role != "user":
             raise bad_field(where, "Only the user's messages may show images.")
         if role in ("system", "developer"):
-            if out:
-                raise bad_field(where, "System messages are supported only before the others.")
-            system.append(content)
+            if out:  # placed by ``system_messages``' rule
+                out.append(IncomingMessage("system", content))
+            else:
+                system.append(content)
             continue
         if role == "tool":
             out.append(_tool_result(m, content, where, called))
@@ -215,8 +218,10 @@ def _messages(data: dict[str, Any], *, allow_urls: bool = False, ollama: bool = 
         # An image URL's digest is known once it is fetched (``image_fetch``).
         signature = calls_signature(calls) + images.signature(blobs)
         out.append(IncomingMessage(role, content, signature, calls, images=blobs))
-    if not out or out[-1].role not in ("user", "tool"):
-        raise bad_field("messages", "The last message must be the user's or a tool result.")
+    if not out or out[-1].role not in ("user", "tool", "system", "assistant") \
+            or out[-1].calls:
+        raise bad_field("messages", "The last message must be the user's, a tool result, "
+                        "a system message, or the text of a reply for the model to continue.")
     return ("\n\n".join(system) if system else None), out
 
 
@@ -235,7 +240,7 @@ def _tool_result(m: dict[str, Any], content: str, where: str,
     return IncomingMessage("tool", content, signature, call_id=call_id, tool_name=name)
 
 
-def _number(data: dict[str, Any], name: str, low: float, high: float) -> float | None:
+def number(data: dict[str, Any], name: str, low: float, high: float) -> float | None:
     value = data.get(name)
     if value is None:
         return None
@@ -265,9 +270,10 @@ def stop_strings(value: Any) -> list[str]:
 
 
 def too_many_tokens(name: str, value: int, window: int) -> ApiError:
-    """OpenAI's refusal of a ``max_tokens`` past what the model can write."""
-    return bad_field(name, f"{name} is too large: {value}. This model supports at most "
-                     f"{window} completion tokens (its context window, less the prompt), "
+    """OpenAI's refusal of a ``max_tokens`` past the whole context window (one
+    the window holds but the prompt leaves less room for is capped, not refused)."""
+    return bad_field(name, f"{name} is too large: {value}. This model's context window "
+                     f"holds {window} tokens, the prompt's and the completion's together, "
                      f"whereas you provided {value}.")
 
 
@@ -277,10 +283,10 @@ def sampling(data: dict[str, Any], *, max_names: tuple[str, ...],
     tokens, seed); a max tokens past ``window`` (the context window) is refused,
     as OpenAI does."""
     settings: dict[str, Any] = {}
-    temperature = _number(data, "temperature", 0.0, 2.0)
+    temperature = number(data, "temperature", 0.0, 2.0)
     if temperature is not None:
         settings["temperature"] = temperature
-    top_p = _number(data, "top_p", 0.0, 1.0)
+    top_p = number(data, "top_p", 0.0, 1.0)
     if top_p is not None:
         if top_p == 0:
             raise bad_field("top_p", "'top_p' must be above 0.")

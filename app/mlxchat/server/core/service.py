@@ -4,120 +4,47 @@ endpoints put in their own shapes."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 
 import anyio
 
-from mlxchat.chat import CalledTool
-from mlxchat.engine.events import ContextOverflowError, Event, TextDelta, TurnDone
+from mlxchat.engine.events import (ChoiceDone, ContextOverflowError, Event, PrefillProgress,
+                                   TextDelta, TurnDone)
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt.fit import refuse_unfittable
 from mlxchat.engine.thread.compute import WaitCancelled
 from mlxchat.engine.thread.worker import waits_end_on
 from mlxchat.errors import MlxchatError
 from mlxchat.models.token_floor import tokens_at_least
-from mlxchat.models.tools import call_markup
 from mlxchat.server.core.access_log import note_turn
 from mlxchat.server.core.admission import admission_for
-from mlxchat.server.core.api_turns import ApiTurns, IncomingMessage, conversation_key
+from mlxchat.server.core.api_turns import ApiRequest, ApiTurns, IncomingMessage, conversation_key
 from mlxchat.server.core.errors import (ApiError, context_exceeded, queue_full, server_stopped,
                                        unknown_model)
 from mlxchat.server.core.idle_join import IdleJoins
 from mlxchat.server.core.kv_budget import Eviction, KvBudget
 from mlxchat.server.core.lane import EngineLane, QueueFull, Work
 from mlxchat.server.core.requests import ChatRequest
+from mlxchat.server.core.reply_items import (Finished, Piece, Planned, Readers, join_pieces,
+                                             reading_prompt)
+from mlxchat.server.core.reply_reader import ids_up_to
+from mlxchat.server.core.shared_reply import REJOIN_S, SharedReplies, request_identity
 from mlxchat.server.core.slots import open_slots
-from mlxchat.server.core.tool_calls import (CallCut, ReplyParts, calls_signature, reply_parts,
-                                           with_ids)
+from mlxchat.server.core.system_messages import place_system_messages, renders_system_anywhere
+from mlxchat.server.core.tool_calls import calls_signature
 from mlxchat.session.conversation import Conversation
 from mlxchat.session.lock import SessionBusy
 from mlxchat.store import SessionStore
-from mlxchat.turn_stats import TurnStats
 
 log = logging.getLogger(__name__)
 
 COUNTED_CHARS = 256 * 1024
 """Requests with more text than this are counted off the lane before they
 queue: tokenizing them there would hold up every request behind them."""
-
-
-@dataclass
-class Piece:
-    """New text of the reply: its answer or its reasoning."""
-
-    text: str
-    part: str = "answer"
-    cache_miss: str | None = None
-    """On a reply's first piece: why its conversation's KV was recomputed
-    (its files were evicted), for the response's headers."""
-
-
-@dataclass
-class Finished:
-    """The end of a reply: what the client saw of it and the turn's figures."""
-
-    content: str
-    reasoning: str
-    stats: TurnStats
-    finish_reason: str
-    session_id: int | None
-    """None for a raw completion (no session)."""
-    tool_calls: tuple[CalledTool, ...] = ()
-    cache_miss: str | None = None
-    """Why the conversation's KV was recomputed (its files were evicted)."""
-    stop_sequence: str | None = None
-    """The stop string that ended the reply, if one did."""
-
-
-def _join_pieces(a: Piece | Finished, b: Piece | Finished) -> Piece | None:
-    """Two pieces of the same part that arrived together, as one (fewer chunks
-    to encode and send when the client reads slower than the model writes)."""
-    if isinstance(a, Piece) and isinstance(b, Piece) and a.part == b.part:
-        return Piece(a.text + b.text, a.part, a.cache_miss or b.cache_miss)
-    return None
-
-
-@dataclass
-class StopWatch:
-    """Cuts the answer at the first stop string, holding back text that may be
-    the start of one."""
-
-    stops: list[str]
-    seen: str = ""
-    sent: int = 0
-    stopped: bool = False
-    matched: str | None = None
-    """The stop string found."""
-
-    def feed(self, text: str) -> str:
-        """The text that is safe to send now."""
-        if self.stopped:
-            return ""
-        self.seen += text
-        if not self.stops:
-            return self._send(len(self.seen))
-        # Text before ``sent`` held no stop's start when it was sent: search after it.
-        found = [(i, s) for i, s in ((self.seen.find(s, self.sent), s) for s in self.stops)
-                 if i >= 0]
-        if found:
-            cut, self.matched = min(found, key=lambda f: f[0])
-            self.stopped = True
-            self.seen = self.seen[:cut]
-            return self._send(cut)
-        hold = max(len(s) - 1 for s in self.stops)
-        return self._send(max(self.sent, len(self.seen) - hold))
-
-    def flush(self) -> str:
-        return self._send(len(self.seen))
-
-    def _send(self, upto: int) -> str:
-        out = self.seen[self.sent:upto]
-        self.sent = max(self.sent, upto)
-        return out
 
 
 def started_unless_gone(events: Iterator[Event], cancelled: threading.Event
@@ -136,27 +63,6 @@ def started_unless_gone(events: Iterator[Event], cancelled: threading.Event
         getattr(events, "close", lambda: None)()
 
 
-def ids_up_to(tokenizer: Any, ids: list[int], answer: str, kept: int) -> list[int] | None:
-    """The first of a reply's ``ids`` that write it up to ``kept`` characters
-    of its answer text ``answer`` (which its text ends with), or None when no
-    prefix writes exactly that (a stop string that starts inside a token)."""
-    whole = tokenizer.decode(ids)
-    if not whole.endswith(answer):
-        return None
-    want = whole[:len(whole) - len(answer) + kept]
-    low, high = 0, len(ids)
-    while low < high:  # the fewest ids whose text is at least as long
-        mid = (low + high) // 2
-        if len(tokenizer.decode(ids[:mid])) < len(want):
-            low = mid + 1
-        else:
-            high = mid
-    for n in (low, low + 1):  # an incomplete character may show as one more
-        if n <= len(ids) and tokenizer.decode(ids[:n]) == want:
-            return ids[:n]
-    return None
-
-
 class ChatService:
     """One conversation per slot (``parallel``: replies decoded together), one
     engine lane, every endpoint's turns."""
@@ -164,10 +70,11 @@ class ChatService:
     def __init__(self, conv: Conversation, *, store: SessionStore, engine: Engine,
                  max_waiting: int = 8, kv_budget_bytes: int | None = None,
                  idle_join_s: float | None = None, parallel: int = 1,
-                 memory_bytes: int | None = None):
+                 memory_bytes: int | None = None, rejoin_s: float = REJOIN_S):
         # ``store``, ``engine``: ``conv``'s, from the composition root. ``idle_join_s``:
         # idle time before a session's files are joined (None: the app's). ``memory_bytes``:
-        # what the members' KV may take (None: the settings' budget, or RAM's).
+        # what the members' KV may take (None: the settings' budget, or RAM's). ``rejoin_s``:
+        # how long a turn still reading its prompt outlives its client (``shared_reply``).
         self.store = store
         self.slots = open_slots(conv, engine, store, parallel)
         self.parallel = len(self.slots.all)
@@ -188,6 +95,8 @@ class ChatService:
         self.model_id = conv.model_spec
         self.answered = 0
         """Requests answered to their end."""
+        self.shared = SharedReplies(keeps=reading_prompt, rejoin_s=rejoin_s)
+        """Replies being computed, which a request asking for the same joins."""
         self._names = {conv.model_spec, conv.views.model_info.name,
                        Path(conv.model_spec).name, conv.views.model_info.name.split("/")[-1]}
 
@@ -242,16 +151,38 @@ class ChatService:
         self.lane.close()
         self.slots.close()
 
-    async def chat(self, request: ChatRequest) -> AsyncIterator[Piece | Finished]:
+    async def chat(self, request: ChatRequest, *, planned: bool = False
+                   ) -> AsyncIterator[Any]:
         """The reply's pieces, then ``Finished``; errors before the first piece
-        are ``ApiError``s. Leaving early (the client went away) cancels the turn."""
+        are ``ApiError``s. The same request already being computed is joined
+        (``shared_reply``); leaving early (the client went away) cancels the
+        turn once no other request waits for it. ``planned`` (a stream that
+        starts before its first token): a ``Planned`` first, once the prefill is
+        planned."""
         self.check_model(request.model)
-        turn = request.turn
+        request.turn = turn = self.placed(request.turn)
         await self.check_fits([m.content for m in turn.messages if m.role != "assistant"]
-                              + ([turn.system] if turn.system else []))
+                              + [t for t in (turn.system, turn.prefill) if t])
         key = conversation_key(self.model_id, turn)
-        async for item in self.run(lambda cancelled: self._work(request, cancelled), key=key):
-            yield item
+        items, joined = self.shared.listen(
+            request_identity(self.model_id, request),
+            lambda: self.run(lambda cancelled: self._work(request, cancelled), key=key))
+        try:
+            async for item in items:
+                if isinstance(item, Planned) and not planned:
+                    continue
+                if joined and isinstance(item, Finished):
+                    note_turn(item.session_id, item.stats, joined=True)
+                yield item
+        finally:
+            await items.aclose()  # type: ignore[attr-defined]
+
+    def placed(self, turn: ApiRequest) -> ApiRequest:
+        """``turn`` with its system messages after the first others placed by
+        the one rule (``core.system_messages``) for the model served."""
+        in_place = renders_system_anywhere(self.engine.loaded.tokenizer)
+        return dataclasses.replace(turn, messages=place_system_messages(turn.messages,
+                                                                        in_place=in_place))
 
     async def check_fits(self, texts: list[str]) -> None:
         """A 400 context_length_exceeded, before the request queues, when
@@ -288,8 +219,8 @@ class ChatService:
         except QueueFull as exc:
             raise queue_full(exc.retry_after_s) from None
         try:
-            async for item in job.items(merge=_join_pieces):
-                if isinstance(item, Finished):
+            async for item in job.items(merge=join_pieces):
+                if isinstance(item, Finished) and not item.choice:
                     self.answered += 1
                     note_turn(item.session_id, item.stats)
                 yield item
@@ -336,61 +267,63 @@ class ChatService:
 
     def _turn(self, request: ChatRequest, cancelled: threading.Event
               ) -> Iterator[Piece | Finished]:
-        """Place the request, run its turn, yield its pieces."""
-        watch = StopWatch(request.stop)
-        tokenizer = self.engine.loaded.tokenizer
-        tools = request.turn.tools is not None
-        cut = CallCut(call_markup(tokenizer) if tools else None)
-
-        parsed: dict[str, tuple[ReplyParts, tuple[CalledTool, ...]]] = {}
-
-        def parts() -> tuple[ReplyParts, tuple[CalledTool, ...]]:
-            """Indexing the reply and answering it read it once (the calls' ids too)."""
-            if watch.seen not in parsed:
-                parsed.clear()
-                reply = reply_parts(tokenizer, watch.seen, tools=tools)
-                parsed[watch.seen] = reply, with_ids(reply.calls)
-            return parsed[watch.seen]
+        """Place the request, run its turn, yield its pieces (each choice's),
+        the other choices' ends as they come, then choice 0's."""
+        asked, tokenizer = request.turn, self.engine.loaded.tokenizer
+        readers = Readers(tokenizer, request.stop, tools=asked.tools is not None,
+                          max_calls=request.max_calls)
+        main, alone = readers[0], asked.options.choices == 1
 
         def reply_form(done: TurnDone) -> IncomingMessage:
-            seen, calls = parts()  # as the client will send it back
-            return IncomingMessage("assistant", seen.content, calls_signature(calls), calls)
+            seen, calls = main.parts()  # as the client will send it back
+            return IncomingMessage("assistant", (asked.prefill or "") + seen.content,
+                                   calls_signature(calls), calls)
 
         with waits_end_on(cancelled):  # setup waits no longer than its client
             if self.cache_taken:  # the branch's KV from disk
                 self.cache_taken = False
                 self.conv.cache.restore()
-            turn = self.turns.begin(request.turn, reply_form)
+            turn = self.turns.begin(asked, reply_form)
         miss = self.kv_budget.reason_for(turn.session_id) if self.kv_budget else None
         unsaid = miss
         done: TurnDone | None = None
+        planned = False
         for event in started_unless_gone(turn.events, cancelled):
-            if cancelled.is_set() or watch.stopped:
+            # Another choice still samples after a stop string: the text is cut.
+            if cancelled.is_set() or (main.watch.stopped and alone):
                 self.conv.turns.cancel()  # also a turn that started after the cancel
-            if isinstance(event, TextDelta):
-                text = event.text if event.part == "reasoning" \
-                    else cut.feed(watch.feed(event.text))
-                if text:
-                    yield Piece(text, event.part, unsaid)
-                    unsaid = None
+            if isinstance(event, PrefillProgress) and not planned:
+                planned = True  # the cache was trimmed to what it reuses: it holds that now
+                yield Planned(event.cached_tokens + event.total, event.cached_tokens, miss)
+            elif isinstance(event, TextDelta):
+                said = readers.piece(event)
+                if said is not None:
+                    said.cache_miss, unsaid = unsaid, None
+                    yield said
+            elif isinstance(event, ChoiceDone):
+                yield from readers.other_end(event, asked.options)
             elif isinstance(event, TurnDone):
                 done = event
         if done is None:
             return
-        if watch.stopped:
-            self._stopped(done, watch.seen)
+        if main.watch.stopped:
+            self._stopped(done, main.watch.seen)
         elif done.stats.finish_reason == "cancelled":
             # Not the client's doing (it is gone, or it would have been a stop
             # string): the server is stopping. Said as an error, never as a
             # reply that finished; the part already sent is stored as cancelled.
             raise server_stopped()
-        rest = cut.feed(watch.flush())
-        if rest:
-            yield Piece(rest, cache_miss=unsaid)
-        reply, calls = parts()
-        reason = "tool_calls" if calls else "stop" if watch.stopped else {
-            "length": "length"}.get(done.stats.finish_reason, "stop")
+        rest = readers.rest(0)
+        if rest is not None:
+            rest.cache_miss = unsaid
+            yield rest
+        reply, calls = main.parts()
         if self.kv_budget is not None:  # before the end goes out: done when the client sees it
             self.last_eviction = self.kv_budget.enforce(in_use=turn.session_id)
-        yield Finished(reply.content, done.reasoning, done.stats, reason, turn.session_id,
-                       calls, cache_miss=miss, stop_sequence=watch.matched)
+        last = self.conv.messages[-1] if self.conv.messages else None
+        yield Finished(reply.content, done.reasoning, done.stats,
+                       main.finish_reason(done.stats.finish_reason), turn.session_id, calls,
+                       cache_miss=miss, stop_sequence=main.watch.matched,
+                       logprobs=readers.figures(0, asked.options),
+                       others=tuple(readers.ended),
+                       reply_id=last.id if last and last.role == "assistant" else None)

@@ -1,10 +1,12 @@
 """What every endpoint does with a request's body and a reply's stream: the
 body read within its size limit, the first piece of the reply awaited before
-any status goes out (so a refusal gets its own status), and a streamed reply
-that notices at once when its client goes away."""
+any status goes out (so a refusal gets its own status; a stream that starts
+early, ``with_heartbeats``, sends its status once nothing came for a while),
+and a streamed reply that notices at once when its client goes away."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import AsyncIterator, Awaitable, Callable, TypeVar
 
 import anyio
@@ -42,6 +44,41 @@ async def read_body(request: Request) -> bytes:
 def _too_large(limit: int) -> ApiError:
     return ApiError(413, f"The body is over this server's limit of {limit:,} bytes.",
                     code="request_too_large")
+
+
+class Heartbeat:
+    """Nothing came for a while: the reply is still being prepared or computed."""
+
+
+HEARTBEAT = Heartbeat()
+
+
+async def with_heartbeats(items: AsyncIterator[T], every_s: float
+                          ) -> AsyncIterator[T | Heartbeat]:
+    """``items``, with a ``Heartbeat`` whenever none came for ``every_s`` (a
+    stream that starts before its first token says it is alive while the
+    request is prepared, waits for the engine or has its prompt read). The
+    item awaited is never cancelled by a heartbeat; closing this cancels it."""
+    pending: asyncio.Future | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(items))
+            done, _ = await asyncio.wait({pending}, timeout=every_s)
+            if not done:
+                yield HEARTBEAT
+                continue
+            taken, pending = pending, None
+            try:
+                item = taken.result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
+            await asyncio.wait({pending})
+        await items.aclose()  # type: ignore[attr-defined]
 
 
 async def started(request: Request, items: AsyncIterator[T]) -> tuple[AsyncIterator[T], T]:
@@ -102,7 +139,7 @@ async def finished(request: Request, first: Piece | Finished,
     (raises ClientGone)."""
     async def to_the_end() -> Finished:
         item = first
-        while not isinstance(item, Finished):
+        while not isinstance(item, Finished) or item.choice:  # choice 0's ends the reply
             item = await anext(items)
         return item
     try:

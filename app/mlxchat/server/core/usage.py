@@ -4,7 +4,8 @@ recomputed."""
 
 from __future__ import annotations
 
-from mlxchat.server.core.service import Finished, Piece
+from typing import Any
+
 from mlxchat.turn_stats import TurnStats
 
 
@@ -22,7 +23,9 @@ def capped_header(stats: TurnStats, asked: int | None) -> dict[str, str]:
     return {} if capped is None else {"X-Max-Tokens-Capped": str(capped)}
 
 
-def miss_header(first: Piece | Finished) -> dict[str, str]:
+def miss_header(first: Any) -> dict[str, str]:
     """``X-Cache-Miss: REASON`` when the conversation's KV was recomputed
-    (known before the first piece, so a stream has it too)."""
-    return {"X-Cache-Miss": first.cache_miss} if first.cache_miss else {}
+    (known before the first piece, so a stream has it too: on its first
+    ``Piece``, ``Planned`` or ``Finished``)."""
+    miss = getattr(first, "cache_miss", None)
+    return {"X-Cache-Miss": miss} if miss else {}

@@ -1,1 +1,2 @@
-"""Ollama's wire protocol: /api/chat and /api/tags."""
+"""Ollama's wire protocol: /api/chat, /api/generate, the models' descriptions
+(/api/tags, /api/show, /api/ps, /api/version) and embeddings."""

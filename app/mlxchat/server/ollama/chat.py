@@ -1,118 +1,125 @@
-"""Ollama's endpoints: ``POST /api/chat`` (streamed as one JSON object a line,
-or one object) and ``GET /api/tags``."""
+"""Ollama's ``POST /api/chat`` (streamed as one JSON object a line, or one
+object) and ``POST /api/generate`` (a prompt as one user message through the
+chat template, or ``raw``; a ``suffix`` fills in the middle)."""
 
 from __future__ import annotations
 
-import json
-import time
-from datetime import datetime, timezone
-from typing import Any, AsyncIterator
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from mlxchat.chat import CalledTool
+from mlxchat.engine.prompt.fim import fim_ids, fim_tokens
 from mlxchat.engine.turn.tool_grammar import ToolChoice
-from mlxchat.server.core.errors import ApiError
-from mlxchat.server.core.requests import parse_json
-from mlxchat.server.core.response_format import ollama_format
-from mlxchat.server.core.service import ChatService, Finished, Piece
-from mlxchat.server.core.streaming import (
-    DisconnectAwareStream,
-    finished,
-    read_body,
-    started,
-    unsent,
-)
-from mlxchat.server.core.tool_calls import ollama_calls
+from mlxchat.server.core.errors import ApiError, bad_field
+from mlxchat.server.core.logprobs import TokenTexts
+from mlxchat.server.core.raw_turn import raw_work
+from mlxchat.server.core.requests import ChatRequest, parse_json
+from mlxchat.server.core.response_format import compiled, ollama_format
+from mlxchat.server.core.service import ChatService
+from mlxchat.server.core.streaming import DisconnectAwareStream, finished, read_body, started
 from mlxchat.server.core.tool_choice import constrained
-from mlxchat.server.core.usage import capped_to
-from mlxchat.server.ollama.protocol import ollama_chat, unbounded_num_predict
-
-NS = 1_000_000_000
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def _message(content: str, thinking: str = "",
-             calls: tuple[CalledTool, ...] = ()) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if thinking:
-        message["thinking"] = thinking
-    if calls:
-        message["tool_calls"] = ollama_calls(calls)
-    return message
+from mlxchat.server.ollama import replies
+from mlxchat.server.ollama.facts import thinks
+from mlxchat.server.ollama.options import unbounded_num_predict, unloads
+from mlxchat.server.ollama.protocol import (
+    GenerateRequest,
+    loads_only,
+    ollama_chat,
+    ollama_generate,
+    ollama_model,
+)
 
 
-def _final(model: str, end: Finished, message: dict[str, Any],
-           asked: int | None = None) -> dict[str, Any]:
-    s = end.stats
-    capped = capped_to(s, asked)  # num_predict past the window: says how far it went
-    return {"model": model, "created_at": _now(), "message": message, "done": True,
-            **({} if capped is None else {"num_predict_capped_to": capped}),
-            # Ollama says "stop" after tool calls too
-            "done_reason": "stop" if end.tool_calls else end.finish_reason, "total_duration": int(s.total_s * NS),
-            "load_duration": 0, "prompt_eval_count": s.prefilled_tokens,
-            "prompt_eval_duration": int(s.ttft_s * NS), "eval_count": s.generated_tokens,
-            "eval_duration": int(max(s.total_s - s.ttft_s, 0) * NS)}
+def _check_thinking(service: ChatService, chat: ChatRequest) -> None:
+    """``think`` on for a model that does not think: refused, as Ollama does."""
+    if chat.turn.settings.get("thinking") and not thinks(service.conv.views.model_info):
+        raise bad_field("think", f"'think' needs a model that thinks; {service.model_id} "
+                        "does not (leave it out, or false).")
+
+
+def _texts(service: ChatService, chat: ChatRequest) -> TokenTexts | None:
+    """The tokens' texts, when the request asks for log-probabilities."""
+    if chat.turn.options.logprobs is None:
+        return None
+    return TokenTexts(service.engine.loaded.tokenizer)
+
+
+def _asked(data: dict[str, Any], chat: ChatRequest) -> int | None:
+    """The num_predict to report a cap against (None: -1/-2 asked for none)."""
+    options = data.get("options")
+    if unbounded_num_predict(options if isinstance(options, dict) else {}):
+        return None
+    return chat.turn.settings.get("max_tokens")
+
+
+def _load_only(service: ChatService, data: dict[str, Any], shape: replies.Shape) -> Response:
+    """A request with nothing to answer: Ollama's load (or, keep_alive 0, unload)."""
+    service.check_model(ollama_model(data))
+    if unloads(data):
+        raise bad_field("keep_alive", "Unloading is not supported: the server keeps its one "
+                        "model loaded while it runs.")
+    return JSONResponse(replies.loaded(shape))
+
+
+async def _answer(request: Request, data: dict[str, Any], chat: ChatRequest,
+                  shape: replies.Shape, items_first) -> Response:
+    items, first = items_first
+    asked = _asked(data, chat)
+    if not chat.stream:
+        end = await finished(request, first, items)
+        return JSONResponse(replies.whole(shape, end, asked))
+    return DisconnectAwareStream(replies.lines(shape, first, items, asked),
+                                 media_type="application/x-ndjson")
 
 
 async def chat(request: Request) -> Response:
     service: ChatService = request.app.state.service
     data = parse_json(await read_body(request))
+    if loads_only(data, "messages"):
+        return _load_only(service, data, replies.ChatShape(service.model_id))
     chat_request = ollama_chat(data, request.headers.get("x-session"), window=service.window)
+    _check_thinking(service, chat_request)
+    shape = replies.ChatShape(service.model_id, _texts(service, chat_request))
     chat_request.turn = await constrained(service.engine.loaded.tokenizer, chat_request.turn,
                                           ollama_format(data), ToolChoice(),
                                           format_param="format")
-    items, first = await started(request, service.chat(chat_request))
-    model = service.model_id
-    asked = None if unbounded_num_predict(data.get("options") or {}) else \
-        chat_request.turn.settings.get("max_tokens")  # -1/-2 asked for no cap to report
-    if not chat_request.stream:
-        end = await finished(request, first, items)
-        return JSONResponse(_final(model, end, _message(end.content, end.reasoning,
-                                                        end.tool_calls), asked))
-    return DisconnectAwareStream(_lines(model, first, items, asked),
-                                 media_type="application/x-ndjson")
+    return await _answer(request, data, chat_request, shape,
+                         await started(request, service.chat(chat_request)))
 
 
-async def _lines(model: str, first: Piece | Finished, items: AsyncIterator[Piece | Finished],
-                 asked: int | None = None) -> AsyncIterator[str]:
-    sent = ""
-    try:
-        item = first
-        while not isinstance(item, Finished):
-            message = _message("", item.text) if item.part == "reasoning" \
-                else _message(item.text)
-            sent += "" if item.part == "reasoning" else item.text
-            line = {"model": model, "created_at": _now(), "message": message, "done": False}
-            yield json.dumps(line, ensure_ascii=False) + "\n"
-            item = await anext(items)
-        rest = unsent(item, sent)
-        if rest:  # held back at a call's markup
-            line = {"model": model, "created_at": _now(), "message": _message(rest),
-                    "done": False}
-            yield json.dumps(line, ensure_ascii=False) + "\n"
-        if item.tool_calls:  # as Ollama streams them: one message before the last
-            line = {"model": model, "created_at": _now(), "done": False,
-                    "message": _message("", "", item.tool_calls)}
-            yield json.dumps(line, ensure_ascii=False) + "\n"
-        yield json.dumps(_final(model, item, _message(""), asked)) + "\n"
-    except ApiError as exc:  # after the status went out: said in the stream
-        yield json.dumps({"error": exc.message}) + "\n"
-    finally:
-        await items.aclose()  # type: ignore[attr-defined]
-
-
-async def tags(request: Request) -> Response:
+async def generate(request: Request) -> Response:
     service: ChatService = request.app.state.service
-    info = service.conv.views.model_info
-    return JSONResponse({"models": [{
-        "name": service.model_id, "model": service.model_id,
-        "modified_at": datetime.fromtimestamp(time.time(), timezone.utc).isoformat(),
-        "size": info.weights_bytes, "digest": info.fingerprint,
-        "details": {"format": "mlx", "family": info.architecture,
-                    "parameter_size": f"{info.parameter_count / 1e9:.2f}B",
-                    "quantization_level": info.quantization}}]})
+    data = parse_json(await read_body(request))
+    if loads_only(data, "prompt") and not data.get("suffix"):
+        return _load_only(service, data, replies.GenerateShape(service.model_id))
+    asked = ollama_generate(data, request.headers.get("x-session"), window=service.window)
+    chat_request = asked.chat
+    _check_thinking(service, chat_request)
+    shape = replies.GenerateShape(service.model_id, _texts(service, chat_request))
+    if not asked.raw and asked.suffix is None:
+        chat_request.turn = await constrained(service.engine.loaded.tokenizer,
+                                              chat_request.turn, ollama_format(data),
+                                              ToolChoice(), format_param="format")
+        return await _answer(request, data, chat_request, shape,
+                             await started(request, service.chat(chat_request)))
+    service.check_model(chat_request.model)
+    output = await compiled(service.engine.loaded.tokenizer, ollama_format(data), "format")
+    prompt_ids = _prompt_ids(asked, service)
+    await service.check_fits([asked.prompt, asked.suffix or ""])
+    work = service.run(lambda cancelled: raw_work(
+        service, prompt_ids, settings=asked.settings, stop=chat_request.stop, output=output,
+        cancelled=cancelled))
+    return await _answer(request, data, chat_request, shape, await started(request, work))
+
+
+def _prompt_ids(asked: GenerateRequest, service: ChatService):
+    """How the raw prompt becomes tokens: as it is, or, with a ``suffix``, the
+    model's fill-in-the-middle prompt around the gap (a 400 where it has none)."""
+    if asked.suffix is None:
+        return lambda tokenizer: list(tokenizer.encode(asked.prompt))
+    if fim_tokens(service.engine.loaded.tokenizer) is None:
+        raise ApiError(400, f"'suffix' needs a model with fill-in-the-middle tokens; "
+                       f"{service.model_id} has none.", param="suffix",
+                       code="unsupported_parameter")
+    return lambda tokenizer: fim_ids(tokenizer, asked.prompt, asked.suffix)

@@ -6,39 +6,45 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from mlxchat.server.core.errors import ApiError
 from mlxchat.server.core.image_fetch import fetch_images
+from mlxchat.server.core.logprobs import TokenTexts, chat_logprobs
 from mlxchat.server.core.requests import ChatRequest, parse_json
 from mlxchat.server.core.response_format import openai_format
 from mlxchat.server.core.service import ChatService, Finished, Piece
 from mlxchat.server.core.streaming import (
     DisconnectAwareStream,
+    Heartbeat,
     finished,
     read_body,
     started,
     unsent,
+    with_heartbeats,
 )
 from mlxchat.server.core.tool_calls import openai_calls
 from mlxchat.server.core.tool_choice import constrained, openai_choice
 from mlxchat.server.core.usage import capped_header, capped_to, miss_header
 from mlxchat.server.openai.protocol import openai_chat
+from mlxchat.engine.events import TokenLogprob
 from mlxchat.turn_stats import TurnStats
 
 
-def usage(stats: TurnStats, asked: int | None = None, cache_miss: str | None = None
-          ) -> dict[str, Any]:
+def usage(stats: TurnStats, asked: int | None = None, cache_miss: str | None = None,
+          *, generated: int | None = None) -> dict[str, Any]:
     """What the turn cost; ``cached_tokens`` is what the KV cache supplied;
     ``max_tokens_capped_to`` says a ``max_tokens`` (``asked``) was more than
     the context window left; ``cache_miss_reason`` why the conversation's KV
-    was recomputed (its files were evicted)."""
+    was recomputed (its files were evicted); ``generated``: every choice's
+    tokens (``n`` > 1), else the turn's."""
+    completion = stats.generated_tokens if generated is None else generated
     out: dict[str, Any] = {
-        "prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.generated_tokens,
-        "total_tokens": stats.prompt_tokens + stats.generated_tokens,
+        "prompt_tokens": stats.prompt_tokens, "completion_tokens": completion,
+        "total_tokens": stats.prompt_tokens + completion,
         "prompt_tokens_details": {"cached_tokens": stats.reused_tokens},
         "completion_tokens_details": {"reasoning_tokens": stats.reasoning_tokens}}
     capped = capped_to(stats, asked)
@@ -49,43 +55,67 @@ def usage(stats: TurnStats, asked: int | None = None, cache_miss: str | None = N
     return out
 
 
+def every_choice(end: Finished) -> list[Finished]:
+    """Every choice's end, in index order (choice 0's carries the others)."""
+    return sorted([end, *end.others], key=lambda e: e.choice)
+
+
+def _message(end: Finished) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": end.content}
+    if end.tool_calls:
+        message["content"] = end.content or None
+        message["tool_calls"] = openai_calls(end.tool_calls)
+    if end.reasoning:
+        message["reasoning_content"] = end.reasoning
+    return message
+
+
 class _ChatShape:
     """The ids and names every object of one reply carries."""
 
-    def __init__(self, model: str, asked: int | None = None):
+    def __init__(self, model: str, asked: int | None = None, texts: TokenTexts | None = None):
         self.id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         self.created = int(time.time())
         self.model = model
+        self.texts = texts
+        """The tokens' texts, for log-probabilities (None: none are asked for)."""
         self.asked = asked
         """The request's max_tokens, if it gave one."""
 
-    def chunk(self, delta: dict[str, Any], finish: str | None = None) -> str:
+    def chunk(self, delta: dict[str, Any], finish: str | None = None, *, index: int = 0,
+              logprobs: dict[str, Any] | None = None) -> str:
         body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                 "model": self.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+                "choices": [{"index": index, "delta": delta, "logprobs": logprobs,
+                             "finish_reason": finish}]}
         return f"data: {json.dumps(body, ensure_ascii=False)}\n\n"
 
     def usage_chunk(self, end: Finished) -> str:
         body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                 "model": self.model, "choices": [],
-                "usage": usage(end.stats, self.asked, end.cache_miss)}
+                "usage": self.usage(end)}
         return f"data: {json.dumps(body)}\n\n"
 
+    def usage(self, end: Finished) -> dict[str, Any]:
+        return usage(end.stats, self.asked, end.cache_miss,
+                     generated=sum(e.stats.generated_tokens for e in every_choice(end)))
+
     def completion(self, end: Finished) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": end.content}
-        if end.tool_calls:
-            message["content"] = end.content or None
-            message["tool_calls"] = openai_calls(end.tool_calls)
-        if end.reasoning:
-            message["reasoning_content"] = end.reasoning
         return {"id": self.id, "object": "chat.completion", "created": self.created,
-                "model": self.model, "usage": usage(end.stats, self.asked, end.cache_miss),
-                "choices": [{"index": 0, "message": message,
-                             "finish_reason": end.finish_reason}]}
+                "model": self.model, "usage": self.usage(end),
+                "choices": [{"index": e.choice, "message": _message(e),
+                             "logprobs": self.logprobs(e.logprobs),
+                             "finish_reason": e.finish_reason} for e in every_choice(end)]}
 
+    def piece(self, piece: Piece) -> str:
+        part = "reasoning_content" if piece.part == "reasoning" else "content"
+        said = self.logprobs(piece.logprobs) if piece.logprobs else None
+        return self.chunk({part: piece.text}, index=piece.choice, logprobs=said)
 
-def _delta(piece: Piece) -> dict[str, Any]:
-    return {"reasoning_content" if piece.part == "reasoning" else "content": piece.text}
+    def logprobs(self, entries: tuple[TokenLogprob, ...] | None) -> dict[str, Any] | None:
+        if entries is None or self.texts is None:
+            return None
+        return chat_logprobs(entries, self.texts)
 
 
 async def chat_completions(request: Request) -> Response:
@@ -95,52 +125,78 @@ async def chat_completions(request: Request) -> Response:
                        allow_image_urls=request.app.state.allow_image_urls,
                        window=service.window)
     service.check_model(chat.model)  # before anything is fetched for it
+    choice = openai_choice(data)
     chat.turn = await constrained(service.engine.loaded.tokenizer, chat.turn,
-                                  openai_format(data), openai_choice(data),
-                                  format_param="response_format")
+                                  openai_format(data), choice, format_param="response_format")
     info = service.conv.views.model_info
     chat.turn = await fetch_images(chat.turn, request.app.state.image_fetch,
                                    sees=info.sees_images, model=info.name)
-    shape = _ChatShape(service.model_id, chat.turn.settings.get("max_tokens"))
-    items, first = await started(request, service.chat(chat))
+    shape = _ChatShape(service.model_id, chat.turn.settings.get("max_tokens"),
+                       TokenTexts(service.engine.loaded.tokenizer))
+    # A stream starts before its first token: choice 0's role chunk, then a
+    # comment line whenever nothing came for ping_s while it waits or its prompt is read.
+    items = with_heartbeats(service.chat(chat, planned=True), request.app.state.ping_s) \
+        if chat.stream else service.chat(chat)
+    items, first = await started(request, items)
     if not chat.stream:
         end = await finished(request, first, items)
         return JSONResponse(shape.completion(end), headers={
             **capped_header(end.stats, shape.asked), **miss_header(end)})
-    return DisconnectAwareStream(_events(shape, chat, first, items),
+    return DisconnectAwareStream(_events(shape, chat, first, items, calls_only=choice.forced),
                                  media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", **miss_header(first)})
 
 
-async def _events(shape: _ChatShape, chat: ChatRequest, first: Piece | Finished,
-                  items: AsyncIterator[Piece | Finished]) -> AsyncIterator[str]:
-    yield shape.chunk({"role": "assistant", "content": ""})
-    sent = ""
+async def _events(shape: _ChatShape, chat: ChatRequest, first: Any,
+                  items: AsyncIterator[Any], *, calls_only: bool = False) -> AsyncIterator[str]:
+    """``calls_only``: the reply is held to a tool call (tool_choice forces
+    one), so choice 0's role chunk, sent before the prefill, says null."""
+    # A reply that is only tool calls says null, as OpenAI does.
+    yield shape.chunk({"role": "assistant", "content": None if calls_only else ""})
+    sent: dict[int, str] = {0: ""}
+    """Each choice's answer sent so far (a choice's first chunk says its role)."""
     try:
         item = first
         while True:
+            if isinstance(item, Heartbeat):
+                yield ": ping\n\n"  # an SSE comment: clients skip it
+            if not isinstance(item, (Piece, Finished)):  # a Heartbeat, a Planned
+                item = await anext(items)
+                continue
+            if item.choice not in sent:
+                called = isinstance(item, Finished) and item.tool_calls and not item.content
+                yield shape.chunk({"role": "assistant", "content": None if called else ""},
+                                  index=item.choice)
+                sent[item.choice] = ""
             if isinstance(item, Finished):
-                # Text held back at a call's markup (all of it when the call was cut
-                # short and stays text), then the calls.
-                rest = unsent(item, sent)
-                if rest:
-                    yield shape.chunk({"content": rest})
-                if item.tool_calls:
-                    yield shape.chunk({"tool_calls": openai_calls(item.tool_calls,
-                                                                  streamed=True)})
-                yield shape.chunk({}, item.finish_reason)
-                if chat.include_usage:
-                    yield shape.usage_chunk(item)
-                break
-            if item.part != "reasoning":
-                sent += item.text
-            yield shape.chunk(_delta(item))
+                for chunk in _ended(shape, item, sent[item.choice]):
+                    yield chunk
+                if not item.choice:  # the last item
+                    if chat.include_usage:
+                        yield shape.usage_chunk(item)
+                    break
+            else:
+                if item.part != "reasoning":
+                    sent[item.choice] += item.text
+                yield shape.piece(item)
             item = await anext(items)
     except ApiError as exc:  # after the status went out: said in the stream
         yield f"data: {json.dumps({'error': {'message': exc.message, 'code': exc.code}})}\n\n"
     finally:
         await items.aclose()
     yield "data: [DONE]\n\n"
+
+
+def _ended(shape: _ChatShape, end: Finished, sent: str) -> Iterator[str]:
+    """A choice's last chunks: text held back at a call's markup (all of it
+    when the call was cut short and stays text), the calls, the finish."""
+    rest = unsent(end, sent)
+    if rest:
+        yield shape.chunk({"content": rest}, index=end.choice)
+    if end.tool_calls:
+        yield shape.chunk({"tool_calls": openai_calls(end.tool_calls, streamed=True)},
+                          index=end.choice)
+    yield shape.chunk({}, end.finish_reason, index=end.choice)
 
 
 async def models(request: Request) -> Response:

@@ -206,14 +206,17 @@ class ModelPickerScreen(ModalScreen[str | None]):
 
     # -- download ----------------------------------------------------------------
 
-    def _status(self, text: str) -> None:
+    def _status(self, text: str, *, progress: bool = False) -> None:
+        """The line under the table; with the bar only while a download runs
+        (an idle one animates as if something still went on)."""
         self.query_one("#models-download").display = True
         self.query_one("#models-status", Static).update(text)
+        self.query_one(ProgressBar).display = progress
 
     def download(self, alias: str) -> None:
         self.cancel_event.clear()
         self.downloading = alias
-        self._status(f"Downloading {alias}…  esc cancels")
+        self._status(f"Downloading {alias}…  esc cancels", progress=True)
         bar = self.query_one(ProgressBar)
         bar.update(total=None, progress=0)
         self._download_worker(alias)
@@ -224,7 +227,8 @@ class ModelPickerScreen(ModalScreen[str | None]):
         bar = self.query_one(ProgressBar)
         bar.update(total=total, progress=done)
         of = f" / {human_bytes(total)}" if total else ""
-        self._status(f"Downloading {self.downloading}…  {human_bytes(done)}{of}  esc cancels")
+        self._status(f"Downloading {self.downloading}…  {human_bytes(done)}{of}  esc cancels",
+                     progress=True)
 
     @work(thread=True, exclusive=True, group="model-download")
     def _download_worker(self, alias: str) -> None:
@@ -264,6 +268,6 @@ class ModelPickerScreen(ModalScreen[str | None]):
     def action_cancel(self) -> None:
         if self.downloading:
             self.cancel_event.set()
-            self._status(f"Cancelling {self.downloading}…")
+            self._status(f"Cancelling {self.downloading}…", progress=True)
         else:
             self.dismiss(None)

@@ -4,10 +4,9 @@ from mlxchat.tui.widgets.folded import ThinkingBlock
 from mlxchat.tui.widgets.gauges import GaugesPanel
 from mlxchat.tui.widgets.meter import Meter
 from mlxchat.tui.widgets.prompt import CompletionList, PromptInput
+from mlxchat.tui.widgets.reply import AssistantMessage, ReplyHandle
 from mlxchat.tui.widgets.transcript import (
-    AssistantMessage,
     NoticeMessage,
-    ReplyHandle,
     SystemMessage,
     Transcript,
     UserMessage,

@@ -33,7 +33,8 @@ from mlxchat.tui.widgets.spinner import Spinner
 from mlxchat.turn_stats import TurnStats
 from mlxchat.units import fmt_gauge_percent, fmt_int, fmt_seconds, fmt_tps, plural
 
-SOURCE_STYLES = {"warm": "$success", "snapshot": "$accent", "cold": "$warning"}
+SOURCE_STYLES = {"warm": "$success", "snapshot": "$accent", "cold": "$warning",
+                 "typed": "$success"}
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -56,6 +57,12 @@ def _while_composed(method: _F) -> _F:
 def source_badge(source: str) -> str:
     style = SOURCE_STYLES.get(source, "$foreground")
     return f"[b {style}]{escape(cache_source_label(source))}[/]"
+
+
+def _miss_markup(stats: TurnStats) -> str:
+    """The miss reason in the warning colour; a new conversation plainly."""
+    words = escape(stats.miss_words or "")
+    return words if stats.new_conversation else f"[$warning]{words}[/]"
 
 
 def rank_line(figures: RankFigures) -> str:
@@ -86,6 +93,7 @@ class GaugesPanel(Vertical):
     GaugesPanel { height: auto; }
     GaugesPanel > #gauges-compact { display: none; height: auto; }
     GaugesPanel > #gauges-full { height: auto; }
+    GaugesPanel #gauges-figures { height: auto; }
     GaugesPanel .gauge { height: auto; }
     GaugesPanel .gauge Static { height: auto; }
     GaugesPanel #compact-row { height: 1; }
@@ -105,24 +113,10 @@ class GaugesPanel(Vertical):
         self._spinner = Spinner(self, self._show_wait)
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(id="gauges-full"):
-            yield GaugeText("no model loaded", id="gauge-model", markup=False)
-            with Vertical(id="gauge-context", classes="gauge") as box:
-                box.border_title = "Context"
-                yield Meter(id="context-meter")
-                yield GaugeText(id="context-text")
-            with Vertical(id="gauge-kv", classes="gauge") as box:
-                box.border_title = "KV cache"
-                yield Meter(id="kv-meter")
-                yield GaugeText("empty", id="kv-source")
-                yield GaugeText(id="kv-text")
-            with Vertical(id="gauge-weights", classes="gauge") as box:
-                box.border_title = "Weights"
-                yield GaugeText(id="weights-text")
-            with Vertical(id="gauge-turn", classes="gauge") as box:
-                box.border_title = "Last turn"
-                yield GaugeText("no turn yet", id="turn-text")
-            with Vertical(id="gauge-live", classes="gauge") as box:
+        with Vertical(id="gauges-full"):
+            with VerticalScroll(id="gauges-figures"):  # scrolls where they do not fit
+                yield from self._figures()
+            with Vertical(id="gauge-live", classes="gauge") as box:  # always on screen
                 box.border_title = "Now"
                 yield Meter(id="live-meter")
                 yield GaugeText("idle", id="live-text")
@@ -132,6 +126,25 @@ class GaugesPanel(Vertical):
                 yield Meter(id="compact-context-meter")
                 yield FittedLine(id="compact-context")
             yield FittedLine("idle", id="compact-live")
+
+    @staticmethod
+    def _figures() -> ComposeResult:
+        yield GaugeText("no model loaded", id="gauge-model", markup=False)
+        with Vertical(id="gauge-context", classes="gauge") as box:
+            box.border_title = "Context"
+            yield Meter(id="context-meter")
+            yield GaugeText(id="context-text")
+        with Vertical(id="gauge-kv", classes="gauge") as box:
+            box.border_title = "KV cache"
+            yield Meter(id="kv-meter")
+            yield GaugeText("empty", id="kv-source")
+            yield GaugeText(id="kv-text")
+        with Vertical(id="gauge-weights", classes="gauge") as box:
+            box.border_title = "Weights"
+            yield GaugeText(id="weights-text")
+        with Vertical(id="gauge-turn", classes="gauge") as box:
+            box.border_title = "Last turn"
+            yield GaugeText("no turn yet", id="turn-text")
 
     def on_mount(self) -> None:
         self.query_one("#live-meter", Meter).display = False
@@ -336,7 +349,7 @@ class GaugesPanel(Vertical):
     def _turn_text(stats: TurnStats) -> str:
         lines = [
             source_badge(stats.cache_source),
-            f"first token  {fmt_seconds(stats.ttft_s)}",
+            f"first token  {fmt_seconds(stats.first_token_s)}",
             f"prefill      {fmt_tps(stats.prefill_tps)}",
             f"decode       {fmt_tps(stats.decode_tps)}",
             f"reused {fmt_int(stats.reused_tokens)} · prefilled {fmt_int(stats.prefilled_tokens)}",
@@ -350,19 +363,19 @@ class GaugesPanel(Vertical):
         if stats.spec_mode != "off":
             lines.append(f"{stats.spec_mode} "
                          + speculation_text(stats.acceptance, stats.tokens_per_pass))
-        if stats.miss_reason:
-            lines.append(f"[$warning]miss: {escape(stats.miss_reason)}[/]")
+        if stats.miss_words:
+            lines.append(_miss_markup(stats))
         return "\n".join(lines)
 
     @staticmethod
     def _compact_turn_text(stats: TurnStats) -> list[Part]:
         # What does not fit the width is left out, the least telling first.
-        miss = (part(f"[$warning]miss: {escape(stats.miss_reason)}[/]",
-                     "[$warning]cache miss (/stats)[/]", rank=2)
-                if stats.miss_reason else None)
+        miss = (part(_miss_markup(stats), "new conversation" if stats.new_conversation
+                     else "[$warning]cache miss (/stats)[/]", rank=2)
+                if stats.miss_words else None)
         return [p for p in (
             part(source_badge(stats.cache_source)),
-            part(f"ttft {fmt_seconds(stats.ttft_s)}"),
+            part(f"ttft {fmt_seconds(stats.first_token_s)}"),
             part(f"decode {fmt_tps(stats.decode_tps)}", rank=1),
             part(f"reused {fmt_int(stats.reused_tokens)} / new "
                  f"{fmt_int(stats.prefilled_tokens)}", rank=3),

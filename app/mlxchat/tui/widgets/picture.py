@@ -16,7 +16,7 @@ from textual.widgets import Static
 
 from mlxchat.chat import ImageRef
 from mlxchat.errors import MlxchatError
-from mlxchat.tui.pictures import Kind, kind_for
+from mlxchat.tui.pictures import Kind, kind_for, quiet_textual_image
 from mlxchat.tui.widgets.thumbnail import COLUMNS, ImageThumbnail, label
 
 LARGEST = 1024
@@ -47,6 +47,7 @@ class ImagePicture(Vertical):
         self.drawn = True
 
     def compose(self) -> ComposeResult:
+        quiet_textual_image()  # Textual reads stdin now: a reply would land in the input
         from textual_image.widget import SixelImage, TGPImage
 
         picture = TGPImage if self.kind == "kitty" else SixelImage

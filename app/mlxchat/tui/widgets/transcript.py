@@ -1,31 +1,24 @@
-"""The conversation: user, assistant, system and notice messages in a scroll view.
-
-Assistant replies stream into a Markdown widget through ``MarkdownStream``, so
-each token appends a fragment instead of re-rendering the whole message.
-"""
+"""The conversation: user, assistant, system and notice messages in a scroll
+view. An assistant's reply and its streaming are in ``reply``."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Literal, Protocol
+from typing import Literal
 
-from markdown_it import MarkdownIt
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
-from textual.content import Content
 from textual.widget import Widget
-from textual.widgets import Markdown, Static
-from textual.widgets._markdown import MarkdownBlock, MarkdownParagraph
+from textual.widgets import Static
 
 from mlxchat.chat import ImageRef, Message, calls_text, split_attachments
 from mlxchat.sources import Source, cite, without_sources
-from mlxchat.tui.formatting import transcript_stats_line
 from mlxchat.tui.widgets.folded import (AttachmentBlock, SummaryBlock, SummaryMessage,
                                         ThinkingBlock, ToolResultBlock)
-from mlxchat.tui.widgets.sources import SourcesPanel
 from mlxchat.tui.widgets.picture import image_view
-from mlxchat.turn_stats import TurnStats
+from mlxchat.tui.widgets.reply import AssistantMessage, ReplyFormat, ReplyHandle, Verbatim
+from mlxchat.tui.widgets.sources import SourcesPanel
 
 NoticeLevel = Literal["info", "warning", "error"]
 
@@ -78,6 +71,13 @@ class PendingMessage(UserMessage):
     LABEL = "you · waiting for the model to load · escape withdraws it"
 
 
+class Place(Widget):
+    """Where a message sent goes once it is committed: what is said meanwhile
+    (a command typed after it) goes under it. Takes no room."""
+
+    DEFAULT_CSS = "Place { display: none; }"
+
+
 class SystemMessage(PlainMessage):
     LABEL = "system prompt"
 
@@ -97,99 +97,6 @@ class ToolResultMessage(Vertical):
         return self.query_one(ToolResultBlock)
 
 
-class _OnePass:
-    """Growing as text streams in, without a second layout pass: the pass that
-    found the new size has laid out the widget and what it holds already, but
-    Textual's default asks for another whole-screen pass, which doubled the
-    cost of each streamed update (bench/tui.py)."""
-
-    def _size_updated(self, size, virtual_size, container_size, layout: bool = True) -> bool:
-        return super()._size_updated(size, virtual_size, container_size,  # type: ignore[misc]
-                                     layout=False)
-
-
-class GrowingParagraph(_OnePass, MarkdownParagraph):
-    """A paragraph of a reply."""
-
-
-def _shared_parser() -> MarkdownIt:
-    """Textual's own parser ("gfm-like"), built once: Markdown builds a new one
-    for every streamed update otherwise (~0.35 ms each here); parsing keeps
-    no state in it."""
-    global _PARSER
-    if _PARSER is None:
-        _PARSER = MarkdownIt("gfm-like")
-    return _PARSER
-
-
-_PARSER: MarkdownIt | None = None
-
-
-class ReplyMarkdown(_OnePass, Markdown):
-    """A reply's Markdown."""
-
-    def __init__(self, markdown: str | None = None, **kwargs) -> None:
-        super().__init__(markdown, parser_factory=_shared_parser, **kwargs)
-
-    def get_block_class(self, block_name: str) -> type[MarkdownBlock]:
-        if block_name == "paragraph_open":
-            return GrowingParagraph
-        return super().get_block_class(block_name)
-
-
-class AssistantMessage(_OnePass, Vertical):
-    """A reply: its folded reasoning, the Markdown answer, then a footer with
-    '(stopped)' and the turn's stats."""
-
-    def __init__(self, text: str = "", *, label: str = "assistant",
-                 stats: TurnStats | None = None, cancelled: bool = False,
-                 reasoning: str | None = None, shown: str | None = None) -> None:
-        super().__init__(classes="message")
-        self.text = text
-        self.shown = text if shown is None else shown
-        """The Markdown on screen: the text, its tool calls formatted."""
-        self.label = label
-        self.stats = stats
-        self.cancelled = cancelled
-        self.reasoning = reasoning or ""
-
-    def compose(self) -> ComposeResult:
-        yield Static(self.label, classes="message-label", markup=False)
-        yield ThinkingBlock(self.reasoning, self.stats)
-        yield ReplyMarkdown(self.shown, classes="message-body")
-        yield Static(self._footer(), classes="message-footer")
-
-    @property
-    def markdown(self) -> Markdown:
-        return self.query_one(Markdown)
-
-    @property
-    def thinking(self) -> ThinkingBlock:
-        return self.query_one(ThinkingBlock)
-
-    def set_footer(self, stats: TurnStats | None, cancelled: bool) -> None:
-        self.stats, self.cancelled = stats, cancelled
-        thinking = self.thinking
-        thinking.stats, thinking.live = stats, False
-        thinking.show()
-        footer = self.query_one(".message-footer", Static)
-        footer.update(self._footer())
-        footer.display = bool(stats or cancelled)
-
-    def on_mount(self) -> None:
-        self.query_one(".message-footer").display = bool(self.stats or self.cancelled)
-
-    def _footer(self) -> Content:
-        parts: list[tuple[str, str] | str] = []
-        if self.cancelled:
-            parts.append(("(stopped)", "$warning italic"))
-        if self.stats is not None:
-            if parts:
-                parts.append("  ")
-            parts.append(transcript_stats_line(self.stats))
-        return Content.assemble(*parts)
-
-
 class NoticeMessage(Static):
     """A command result or an error: one short, plain text block."""
 
@@ -199,70 +106,6 @@ class NoticeMessage(Static):
             text = str(text) or type(text).__name__
         super().__init__(text, markup=False, classes=f"notice -{level}")
         self.level = level
-
-
-class ReplyFormat(Protocol):
-    """A streaming reply's text -> the Markdown to append (``models.tools.CallStream``)."""
-
-    def add(self, fragment: str) -> str: ...
-
-    def finish(self) -> str: ...
-
-
-class Verbatim:
-    """Text shown as it comes."""
-
-    def add(self, fragment: str) -> str:
-        return fragment
-
-    def finish(self) -> str:
-        return ""
-
-
-class ReplyHandle:
-    """Streams one assistant reply: ``append`` fragments, then ``finish`` once.
-    The answer's Markdown only grows: a tool call's markup is held back by the
-    transcript's ``reply_format`` and appended as a block once complete."""
-
-    def __init__(self, transcript: Transcript, message: AssistantMessage) -> None:
-        self.transcript = transcript
-        self.message = message
-        self.text = message.text
-        self.finished = False
-        self._stream = Markdown.get_stream(message.markdown)
-        self._format = transcript.reply_format()
-        self.sources = transcript.last_sources
-        """What the message it answers retrieved: its [n] name their files once done."""
-
-    async def append(self, fragment: str, part: str = "answer") -> None:
-        if self.finished:
-            raise RuntimeError("append() after finish()")
-        if part == "reasoning":
-            thinking = self.message.thinking
-            thinking.text += fragment
-            self.message.reasoning = thinking.text
-            thinking.live = True
-            thinking.show()
-            return
-        if self.message.thinking.live:
-            self.message.thinking.live = False
-            self.message.thinking.show()
-        self.text += fragment
-        await self._stream.write(self._format.add(fragment))
-
-    async def finish(self, stats: TurnStats | None = None, *, cancelled: bool = False) -> None:
-        """End the stream; a cancelled reply keeps the text written so far (a
-        call cut short as it was written)."""
-        if self.finished:
-            return
-        self.finished = True
-        await self._stream.write(self._format.finish())
-        await self._stream.stop()
-        self.message.text = self.text
-        shown = self.message.shown = self.transcript.shown(self.text, self.sources)
-        if shown.strip("\n") != (self.message.markdown.source or "").strip("\n"):
-            await self.message.markdown.update(shown)  # the stream told it otherwise
-        self.message.set_footer(stats, cancelled)
 
 
 class Transcript(VerticalScroll):
@@ -343,19 +186,40 @@ class Transcript(VerticalScroll):
     async def clear(self) -> None:
         await self.remove_children()
 
+    def hold_place(self) -> Place:
+        """Keep the place of a message being sent (counted now: a notice said
+        meanwhile is kept after it)."""
+        place = Place()
+        self._shown += 1
+        self.mount(place)
+        return place
+
+    def give_up_place(self, place: Place | None) -> None:
+        """The message was not sent after all."""
+        if place is not None and place.is_attached:
+            self._shown -= 1
+            place.remove()
+
     async def add_user(self, text: str, *, pending: bool = False,
                        sources: list[Source] | None = None, forecast_s: float | None = None,
                        left_out: int = 0, budget: int | None = None,
-                       images: tuple[ImageRef, ...] = ()) -> UserMessage:
-        """A sent message (``text`` as stored; with ``sources``, what it retrieved)."""
+                       images: tuple[ImageRef, ...] = (), place: Place | None = None,
+                       ) -> UserMessage:
+        """A sent message (``text`` as stored; with ``sources``, what it
+        retrieved), at its ``place`` while that is still on screen."""
         if pending:
             widget: UserMessage = PendingMessage(text)
         else:
             self.last_sources = sources
-            self._shown += 1
             widget = UserMessage(text, sources=sources, forecast_s=forecast_s,
                                  left_out=left_out, budget=budget, images=images)
-        await self.mount(widget)
+        if place is not None and place.is_attached:  # counted already
+            await self.mount(widget, before=place)
+            await place.remove()
+        else:
+            if not pending:
+                self._shown += 1
+            await self.mount(widget)
         self.anchor()  # sending a message brings the view back to the bottom
         return widget
 
@@ -364,7 +228,8 @@ class Transcript(VerticalScroll):
         self._shown += 1
         await self.mount(widget)
         self.anchor()
-        return ReplyHandle(self, widget)
+        return ReplyHandle(widget, reply_format=self.reply_format(),
+                           shown=partial(self.shown, sources=self.last_sources))
 
     def toggle_last_fold(self) -> bool:
         """Fold or unfold the last reasoning or tool result; False: there is none."""
@@ -374,11 +239,14 @@ class Transcript(VerticalScroll):
             blocks[-1].toggle()
         return bool(blocks)
 
-    async def add_results(self, messages: Iterable[Message]) -> None:
-        """Tool results the app's loop stored, or a compaction's summary, folded."""
+    async def add_results(self, messages: Iterable[Message], *,
+                          before: Place | None = None) -> None:
+        """Tool results the app's loop stored, or a compaction's summary (``before``
+        the place of the message it made room for), folded."""
         widgets = [self._message_widget(m) for m in messages]
         self._shown += len(widgets)
-        await self.mount_all(widgets)
+        at = before if before is not None and before.is_attached else None
+        await (self.mount_all(widgets, before=at) if at else self.mount_all(widgets))
         self.anchor()
 
     async def add_notice(self, text: str | BaseException,
