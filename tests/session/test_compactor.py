@@ -6,6 +6,8 @@ to drop_oldest said when the summary was not written in time."""
 
 from __future__ import annotations
 
+import threading
+
 from mlxchat.chat import model_view
 from mlxchat.engine.core import ChatEngine
 from mlxchat.engine.events import TextDelta, TurnDone
@@ -13,6 +15,7 @@ from mlxchat.engine.prompt.fit import FittedPrompt
 from mlxchat.generation import GenerationSettings
 
 from tests.session.compacting import fill, last, make, question, settled, until_switch
+from tests.waiting import until
 
 
 def test_the_threshold_starts_the_preparation_after_a_turn_never_during_it(tiny, tmp_path):
@@ -104,16 +107,49 @@ def test_undo_returns_to_the_branch_exactly(tiny, tmp_path):
     conv.close(compact=False)
 
 
+def _under_way(conv) -> None:
+    """A preparation started and given way before its summary's first token
+    (other work was queued on the engine): under way, nothing written."""
+    worker, held, gate = conv.engine._worker, threading.Event(), threading.Event()
+    worker.later(lambda: (held.set(), gate.wait(30)))
+    held.wait(30)
+    step = threading.Thread(target=conv.compactor.step)
+    step.start()
+    until(worker.others_waiting)  # the preparation's job, in line behind the held one
+    behind = worker.later(lambda: None)
+    gate.set()
+    step.join(30)
+    behind.result(30)
+
+
 def test_a_message_sent_before_the_summary_is_written_drops_the_oldest_and_says_so(
         tiny, tmp_path):
-    conv = make(tiny, tmp_path / "s.db", compact_at=95)  # past 95%: no idle time at all
-    for i in range(40):
-        done = last(conv.turns.send(question(i)))
-        if done.stats.compaction:
+    conv = make(tiny, tmp_path / "s.db", ahead=False)
+    i = 0
+    while True:  # until the next message overflows the window
+        plan = conv.ledger(conv.engine).plan_message(conv.messages, question(i))
+        if plan.overflow:
             break
-    assert done.stats.compaction.startswith("compaction not ready")
+        last(conv.turns.send(question(i)))
+        i += 1
+    _under_way(conv)
+    assert conv.compactor.status().state == "waiting" and conv.compactor._prep.summary is None
+    conv.compactor.ahead = True
+    done = last(conv.turns.send(question(i)))
+    assert done.stats.compaction.startswith("compaction not ready (its summary was being "
+                                            "written: 0 of at most")
     assert done.stats.compaction.endswith("the oldest messages were left out instead")
     assert done.stats.dropped_messages > 0
+    assert not any(m.role == "summary" for m in conv.messages)
+    conv.close(compact=False)
+
+
+def test_a_message_past_the_window_with_nothing_prepared_waits_for_the_compaction(
+        tiny, tmp_path):
+    conv = make(tiny, tmp_path / "s.db", compact_at=95)  # past 95%: no idle time at all
+    done, _ = until_switch(conv)
+    assert done.stats.compaction.endswith("(prepared in this turn)")
+    assert done.stats.dropped_messages == 0
     conv.close(compact=False)
 
 
@@ -141,3 +177,4 @@ def test_nothing_to_compact_is_refused_and_changes_nothing(tiny, tmp_path):
     except Exception as exc:  # noqa: BLE001
         assert "nothing to undo" in str(exc)
     conv.close(compact=False)
+

@@ -12,7 +12,7 @@ in front of the compacted conversation as they were.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from mlxchat.chat import Message, latest_summary
 
@@ -49,8 +49,11 @@ def _ledger_floor(branch: Sequence[Message]) -> int:
                default=0)
 
 
-def plan_compaction(branch: Sequence[Message], *, window: int) -> CompactPlan | str:
-    """The compaction of ``branch`` to prepare now, or why there is none."""
+def plan_compaction(branch: Sequence[Message], *, window: int,
+                    count: Callable[[Message], int] = lambda m: len(m.token_ids or ())
+                    ) -> CompactPlan | str:
+    """The compaction of ``branch`` to prepare now, or why there is none;
+    ``count``: the tokens a message takes (its ledger ids, where it has them)."""
     at = latest_summary(branch)
     view_start = at - branch[at].compaction.kept if at is not None else 0  # type: ignore[union-attr]
     floor = max(_ledger_floor(branch), view_start + 1)
@@ -61,7 +64,7 @@ def plan_compaction(branch: Sequence[Message], *, window: int) -> CompactPlan | 
         return "nothing to summarize yet: the conversation is one exchange since its start"
     first = candidates[-1]
     for i in reversed(candidates):
-        if sum(len(m.token_ids or ()) for m in branch[i:] if m.role != "summary") > keep:
+        if sum(count(m) for m in branch[i:] if m.role != "summary") > keep:
             break
         first = i
     earlier = branch[at].content if at is not None else None

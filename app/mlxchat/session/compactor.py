@@ -126,7 +126,7 @@ class Compactor:
         """Indexes what the summary will stand for, while it is prepared."""
         self.ahead = True
         """Prepare in idle time after turns; False (``mlxchat ask``, with no idle
-        time): a message that overflows waits while it is prepared."""
+        time): a message that overflows waits while it is prepared, always."""
         self.on_change: Callable[[], None] = lambda: None
         """Called (from the preparing thread) when the preparation moves on."""
         self._prep: Preparation | None = None
@@ -221,6 +221,8 @@ class Compactor:
             finally:
                 prep.seconds += time.perf_counter() - t0
             self.on_change()
+            if self._prep is not prep:
+                return True  # it could not be: nothing more to do for this branch
         if not prep.indexed:  # outside the lock: a message sent meanwhile never waits for it
             prep.indexed = True
             self._recall.index(prep.plan.messages)
@@ -239,11 +241,15 @@ class Compactor:
         self._prep, self._why_not = None, ""
         settings = self._open.generation
         window = self._engine.prompts.window(settings)
-        plan = plan_compaction(branch, window=window)
+        tokenizer = self._engine.loaded.tokenizer
+
+        def count(m: Message) -> int:  # a history an API client sent has no ids yet
+            return len(m.token_ids) if m.token_ids is not None else len(
+                tokenizer.encode(m.content, add_special_tokens=False))
+        plan = plan_compaction(branch, window=window, count=count)
         if isinstance(plan, str):
             self._why_not = plan
             return None
-        tokenizer = self._engine.loaded.tokenizer
         request = summary_request(plan.messages, earlier=plan.earlier, window=window, count=lambda
                                   text: len(tokenizer.encode(text, add_special_tokens=False)))
         prompt = self._engine.prompts.message_ids(
@@ -285,12 +291,17 @@ class Compactor:
     # -- switching ---------------------------------------------------------------------------
     def at_overflow(self) -> tuple[Switched | None, str]:
         """A message does not fit: switch to the compaction when its summary
-        is written (the turn prefills whatever of it was not prepared yet), or
-        prepare it now where there is no idle time (``ahead`` off). The switch,
-        or None and why the oldest messages are left out instead."""
+        is written (the turn prefills whatever of it was not prepared yet);
+        prepare it now, in the turn, when nothing was prepared for this branch
+        (a message that jumped past the threshold and the window at once, a
+        new API conversation, ``mlxchat ask``); fall back while a preparation
+        is under way and its summary not written yet. The switch, or None and
+        why the oldest messages are left out instead."""
         self.pause()
         with self._lock:
-            if not self.ahead:
+            started = self._prep is not None and self._prep.plan.holds_for(
+                self._open.messages) and self._prep.key == self._open.ledger(self._engine).key
+            if not started or not self.ahead:
                 self._finish_now()
             prep = self._current()
             if prep is None:
@@ -301,7 +312,7 @@ class Compactor:
             switched = self._switch(prep, "auto")
             if switched is None:
                 return None, f"no compaction ({self._why_not})"
-            return switched, switched.note(ahead=self.ahead)
+            return switched, switched.note(ahead=started and self.ahead)
 
     def _finish_now(self) -> None:
         self._halt.clear()

@@ -229,15 +229,17 @@ class Ledger:
     def compacted(self, branch: Sequence[Message], first: int, summary: str) -> list[int] | None:
         """The ledger of ``branch`` once compacted: the system part and
         ``summary`` in front of ``branch[first]`` (a user message), rendered as
-        a first message, then every later message's ids as they were sent.
-        None when a later message has none to give (another ledger, or a new
-        one started after ``first``)."""
+        a first message, then every later message's ids as they were sent;
+        where a later message has none to give (a history an API client sent,
+        another ledger), all of it rendered once, to the last reply's end
+        token. None when neither can be (an image, no reply at the end)."""
         ids, _ = branch_ids(branch, self.key)
         later = [m for m in branch[first + 1:] if m.role != "summary"]
+        head = branch[first]
         if ids is None or any(m.ledger_start or m.token_ids is None or m.ledger_key != self.key
                               for m in later):
-            return None
-        head = branch[first]
+            return self._compacted_render([replace(
+                head, content=summary_block(summary) + "\n\n" + head.content), *later])
         try:
             opening = self.engine.prompts.message_ids(
                 summary_block(summary) + "\n\n" + head.content,
@@ -246,6 +248,17 @@ class Ledger:
         except TemplateNotIncremental:
             return None
         return opening + [t for m in later for t in (m.token_ids or ())]
+
+    def _compacted_render(self, view: list[Message]) -> list[int] | None:
+        """``view`` after the system part through the template, cut after the
+        last reply's end token: what a ledger holds (a reply's ids end with the
+        end token sampled; the next message's render adds the rest)."""
+        if not view or view[-1].role != "assistant" or any(m.images for m in view):
+            return None
+        tokens = self.engine.prompts.render_tokens(self._with_system(view), options=self.options)
+        ends = set(self.engine.loaded.tokenizer.eos_token_ids)
+        cut = max((i for i, t in enumerate(tokens) if t in ends), default=None)
+        return None if cut is None else tokens[:cut + 1]
 
     def opened(self, plan: Plan, text: str | None) -> Plan:
         """``plan`` with its reply begun by ``text`` (None or empty: as it is):
