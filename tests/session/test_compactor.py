@@ -178,3 +178,23 @@ def test_nothing_to_compact_is_refused_and_changes_nothing(tiny, tmp_path):
         assert "nothing to undo" in str(exc)
     conv.close(compact=False)
 
+
+def test_a_compaction_whose_kept_messages_leave_no_room_is_compacted_again(tiny, tmp_path):
+    conv = make(tiny, tmp_path / "s.db")
+    i = 0
+    while settled(conv) != "ready":
+        fill(conv, 1, i)
+        i += 1
+    conv.compactor.ahead = False  # the preparation stays as it was: later messages are kept
+    while not conv.ledger(conv.engine).plan_message(conv.messages, question(i)).overflow:
+        last(conv.turns.send(question(i)))
+        i += 1
+    # A message past the window that the messages kept since leave no room for.
+    long = "Now a long one: " + "tell me everything about every topic so far. " * 6
+    done = last(conv.turns.send(long))
+    notes = done.stats.compaction.split("; ")
+    assert len(notes) == 2 and all(n.startswith("compacted: ") for n in notes), notes
+    assert done.stats.dropped_messages == 0 and done.stats.miss_reason is None
+    assert [m.role for m in conv.messages].count("summary") == 2
+    assert done.stats.prefilled_tokens < done.stats.context_used
+    conv.close(compact=False)

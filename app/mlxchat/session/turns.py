@@ -32,6 +32,7 @@ from mlxchat.session.pending import PendingReply, UnsavedReplies
 from mlxchat.session.pins import PinnedDocs
 from mlxchat.session.recall import RECALLED, Recall
 from mlxchat.session.retrieval import Retrieval
+from mlxchat.session.window_fit import fit_window
 from mlxchat.sources import Source, with_sources, without_sources
 from mlxchat.store import SessionStore, StoreError, StoreLocked
 from mlxchat.store.image_files import store_image
@@ -252,22 +253,13 @@ class TurnRunner:
         return self._open.ledger(self._engine)
 
     def _fitting(self, plan_for: Callable[[list[Message]], Plan]) -> Plan:
-        """The plan for new messages after the branch; when they overflow the
-        window under ``context_policy compact``, after the branch's compaction
-        (``Compactor.at_overflow``), or as the fallback planned it, and why."""
+        """The plan for new messages after the branch, compacted where they
+        overflow the window (``window_fit``); what the window did is kept for
+        the turn's figures."""
         self._compactor.pause()  # the turn goes first
-        self._compaction_note, self.switched = None, None
-        plan = plan_for(self._open.messages)
-        settings = self._open.generation
-        if plan.overflow and settings.context_policy == "compact" \
-                and settings.history == "ledger":
-            switched, self._compaction_note = self._compactor.at_overflow()
-            if switched is not None:
-                self.switched = self._open.messages[-1]
-                plan = plan_for(self._open.messages)
-            else:
-                self._compaction_note += ": the oldest messages were left out instead"
-        return plan
+        fitted = fit_window(plan_for, self._open, self._compactor)
+        self._compaction_note, self.switched = fitted.note, fitted.switched
+        return fitted.plan
 
     def _take_asks(self) -> NextReply:
         """What was asked of the next reply, taken (the one after asks nothing)."""
