@@ -59,6 +59,17 @@ def test_nothing_comes_back_when_nothing_matches_or_recall_is_off(tiny, tmp_path
     conv.close(compact=False)
 
 
+def test_a_turn_of_messages_after_a_recall_reports_none_of_it(tiny, tmp_path):
+    from mlxchat.chat import Message
+
+    conv = _compacted(tiny, tmp_path / "s.db")
+    last(conv.turns.send("Where does Ada live?"))
+    assert conv.recall.report()  # what the server's reply lists under 'recalled'
+    last(conv.turns.send_turn([Message("user", "Thanks.")]))
+    assert conv.recall.report() == []
+    conv.close(compact=False)
+
+
 def test_what_drop_oldest_left_out_is_recalled_too(tiny, tmp_path):
     conv = make(tiny, tmp_path / "s.db", policy="drop_oldest", recall=True)
     for fact in FACTS:

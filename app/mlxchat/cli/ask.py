@@ -217,8 +217,7 @@ def _recalled(conv: Conversation, *, quiet: bool) -> list[dict]:
         print("\n".join([f"recalled from earlier in this conversation: {len(found)} passages, "
                          f"{sum(s.tokens for s in found):,} tokens"]
                         + [f"  {s.describe(best=best)}" for s in found]), file=sys.stderr)
-    return [{"text": s.text, "message_id": conv.recall.message_id(s), "tokens": s.tokens,
-             "score": s.score, "n": s.n} for s in found]
+    return conv.recall.report()
 
 
 def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) -> dict:

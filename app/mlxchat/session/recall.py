@@ -133,6 +133,12 @@ class Recall:
         word = source.path.split()[1]
         return int(word) if word.isdigit() else None
 
+    def report(self) -> list[dict]:
+        """What the last message recalled, as a script reads it: each passage's
+        text, the message it came from, its tokens, score and number."""
+        return [{"text": s.text, "message_id": self.message_id(s), "tokens": s.tokens,
+                 "score": s.score, "n": s.n} for s in self.last]
+
     def budget(self) -> int:
         window = self._engine.prompts.window(self._open.generation)
         return max(MIN_BUDGET, window // RECALL_SHARE)

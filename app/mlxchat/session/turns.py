@@ -160,6 +160,7 @@ class TurnRunner:
         tools = next((i for i, r in enumerate(results) if r.role != "tool"), len(results))
         if not tools or any(r.role not in ("user", "system") for r in results[tools:]):
             raise ConversationError("Tool results need at least one message of role 'tool'.")
+        self._recall.last = []  # results bring nothing back: none said of the message before
         plan = self._ledger().opened(self._fitting(
             lambda branch: self._ledger().plan_results(branch, results)), asked.prefill)
         return self._commit_and_run(results, plan, asked)
@@ -172,6 +173,7 @@ class TurnRunner:
         self._unsaved.require_saved()
         if not messages or any(m.role not in ("user", "system") for m in messages):
             raise ConversationError("A turn is user and system messages.")
+        self._recall.last = []
         plan = self._ledger().opened(self._fitting(
             lambda branch: self._ledger().plan_turn(branch, messages)), asked.prefill)
         return self._commit_and_run(messages, plan, asked)
