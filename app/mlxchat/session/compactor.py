@@ -106,8 +106,13 @@ class Switched:
     """Tokens of the compacted conversation the live cache holds after the switch."""
     tokens: int
 
-    def note(self, *, ahead: bool) -> str:
+    def note(self, *, ahead: bool, written: int = 0) -> str:
+        """``ahead``: its summary was written before the turn; ``written``: else,
+        the summary's tokens written ahead (0: nothing was prepared)."""
         words = f"compacted: {self.compaction.headline()}"
+        if written:
+            return words + f" (its summary finished in this turn: {written:,} of its " \
+                "tokens were written ahead)"
         if not ahead:
             return words + " (prepared in this turn)"
         if self.held >= self.tokens:
@@ -290,29 +295,31 @@ class Compactor:
 
     # -- switching ---------------------------------------------------------------------------
     def at_overflow(self) -> tuple[Switched | None, str]:
-        """A message does not fit: switch to the compaction when its summary
-        is written (the turn prefills whatever of it was not prepared yet);
-        prepare it now, in the turn, when nothing was prepared for this branch
-        (a message that jumped past the threshold and the window at once, a
-        new API conversation, ``mlxchat ask``); fall back while a preparation
-        is under way and its summary not written yet. The switch, or None and
-        why the oldest messages are left out instead."""
+        """A message does not fit: switch to the compaction, finishing in this
+        turn whatever of it was not prepared yet (its summary, where it was
+        still being written, or all of it where nothing was prepared for this
+        branch: a message that jumped past the threshold and the window at
+        once, a new API conversation, ``mlxchat ask``). Waiting costs at most
+        the rest of a summary and about a fifth of the window prefilled; the
+        fallback would prefill nearly the whole window again. The switch, or
+        None and why the oldest messages are left out instead."""
         self.pause()
         with self._lock:
-            started = self._prep is not None and self._prep.plan.holds_for(
-                self._open.messages) and self._prep.key == self._open.ledger(self._engine).key
-            if not started or not self.ahead:
+            prep = self._prep
+            if prep is not None and not (prep.plan.holds_for(self._open.messages)
+                                         and prep.key == self._open.ledger(self._engine).key):
+                prep = None  # planned for another branch: nothing was prepared for this one
+            ahead = prep is not None and self.ahead and prep.summary is not None
+            written = len(prep.written) if prep is not None and prep.summary is None else 0
+            if not ahead:
                 self._finish_now()
             prep = self._current()
-            if prep is None:
+            if prep is None or prep.summary is None:
                 return None, f"no compaction ({self._why_not or 'nothing to summarize'})"
-            if prep.summary is None:
-                written = f"{len(prep.written)} of at most {prep.max_tokens} tokens"
-                return None, f"compaction not ready (its summary was being written: {written})"
             switched = self._switch(prep, "auto")
             if switched is None:
                 return None, f"no compaction ({self._why_not})"
-            return switched, switched.note(ahead=started and self.ahead)
+            return switched, switched.note(ahead=ahead, written=written)
 
     def _finish_now(self) -> None:
         self._halt.clear()
