@@ -89,4 +89,5 @@ def test_adopt_hands_over_only_a_longer_match(tiny):
     engine.prepared.extend(other)
     assert engine.prepared.adopt(other + [5, 6]) == len(other)
     assert engine.cached_tokens == other and turn.stats.generated_tokens > 0
+    assert engine.state().cached_tokens == len(other)  # the gauges read the adopted cache
     engine.close()

@@ -96,7 +96,8 @@ class ChatEngine:
         """Renders, deltas and the window for the model held now (no MLX)."""
         self.prepared = PreparedCache(worker=self._worker, pipeline=self._pipeline,
                                       loaded=lambda: self._loaded, live=lambda: self._live,
-                                      refusal=lambda: self._ranks.refusal("compaction"))
+                                      refusal=lambda: self._ranks.refusal("compaction"),
+                                      adopted=self._refresh_state)
         """A second cache filled in idle time: a compacted conversation, its summary."""
         # The tower run for images as they are attached, before the turn.
         self.images = EarlyImages(later=self._worker.later, loaded=lambda: self._loaded,

@@ -49,9 +49,12 @@ class PreparedCache:
 
     def __init__(self, *, worker: EngineThread, pipeline: TurnPipeline,
                  loaded: Callable[[], LoadedModel], live: Callable[[], LiveCache],
-                 refusal: Callable[[], str | None]):
+                 refusal: Callable[[], str | None],
+                 adopted: Callable[[], None] = lambda: None):
+        # ``adopted``: called on the engine thread once this cache is the live one
+        # (the gauges' figures are read again).
         self._worker, self._pipeline, self._loaded, self._live = worker, pipeline, loaded, live
-        self._refusal = refusal
+        self._refusal, self._adopted = refusal, adopted
         self._cache: LiveCache | None = None
         self._prompt: list[int] = []
         """The prompt whose answer is being written (the cache holds it first)."""
@@ -183,6 +186,7 @@ class PreparedCache:
             if ours == len(cache.tokens):
                 live.adopt(cache.layers, cache.tokens, (), "warm")
                 theirs = ours
+                self._adopted()
         self._forget()
         return theirs
 
