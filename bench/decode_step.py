@@ -2,7 +2,7 @@
 where its time goes.
 
     .venv/bin/python bench/decode_step.py [--model smollm2-135m] [--mode auto]
-        [--context 200] [--steps 24] [--rounds 3]
+        [--context 200] [--steps 24] [--rounds 3] [--paths native,int8]
 
 Ops are counted from the step's graph: the sampled token and the KV cache's
 arrays, every unevaluated array back to the weights, as ``mx.export_to_dot``
@@ -17,6 +17,12 @@ built: ``make model``). ``--mode`` is the ``cpu_matmul`` setting. The last
 line is: decode_ops_per_step=N [decode_ops_per_step_fused=N] step_ms=X
 [step_ms_fused=X] cpu_ms=X [cpu_ms_fused=X] (the process's CPU time a step,
 every thread: less swayed by other processes) matmul_ms=X dispatch_us=X load=X
+
+``--paths A,B`` alternates matmul paths instead (every quantized layer on
+each in turn, the fused ops on), e.g. ``native,int8``: the float32 kernel
+against the int8 one; the figures are named by path, with
+``step_ratio_A_over_B`` and ``cpu_ratio_A_over_B`` (the first path's time
+over each other's: above 1, the other is faster).
 """
 
 from __future__ import annotations
@@ -128,17 +134,33 @@ def step_ops(model, cache: list) -> Counter:
     return ops
 
 
-def measure(spec: str, mode: str, context: int, steps: int, rounds: int) -> dict:
+def switch(model, name: str, paths: list[str]) -> None:
+    """Put the step on variant ``name``: MLX's own fast ops or the fused ones,
+    or (``paths``) every quantized layer on that matmul path, fused ops on."""
+    from mlxchat.models import cpu_matmul as cm
+    from mlxchat.native import fused
+
+    if not paths:
+        fused.install() if name == "fused" else fused.uninstall()
+        return
+    fused.install()
+    for _, layer in cm.quantized_layers(model):
+        cm.set_path(layer, cm.Path(prefill=name, decode=name))
+
+
+def measure(spec: str, mode: str, context: int, steps: int, rounds: int,
+            paths: list[str] | None = None) -> dict:
     """Each variant (MLX's own fast ops, then the fused ones when the extension
-    is built) alternating ``rounds`` times: its ops and step split."""
+    is built; or each of ``paths``) alternating ``rounds`` times: its ops and
+    step split."""
     from mlxchat.native import fused
 
     model, cache, plan = prepared(spec, mode, context)
-    variants = ["mlx"] + (["fused"] if fused.install() else [])
+    variants = paths or ["mlx"] + (["fused"] if fused.install() else [])
     found: dict[str, dict] = {}
     for _ in range(rounds):
         for name in variants:
-            fused.install() if name == "fused" else fused.uninstall()
+            switch(model, name, paths or [])
             ops = step_ops(model, cache)
             split = step_split(model, cache, steps)
             seen = found.setdefault(name, {"ops": ops, "step": [], "python": [], "eval": [],
@@ -156,13 +178,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--mode", default="auto",
-                    choices=("auto", "quantized", "dequantized", "native"))
+                    choices=("auto", "quantized", "dequantized", "native", "int8"))
+    ap.add_argument("--paths", default="", help="matmul paths to alternate, e.g. native,int8")
     ap.add_argument("--context", type=int, default=200)
     ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     load = os.getloadavg()[0]
-    r = measure(a.model, a.mode, a.context, a.steps, a.rounds)
+    paths = [p for p in a.paths.split(",") if p]
+    r = measure(a.model, a.mode, a.context, a.steps, a.rounds, paths)
     print(f"load average {load:.2f}; {a.model}, {a.context}-token context; {r['plan']}")
     print(f"quantized layers alone {r['matmul'] * 1e3:.1f} ms a step; one trivial op "
           f"{r['dispatch_us']:.1f} us")
@@ -180,6 +204,9 @@ def main() -> int:
     for key in ("step", "cpu"):
         figures.update({f"{key}_ms{'' if k == 'mlx' else '_' + k}": round(v[key] * 1e3, 2)
                         for k, v in r["variants"].items()})
+        for other in paths[1:]:
+            first = r["variants"][paths[0]][key] / r["variants"][other][key]
+            figures[f"{key}_ratio_{paths[0]}_over_{other}"] = round(first, 3)
     print(" ".join(f"{k}={v}" for k, v in figures.items())
           + f" matmul_ms={r['matmul'] * 1e3:.2f} dispatch_us={r['dispatch_us']:.2f} "
           f"load={os.getloadavg()[0]:.2f}")

@@ -10,6 +10,9 @@ is timed; then the perplexity of those ids is measured three ways:
 
 - the imported model (its quantized layers' weights dequantized for the pass:
   the very values ``quantized_matmul`` reads, through the BLAS for speed);
+  and, where the native kernel is built, again on its int8 path (the
+  activations rounded to int8 per block of 32, as llama.cpp's CPU path does:
+  ``cpu_matmul=int8``);
 - mlx-lm's float32 model holding ``gguf.quants.dequantize`` of every tensor,
   with llama.cpp's converter's changes undone (Gemma's ``1 + w`` norms, Llama's
   q/k row order): the file's exact values;
@@ -19,8 +22,9 @@ is timed; then the perplexity of those ids is measured three ways:
 
 Also printed: per GGUF tensor type, what the import made of it and its error
 against the file's values. The last line is: ratios: import_ppl_ratio=X
-[vs_llamacpp_ppl=X] import_s_per_gb=X perplexity=X (a broken import reads in
-the thousands). Mixture-of-experts files are measured by bench/moe_figures.py.
+[vs_llamacpp_ppl=X] [int8_ppl_ratio=X (int8 over the float32 import)]
+[vs_llamacpp_ppl_int8=X] import_s_per_gb=X perplexity=X (a broken import
+reads in the thousands). Mixture-of-experts files are measured by bench/moe_figures.py.
 """
 
 from __future__ import annotations
@@ -77,13 +81,14 @@ def llamacpp_perplexity(python: str, path: Path, ids: list[int]) -> float:
     return json.loads(out.stdout.strip().splitlines()[-1])["perplexity"]
 
 
-def imported_perplexity(loaded, ids: list[int]) -> float:
+def imported_perplexity(loaded, ids: list[int], path: str = "dequantized") -> float:
     """The imported model's perplexity, each quantized layer's weight dequantized for
-    the pass (exactly what quantized_matmul computes with; the BLAS is faster)."""
+    the pass (exactly what quantized_matmul computes with; the BLAS is faster), or
+    on another cpu_matmul ``path`` (``int8``)."""
     from mlxchat.models import cpu_matmul as cm
 
     for _, layer in cm.quantized_layers(loaded.model):
-        cm.set_path(layer, cm.Path(prefill=cm.DEQUANTIZED))
+        cm.set_path(layer, cm.Path(prefill=path, decode=path))
     try:
         return perplexity(loaded.model, ids)
     finally:
@@ -137,6 +142,9 @@ def measure(path: Path, work: Path, python: str | None) -> int:
     config = json.loads((work / "mlx" / "config.json").read_text())
     ids = passage_ids(loaded.tokenizer)
     ours = imported_perplexity(loaded, ids)
+    from mlxchat import native
+
+    int8 = imported_perplexity(loaded, ids, "int8") if native.module() is not None else None
     del loaded
     exact = perplexity(float_reference(path, config), ids)
     theirs = llamacpp_perplexity(python, path, ids) if python else None
@@ -145,8 +153,12 @@ def measure(path: Path, work: Path, python: str | None) -> int:
           f"{seconds:.1f} s; perplexity over {len(ids)} tokens of pydoc's threading text: "
           f"imported {ours:.3f}, float32 decode of the file {exact:.3f}, llama.cpp "
           + (f"{theirs:.3f}" if theirs else
-             "skipped (llama-cpp-python not importable: --llamacpp-python)"))
+             "skipped (llama-cpp-python not importable: --llamacpp-python)")
+          + (f"; imported on the int8 kernel {int8:.3f}" if int8 else ""))
     vs = f" vs_llamacpp_ppl={ours / theirs:.4f}" if theirs else ""
+    if int8:
+        vs += f" int8_ppl_ratio={int8 / ours:.4f}"
+        vs += f" vs_llamacpp_ppl_int8={int8 / theirs:.4f}" if theirs else ""
     print(f"ratios: import_ppl_ratio={ours / exact:.4f}{vs} import_s_per_gb="
           f"{seconds / size_gb:.1f} perplexity={ours:.2f}")
     return 0

@@ -16,7 +16,7 @@ CONTEXT_POLICIES: tuple[str, ...] = ("compact", "drop_oldest", "stop")
 HistoryMode = Literal["ledger", "template"]
 HISTORY_MODES: tuple[str, ...] = ("ledger", "template")
 SPECULATIVE_MODES: tuple[str, ...] = ("auto", "off", "draft", "lookup")
-CPU_MATMUL_MODES: tuple[str, ...] = ("auto", "quantized", "dequantized", "native")
+CPU_MATMUL_MODES: tuple[str, ...] = ("auto", "quantized", "dequantized", "native", "int8")
 TOOL_PROMPTS: tuple[str, ...] = ("template", "generic")
 
 _INT64 = 2**63
@@ -192,7 +192,9 @@ class GenerationSettings(Record):
     'dequantized' (through the BLAS in float32: per prefill chunk, and from a kept
     float32 copy where memory allows), 'native' (mlxchat's SIMD kernel on the
     packed weights where it is built and takes the layer, else quantized_matmul),
-    'auto' (per layer shape, measured on this machine once;
+    'auto' (per layer shape, the fastest exact path measured on this machine once;
+    'int8': the same with the kernel's int8 path among them, the activations
+    rounded to int8 per block of 32 as llama.cpp does: not exact;
     engine/cpu_choice.py). Not used on a GPU."""
     docs: str | None = None
     """The document collection each message retrieves from (/docs use NAME);

@@ -35,28 +35,47 @@ def fresh_figures():
     cpu_choice._MEASURED.clear()
 
 
-def test_measured_once_stored_and_reused_then_measured_again_on_another_machine(
-        tiny_q4, monkeypatch):
+def test_one_plan_per_machine_stored_reused_by_any_model_and_measured_again_elsewhere(
+        tiny_q4, tmp_path, monkeypatch):
+    from mlxchat import native
+
     times, measured = cpu_choice.shape_times(tiny_q4)
     assert measured and times
     if sys.platform.startswith("linux"):  # the native kernel (make test builds it) is timed
         assert all(t.decode_native < cpu_choice.NEVER for t in times.values())
-    stored = json.loads((cache_dir() / "cpu_matmul.json").read_text())
-    entry = stored["models"][tiny_q4.info.fingerprint]
-    assert entry["machine"] == cpu_choice.machine()
-    assert set(entry["shapes"]) == set(times)
+        assert all(t.decode_int8 < cpu_choice.NEVER for t in times.values())
+    plan = cpu_choice.plan_file()
+    assert plan.parent == cache_dir() / "cpu_plans"
+    assert plan.stem == (native.build_key() or "no-native-kernel")
+    stored = json.loads(plan.read_text())["machines"][cpu_choice.machine()]
+    assert set(stored) == set(times)
 
-    cpu_choice._MEASURED.clear()  # a new process: read from the file
-    again, measured = cpu_choice.shape_times(tiny_q4)
-    assert not measured and again == times
+    cpu_choice._MEASURED.clear()  # a new process: read from the file, nothing timed
+    other_model = load_folder(write_tiny_model(tmp_path / "again", quantize_bits=4, seed=5),
+                              name="again", spec="again")
+    with monkeypatch.context() as patched:
+        patched.setattr(cpu_choice, "measure_shape", lambda layer: pytest.fail("timed again"))
+        again, measured = cpu_choice.shape_times(tiny_q4)
+        assert not measured and again == times
+        # Another model of the same layer shapes (another fingerprint) reuses them too.
+        assert other_model.info.fingerprint != tiny_q4.info.fingerprint
+        assert cpu_choice.shape_times(other_model) == (times, False)
+        assert cpu_choice.apply(other_model, "auto").words().startswith(
+            "auto (this machine's stored plan): ")
 
-    cpu_choice._MEASURED.clear()
-    other = blas._cores() + 7
-    monkeypatch.setattr(blas, "_cores", lambda: other)
+    cpu_choice._MEASURED.clear()  # another CPU (here: its cores) measures again
+    cores = blas._cores() + 7
+    monkeypatch.setattr(blas, "_cores", lambda: cores)
     moved, measured = cpu_choice.shape_times(tiny_q4)
     assert measured and set(moved) == set(times)
-    stored = json.loads((cache_dir() / "cpu_matmul.json").read_text())
-    assert stored["models"][tiny_q4.info.fingerprint]["machine"].startswith(f"{other} cores")
+    machines = json.loads(plan.read_text())["machines"]
+    assert any(m.startswith(f"{cores} cores") for m in machines) and len(machines) == 2
+
+    cpu_choice._MEASURED.clear()  # another MLX version or kernel: another build, another plan
+    monkeypatch.setattr(native, "build_key", lambda: "mlx9.9.9-other-build")
+    assert cpu_choice.plan_file() != plan
+    assert cpu_choice.shape_times(tiny_q4)[1]
+    cm.clear(other_model.model)
 
 
 def _times(**kw) -> cpu_choice.ShapeTimes:
@@ -97,6 +116,23 @@ def test_the_native_kernel_serves_decode_and_copies_are_kept_only_where_they_bea
     assert forced["a"] == forced["b"] == cm.Path(prefill=cm.NATIVE, decode=cm.NATIVE)
 
 
+def test_the_int8_kernel_is_chosen_only_in_its_mode_and_there_where_it_is_fastest():
+    times = {"a": _times(decode_native=0.3, prefill_native=4.0, decode_int8=0.25,
+                         prefill_int8=1.0, decode_kept=1.0),
+             "b": _times(decode_native=0.3, prefill_native=2.0, decode_int8=0.35,
+                         prefill_int8=2.5, decode_kept=1.0),
+             "c": _times(decode_kept=0.95)}
+    sizes = {"a": (2, 100), "b": (1, 100), "c": (1, 100)}
+    exact, _ = cpu_choice.decide("auto", times, sizes, room=10**9)
+    assert exact["a"] == exact["b"] == cm.Path(prefill=cm.NATIVE, decode=cm.NATIVE)
+    paths, used = cpu_choice.decide("int8", times, sizes, room=10**9)
+    assert paths["a"] == cm.Path(prefill=cm.INT8, decode=cm.INT8) and used == 0
+    assert paths["b"] == cm.Path(prefill=cm.NATIVE, decode=cm.NATIVE)  # float32 is faster
+    assert paths["c"] == cm.Path(prefill=cm.DEQUANTIZED)  # the kernel does not take it
+    plan = cpu_choice.MatmulPlan(mode="int8", paths=paths)
+    assert "int8 kernel for decode in 1 and prefill in 1 of 3" in plan.words()
+
+
 def test_the_budget_leaves_the_kv_cache_at_the_whole_context(tiny_q4, monkeypatch):
     from mlxchat.models import memory
 
@@ -115,7 +151,7 @@ def test_the_setting_is_checked_and_named_in_the_turn_stats(tiny_q4):
     try:
         greedy = GenerationSettings(temperature=0.0, max_tokens=8)
         auto = run(eng, conversation(1), greedy)
-        assert auto.stats.cpu_matmul.startswith("auto: ")
+        assert auto.stats.cpu_matmul.startswith("auto (")
         assert auto.stats.blas == blas.status().words()
         plain = run(eng, conversation(1), replace(greedy, cpu_matmul="quantized"))
         assert plain.stats.cpu_matmul.startswith("quantized: prefill through the BLAS for 0 ")
@@ -123,7 +159,9 @@ def test_the_setting_is_checked_and_named_in_the_turn_stats(tiny_q4):
                        for _, layer in cm.quantized_layers(tiny_q4.model))
         assert eng.state().kept_copies_bytes == 0
         forced = run(eng, conversation(1), replace(greedy, cpu_matmul="dequantized"))
-        assert forced.reply == plain.reply == auto.reply
+        assert forced.reply == plain.reply
+        assert "int8" not in auto.stats.cpu_matmul
+        assert auto.reply == plain.reply  # auto takes exact paths only
         # What the process holds for the model counts the copies, from their arrays.
         copies = [layer.__dict__["_cpu_kept"] for _, layer in cm.quantized_layers(tiny_q4.model)
                   if layer.__dict__.get("_cpu_kept") is not None]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
+import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from mlxchat.models.testing.text import _byte_chars
@@ -107,3 +108,21 @@ def write_family_model(family: Family, folder: Path, *, seed: int = 0) -> Path:
                         eos_id=tokens.index(family.eos[0]), chat_template=family.template,
                         unk_id=0)
     return folder
+
+
+def quantized_family_model(family: Family, *, mode: str = "affine", bits: int = 4,
+                           group_size: int = 32, vocab_size: int = 96, seed: int = 3):
+    """A random ``family.model_type`` model in memory, its layers quantized
+    (``bits``, ``group_size``, ``mode``) where their width allows."""
+    config = {**_BASE, **family.config, "model_type": family.model_type,
+              "vocab_size": vocab_size}
+    module = importlib.import_module(f"mlx_lm.models.{family.model_type}")
+    mx.random.seed(seed)
+    model = module.Model(module.ModelArgs.from_dict(config))
+    kwargs = {"mode": mode} if mode != "affine" else {}
+    nn.quantize(model, group_size=group_size, bits=bits,
+                class_predicate=lambda _, m: hasattr(m, "to_quantized")
+                and getattr(m, "weight", mx.zeros((1, 1))).shape[-1] % group_size == 0,
+                **kwargs)
+    mx.eval(model.parameters())
+    return model

@@ -5,8 +5,6 @@ on the bundled model over 64 tokens. The native kernel among the paths."""
 
 from __future__ import annotations
 
-import importlib
-
 import mlx.core as mx
 import mlx.nn as nn
 import pytest
@@ -14,7 +12,7 @@ from mlx_lm.models.cache import make_prompt_cache
 
 from mlxchat.models import cpu_matmul as cm
 
-from tests.families.builders import _BASE, FAMILIES
+from tests.families.builders import FAMILIES, quantized_family_model
 
 PATHS = {
     "dequantized per chunk": cm.Path(prefill=cm.DEQUANTIZED),
@@ -25,19 +23,6 @@ PATHS = {
                                                             decode=cm.NATIVE),
 }
 PROMPT = [5, 17, 33, 2, 41, 9, 12, 60, 7, 22, 31, 44, 3, 18]  # 14 rows: a prefill chunk
-
-
-def _family_model(family, *, mode: str = "affine"):
-    config = {**_BASE, **family.config, "model_type": family.model_type, "vocab_size": 96}
-    module = importlib.import_module(f"mlx_lm.models.{family.model_type}")
-    mx.random.seed(3)
-    model = module.Model(module.ModelArgs.from_dict(config))
-    kwargs = {"mode": mode} if mode != "affine" else {}
-    nn.quantize(model, group_size=32, bits=4,
-                class_predicate=lambda _, m: hasattr(m, "to_quantized")
-                and getattr(m, "weight", mx.zeros((1, 1))).shape[-1] % 32 == 0, **kwargs)
-    mx.eval(model.parameters())
-    return model
 
 
 def _run(model, steps: int) -> tuple[list[mx.array], list[int]]:
@@ -65,7 +50,7 @@ CASES = [(f.name, f, "affine") for f in FAMILIES] + [
 
 @pytest.mark.parametrize("name,family,mode", CASES, ids=[c[0] for c in CASES])
 def test_every_path_matches_quantized_matmul(name, family, mode):
-    model = _family_model(family, mode=mode)
+    model = quantized_family_model(family, mode=mode)
     want_logits, want_tokens = _run(model, 64)
     for label, path in PATHS.items():
         assert _on_path(model, path) > 0

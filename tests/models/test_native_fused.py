@@ -125,3 +125,49 @@ def test_what_the_kernels_do_not_take_goes_to_mlx(kernel):
         kernel.rope(mx.zeros((1, 1, 2, 8)), 3, False, 10000.0, 1.0, mx.array(0, mx.int32))
     with pytest.raises(ValueError, match="float32"):
         kernel.sdpa(half, k, v, 1.0)
+
+
+def _address(a: mx.array) -> int:
+    import numpy as np
+
+    view = np.array(a, copy=False)  # the buffer itself (released before the next step)
+    return view.__array_interface__["data"][0]
+
+
+def test_attention_reads_a_kv_caches_buffers_in_place_of_its_slices(kernel):
+    """KVCache's returned slices are read as the first `offset` rows of its
+    buffers (no Slice op), the buffers are still written in place step after
+    step, and the result is MLX's own attention on the slices."""
+    import io
+    import re
+
+    from mlx_lm.models.cache import KVCache
+
+    assert fused.install()
+    mx.random.seed(8)
+    cache = KVCache()
+    cache.update_and_fetch(mx.random.normal((1, 2, 5, 16)), mx.random.normal((1, 2, 5, 16)))
+    mx.eval(cache.keys, cache.values)
+    where = set()
+    for step in range(4):
+        q = mx.random.normal((1, 4, 1, 16))
+        new_k = mx.random.normal((1, 1, 2, 16)).transpose(0, 2, 1, 3)  # a view, as models give
+        k, v = cache.update_and_fetch(new_k, mx.random.normal((1, 2, 1, 16)))
+        assert k.shape == (1, 2, 6 + step, 16) and cache.keys.shape[2] == 256
+        want = fused.original("scaled_dot_product_attention")(q, k, v, scale=0.25)
+        got = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25)
+        dot = io.StringIO()
+        mx.export_to_dot(dot, got)
+        ops = re.findall(r'label ="([^"]+)", shape=rectangle', dot.getvalue())
+        assert "Slice" not in ops and ops.count("SliceUpdate") == 2, ops
+        mx.eval(got, want, cache.keys, cache.values)
+        assert _close(got, want) <= 1e-5
+        del k, v, want
+        where.add((_address(cache.keys), _address(cache.values)))
+    assert len(where) == 1  # written in place: no copy of the cache a step
+    # Values changed after the fetch are read as given, not from the buffer.
+    q = mx.random.normal((1, 4, 1, 16))
+    k, v = cache.update_and_fetch(mx.random.normal((1, 2, 1, 16)), mx.random.normal((1, 2, 1, 16)))
+    got = mx.fast.scaled_dot_product_attention(q, k, v * 2, scale=0.25)
+    want = fused.original("scaled_dot_product_attention")(q, k, v * 2, scale=0.25)
+    assert _close(got, want) <= 1e-5

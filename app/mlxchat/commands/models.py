@@ -48,7 +48,7 @@ def _cpu_rows(ctx: CommandContext) -> list[tuple[str, str]]:
     chosen = last.cpu_matmul if last is not None and last.cpu_matmul else (
         f"{ctx.conversation.generation.cpu_matmul}: chosen at the next turn")
     return [("BLAS", current.words() + (f" ({current.note})" if current.note else "")),
-            ("cpu matmul", chosen + " (/set cpu_matmul auto|quantized|dequantized|native)"),
+            ("cpu matmul", chosen + " (/set cpu_matmul auto|quantized|dequantized|native|int8)"),
             ("native kernel", native.status().words()
              + (f" ({native.status().note})" if native.status().note else ""))]
 

@@ -3,7 +3,10 @@ kernel, no BLAS; scalar on x86), its weight dequantized for the call and
 multiplied through the BLAS (``dequantized``: the float weight lives only for
 that prefill chunk), a float32 copy of the weight kept beside the quantized one
 (``kept``), or mlxchat's native SIMD kernel on the packed weights (``native``,
-mlxchat.native: affine 2-8-bit, groups of 32/64/128, when it is built).
+mlxchat.native: affine 2-8-bit, groups of 32/64/128, when it is built), in
+float32 or with the activations rounded to int8 per block of 32 and dotted in
+integers (``int8``, as llama.cpp's CPU path: not exact, within the rounding's
+bound; tests/models/test_native_q8.py).
 
 Prefill chunks and decode steps may take different paths: a layer looks at how
 many rows it is given. The quantized weights stay the model's parameters (the
@@ -23,6 +26,9 @@ import mlx.nn as nn
 from mlxchat import native
 
 QUANTIZED, DEQUANTIZED, KEPT, NATIVE = "quantized", "dequantized", "kept", "native"
+INT8 = "int8"
+KERNEL = (NATIVE, INT8)
+"""The paths the native kernel computes."""
 DECODE_ROWS = 8
 """A call with at most this many rows is a decode step (or a verifying pass)."""
 
@@ -71,13 +77,14 @@ def half_scales(layer: Any) -> tuple:
     return (s, b, s16, b16) if exact.item() else (s, b, None, None)
 
 
-def through_native(layer: Any, x: mx.array) -> mx.array:
-    """``x @ w.T`` (float32 ``x``) by the native kernel on the packed weights."""
+def through_native(layer: Any, x: mx.array, int8: bool = False) -> mx.array:
+    """``x @ w.T`` (float32 ``x``) by the native kernel on the packed weights;
+    ``int8``: ``x`` rounded to int8 per block of 32, dotted in integers."""
     s, b = layer.scales, layer.biases
     half = layer.__dict__.get("_cpu_half")
     if half is not None and half[0] is s and half[1] is b and half[2] is not None:
         s, b = half[2], half[3]  # (recast since: the layer's own)
-    return native.module().qmm(x, layer.weight, s, b, layer.group_size, layer.bits)
+    return native.module().qmm(x, layer.weight, s, b, layer.group_size, layer.bits, int8=int8)
 
 
 def _through_blas(layer: Any, x: mx.array) -> mx.array | None:
@@ -87,8 +94,9 @@ def _through_blas(layer: Any, x: mx.array) -> mx.array | None:
     chosen = path.decode if rows <= DECODE_ROWS else path.prefill
     if chosen == QUANTIZED or x.dtype != mx.float32:
         return None
-    if chosen == NATIVE:
-        return through_native(layer, x) if layer.__dict__.get("_cpu_native") else None
+    if chosen in KERNEL:
+        return (through_native(layer, x, int8=chosen == INT8)
+                if layer.__dict__.get("_cpu_native") else None)
     kept = layer.__dict__.get("_cpu_kept")
     if chosen == KEPT and kept is not None:
         return x @ kept.T
@@ -146,7 +154,7 @@ def set_path(layer: Any, path: Path) -> None:
     base = type(layer)
     layer.__class__ = _SWAPS.get(base, base)
     layer.__dict__["_cpu_path"] = path
-    takes = NATIVE in (path.prefill, path.decode) and native_takes(layer)
+    takes = bool({path.prefill, path.decode} & set(KERNEL)) and native_takes(layer)
     layer.__dict__["_cpu_native"] = takes
     half = layer.__dict__.get("_cpu_half")
     if takes and (half is None or half[0] is not layer.scales or half[1] is not layer.biases):

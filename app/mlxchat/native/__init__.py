@@ -79,6 +79,7 @@ def _load() -> tuple[Any, NativeStatus]:
     path, refused = _refused()
     if refused is not None:
         return None, refused
+    _state["key"] = path.parent.name
     try:
         import mlx.core  # noqa: F401 - the extension's types live in mlx.core's domain
 
@@ -103,6 +104,12 @@ def module() -> Any | None:
 def status() -> NativeStatus:
     module()
     return _state["status"]
+
+
+def build_key() -> str:
+    """The loaded build's key (MLX version, Python, platform, sources' hash);
+    empty when none is loaded."""
+    return _state.get("key", "") if module() is not None else ""
 
 
 def warn_once(stream=None) -> None:

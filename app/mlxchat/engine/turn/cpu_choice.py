@@ -3,11 +3,17 @@ CPU has, decided by measuring (models/cpu_matmul.py holds the paths).
 
 Once per model and machine, one layer of each shape is timed: a decode step
 (one row) with ``quantized_matmul``, the native SIMD kernel (mlxchat.native,
-where it is built and takes the layer) and a kept float32 copy through the BLAS;
-a prefill chunk with ``quantized_matmul``, dequantize-then-matmul, the native
-kernel and the kept copy. The figures are stored with the model's fingerprint under the cache
-folder, with the machine they were taken on (cores, CPU, BLAS, MLX version): a
-changed machine (or a native kernel built since) measures again. Kept copies
+where it is built and takes the layer) in float32 and with int8 activations,
+and a kept float32 copy through the BLAS; a prefill chunk with
+``quantized_matmul``, dequantize-then-matmul, the native kernel (both ways)
+and the kept copy. ``auto`` chooses among the exact paths; ``int8`` the same
+way with the int8 kernel among them (it rounds the activations: the bundled
+model's greedy answer to a question can change where two tokens nearly tie). One plan per machine: the figures are stored per layer shape
+(any model with that shape reuses them, never timed again at a load) in a file
+of the native build's own (``plan_file``: another MLX version or other kernel
+sources build anew, so measure anew), under the machine they were taken on
+(cores, CPU, BLAS, MLX version, the kernel's instruction set): a changed
+machine measures again. Kept copies
 cost 4 bytes a weight and are made only where they beat both quantized paths
 by a tenth, within what the memory fit leaves (RAM available now, less the KV cache at
 the model's whole context, less a margin), the biggest saving per byte first.
@@ -38,12 +44,12 @@ QUANTIZED_ROWS = 16
 """quantized_matmul is compute-bound (linear in rows): timed at this many, scaled."""
 MARGIN_BYTES = 512 << 20
 """Left free beyond the KV cache at the whole context."""
-FORMAT = 2
+FORMAT = 4
 NEVER = float("inf")
 """The time of a path that cannot serve the shape (the native kernel unbuilt)."""
 _MEASURED: dict[tuple[str, str], dict[str, "ShapeTimes"]] = {}
-"""This process's figures by (fingerprint, machine): a model measures once per
-process even where the cache folder changes (each test has its own)."""
+"""This process's figures by (plan file, machine), per shape: a shape measures
+once per process and file."""
 
 
 @dataclass(frozen=True)
@@ -57,19 +63,25 @@ class ShapeTimes:
     prefill_kept: float
     decode_native: float = NEVER
     prefill_native: float = NEVER
+    decode_int8: float = NEVER
+    prefill_int8: float = NEVER
 
-    def decode_free(self) -> tuple[str, float]:
-        """The fastest decode path that keeps no copy, and its time."""
-        if self.decode_native < self.decode_quantized:
-            return cm.NATIVE, self.decode_native
-        return cm.QUANTIZED, self.decode_quantized
+    def decode_free(self, int8: bool = False) -> tuple[str, float]:
+        """The fastest decode path that keeps no copy, and its time; the int8
+        kernel among them only when ``int8`` (it rounds the activations)."""
+        options = {cm.QUANTIZED: self.decode_quantized, cm.NATIVE: self.decode_native,
+                   cm.INT8: self.decode_int8 if int8 else NEVER}
+        best = min(options, key=options.__getitem__)
+        return best, options[best]
 
     def prefill_free(self, mode: str) -> str:
-        """The fastest prefill path that keeps no copy (the BLAS for 'dequantized')."""
+        """The fastest prefill path that keeps no copy (the BLAS for 'dequantized';
+        the int8 kernel among them for 'int8')."""
         if mode == "dequantized":
             return cm.DEQUANTIZED
         options = {cm.QUANTIZED: self.prefill_quantized, cm.DEQUANTIZED: self.prefill_dequantized,
-                   cm.NATIVE: self.prefill_native}
+                   cm.NATIVE: self.prefill_native,
+                   cm.INT8: self.prefill_int8 if mode == cm.INT8 else NEVER}
         return min(options, key=options.__getitem__)
 
 
@@ -82,7 +94,7 @@ class MatmulPlan:
     layers: dict[str, int] = field(default_factory=dict)
     kept_bytes: int = 0
     measured: bool = False
-    """True when this load measured (False: read from the cache)."""
+    """True when this load measured a shape (False: all from the stored plan)."""
     note: str = ""
 
     def words(self) -> str:
@@ -94,11 +106,14 @@ class MatmulPlan:
         prefill = count("prefill", cm.DEQUANTIZED) + count("prefill", cm.KEPT)
         decode = count("decode", cm.KEPT)
         kept = f" (+{human_bytes(self.kept_bytes)})" if self.kept_bytes else ""
-        text = (f"{self.mode}: prefill through the BLAS for {prefill} of {shapes} layer shapes, "
-                f"decode from float32 copies for {decode} of {shapes}{kept}")
-        if count("decode", cm.NATIVE) or count("prefill", cm.NATIVE):
-            text += (f", native kernel for decode in {count('decode', cm.NATIVE)} and prefill "
-                     f"in {count('prefill', cm.NATIVE)} of {shapes}")
+        origin = "" if self.mode == "quantized" else (
+            " (measured now)" if self.measured else " (this machine's stored plan)")
+        text = (f"{self.mode}{origin}: prefill through the BLAS for {prefill} of {shapes} layer "
+                f"shapes, decode from float32 copies for {decode} of {shapes}{kept}")
+        for path, what in ((cm.NATIVE, "native kernel"), (cm.INT8, "int8 kernel")):
+            if count("decode", path) or count("prefill", path):
+                text += (f", {what} for decode in {count('decode', path)} and prefill "
+                         f"in {count('prefill', path)} of {shapes}")
         return text + (f"; {self.note}" if self.note else "")
 
 
@@ -148,62 +163,69 @@ def measure_shape(layer: Any) -> ShapeTimes:
         dn = _best(lambda: call(chunk))
         cm.set_path(layer, cm.Path(prefill=cm.KEPT, decode=cm.KEPT))
         k1, kn = _best(lambda: call(one)), _best(lambda: call(chunk))
-        n1 = nn_ = NEVER
-        if cm.native_takes(layer):
-            cm.set_path(layer, cm.Path(prefill=cm.NATIVE, decode=cm.NATIVE))
+        kernel = {p: (NEVER, NEVER) for p in cm.KERNEL}
+        for path in cm.KERNEL if cm.native_takes(layer) else ():
+            cm.set_path(layer, cm.Path(prefill=path, decode=path))
             n1 = _best(lambda: call(one))
-            nn_ = n1 * PREFILL_ROWS if head else _best(lambda: call(chunk))
+            kernel[path] = n1, n1 * PREFILL_ROWS if head else _best(lambda: call(chunk))
     finally:
         cm.set_path(layer, cm.Path())
         if kept is not None:
             layer.__dict__["_cpu_kept"] = kept
         cm.set_path(layer, saved)
-    return ShapeTimes(q1, k1, qn * PREFILL_ROWS / QUANTIZED_ROWS, dn, kn, n1, nn_)
+    return ShapeTimes(q1, k1, qn * PREFILL_ROWS / QUANTIZED_ROWS, dn, kn, *kernel[cm.NATIVE],
+                      *kernel[cm.INT8])
 
 
-def _cache_file() -> FilePath:
-    return cache_dir() / "cpu_matmul.json"
+def plan_file() -> FilePath:
+    """This machine's plan: one file per native build (its key names the MLX
+    version and the kernel's sources), in the cache folder (every test home
+    has its own: a test never writes the user's plan)."""
+    return cache_dir() / "cpu_plans" / f"{native.build_key() or 'no-native-kernel'}.json"
 
 
-def _read_cache() -> dict:
+def _stored() -> dict[str, dict]:
+    """machine -> shape -> figures, as the plan file holds them."""
     try:
-        data = json.loads(_cache_file().read_text())
-        return data if data.get("format") == FORMAT else {}
-    except (OSError, ValueError):
+        data = json.loads(plan_file().read_text())
+        return data["machines"] if data.get("format") == FORMAT else {}
+    except (OSError, ValueError, KeyError):
         return {}
 
 
+def _known(here: str) -> dict[str, ShapeTimes]:
+    key = (str(plan_file()), here)
+    if key not in _MEASURED:
+        _MEASURED[key] = {k: ShapeTimes(**v) for k, v in _stored().get(here, {}).items()}
+    return _MEASURED[key]
+
+
+def _shapes(loaded: LoadedModel) -> dict[str, Any]:
+    return dict((cm.shape_key(layer), layer) for _, layer in cm.quantized_layers(loaded.model))
+
+
 def known_times(loaded: LoadedModel) -> dict[str, ShapeTimes] | None:
-    """Each shape's figures as measured on this machine before (this process or
-    the cache file); None when they are still to measure."""
-    key, here = loaded.info.fingerprint, machine()
-    if (key, here) in _MEASURED:
-        return _MEASURED[key, here]
-    entry = _read_cache().get("models", {}).get(key)
-    shapes = {cm.shape_key(layer) for _, layer in cm.quantized_layers(loaded.model)}
-    if entry and entry.get("machine") == here and set(entry.get("shapes", {})) == shapes:
-        _MEASURED[key, here] = {k: ShapeTimes(**v) for k, v in entry["shapes"].items()}
-        return _MEASURED[key, here]
-    return None
+    """Each of the model's shapes' figures as measured on this machine before
+    (by any model: this process or the plan file); None while one is missing."""
+    known = _known(machine())
+    shapes = _shapes(loaded)
+    return {k: known[k] for k in shapes} if set(shapes) <= set(known) else None
 
 
 def shape_times(loaded: LoadedModel) -> tuple[dict[str, ShapeTimes], bool]:
-    """Each shape's figures: from the cache when taken on this machine, else
-    measured now and stored. Also whether this call measured."""
-    known = known_times(loaded)
-    if known is not None:
-        return known, False
-    key, here = loaded.info.fingerprint, machine()
-    data = _read_cache()
-    layers = dict((cm.shape_key(layer), layer) for _, layer in cm.quantized_layers(loaded.model))
-    times = _MEASURED[key, here] = {k: measure_shape(layer) for k, layer in layers.items()}
-    models = {**data.get("models", {}),
-              key: {"machine": here, "shapes": {k: asdict(t) for k, t in times.items()}}}
-    try:
-        write_private_text(_cache_file(), json.dumps({"format": FORMAT, "models": models}))
-    except OSError:
-        pass  # measured again next time
-    return times, True
+    """Each shape's figures: from the plan when taken on this machine, the
+    missing ones measured now and stored. Also whether this call measured."""
+    here = machine()
+    known, shapes = _known(here), _shapes(loaded)
+    missing = {k: layer for k, layer in shapes.items() if k not in known}
+    known.update({k: measure_shape(layer) for k, layer in missing.items()})
+    if missing:
+        machines = {**_stored(), here: {k: asdict(t) for k, t in known.items()}}
+        try:
+            write_private_text(plan_file(), json.dumps({"format": FORMAT, "machines": machines}))
+        except OSError:
+            pass  # measured again by the next process
+    return {k: known[k] for k in shapes}, bool(missing)
 
 
 def budget(loaded: LoadedModel, held: int) -> int:
@@ -220,16 +242,17 @@ def decide(mode: str, times: dict[str, ShapeTimes], sizes: dict[str, tuple[int, 
     """Each shape's path and the bytes kept. ``sizes``: (layers, bytes of one copy)."""
     if mode == "quantized":
         return {k: cm.Path() for k in times}, 0
-    if mode == "native":  # the kernel wherever it takes the shape; no copies
-        return {k: cm.Path(prefill=cm.NATIVE, decode=cm.NATIVE)
+    if mode == cm.NATIVE:  # the kernel wherever it takes the shape; no copies
+        return {k: cm.Path(prefill=mode, decode=mode)
                 if t.decode_native < NEVER else cm.Path() for k, t in times.items()}, 0
+    int8 = mode == cm.INT8  # auto's choice with the int8 kernel among the paths
     def saving(k: str) -> float:  # decode seconds saved per byte kept
         t = times[k]
-        return (t.decode_free()[1] - t.decode_kept) / sizes[k][1]
+        return (t.decode_free(int8)[1] - t.decode_kept) / sizes[k][1]
     keep, used = set(), 0
     for k in sorted(times, key=saving, reverse=True):
         t, (count, each) = times[k], sizes[k]
-        wanted = mode == "dequantized" or t.decode_kept < 0.9 * t.decode_free()[1]
+        wanted = mode == "dequantized" or t.decode_kept < 0.9 * t.decode_free(int8)[1]
         if wanted and used + count * each <= room:
             keep.add(k)
             used += count * each
@@ -238,8 +261,8 @@ def decide(mode: str, times: dict[str, ShapeTimes], sizes: dict[str, tuple[int, 
         if k in keep:
             paths[k] = cm.Path(prefill=cm.KEPT, decode=cm.KEPT)
         else:
-            paths[k] = cm.Path(prefill=t.prefill_free(mode),
-                               decode=t.decode_free()[0] if mode == "auto" else cm.QUANTIZED)
+            paths[k] = cm.Path(prefill=t.prefill_free(mode), decode=t.decode_free(int8)[0]
+                               if mode in ("auto", cm.INT8) else cm.QUANTIZED)
     return paths, used
 
 

@@ -6,6 +6,7 @@
 namespace nb = nanobind;
 
 void bind_qmm(nb::module_& m);
+void bind_q8(nb::module_& m);
 void bind_rms_norm(nb::module_& m);
 void bind_rope(nb::module_& m);
 void bind_sdpa(nb::module_& m);

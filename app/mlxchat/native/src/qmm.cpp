@@ -16,6 +16,7 @@
 #include "mlx/mlx.h"
 #include "mlx/primitives.h"
 #include "pool.h"
+#include "q8.h"
 #include "qmm.h"
 
 namespace mx = mlx::core;
@@ -78,7 +79,7 @@ constexpr double PARALLEL_MACS = 1 << 19;  // below this, one thread
 constexpr int BLOCK_ROWS = 16;
 
 void run_qmm(const QmmArgs& base, const mx::array& x, const mx::array& w,
-             const mx::array& s, const mx::array& b, float* out) {
+             const mx::array& s, const mx::array& b, float* out, bool int8) {
   std::vector<uint8_t> hx, hw, hs, hb;
   QmmArgs a = base;
   a.x = reinterpret_cast<const float*>(contiguous_bytes(x, hx));
@@ -87,6 +88,7 @@ void run_qmm(const QmmArgs& base, const mx::array& x, const mx::array& w,
   a.scales = contiguous_bytes(s, hs);
   a.biases = contiguous_bytes(b, hb);
   a.y = out;
+  if (int8) return run_q8(a);
   const int G = a.K / a.group_size;
   std::vector<float> xsum((size_t)a.M * G);
   for (int m = 0; m < a.M; ++m)
@@ -111,8 +113,8 @@ void run_qmm(const QmmArgs& base, const mx::array& x, const mx::array& w,
 
 class QuantizedMatmul : public mx::Primitive {
  public:
-  QuantizedMatmul(mx::Stream stream, int group_size, int bits)
-      : mx::Primitive(stream), group_size_(group_size), bits_(bits) {}
+  QuantizedMatmul(mx::Stream stream, int group_size, int bits, bool int8)
+      : mx::Primitive(stream), group_size_(group_size), bits_(bits), int8_(int8) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
     const auto& x = inputs[0];
@@ -137,18 +139,21 @@ class QuantizedMatmul : public mx::Primitive {
     encoder.set_input_array(b);
     encoder.set_output_array(out);
     float* y = out.data<float>();
-    encoder.dispatch([a, x, w, s, b, y]() { run_qmm(a, x, w, s, b, y); });
+    const bool int8 = int8_;
+    encoder.dispatch([a, x, w, s, b, y, int8]() { run_qmm(a, x, w, s, b, y, int8); });
   }
 
   void eval_gpu(const std::vector<mx::array>&, std::vector<mx::array>&) override {
     throw std::runtime_error("mlxchat_qmm has no GPU kernel");
   }
 
-  const char* name() const override { return "MlxchatQuantizedMatmul"; }
+  const char* name() const override {
+    return int8_ ? "MlxchatQuantizedMatmulInt8" : "MlxchatQuantizedMatmul";
+  }
 
   bool is_equivalent(const mx::Primitive& other) const override {
     const auto& o = static_cast<const QuantizedMatmul&>(other);
-    return group_size_ == o.group_size_ && bits_ == o.bits_;
+    return group_size_ == o.group_size_ && bits_ == o.bits_ && int8_ == o.int8_;
   }
 
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
@@ -159,6 +164,7 @@ class QuantizedMatmul : public mx::Primitive {
 
  private:
   int group_size_, bits_;
+  bool int8_;
 };
 
 void check(bool ok, const std::string& what) {
@@ -166,7 +172,7 @@ void check(bool ok, const std::string& what) {
 }
 
 mx::array qmm(const mx::array& x, const mx::array& w, const mx::array& scales,
-              const mx::array& biases, int group_size, int bits) {
+              const mx::array& biases, int group_size, int bits, bool int8) {
   check(x.dtype() == mx::float32, "x must be float32");
   check(w.dtype() == mx::uint32 && w.ndim() == 2, "w must be uint32 (out, in * bits / 32)");
   check(bits >= 2 && bits <= 8 && bits != 7, "bits must be 2, 3, 4, 5, 6 or 8");
@@ -187,7 +193,7 @@ mx::array qmm(const mx::array& x, const mx::array& w, const mx::array& scales,
   shape.back() = N;
   auto stream = mx::to_stream({}, mx::Device::cpu);
   return mx::array(shape, mx::float32,
-                   std::make_shared<QuantizedMatmul>(stream, group_size, bits),
+                   std::make_shared<QuantizedMatmul>(stream, group_size, bits, int8),
                    {x, w, scales, biases});
 }
 
@@ -196,7 +202,9 @@ mx::array qmm(const mx::array& x, const mx::array& w, const mx::array& scales,
 
 void bind_qmm(nb::module_& m) {
   m.def("qmm", &mlxchat::qmm, "x"_a, "w"_a, "scales"_a, "biases"_a, "group_size"_a, "bits"_a,
-        "x @ dequantize(w, scales, biases).T in float32 on the CPU (affine mode).");
+        "int8"_a = false,
+        "x @ dequantize(w, scales, biases).T in float32 on the CPU (affine mode); int8: x "
+        "quantized per block of 32 to int8 and dotted in integers (q8_isa).");
   m.def("qmm_isa", [] {
     std::string isa;
     mlxchat::pick_rows(&isa);

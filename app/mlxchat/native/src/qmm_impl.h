@@ -9,6 +9,7 @@
 #if defined(__AVX2__) || defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+#include <type_traits>
 #include <vector>
 
 #include "qmm.h"
@@ -20,41 +21,7 @@ constexpr int W = QMM_W;
 typedef float vf __attribute__((vector_size(W * 4)));
 typedef int32_t vi __attribute__((vector_size(W * 4)));
 
-static inline float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000 | (man << 13);
-  } else if (exp != 0) {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  } else if (man == 0) {
-    bits = sign;
-  } else {  // subnormal: normalize
-    int e = -1;
-    do { ++e; man <<= 1; } while (!(man & 0x400));
-    bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ff) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-template <ScaleType S> static inline float scale_at(const void* p, size_t i) {
-  if constexpr (S == ScaleType::f32) {
-    return static_cast<const float*>(p)[i];
-  } else if constexpr (S == ScaleType::f16) {
-#ifdef __F16C__
-    return _cvtsh_ss(static_cast<const uint16_t*>(p)[i]);  // one instruction, not ~10
-#else
-    return half_to_float(static_cast<const uint16_t*>(p)[i]);
-#endif
-  } else {
-    uint32_t bits = (uint32_t) static_cast<const uint16_t*>(p)[i] << 16;
-    float f;
-    std::memcpy(&f, &bits, 4);
-    return f;
-  }
-}
+#include "shared_impl.h"
 
 static inline vf loadf(const float* p) {
   vf v;
@@ -80,26 +47,10 @@ static inline vi widen(const uint8_t* p) {
 #endif
 }
 
-// Other widths (2, 3, 5, 6 bits: MLX packs a little-endian bit stream, a value
-// may straddle bytes): lane k takes the two bytes at BITS * k / 8, shifted by
-// BITS * k % 8, masked. One 16-byte load, a byte shuffle, a shift per lane.
-template <int BITS> struct StreamTables {
-  alignas(64) uint8_t ctrl[W * 4];
-  alignas(64) int32_t shift[W];
-  constexpr StreamTables() : ctrl(), shift() {
-    for (int k = 0; k < W; ++k) {
-      const int o = BITS * k / 8;
-      ctrl[4 * k] = (uint8_t)o;
-      ctrl[4 * k + 1] = (uint8_t)(o + 1);
-      ctrl[4 * k + 2] = ctrl[4 * k + 3] = 0x80;
-      shift[k] = BITS * k % 8;
-    }
-  }
-};
-template <int BITS> inline constexpr StreamTables<BITS> kStream{};
-
+// Other widths (2, 3, 5, 6 bits): one 16-byte load, a byte shuffle, a shift
+// per lane, masked (shared_impl.h's tables).
 template <int BITS> static inline vi stream_bits(const uint8_t* p) {
-  const auto& t = kStream<BITS>;
+  const auto& t = kStream<BITS, W>;
   constexpr int mask = (1 << BITS) - 1;
 #if QMM_W == 16 && defined(__AVX512BW__)
   const __m512i bytes =
@@ -234,19 +185,6 @@ static void rows_buffered(const QmmArgs& a, const float* x, int n0, int n1) {
   }
 }
 
-// n scales from p + at as float32 into out (f16 8 at a time by F16C).
-template <ScaleType S> static inline void to_floats(const void* p, size_t at, int n, float* out) {
-  int i = 0;
-#ifdef __F16C__
-  if constexpr (S == ScaleType::f16) {
-    const uint16_t* h = static_cast<const uint16_t*>(p) + at;
-    for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(h + i))));
-  }
-#endif
-  for (; i < n; ++i) out[i] = scale_at<S>(p, at + i);
-}
-
 // sum_g b[g] * xsum[g], W lanes at a time.
 static inline float dot(const float* b, const float* xs, int G) {
   vf v = vf{};
@@ -299,30 +237,10 @@ static void rows_single(const QmmArgs& a, const float* x, int n0, int n1) {
   // 8 bits streams twice the bytes and is memory-bound already: one row at a
   // time keeps its reads one linear stream (four rows measured slower).
   constexpr int NB = BITS == 8 ? 1 : 4;
-  const int G = a.K / a.group_size;
-  thread_local std::vector<float> held;  // half scales as float32, NB rows at a time
-  if constexpr (S != ScaleType::f32) held.resize((size_t)2 * NB * G);
-  auto floats = [&](int n, int rows, const float*& sc, const float*& bi) {
-    if constexpr (S == ScaleType::f32) {
-      sc = static_cast<const float*>(a.scales) + (size_t)n * G;
-      bi = static_cast<const float*>(a.biases) + (size_t)n * G;
-    } else {
-      to_floats<S>(a.scales, (size_t)n * G, rows * G, held.data());
-      to_floats<S>(a.biases, (size_t)n * G, rows * G, held.data() + (size_t)NB * G);
-      sc = held.data();
-      bi = held.data() + (size_t)NB * G;
-    }
-  };
-  const float *sc, *bi;
-  int n = n0;
-  for (; n + NB <= n1; n += NB) {
-    floats(n, NB, sc, bi);
-    block_single<BITS, NB>(a, x, n, sc, bi);
-  }
-  for (; n < n1; ++n) {
-    floats(n, 1, sc, bi);
-    block_single<BITS, 1>(a, x, n, sc, bi);
-  }
+  row_blocks<S, NB>(a.scales, a.biases, a.K / a.group_size, n0, n1,
+                    [&](auto rows, int n, const float* sc, const float* bi) {
+                      block_single<BITS, decltype(rows)::value>(a, x, n, sc, bi);
+                    });
 }
 
 template <int BITS, ScaleType S>
@@ -338,24 +256,14 @@ static void rows_for(const QmmArgs& a, int n0, int n1) {
   }
 }
 
-template <int BITS>
-static void rows_bits(const QmmArgs& a, int n0, int n1) {
-  switch (a.scale_type) {
-    case ScaleType::f32: return rows_for<BITS, ScaleType::f32>(a, n0, n1);
-    case ScaleType::f16: return rows_for<BITS, ScaleType::f16>(a, n0, n1);
-    default: return rows_for<BITS, ScaleType::bf16>(a, n0, n1);
-  }
-}
+struct RowsOf {
+  const QmmArgs& a;
+  int n0, n1;
+  template <int BITS, ScaleType S> void run() const { rows_for<BITS, S>(a, n0, n1); }
+};
 
 static void rows(const QmmArgs& a, int n0, int n1) {
-  switch (a.bits) {
-    case 2: return rows_bits<2>(a, n0, n1);
-    case 3: return rows_bits<3>(a, n0, n1);
-    case 4: return rows_bits<4>(a, n0, n1);
-    case 5: return rows_bits<5>(a, n0, n1);
-    case 6: return rows_bits<6>(a, n0, n1);
-    default: return rows_bits<8>(a, n0, n1);
-  }
+  dispatch(a.bits, a.scale_type, RowsOf{a, n0, n1});
 }
 
 }  // namespace QMM_NS

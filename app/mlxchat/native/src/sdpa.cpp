@@ -2,8 +2,9 @@
 // (MLX has no CPU kernel for it: ~15 ops a call, the scores and the mask
 // materialized, a scalar softmax). Grouped-query heads, no mask, "causal"
 // (the queries are the last L positions) or an array mask (bool: keep where
-// true; float: added), broadcast to (B, Hq, L, S). Split across the pool's
-// threads when large enough.
+// true; float: added), broadcast to (B, Hq, L, S). `kv_len`: only the first
+// kv_len keys and values (a KV cache's buffers, written by kv_write, read
+// without slicing them out). Split across the pool's threads when large enough.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -92,8 +93,8 @@ void run_sdpa(SdpaArgs a, const std::vector<mx::array>& in) {
 
 class Sdpa : public mx::Primitive {
  public:
-  Sdpa(mx::Stream stream, float scale, MaskKind kind)
-      : mx::Primitive(stream), scale_(scale), kind_(kind) {}
+  Sdpa(mx::Stream stream, float scale, MaskKind kind, int kv_len)
+      : mx::Primitive(stream), scale_(scale), kind_(kind), kv_len_(kv_len) {}
 
   void eval_cpu(const std::vector<mx::array>& inputs, std::vector<mx::array>& outputs) override {
     auto& out = outputs[0];
@@ -107,7 +108,7 @@ class Sdpa : public mx::Primitive {
     SdpaArgs a{};
     a.out = out.data<float>();
     a.B = q.shape(0), a.Hq = q.shape(1), a.L = q.shape(2), a.D = q.shape(3);
-    a.Hkv = k.shape(1), a.S = k.shape(2), a.Dv = v.shape(3);
+    a.Hkv = k.shape(1), a.S = kv_len_ >= 0 ? kv_len_ : k.shape(2), a.Dv = v.shape(3);
     a.scale = scale_;
     a.mask_kind = kind_;
     encoder.dispatch([a, inputs]() { run_sdpa(a, inputs); });
@@ -119,7 +120,7 @@ class Sdpa : public mx::Primitive {
   const char* name() const override { return "MlxchatSDPA"; }
   bool is_equivalent(const mx::Primitive& other) const override {
     const auto& o = static_cast<const Sdpa&>(other);
-    return scale_ == o.scale_ && kind_ == o.kind_;
+    return scale_ == o.scale_ && kind_ == o.kind_ && kv_len_ == o.kv_len_;
   }
   std::vector<mx::Shape> output_shapes(const std::vector<mx::array>& inputs) override {
     auto shape = inputs[0].shape();
@@ -130,6 +131,7 @@ class Sdpa : public mx::Primitive {
  private:
   float scale_;
   MaskKind kind_;
+  int kv_len_;
 };
 
 void check(bool ok, const char* what) {
@@ -137,7 +139,7 @@ void check(bool ok, const char* what) {
 }
 
 mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float scale,
-               const std::string& mode, std::optional<mx::array> mask) {
+               const std::string& mode, std::optional<mx::array> mask, int kv_len) {
   check(q.dtype() == mx::float32 && k.dtype() == mx::float32 && v.dtype() == mx::float32,
         "q, k and v must be float32");
   check(q.ndim() == 4 && k.ndim() == 4 && v.ndim() == 4, "q, k and v must be (B, H, N, D)");
@@ -147,6 +149,8 @@ mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float
   check(q.shape(1) % k.shape(1) == 0 && q.shape(1) / k.shape(1) <= 64,
         "query heads must be a multiple (at most 64) of the KV heads");
   check(mode.empty() || mode == "causal", "mode must be '' or 'causal'");
+  check(kv_len <= k.shape(2), "kv_len must be at most the keys' length");
+  const int S = kv_len >= 0 ? kv_len : k.shape(2);
   auto kind = mode == "causal" ? MaskKind::causal : MaskKind::none;
   auto stream = mx::to_stream({}, mx::Device::cpu);
   std::vector<mx::array> inputs{q, k, v};
@@ -155,12 +159,12 @@ mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float
     check(mask->dtype() == mx::bool_ || mask->dtype() == mx::float32,
           "the mask must be bool or float32");
     check(mask->ndim() <= 4, "the mask must have at most 4 axes");
-    mx::Shape full{q.shape(0), q.shape(1), q.shape(2), k.shape(2)};
+    mx::Shape full{q.shape(0), q.shape(1), q.shape(2), S};
     inputs.push_back(mx::broadcast_to(*mask, full, stream));
     kind = mask->dtype() == mx::bool_ ? MaskKind::boolean : MaskKind::additive;
   }
   mx::Shape shape{q.shape(0), q.shape(1), q.shape(2), v.shape(3)};
-  return mx::array(shape, mx::float32, std::make_shared<Sdpa>(stream, scale, kind),
+  return mx::array(shape, mx::float32, std::make_shared<Sdpa>(stream, scale, kind, kv_len),
                    std::move(inputs));
 }
 
@@ -169,8 +173,9 @@ mx::array sdpa(const mx::array& q, const mx::array& k, const mx::array& v, float
 
 void bind_sdpa(nb::module_& m) {
   m.def("sdpa", &mlxchat::sdpa, "q"_a, "k"_a, "v"_a, "scale"_a, "mode"_a = "",
-        "mask"_a.none() = nb::none(),
-        "mx.fast.scaled_dot_product_attention for float32 as one CPU op.");
+        "mask"_a.none() = nb::none(), "kv_len"_a = -1,
+        "mx.fast.scaled_dot_product_attention for float32 as one CPU op (kv_len >= 0: over "
+        "the first kv_len keys and values only).");
   m.def("sdpa_isa", [] {
     std::string isa;
     mlxchat::sdpa_impl(&isa);
