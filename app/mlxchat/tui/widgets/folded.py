@@ -62,7 +62,6 @@ class ThinkingBlock(Folded):
         self.update(Content.assemble((self.header(), "italic"), ("\n" + body) if body else ""))
 
 
-
 class AttachmentBlock(Folded):
     """A file attached to a message: one line while folded (its name, size and
     lines), the whole text when unfolded (a click)."""
@@ -81,7 +80,6 @@ class AttachmentBlock(Folded):
     def show(self) -> None:
         body = "\n" + self.text if self.expanded else ""
         self.update(Content.assemble((self.header(), "italic"), body))
-
 
 
 class ToolResultBlock(Folded):
@@ -109,7 +107,6 @@ class ToolResultBlock(Folded):
     def show(self) -> None:
         body = "\n" + quoted(self.message.content) if self.expanded else ""
         self.update(Content.assemble((self.header(), "italic"), body))
-
 
 
 class SummaryBlock(Folded):
@@ -142,7 +139,6 @@ class SummaryBlock(Folded):
                 f"above (they stay here; /compact undo brings them back).\n"
                 + quoted(self.message.content)) if self.expanded else ""
         self.update(Content.assemble((self.header(), "italic"), body))
-
 
 
 class SummaryMessage(Vertical):
