@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Sequence
 
@@ -18,7 +18,7 @@ from mlxchat.turn_stats import TurnStats
 if TYPE_CHECKING:
     from mlxchat.sources import Source
 
-Role = Literal["system", "user", "assistant", "tool"]
+Role = Literal["system", "user", "assistant", "tool", "summary"]
 
 NO_SYSTEM_ROLE = ("this model's chat template has no system role: the system prompt goes at "
                   "the start of the first message")
@@ -76,6 +76,71 @@ def calls_text(calls: Sequence[CalledTool]) -> str:
 
 
 @dataclass(frozen=True)
+class Compaction(Record):
+    """What a summary message (role ``summary``) stands for. It is stored
+    after the last message it was made on; the model then sees the session's
+    system part, the summary in front of the first message kept, and every
+    message from there on (earlier summaries left out). Nothing is deleted:
+    the messages it summarized stay in the store and on the branch."""
+
+    kept: int
+    """Messages right above the summary on its branch that the model still
+    sees in full (the first of them a user message)."""
+    summarized: int = 0
+    """Messages of the conversation the summary stands for (those an earlier
+    summary stood for included)."""
+    summary_tokens: int = 0
+    """What the summary's text costs in the model's tokens."""
+    trigger: str = "auto"
+    """'auto' (the window filled), 'manual' (/compact) or 'api' (a client's request)."""
+    tokens_before: int = 0
+    """Tokens the conversation held in the window before it was compacted..."""
+    tokens_after: int = 0
+    """...and after (the system part, the summary, the messages kept)."""
+    prepared_s: float = 0.0
+    """Seconds of engine time its summary and prefill took (in idle time when auto)."""
+
+    def headline(self) -> str:
+        """'42 messages summarized in 380 tokens'."""
+        noun = "message" if self.summarized == 1 else "messages"
+        return f"{self.summarized:,} {noun} summarized in {self.summary_tokens:,} tokens"
+
+
+SUMMARY_OPEN = "<summary of the earlier conversation>"
+SUMMARY_CLOSE = "</summary of the earlier conversation>"
+
+
+def summary_block(summary: str) -> str:
+    """How a summary goes in front of the first message the model still sees."""
+    return f"{SUMMARY_OPEN}\n{summary.strip()}\n{SUMMARY_CLOSE}"
+
+
+def latest_summary(branch: Sequence["Message"]) -> int | None:
+    """Index of the newest usable summary message on ``branch`` (None: none)."""
+    for i in range(len(branch) - 1, -1, -1):
+        m = branch[i]
+        if m.role == "summary":
+            first = i - (m.compaction.kept if m.compaction else 0)
+            if m.compaction and 0 <= first < i and branch[first].role == "user":
+                return i
+    return None
+
+
+def model_view(branch: Sequence["Message"]) -> list["Message"]:
+    """The messages of ``branch`` as the model sees them: after a compaction,
+    the summary in front of the first message kept, the messages before it
+    left out; summary messages themselves are never rendered."""
+    at = latest_summary(branch)
+    if at is None:
+        return [m for m in branch if m.role != "summary"]
+    marker = branch[at]
+    first = at - marker.compaction.kept  # type: ignore[union-attr]
+    head = replace(branch[first],
+                   content=summary_block(marker.content) + "\n\n" + branch[first].content)
+    return [head] + [m for m in branch[first + 1:] if m.role != "summary"]
+
+
+@dataclass(frozen=True)
 class ImageRef:
     """An image a message carries, stored once by the hash of its bytes."""
 
@@ -130,6 +195,8 @@ class Message:
     """For a result of a tool the app ran: where it came from and what it cost."""
     images: tuple[ImageRef, ...] = ()
     """For a user message: the images it shows the model, before its text."""
+    compaction: Compaction | None = None
+    """For a summary message (role ``summary``): what it stands for."""
 
 
 

@@ -11,8 +11,8 @@ from typing import Any, Callable, Literal
 
 from mlxchat.record import Record
 
-ContextPolicy = Literal["drop_oldest", "stop"]
-CONTEXT_POLICIES: tuple[str, ...] = ("drop_oldest", "stop")
+ContextPolicy = Literal["compact", "drop_oldest", "stop"]
+CONTEXT_POLICIES: tuple[str, ...] = ("compact", "drop_oldest", "stop")
 HistoryMode = Literal["ledger", "template"]
 HISTORY_MODES: tuple[str, ...] = ("ledger", "template")
 SPECULATIVE_MODES: tuple[str, ...] = ("auto", "off", "draft", "lookup")
@@ -59,7 +59,9 @@ GENERATION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
                            "-1 (the whole context), 0 (off) or a whole number of tokens"),
     "kv_bits": (lambda v: v in (None, 4, 8), "none, 4 or 8"),
     "context_window": (lambda v: v is None or 256 <= v < _INT64, "none or a whole number >= 256"),
-    "context_policy": (lambda v: v in CONTEXT_POLICIES, " or ".join(CONTEXT_POLICIES)),
+    "context_policy": (lambda v: v in CONTEXT_POLICIES, "compact, drop_oldest or stop"),
+    "compact_at": (lambda v: 10 <= v <= 95, "10 to 95 (percent of the window)"),
+    "recall": (lambda v: v in (True, False), "on or off"),
     "history": (lambda v: v in HISTORY_MODES, " or ".join(HISTORY_MODES)),
     "speculative": (lambda v: v in SPECULATIVE_MODES, ", ".join(SPECULATIVE_MODES)),
     "draft": (lambda v: v is None or (isinstance(v, str) and v.strip() != ""),
@@ -106,9 +108,9 @@ def setting_words(name: str, value: Any) -> str:
 
 _WHOLE = ("top_k", "repetition_context", "max_tokens", "max_reasoning_tokens", "seed",
           "kv_bits", "context_window", "draft_tokens", "docs_k", "docs_budget",
-          "tool_result_tokens", "max_tool_steps")
+          "tool_result_tokens", "max_tool_steps", "compact_at")
 _WORDS = ("context_policy", "history", "thinking", "reasoning_effort", "speculative", "draft",
-          "compute_dtype", "cpu_matmul", "docs", "tools", "tool_prompt")
+          "compute_dtype", "cpu_matmul", "docs", "tools", "tool_prompt", "recall")
 
 
 def generation_problem(name: str, value: Any) -> str | None:
@@ -162,9 +164,18 @@ class GenerationSettings(Record):
     """Quantize the KV cache to 8 or 4 bits; None keeps the model's dtype."""
     context_window: int | None = None
     """Cap on the context window in tokens (at most the model's); None: the model's."""
-    context_policy: ContextPolicy = "drop_oldest"
-    """What to do when the conversation outgrows the window: drop the oldest
-    turns (keeping the system prompt and the newest message) or stop with an error."""
+    context_policy: ContextPolicy = "compact"
+    """What to do when the conversation outgrows the window: switch to a
+    compacted conversation prepared ahead of time (a summary of the oldest
+    messages in their place; session/compactor.py), drop the oldest turns
+    (keeping the system prompt and the newest message), or stop with an error."""
+    compact_at: int = 75
+    """With context_policy compact: the share of the window (percent) past which
+    the compaction is prepared in idle time."""
+    recall: bool = True
+    """Each message brings back the passages of the conversation's own earlier
+    messages, no longer in the model's view (summarized or left out), that
+    match it (session/recall.py); off: never."""
     history: HistoryMode = "ledger"
     """'ledger': earlier messages keep the tokens they were sent with, so a
     follow-up prefills only itself; 'template': re-render the whole conversation

@@ -101,9 +101,11 @@ def with_sources(collection: str, sources: list[Source], text: str) -> str:
 
 
 def without_sources(content: str) -> str:
-    """A user message less a sources block in front (what was typed)."""
-    found = _BLOCK.match(content)
-    return content[found.end():] if found else content
+    """A user message less the sources blocks in front (what was typed): what
+    it retrieved from a collection, what it recalled of the conversation."""
+    while (found := _BLOCK.match(content)) is not None:
+        content = content[found.end():]
+    return content
 
 
 def cite(text: str, sources: list[Source] | None) -> str:

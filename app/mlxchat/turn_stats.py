@@ -78,6 +78,9 @@ class TurnStats(Record):
     """Why fewer tokens were reused than the conversation shares with the cache."""
     dropped_messages: int = 0
     """Oldest messages left out to fit the context window."""
+    compaction: str | None = None
+    """How the window made room for this turn under context_policy compact: the
+    compaction switched to, or why the oldest messages were left out instead."""
     total_s: float = 0.0
     spec_mode: str = "off"
     """How tokens were proposed: 'off', 'draft' (a draft model) or 'lookup'."""

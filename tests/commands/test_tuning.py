@@ -36,7 +36,8 @@ def test_set_valid_values(registry, ctx, conv, name, raw, value):
     ("seed", "-1", "none or a whole number"), ("seed", "x", "whole number"),
     ("seed", "99999999999999999999", "none or a whole number"),
     ("repetition_penalty", "0", "> 0"), ("kv_bits", "3", "none, 4 or 8"),
-    ("context_policy", "rotate", "drop_oldest or stop"),
+    ("context_policy", "rotate", "compact, drop_oldest or stop"),
+    ("compact_at", "5", "10 to 95"),
     ("repetition_context", "-2", "-1 (the whole context), 0 (off)"),
     ("repetition_context", "1.5", "whole number"),
 ])

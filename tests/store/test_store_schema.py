@@ -24,6 +24,7 @@ from mlxchat.store.schema import (
     V13_TOOL_MESSAGES,
     V15_FOLLOW_LINKS,
 )
+from mlxchat.store.summary_rows import V22_SUMMARY_MESSAGES
 from mlxchat.store.tool_schema import V16_TOOL_GRANTS_AND_RUNS
 
 from tests.old_snapshots import record_old_snapshot
@@ -81,7 +82,7 @@ def _make_v1(path: Path) -> None:
 
 
 def test_migrations_are_ordered_and_versioned() -> None:
-    assert SCHEMA_VERSION == len(MIGRATIONS) == 21
+    assert SCHEMA_VERSION == len(MIGRATIONS) == 22
     assert MIGRATIONS[10] is V11_API_MESSAGES  # version 11 exactly, after version 10
     assert MIGRATIONS[11] is V12_MESSAGE_SOURCES
     assert MIGRATIONS[12] is V13_TOOL_MESSAGES
@@ -93,6 +94,7 @@ def test_migrations_are_ordered_and_versioned() -> None:
     assert MIGRATIONS[18] is V19_PARENTS_WITHOUT_CASCADE
     assert MIGRATIONS[19] is V20_API_RESPONSES
     assert MIGRATIONS[20] is V21_DOC_FILES_CHUNKER
+    assert MIGRATIONS[21] is V22_SUMMARY_MESSAGES
 
 
 def test_a_v1_database_migrates_and_keeps_its_data(db_path: Path) -> None:

@@ -68,7 +68,8 @@ async def test_send_shows_the_reply_and_the_engine_figures(tmp_path, tiny):
         ]
         assert gauge(app, "#context-text") == (
             f"{fmt_int(state.cached_tokens)} / {fmt_int(state.context_window)} tokens  "
-            f"{fmt_gauge_percent(state.cached_tokens, state.context_window)}\nheld in the KV cache")
+            f"{fmt_gauge_percent(state.cached_tokens, state.context_window)}\nheld in the KV cache"
+            f"\n│ compacts past {fmt_int(state.context_window * 75 // 100)}")
         room = kv_room(kv_bytes=state.kv_bytes, cached_tokens=state.cached_tokens,
                        budget_bytes=16 * GB, context_window=state.context_window)
         budget_line = (f"{human_bytes(state.kv_bytes)} · "
@@ -252,7 +253,8 @@ async def test_new_open_and_the_sessions_browser_swap_transcript_and_gauges(tmp_
         window = app.conversation.views.state().context_window
         assert gauge(app, "#context-text") == (
             f"0 / {fmt_int(window)} tokens  {fmt_gauge_percent(0, window)}\n"
-            f"in this chat · the KV cache holds {fmt_int(held)}")
+            f"in this chat · the KV cache holds {fmt_int(held)}\n"
+            f"│ compacts past {fmt_int(window * 75 // 100)}")
         await send(pilot, "About pears")
         second = app.conversation.session
         assert app.title == "About pears"

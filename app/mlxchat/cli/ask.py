@@ -20,6 +20,7 @@ from mlxchat.sources import best_score, left_out_words
 from mlxchat.turn_stats import TurnStats
 
 if TYPE_CHECKING:
+    from mlxchat.session.conversation import Conversation
     from mlxchat.session.retrieval import Retrieved
 
 SESSION_WAIT_S = 10.0
@@ -207,6 +208,18 @@ def _sources(found: Retrieved | None, *, quiet: bool) -> list[dict] | None:
     return [{**s.to_dict(), "place": s.place} for s in found.sources]
 
 
+def _recalled(conv: Conversation, *, quiet: bool) -> list[dict]:
+    """What the message recalled of the conversation: said on stderr (unless
+    ``quiet``), returned for --json (each passage's text, message and tokens)."""
+    found = conv.recall.last
+    if found and not quiet:
+        best = best_score(found)
+        print("\n".join([f"recalled from earlier in this conversation: {len(found)} passages, "
+                         f"{sum(s.tokens for s in found):,} tokens"]
+                        + [f"  {s.describe(best=best)}" for s in found]), file=sys.stderr)
+    return conv.recall.report()
+
+
 def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) -> dict:
     keys = ("prompt_tokens", "generated_tokens", "ttft_s", "prefill_tps", "decode_tps",
             "kv_bytes", "kv_bits", "context_used", "context_window", "weights_bytes",
@@ -214,7 +227,7 @@ def report(stats: TurnStats, reply: str, model: str, extra: dict | None = None) 
             "cache_source", "miss_reason", "dropped_messages", "snapshot_warning", "save_warning",
             "reasoning_tokens", "reasoning_s", "reasoning_budget_closed", "spec_mode", "draft_tokens_proposed",
             "draft_tokens_accepted", "target_passes", "engine_warning", "blas", "cpu_matmul",
-            "spec_off_reason")
+            "spec_off_reason", "compaction")
     data = {"reply": reply, "model": model}
     data.update({k: getattr(stats, k) for k in keys})
     data["ttft_s"] = stats.first_token_s  # null: no token came, nothing measured
@@ -290,6 +303,7 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
             host.close()
         raise
     conv = opened.conversation
+    conv.compactor.ahead = False  # no idle time: a message that overflows waits for it
     # A one-off question's session is in memory; its collections are the app's.
     wanted = args.docs if args.docs is not None else conv.generation.docs
     docs_store = default_store() if wanted not in (None, "off") and not named else None
@@ -302,7 +316,8 @@ def _ask(args: argparse.Namespace, settings: Settings, text: str, split: Any) ->
         if args.schema_read is not None:
             _constrain(conv, args.schema, args.schema_read)
         events = conv.turns.send(text)  # retrieves and commits; the prefill starts in _stream
-        extra: dict = {"sources": _sources(conv.retrieval.last, quiet=args.json)}
+        extra: dict = {"sources": _sources(conv.retrieval.last, quiet=args.json),
+                       "recalled": _recalled(conv, quiet=args.json)}
         done = _stream(events, quiet=args.json)
         if choice:
             consent = TerminalConsent(args.allow_tools.split(","),

@@ -16,7 +16,7 @@ from typing import Sequence
 from mlxchat import __version__, blas, native
 from mlxchat.cli.progress import progress_printer
 from mlxchat.errors import UsageError, UserError, user_message
-from mlxchat.generation import CPU_MATMUL_MODES
+from mlxchat.generation import CONTEXT_POLICIES, CPU_MATMUL_MODES
 
 
 def _add_generation_args(p: argparse.ArgumentParser) -> None:
@@ -37,7 +37,7 @@ def _add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-bits", type=int, choices=(4, 8), help="quantize the KV cache")
     p.add_argument("--context", type=int, metavar="N",
                    help="cap the context window at N tokens (stored with the session)")
-    p.add_argument("--context-policy", choices=("drop_oldest", "stop"),
+    p.add_argument("--context-policy", choices=CONTEXT_POLICIES,
                    help="what to do when the conversation outgrows the window")
     p.add_argument("--draft", metavar="SPEC",
                    help="speculate with this draft model (same tokenizer; 'auto': the "

@@ -15,6 +15,7 @@ from typing import Callable, NoReturn
 
 from mlxchat.cli.progress import progress_printer
 from mlxchat.config import Settings
+from mlxchat.generation import CONTEXT_POLICIES
 from mlxchat.server.options import (
     DEFAULT_BODY_TIMEOUT_S,
     DEFAULT_KV_BUDGET,
@@ -63,6 +64,10 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--tui", action="store_true",
                    help="run the chat in this terminal while serving, on the same loaded "
                    "model (quitting the chat stops the server)")
+    p.add_argument("--context-policy", choices=CONTEXT_POLICIES, default="stop",
+                   help="what a conversation past the window gets when its request names "
+                   "no context_policy: stop (a 400, the default), compact (the oldest "
+                   "messages summarized, prepared ahead) or drop_oldest")
     p.add_argument("--kv-budget", default=KV_BUDGET_TEXT, metavar="SIZE",
                    help="disk for the API sessions' KV segments, e.g. 8G, 500M (default "
                    f"{KV_BUDGET_TEXT}); past it the least recently used sessions lose "
@@ -168,7 +173,8 @@ def serve_options(args: argparse.Namespace, *,
                            allow_image_urls=args.allow_image_urls
                            or args.allow_private_image_urls,
                            private_image_urls=args.allow_private_image_urls,
-                           body_timeout_s=args.body_timeout, cors=check_origins(args.cors))
+                           body_timeout_s=args.body_timeout, cors=check_origins(args.cors),
+                           context_policy=args.context_policy)
     check_options(options)
     if args.api_key is not None:
         warn("mlxchat serve: a key given with --api-key can be read by every user of this "
@@ -228,7 +234,7 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
     conv = opened.conversation
     service = ChatService(conv, store=opened.store, engine=opened.engine,
                           max_waiting=options.queue, kv_budget_bytes=options.kv_budget_bytes,
-                          parallel=options.parallel)
+                          parallel=options.parallel, context_policy=options.context_policy)
     if service.recovered:
         n = service.recovered
         print(f"mlxchat serve: kept {n} {'reply' if n == 1 else 'replies'} a killed run was "

@@ -23,6 +23,7 @@ from mlxchat.commands.registry import Registry
 def default_registry() -> Registry:
     """Every built-in command, /help included."""
     from mlxchat.commands import (
+        compaction,
         docs,
         figures,
         images,
@@ -37,7 +38,7 @@ def default_registry() -> Registry:
 
     return Registry([*sessions.COMMANDS, *turns.COMMANDS, *tuning.COMMANDS, *models.COMMANDS,
                      *figures.COMMANDS, *speculation.COMMANDS, *pins.COMMANDS, *docs.COMMANDS,
-                     *tools.COMMANDS, *images.COMMANDS])
+                     *tools.COMMANDS, *images.COMMANDS, *compaction.COMMANDS])
 
 
 __all__ = ["Args", "Command", "CommandContext", "CommandError", "CommandResult", "Completion",

@@ -17,6 +17,7 @@ from mlxchat.commands.base import (
     last_stats,
 )
 from mlxchat.engine.events import EngineState
+from mlxchat.sources import without_sources
 from mlxchat.turn_stats import CACHE_SOURCE_WORDS, TurnStats
 from mlxchat.units import fmt_int, fmt_report_percent, plural
 
@@ -206,9 +207,12 @@ def context(ctx: CommandContext, args: Args) -> CommandResult:
     pending = conv.turns.attachments
     if not messages and not pending:
         return CommandResult.info(f"The conversation is empty: 0 of {fmt_int(window)} tokens.")
-    rows: list[tuple[str, ...]] = [
-        (str(i), m.role, first_words(m.content), fmt_int(n), fmt_report_percent(n, window))
-        for i, (m, n) in enumerate(zip(messages, counts, strict=True), 1)]
+    rows: list[tuple[str, ...]] = []
+    for i, (m, n) in enumerate(zip(messages, counts, strict=True), 1):
+        rows.append((str(i), m.role, first_words(without_sources(m.content)), fmt_int(n),
+                     fmt_report_percent(n, window)))
+        rows += [("", "recalled", s.path, fmt_int(s.tokens), fmt_report_percent(s.tokens, window))
+                 for s in m.sources or () if conv.recall.message_id(s) is not None]
     pins = conv.pins.list()
     if pins and messages and messages[0].role == "system":
         # The system message holds the pinned documents: each gets its own row.
@@ -236,6 +240,10 @@ def context(ctx: CommandContext, args: Args) -> CommandResult:
                f"{fmt_int(window - used)} free · replies up to "
                f"{fmt_int(conv.generation.max_tokens)} tokens · the KV cache holds "
                f"{fmt_int(cached)} now (the Context gauge: prompt and reply so far)")
+    summary = next((m for m in messages if m.role == "summary"), None)
+    if summary is not None and summary.compaction is not None:
+        caption += (f" · compacted: {summary.compaction.headline()}, the messages after it "
+                    "kept whole (/compact undo)")
     note = conv.views.ledger_note()
     if note:
         caption += f" · {note}"

@@ -16,7 +16,8 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Sessions", ("new", "sessions", "open", "rename", "delete", "fork", "branch", "export",
                   "import")),
     ("Model and settings", ("model", "models", "set", "get", "draft")),
-    ("Context, cache and figures", ("context", "stats", "cache", "pin", "pins", "unpin")),
+    ("Context, cache and figures", ("context", "compact", "recall", "stats", "cache", "pin",
+                                    "pins", "unpin")),
     ("Documents, tools and the API", ("docs", "sources", "tools", "serve")),
     ("mlxchat", ("help", "quit")),
 )

@@ -96,6 +96,13 @@ def _switch(name: str, raw: str) -> Any:
     return words[raw.lower()]
 
 
+def _on_off(name: str, raw: str) -> bool:
+    value = _switch(name, raw)
+    if value is None:
+        raise CommandError(f"{name} takes on or off; got {one_line(raw, 30)!r}.")
+    return value
+
+
 def _sampling(name: str, raw: str) -> Any:
     if raw.lower() in ("model", "default", "auto", "none"):
         return None  # the model's own default
@@ -140,8 +147,14 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "stores the KV cache in 4 or 8 bits: less memory", ("none", "4", "8")),
     Setting("context_window", _optional_int, "none or a whole number >= 256 (at most the "
             "model's)", "a smaller context window than the model's", ("none",)),
-    Setting("context_policy", _policy, " or ".join(CONTEXT_POLICIES),
-            "when the window is full: drop the oldest messages, or stop", CONTEXT_POLICIES),
+    Setting("context_policy", _policy, GENERATION_RULES["context_policy"][1],
+            "when the window is full: switch to a compaction prepared ahead, drop the oldest "
+            "messages, or stop", CONTEXT_POLICIES),
+    Setting("compact_at", _ranged(int), GENERATION_RULES["compact_at"][1],
+            "past this share of the window (percent), the compaction is prepared"),
+    Setting("recall", _on_off, "on or off",
+            "bring back earlier messages no longer in the window that match a new one",
+            ("on", "off")),
     Setting("history", _policy, " or ".join(HISTORY_MODES),
             "ledger: earlier turns keep their tokens; template: render them again",
             HISTORY_MODES),

@@ -42,11 +42,13 @@ from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.engine.turn.cpu_choice import CpuMatmul
 from mlxchat.engine.turn.early_images import EarlyImages
 from mlxchat.engine.turn.pipeline import TurnPipeline, events, prefill_setup
+from mlxchat.engine.turn.gauges import gauge_state
 from mlxchat.engine.turn.prefill_cost import CHUNK_SECONDS, PrefillChunk
+from mlxchat.engine.turn.prepared import PreparedCache
 from mlxchat.engine.turn.ranks import OneProcess, Ranks
 from mlxchat.engine.turn.typing_prefill import TypingPrefill
 from mlxchat.generation import GenerationSettings
-from mlxchat.models import LoadedModel, ModelInfo, cpu_matmul, precision
+from mlxchat.models import LoadedModel, ModelInfo, precision
 from mlxchat.models.info import recast, retyped
 from mlxchat.turn_stats import TurnStats
 
@@ -93,6 +95,11 @@ class ChatEngine:
                 self._loaded, self._live, tokens, emit, between=self._worker.pass_on))
         self.prompts = PromptBuilder(lambda: self._loaded)
         """Renders, deltas and the window for the model held now (no MLX)."""
+        self.prepared = PreparedCache(worker=self._worker, pipeline=self._pipeline,
+                                      loaded=lambda: self._loaded, live=lambda: self._live,
+                                      refusal=lambda: self._ranks.refusal("compaction"),
+                                      adopted=self._refresh_state)
+        """A second cache filled in idle time: a compacted conversation, its summary."""
         # The tower run for images as they are attached, before the turn.
         self.images = EarlyImages(later=self._worker.later, loaded=lambda: self._loaded,
                                   match=self._match_compute)
@@ -226,8 +233,9 @@ class ChatEngine:
         return self._pipeline.chunks.recent(prefill_setup(self._loaded, kv_bits))
 
     def supersede_typing(self) -> None:
-        """Stop a running or queued typing prefill (a turn takes precedence)."""
+        """Stop a running or queued typing prefill or preparation (a turn goes first)."""
         self._typing.supersede()
+        self.prepared.supersede()
 
     def warm_up(self) -> None:
         """Render a message and compute it on a throwaway cache, so that a
@@ -382,19 +390,6 @@ class ChatEngine:
         return self._call(job)
 
     def _refresh_state(self, stats: TurnStats | None = None, busy: bool = False) -> None:
-        info, live = self._loaded.info, self._live
-        layout, ranks = self._ranks.gauges(self._loaded)
-        self._state = EngineState(
-            model_name=info.name, cached_tokens=len(live.tokens),
-            context_window=min(self._window, info.context_window), kv_bytes=live.nbytes,
-            kv_layout=live.layout,
-            kv_bits=live.bits, kv_dtype=live.dtype_label,
-            cache_source=live.held_from,
-            weights_bytes=info.weights_bytes,
-            kept_copies_bytes=cpu_matmul.held_bytes(self._loaded.model),
-            bits_per_weight=info.bits_per_weight, scales_dtype=info.scales_dtype,
-            quantization=info.quantization, compute_dtype=info.compute_dtype,
-            peak_memory_bytes=mx.get_peak_memory(),
-            draft_model=self._drafting.info.name if self._drafting.info else "",
-            draft_kv_bytes=self._drafting.kv_bytes,
-            busy=busy, last_stats=stats or self._state.last_stats, layout=layout, ranks=ranks)
+        self._state = gauge_state(self._loaded, self._live, window=self._window,
+                                  ranks=self._ranks, drafting=self._drafting, busy=busy,
+                                  stats=stats or self._state.last_stats)

@@ -181,6 +181,11 @@ class EngineState:
     last_stats: TurnStats | None = field(default=None)
     pinned_tokens: int = 0
     """Of ``cached_tokens``, the pinned documents' shared prefix (set by the conversation)."""
+    compact_at: int = 0
+    """Tokens past which a compaction is prepared (0: another context policy; set
+    by the conversation)."""
+    compaction: str = ""
+    """Where that compaction stands, in words ('ready', 'preparing', ...)."""
     layout: str = ""
     """How the model is split: '2 ranks · tensor · 3.1 GB each'; '' on one rank."""
     ranks: list[RankFigures] = field(default_factory=list)

@@ -17,6 +17,7 @@ from mlxchat.engine.speculative.auto import VerifyCost
 from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.engine.turn.early_images import EarlyImages
 from mlxchat.engine.turn.prefill_cost import PrefillChunk
+from mlxchat.engine.turn.prepared import PreparedCache
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import LoadedModel, ModelInfo
 
@@ -26,6 +27,8 @@ class Engine(Protocol):
     """Renders, the ledger's deltas and the window, for the model held now."""
     images: EarlyImages
     """The vision tower run for images as they are attached (``hold``)."""
+    prepared: PreparedCache
+    """A second cache filled in idle time (a compacted conversation, its summary)."""
 
     @property
     def segments_per_rank(self) -> bool:

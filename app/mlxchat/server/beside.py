@@ -80,7 +80,7 @@ class SharedServer:
             self.service = service = ChatService(
                 self.conversation, store=opened.store, engine=opened.engine,
                 max_waiting=options.queue, kv_budget_bytes=options.kv_budget_bytes,
-                parallel=options.parallel)
+                parallel=options.parallel, context_policy=options.context_policy)
             self.server = RunningServer(
                 build_app(service, api_key=options.api_key,
                           allow_image_urls=options.allow_image_urls,

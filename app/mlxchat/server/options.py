@@ -52,6 +52,9 @@ class ServeOptions:
     """A request's whole body must arrive within this once its headers are in."""
     cors: tuple[str, ...] = ()
     """Origins browsers may call the server from (``*``: any); none: no browser may."""
+    context_policy: str = "stop"
+    """What a history past the window gets when its request names no
+    ``context_policy``: stop (a 400, as OpenAI answers), compact or drop_oldest."""
 
 
 def is_loopback(host: str) -> bool:

@@ -6,7 +6,9 @@ and it opens, leaves, forks and deletes sessions, switches the model and
 closes. Everything else is a part it hands out, each given what it needs:
 ``turns`` (send, retry, edit, undo, tool results: planned, committed, run,
 stopped), ``saved`` (the store's other sessions), ``cache`` (the KV on disk),
-``pins``, ``typing`` (prefill while typing), ``speculation``, ``views``
+``pins``, ``typing`` (prefill while typing), ``compactor`` (a conversation
+longer than the window), ``recall`` (what left the window brought back),
+``speculation``, ``views``
 (figures and token counts), ``locks``, ``retrieval``, ``tools`` (the MCP tools
 it uses) and ``tool_loop`` (running a reply's calls).
 """
@@ -22,11 +24,13 @@ from mlxchat.config import Settings
 from mlxchat.engine.interface import Engine
 from mlxchat.models import LoadedModel
 from mlxchat.session.cache_keeper import CacheKeeper
+from mlxchat.session.compactor import Compactor
 from mlxchat.session.current import OpenSession
 from mlxchat.session.errors import ConversationError
 from mlxchat.session.lock import SessionLocks
 from mlxchat.session.pending import UnsavedReplies
 from mlxchat.session.pins import PinnedDocs
+from mlxchat.session.recall import Recall
 from mlxchat.session.retrieval import Retrieval
 from mlxchat.session.saved import Deleted, SavedSessions
 from mlxchat.session.speculation import Speculation
@@ -67,12 +71,16 @@ class Conversation(OpenSession):
                                  writes=lambda: not store.path or self.locks.held)
         self.pins = PinnedDocs(self, store, engine, unsaved=self._unsaved)
         self.views = EngineViews(self, engine, self.pins,
-                                 last_stats=lambda: self.turns.last_stats)
+                                 last_stats=lambda: self.turns.last_stats,
+                                 compaction=lambda: self.compactor.status())
         self.retrieval = Retrieval(self, store, engine, window_left=self.views.window_left,
                                    prefill_seconds=self._prefill_seconds, embedder=embedder)
         self.tools = SessionTools(self, store, engine, host=tool_host)
+        self.recall = Recall(self, store, engine, retrieval=self.retrieval)
+        self.compactor = Compactor(self, store, engine, cache=self.cache, recall=self.recall)
         self.turns = TurnRunner(self, store, engine, cache=self.cache, pins=self.pins,
                                 unsaved=self._unsaved, retrieval=self.retrieval, attachments=[],
+                                compactor=self.compactor, recall=self.recall,
                                 also_cancel=self.tools.cancel)
         self.typing = TypingAhead(self, engine, self.pins, attachments=self.turns.attachments,
                                   turns_started=lambda: self.turns.started)
@@ -101,6 +109,7 @@ class Conversation(OpenSession):
         self.switch_to(session)
         self.turns.attachments.clear()
         self.turns.last_stats = None
+        self.compactor.forget()
         self.cache.forget()
         self.pins.forget()
         self.tools.start()
@@ -210,6 +219,7 @@ class Conversation(OpenSession):
     def close(self, *, compact: bool = True) -> None:
         """Join the open branch's KV segment files (unless ``compact`` is False),
         stop the engine, let go of the session."""
+        self.compactor.pause()
         if compact:
             self.cache.compact()
         self.retrieval.close()

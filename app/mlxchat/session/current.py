@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from mlxchat.chat import Message, Session
+from mlxchat.chat import Message, Session, model_view
 from mlxchat.engine.interface import Engine
 from mlxchat.generation import GenerationSettings
 from mlxchat.session.ledger import Ledger
@@ -69,9 +69,11 @@ class OpenSession:
         self.session = self.store.update_session_settings(self.session.id, settings)
 
     def with_system(self, messages: list[Message]) -> list[Message]:
-        """``messages`` after the session's system part (prompt and pinned documents)."""
+        """``messages`` as the model sees them (a compaction's summary in place
+        of what it stands for: ``chat.model_view``) after the session's system
+        part (prompt and pinned documents)."""
         system = self.session.context_system
-        return ([Message("system", system)] if system else []) + list(messages)
+        return ([Message("system", system)] if system else []) + model_view(messages)
 
     def engine_messages(self, extra: list[Message] | None = None) -> list[Message]:
         """The branch (and ``extra`` after it) as the engine renders it, system part first."""

@@ -16,7 +16,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
-from mlxchat.chat import ImageRef, Message, Session
+from mlxchat.chat import ImageRef, Message, Session, latest_summary, model_view, summary_block
 from mlxchat.engine.events import TurnDone
 from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt.delta import TemplateNotIncremental, TemplateOptions
@@ -50,6 +50,12 @@ class Plan:
     key: str | None = None
     prefill: OpenedReply | None = None
     """The text the reply begins with (its ids end the prompt), if any."""
+    overflow: bool = False
+    """The ledger did not fit the window: the history was rendered again and
+    fitted under the context policy (the oldest messages left out)."""
+
+
+OVERFLOW = "context overflow: history re-rendered to fit"
 
 
 def _short_hash(text: str) -> str:
@@ -119,6 +125,12 @@ def branch_ids(messages: Sequence[Message], key: str) -> tuple[list[int] | None,
     return ids, None
 
 
+def _answered(history: Sequence[Message]) -> bool:
+    """The branch ends with a reply (a summary after it ends with the reply's ids)."""
+    last = [m for m in history[-2:] if m.role != "summary"]
+    return bool(last) and last[-1].role == "assistant"
+
+
 class Ledger:
     """Plans turns over one session's ledger with one engine."""
 
@@ -134,8 +146,9 @@ class Ledger:
         self.key = key_for(engine, session, self.options, compute_dtype=settings.compute_dtype)
 
     def _with_system(self, messages: Sequence[Message]) -> list[Message]:
+        """The branch as the model sees it (``chat.model_view``), system part first."""
         system = self.session.context_system
-        return ([Message("system", system)] if system else []) + list(messages)
+        return ([Message("system", system)] if system else []) + model_view(messages)
 
     def _rendered(self, messages: Sequence[Message], reason: str | None) -> FittedPrompt:
         fitted = self.engine.prompts.fit(self._with_system(messages), self.settings,
@@ -179,7 +192,7 @@ class Ledger:
         """The prompt for tool results after ``history`` (whose last message is
         the reply that called the tools); ``user_ids`` are what they add together."""
         def added() -> list[int]:
-            reply = history[-1]
+            reply = next(m for m in reversed(history) if m.role != "summary")
             return self.engine.prompts.result_ids(
                 results, reply=reply, previous=reply.token_ids or [], options=self.options)
 
@@ -195,7 +208,7 @@ class Ledger:
         if self.settings.history == "template":
             return Plan(self._rendered([*history, *new], None))
         ids, reason = branch_ids(history, self.key) if history else ([], None)
-        if ids is not None and (first or (history and history[-1].role == "assistant")):
+        if ids is not None and (first or _answered(history)):
             try:
                 new_ids = added()
             except TemplateNotIncremental as exc:
@@ -206,11 +219,46 @@ class Ledger:
                     prompt = FittedPrompt(tokens, self._with_system([*history, *new]), 0,
                                           ledger=True)
                     return Plan(prompt, new_ids, start=first, key=self.key)
-                reason = "context overflow: history re-rendered to fit"
+                reason = OVERFLOW
         elif ids is not None:
             reason = "the previous message has no reply: new token ledger"
         fitted = self._rendered([*history, *new], reason)
-        return Plan(fitted, list(fitted.tokens), start=True, key=self.key)
+        return Plan(fitted, list(fitted.tokens), start=True, key=self.key,
+                    overflow=reason == OVERFLOW or fitted.dropped > 0)
+
+    def compacted(self, branch: Sequence[Message], first: int, summary: str) -> list[int] | None:
+        """The ledger of ``branch`` once compacted: the system part and
+        ``summary`` in front of ``branch[first]`` (a user message), rendered as
+        a first message, then every later message's ids as they were sent;
+        where a later message has none to give (a history an API client sent,
+        another ledger), all of it rendered once, to the last reply's end
+        token. None when neither can be (an image, no reply at the end)."""
+        ids, _ = branch_ids(branch, self.key)
+        later = [m for m in branch[first + 1:] if m.role != "summary"]
+        head = branch[first]
+        if ids is None or any(m.ledger_start or m.token_ids is None or m.ledger_key != self.key
+                              for m in later):
+            return self._compacted_render([replace(
+                head, content=summary_block(summary) + "\n\n" + head.content), *later])
+        try:
+            opening = self.engine.prompts.message_ids(
+                summary_block(summary) + "\n\n" + head.content,
+                system=self.session.context_system, previous=None, options=self.options,
+                images=head.images)
+        except TemplateNotIncremental:
+            return None
+        return opening + [t for m in later for t in (m.token_ids or ())]
+
+    def _compacted_render(self, view: list[Message]) -> list[int] | None:
+        """``view`` after the system part through the template, cut after the
+        last reply's end token: what a ledger holds (a reply's ids end with the
+        end token sampled; the next message's render adds the rest)."""
+        if not view or view[-1].role != "assistant" or any(m.images for m in view):
+            return None
+        tokens = self.engine.prompts.render_tokens(self._with_system(view), options=self.options)
+        ends = set(self.engine.loaded.tokenizer.eos_token_ids)
+        cut = max((i for i, t in enumerate(tokens) if t in ends), default=None)
+        return None if cut is None else tokens[:cut + 1]
 
     def opened(self, plan: Plan, text: str | None) -> Plan:
         """``plan`` with its reply begun by ``text`` (None or empty: as it is):
@@ -258,6 +306,31 @@ class Ledger:
         system = len(system_ids) if list(first[:len(system_ids)]) == list(system_ids) else 0
         return [system, counts[0] - system, *counts[1:]]
 
+    def compacted_costs(self, branch: Sequence[Message], system_ids: Sequence[int]
+                        ) -> tuple[list[Message], list[int]] | None:
+        """After a compaction: the rows the model sees (the system part, the
+        summary, the first message kept, the messages after it) and the tokens
+        each holds in the ledger; None without a usable compacted ledger."""
+        at = latest_summary(branch)
+        ids, _ = branch_ids(branch, self.key)
+        if at is None or ids is None or self.settings.history == "template":
+            return None
+        marker = branch[at]
+        first = at - marker.compaction.kept  # type: ignore[union-attr]
+        before = [m for m in branch[first + 1:at] if m.role != "summary"]
+        head = len(marker.token_ids or ()) - sum(len(m.token_ids or ()) for m in before)
+        system = self.session.context_system
+        plain = len(self.engine.prompts.message_ids(
+            branch[first].content, system=system, previous=None, options=self.options,
+            images=branch[first].images))
+        own = len(system_ids) if system else 0
+        rows = [Message("system", system)] if system else []
+        rows += [Message("summary", marker.content, compaction=marker.compaction),
+                 branch[first]] + [m for m in branch[first + 1:] if m.role != "summary"]
+        counts = ([own] if system else []) + [head - plain, plain - own] + [
+            len(m.token_ids or ()) for m in branch[first + 1:] if m.role != "summary"]
+        return rows, counts
+
     def used(self, branch: Sequence[Message]) -> int | None:
         """Tokens the branch holds in its ledger (what the next turn's prompt
         starts with), read off the stored ids; None when it has no usable one."""
@@ -275,5 +348,5 @@ class Ledger:
             # The key goes with the plan: the new reply's ids extend the ledger.
             return Plan(FittedPrompt(ids, self._with_system(branch), 0, ledger=True),
                         key=self.key)
-        fitted = self._rendered(branch, reason or "context overflow: history re-rendered to fit")
+        fitted = self._rendered(branch, reason or OVERFLOW)
         return Plan(fitted, list(fitted.tokens), start=True, key=self.key)

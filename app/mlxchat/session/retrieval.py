@@ -138,7 +138,7 @@ class Retrieval:
 
         check_name(name)
         check_roots(paths)  # bad paths fail before the embedder loads
-        return self._on_thread(lambda: Indexer(self._docs.documents, self.embedder()).add(
+        return self.on_thread(lambda: Indexer(self._docs.documents, self.embedder()).add(
             name, paths, on_progress=on_progress, cancel=cancel, follow_links=follow_links))
 
     def update(self, name: str, *, on_progress: Callable[[IndexProgress], None] | None = None,
@@ -146,7 +146,7 @@ class Retrieval:
         from mlxchat.docs import Indexer
 
         self.collection(name)
-        return self._on_thread(lambda: Indexer(self._docs.documents, self.embedder()).update(
+        return self.on_thread(lambda: Indexer(self._docs.documents, self.embedder()).update(
             name, on_progress=on_progress, cancel=cancel))
 
     def remove(self, name: str) -> CollectionInfo:
@@ -184,7 +184,7 @@ class Retrieval:
 
         # Every hit the search fused: the floor, not a cut at k, decides whether
         # a document's later chunks (spread after other files' best) still go.
-        hits = self._on_thread(lambda: self.retriever().search(
+        hits = self.on_thread(lambda: self.retriever().search(
             name, text, k=max(settings.docs_k * CANDIDATES_PER_K, 2 * CANDIDATES)))
 
         kept = relevant(hits)
@@ -212,7 +212,7 @@ class Retrieval:
     def _tokens(self, text: str) -> int:
         return len(self._engine.loaded.tokenizer.encode(text, add_special_tokens=False))
 
-    def _on_thread(self, work: Callable[[], T]) -> T:
+    def on_thread(self, work: Callable[[], T]) -> T:
         """Run ``work`` on the documents' MLX thread and wait for it."""
         with self._lock:
             if self._thread is None:

@@ -24,12 +24,15 @@ from mlxchat.engine.turn.early_images import done_encoding
 from mlxchat.engine.turn.reply_options import ASKS_NOTHING, ReplyOptions
 from mlxchat.models.vision import images as vision_images
 from mlxchat.session.cache_keeper import CacheKeeper
+from mlxchat.session.compactor import Compactor
 from mlxchat.session.current import OpenSession
 from mlxchat.session.errors import ConversationError
 from mlxchat.session.ledger import Ledger, Plan
 from mlxchat.session.pending import PendingReply, UnsavedReplies
 from mlxchat.session.pins import PinnedDocs
+from mlxchat.session.recall import RECALLED, Recall
 from mlxchat.session.retrieval import Retrieval
+from mlxchat.session.window_fit import fit_window
 from mlxchat.sources import Source, with_sources, without_sources
 from mlxchat.store import SessionStore, StoreError, StoreLocked
 from mlxchat.store.image_files import store_image
@@ -60,12 +63,18 @@ class TurnRunner:
 
     def __init__(self, open_session: OpenSession, store: SessionStore, engine: Engine, *,
                  cache: CacheKeeper, pins: PinnedDocs, unsaved: UnsavedReplies,
-                 retrieval: Retrieval, attachments: list[Attachment],
-                 also_cancel: Callable[[], None] = lambda: None):
+                 retrieval: Retrieval, attachments: list[Attachment], compactor: Compactor,
+                 recall: Recall, also_cancel: Callable[[], None] = lambda: None):
         self._open = open_session
         self._store = store
         self._engine = engine
         self._cache = cache
+        self._compactor = compactor
+        self._recall = recall
+        self._compaction_note: str | None = None
+        """What the window did for the turn being planned (``TurnStats.compaction``)."""
+        self.switched: Message | None = None
+        """The summary the last message sent switched to (None: it did not)."""
         self._pins = pins
         self._unsaved = unsaved
         self._retrieval = retrieval
@@ -135,9 +144,8 @@ class TurnRunner:
             raise ConversationError("Nothing to send.")
         content, sources = self._with_retrieved(text, self.compose(text))
         images = tuple(self.images)
-        ledger = self._ledger()
-        plan = ledger.opened(ledger.plan_message(self._open.messages, content, images=images,
-                                                 fresh=not self._open.messages), asked.prefill)
+        plan = self._ledger().opened(self._fitting(lambda branch: self._ledger().plan_message(
+            branch, content, images=images, fresh=not branch)), asked.prefill)
         self._add_user(content, plan, sources, images)  # the plan refused what cannot fit
         self.attachments.clear()
         self.images.clear()
@@ -152,8 +160,9 @@ class TurnRunner:
         tools = next((i for i, r in enumerate(results) if r.role != "tool"), len(results))
         if not tools or any(r.role not in ("user", "system") for r in results[tools:]):
             raise ConversationError("Tool results need at least one message of role 'tool'.")
-        ledger = self._ledger()
-        plan = ledger.opened(ledger.plan_results(self._open.messages, results), asked.prefill)
+        self._recall.last = []  # results bring nothing back: none said of the message before
+        plan = self._ledger().opened(self._fitting(
+            lambda branch: self._ledger().plan_results(branch, results)), asked.prefill)
         return self._commit_and_run(results, plan, asked)
 
     def send_turn(self, messages: list[Message]) -> Iterator[Event]:
@@ -164,8 +173,9 @@ class TurnRunner:
         self._unsaved.require_saved()
         if not messages or any(m.role not in ("user", "system") for m in messages):
             raise ConversationError("A turn is user and system messages.")
-        ledger = self._ledger()
-        plan = ledger.opened(ledger.plan_turn(self._open.messages, messages), asked.prefill)
+        self._recall.last = []
+        plan = self._ledger().opened(self._fitting(
+            lambda branch: self._ledger().plan_turn(branch, messages)), asked.prefill)
         return self._commit_and_run(messages, plan, asked)
 
     def _commit_and_run(self, messages: list[Message], plan: Plan,
@@ -244,6 +254,15 @@ class TurnRunner:
     def _ledger(self) -> Ledger:
         return self._open.ledger(self._engine)
 
+    def _fitting(self, plan_for: Callable[[list[Message]], Plan]) -> Plan:
+        """The plan for new messages after the branch, compacted where they
+        overflow the window (``window_fit``); what the window did is kept for
+        the turn's figures."""
+        self._compactor.pause()  # the turn goes first
+        fitted = fit_window(plan_for, self._open, self._compactor)
+        self._compaction_note, self.switched = fitted.note, fitted.switched
+        return fitted.plan
+
     def _take_asks(self) -> NextReply:
         """What was asked of the next reply, taken (the one after asks nothing)."""
         asked = NextReply(self.output, self.options, self.prefill or None)
@@ -251,11 +270,18 @@ class TurnRunner:
         return asked
 
     def _with_retrieved(self, query: str, content: str) -> tuple[str, list[Source] | None]:
+        """``content`` with what it retrieved from the session's collection and
+        what it recalled of the conversation's earlier messages in front."""
         self._retrieval.last = None
         found = self._retrieval.retrieve(query, message=content)
-        if found is None or not found.sources:
-            return content, None
-        return with_sources(found.collection, found.sources, content), found.sources
+        sources: list[Source] = []
+        if found is not None and found.sources:
+            content, sources = with_sources(found.collection, found.sources, content), \
+                list(found.sources)
+        recalled = self._recall.recall(query, first=len(sources) + 1)
+        if recalled:
+            content, sources = with_sources(RECALLED, recalled, content), sources + recalled
+        return content, sources or None
 
     def _add_user(self, content: str, plan: Plan, sources: list[Source] | None = None,
                   images: tuple[ImageRef, ...] = ()) -> None:
@@ -277,6 +303,7 @@ class TurnRunner:
         thought: list[str] = []
         saved_at = time.monotonic()
         self.started += 1
+        self._compactor.pause()
         self._engine.supersede_typing()  # before any engine job: a send goes first
         try:
             if (self._engine.needs_restore(plan.prompt.tokens)
@@ -303,6 +330,7 @@ class TurnRunner:
         finally:
             self._pins.keep(done.stats if done is not None else None)
             if done is not None:
+                done.stats.compaction, self._compaction_note = self._compaction_note, None
                 self._finish(plan.prefill.joined(done) if plan.prefill else done, plan.key)
             elif pieces or thought:
                 # The engine failed mid-reply: keep what was shown, marked stopped.
@@ -310,6 +338,7 @@ class TurnRunner:
                                         cancelled=True,
                                         reasoning="".join(thought).rstrip() or None)
                 self._open.reload()
+            self._compactor.after_turn()  # idle now: what the window will need is prepared
 
     def _checkpoint(self, parent: int | None, text: str, reasoning: str = "") -> None:
         try:

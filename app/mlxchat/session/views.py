@@ -12,6 +12,7 @@ from mlxchat.engine.interface import Engine
 from mlxchat.engine.prompt.delta import TemplateOptions
 from mlxchat.engine.turn.prefill_cost import PrefillChunk, PrefillCost, fit
 from mlxchat.models import LoadedModel, ModelInfo, tools
+from mlxchat.session.compactor import CompactStatus
 from mlxchat.session.current import OpenSession
 from mlxchat.session.pins import PinnedDocs
 from mlxchat.turn_stats import TurnStats
@@ -65,12 +66,15 @@ class EngineViews:
     """What commands and the UI read of the engine, for the open session."""
 
     def __init__(self, open_session: OpenSession, engine: Engine, pins: PinnedDocs, *,
-                 last_stats: Callable[[], TurnStats | None]):
+                 last_stats: Callable[[], TurnStats | None],
+                 compaction: Callable[[], CompactStatus]):
         self._open = open_session
         self._engine = engine
         self._pins = pins
         self._last_stats = last_stats
         """The stats of the turn this conversation ran last (None: none yet)."""
+        self._compaction = compaction
+        """Where the branch's compaction stands (``Compactor.status``)."""
 
     @property
     def model_info(self) -> ModelInfo:
@@ -93,7 +97,9 @@ class EngineViews:
         getattr(self._engine, "decode_in", lambda batch: None)(batch)
 
     def state(self) -> EngineState:
-        state = replace(self._engine.state(), pinned_tokens=self._pins.pinned_in_cache())
+        compaction = self._compaction()
+        state = replace(self._engine.state(), pinned_tokens=self._pins.pinned_in_cache(),
+                        compact_at=compaction.threshold, compaction=compaction.words())
         bits = self._open.generation.kv_bits
         if bits and not state.cached_tokens and state.kv_bits != bits:
             # An empty cache is quantized to the session's width as the first
@@ -141,6 +147,10 @@ class EngineViews:
         one, else rendered prefix by prefix."""
         messages = self._open.with_system(self._open.messages)
         ledger = self._open.ledger(self._engine)
+        compacted = ledger.compacted_costs(self._open.messages, self._pins.system_tokens())
+        if compacted is not None:  # the summary on its own row, then what was kept
+            rows, counts = compacted
+            return ContextCosts(rows, counts, sum(counts), from_ledger=True)
         costs = ledger.costs(self._open.messages, self._pins.system_tokens())
         if costs is not None:
             return self._opening_apart(ContextCosts(messages, costs, sum(costs),

@@ -20,6 +20,24 @@ from mlxchat.store.docs_fts import BM25_WEIGHTS, in_collection
 from mlxchat.store.errors import StoreError
 
 
+RECALL_PREFIX = "~recall-"
+"""Hidden collections: a session's own messages, for recall (``docs.recall_index``).
+No collection the user makes can start so; ``list`` leaves them out."""
+
+
+def recall_collection(session_id: int) -> str:
+    """The hidden collection a session's messages are recalled from."""
+    return f"{RECALL_PREFIX}{session_id}"
+
+
+def drop_collection(cur, name: str) -> None:
+    """Delete a collection, its files and chunks, if it exists (inside a write)."""
+    row = cur.execute("SELECT id FROM doc_collections WHERE name = ?", (name,)).fetchone()
+    if row is not None:
+        cur.execute("DELETE FROM doc_chunks WHERE collection_id = ?", (row[0],))
+        cur.execute("DELETE FROM doc_collections WHERE id = ?", (row[0],))
+
+
 class CollectionNotFound(StoreError):
     """No collection has that name."""
 
@@ -176,8 +194,10 @@ class Documents:
         return _collection(row)
 
     def list(self) -> list[CollectionInfo]:
+        """The user's collections (a session's hidden recall collection left out)."""
         with self._db.reading() as cur:
-            return [_collection(r) for r in cur.execute(_COLLECTION_SELECT + " ORDER BY c.name")]
+            return [_collection(r) for r in cur.execute(
+                _COLLECTION_SELECT + " WHERE substr(c.name, 1, 1) <> '~' ORDER BY c.name")]
 
     def set_roots(self, collection_id: int, roots: Sequence[str]) -> None:
         with self._db.writing() as cur:
@@ -193,8 +213,7 @@ class Documents:
         """Drop the collection with its files and chunks."""
         with self._db.writing() as cur:
             info = self._get(cur, name)
-            cur.execute("DELETE FROM doc_chunks WHERE collection_id = ?", (info.id,))
-            cur.execute("DELETE FROM doc_collections WHERE id = ?", (info.id,))
+            drop_collection(cur, name)
             return info
 
     # -- files -----------------------------------------------------------------

@@ -88,6 +88,10 @@ def session_markdown(session: Session) -> str:
     out += ["", "---"]
     sources: list[Source] | None = None
     for message in session.messages:
+        if message.role == "summary":  # the messages above stay; the model saw this instead
+            headline = message.compaction.headline() if message.compaction else "summary"
+            out += ["", f"### Summary ({headline})", "", quoted(message.content)]
+            continue
         if message.role == "tool":  # a quoted block under its tool's name
             out += ["", f"### {tool_label(message).capitalize()}"]
             if message.tool_run is not None:
@@ -148,6 +152,7 @@ def _message_dict(message: Message) -> dict[str, Any]:
            if message.role == "tool" else {}),
         **({"tool_run": message.tool_run.to_dict()} if message.tool_run is not None else {}),
         **({"images": export_images(message.images)} if message.images else {}),
+        **({"compaction": message.compaction.to_dict()} if message.compaction else {}),
     }
 
 

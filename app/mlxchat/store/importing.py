@@ -10,7 +10,7 @@ import types
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from mlxchat.chat import Message, Pin, Session, ToolRun
+from mlxchat.chat import Compaction, Message, Pin, Session, ToolRun
 from mlxchat.files import FileRefused, read_limited
 from mlxchat.generation import GenerationSettings
 from mlxchat.sources import Source
@@ -83,13 +83,13 @@ def _sources(rows: list[Any] | None, where: str) -> list[Source] | None:
     return found
 
 
-def _tool_run(row: dict | None, where: str) -> ToolRun | None:
+def _record(cls: type, row: dict | None, where: str) -> Any:
     if row is None:
         return None
     try:
-        return _checked(ToolRun, row, f"{where}.tool_run")
+        return _checked(cls, row, where)
     except TypeError:
-        raise StoreError(f"Not an importable session: {where}.tool_run lacks a field.") from None
+        raise StoreError(f"Not an importable session: {where} lacks a field.") from None
 
 
 def _ordered(messages: list[Message]) -> list[Message]:
@@ -195,7 +195,10 @@ def parse_document(data: Any, images: dict[str, bytes] | None = None
                                                              []))),
                 tool_call_id=_field(row, "tool_call_id", str | None, where, None),
                 tool_name=_field(row, "tool_name", str | None, where, None),
-                tool_run=_tool_run(_field(row, "tool_run", dict | None, where, None), where),
+                tool_run=_record(ToolRun, _field(row, "tool_run", dict | None, where, None),
+                                 f"{where}.tool_run"),
+                compaction=_record(Compaction, _field(row, "compaction", dict | None, where, None),
+                                   f"{where}.compaction"),
                 images=import_images(_field(row, "images", list, where, []), where, images),
             )
         )

@@ -16,9 +16,10 @@ from mlxchat.sources import Source, without_sources
 from mlxchat.store.errors import StoreError
 from mlxchat.store.image_files import images_from_json, images_to_json
 from mlxchat.store.pin_rows import read_pins, write_pins
+from mlxchat.store.summary_rows import compaction_from_json, compaction_to_json
 from mlxchat.turn_stats import TurnStats
 
-ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool", "summary")
 DEFAULT_TITLE = "New chat"
 TITLE_LENGTH = 60
 
@@ -77,6 +78,7 @@ def message_from_row(row: sqlite3.Row) -> Message:
         tool_name=row["tool_name"],
         tool_run=tool_run_from_json(row["tool_run"]),
         images=images_from_json(row["images"]),
+        compaction=compaction_from_json(row["compaction"]),
     )
 
 
@@ -220,8 +222,8 @@ def insert_message(
     cur.execute(
         "INSERT INTO messages (session_id, parent_id, role, content, token_count, stats,"
         " cancelled, created, token_ids, ledger_key, ledger_start, reasoning, sources,"
-        " tool_calls, tool_call_id, tool_name, tool_run, images)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        " tool_calls, tool_call_id, tool_name, tool_run, images, compaction)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             session_id,
             parent_id,
@@ -241,6 +243,7 @@ def insert_message(
             message.tool_name,
             json.dumps(message.tool_run.to_dict()) if message.tool_run is not None else None,
             images_to_json(message.images),
+            compaction_to_json(message.compaction),
         ),
     )
     assert cur.lastrowid is not None

@@ -18,6 +18,7 @@ from mlxchat.store.image_files import V17_MESSAGE_IMAGES
 from mlxchat.store.kv_names import V18_KV_FILE_TAG
 from mlxchat.store.messages_rebuild import messages_with_tool_role
 from mlxchat.store.parent_links import V19_PARENTS_WITHOUT_CASCADE
+from mlxchat.store.summary_rows import V22_SUMMARY_MESSAGES
 from mlxchat.store.tool_schema import V16_TOOL_GRANTS_AND_RUNS
 
 V1_SESSIONS_AND_MESSAGES = (
@@ -319,7 +320,7 @@ MIGRATIONS: tuple[tuple[Step, ...], ...] = (
     V9_PINNED_DOCUMENTS, V10_DOCUMENT_COLLECTIONS, V11_API_MESSAGES, V12_MESSAGE_SOURCES,
     V13_TOOL_MESSAGES, V14_DOC_CHUNKS_FTS_BY_COLLECTION, V15_FOLLOW_LINKS,
     V16_TOOL_GRANTS_AND_RUNS, V17_MESSAGE_IMAGES, V18_KV_FILE_TAG, V19_PARENTS_WITHOUT_CASCADE,
-    V20_API_RESPONSES, V21_DOC_FILES_CHUNKER,
+    V20_API_RESPONSES, V21_DOC_FILES_CHUNKER, V22_SUMMARY_MESSAGES,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -63,15 +63,18 @@ class Segments:
         return _record(row)
 
     def on_branch(self, leaf_id: int | None) -> list[SegmentRecord]:
-        """Segments of the messages from the root to ``leaf_id``, in token order
-        (for a span saved twice, the newest row). A row that starts inside the
-        one before it is left out: it was saved for an earlier token ledger of
-        the branch (a new system prompt, say) and no longer follows."""
+        """Segments of the messages from the root (or the branch's newest
+        compaction summary, whose ledger starts anew) to ``leaf_id``, in token
+        order (for a span saved twice, the newest row). A row that starts
+        inside the one before it is left out: it was saved for an earlier token
+        ledger of the branch (a new system prompt, say) and no longer follows."""
         if leaf_id is None:
             return []
         with self._db.reading() as cur:
             rows = cur.execute(
                 PATH_UP + "SELECT s.* FROM path JOIN kv_segments AS s ON s.message_id = path.id"
+                " WHERE path.depth <= (SELECT coalesce(min(p.depth), 1 << 62) FROM path AS p"
+                " JOIN messages AS m ON m.id = p.id WHERE m.ledger_start AND m.role = 'summary')"
                 " ORDER BY s.start_token, s.id DESC", (leaf_id,)).fetchall()
         out: list[SegmentRecord] = []
         for row in rows:

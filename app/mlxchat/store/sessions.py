@@ -269,11 +269,11 @@ class SessionStore:
         files to delete (segment files other sessions still share are kept)."""
         with self.db.writing() as cur:
             session_row(cur, session_id)
-            files = snapshots.drop_rows(cur, session_id)
-            files += segments.drop_rows(cur, session_id)
+            files = snapshots.drop_rows(cur, session_id) + segments.drop_rows(cur, session_id)
             cur.execute("UPDATE sessions SET leaf_id = NULL WHERE id = ?", (session_id,))
             cur.execute("DELETE FROM messages WHERE session_id = ?", (session_id,))
             cur.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+            documents.drop_collection(cur, documents.recall_collection(session_id))
             files += pins.drop_unused_prefixes(cur)
         return files
 

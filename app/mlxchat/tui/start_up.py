@@ -61,6 +61,7 @@ class StartUp:
         app = self.app
         conv = opened.conversation
         app.conversation = conv
+        conv.compactor.on_change = partial(self._later, app.refresh_gauges)
         app.ctx = CommandContext(conv, clipboard=app.copying.from_worker, now=app._now,
                                  interactive=True, progress=app.commands.progress)
         app.activity.hide()
@@ -79,6 +80,13 @@ class StartUp:
             app.commands.start("/pin", partial(pin_files, app.ctx, self._pins))
         self.ready = True
         app.queued_message.send_when_ready()
+
+    def _later(self, fn) -> None:
+        """``fn`` on the UI thread, from the compaction's thread (nothing once the app is gone)."""
+        try:
+            self.app.call_from_thread(fn)
+        except RuntimeError:  # the app stopped, or this is its own thread
+            pass
 
     async def _failed(self, text: str) -> None:
         app = self.app

@@ -70,7 +70,7 @@ class TurnStream:
         finally:
             if conv.generation.docs is not None:
                 app._ui(app.activity.hide)
-        app._ui(self._show_sent, conv.messages[-1], conv.retrieval.last)
+        app._ui(self._show_sent, conv.messages[-1], conv.retrieval.last, conv.turns.switched)
         self.stream(events)
 
     async def _send_failed(self, text: str, error: str) -> None:
@@ -82,10 +82,14 @@ class TurnStream:
         if not app.prompt.text:
             app.prompt.restore(text)
 
-    async def _show_sent(self, message: Message, retrieved: Retrieved | None) -> None:
-        """The message as sent, and before its prefill what it retrieved and costs."""
+    async def _show_sent(self, message: Message, retrieved: Retrieved | None,
+                         summary: Message | None = None) -> None:
+        """The message as sent (after the compaction it switched to: ``summary``),
+        and before its prefill what it retrieved and costs."""
         self.app.commands.show_pending()  # the message took them
         transcript = self.app.transcript
+        if summary is not None:
+            await transcript.add_results([summary], before=self._place)
         if retrieved is not None and message.sources:
             await transcript.add_user(message.content, sources=message.sources,
                                       forecast_s=retrieved.forecast_s,

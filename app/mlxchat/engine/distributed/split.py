@@ -243,6 +243,9 @@ _REFUSALS = {
     "switch_model": (f"switching models is {NOT_ACROSS_RANKS}: every rank loaded its shard "
                      "at start; restart with the other model"),
     "warm_up": "the ranks compute only together (the first turn warms them)",
+    "compaction": (f"a compaction prepared ahead is {NOT_ACROSS_RANKS}: its second cache "
+                   "would have to follow on every rank; a full window drops the oldest "
+                   "messages instead"),
 }
 
 

@@ -168,6 +168,10 @@ class EngineThread:
         fut.add_done_callback(lambda _: self._cancels.discard(cancel))
         return fut
 
+    def others_waiting(self) -> bool:
+        """Other work is queued behind the running job (idle work gives way to it)."""
+        return not self._jobs.empty()
+
     def cancelled(self) -> bool:
         """The running work was cancelled (read on the thread, between chunks and tokens)."""
         return self._current.is_set()

@@ -21,7 +21,7 @@ from mlxchat.models import LoadedModel
 
 #: What ``Ranks.refusal`` is asked about.
 FEATURES = ("typing", "pins", "speculation", "draft", "compute_dtype", "switch_model",
-            "warm_up")
+            "warm_up", "compaction")
 
 
 class CacheDisk(Protocol):

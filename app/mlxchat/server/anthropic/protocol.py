@@ -25,6 +25,7 @@ from mlxchat.server.core.images import ImageBlob
 from mlxchat.server.core.reply_asks import begun_reply
 from mlxchat.server.core.requests import (
     ChatRequest,
+    context_policy,
     message_items,
     model_name,
     sampling,
@@ -239,7 +240,7 @@ def anthropic_chat(data: dict[str, Any], header_session: str | None, *,
     # where the window is full (stop_reason model_context_window_exceeded).
     settings = sampling({k: data.get(k) for k in ("temperature", "top_p", "top_k",
                                                       "max_tokens")},
-                        max_names=("max_tokens",))
+                        max_names=("max_tokens",)) | context_policy(data)
     stream = data.get("stream", False)
     if not isinstance(stream, bool):
         raise bad_field("stream", "'stream' must be true or false.")

@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from mlxchat.server.core.service import Finished, Planned
+from mlxchat.server.core.usage import window_fields
 from mlxchat.turn_stats import TurnStats
 
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens"}
@@ -67,5 +68,5 @@ class MessageShape:
             body["content"].append({"type": "text", "text": end.content})
         body["content"] += tool_use_blocks(end)
         body.update(stop_reason=stop_reason(end), stop_sequence=end.stop_sequence,
-                    usage=usage(end.stats))
+                    usage=usage(end.stats), **window_fields(end))
         return body

@@ -159,9 +159,12 @@ ReplyForm = Callable[[TurnDone], IncomingMessage]
 class ApiTurns:
     """Places each API request on its session and branch of one conversation."""
 
-    def __init__(self, conv: Conversation, store: SessionStore):
+    def __init__(self, conv: Conversation, store: SessionStore, *, policy: str = "stop"):
         self.conv = conv
         self.store = store
+        self.policy = policy
+        """What a history past the window gets unless the request says (``serve
+        --context-policy``): stop (a 400), compact or drop_oldest."""
 
     def begin(self, request: ApiRequest, reply_form: ReplyForm) -> ApiTurn:
         """Find or start the request's branch, commit its new message (or tool
@@ -196,9 +199,9 @@ class ApiTurns:
             raise
         # No retrieval for API turns: the client sends its own context and would
         # never see the sources its [n] citations point to.
-        self.conv.use_settings(dataclasses.replace(self.conv.session.settings,
-                                                   context_policy="stop", docs=None,
-                                                   **request.settings),
+        self.conv.use_settings(dataclasses.replace(self.conv.session.settings, **{
+                                   "context_policy": self.policy, "docs": None,
+                                   **request.settings}),
                                tools=request.tools,
                                reserve=1 if request.fills_window else None)
         session_id = self.conv.session.id

@@ -52,6 +52,9 @@ class Finished:
     """On choice 0's end: the other choices' ends (they came before it)."""
     reply_id: int | None = None
     """The stored reply's message id (a follow-up may continue after it)."""
+    recalled: tuple[dict[str, Any], ...] = ()
+    """The passages of earlier messages, no longer in the model's view, that the
+    request's message brought back (``Recall.report``)."""
 
 
 @dataclass

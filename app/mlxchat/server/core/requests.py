@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from mlxchat.chat import CalledTool
+from mlxchat.generation import CONTEXT_POLICIES
 from mlxchat.server.core import images
 from mlxchat.server.core.api_turns import ApiRequest, IncomingMessage
 from mlxchat.server.core.errors import ApiError, bad_field, missing_field
@@ -304,6 +305,19 @@ def sampling(data: dict[str, Any], *, max_names: tuple[str, ...],
     if seed is not None:
         settings["seed"] = seed
     return settings
+
+
+def context_policy(data: dict[str, Any]) -> dict[str, Any]:
+    """The request's ``context_policy`` (mlxchat's own field, every protocol):
+    what a history past the window gets instead of a 400 (``serve
+    --context-policy`` sets the default)."""
+    value = data.get("context_policy")
+    if value is None:
+        return {}
+    if value not in CONTEXT_POLICIES:
+        raise bad_field("context_policy", "'context_policy' must be compact, drop_oldest or "
+                        "stop.")
+    return {"context_policy": value}
 
 
 def session_name(data: dict[str, Any], header: str | None) -> str | None:

@@ -70,13 +70,16 @@ class ChatService:
     def __init__(self, conv: Conversation, *, store: SessionStore, engine: Engine,
                  max_waiting: int = 8, kv_budget_bytes: int | None = None,
                  idle_join_s: float | None = None, parallel: int = 1,
-                 memory_bytes: int | None = None, rejoin_s: float = REJOIN_S):
+                 memory_bytes: int | None = None, rejoin_s: float = REJOIN_S,
+                 context_policy: str = "stop"):
         # ``store``, ``engine``: ``conv``'s, from the composition root. ``idle_join_s``:
         # idle time before a session's files are joined (None: the app's). ``memory_bytes``:
         # what the members' KV may take (None: the settings' budget, or RAM's). ``rejoin_s``:
         # how long a turn still reading its prompt outlives its client (``shared_reply``).
         self.store = store
-        self.slots = open_slots(conv, engine, store, parallel)
+        self.slots = open_slots(conv, engine, store, parallel, policy=context_policy)
+        self.context_policy = context_policy
+        """Of requests that give none (``serve --context-policy``)."""
         self.parallel = len(self.slots.all)
         """Replies decoded at once (``--parallel``; 1 where batching cannot run)."""
         self.admission = admission_for(engine, conv.settings, self.parallel, memory_bytes)
@@ -167,7 +170,7 @@ class ChatService:
         planned."""
         self.check_model(request.model)
         request.turn = turn = self.placed(request.turn)
-        await self.check_fits([m.content for m in turn.messages if m.role != "assistant"]
+        await self.check_fits([m.content for m in self._kept_whole(turn)]
                               + [t for t in (turn.system, turn.prefill) if t])
         key = conversation_key(self.model_id, turn)
         reading = ReplyProgress()
@@ -184,6 +187,15 @@ class ChatService:
                 yield item
         finally:
             await items.aclose()  # type: ignore[attr-defined]
+
+    def _kept_whole(self, turn: ApiRequest) -> list[IncomingMessage]:
+        """The messages the prompt holds whatever: all but replies; under a
+        policy that makes room (compact, drop_oldest) only the new ones."""
+        said = [m for m in turn.messages if m.role != "assistant"]
+        if turn.settings.get("context_policy", self.context_policy) == "stop":
+            return said
+        last = max((i for i, m in enumerate(turn.messages) if m.role == "assistant"), default=-1)
+        return [m for m in turn.messages[last + 1:] if m.role != "assistant"]
 
     def placed(self, turn: ApiRequest) -> ApiRequest:
         """``turn`` with its system messages after the first others placed by
@@ -347,4 +359,5 @@ class ChatService:
                        cache_miss=miss, stop_sequence=main.watch.matched,
                        logprobs=readers.figures(0, asked.options),
                        others=tuple(readers.ended),
-                       reply_id=last.id if last and last.role == "assistant" else None)
+                       reply_id=last.id if last and last.role == "assistant" else None,
+                       recalled=tuple(self.conv.recall.report()))

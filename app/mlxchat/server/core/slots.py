@@ -67,9 +67,11 @@ def _engine(loaded, owner: str, kind: type[ChatEngine] = ChatEngine) -> Engine:
     return kind(loaded, compute_owner=owner, casts_weights=False)
 
 
-def open_slots(conv: Conversation, engine: Engine, store: SessionStore, parallel: int) -> Slots:
-    """``parallel`` slots, the first over ``conv``; one batch for them all."""
-    first = Slot(conv, engine, ApiTurns(conv, store))
+def open_slots(conv: Conversation, engine: Engine, store: SessionStore, parallel: int, *,
+               policy: str = "stop") -> Slots:
+    """``parallel`` slots, the first over ``conv``; one batch for them all;
+    ``policy``: the context policy of requests that give none."""
+    first = Slot(conv, engine, ApiTurns(conv, store, policy=policy))
     if parallel <= 1 or not isinstance(engine, ChatEngine) or engine.segments_per_rank \
             or not conv.saved.database:
         return Slots([first], None)
@@ -88,7 +90,7 @@ def open_slots(conv: Conversation, engine: Engine, store: SessionStore, parallel
             other = opened.conversation
             other.locks.release()  # held per request
             opened.engine.decode_in(batch)
-            slots.append(Slot(other, opened.engine, ApiTurns(other, opened.store),
+            slots.append(Slot(other, opened.engine, ApiTurns(other, opened.store, policy=policy),
                               opened_here=True))
     except BaseException:
         Slots(slots, batch).close()

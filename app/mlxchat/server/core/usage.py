@@ -23,6 +23,20 @@ def capped_header(stats: TurnStats, asked: int | None) -> dict[str, str]:
     return {} if capped is None else {"X-Max-Tokens-Capped": str(capped)}
 
 
+def window_fields(end: Any) -> dict[str, Any]:
+    """What made room in the window for a reply, beside it in every body:
+    ``recalled`` (the passages of earlier messages brought back: text, the
+    message, tokens) and ``compaction`` (the compaction switched to, or why
+    the oldest messages were left out), each only when there is one."""
+    out: dict[str, Any] = {}
+    if getattr(end, "recalled", ()):
+        out["recalled"] = list(end.recalled)
+    note = getattr(end.stats, "compaction", None)
+    if note:
+        out["compaction"] = note
+    return out
+
+
 def miss_header(first: Any) -> dict[str, str]:
     """``X-Cache-Miss: REASON`` when the conversation's KV was recomputed
     (known before the first piece, so a stream has it too: on its first

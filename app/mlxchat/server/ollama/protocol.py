@@ -12,6 +12,7 @@ from mlxchat.server.core.errors import bad_field, missing_field
 from mlxchat.server.core.requests import (
     ChatRequest,
     _messages,
+    context_policy,
     session_name,
     tool_definitions,
 )
@@ -37,7 +38,7 @@ def ollama_chat(data: dict[str, Any], header_session: str | None, *,
     model = ollama_model(data)
     stream = request_wide(data)
     system, messages = _messages(data, ollama=True)
-    settings = {**thinking(data), **option_settings(data, window=window)}
+    settings = {**thinking(data), **option_settings(data, window=window), **context_policy(data)}
     tools = tool_definitions(data.get("tools"), None)
     turn = ApiRequest(system, messages, settings, session_name({}, header_session), tools,
                       options=reply_options(data))

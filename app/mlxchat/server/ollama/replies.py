@@ -15,7 +15,7 @@ from mlxchat.server.core.logprobs import TokenTexts, chat_content
 from mlxchat.server.core.service import Finished, Piece
 from mlxchat.server.core.streaming import unsent
 from mlxchat.server.core.tool_calls import ollama_calls
-from mlxchat.server.core.usage import capped_to
+from mlxchat.server.core.usage import capped_to, window_fields
 
 NS = 1_000_000_000
 
@@ -34,7 +34,7 @@ def counters(end: Finished, asked: int | None) -> dict[str, Any]:
             "total_duration": int(s.total_s * NS), "load_duration": 0,
             "prompt_eval_count": s.prefilled_tokens, "prompt_eval_duration": int(s.ttft_s * NS),
             "eval_count": s.generated_tokens,
-            "eval_duration": int(max(s.total_s - s.ttft_s, 0) * NS)}
+            "eval_duration": int(max(s.total_s - s.ttft_s, 0) * NS), **window_fields(end)}
 
 
 class _Shape:

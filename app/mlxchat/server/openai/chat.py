@@ -29,7 +29,7 @@ from mlxchat.server.core.streaming import (
 )
 from mlxchat.server.core.tool_calls import openai_calls
 from mlxchat.server.core.tool_choice import constrained, openai_choice
-from mlxchat.server.core.usage import capped_header, capped_to, miss_header
+from mlxchat.server.core.usage import capped_header, capped_to, miss_header, window_fields
 from mlxchat.server.openai.protocol import openai_chat
 from mlxchat.engine.events import TokenLogprob
 from mlxchat.turn_stats import TurnStats
@@ -94,7 +94,7 @@ class _ChatShape:
     def usage_chunk(self, end: Finished) -> str:
         body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
                 "model": self.model, "choices": [],
-                "usage": self.usage(end)}
+                "usage": self.usage(end), **window_fields(end)}
         return f"data: {json.dumps(body)}\n\n"
 
     def usage(self, end: Finished) -> dict[str, Any]:
@@ -106,7 +106,8 @@ class _ChatShape:
                 "model": self.model, "usage": self.usage(end),
                 "choices": [{"index": e.choice, "message": _message(e),
                              "logprobs": self.logprobs(e.logprobs),
-                             "finish_reason": e.finish_reason} for e in every_choice(end)]}
+                             "finish_reason": e.finish_reason} for e in every_choice(end)],
+                **window_fields(end)}
 
     def piece(self, piece: Piece) -> str:
         part = "reasoning_content" if piece.part == "reasoning" else "content"

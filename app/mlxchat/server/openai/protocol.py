@@ -16,6 +16,7 @@ from mlxchat.server.core.reply_asks import begun_reply, choices, logit_bias, pen
 from mlxchat.server.core.requests import (
     ChatRequest,
     _messages,
+    context_policy,
     model_name,
     sampling,
     session_name,
@@ -92,7 +93,7 @@ def openai_chat(data: dict[str, Any], header_session: str | None, *,
     options = ReplyOptions(logit_bias=logit_bias(data), logprobs=_chat_logprobs(data),
                            choices=common.choices, **penalties(data))
     tools = tool_definitions(data.get("tools"), data.get("tool_choice"))
-    turn = ApiRequest(system, messages, {**settings, **_reasoning_effort(data)},
+    turn = ApiRequest(system, messages, {**settings, **_reasoning_effort(data), **context_policy(data)},
                       session_name(data, header_session), tools, options=options,
                       prefill=prefill)
     return ChatRequest(common.model, turn, common.stream, stop_strings(data.get("stop")),

@@ -10,7 +10,7 @@ from typing import Any
 
 from mlxchat.engine.turn.constrained import OutputFormat
 from mlxchat.server.core.errors import bad_field
-from mlxchat.server.core.requests import MAX_NAME_CHARS, model_name, sampling
+from mlxchat.server.core.requests import MAX_NAME_CHARS, context_policy, model_name, sampling
 from mlxchat.server.responses.fields import RESPONSES
 from mlxchat.server.responses.tools import Tools, read_tools
 
@@ -142,7 +142,8 @@ def read_request(data: dict[str, Any], header_session: str | None, *,
     effort, summary = _reasoning(data)
     settings = {**sampling({k: data.get(k) for k in ("temperature", "top_p",
                                                          "max_output_tokens")},
-                           max_names=("max_output_tokens",), window=window), **effort}
+                           max_names=("max_output_tokens",), window=window), **effort,
+                **context_policy(data)}
     previous = _string(data, "previous_response_id")
     fmt = text_format(data)
     tools = read_tools(data)

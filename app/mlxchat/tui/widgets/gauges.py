@@ -286,17 +286,20 @@ class GaugesPanel(Vertical):
         used = held if self.context_tokens is None else self.context_tokens
         level = usage_level(used, window)
         ctx_fraction = used / window if window else 0.0
-        pinned = state.pinned_tokens
+        pinned, mark = state.pinned_tokens, state.compact_at / window if window else 0.0
         for meter_id in ("#context-meter", "#compact-context-meter"):
             self.query_one(meter_id, Meter).set_value(ctx_fraction, level,
-                                                      pinned / window if window else 0.0)
+                                                      pinned / window if window else 0.0, mark)
         self._text("#gauge-model", state.model_name or "no model loaded")
         self._text("#context-text",
                    f"{fmt_int(used)} / {fmt_int(window)} tokens  "
                    f"[b]{fmt_gauge_percent(used, window)}[/]"
                    + ("\n[dim]held in the KV cache[/]" if used == held else
                       f"\n[dim]in this chat · the KV cache holds {fmt_int(held)}[/]")
-                   + (f"\n[$accent]█[/] pinned {fmt_int(pinned)}" if pinned else ""))
+                   + (f"\n[$accent]█[/] pinned {fmt_int(pinned)}" if pinned else "")
+                   + (f"\n[$warning]│[/] compacts past {fmt_int(state.compact_at)}"
+                      + (f" · {escape(state.compaction)}" if state.compaction else "")
+                      if state.compact_at else ""))
 
         bits = kv_bits_label(state.kv_bits, state.kv_dtype)
         box = self.query_one("#gauge-kv")
@@ -339,7 +342,8 @@ class GaugesPanel(Vertical):
         self._text("#compact-context", [
             part(f"{fmt_gauge_percent(used, window)} {fmt_int(used)}/{fmt_int(window)}"),
             part(f"{kv} {bits} {fmt_gauge_percent(state.kv_bytes, budget)}", kv, rank=1),
-            part(f"room {fmt_int(room.tokens)} tok", rank=2)])
+            part(f"room {fmt_int(room.tokens)} tok", rank=2),
+            *([part("compaction ready", rank=3)] if state.compaction.startswith("ready") else [])])
 
     @staticmethod
     def _turn_text(stats: TurnStats) -> str:

@@ -26,9 +26,10 @@ def bar_cells(fraction: float, width: int) -> tuple[str, str]:
 
 class Meter(Widget):
     """``fraction`` of the width filled; the ``-warning``/``-error`` classes recolour it.
-    The first ``pinned`` of it (pinned documents) is drawn in its own colour."""
+    The first ``pinned`` of it (pinned documents) is drawn in its own colour; a
+    ``mark`` (a threshold: where a compaction is prepared) as a tick on the track."""
 
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"meter--empty", "meter--pinned"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"meter--empty", "meter--pinned", "meter--mark"}
     DEFAULT_CSS = """
     Meter {
         height: 1;
@@ -40,14 +41,18 @@ class Meter(Widget):
     Meter.-error { color: $error; }
     Meter > .meter--empty { background: $foreground 12%; }
     Meter > .meter--pinned { color: $accent; }
+    Meter > .meter--mark { color: $warning; }
     """
 
     fraction: reactive[float] = reactive(0.0)
     pinned: reactive[float] = reactive(0.0)
+    mark: reactive[float] = reactive(0.0)
 
-    def set_value(self, fraction: float, level: Level = "ok", pinned: float = 0.0) -> None:
+    def set_value(self, fraction: float, level: Level = "ok", pinned: float = 0.0,
+                  mark: float = 0.0) -> None:
         self.fraction = fraction
         self.pinned = min(pinned, fraction)
+        self.mark = mark
         self.set_class(level == "warning", "-warning")
         self.set_class(level == "error", "-error")
 
@@ -70,4 +75,9 @@ class Meter(Widget):
         pinned_style = base + self.get_component_rich_style("meter--pinned") + on_track
         segments = [Segment(filled[:cut], pinned_style), Segment(filled[cut:], base + on_track),
                     Segment(empty, empty_style)]
+        tick = round(self.mark * width) - len(filled)
+        if self.mark and 0 <= tick < len(empty):  # on the empty track: past it, the bar says it
+            mark_style = empty_style + self.get_component_rich_style("meter--mark")
+            segments[2:] = [Segment(empty[:tick], empty_style), Segment("│", mark_style),
+                            Segment(empty[tick + 1:], empty_style)]
         return Strip([s for s in segments if s.text], width)

@@ -14,7 +14,8 @@ from textual.widgets import Static
 
 from mlxchat.chat import ImageRef, Message, calls_text, split_attachments
 from mlxchat.sources import Source, cite, without_sources
-from mlxchat.tui.widgets.folded import AttachmentBlock, ThinkingBlock, ToolResultBlock
+from mlxchat.tui.widgets.folded import (AttachmentBlock, SummaryBlock, SummaryMessage,
+                                        ThinkingBlock, ToolResultBlock)
 from mlxchat.tui.widgets.picture import image_view
 from mlxchat.tui.widgets.reply import AssistantMessage, ReplyFormat, ReplyHandle, Verbatim
 from mlxchat.tui.widgets.sources import SourcesPanel
@@ -144,6 +145,8 @@ class Transcript(VerticalScroll):
             return SystemMessage(message.content)
         if message.role == "tool":
             return ToolResultMessage(message)
+        if message.role == "summary":
+            return SummaryMessage(message)
         content = message.content
         if message.tool_calls:  # stored apart from the text: shown after it
             content = "\n\n".join(filter(None, [content.rstrip(),
@@ -230,17 +233,20 @@ class Transcript(VerticalScroll):
 
     def toggle_last_fold(self) -> bool:
         """Fold or unfold the last reasoning or tool result; False: there is none."""
-        blocks = [b for b in self.query("ThinkingBlock, ToolResultBlock")
-                  if isinstance(b, (ThinkingBlock, ToolResultBlock)) and b.text]
+        blocks = [b for b in self.query("ThinkingBlock, ToolResultBlock, SummaryBlock")
+                  if isinstance(b, (ThinkingBlock, ToolResultBlock, SummaryBlock)) and b.text]
         if blocks:
             blocks[-1].toggle()
         return bool(blocks)
 
-    async def add_results(self, messages: Iterable[Message]) -> None:
-        """Tool results the app's loop stored, folded, before the reply that reads them."""
-        widgets = [ToolResultMessage(m) for m in messages]
+    async def add_results(self, messages: Iterable[Message], *,
+                          before: Place | None = None) -> None:
+        """Tool results the app's loop stored, or a compaction's summary (``before``
+        the place of the message it made room for), folded."""
+        widgets = [self._message_widget(m) for m in messages]
         self._shown += len(widgets)
-        await self.mount_all(widgets)
+        at = before if before is not None and before.is_attached else None
+        await (self.mount_all(widgets, before=at) if at else self.mount_all(widgets))
         self.anchor()
 
     async def add_notice(self, text: str | BaseException,
