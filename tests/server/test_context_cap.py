@@ -114,6 +114,10 @@ def test_a_reply_stops_where_the_capped_window_is_full(tiny, tmp_path):
             "model": "tiny", "max_tokens": 240, "temperature": 0,
             "messages": [{"role": "user", "content": "hi"}]})
         assert anthropic.json()["stop_reason"] == "model_context_window_exceeded"
+        responses = request(served.url, "POST", "/v1/responses", {
+            "model": "tiny", "input": "hi", "max_output_tokens": 240, "temperature": 0}).json()
+        assert responses["status"] == "incomplete"
+        assert CAP <= responses["usage"]["total_tokens"] <= CAP + 1
     finally:
         served.stop()
 

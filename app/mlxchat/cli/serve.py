@@ -10,8 +10,8 @@ import re
 import signal
 import stat
 import sys
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable, NoReturn
 
 from mlxchat.cli.progress import progress_printer
