@@ -3,10 +3,11 @@ their server start replaced by `mlxchat serve`.
 
 Loaded with ``-p peer_plugin`` inside the pytest run over a llama.cpp
 checkout's ``tools/server/tests``: ``ServerProcess.start`` starts (once per
-API key) a real `mlxchat serve` on 127.0.0.1 with their server's defaults
-translated to ours (its key as the key, any origin allowed as theirs allows,
-their preset's 64-token default reply as max_tokens), and points the test at
-it; ``stop`` leaves it for the next test; nothing is downloaded. Their
+API key and window) a real `mlxchat serve` on 127.0.0.1 with their server's
+defaults translated to ours (its key as the key, any origin allowed as theirs
+allows, their preset's 64-token default reply as max_tokens, their ``n_ctx``
+as ``--context``: see ``window``), and points the test at it; ``stop`` leaves
+it for the next test; nothing is downloaded. Their
 OpenAI routes without ``/v1`` (``/chat/completions``, ``/models``) are sent to
 ours with it, and a chat, completion or message request names the served
 model (theirs name none or a placeholder, which their server takes for the
@@ -39,14 +40,18 @@ NAMED = {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/message
 """Routes whose body names the model: their tests name none or a placeholder
 ("test", "gpt-3.5-turbo"; their server answers any), a client of ours names ours."""
 TRANSLATED = {"api_key", "cors_origins", "n_predict"}
-"""Their server options ours honours (the key, CORS, the default reply length)."""
+"""Their server options ours honours (the key, CORS, the default reply length);
+``n_ctx`` too where ``window`` translates it."""
+LEAST_CONTEXT = 256
+"""The smallest ``--context`` ours takes (``context_window``'s rule)."""
 
 sys.path.insert(0, TESTS)
 sys.modules.setdefault("wget", types.ModuleType("wget"))  # utils imports it; nothing downloads
 import requests  # noqa: E402
 import utils  # noqa: E402
 
-_servers: dict[str | None, tuple[subprocess.Popen, int]] = {}
+_servers: dict[tuple[str | None, int | None], tuple[subprocess.Popen, int]] = {}
+"""(key, --context) -> the server started for them and its port."""
 _recorded: list[dict] = []
 _current: dict = {}
 
@@ -74,7 +79,23 @@ def _die_with_this_process() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _launch(key: str | None) -> int:
+def window(server) -> int | None:
+    """Their ``n_ctx`` as our ``--context``. Their server divides ``n_ctx`` among
+    its ``n_slots`` slots, one conversation each, and their tests expect a
+    conversation's window to be ``n_ctx // n_slots`` (the whole ``n_ctx`` with
+    ``kv_unified``, where the slots share it); ours is a window per conversation,
+    so it gets that quotient. None (the model's window): no ``n_ctx``, or a
+    quotient below ours' least."""
+    if not server.n_ctx:
+        return None
+    slots = 1 if getattr(server, "kv_unified", False) or not server.n_slots else server.n_slots
+    per_conversation = int(server.n_ctx) // int(slots)
+    return per_conversation if per_conversation >= LEAST_CONTEXT else None
+
+
+def _launch(key: str | None, context: int | None) -> int:
+    """A server for ``key`` at ``context``; one past the model's window (refused
+    at start, exit status 2) is served at the model's window instead."""
     port = _free_port()
     home = os.path.join(HOME, f"key-{len(_servers)}")
     _config(home)
@@ -83,19 +104,24 @@ def _launch(key: str | None) -> int:
     if key:
         env["MLXCHAT_API_KEY"] = key
     log = open(os.path.join(HOME, f"serve-{port}.log"), "w")
+    sized = ["--context", str(context)] if context else []
     proc = subprocess.Popen([sys.executable, "-m", "mlxchat", "serve", "--model", MODEL,
-                             "--port", str(port), "--cors", "*"],
+                             "--port", str(port), "--cors", "*", *sized],
                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                             env=env, preexec_fn=_die_with_this_process)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
+            if proc.returncode == 2 and context:  # past the model's window
+                port = _servers[(key, None)][1] if (key, None) in _servers else _launch(key, None)
+                _servers[(key, context)] = _servers[(key, None)]
+                return port
             raise RuntimeError(f"mlxchat serve exited {proc.returncode}; see {log.name}")
         try:
             if requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=5,
                             headers={"Authorization": f"Bearer {key}"} if key else {}
                             ).status_code == 200:
-                _servers[key] = (proc, port)
+                _servers[(key, context)] = (proc, port)
                 return port
         except requests.RequestException:
             pass
@@ -108,13 +134,14 @@ _preset = vars(utils.ServerPreset.tinyllama2()).copy()
 
 
 def _start(self, timeout_seconds=None) -> None:
-    key = self.api_key
-    port = _servers[key][1] if key in _servers else _launch(key)
+    served = (self.api_key, window(self))
+    port = _servers[served][1] if served in _servers else _launch(*served)
     self.server_host, self.server_port = "127.0.0.1", port
     changed = {k: v for k, v in vars(self).items()
                if k not in ("process", "server_host", "server_port", "ready")
                and _preset.get(k, getattr(utils.ServerProcess, k, None)) != v}
-    _current["options"] = {k: repr(v)[:80] for k, v in changed.items() if k not in TRANSLATED}
+    translated = TRANSLATED | ({"n_ctx"} if served[1] else set())
+    _current["options"] = {k: repr(v)[:80] for k, v in changed.items() if k not in translated}
 
 
 utils.ServerProcess.start = _start
@@ -233,7 +260,7 @@ def pytest_runtest_makereport(item, call):
 
 
 def pytest_unconfigure(config) -> None:
-    for proc, _ in _servers.values():
+    for proc in {id(proc): proc for proc, _ in _servers.values()}.values():
         proc.terminate()
         try:
             proc.wait(timeout=20)

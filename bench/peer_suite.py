@@ -14,7 +14,10 @@ the bundled model. Each failure is classed by its first failing assertion:
   ``tokens``, ...), a CORS value or a model alias of theirs (``--alias``),
   named a model ours does not serve (theirs answers any name; ours a 404, as
   OpenAI's), asked their ``/models`` without the key, or set a server option of
-  theirs that ours does not have (``n_ctx``, ``chat_template``, ``jinja`` ...);
+  theirs that ours does not have (``chat_template``, ``jinja`` ...). Their
+  ``n_ctx`` is ours: ``serve --context`` at their window per conversation,
+  ``n_ctx // n_slots`` (bench/peer_plugin.py's ``window``; the model's window
+  where that is below the least ``--context`` or above the model's);
 - **the model's words**: every request was answered 2xx and the assertion is
   about what the model wrote or how many tokens it counted (a tiny story model
   of theirs against SmolLM2 here);

@@ -40,6 +40,7 @@ def test_serve_tui_runs_the_chat_with_the_server_options(launched):
     (["--host", "0.0.0.0"], "give a key with --api-key-file PATH, $MLXCHAT_API_KEY or --api-key"),
     (["--body-timeout", "0"], "--body-timeout must be a number of seconds above 0"),
     (["--body-timeout", "nan"], "--body-timeout must be a number of seconds above 0"),
+    (["--context", "100"], "context_window must be none or a whole number >= 256"),
 ])
 def test_bad_serve_tui_options_are_one_line_and_start_nothing(launched, capsys, argv, words):
     assert cli.main(["serve", "--tui", *argv]) == 2
@@ -55,6 +56,7 @@ def test_bad_serve_tui_options_are_one_line_and_start_nothing(launched, capsys, 
     (["--port"], "argument --port: expected one argument"),
     (["--bogus"], "unrecognized arguments: --bogus"),
     (["--queue", "x"], "argument --queue: invalid int value"),
+    (["--context", "lots"], "argument --context: invalid int value: 'lots'"),
 ])
 def test_every_refusal_of_serve_is_one_line_and_exit_status_2(launched, capsys, argv, words):
     try:

@@ -38,7 +38,8 @@ README_MAX_LINES = 250
 EXTERNAL_FLAGS = {"--hostfile": "mlx.launch", "--prompt-cache-size": "mlx_lm.server",
                   "--no-deps": "pip", "--output-format": "claude", "--continue": "claude",
                   "--allowed": "claude", "--skip-git-repo-check": "codex",
-                  "--last": "codex", "--depth": "git", "--filter": "git", "--sparse": "git"}
+                  "--last": "codex", "--depth": "git", "--filter": "git", "--sparse": "git",
+                  "--ctx-size": "llama.cpp"}
 """Flags of other programs a page may name, each only beside its program's name."""
 
 SLASH = re.compile(r"(?<![\w/.~:\-\]\)<>@`'\"])/([a-z][a-z0-9_-]*)(?![\w/-]|\.\w)")

@@ -60,9 +60,15 @@ def _check_template(info, args: argparse.Namespace) -> None:
     if args.kv_bits and info.head_dim and info.head_dim % 32:
         raise UsageError(f"--kv-bits needs a head size that is a multiple of 32; "
                         f"{info.name}'s is {info.head_dim}, so its KV cache cannot be quantized")
-    if args.context is not None and args.context > info.context_window:
+    if args.context is not None:
+        check_context(info, args.context)
+
+
+def check_context(info, context: int) -> None:
+    """``--context`` (of ``ask`` and ``serve``) lowers the model's window, never raises it."""
+    if context > info.context_window:
         raise UsageError(f"--context can only lower {info.name}'s window of "
-                        f"{info.context_window:,} tokens; got {args.context:,}")
+                        f"{info.context_window:,} tokens; got {context:,}")
 
 
 def _check_docs(name: str | None) -> None:

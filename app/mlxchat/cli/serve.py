@@ -10,11 +10,13 @@ import re
 import signal
 import stat
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, NoReturn
 
 from mlxchat.cli.progress import progress_printer
 from mlxchat.config import Settings
+from mlxchat.errors import UsageError
 from mlxchat.generation import CONTEXT_POLICIES
 from mlxchat.server.options import (
     DEFAULT_BODY_TIMEOUT_S,
@@ -68,6 +70,10 @@ def add_serve_parser(sub) -> None:
                    help="what a conversation past the window gets when its request names "
                    "no context_policy: stop (a 400, the default), compact (the oldest "
                    "messages summarized, prepared ahead) or drop_oldest")
+    p.add_argument("--context", type=int, metavar="N",
+                   help="cap each conversation's context window at N tokens (at most the "
+                   "model's; default: the settings' context_window, else the model's): less "
+                   "KV reserved per conversation, so more fit at once; longer prompts get a 400")
     p.add_argument("--kv-budget", default=KV_BUDGET_TEXT, metavar="SIZE",
                    help="disk for the API sessions' KV segments, e.g. 8G, 500M (default "
                    f"{KV_BUDGET_TEXT}); past it the least recently used sessions lose "
@@ -117,15 +123,12 @@ def parse_size(text: str) -> int:
     """'8G', '500M', '1.5GB', '0' -> bytes (decimal units)."""
     found = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", text.lower())
     if not found:
-        from mlxchat.errors import UsageError
-
         raise UsageError(f"--kv-budget must be a size such as 8G or 500M; got {text!r}")
     return int(float(found.group(1)) * _UNITS[found.group(2)])
 
 
 def _key_from_file(given: str) -> str:
     """The key in ``given`` (its first line), which only its owner may read."""
-    from mlxchat.errors import UsageError
     from mlxchat.files import FileRefused, read_limited
 
     path = Path(given).expanduser()
@@ -147,8 +150,6 @@ def _key_from_file(given: str) -> str:
 def api_key(args: argparse.Namespace) -> str | None:
     """The key from --api-key-file, --api-key or $MLXCHAT_API_KEY (one of the flags at
     most; an empty one is refused rather than taken for no key)."""
-    from mlxchat.errors import UsageError
-
     if args.api_key is not None and args.api_key_file is not None:
         raise UsageError("give --api-key or --api-key-file, not both")
     if args.api_key_file is not None:
@@ -182,6 +183,20 @@ def serve_options(args: argparse.Namespace, *,
     return options
 
 
+def served_settings(args: argparse.Namespace, settings: Settings) -> Settings:
+    """``settings`` with ``--context`` as every conversation's window cap (the flag
+    wins over the settings file's ``context_window``); a value out of range is
+    refused in one line (exit status 2) before the model loads, as ``ask --context``."""
+    if args.context is None:
+        return settings
+    generation = replace(settings.generation, context_window=args.context)
+    try:
+        generation.check()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return replace(settings, generation=generation)
+
+
 LOGGED = ("mlxchat.server.access", "mlxchat.server.core.kv_budget",
           "mlxchat.server.core.idle_join", "mlxchat.server.core.admission",
           "mlxchat.server.core.service")
@@ -202,19 +217,21 @@ def log_requests() -> None:
         logger.propagate = False
 
 
-def start_line(model: str, url: str, options: ServeOptions, parallel: int) -> str:
-    """What ``serve`` says once it listens: every API and route, and the CORS origins."""
+def start_line(model: str, url: str, options: ServeOptions, parallel: int, window: int) -> str:
+    """What ``serve`` says once it listens: every API and route, the conversations
+    decoded at once and the window each gets, and the CORS origins."""
     from mlxchat.server.host_routes import start_line_routes
     from mlxchat.server.protocols import PROTOCOLS
 
     cors = f"; browsers from {', '.join(options.cors)}" if options.cors else ""
     return (f"mlxchat serve: {model} at {start_line_routes(url, PROTOCOLS)}; "
-            f"{parallel} at once{cors}; ctrl-c stops")
+            f"{parallel} at once, {window:,} tokens of context each{cors}; ctrl-c stops")
 
 
 def run_serve(args: argparse.Namespace, settings: Settings, *,
               need_terminal: Callable[[], None] = lambda: None) -> int:
     options = serve_options(args)
+    settings = served_settings(args, settings)
     if args.tui:
         need_terminal()
         from mlxchat.tui.app import run_app
@@ -222,6 +239,7 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
 
         probe(settings.images)  # before Textual reads stdin
         return run_app(settings, model=args.model, serve=options)
+    from mlxchat.cli.ask import check_context
     from mlxchat.server.app import build_app, image_limits
     from mlxchat.server.core.service import ChatService
     from mlxchat.server.runner import RunningServer
@@ -232,6 +250,12 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
     log_requests()
     opened = open_conversation(settings, model_spec=args.model, progress=progress_printer())
     conv = opened.conversation
+    if args.context is not None:  # the model's window is known once it is loaded
+        try:
+            check_context(conv.views.model_info, args.context)
+        except UsageError:
+            conv.shutdown()
+            raise
     service = ChatService(conv, store=opened.store, engine=opened.engine,
                           max_waiting=options.queue, kv_budget_bytes=options.kv_budget_bytes,
                           parallel=options.parallel, context_policy=options.context_policy)
@@ -246,7 +270,8 @@ def run_serve(args: argparse.Namespace, settings: Settings, *,
     try:
         service.warm_up()  # before listening: the first request is served warm
         server.start()
-        print(start_line(service.model_id, server.url, options, service.parallel),
+        print(start_line(service.model_id, server.url, options, service.parallel,
+                         service.window),
               file=sys.stderr, flush=True)
         server.wait()
     except KeyboardInterrupt:

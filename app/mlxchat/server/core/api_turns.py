@@ -22,6 +22,7 @@ from mlxchat.engine.events import Event, TurnDone
 from mlxchat.engine.turn.constrained import CompiledFormat
 from mlxchat.engine.turn.reply_options import ASKS_NOTHING, ReplyOptions
 from mlxchat.errors import MlxchatError
+from mlxchat.generation import GenerationSettings
 from mlxchat.server.core import images
 from mlxchat.server.core.images import ImageBlob
 from mlxchat.session.conversation import Conversation
@@ -152,6 +153,15 @@ def _new_part(messages: Sequence[IncomingMessage], *, after_reply: bool = False
     return list(messages[first:])
 
 
+def served_cap(stored: GenerationSettings, served: GenerationSettings) -> int | None:
+    """A session's window cap under the server's (``serve --context``, else the
+    settings' ``context_window``): one stored without a cap or with a larger one
+    (by the chat, an earlier run) is served at the server's, the window its KV
+    was admitted for."""
+    caps = [cap for cap in (stored.context_window, served.context_window) if cap]
+    return min(caps) if caps else None
+
+
 ReplyForm = Callable[[TurnDone], IncomingMessage]
 """How the client will see a reply (its content and tool calls), to index it."""
 
@@ -199,8 +209,11 @@ class ApiTurns:
             raise
         # No retrieval for API turns: the client sends its own context and would
         # never see the sources its [n] citations point to.
-        self.conv.use_settings(dataclasses.replace(self.conv.session.settings, **{
+        stored = self.conv.session.settings
+        self.conv.use_settings(dataclasses.replace(stored, **{
                                    "context_policy": self.policy, "docs": None,
+                                   "context_window": served_cap(stored,
+                                                                self.conv.settings.generation),
                                    **request.settings}),
                                tools=request.tools,
                                reserve=1 if request.fills_window else None)

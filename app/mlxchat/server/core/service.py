@@ -207,7 +207,7 @@ class ChatService:
     async def check_fits(self, texts: list[str]) -> None:
         """A 400 context_length_exceeded, before the request queues, when
         ``texts`` (all of which the prompt holds; templates may cut replies,
-        so those are left out) cannot fit the model's window whatever is reused."""
+        so those are left out) cannot fit the window whatever is reused."""
         try:
             await anyio.to_thread.run_sync(self._fits_at_all, texts)
         except ContextOverflowError as exc:
@@ -218,7 +218,7 @@ class ChatService:
         then, for a large request, counted a piece at a time up to the window:
         on a thread of its own, never the lane's, so no other request waits."""
         engine = self.engine
-        window = engine.info.context_window
+        window = self.window  # the served one (--context), not only the model's
         refuse_unfittable(engine.loaded.tokenizer, texts, window=window)
         if sum(map(len, texts)) <= COUNTED_CHARS:
             return  # tokenized on the lane in no time

@@ -48,13 +48,14 @@ def thinks(info: ModelInfo) -> bool:
     return info.reasoning != "none" or "enable_thinking" in info.template_variables
 
 
-def model_info(info: ModelInfo, config: dict[str, Any]) -> dict[str, Any]:
-    """``general.*`` and ``ARCH.*`` keys as Ollama names them."""
+def model_info(info: ModelInfo, config: dict[str, Any], *, window: int) -> dict[str, Any]:
+    """``general.*`` and ``ARCH.*`` keys as Ollama names them; ``context_length``
+    the window served (``serve --context`` may cap the model's)."""
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     arch = info.architecture
     out: dict[str, Any] = {"general.architecture": arch,
                            "general.parameter_count": info.parameter_count,
-                           f"{arch}.context_length": info.context_window}
+                           f"{arch}.context_length": window}
     for key, name in CONFIG_KEYS.items():
         value = text.get(name)
         if isinstance(value, (int, float)) and not isinstance(value, bool):

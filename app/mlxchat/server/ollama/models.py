@@ -94,7 +94,8 @@ async def show(request: Request) -> Response:
         "parameters": parameters(info, service.conv.settings.generation, loaded.tokenizer,
                                  window=service.window),
         "details": _details(info), "capabilities": capabilities(info, loaded.tokenizer),
-        "model_info": model_info(info, _config(info)), "modified_at": _started(request)})
+        "model_info": model_info(info, _config(info), window=service.window),
+        "modified_at": _started(request)})
 
 
 def _config(info: ModelInfo) -> dict[str, Any]:
