@@ -229,12 +229,13 @@ class ChatEngine:
         self._typing.supersede()
 
     def warm_up(self) -> None:
-        """Render a message and compute it on a throwaway cache, so that a
-        server's first request pays none of the first-call costs (the template's
-        compilation, MLX's kernels and buffers). The live cache is left alone;
-        ranks that compute only together are warmed by their first turn."""
+        """Read the vocabulary, compute a message on a throwaway cache: a server's
+        first request pays none of the first-call costs (the vocabulary's reads,
+        the template's compilation, MLX's kernels and buffers). The live cache is
+        left alone; ranks that compute only together are warmed by their first turn."""
         if self._ranks.refusal("warm_up"):
             return
+        self.prompts.read_vocabulary()
         ids = render(self._loaded.tokenizer, [Message("user", "Hello.")])
         self._call(lambda: compute_once(self._loaded.model, ids))
 

@@ -17,6 +17,7 @@ from mlxchat.engine.prompt.render import message_token_counts, render, template_
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import LoadedModel
 from mlxchat.models.markup import cached_markup
+from mlxchat.models.token_floor import longest_token_bytes
 
 
 class PromptBuilder:
@@ -25,6 +26,15 @@ class PromptBuilder:
 
     def __init__(self, loaded: Callable[[], LoadedModel]):
         self._loaded = loaded
+
+    def read_vocabulary(self) -> None:
+        """What turns read of the vocabulary once per process, read now (a
+        server's warm-up): the longest token (the fit check's floor) and the
+        reasoning markup (the reply's budget). Seconds for a vocabulary of
+        262k tokens, which a server's first request would pay."""
+        tokenizer = self._loaded().tokenizer
+        longest_token_bytes(tokenizer)
+        cached_markup(tokenizer)
 
     def fit(self, messages: Sequence[Message], settings: GenerationSettings, *,
             options: TemplateOptions = TemplateOptions(),
