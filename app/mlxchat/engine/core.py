@@ -37,7 +37,7 @@ from mlxchat.engine.speculative.streams import trim_problem
 from mlxchat.engine.thread.compute import PROCESS_LOCK, ComputeLock
 from mlxchat.engine.thread.worker import Bookkeeping, EngineThread
 from mlxchat.engine.turn import reply_options
-from mlxchat.engine.turn.constrained import CompiledFormat
+from mlxchat.engine.turn.constrained import CompiledFormat, read_grammar_tokenizer
 from mlxchat.engine.turn.cpu_choice import CpuMatmul
 from mlxchat.engine.turn.early_images import EarlyImages
 from mlxchat.engine.turn.pipeline import TurnPipeline, events, prefill_setup
@@ -229,13 +229,13 @@ class ChatEngine:
         self._typing.supersede()
 
     def warm_up(self) -> None:
-        """Read the vocabulary, compute a message on a throwaway cache: a server's
-        first request pays none of the first-call costs (the vocabulary's reads,
-        the template's compilation, MLX's kernels and buffers). The live cache is
-        left alone; ranks that compute only together are warmed by their first turn."""
+        """A server's first-call costs paid before its first request: the vocabulary's
+        reads, the grammar's token table, a message computed on a throwaway cache (the
+        template, MLX's kernels). Ranks that compute only together: by their first turn."""
         if self._ranks.refusal("warm_up"):
             return
         self.prompts.read_vocabulary()
+        read_grammar_tokenizer(self._loaded.tokenizer)
         ids = render(self._loaded.tokenizer, [Message("user", "Hello.")])
         self._call(lambda: compute_once(self._loaded.model, ids))
 
