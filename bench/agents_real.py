@@ -11,21 +11,24 @@ scratch data folder) restarted before one of them.
         [--server-log FILE] [--no-tool-loop]
 
 ``--model``: an alias, folder or .gguf whose window holds the clients'
-prompts (Claude Code's is ~20k tokens). ``--max-output`` caps each reply
-through the client's own setting (``REAL_AGENT_MAX_OUTPUT``, which each client
-module maps to its own), so a small model's words do not take the run's time.
+prompts (Claude Code's is ~14k tokens on Gemma 3 with ``--tool-prompt
+generic``, Codex's ~11k). ``--max-output`` caps each reply through the
+client's own setting (``REAL_AGENT_MAX_OUTPUT``, which each client module maps
+to its own) and the server's ``max_tokens`` (for a client with no such
+setting: Codex), so a small model's words do not take the run's time.
 
 Prints per step and request what the server's access log says (prompt
-tokens, prefilled, reused, time to first token) and whether the client
-ended without an API error; then ``real_agents_ok`` (clients whose every
-step ended without one), per client ``real_agent_prefill_ratio`` (tokens
-prefilled / tokens new, over the requests after the first step's; goal <=
-1.1) and ``real_agent_restart_ratio`` (time to first token of the first
-request after the restart / of the first request of the step before it;
-goal <= 1.5), with the load average. Then each client's tool loop against a
-tiny model whose replies are scripted (``real_agents/scripted_serve.py``): it
-calls the client's tool (Claude Code: Bash ``echo hi``), the client runs it
-and sends the result back (``real_agent_tool_loops``).
+tokens, prefilled, reused, time to first token from the request's arrival)
+and whether the client ended without an API error; then ``real_agents_ok``
+(clients whose every step ended without one), per client
+``real_agent_prefill_ratio`` (tokens prefilled / tokens new, over the
+requests after the first step's; goal <= 1.1) and
+``real_agent_restart_ratio`` (time to first token of the first request after
+the restart / of the first request of the step before it; goal <= 1.5), with
+the load average. Then each client's tool loop against a tiny model whose
+replies are scripted (``real_agents/scripted_serve.py``): it calls the
+client's tool (Claude Code: Bash ``echo hi``), the client runs it and sends
+the result back (``real_agent_tool_loops``).
 """
 
 from __future__ import annotations
@@ -183,10 +186,12 @@ def run_client(client: ModuleType, args: argparse.Namespace, model: str) -> list
     binary = client.install(args.prefix)
     scratch, workdir, home, data = scratch_folders(client.NAME)
     os.environ[real_agents.MAX_OUTPUT_VARIABLE] = str(args.max_output)
-    if args.tool_prompt != "template":  # the tools in the system prompt (a model whose
-        (data / "config").mkdir()        # template has no place for them)
-        (data / "config" / "config.toml").write_text(
-            f'[generation]\ntool_prompt = "{args.tool_prompt}"\n')
+    # The server's reply length too, for a client that cannot ask for one (Codex);
+    # generic: the tools in the system prompt (a model whose template has no place for them).
+    (data / "config").mkdir()
+    (data / "config" / "config.toml").write_text(
+        f"[generation]\nmax_tokens = {args.max_output}\n"
+        + (f'tool_prompt = "{args.tool_prompt}"\n' if args.tool_prompt != "template" else ""))
     server = Server(model, data)
     steps: list[Step] = []
     try:
@@ -248,7 +253,8 @@ def show(name: str, step: Step) -> None:
     said = ("ok" + (f" ({step.note})" if step.note else "")) if step.ok \
         else f"API error: {step.error}"
     print(f"{name} step {step.n}{' (after restart)' if step.after_restart else ''}: "
-          f"{len(step.requests)} requests, {step.seconds:.1f} s, {said}", flush=True)
+          f"{len(step.requests)} requests, {step.seconds:.1f} s, {said} "
+          f"(load {os.getloadavg()[0]:.1f})", flush=True)
     for r in step.requests:
         ttft = f"{r.ttft_s:.2f} s" if r.ttft_s is not None else "-"
         print(f"    {r.path} {r.status}: prompt {r.prompt:,}, prefilled {r.prefilled:,}, "

@@ -6,7 +6,12 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
+import time
 
+import anyio
+
+from mlxchat.server.core.access_log import AccessLog, note_first_token, note_turn
+from mlxchat.turn_stats import TurnStats
 from tests.server.conftest import request
 from tests.server.test_serve import _turn, client
 from tests.waiting import until
@@ -42,3 +47,29 @@ def test_importing_the_model_stack_prints_no_pytorch_advice():
                           text=True, timeout=120, check=False, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     assert "PyTorch" not in proc.stderr, proc.stderr
+
+
+def test_a_turns_ttft_is_counted_from_the_requests_arrival(caplog):
+    """What a request waited before its turn began (the queue, the fit check,
+    its KV read from disk after a restart) is in its ttft: the engine's own
+    figure (0.01 s here) counts only from the turn's start."""
+    caplog.set_level(logging.INFO, logger="mlxchat.server.access")
+
+    async def answer(scope, receive, send):
+        began = time.monotonic()  # at or after the request's arrival
+        note_turn(3, TurnStats(prompt_tokens=10, ttft_s=0.01))
+        note_first_token(began + 5.0)  # its first token came 5 s after
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    async def send(message):
+        pass
+
+    anyio.run(AccessLog(answer), {"type": "http", "method": "POST",
+                                  "path": "/v1/messages"}, receive, send)
+    logged = [r.getMessage() for r in caplog.records if r.name == "mlxchat.server.access"]
+    ttft = float(logged[-1].split(" ttft=")[1].split(" s")[0])
+    assert ttft >= 5.0, logged

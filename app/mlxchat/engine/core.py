@@ -38,7 +38,7 @@ from mlxchat.engine.speculative.streams import trim_problem
 from mlxchat.engine.thread.compute import PROCESS_LOCK, ComputeLock
 from mlxchat.engine.thread.worker import Bookkeeping, EngineThread
 from mlxchat.engine.turn import reply_options
-from mlxchat.engine.turn.constrained import CompiledFormat
+from mlxchat.engine.turn.constrained import CompiledFormat, read_grammar_tokenizer
 from mlxchat.engine.turn.cpu_choice import CpuMatmul
 from mlxchat.engine.turn.early_images import EarlyImages
 from mlxchat.engine.turn.pipeline import TurnPipeline, events, prefill_setup
@@ -238,14 +238,17 @@ class ChatEngine:
         self.prepared.supersede()
 
     def warm_up(self) -> None:
-        """Render a message and compute it on a throwaway cache, so that a
-        server's first request pays none of the first-call costs (the template's
-        compilation, MLX's kernels and buffers). The live cache is left alone;
-        ranks that compute only together are warmed by their first turn."""
-        if not self._ranks.refusal("warm_up"):  # a session's clock, as a turn renders
-            ids = render(self._loaded.tokenizer, [Message("user", "Hello.")],
-                         strftime_now=SessionClock(time.time()))
-            self._call(lambda: compute_once(self._loaded.model, ids))
+        """A server's first-call costs paid before its first request: the vocabulary's
+        reads, the grammar's token table, a message computed on a throwaway cache (the
+        template's compilation, MLX's kernels and buffers). The live cache is left
+        alone; ranks that compute only together are warmed by their first turn."""
+        if self._ranks.refusal("warm_up"):
+            return
+        self.prompts.read_vocabulary()
+        read_grammar_tokenizer(self._loaded.tokenizer)
+        ids = render(self._loaded.tokenizer, [Message("user", "Hello.")],
+                     strftime_now=SessionClock(time.time()))  # a session's clock, as a turn renders
+        self._call(lambda: compute_once(self._loaded.model, ids))
 
     def kv_bytes_per_token(self, kv_bits: int | None = None) -> int:
         """What one more token adds to the KV cache, measured: a fresh cache is

@@ -11,12 +11,14 @@ from typing import Callable, Sequence
 from mlxchat.chat import ImageRef, Message
 from mlxchat.engine.prompt import delta
 from mlxchat.engine.prompt import images as prompt_images
+from mlxchat.engine.prompt.control import encode_plain
 from mlxchat.engine.prompt.delta import TemplateOptions
 from mlxchat.engine.prompt.fit import FittedPrompt, fit, reply_reserve
 from mlxchat.engine.prompt.render import message_token_counts, render, template_opening
 from mlxchat.generation import GenerationSettings
 from mlxchat.models import LoadedModel
 from mlxchat.models.markup import cached_markup
+from mlxchat.models.token_floor import longest_token_bytes
 
 
 class PromptBuilder:
@@ -25,6 +27,17 @@ class PromptBuilder:
 
     def __init__(self, loaded: Callable[[], LoadedModel]):
         self._loaded = loaded
+
+    def read_vocabulary(self) -> None:
+        """What turns read of the vocabulary once per process, read now (a
+        server's warm-up): the longest token (the fit check's floor), the
+        reasoning markup (the reply's budget) and whether plain text starts
+        with a space (message text spliced between control tokens). Seconds
+        each for a vocabulary of 262k tokens, which a first request would pay."""
+        tokenizer = self._loaded().tokenizer
+        longest_token_bytes(tokenizer)
+        cached_markup(tokenizer)
+        encode_plain(tokenizer, "warm", at_start=False)
 
     def fit(self, messages: Sequence[Message], settings: GenerationSettings, *,
             options: TemplateOptions = TemplateOptions(),

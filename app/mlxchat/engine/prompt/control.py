@@ -20,16 +20,31 @@ import re
 import secrets
 import weakref
 from functools import lru_cache
-from typing import Any, Sequence
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
 
 from mlxchat.engine.prompt.jinja import apply_template, hf_tokenizer
 
 _MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"  # private use: no tokenizer's control text
 
 
-def added_tokens(tokenizer: Any) -> dict[str, int]:
-    """Every added token's text and id: what the tokenizer matches before BPE."""
-    return dict(getattr(hf_tokenizer(tokenizer), "added_tokens_encoder", {}) or {})
+_ADDED: "weakref.WeakKeyDictionary[Any, Mapping[str, int]]" = weakref.WeakKeyDictionary()
+
+
+def added_tokens(tokenizer: Any) -> Mapping[str, int]:
+    """Every added token's text and id: what the tokenizer matches before BPE
+    (kept per tokenizer: transformers builds the table anew at each read, a
+    render reads it, and Gemma 3 has 6,414 of them)."""
+    hf = hf_tokenizer(tokenizer)
+    try:
+        return _ADDED[hf]
+    except (KeyError, TypeError):  # TypeError: one a weak reference cannot hold
+        found = MappingProxyType(dict(getattr(hf, "added_tokens_encoder", {}) or {}))
+    try:
+        _ADDED[hf] = found
+    except TypeError:
+        pass
+    return found
 
 
 def has_control_text(tokenizer: Any, texts: Sequence[str]) -> bool:

@@ -30,6 +30,16 @@ def note_turn(session_id: int | None, stats: TurnStats, *, joined: bool = False)
                     ttft=stats.ttft_s, joined=joined)
 
 
+def note_first_token(at: float | None) -> None:
+    """The request's reply had its first token at ``at`` (``time.monotonic()``):
+    its ttft is then counted from the request's arrival (its wait in the
+    queue, the fit check, its session found and its KV read from disk count),
+    not from its turn's start in the engine."""
+    slot = _TURN.get()
+    if slot is not None and at is not None:
+        slot["first_token_at"] = at
+
+
 def line(method: str, path: str, status: int, seconds: float, turn: dict[str, Any]) -> str:
     """'POST /v1/chat/completions 200 session=#12 cached=1,180/1,206 prefilled=26
     generated=40 ttft=0.31 s 0.42 s' (' joined' after the ttft when the turn was
@@ -67,5 +77,8 @@ class AccessLog:
             await self.app(scope, receive, sending)
         finally:
             _TURN.reset(token)
+            first = slot.pop("first_token_at", None)
+            if first is not None and "ttft" in slot:
+                slot["ttft"] = max(0.0, first - start)
             log.info(line(scope.get("method", "?"), scope.get("path", "?"), status,
                           time.monotonic() - start, slot))

@@ -20,7 +20,7 @@ from mlxchat.engine.thread.compute import WaitCancelled
 from mlxchat.engine.thread.worker import waits_end_on
 from mlxchat.errors import MlxchatError
 from mlxchat.models.token_floor import tokens_at_least
-from mlxchat.server.core.access_log import note_turn
+from mlxchat.server.core.access_log import note_first_token, note_turn
 from mlxchat.server.core.admission import admission_for
 from mlxchat.server.core.api_turns import ApiRequest, ApiTurns, IncomingMessage, conversation_key
 from mlxchat.server.core.errors import (ApiError, context_exceeded, queue_full, server_stopped,
@@ -184,6 +184,8 @@ class ChatService:
                     continue
                 if joined and isinstance(item, Finished):
                     note_turn(item.session_id, item.stats, joined=True)
+                elif isinstance(item, Finished):  # its ttft from its arrival
+                    note_first_token(reading.first_token_at)
                 yield item
         finally:
             await items.aclose()  # type: ignore[attr-defined]
@@ -328,7 +330,7 @@ class ChatService:
                 reading.started.set()
                 yield Planned(event.cached_tokens + event.total, event.cached_tokens, miss)
             elif isinstance(event, TextDelta):
-                reading.said.set()
+                reading.saying()
                 said = readers.piece(event)
                 if said is not None:
                     said.cache_miss, unsaid = unsaid, None

@@ -15,6 +15,7 @@ import asyncio
 import hashlib
 import json
 import threading
+import time
 from typing import Any, AsyncIterator, Callable
 
 from mlxchat.server.core.requests import ChatRequest
@@ -39,10 +40,18 @@ def request_identity(model: str, request: ChatRequest) -> str:
 
 class ReplyProgress:
     """Set on the thread that computes a reply as it goes: its prefill started,
-    it said something. ``now()``: its prompt is being read."""
+    it said something (``first_token_at``: when, ``time.monotonic()``).
+    ``now()``: its prompt is being read."""
 
     def __init__(self) -> None:
         self.started, self.said = threading.Event(), threading.Event()
+        self.first_token_at: float | None = None
+
+    def saying(self) -> None:
+        """A token of the reply came."""
+        if self.first_token_at is None:
+            self.first_token_at = time.monotonic()
+        self.said.set()
 
     def now(self) -> bool:
         return self.started.is_set() and not self.said.is_set()
