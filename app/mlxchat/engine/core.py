@@ -247,7 +247,7 @@ class ChatEngine:
         self.prompts.read_vocabulary()
         read_grammar_tokenizer(self._loaded.tokenizer)
         ids = render(self._loaded.tokenizer, [Message("user", "Hello.")],
-                     strftime_now=SessionClock(time.time()))  # a session's clock, as a turn renders
+                     strftime_now=SessionClock(time.time()))  # as a turn renders
         self._call(lambda: compute_once(self._loaded.model, ids))
 
     def kv_bytes_per_token(self, kv_bits: int | None = None) -> int:
