@@ -2,10 +2,10 @@
 
 Runs test_chat_completion, test_completion, test_basic, test_compat_anthropic,
 test_security, test_ctx_shift and the fast part of test_tool_call (not marked
-slow) from a llama.cpp checkout's ``tools/server/tests`` (``--llamacpp-tests
-DIR``; docs/benchmarks.md says how to get it: their code is not in this
-repository), their server start replaced by ours (bench/peer_plugin.py), on
-the bundled model. Each failure is classed by its first failing assertion:
+slow) of llama.cpp's ``tools/server/tests``: the copy in
+bench/data/llamacpp-server-tests (commit 13628d8, MIT, unchanged; SOURCE.md
+there), or another checkout's with ``--llamacpp-tests DIR``; their server
+start replaced by ours (bench/peer_plugin.py), on the bundled model. Each failure is classed by its first failing assertion:
 
 - **llama.cpp-only**: it asked for one of their own endpoints (``/completion``,
   ``/tokenize``, ``/slots``, ``/props``, ...), sent one of their own fields
@@ -24,7 +24,7 @@ the bundled model. Each failure is classed by its first failing assertion:
 - **ours**: anything else, a protocol failure (``peer_protocol_failures``,
   printed with each test id and its first assertion).
 
-    .venv/bin/python bench/peer_suite.py --llamacpp-tests DIR [--model M] [-k EXPR]
+    .venv/bin/python bench/peer_suite.py [--llamacpp-tests DIR] [--model M] [-k EXPR]
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+
+VENDORED = Path(__file__).resolve().parent / "data" / "llamacpp-server-tests"
+"""Their tests as of llama.cpp 13628d8, MIT-licensed, unchanged (SOURCE.md there)."""
 
 FILES = ["test_chat_completion.py", "test_completion.py", "test_basic.py",
          "test_compat_anthropic.py", "test_security.py", "test_ctx_shift.py",
@@ -162,8 +165,9 @@ def report(out: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--llamacpp-tests", required=True, type=Path, metavar="DIR",
-                        help="a llama.cpp checkout's tools/server/tests")
+    parser.add_argument("--llamacpp-tests", type=Path, metavar="DIR", default=VENDORED,
+                        help="a llama.cpp checkout's tools/server/tests (default: the copy "
+                        "in bench/data/llamacpp-server-tests, llama.cpp 13628d8)")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("-k", dest="select", help="only the tests pytest's -k selects")
     parser.add_argument("--out", type=Path, help="keep the per-test records here (JSON lines)")
