@@ -85,6 +85,9 @@ THEIR_CHOICES = {
                                      "theirs answers it",
     "test_anthropic_vision_format_accepted": "theirs fails an image to a model without vision "
                                              "with a 500; ours is a 400 saying so",
+    "test_server_models": "theirs serves one model; ours lists the embedding model "
+                          "/v1/embeddings serves after the chat model (as OpenAI lists its "
+                          "embedding models), typed 'embeddings'",
 }
 """Tests of a behaviour their server chose against the API it follows."""
 
