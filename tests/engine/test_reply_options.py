@@ -228,3 +228,25 @@ def test_lookup_decoding_keeps_the_penalised_reply(engine, context):
         speculative=mode), ask)) for mode in ("off", "lookup")]
     assert looked_up.stats.spec_mode == "lookup" and looked_up.stats.draft_tokens_accepted
     assert looked_up.token_ids == plain.token_ids
+
+
+def test_stop_text_finds_a_stop_however_the_answer_is_cut_into_segments():
+    from mlxchat.engine.turn.reply_options import StopText
+
+    answer = "The keeper wrote: END OF LOG, then slept."
+    for stops in (["END OF LOG"], ["x", "END OF LOG"], ["LOG,"], ["The"]):
+        for size in (1, 2, 3, 7, len(answer)):
+            stop = StopText(stops)
+            said = 0
+            while said < len(answer) and not stop.met:
+                stop.add(answer[said:said + size])
+                said += size
+            where = min(answer.find(s) + len(s) for s in stops if s in answer)
+            assert stop.met and where <= said < where + size, (stops, size, said)
+    unmet = StopText(["END OF LOG"])
+    for piece in ("END OF", " LO", "g", " END OF LO"):
+        unmet.add(piece)
+    assert not unmet.met
+    unmet.add("G")
+    assert unmet.met
+    assert not StopText([]).met and not StopText([""]).met

@@ -219,15 +219,17 @@ class StopText:
 
     def __init__(self, stops: Sequence[str]):
         self.stops = tuple(s for s in stops if s)
-        self._text = ""
+        self._keep = max(map(len, self.stops), default=1) - 1
+        """What a stop that began earlier may still need of what was said."""
+        self._tail = ""
         self.met = False
 
     def add(self, segment: str) -> None:
         if not self.stops or self.met:
             return
-        start = max(0, len(self._text) - max(map(len, self.stops)) + 1)
-        self._text += segment
-        self.met = any(s in self._text[start:] for s in self.stops)
+        text = self._tail + segment  # never the whole answer: a token is O(stop), not O(reply)
+        self.met = any(s in text for s in self.stops)
+        self._tail = text[-self._keep:] if self._keep else ""
 
 
 class PromptScores:
